@@ -1,0 +1,101 @@
+/**
+ * Composition root: opens the data directory, the database and the master key, and builds the
+ * services. Transports (MCP, dashboard, CLI) receive an App and call its services.
+ */
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import type { Config } from './core/config.js';
+import { ConfigError } from './core/config.js';
+import { openDatabase, type DB } from './store/db.js';
+import { createLogger, type Logger } from './core/log.js';
+import { CursorCodec } from './core/cursor.js';
+import { SecretBox } from './core/crypto.js';
+import { AuthService } from './core/auth.js';
+import { IdempotencyStore } from './core/idempotency.js';
+import { AuditLog } from './core/audit.js';
+import { PrincipalState } from './core/principals.js';
+
+export interface App {
+  readonly config: Config;
+  readonly dataDir: string;
+  readonly db: DB;
+  readonly log: Logger;
+  readonly cursors: CursorCodec;
+  readonly secrets: SecretBox;
+  readonly auth: AuthService;
+  readonly idempotency: IdempotencyStore;
+  readonly audit: AuditLog;
+  readonly principals: PrincipalState;
+  /** True when the database was created by this start (first run). */
+  readonly firstRun: boolean;
+  close(): void;
+}
+
+/**
+ * Loads the master key: ATELIER_MASTER_KEY (64 hex characters or base64 of 32 bytes) wins;
+ * otherwise <dataDir>/master.key, created with mode 0600 on first start.
+ */
+export function loadMasterKey(dataDir: string, env: NodeJS.ProcessEnv = process.env): Buffer {
+  const fromEnv = env.ATELIER_MASTER_KEY;
+  if (fromEnv !== undefined) {
+    const k = /^[0-9a-fA-F]{64}$/.test(fromEnv) ? Buffer.from(fromEnv, 'hex') : Buffer.from(fromEnv, 'base64');
+    if (k.length !== 32) throw new ConfigError('invalid setting ATELIER_MASTER_KEY: must be 32 bytes as 64 hex characters or base64');
+    return k;
+  }
+  const file = join(dataDir, 'master.key');
+  if (!existsSync(file)) {
+    writeFileSync(file, randomBytes(32).toString('base64') + '\n', { mode: 0o600, flag: 'wx' });
+  }
+  const st = statSync(file);
+  if ((st.mode & 0o077) !== 0) {
+    throw new ConfigError(`master key ${file} must not be readable by group or others (mode ${(st.mode & 0o777).toString(8)}); run: chmod 600 ${file}`);
+  }
+  const k = Buffer.from(readFileSync(file, 'utf8').trim(), 'base64');
+  if (k.length !== 32) throw new ConfigError(`master key ${file} must hold 32 bytes in base64`);
+  return k;
+}
+
+/** Creates the data directory layout. The directory itself stays private to the service user. */
+export function prepareDataDir(dataDir: string): void {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  // The data dir must be traversable (not listable) by sandbox uids so bubblewrap can bind
+  // their workspace directories; everything sensitive in it is mode 0600/0700.
+  chmodSync(dataDir, 0o711);
+  for (const sub of ['workspaces', 'run']) {
+    mkdirSync(join(dataDir, sub), { recursive: true, mode: 0o711 });
+  }
+  for (const sub of ['logs', 'state']) {
+    mkdirSync(join(dataDir, sub), { recursive: true, mode: 0o700 });
+  }
+}
+
+export function createApp(config: Config, opts: { logger?: Logger } = {}): App {
+  prepareDataDir(config.dataDir);
+  const dbFile = join(config.dataDir, 'atelier.db');
+  const firstRun = !existsSync(dbFile);
+  const db = openDatabase(dbFile);
+  const master = loadMasterKey(config.dataDir);
+  const log = opts.logger ?? createLogger(config.logLevel);
+  const app: App = {
+    config,
+    dataDir: config.dataDir,
+    db,
+    log,
+    cursors: new CursorCodec(master),
+    secrets: new SecretBox(master),
+    auth: new AuthService(db),
+    idempotency: new IdempotencyStore(db),
+    audit: new AuditLog(db),
+    principals: new PrincipalState(db),
+    firstRun,
+    close() {
+      try {
+        db.pragma('wal_checkpoint(TRUNCATE)');
+      } finally {
+        db.close();
+      }
+    },
+  };
+  return app;
+}

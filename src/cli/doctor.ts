@@ -1,0 +1,89 @@
+/**
+ * `atelier doctor`: checks what the service needs on this machine and says how to fix what is
+ * missing. Exit code 0 when everything needed is there, 1 otherwise.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+export interface Check {
+  what: string;
+  ok: boolean;
+  detail: string;
+  fix?: string;
+}
+
+async function tryRun(cmd: string, args: string[]): Promise<{ ok: boolean; out: string }> {
+  try {
+    const r = await run(cmd, args, { timeout: 15_000 });
+    return { ok: true, out: (r.stdout + r.stderr).trim() };
+  } catch (e) {
+    const err = e as { stderr?: string; message: string };
+    return { ok: false, out: (err.stderr || err.message).trim().split('\n')[0] ?? '' };
+  }
+}
+
+const APT = 'apt-get update && apt-get install -y';
+
+export async function collectChecks(): Promise<Check[]> {
+  const checks: Check[] = [];
+  const bin = async (what: string, cmd: string, args: string[], pkg: string, match?: RegExp) => {
+    const r = await tryRun(cmd, args);
+    const ok = r.ok && (!match || match.test(r.out));
+    checks.push({ what, ok, detail: ok ? r.out.split('\n')[0]! : r.out || 'not found', fix: ok ? undefined : `${APT} ${pkg}` });
+    return ok;
+  };
+  const hasBwrap = await bin('bubblewrap', 'bwrap', ['--version'], 'bubblewrap');
+  await bin('git', 'git', ['--version'], 'git');
+  await bin('ripgrep', 'rg', ['--version'], 'ripgrep');
+  await bin('universal-ctags', 'ctags', ['--version'], 'universal-ctags', /Universal Ctags/);
+
+  const userns = await tryRun('unshare', ['--user', '--map-root-user', 'true']);
+  checks.push({
+    what: 'user namespaces',
+    ok: userns.ok,
+    detail: userns.ok ? 'available' : userns.out,
+    fix: userns.ok ? undefined : 'sysctl -w kernel.unprivileged_userns_clone=1 user.max_user_namespaces=15000',
+  });
+  const netns = await tryRun('unshare', ['--user', '--map-root-user', '--net', 'true']);
+  checks.push({ what: 'network namespaces', ok: netns.ok, detail: netns.ok ? 'available' : netns.out, fix: netns.ok ? undefined : 'enable CONFIG_NET_NS and user namespaces in the kernel' });
+  if (hasBwrap) {
+    const sandbox = await tryRun('bwrap', ['--unshare-all', '--die-with-parent', '--ro-bind', '/usr', '/usr', '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64', '--proc', '/proc', '--dev', '/dev', '/usr/bin/true']);
+    checks.push({ what: 'bubblewrap sandbox', ok: sandbox.ok, detail: sandbox.ok ? 'a sandbox with every namespace unshared starts' : sandbox.out, fix: sandbox.ok ? undefined : 'allow unprivileged user namespaces (see user namespaces) or run as root' });
+  }
+  const cgroupV2 = existsSync('/sys/fs/cgroup/cgroup.controllers');
+  for (const c of ['memory', 'pids', 'cpu', 'cpuset', 'freezer']) {
+    let ok: boolean;
+    if (cgroupV2) {
+      const ctl = readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8');
+      // cgroup v2 has the freezer built into every cgroup (cgroup.freeze).
+      ok = c === 'freezer' ? true : ctl.split(/\s+/).includes(c);
+    } else {
+      ok = existsSync(`/sys/fs/cgroup/${c}`);
+    }
+    checks.push({
+      what: `cgroup ${c}`,
+      ok,
+      detail: ok ? (cgroupV2 ? 'cgroup v2 controller' : 'cgroup v1 hierarchy mounted') : 'not mounted',
+      fix: ok ? undefined : `mount the ${c} controller (cgroup v1: mount -t cgroup -o ${c} cgroup /sys/fs/cgroup/${c})`,
+    });
+  }
+  const nodeMajor = Number(process.versions.node.split('.')[0]);
+  const nodeMinor = Number(process.versions.node.split('.')[1]);
+  const nodeOk = nodeMajor > 20 || (nodeMajor === 20 && nodeMinor >= 18);
+  checks.push({ what: 'node', ok: nodeOk, detail: process.versions.node, fix: nodeOk ? undefined : 'install Node.js 20.18 or newer' });
+  return checks;
+}
+
+export async function runDoctor(): Promise<number> {
+  const checks = await collectChecks();
+  for (const c of checks) {
+    process.stdout.write(`${c.ok ? 'ok     ' : 'MISSING'}  ${c.what.padEnd(20)} ${c.detail}\n`);
+    if (c.fix) process.stdout.write(`         fix: ${c.fix}\n`);
+  }
+  const bad = checks.filter((c) => !c.ok);
+  process.stdout.write(bad.length === 0 ? '\neverything the service needs is here\n' : `\n${bad.length} problem(s): run the fix commands above\n`);
+  return bad.length === 0 ? 0 : 1;
+}

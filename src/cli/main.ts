@@ -1,0 +1,203 @@
+/**
+ * bin/atelier: serve, token create|list|revoke, owner set-password, doctor.
+ * Every serve flag is also an ATELIER_* variable and a config.json key (see core/config.ts).
+ */
+import { createInterface } from 'node:readline';
+import { createApp, type App } from '../app.js';
+import { ConfigError, SETTINGS, loadConfig, parseFlags } from '../core/config.js';
+import { ServiceError } from '../core/errors.js';
+import { startServer } from '../server.js';
+import { runDoctor } from './doctor.js';
+import { VERSION } from '../core/version.js';
+
+const USAGE = `atelier ${VERSION}: a private MCP service for coding
+
+Usage:
+  atelier serve [options]                 start the service (MCP at /mcp, dashboard at /)
+  atelier token create [--name NAME]      create an owner bearer token for MCP (shown once)
+  atelier token list                      list tokens (never their values)
+  atelier token revoke ID                 revoke a token by id
+  atelier owner set-password              set the dashboard password (reads it from stdin)
+  atelier doctor                          check sandboxing, git, rg and ctags; say how to fix
+  atelier --version | --help
+
+Common options (also as ATELIER_* variables):
+${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd(38)} ${s.help} (${s.env}; default ${JSON.stringify(s.def) || '""'})`).join('\n')}
+  --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
+`;
+
+/** Splits off options every subcommand accepts (data dir, config, log level) from its own. */
+function splitCommon(argv: string[], own: string[]): { common: string[]; rest: Record<string, string | true> } {
+  const common: string[] = [];
+  const rest: Record<string, string | true> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const flag = a.split('=')[0]!;
+    const takesValue = !a.includes('=') && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--');
+    if (own.includes(flag)) {
+      rest[flag] = a.includes('=') ? a.slice(a.indexOf('=') + 1) : takesValue ? argv[++i]! : true;
+    } else if (SETTINGS.some((s) => s.flag === flag) || flag === '--config') {
+      common.push(a);
+      if (!a.includes('=') && SETTINGS.find((s) => s.flag === flag)?.kind !== 'bool' && argv[i + 1] !== undefined) common.push(argv[++i]!);
+    } else if (a.startsWith('--')) {
+      throw new ConfigError(`unknown option ${flag} (see atelier --help)`);
+    } else {
+      rest[`#${Object.keys(rest).filter((k) => k.startsWith('#')).length}`] = a;
+    }
+  }
+  return { common, rest };
+}
+
+async function readSecretFromStdin(prompt: string): Promise<string> {
+  if (process.stdin.isTTY) {
+    process.stderr.write(prompt);
+    const rl = createInterface({ input: process.stdin, terminal: true });
+    // Do not echo the password.
+    (rl as unknown as { _writeToOutput: (s: string) => void })._writeToOutput = () => undefined;
+    const line = await new Promise<string>((r) => rl.once('line', r));
+    rl.close();
+    process.stderr.write('\n');
+    return line;
+  }
+  const chunks: Buffer[] = [];
+  for await (const c of process.stdin) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, '');
+}
+
+function withApp<T>(common: string[], fn: (app: App) => Promise<T> | T): Promise<T> {
+  const config = loadConfig(common);
+  const app = createApp({ ...config, logLevel: 'warn' });
+  return Promise.resolve(fn(app)).finally(() => app.close());
+}
+
+async function serve(argv: string[]): Promise<void> {
+  parseFlags(argv); // reject unknown flags before anything is created
+  const config = loadConfig(argv);
+  const app = createApp(config);
+  let server;
+  try {
+    server = await startServer(app);
+  } catch (e) {
+    app.close();
+    const err = e as NodeJS.ErrnoException;
+    if (err.code === 'EADDRINUSE') throw new ConfigError(`invalid setting --port / ATELIER_PORT: port ${config.port} on ${config.host} is already in use`);
+    if (err.code === 'EADDRNOTAVAIL') throw new ConfigError(`invalid setting --host / ATELIER_HOST: ${config.host} is not an address of this machine`);
+    throw e;
+  }
+  const mcpUrl = `${server.url}/mcp`;
+  const out: string[] = ['', `Atelier ${VERSION} is running.`, `  Data directory: ${config.dataDir}`, `  MCP URL:        ${mcpUrl}`];
+  if (app.firstRun || app.auth.activeTokenCount() === 0) {
+    const { token } = app.auth.createToken(app.firstRun ? 'first owner token' : 'owner token (none was active)');
+    out.push(
+      `  Owner token:    ${token}`,
+      '                  (shown once: store it now; more with `atelier token create`)',
+      '  Add it to Claude Code:',
+      `    claude mcp add --transport http atelier ${mcpUrl} --header "Authorization: Bearer ${token}"`,
+    );
+  } else {
+    out.push(
+      '  Owner token:    tokens exist; create a new one with `atelier token create --name NAME`',
+      '  Add it to Claude Code:',
+      `    claude mcp add --transport http atelier ${mcpUrl} --header "Authorization: Bearer <token>"`,
+    );
+  }
+  const link = app.auth.createLoginLink();
+  out.push(`  Dashboard:      ${server.url}/login?token=${link}  (one-time link, valid 15 minutes)`, '');
+  process.stdout.write(out.join('\n') + '\n');
+  app.log.info({ url: server.url, port: server.port, tools: server.registry.list.length }, 'atelier started');
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.log.info({ signal }, 'shutting down');
+    await server.close();
+    app.close();
+    app.log.info('stopped');
+    app.log.flush?.();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+async function token(argv: string[]): Promise<void> {
+  const sub = argv[0];
+  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json']);
+  const json = rest['--json'] === true;
+  if (sub === 'create') {
+    await withApp(common, (app) => {
+      const name = typeof rest['--name'] === 'string' ? rest['--name'] : `token ${new Date().toISOString().slice(0, 19)}`;
+      const { token, info } = app.auth.createToken(name);
+      app.audit.record({ actor: 'cli', action: 'token_create', target: info.id, outcome: 'ok' });
+      if (json) process.stdout.write(JSON.stringify({ ...info, token }) + '\n');
+      else process.stdout.write(`${token}\n(id ${info.id}; shown once: store it now)\n`);
+    });
+  } else if (sub === 'list') {
+    await withApp(common, (app) => {
+      const list = app.auth.listTokens();
+      if (json) return void process.stdout.write(JSON.stringify(list) + '\n');
+      if (list.length === 0) return void process.stdout.write('no tokens\n');
+      for (const t of list)
+        process.stdout.write(`${t.id}  ${t.prefix}…  ${t.revokedAt ? 'revoked ' + t.revokedAt : 'active'}  created ${t.createdAt}  last used ${t.lastUsedAt ?? 'never'}  ${t.name}\n`);
+    });
+  } else if (sub === 'revoke') {
+    const id = rest['#0'];
+    if (typeof id !== 'string') throw new ConfigError('usage: atelier token revoke ID');
+    await withApp(common, (app) => {
+      const t = app.auth.revokeToken(id);
+      app.audit.record({ actor: 'cli', action: 'token_revoke', target: t.id, outcome: 'ok' });
+      process.stdout.write(`revoked ${t.id}\n`);
+    });
+  } else {
+    throw new ConfigError('usage: atelier token create|list|revoke');
+  }
+}
+
+async function owner(argv: string[]): Promise<void> {
+  if (argv[0] !== 'set-password') throw new ConfigError('usage: atelier owner set-password');
+  const { common } = splitCommon(argv.slice(1), []);
+  const pw = await readSecretFromStdin('New owner password (at least 12 characters): ');
+  await withApp(common, async (app) => {
+    await app.auth.setPassword(pw);
+    app.audit.record({ actor: 'cli', action: 'owner_set_password', outcome: 'ok' });
+  });
+  process.stdout.write('owner password set; existing dashboard sessions were ended\n');
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  try {
+    switch (cmd) {
+      case 'serve':
+        await serve(rest);
+        return -1; // keeps running
+      case 'token':
+        await token(rest);
+        return 0;
+      case 'owner':
+        await owner(rest);
+        return 0;
+      case 'doctor':
+        return await runDoctor();
+      case '--version':
+      case 'version':
+        process.stdout.write(VERSION + '\n');
+        return 0;
+      case undefined:
+      case '--help':
+      case 'help':
+        process.stdout.write(USAGE);
+        return cmd === undefined ? 2 : 0;
+      default:
+        process.stderr.write(`atelier: unknown command "${cmd}"\n\n${USAGE}`);
+        return 2;
+    }
+  } catch (e) {
+    if (e instanceof ConfigError || e instanceof ServiceError) {
+      process.stderr.write(`atelier: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+}

@@ -1,0 +1,58 @@
+/** The audit log: who did what to what, with which outcome and why. Readable by the owner. */
+import type { DB } from '../store/db.js';
+import { newId } from './ids.js';
+import { nowIso } from './clock.js';
+
+export type AuditOutcome = 'ok' | 'refused' | 'failed';
+
+export interface AuditEntry {
+  actor: 'mcp' | 'dashboard' | 'cli' | 'system';
+  principal?: string | null;
+  action: string;
+  target?: string | null;
+  outcome: AuditOutcome;
+  reason?: string | null;
+  details?: Record<string, unknown>;
+}
+
+export interface AuditRow extends AuditEntry {
+  id: string;
+  seq: number;
+  at: string;
+}
+
+export class AuditLog {
+  constructor(private readonly db: DB) {}
+
+  record(e: AuditEntry): string {
+    const id = newId('audit');
+    this.db
+      .prepare('INSERT INTO audit_log (id, at, actor, principal, action, target, outcome, reason, details_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
+      .run(id, nowIso(), e.actor, e.principal ?? null, e.action, e.target ?? null, e.outcome, e.reason ?? null, e.details ? JSON.stringify(e.details) : null);
+    return id;
+  }
+
+  /** Newest first; `beforeSeq` pages backwards. */
+  list(opts: { limit: number; beforeSeq?: number; actor?: string; action?: string; outcome?: string }): AuditRow[] {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (opts.beforeSeq !== undefined) (where.push('seq < ?'), params.push(opts.beforeSeq));
+    if (opts.actor) (where.push('actor = ?'), params.push(opts.actor));
+    if (opts.action) (where.push('action = ?'), params.push(opts.action));
+    if (opts.outcome) (where.push('outcome = ?'), params.push(opts.outcome));
+    const sql = `SELECT * FROM audit_log ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY seq DESC LIMIT ?`;
+    params.push(opts.limit);
+    return (this.db.prepare(sql).all(...params) as Array<Record<string, unknown>>).map((r) => ({
+      id: r.id as string,
+      seq: r.seq as number,
+      at: r.at as string,
+      actor: r.actor as AuditEntry['actor'],
+      principal: (r.principal as string | null) ?? null,
+      action: r.action as string,
+      target: (r.target as string | null) ?? null,
+      outcome: r.outcome as AuditOutcome,
+      reason: (r.reason as string | null) ?? null,
+      details: r.details_json ? JSON.parse(r.details_json as string) : undefined,
+    }));
+  }
+}

@@ -1,0 +1,167 @@
+/**
+ * Instance configuration. Every setting has a flag and an ATELIER_* variable; the config file
+ * (<dataDir>/config.json, or --config) holds the same names in camelCase. Precedence:
+ * flag > environment > config file > default. A bad value stops start-up with a message that
+ * names the setting (flag and variable) and the rule it broke.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { isAbsolute, join, resolve } from 'node:path';
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+type Kind = 'string' | 'int' | 'bool' | 'list';
+
+interface Setting {
+  key: string; // camelCase name in config.json
+  flag: string; // --kebab-case
+  env: string; // ATELIER_*
+  kind: Kind;
+  def: unknown;
+  rule?: string; // human text of the rule
+  check?: (v: never) => boolean;
+  help: string;
+}
+
+const S = (s: Setting): Setting => s;
+
+export const SETTINGS: Setting[] = [
+  S({ key: 'host', flag: '--host', env: 'ATELIER_HOST', kind: 'string', def: '127.0.0.1', help: 'Address to listen on' }),
+  S({ key: 'port', flag: '--port', env: 'ATELIER_PORT', kind: 'int', def: 7420, rule: 'an integer from 0 to 65535 (0 picks a free port)', check: ((v: number) => v >= 0 && v <= 65535) as never, help: 'Port to listen on' }),
+  S({ key: 'dataDir', flag: '--data-dir', env: 'ATELIER_DATA_DIR', kind: 'string', def: '', help: 'Data directory (database, master key, workspaces)' }),
+  S({ key: 'publicOrigin', flag: '--public-origin', env: 'ATELIER_PUBLIC_ORIGIN', kind: 'string', def: '', rule: 'an http(s) origin such as https://atelier.example.com (no path)', check: ((v: string) => v === '' || /^https?:\/\/[^/\s]+$/.test(v)) as never, help: 'Public origin when not bound to loopback (Host and Origin are checked against it)' }),
+  S({ key: 'logLevel', flag: '--log-level', env: 'ATELIER_LOG_LEVEL', kind: 'string', def: 'info', rule: 'one of fatal, error, warn, info, debug, trace, silent', check: ((v: string) => ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(v)) as never, help: 'Log level' }),
+  S({ key: 'unsafeNoSandbox', flag: '--unsafe-dev-no-sandbox', env: 'ATELIER_UNSAFE_DEV_NO_SANDBOX', kind: 'bool', def: false, help: 'DEVELOPMENT ONLY: start without bubblewrap isolation' }),
+  S({ key: 'gatewayUrl', flag: '--gateway-url', env: 'ATELIER_GATEWAY_URL', kind: 'string', def: '', rule: 'an http(s) URL', check: ((v: string) => v === '' || /^https?:\/\/\S+$/.test(v)) as never, help: 'Use an external model gateway instead of the embedded child' }),
+  S({ key: 'packagesEnabled', flag: '--packages-enabled', env: 'ATELIER_PACKAGES_ENABLED', kind: 'bool', def: false, help: 'Enable managed packages and the bash toolbox target (PACKAGES_ENABLED)' }),
+  S({ key: 'idleLeaseSeconds', flag: '--idle-lease-seconds', env: 'ATELIER_IDLE_LEASE_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 60 to 86400', check: ((v: number) => v >= 60 && v <= 86400) as never, help: 'Default idle lease of a workspace' }),
+  S({ key: 'maxWorkspaceLifetimeSeconds', flag: '--max-workspace-lifetime-seconds', env: 'ATELIER_MAX_WORKSPACE_LIFETIME_SECONDS', kind: 'int', def: 86400, rule: 'an integer from 300 to 2592000', check: ((v: number) => v >= 300 && v <= 2592000) as never, help: 'Instance maximum workspace lifetime (hardExpiresAt)' }),
+  S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
+];
+
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  publicOrigin: string;
+  logLevel: string;
+  unsafeNoSandbox: boolean;
+  gatewayUrl: string;
+  packagesEnabled: boolean;
+  idleLeaseSeconds: number;
+  maxWorkspaceLifetimeSeconds: number;
+  shutdownGraceMs: number;
+  /** Where the values came from, for `doctor` and the start-up banner. */
+  configFile: string | null;
+}
+
+export function defaultDataDir(): string {
+  const xdg = process.env.XDG_DATA_HOME;
+  return join(xdg && isAbsolute(xdg) ? xdg : join(homedir(), '.local', 'share'), 'atelier');
+}
+
+function parseValue(s: Setting, raw: unknown, source: string): unknown {
+  const name = `${s.flag} / ${s.env}${source === 'file' ? ` / "${s.key}" in the config file` : ''}`;
+  const fail = (rule: string) => new ConfigError(`invalid setting ${name}: must be ${rule} (got ${JSON.stringify(raw)})`);
+  let v: unknown;
+  switch (s.kind) {
+    case 'string':
+      if (typeof raw !== 'string') throw fail('a string');
+      v = raw;
+      break;
+    case 'int': {
+      const n = typeof raw === 'number' ? raw : typeof raw === 'string' && /^-?\d+$/.test(raw.trim()) ? Number(raw.trim()) : NaN;
+      if (!Number.isSafeInteger(n)) throw fail(s.rule ?? 'an integer');
+      v = n;
+      break;
+    }
+    case 'bool':
+      if (raw === true || raw === 'true' || raw === '1' || raw === 'yes') v = true;
+      else if (raw === false || raw === 'false' || raw === '0' || raw === 'no' || raw === '') v = false;
+      else throw fail('true or false');
+      break;
+    case 'list':
+      v = Array.isArray(raw) ? raw : String(raw).split(',').map((x) => x.trim()).filter(Boolean);
+      break;
+  }
+  if (s.check && !(s.check as (x: unknown) => boolean)(v)) throw fail(s.rule ?? 'valid');
+  return v;
+}
+
+/** Parses `--flag value`, `--flag=value` and bare boolean flags; unknown flags are errors. */
+export function parseFlags(argv: string[]): Record<string, string | true> {
+  const out: Record<string, string | true> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (!a.startsWith('--')) throw new ConfigError(`unexpected argument "${a}"`);
+    const eq = a.indexOf('=');
+    const flag = eq > 0 ? a.slice(0, eq) : a;
+    const known = SETTINGS.find((s) => s.flag === flag);
+    if (!known && flag !== '--config') throw new ConfigError(`unknown option ${flag} (see atelier serve --help)`);
+    if (eq > 0) out[flag] = a.slice(eq + 1);
+    else if (known?.kind === 'bool') out[flag] = true;
+    else {
+      const next = argv[i + 1];
+      if (next === undefined || next.startsWith('--')) throw new ConfigError(`option ${flag} needs a value`);
+      out[flag] = next;
+      i++;
+    }
+  }
+  return out;
+}
+
+export function loadConfig(argv: string[] = [], env: NodeJS.ProcessEnv = process.env): Config {
+  const flags = parseFlags(argv);
+  const raw: Record<string, { v: unknown; source: string }> = {};
+  for (const s of SETTINGS) {
+    if (flags[s.flag] !== undefined) raw[s.key] = { v: flags[s.flag], source: 'flag' };
+    else if (env[s.env] !== undefined) raw[s.key] = { v: env[s.env], source: 'env' };
+  }
+  const dataDirRaw = (raw.dataDir?.v as string | undefined) || defaultDataDir();
+  const dataDir = resolve(dataDirRaw);
+  const configFile = (flags['--config'] as string | undefined) ?? env.ATELIER_CONFIG ?? join(dataDir, 'config.json');
+  let fileValues: Record<string, unknown> = {};
+  let usedFile: string | null = null;
+  if (existsSync(configFile)) {
+    try {
+      fileValues = JSON.parse(readFileSync(configFile, 'utf8'));
+      usedFile = configFile;
+    } catch (e) {
+      throw new ConfigError(`config file ${configFile} is not valid JSON: ${(e as Error).message}`);
+    }
+    if (typeof fileValues !== 'object' || fileValues === null || Array.isArray(fileValues))
+      throw new ConfigError(`config file ${configFile} must hold a JSON object`);
+  } else if (flags['--config'] !== undefined || env.ATELIER_CONFIG !== undefined) {
+    throw new ConfigError(`config file ${configFile} (--config / ATELIER_CONFIG) does not exist`);
+  }
+  const cfg: Record<string, unknown> = {};
+  for (const s of SETTINGS) {
+    const given = raw[s.key];
+    if (given) cfg[s.key] = parseValue(s, given.v, given.source);
+    else if (s.key in fileValues) cfg[s.key] = parseValue(s, fileValues[s.key], 'file');
+    else cfg[s.key] = s.def;
+  }
+  cfg.dataDir = dataDir;
+  cfg.configFile = usedFile;
+  const c = cfg as unknown as Config;
+  if (!isLoopback(c.host) && !c.publicOrigin) {
+    throw new ConfigError(
+      `invalid setting --public-origin / ATELIER_PUBLIC_ORIGIN: required when --host / ATELIER_HOST is not a loopback address (got host ${JSON.stringify(c.host)}); Host and Origin headers are checked against it`,
+    );
+  }
+  if (c.maxWorkspaceLifetimeSeconds < c.idleLeaseSeconds) {
+    throw new ConfigError(
+      `invalid setting --max-workspace-lifetime-seconds / ATELIER_MAX_WORKSPACE_LIFETIME_SECONDS: must be at least the idle lease (${c.idleLeaseSeconds} s)`,
+    );
+  }
+  return c;
+}
+
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}

@@ -1,0 +1,74 @@
+/**
+ * The one error type every layer throws. The MCP registry and the REST router turn it into
+ * the envelope described in docs/errors.md: { code, message, retryable, details }.
+ */
+
+export const ERROR_CODES = {
+  // Codes the spec names.
+  CONFLICT: { retryable: false, http: 409 },
+  STALE_GENERATION: { retryable: false, http: 409 },
+  OWNER_APPROVAL_REQUIRED: { retryable: false, http: 403 },
+  UNAVAILABLE: { retryable: true, http: 503 },
+  NOT_SUPPORTED: { retryable: false, http: 400 },
+  price_unverified_for_new_route: { retryable: false, http: 403 },
+  unsupported_protocol: { retryable: false, http: 400 },
+  // Generic codes.
+  INVALID_ARGUMENT: { retryable: false, http: 400 },
+  NOT_FOUND: { retryable: false, http: 404 },
+  FAILED_PRECONDITION: { retryable: false, http: 412 },
+  PERMISSION_DENIED: { retryable: false, http: 403 },
+  UNAUTHENTICATED: { retryable: false, http: 401 },
+  RESOURCE_EXHAUSTED: { retryable: true, http: 429 },
+  DEADLINE_EXCEEDED: { retryable: true, http: 504 },
+  NOT_IMPLEMENTED: { retryable: false, http: 501 },
+  INTERNAL: { retryable: true, http: 500 },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export interface ErrorBody {
+  code: ErrorCode;
+  message: string;
+  retryable: boolean;
+  details: Record<string, unknown>;
+}
+
+export class ServiceError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown>;
+  readonly retryable: boolean;
+
+  constructor(code: ErrorCode, message: string, details: Record<string, unknown> = {}, retryable?: boolean) {
+    super(message);
+    this.name = 'ServiceError';
+    this.code = code;
+    this.details = details;
+    this.retryable = retryable ?? ERROR_CODES[code].retryable;
+  }
+
+  toBody(): ErrorBody {
+    return { code: this.code, message: this.message, retryable: this.retryable, details: this.details };
+  }
+
+  get httpStatus(): number {
+    return ERROR_CODES[this.code].http;
+  }
+}
+
+/** Any thrown value as an envelope body; unknown errors become INTERNAL without leaking their text. */
+export function toErrorBody(err: unknown): ErrorBody {
+  if (err instanceof ServiceError) return err.toBody();
+  return {
+    code: 'INTERNAL',
+    message: 'internal error; the service logged the cause',
+    retryable: true,
+    details: {},
+  };
+}
+
+export const notImplemented = (tool: string, issue: string): ServiceError =>
+  new ServiceError(
+    'NOT_IMPLEMENTED',
+    `${tool} is not implemented yet in this build (${issue}); see docs/STATUS.md`,
+    { tool, tracking: issue },
+  );

@@ -1,0 +1,179 @@
+/**
+ * Dashboard foundation: owner login (password from `atelier owner set-password`, or a one-time
+ * link printed at start), an HttpOnly SameSite=Strict session cookie, CSRF on every
+ * state-changing request, and the /api/v1 router behind that session.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { App } from '../app.js';
+import { ServiceError, toErrorBody } from '../core/errors.js';
+import { safeEqual } from '../core/crypto.js';
+import { SESSION_TTL_MS } from '../core/auth.js';
+import type { DashboardSession } from '../core/auth.js';
+
+export const SESSION_COOKIE = 'atelier_session';
+
+export function parseCookies(header: string | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const part of (header ?? '').split(';')) {
+    const eq = part.indexOf('=');
+    if (eq <= 0) continue;
+    const k = part.slice(0, eq).trim();
+    const v = part.slice(eq + 1).trim();
+    try {
+      out[k] = decodeURIComponent(v);
+    } catch {
+      out[k] = v;
+    }
+  }
+  return out;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    dashboard?: DashboardSession & { sessionId: string };
+  }
+}
+
+export function sendError(reply: FastifyReply, err: unknown): FastifyReply {
+  const body = toErrorBody(err);
+  const status = err instanceof ServiceError ? err.httpStatus : 500;
+  return reply.code(status).header('content-type', 'application/json').send({ error: body });
+}
+
+const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/** Routes that live under /api/v1 register through this; they run only with a valid session (and CSRF token when they change state). */
+export type ApiRegistrar = (api: FastifyInstance, app: App) => void;
+
+export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRegistrar[]): void {
+  const secure = app.config.publicOrigin.startsWith('https://');
+  const cookie = (value: string, maxAgeS: number) =>
+    `${SESSION_COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${secure ? '; Secure' : ''}`;
+
+  const sessionOf = (req: FastifyRequest) => {
+    const id = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+    if (!id) return null;
+    const s = app.auth.getSession(id);
+    return s ? { ...s, sessionId: id } : null;
+  };
+
+  const startSession = (reply: FastifyReply) => {
+    const s = app.auth.createSession();
+    reply.header('set-cookie', cookie(s.sessionId, Math.floor(SESSION_TTL_MS / 1000)));
+    return s;
+  };
+
+  f.get('/healthz', async () => ({ status: 'ok' }));
+
+  f.get('/', async (req, reply) => {
+    const s = sessionOf(req);
+    reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-store');
+    if (!s) return reply.send(loginPage(app.auth.hasPassword()));
+    return reply.send(homePage(s.csrf));
+  });
+
+  // One-time login link printed at start: consumes the link, starts a session, redirects home.
+  f.get('/login', async (req, reply) => {
+    const token = (req.query as Record<string, string | undefined>).token;
+    reply.header('cache-control', 'no-store').header('referrer-policy', 'no-referrer');
+    if (!token || !app.auth.consumeLoginLink(token)) {
+      app.audit.record({ actor: 'dashboard', action: 'login_link', outcome: 'refused', reason: 'unknown, used or expired link' });
+      return reply.code(401).header('content-type', 'text/html; charset=utf-8').send(page('Login link not valid', '<p>This login link is unknown, used or expired. Start the service again for a new one, or log in with the owner password.</p><p><a href="/">Log in</a></p>'));
+    }
+    startSession(reply);
+    app.audit.record({ actor: 'dashboard', action: 'login_link', outcome: 'ok' });
+    return reply.redirect('/', 303);
+  });
+
+  f.post('/login', async (req, reply) => {
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    const password = typeof body.password === 'string' ? body.password : '';
+    if (!password || !(await app.auth.checkPassword(password))) {
+      app.audit.record({ actor: 'dashboard', action: 'login', outcome: 'refused', reason: 'wrong password or no password set' });
+      return sendError(reply, new ServiceError('UNAUTHENTICATED', 'wrong password, or no owner password is set (run `atelier owner set-password`)', { field: 'password' }));
+    }
+    const s = startSession(reply);
+    app.audit.record({ actor: 'dashboard', action: 'login', outcome: 'ok' });
+    if ((req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded')) return reply.redirect('/', 303);
+    return { csrfToken: s.csrf, expiresAt: s.expiresAt };
+  });
+
+  f.post('/logout', async (req, reply) => {
+    const s = sessionOf(req);
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    const csrf = (req.headers['x-csrf-token'] as string | undefined) ?? (typeof body.csrf === 'string' ? body.csrf : '');
+    if (!s || !safeEqual(csrf, s.csrf)) return sendError(reply, new ServiceError('PERMISSION_DENIED', 'missing or wrong CSRF token', { field: 'x-csrf-token' }));
+    app.auth.endSession(s.sessionId);
+    reply.header('set-cookie', cookie('', 0));
+    if ((req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded')) return reply.redirect('/', 303);
+    return { ok: true };
+  });
+
+  f.register(
+    async (api) => {
+      api.addHook('onRequest', async (req, reply) => {
+        const s = sessionOf(req);
+        if (!s) return sendError(reply, new ServiceError('UNAUTHENTICATED', 'a dashboard session is required: log in at / first', {}));
+        if (STATE_CHANGING.has(req.method)) {
+          const csrf = req.headers['x-csrf-token'];
+          if (typeof csrf !== 'string' || !safeEqual(csrf, s.csrf))
+            return sendError(reply, new ServiceError('PERMISSION_DENIED', 'missing or wrong CSRF token: send the X-CSRF-Token header from GET /api/v1/session', { field: 'x-csrf-token' }));
+        }
+        req.dashboard = s;
+      });
+      api.setErrorHandler((err, _req, reply) => {
+        if (err instanceof ServiceError) return sendError(reply, err);
+        const e = err as { statusCode?: number; message?: string };
+        if (e.statusCode && e.statusCode < 500)
+          return sendError(reply, new ServiceError('INVALID_ARGUMENT', `request body: ${e.message ?? 'invalid'}`, {}));
+        app.log.error({ err }, 'dashboard API failure');
+        return sendError(reply, err);
+      });
+      api.setNotFoundHandler((req, reply) => sendError(reply, new ServiceError('NOT_FOUND', `no API route ${req.method} ${req.url}`, {})));
+
+      api.get('/session', async (req) => ({ owner: req.dashboard!.ownerId, csrfToken: req.dashboard!.csrf, expiresAt: req.dashboard!.expiresAt }));
+
+      api.get('/audit-log', async (req) => {
+        const q = req.query as Record<string, string | undefined>;
+        const limit = q.limit === undefined ? 100 : Number(q.limit);
+        if (!Number.isInteger(limit) || limit < 1 || limit > 500) throw new ServiceError('INVALID_ARGUMENT', 'limit: must be an integer from 1 to 500', { field: 'limit' });
+        let beforeSeq: number | undefined;
+        if (q.cursor) beforeSeq = app.cursors.decode<{ s: number }>('audit', q.cursor).s;
+        const rows = app.audit.list({ limit, beforeSeq, actor: q.actor, action: q.action, outcome: q.outcome });
+        const last = rows[rows.length - 1];
+        return { entries: rows, nextCursor: rows.length === limit && last ? app.cursors.encode('audit', { s: last.seq }) : null };
+      });
+
+      for (const register of apiRoutes) register(api, app);
+    },
+    { prefix: '/api/v1' },
+  );
+}
+
+function esc(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}
+
+function page(title: string, body: string): string {
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>${esc(title)} · Atelier</title>
+<style>body{font:15px/1.5 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;color:#222}input,button{font:inherit;padding:.4rem .6rem}</style></head>
+<body><h1>${esc(title)}</h1>${body}</body></html>`;
+}
+
+function loginPage(hasPassword: boolean): string {
+  const hint = hasPassword
+    ? ''
+    : '<p>No owner password is set yet. Use the one-time login link printed when the service started, or run <code>atelier owner set-password</code>.</p>';
+  return page(
+    'Atelier: owner login',
+    `${hint}<form method="post" action="/login"><label>Owner password <input type="password" name="password" autocomplete="current-password" required></label> <button type="submit">Log in</button></form>`,
+  );
+}
+
+function homePage(csrf: string): string {
+  return page(
+    'Atelier',
+    `<p>You are logged in as the owner. The dashboard pages for keys, profiles, spend and approvals arrive with their features; the REST API is under <code>/api/v1</code>.</p>
+<form method="post" action="/logout"><input type="hidden" name="csrf" value="${esc(csrf)}"><button type="submit">Log out</button></form>`,
+  );
+}

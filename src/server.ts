@@ -1,0 +1,150 @@
+/**
+ * The runner's HTTP front: one node:http server. /mcp goes straight to the MCP endpoint (no
+ * framework in the hot path); everything else (dashboard pages, /api/v1, /healthz, /metrics) is
+ * served by fastify. Host and Origin are checked on every request against DNS rebinding: the
+ * loopback names when bound to loopback, the configured public origin otherwise.
+ */
+import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { App } from './app.js';
+import { isLoopback } from './core/config.js';
+import { createMcpEndpoint, type McpStats } from './mcp/http.js';
+import { ToolRegistry } from './mcp/registry.js';
+import { CATALOG } from './tools/index.js';
+import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
+import { VERSION } from './core/version.js';
+
+export interface RunningServer {
+  url: string;
+  port: number;
+  registry: ToolRegistry;
+  close(): Promise<void>;
+}
+
+const LOOPBACK_NAMES = ['localhost', '127.0.0.1', '[::1]'];
+
+function hostnameOf(hostHeader: string): string | null {
+  try {
+    return new URL(`http://${hostHeader}`).hostname.toLowerCase();
+  } catch {
+    return null;
+  }
+}
+
+/** Builds the Host/Origin guard for this instance's binding. */
+export function originGuard(app: App): (req: IncomingMessage) => string | null {
+  const loopback = isLoopback(app.config.host);
+  const allowedHosts = loopback ? LOOPBACK_NAMES : [new URL(app.config.publicOrigin).hostname.toLowerCase()];
+  const allowedOrigin = (o: string) => {
+    try {
+      const u = new URL(o);
+      if (loopback) return LOOPBACK_NAMES.includes(u.hostname.toLowerCase()) && (u.protocol === 'http:' || u.protocol === 'https:');
+      return u.origin === new URL(app.config.publicOrigin).origin;
+    } catch {
+      return false;
+    }
+  };
+  return (req) => {
+    const host = hostnameOf(req.headers.host ?? '');
+    if (!host || !allowedHosts.includes(host)) return `Host header ${JSON.stringify(req.headers.host ?? '')} is not allowed`;
+    const origin = req.headers.origin;
+    if (origin !== undefined && origin !== 'null' && !allowedOrigin(origin)) return `Origin ${JSON.stringify(origin)} is not allowed`;
+    if (origin === 'null') return 'Origin null is not allowed';
+    return null;
+  };
+}
+
+export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[] } = {}): Promise<RunningServer> {
+  const registry = new ToolRegistry(CATALOG);
+  const stats: McpStats = { calls: new Map() };
+  const mcp = createMcpEndpoint(app, registry, stats);
+  const guard = originGuard(app);
+  let inflight = 0;
+  let idleResolve: (() => void) | null = null;
+  const started = Date.now();
+
+  const forbid = (res: ServerResponse, why: string) => {
+    res.writeHead(403, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ error: { code: 'PERMISSION_DENIED', message: why, retryable: false, details: {} } }));
+  };
+
+  let fastify!: FastifyInstance;
+  const http: HttpServer = createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 65_000 }, (req, res) => {
+    const problem = guard(req);
+    if (problem) return forbid(res, problem);
+    inflight++;
+    res.on('close', () => {
+      inflight--;
+      if (inflight === 0 && idleResolve) idleResolve();
+    });
+    const path = (req.url ?? '/').split('?')[0];
+    if (path === '/mcp') {
+      mcp(req, res).catch((err) => {
+        app.log.error({ err }, 'mcp endpoint failure');
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { code: 'INTERNAL', message: 'internal error', retryable: true, details: {} } }));
+      });
+      return;
+    }
+    fastify.routing(req, res);
+  });
+
+  fastify = Fastify({
+    serverFactory: () => http,
+    logger: false,
+    bodyLimit: 2 * 1024 * 1024,
+    trustProxy: false,
+  });
+  fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
+    done(null, Object.fromEntries(new URLSearchParams(body as string)));
+  });
+  registerDashboard(fastify, app, opts.apiRoutes ?? []);
+  fastify.get('/metrics', async (req, reply) => {
+    const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
+    if (!m || !app.auth.verifyBearer(m[1]!)) return reply.code(401).header('www-authenticate', 'Bearer realm="atelier"').send({ error: { code: 'UNAUTHENTICATED', message: 'bearer token required', retryable: false, details: {} } });
+    const lines = [
+      '# HELP atelier_info Build information',
+      '# TYPE atelier_info gauge',
+      `atelier_info{version="${VERSION}"} 1`,
+      '# HELP atelier_uptime_seconds Seconds since start',
+      '# TYPE atelier_uptime_seconds gauge',
+      `atelier_uptime_seconds ${Math.floor((Date.now() - started) / 1000)}`,
+      '# HELP atelier_tool_calls_total MCP tool calls by tool and outcome',
+      '# TYPE atelier_tool_calls_total counter',
+      ...[...stats.calls.entries()].map(([k, v]) => {
+        const [tool, outcome] = k.split('|');
+        return `atelier_tool_calls_total{tool="${tool}",outcome="${outcome}"} ${v}`;
+      }),
+    ];
+    return reply.header('content-type', 'text/plain; version=0.0.4').send(lines.join('\n') + '\n');
+  });
+  await fastify.ready();
+
+  await new Promise<void>((resolve, reject) => {
+    http.once('error', reject);
+    http.listen(app.config.port, app.config.host, () => resolve());
+  });
+  const port = (http.address() as AddressInfo).port;
+  const hostForUrl = app.config.host.includes(':') ? `[${app.config.host}]` : app.config.host;
+  const base = app.config.publicOrigin || `http://${hostForUrl}:${port}`;
+
+  return {
+    url: base,
+    port,
+    registry,
+    async close() {
+      // Stop accepting, let calls in flight finish (up to the grace period), then close idle sockets.
+      http.close();
+      http.closeIdleConnections();
+      if (inflight > 0) {
+        await Promise.race([
+          new Promise<void>((r) => (idleResolve = r)),
+          new Promise<void>((r) => setTimeout(r, app.config.shutdownGraceMs).unref()),
+        ]);
+      }
+      http.closeAllConnections();
+      await fastify.close().catch(() => undefined);
+    },
+  };
+}

@@ -1,0 +1,80 @@
+/**
+ * Numbered migrations. Never edit a released migration: add the next number.
+ * Table ownership (only the owner reads or writes a table):
+ *   core/auth       owner, api_tokens, dashboard_sessions, login_links
+ *   core/idempotency idempotency
+ *   core/audit      audit_log
+ *   core/principals principal_state
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const MIGRATIONS: Migration[] = [
+  {
+    version: 1,
+    name: 'foundation',
+    sql: `
+      CREATE TABLE owner (
+        id TEXT PRIMARY KEY,
+        password_hash TEXT,
+        created_at TEXT NOT NULL,
+        password_set_at TEXT
+      );
+      CREATE TABLE api_tokens (
+        id TEXT PRIMARY KEY,
+        owner_id TEXT NOT NULL REFERENCES owner(id),
+        name TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        prefix TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        last_used_at TEXT,
+        revoked_at TEXT
+      );
+      CREATE TABLE dashboard_sessions (
+        id_hash TEXT PRIMARY KEY,
+        owner_id TEXT NOT NULL REFERENCES owner(id),
+        csrf TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL
+      );
+      CREATE TABLE login_links (
+        token_hash TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        used_at TEXT
+      );
+      CREATE TABLE idempotency (
+        scope TEXT NOT NULL,
+        key TEXT NOT NULL,
+        input_hash TEXT NOT NULL,
+        result_json TEXT NOT NULL,
+        is_error INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        PRIMARY KEY (scope, key)
+      );
+      CREATE INDEX idempotency_expiry ON idempotency(expires_at);
+      CREATE TABLE audit_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        principal TEXT,
+        action TEXT NOT NULL,
+        target TEXT,
+        outcome TEXT NOT NULL,
+        reason TEXT,
+        details_json TEXT
+      );
+      CREATE INDEX audit_log_at ON audit_log(at);
+      CREATE TABLE principal_state (
+        principal TEXT PRIMARY KEY,
+        active_workspace_id TEXT,
+        updated_at TEXT NOT NULL
+      );
+    `,
+  },
+];

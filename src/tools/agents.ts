@@ -1,0 +1,140 @@
+/** Spec section "Coding subagents" (6 tools). */
+import { defineTool } from './define.js';
+import { AGENTID, IDEM, PROFILEID, WSID, int, str, z } from './types.js';
+
+const domain = 'Coding subagents';
+
+/** The nine agent status values. */
+export const AGENT_STATUS = z.enum([
+  'SPAWNING',
+  'RUNNING',
+  'CANCELLING',
+  'SUCCEEDED',
+  'FAILED',
+  'CANCELLED',
+  'TIMED_OUT',
+  'LIMIT_EXCEEDED',
+  'INTERRUPTED',
+]);
+
+export const agentSpawn = defineTool({
+  name: 'agent_spawn',
+  domain,
+  badges: ['destructive', 'idempotent', 'openWorld'],
+  tracking: 'coding subagents',
+  idempotency: 'key',
+  description:
+    'Start a budgeted coding subagent in its own isolated container on an active model profile (see model_profile_list; a profile saved over MCP stays disabled until the owner activates it on the dashboard). ' +
+    'The agent may call only the proxyOperations tools, expected to lie within the profile\'s maxProxyOperations, and stops at its ttl, token, cost or output budget. Follow it with agent_status, agent_logs and agent_message. ' +
+    'Fails with UNAVAILABLE when the model gateway is unreachable. The same idempotencyKey with the same input replays the first result.',
+  input: {
+    workspaceId: WSID.optional(),
+    prompt: z.string().min(1).describe('The task for the agent'),
+    idempotencyKey: IDEM,
+    profileId: PROFILEID.describe('An active model profile; its current revision and credential stay in force until the agent ends'),
+    parentAgentId: AGENTID.optional().describe('Parent agent: cancelling the parent cascades to this agent'),
+    proxyOperations: z
+      .array(str(1, 64))
+      .max(200)
+      .describe('Tool names the agent may proxy, e.g. files_read, grep_search (at most 200; within the profile\'s maxProxyOperations)'),
+    ttlSeconds: int(30, 86400).default(900).describe('Wall-clock lifetime in seconds (30-86400)'),
+    maxOutputBytes: int(1024, 10485760).default(262144).describe('Cap on the agent\'s output bytes (1024-10485760)'),
+    maxInputTokens: int(1, 2000000).default(200000).describe('Input-token budget (1-2000000)'),
+    maxOutputTokens: int(1, 2000000).default(32000).describe('Output-token budget (1-2000000)'),
+    maxCostMicros: int(0, 1000000000).default(10000000).describe('Estimated cost budget in micro-USD (0-1000000000; default 10000000 = 10 USD)'),
+    repositoryContext: z
+      .enum(['all', 'profile_a', 'profile_b', 'profile_c', 'profile_d', 'none'])
+      .optional()
+      .describe('Which client family\'s repository instruction files go with the task; omitted behaves as profile_a; none sends the task alone'),
+  },
+});
+
+export const agentStatus = defineTool({
+  name: 'agent_status',
+  domain,
+  badges: ['readOnly', 'idempotent'],
+  tracking: 'coding subagents',
+  description:
+    'State of one agent: status, budgets used and remaining, and a terminal summary once it ended. ' +
+    'Name it by agentId, or by the idempotencyKey you passed to agent_spawn (useful when the spawn result was lost). Use agent_logs for its output and agent_list to find agents.',
+  input: {
+    workspaceId: WSID.optional(),
+    agentId: AGENTID.optional(),
+    idempotencyKey: IDEM.optional().describe('The idempotencyKey of the agent_spawn call, to find the agent it started'),
+  },
+});
+
+export const agentLogs = defineTool({
+  name: 'agent_logs',
+  domain,
+  badges: ['readOnly', 'idempotent'],
+  tracking: 'coding subagents',
+  description:
+    'Read an agent\'s output log a page at a time: pass the returned cursor to continue, and poll it while the agent runs. At most limitBytes per call (1024-262144).',
+  input: {
+    workspaceId: WSID.optional(),
+    agentId: AGENTID,
+    cursor: z
+      .string()
+      .regex(/^(0|[1-9][0-9]{0,15})$/)
+      .max(16)
+      .optional()
+      .describe('Decimal cursor string from a previous page ("0" = start of the log). Omit for the start.'),
+    limitBytes: int(1024, 262144).default(65536).describe('Most bytes to return (1024-262144)'),
+  },
+});
+
+export const agentMessage = defineTool({
+  name: 'agent_message',
+  domain,
+  badges: ['destructive', 'idempotent', 'openWorld'],
+  tracking: 'coding subagents',
+  idempotency: 'key',
+  description:
+    'Send a message to a running agent: mode steer redirects the work it is doing now, mode followUp is delivered once its current turn ends. ' +
+    'The same idempotencyKey with the same input replays the first result.',
+  input: {
+    workspaceId: WSID.optional(),
+    agentId: AGENTID,
+    idempotencyKey: IDEM,
+    mode: z.enum(['steer', 'followUp']).describe('steer: change course now; followUp: deliver when the current turn ends'),
+    message: z.string().min(1),
+  },
+});
+
+export const agentCancel = defineTool({
+  name: 'agent_cancel',
+  domain,
+  badges: ['destructive', 'idempotent'],
+  tracking: 'coding subagents',
+  description:
+    'Cancel an agent and, in cascade, all its child agents. Repeating the call on a cancelled or ended agent changes nothing.',
+  input: {
+    workspaceId: WSID.optional(),
+    agentId: AGENTID,
+    reason: z.string().max(2000).optional().describe('Why the agent is cancelled (kept with the agent, max 2000 characters)'),
+  },
+});
+
+export const agentList = defineTool({
+  name: 'agent_list',
+  domain,
+  badges: ['readOnly', 'idempotent'],
+  tracking: 'coding subagents',
+  description:
+    'List your agents, optionally only the children of parentAgentId or those with one status, a page at a time with cursors. Use agent_status for one agent\'s details.',
+  input: {
+    workspaceId: WSID.optional(),
+    parentAgentId: AGENTID.optional().describe('Only the direct children of this agent'),
+    status: AGENT_STATUS.optional().describe('Only agents in this status'),
+    cursor: z
+      .string()
+      .regex(/^[1-9][0-9]{0,15}$/)
+      .max(16)
+      .optional()
+      .describe('Cursor from a previous page: decimal positive integer text. Omit for the first page.'),
+    limit: int(1, 100).default(50).describe('Page size (1-100)'),
+  },
+});
+
+export const tools = [agentSpawn, agentStatus, agentLogs, agentMessage, agentCancel, agentList];

@@ -1,0 +1,146 @@
+/** Spec section "Commands and shells" (8 tools). */
+import { defineTool } from './define.js';
+import { CUR, IDEM, OPID, PATH, SHID, WSID, int, str, z } from './types.js';
+
+const domain = 'Commands and shells';
+
+const COMMAND = str(1, 32768).describe('Shell command line to run (1-32768 characters)');
+const TIMEOUT_MS = int(100, 300000).default(60000).describe('Time limit in milliseconds (100-300000); the command is killed when it passes');
+const MAX_OUTPUT_BYTES = int(1024, 1048576)
+  .default(262144)
+  .describe('Upper bound on captured stdout plus stderr bytes (1024-1048576); output beyond it is truncated');
+const ASYNC = z
+  .boolean()
+  .default(false)
+  .describe('Return an operationId at once instead of waiting; follow it with operation_status, operation_wait or operation_cancel');
+const WAIT_MS = int(0, 5000).default(100).describe('Milliseconds to wait for new output before returning (0-5000)');
+
+export const execRun = defineTool({
+  name: 'exec_run',
+  domain,
+  badges: ['destructive', 'openWorld'],
+  tracking: '#5 commands',
+  description:
+    'Run one non-interactive shell command in the workspace as the non-root user and return its exit code and bounded output (time limit up to 300000 ms). ' +
+    'Set async for long commands (then poll the returned operation); use tasks_run for runs longer than 5 minutes or with dependencies, and shell_open for interactive programs. ' +
+    'privileged runs need an approvalGrantToken from the approval flow; calling without one explains how to obtain it.',
+  input: {
+    workspaceId: WSID.optional(),
+    command: COMMAND,
+    cwd: PATH.default('.').describe('Workspace-relative working directory'),
+    timeoutMs: TIMEOUT_MS,
+    maxOutputBytes: MAX_OUTPUT_BYTES,
+    privileged: z.boolean().default(false).describe('Run with elevated privileges; needs approvalGrantToken'),
+    approvalGrantToken: str(1, 128).optional().describe('Grant from the approval flow that authorizes one privileged run'),
+    async: ASYNC,
+  },
+});
+
+export const bash = defineTool({
+  name: 'bash',
+  domain,
+  badges: ['destructive', 'openWorld'],
+  tracking: '#5 commands',
+  description:
+    'Run a bash command. target workspace (default) behaves like exec_run in the workspace; target toolbox runs in a disposable container with no network, checkout, secrets or workspace, where the owner-bound managed packages are available (exists only when the operator enables packages). ' +
+    'No privileged mode: use exec_run with its approval flow. With async the result is an operation handle for operation_status, operation_wait and operation_cancel.',
+  input: {
+    workspaceId: WSID.optional().describe('Workspace for target workspace; not used by target toolbox'),
+    command: COMMAND,
+    target: z.enum(['workspace', 'toolbox']).default('workspace').describe('workspace: run in the workspace; toolbox: run in a disposable, network-less packages container'),
+    cwd: PATH.default('.').describe('Workspace-relative working directory (target workspace only)'),
+    timeoutMs: TIMEOUT_MS,
+    maxOutputBytes: MAX_OUTPUT_BYTES,
+    async: ASYNC,
+  },
+  check: (a) =>
+    a.target === 'toolbox' && a.cwd !== '.'
+      ? { field: 'cwd', message: 'cwd applies to target workspace only; the toolbox target has no checkout' }
+      : undefined,
+});
+
+export const shellOpen = defineTool({
+  name: 'shell_open',
+  domain,
+  badges: ['idempotent'],
+  tracking: '#5 commands',
+  idempotency: 'key',
+  description:
+    'Open an interactive shell in the workspace and return its shellId; drive it with shell_io and end it with shell_close. ' +
+    'Use it for programs that need input or keep state between commands; for one-off commands use exec_run. The same idempotencyKey with the same input replays the first result.',
+  input: {
+    workspaceId: WSID.optional(),
+    cwd: PATH.default('.').describe('Workspace-relative starting directory'),
+    idempotencyKey: IDEM,
+  },
+});
+
+export const shellIo = defineTool({
+  name: 'shell_io',
+  domain,
+  badges: ['destructive', 'openWorld'],
+  tracking: '#5 commands',
+  description:
+    'Send input to an open shell and/or poll its output: returns the output produced since cursor, waiting up to waitMs (at most 5000) for more, plus the next cursor. ' +
+    'Omit input to only poll; include a trailing newline to submit a line. Input is at most 65536 characters per call.',
+  input: {
+    workspaceId: WSID.optional(),
+    shellId: SHID,
+    input: z.string().max(65536).optional().describe('Text to write to the shell stdin (include "\\n" to submit a line)'),
+    cursor: CUR.optional().describe('Cursor from the previous shell_io; output after it is returned. Omit to start from the oldest retained output.'),
+    waitMs: WAIT_MS,
+  },
+});
+
+export const shellClose = defineTool({
+  name: 'shell_close',
+  domain,
+  badges: ['destructive', 'idempotent'],
+  tracking: '#5 commands',
+  description: 'Close an interactive shell and end its processes. Closing an already closed shell succeeds.',
+  input: {
+    workspaceId: WSID.optional(),
+    shellId: SHID,
+  },
+});
+
+export const operationStatus = defineTool({
+  name: 'operation_status',
+  domain,
+  badges: ['readOnly', 'idempotent'],
+  tracking: '#5 commands',
+  description:
+    'State of an asynchronous operation (from exec_run or bash with async) and its output since cursor; returns at once. ' +
+    'To block until it finishes use operation_wait.',
+  input: {
+    operationId: OPID,
+    cursor: CUR.optional().describe('Cursor from the previous operation_status; output after it is returned'),
+  },
+});
+
+export const operationCancel = defineTool({
+  name: 'operation_cancel',
+  domain,
+  badges: ['destructive', 'idempotent'],
+  tracking: '#5 commands',
+  description: 'Cancel a running asynchronous operation and kill its processes; effects already made are not rolled back. Cancelling a finished operation changes nothing.',
+  input: {
+    operationId: OPID,
+  },
+});
+
+export const operationWait = defineTool({
+  name: 'operation_wait',
+  domain,
+  badges: ['readOnly', 'idempotent'],
+  tracking: '#5 commands',
+  description:
+    'Wait up to timeoutMs (100-300000) for an asynchronous operation to finish and return its state; a timeout is not an error, the operation keeps running. ' +
+    'Use operation_status for an immediate check or to page through output.',
+  input: {
+    operationId: OPID,
+    timeoutMs: int(100, 300000).default(60000).describe('Milliseconds to wait at most (100-300000)'),
+  },
+});
+
+export const tools = [execRun, bash, shellOpen, shellIo, shellClose, operationStatus, operationCancel, operationWait];

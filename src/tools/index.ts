@@ -1,0 +1,29 @@
+/** The whole catalog: every tool of the spec, in spec order. */
+import type { AnyToolDef } from './define.js';
+import { tools as workspace } from './workspace.js';
+import { tools as files } from './files.js';
+import { tools as exec } from './exec.js';
+import { tools as packages } from './packages.js';
+import { tools as sessions } from './sessions.js';
+import { tools as git } from './git.js';
+import { tools as repohost } from './repohost.js';
+import { tools as extensions } from './extensions.js';
+import { tools as knowledge } from './knowledge.js';
+import { tools as artifacts } from './artifacts.js';
+import { tools as models } from './models.js';
+import { tools as agents } from './agents.js';
+
+export const CATALOG: AnyToolDef[] = [
+  ...workspace,
+  ...files,
+  ...exec,
+  ...packages,
+  ...sessions,
+  ...git,
+  ...repohost,
+  ...extensions,
+  ...knowledge,
+  ...artifacts,
+  ...models,
+  ...agents,
+] as AnyToolDef[];

@@ -1,0 +1,114 @@
+/**
+ * The spec's shared parameter types ("Shared parameter types used in the tool tables" and
+ * "Identifier shapes"), as zod schemas that publish the exact JSON Schema constraints.
+ */
+import { z } from 'zod';
+
+const ID_CHARS = 'A-Za-z0-9_-';
+
+/** An identifier: fixed prefix, then min..max characters of A-Z a-z 0-9 _ -. */
+export function idOf(prefix: string, min: number, max: number, what: string): z.ZodString {
+  return z
+    .string()
+    .min(prefix.length + min)
+    .max(prefix.length + max)
+    .regex(new RegExp(`^${prefix}[${ID_CHARS}]{${min},${max}}$`))
+    .describe(`${what} identifier: "${prefix}" then ${min}-${max} characters of A-Z a-z 0-9 _ -`);
+}
+
+export const WSID = idOf('ws_', 20, 80, 'Workspace');
+export const ENVID = idOf('env_', 20, 80, 'Environment');
+export const SHID = idOf('sh_', 20, 80, 'Shell');
+export const OPID = idOf('op_', 20, 80, 'Operation');
+export const SESSID = idOf('sess_', 20, 80, 'Coding session');
+export const TASKID = idOf('task_', 20, 80, 'Task');
+export const PKPID = idOf('pkp_', 20, 80, 'Package plan');
+export const PKAID = idOf('pka_', 20, 80, 'Package apply');
+export const PKQID = idOf('pkq_', 20, 80, 'Package resolution');
+export const PKBID = idOf('pkb_', 20, 80, 'Package binding');
+export const PKRID = idOf('pkr_', 20, 80, 'Package release');
+export const MEMID = idOf('mem_', 10, 80, 'Memory note');
+export const KNID = idOf('kn_', 10, 80, 'Knowledge item');
+export const KNLID = idOf('knl_', 10, 80, 'Knowledge link');
+export const PRJID = idOf('prj_', 20, 80, 'Project');
+export const ARTID = idOf('art_', 20, 80, 'Artifact');
+export const AGENTID = idOf('agent_', 20, 80, 'Agent');
+export const CREDID = idOf('cred_', 20, 80, 'Provider credential');
+export const VREFID = idOf('vref_', 20, 80, 'Connection-check reference');
+export const THREADID = idOf('PRRT_', 4, 200, 'Review thread');
+
+/** Model profile identifier: A-Z a-z 0-9 . _ - ; length 1-80. */
+export const PROFILEID = z
+  .string()
+  .min(1)
+  .max(80)
+  .regex(/^[A-Za-z0-9._-]{1,80}$/)
+  .describe('Model profile identifier: 1-80 characters of A-Z a-z 0-9 . _ -');
+
+/** Idempotency key: A-Z a-z 0-9 . _ : - ; length 8-128. */
+export const IDEM = z
+  .string()
+  .min(8)
+  .max(128)
+  .regex(/^[A-Za-z0-9._:-]{8,128}$/)
+  .describe('Idempotency key, 8-128 characters of A-Z a-z 0-9 . _ : -. The same key with the same input replays the first result; with different input it is a CONFLICT.');
+
+/** Opaque pagination cursor, at most 256 characters. */
+export const CUR = z.string().min(1).max(256).describe('Opaque cursor from a previous page (at most 256 characters). Omit for the first page.');
+
+/** SHA-256 hex digest: exactly 64 hexadecimal characters. */
+export const SHA = z
+  .string()
+  .length(64)
+  .regex(/^[0-9a-fA-F]{64}$/)
+  .describe('SHA-256 hex digest (exactly 64 hexadecimal characters)');
+
+/**
+ * Git object id. The spec leaves the pattern open; we accept a full object id only
+ * (40 hex characters for SHA-1 repositories, 64 for SHA-256 ones), because every use is a
+ * compare-and-swap that must name one object exactly. See docs/decisions.md.
+ */
+export const OID = z
+  .string()
+  .min(40)
+  .max(64)
+  .regex(/^([0-9a-f]{40}|[0-9a-f]{64})$/)
+  .describe('Full git object id: 40 (SHA-1) or 64 (SHA-256) lowercase hexadecimal characters');
+
+export const MAX_INT = 9007199254740991;
+
+/** Integer 0..9007199254740991 unless another range is given. */
+export function int(min = 0, max = MAX_INT): z.ZodNumber {
+  return z.number().int().min(min).max(max);
+}
+export const INT = int();
+
+/** A string of min..max characters. */
+export function str(min: number, max: number): z.ZodString {
+  return z.string().min(min).max(max);
+}
+
+/** A workspace-relative path (1-1024 characters). */
+export const PATH = str(1, 1024);
+
+/** Names of 1-80 (or n) characters of A-Za-z0-9._- */
+export function name(min: number, max: number, extra = ''): z.ZodString {
+  const cls = `A-Za-z0-9._${extra}-`;
+  return z
+    .string()
+    .min(min)
+    .max(max)
+    .regex(new RegExp(`^[${cls}]{${min},${max}}$`));
+}
+
+/** A boolean that may only be sent as true ("only the value true"). */
+export const TRUE_ONLY = z.literal(true);
+
+/** ISO date (YYYY-MM-DD) or ISO datetime with offset. */
+export const ISO_DATE_OR_DATETIME = z.union([z.iso.date(), z.iso.datetime({ offset: true })]);
+
+export const EMAIL = z.email().max(320);
+
+export const URI = z.url();
+
+export { z };
