@@ -13,6 +13,7 @@ import { createMcpEndpoint, type McpStats } from './mcp/http.js';
 import { ToolRegistry } from './mcp/registry.js';
 import { CATALOG } from './tools/index.js';
 import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
+import { pendingSpecPaths } from './dashboard/spec-paths.js';
 import { VERSION } from './core/version.js';
 
 export interface RunningServer {
@@ -55,7 +56,7 @@ export function originGuard(app: App): (req: IncomingMessage) => string | null {
   };
 }
 
-export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[] } = {}): Promise<RunningServer> {
+export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; servedSpecPaths?: string[] } = {}): Promise<RunningServer> {
   const registry = new ToolRegistry(CATALOG);
   const stats: McpStats = { calls: new Map() };
   const mcp = createMcpEndpoint(app, registry, stats);
@@ -99,7 +100,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[] }
   fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(body as string)));
   });
-  registerDashboard(fastify, app, opts.apiRoutes ?? []);
+  registerDashboard(fastify, app, [...(opts.apiRoutes ?? []), pendingSpecPaths(new Set(opts.servedSpecPaths ?? []))]);
   fastify.get('/metrics', async (req, reply) => {
     const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
     if (!m || !app.auth.verifyBearer(m[1]!)) return reply.code(401).header('www-authenticate', 'Bearer realm="atelier"').send({ error: { code: 'UNAUTHENTICATED', message: 'bearer token required', retryable: false, details: {} } });

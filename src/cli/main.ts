@@ -74,7 +74,21 @@ async function serve(argv: string[]): Promise<void> {
   parseFlags(argv); // reject unknown flags before anything is created
   const config = loadConfig(argv);
   const app = createApp(config);
-  let server;
+  // Signal handlers go in before anything listens, so a stop request is never lost.
+  let server: Awaited<ReturnType<typeof startServer>> | undefined;
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.log.info({ signal }, 'shutting down');
+    await server?.close();
+    app.close();
+    app.log.info('stopped');
+    app.log.flush?.();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
   try {
     server = await startServer(app);
   } catch (e) {
@@ -105,20 +119,6 @@ async function serve(argv: string[]): Promise<void> {
   out.push(`  Dashboard:      ${server.url}/login?token=${link}  (one-time link, valid 15 minutes)`, '');
   process.stdout.write(out.join('\n') + '\n');
   app.log.info({ url: server.url, port: server.port, tools: server.registry.list.length }, 'atelier started');
-
-  let stopping = false;
-  const stop = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    app.log.info({ signal }, 'shutting down');
-    await server.close();
-    app.close();
-    app.log.info('stopped');
-    app.log.flush?.();
-    process.exit(0);
-  };
-  process.on('SIGTERM', () => void stop('SIGTERM'));
-  process.on('SIGINT', () => void stop('SIGINT'));
 }
 
 async function token(argv: string[]): Promise<void> {

@@ -1,0 +1,59 @@
+// Shared helpers for benchmarks: start the real service, percentiles, concurrency runner.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const ROOT = new URL('..', import.meta.url).pathname;
+
+export async function startAtelier(args = []) {
+  const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-'));
+  const proc = spawn(process.execPath, [join(ROOT, 'bin/atelier'), 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  await new Promise((resolve, reject) => {
+    proc.stdout.on('data', (d) => {
+      out += d;
+      if (/Dashboard:/.test(out)) resolve();
+    });
+    proc.once('exit', (c) => reject(new Error(`atelier exited ${c}`)));
+  });
+  const mcpUrl = /MCP URL:\s+(\S+)/.exec(out)[1];
+  const token = /Owner token:\s+(atl_\S+)/.exec(out)[1];
+  return {
+    mcpUrl,
+    token,
+    dataDir,
+    async stop() {
+      proc.kill('SIGTERM');
+      await new Promise((r) => proc.once('exit', r));
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export function pct(sorted, p) {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+/** Runs `fn` `total` times with `concurrency` in flight; returns sorted latencies in ms and wall time. */
+export async function measure(fn, { total, concurrency, warmup = 50 }) {
+  for (let i = 0; i < warmup; i++) await fn();
+  const lat = [];
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        next++;
+        const s = performance.now();
+        await fn();
+        lat.push(performance.now() - s);
+      }
+    }),
+  );
+  const wall = performance.now() - t0;
+  lat.sort((a, b) => a - b);
+  return { p50: pct(lat, 50), p99: pct(lat, 99), rps: (total / wall) * 1000 };
+}
+
+export const fmt = (ms) => `${ms.toFixed(3)} ms`;

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs whatever is missing for Atelier on Debian 12 (run as root), then builds.
+# Safe to run again: it only installs what is absent and rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in bubblewrap git ripgrep universal-ctags openssl ca-certificates util-linux ${ATELIER_EXTRA_APT:-}; do
+  have_pkg "$p" || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing Debian packages: ${need_pkgs[*]}; run as root or: sudo apt-get install -y ${need_pkgs[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need_pkgs[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=18)?0:1)'; then
+  echo "setup: Node.js >= 20.18 is required (found $(node --version 2>/dev/null || echo none))" >&2
+  exit 1
+fi
+
+# npm dependencies: install when node_modules is missing or older than the lockfile.
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ] \
+   || [ ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ]; then
+  echo "setup: installing npm dependencies (better-sqlite3 builds from source, about 90 s)" >&2
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+# Build when dist/ is missing or any source is newer than the last build.
+if [ ! -f dist/.built ] || [ -n "$(find src tsconfig.json package.json -newer dist/.built -print -quit)" ]; then
+  echo "setup: building" >&2
+  npx --no-install tsc -p .
+  touch dist/.built
+fi

@@ -1,0 +1,131 @@
+/**
+ * End-to-end harness: starts the real `bin/atelier serve` as a child process on a free port with a
+ * temporary data directory, and connects the official MCP clients (v2 and v1) to it.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport as TransportV1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+export const ROOT = resolve(import.meta.dirname, '../..');
+export const BIN = join(ROOT, 'bin/atelier');
+
+export interface Service {
+  url: string; // http://127.0.0.1:PORT
+  mcpUrl: string;
+  token: string;
+  loginLink: string;
+  dataDir: string;
+  proc: ChildProcess;
+  stdout: () => string;
+  stderr: () => string;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** Stops the process (if running) and removes the data directory. */
+  dispose(): Promise<void>;
+}
+
+export interface StartOptions {
+  dataDir?: string;
+  args?: string[];
+  env?: Record<string, string>;
+  /** Resolve once the banner is printed; when false, wait for exit instead (for start-up errors). */
+  expectStart?: boolean;
+}
+
+export async function startService(opts: StartOptions = {}): Promise<Service> {
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'atelier-e2e-'));
+  const proc = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'info', ...(opts.args ?? [])], {
+    env: { ...process.env, ...opts.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  proc.stdout!.on('data', (d) => (out += d));
+  proc.stderr!.on('data', (d) => (err += d));
+  const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
+  await new Promise<void>((resolvePromise, reject) => {
+    const timer = setTimeout(() => reject(new Error(`service did not start in time\nstdout:\n${out}\nstderr:\n${err}`)), 30_000);
+    const check = () => {
+      if (/Dashboard:\s+\S+/.test(out)) {
+        clearTimeout(timer);
+        resolvePromise();
+      }
+    };
+    proc.stdout!.on('data', check);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`service exited with ${code} before starting\nstdout:\n${out}\nstderr:\n${err}`));
+    });
+  });
+  const mcpUrl = /MCP URL:\s+(\S+)/.exec(out)![1]!;
+  const token = /Owner token:\s+(atl_\S+)/.exec(out)?.[1] ?? '';
+  const loginLink = /Dashboard:\s+(\S+)/.exec(out)![1]!;
+  const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
+    proc.kill(signal);
+    return exited;
+  };
+  return {
+    url: mcpUrl.replace(/\/mcp$/, ''),
+    mcpUrl,
+    token,
+    loginLink,
+    dataDir,
+    proc,
+    stdout: () => out,
+    stderr: () => err,
+    stop,
+    async dispose() {
+      await stop();
+      if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Runs the CLI to completion. */
+export function runCli(args: string[], opts: { input?: string; env?: Record<string, string> } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolvePromise) => {
+    const p = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...opts.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d) => (stdout += d));
+    p.stderr.on('data', (d) => (stderr += d));
+    p.stdin.end(opts.input ?? '');
+    p.on('exit', (code) => resolvePromise({ code, stdout, stderr }));
+  });
+}
+
+export type AnyClient = Client | ClientV1;
+
+export async function connectV2(svc: Service, token = svc.token): Promise<Client> {
+  const c = new Client({ name: 'atelier-e2e-v2', version: '1.0.0' });
+  await c.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  return c;
+}
+
+export async function connectV1(svc: Service, token = svc.token): Promise<ClientV1> {
+  const c = new ClientV1({ name: 'atelier-e2e-v1', version: '1.0.0' });
+  await c.connect(new TransportV1(new URL(svc.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  return c;
+}
+
+export interface ToolError {
+  code: string;
+  message: string;
+  retryable: boolean;
+  details: Record<string, unknown>;
+}
+
+/** Calls a tool and returns either its structured result or its structured error. */
+export async function call(c: AnyClient, name: string, args: Record<string, unknown>): Promise<{ ok: true; result: Record<string, unknown> } | { ok: false; error: ToolError; text: string }> {
+  const r = (await c.callTool({ name, arguments: args })) as { isError?: boolean; structuredContent?: Record<string, unknown>; content: Array<{ type: string; text?: string }> };
+  if (r.isError) return { ok: false, error: r.structuredContent!.error as ToolError, text: r.content.map((x) => x.text ?? '').join('') };
+  return { ok: true, result: r.structuredContent! };
+}
+
+export function cleanupDir(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
