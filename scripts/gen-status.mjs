@@ -14,13 +14,14 @@ const lines = [
   'is validated against the published schema and then answers the structured NOT_IMPLEMENTED error naming the issue that builds it.',
   '',
 ];
-const working = CATALOG.filter((t) => t.run).length;
+const working = CATALOG.filter((t) => t.run).length; // partial tools count: they have handlers
 lines.push(`**${working} of ${CATALOG.length} tools working.**`, '');
 const domains = [...new Set(CATALOG.map((t) => t.domain))];
 for (const d of domains) {
   lines.push(`## ${d}`, '', '| tool | badges | state | notes |', '|---|---|---|---|');
   for (const t of CATALOG.filter((x) => x.domain === d)) {
-    const state = t.run ? 'working' : `NOT_IMPLEMENTED (${t.tracking})`;
+    const note = notes.tools?.[t.name] ?? '';
+    const state = t.run ? (note.startsWith('partial') ? 'partial' : 'working') : `NOT_IMPLEMENTED (${t.tracking})`;
     lines.push(`| \`${t.name}\` | ${t.badges.join(', ') || '(none)'} | ${state} | ${notes.tools?.[t.name] ?? ''} |`);
   }
   lines.push('');

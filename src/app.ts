@@ -15,6 +15,11 @@ import { AuthService } from './core/auth.js';
 import { IdempotencyStore } from './core/idempotency.js';
 import { AuditLog } from './core/audit.js';
 import { PrincipalState } from './core/principals.js';
+import { EnvironmentService } from './services/environments.js';
+import { RepositoryPolicy } from './services/repos.js';
+import { WorkspaceService } from './services/workspaces.js';
+import { BwrapExecutor } from './sandbox/bwrap.js';
+import type { Executor } from './sandbox/executor.js';
 
 export interface App {
   readonly config: Config;
@@ -27,6 +32,10 @@ export interface App {
   readonly idempotency: IdempotencyStore;
   readonly audit: AuditLog;
   readonly principals: PrincipalState;
+  readonly environments: EnvironmentService;
+  readonly repos: RepositoryPolicy;
+  readonly executor: Executor;
+  readonly workspaces: WorkspaceService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -70,24 +79,40 @@ export function prepareDataDir(dataDir: string): void {
   }
 }
 
-export function createApp(config: Config, opts: { logger?: Logger } = {}): App {
+export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabledReason?: string } = {}): App {
   prepareDataDir(config.dataDir);
   const dbFile = join(config.dataDir, 'atelier.db');
   const firstRun = !existsSync(dbFile);
   const db = openDatabase(dbFile);
   const master = loadMasterKey(config.dataDir);
   const log = opts.logger ?? createLogger(config.logLevel);
+  const cursors = new CursorCodec(master);
+  const secrets = new SecretBox(master);
+  const audit = new AuditLog(db);
+  const principals = new PrincipalState(db);
+  const environments = new EnvironmentService(db, secrets);
+  const repos = new RepositoryPolicy(config.configPath);
+  const executor: Executor = new BwrapExecutor({
+    runDir: join(config.dataDir, 'run'),
+    uid: config.sandboxUid,
+    gid: config.sandboxUid,
+  });
+  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, environments, sandboxDisabledReason: opts.sandboxDisabledReason });
   const app: App = {
     config,
     dataDir: config.dataDir,
     db,
     log,
-    cursors: new CursorCodec(master),
-    secrets: new SecretBox(master),
+    cursors,
+    secrets,
     auth: new AuthService(db),
     idempotency: new IdempotencyStore(db),
-    audit: new AuditLog(db),
-    principals: new PrincipalState(db),
+    audit,
+    principals,
+    environments,
+    repos,
+    executor,
+    workspaces,
     firstRun,
     close() {
       try {

@@ -3,8 +3,9 @@
  * missing. Exit code 0 when everything needed is there, 1 otherwise.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
+import { probeSandboxSupport } from '../sandbox/bwrap.js';
 
 const run = promisify(execFile);
 
@@ -50,26 +51,32 @@ export async function collectChecks(): Promise<Check[]> {
   const netns = await tryRun('unshare', ['--user', '--map-root-user', '--net', 'true']);
   checks.push({ what: 'network namespaces', ok: netns.ok, detail: netns.ok ? 'available' : netns.out, fix: netns.ok ? undefined : 'enable CONFIG_NET_NS and user namespaces in the kernel' });
   if (hasBwrap) {
-    const sandbox = await tryRun('bwrap', ['--unshare-all', '--die-with-parent', '--ro-bind', '/usr', '/usr', '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64', '--proc', '/proc', '--dev', '/dev', '/usr/bin/true']);
-    checks.push({ what: 'bubblewrap sandbox', ok: sandbox.ok, detail: sandbox.ok ? 'a sandbox with every namespace unshared starts' : sandbox.out, fix: sandbox.ok ? undefined : 'allow unprivileged user namespaces (see user namespaces) or run as root' });
+    // The same probe the executor relies on: setpriv + bwrap with every namespace, cgroups writable.
+    const probe = await probeSandboxSupport();
+    checks.push({
+      what: 'bubblewrap sandbox',
+      ok: probe.ok,
+      detail: probe.ok ? 'a sandbox like a workspace starts (setpriv, bwrap, namespaces, cgroups)' : probe.problems.map((p) => p.what).join('; '),
+      fix: probe.ok ? undefined : probe.problems.map((p) => p.fix).join('; '),
+    });
   }
   const cgroupV2 = existsSync('/sys/fs/cgroup/cgroup.controllers');
   for (const c of ['memory', 'pids', 'cpu', 'cpuset', 'freezer']) {
-    let ok: boolean;
-    if (cgroupV2) {
-      const ctl = readFileSync('/sys/fs/cgroup/cgroup.controllers', 'utf8');
-      // cgroup v2 has the freezer built into every cgroup (cgroup.freeze).
-      ok = c === 'freezer' ? true : ctl.split(/\s+/).includes(c);
-    } else {
-      ok = existsSync(`/sys/fs/cgroup/${c}`);
-    }
+    const ok = !cgroupV2 && existsSync(`/sys/fs/cgroup/${c}`);
     checks.push({
       what: `cgroup ${c}`,
       ok,
-      detail: ok ? (cgroupV2 ? 'cgroup v2 controller' : 'cgroup v1 hierarchy mounted') : 'not mounted',
+      detail: ok ? 'cgroup v1 hierarchy mounted' : cgroupV2 ? 'cgroup v2 only: the bubblewrap driver needs the v1 hierarchies' : 'not mounted',
       fix: ok ? undefined : `mount the ${c} controller (cgroup v1: mount -t cgroup -o ${c} cgroup /sys/fs/cgroup/${c})`,
     });
   }
+  const loop = await tryRun('losetup', ['-f']);
+  checks.push({
+    what: 'loop devices',
+    ok: loop.ok,
+    detail: loop.ok ? 'available (each workspace gets its own size-limited filesystem)' : loop.out,
+    fix: loop.ok ? undefined : 'modprobe loop, or start with --sandbox-disk-mb 0 (no per-workspace disk limit)',
+  });
   const nodeMajor = Number(process.versions.node.split('.')[0]);
   const nodeMinor = Number(process.versions.node.split('.')[1]);
   const nodeOk = nodeMajor > 20 || (nodeMajor === 20 && nodeMinor >= 18);
@@ -86,4 +93,10 @@ export async function runDoctor(): Promise<number> {
   const bad = checks.filter((c) => !c.ok);
   process.stdout.write(bad.length === 0 ? '\neverything the service needs is here\n' : `\n${bad.length} problem(s): run the fix commands above\n`);
   return bad.length === 0 ? 0 : 1;
+}
+
+/** The problems that make sandboxed workspaces impossible (bubblewrap, namespaces, cgroups). */
+export async function sandboxProblems(): Promise<Check[]> {
+  const checks = await collectChecks();
+  return checks.filter((c) => !c.ok && /bubblewrap|namespaces|cgroup|loop/.test(c.what));
 }

@@ -7,7 +7,9 @@ import { createApp, type App } from '../app.js';
 import { ConfigError, SETTINGS, loadConfig, parseFlags } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
 import { startServer } from '../server.js';
-import { runDoctor } from './doctor.js';
+import { runDoctor, sandboxProblems } from './doctor.js';
+import { envCommand, reposCommand } from './admin.js';
+import { environmentRoutes } from '../dashboard/environments.js';
 import { VERSION } from '../core/version.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
@@ -18,6 +20,11 @@ Usage:
   atelier token list                      list tokens (never their values)
   atelier token revoke ID                 revoke a token by id
   atelier owner set-password              set the dashboard password (reads it from stdin)
+  atelier repos allow|deny|remove RULE... approve (or deny) repositories: an exact https URL or a prefix ending in /*
+  atelier repos list                      show the approved and denied repositories
+  atelier env create NAME | list | show ENV | delete ENV
+  atelier env set ENV|global NAME [--secret] [--description D]   value from stdin (or NAME=VALUE for variables)
+  atelier env unset ENV|global NAME
   atelier doctor                          check sandboxing, git, rg and ctags; say how to fix
   atelier --version | --help
 
@@ -26,6 +33,8 @@ ${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd
   --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
 `;
 
+const BOOLEAN_FLAGS = new Set(['--json', '--secret']);
+
 /** Splits off options every subcommand accepts (data dir, config, log level) from its own. */
 function splitCommon(argv: string[], own: string[]): { common: string[]; rest: Record<string, string | true> } {
   const common: string[] = [];
@@ -33,7 +42,7 @@ function splitCommon(argv: string[], own: string[]): { common: string[]; rest: R
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const flag = a.split('=')[0]!;
-    const takesValue = !a.includes('=') && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--');
+    const takesValue = !BOOLEAN_FLAGS.has(flag) && !a.includes('=') && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--');
     if (own.includes(flag)) {
       rest[flag] = a.includes('=') ? a.slice(a.indexOf('=') + 1) : takesValue ? argv[++i]! : true;
     } else if (SETTINGS.some((s) => s.flag === flag) || flag === '--config') {
@@ -73,7 +82,14 @@ function withApp<T>(common: string[], fn: (app: App) => Promise<T> | T): Promise
 async function serve(argv: string[]): Promise<void> {
   parseFlags(argv); // reject unknown flags before anything is created
   const config = loadConfig(argv);
-  const app = createApp(config);
+  const problems = await sandboxProblems();
+  if (problems.length > 0 && !config.unsafeNoSandbox) {
+    throw new ConfigError(
+      `workspaces need real sandboxes and this machine cannot make them:\n${problems.map((p) => `  - ${p.what}: ${p.detail}${p.fix ? `\n    fix: ${p.fix}` : ''}`).join('\n')}\n` +
+        'Fix the above (see `atelier doctor`), or, for development only, start with --unsafe-dev-no-sandbox (workspaces are then refused).',
+    );
+  }
+  const app = createApp(config, { sandboxDisabledReason: problems.length > 0 ? problems.map((p) => p.what).join(', ') + ' unavailable' : undefined });
   // Signal handlers go in before anything listens, so a stop request is never lost.
   let server: Awaited<ReturnType<typeof startServer>> | undefined;
   let stopping = false;
@@ -82,6 +98,7 @@ async function serve(argv: string[]): Promise<void> {
     stopping = true;
     app.log.info({ signal }, 'shutting down');
     await server?.close();
+    await app.workspaces.shutdown().catch(() => undefined);
     app.close();
     app.log.info('stopped');
     app.log.flush?.();
@@ -90,7 +107,7 @@ async function serve(argv: string[]): Promise<void> {
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   try {
-    server = await startServer(app);
+    server = await startServer(app, { apiRoutes: [environmentRoutes] });
   } catch (e) {
     app.close();
     const err = e as NodeJS.ErrnoException;
@@ -98,8 +115,10 @@ async function serve(argv: string[]): Promise<void> {
     if (err.code === 'EADDRNOTAVAIL') throw new ConfigError(`invalid setting --host / ATELIER_HOST: ${config.host} is not an address of this machine`);
     throw e;
   }
+  await app.workspaces.startup();
   const mcpUrl = `${server.url}/mcp`;
   const out: string[] = ['', `Atelier ${VERSION} is running.`, `  Data directory: ${config.dataDir}`, `  MCP URL:        ${mcpUrl}`];
+  if (problems.length > 0) out.splice(1, 0, '!!! UNSAFE DEVELOPMENT MODE (--unsafe-dev-no-sandbox): no sandboxes on this machine; workspace_open is refused !!!');
   if (app.firstRun || app.auth.activeTokenCount() === 0) {
     const { token } = app.auth.createToken(app.firstRun ? 'first owner token' : 'owner token (none was active)');
     out.push(
@@ -165,6 +184,13 @@ async function owner(argv: string[]): Promise<void> {
   process.stdout.write('owner password set; existing dashboard sessions were ended\n');
 }
 
+const rest0 = (argv: string[]) => argv.slice(2);
+const positionals = (rest: Record<string, string | true>) =>
+  Object.keys(rest)
+    .filter((k) => k.startsWith('#'))
+    .sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)))
+    .map((k) => rest[k] as string);
+
 export async function main(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;
   try {
@@ -180,6 +206,16 @@ export async function main(argv: string[]): Promise<number> {
         return 0;
       case 'doctor':
         return await runDoctor();
+      case 'repos': {
+        const { common, rest } = splitCommon(rest0(argv), []);
+        await reposCommand(argv[1], positionals(rest), common, (t) => process.stdout.write(t));
+        return 0;
+      }
+      case 'env': {
+        const { common, rest } = splitCommon(rest0(argv), ['--secret', '--description']);
+        await envCommand(argv[1], positionals(rest), rest, common, readSecretFromStdin, (t) => process.stdout.write(t));
+        return 0;
+      }
       case '--version':
       case 'version':
         process.stdout.write(VERSION + '\n');

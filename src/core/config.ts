@@ -39,10 +39,19 @@ export const SETTINGS: Setting[] = [
   S({ key: 'unsafeNoSandbox', flag: '--unsafe-dev-no-sandbox', env: 'ATELIER_UNSAFE_DEV_NO_SANDBOX', kind: 'bool', def: false, help: 'DEVELOPMENT ONLY: start without bubblewrap isolation' }),
   S({ key: 'gatewayUrl', flag: '--gateway-url', env: 'ATELIER_GATEWAY_URL', kind: 'string', def: '', rule: 'an http(s) URL', check: ((v: string) => v === '' || /^https?:\/\/\S+$/.test(v)) as never, help: 'Use an external model gateway instead of the embedded child' }),
   S({ key: 'packagesEnabled', flag: '--packages-enabled', env: 'ATELIER_PACKAGES_ENABLED', kind: 'bool', def: false, help: 'Enable managed packages and the bash toolbox target (PACKAGES_ENABLED)' }),
-  S({ key: 'idleLeaseSeconds', flag: '--idle-lease-seconds', env: 'ATELIER_IDLE_LEASE_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 60 to 86400', check: ((v: number) => v >= 60 && v <= 86400) as never, help: 'Default idle lease of a workspace' }),
-  S({ key: 'maxWorkspaceLifetimeSeconds', flag: '--max-workspace-lifetime-seconds', env: 'ATELIER_MAX_WORKSPACE_LIFETIME_SECONDS', kind: 'int', def: 86400, rule: 'an integer from 300 to 2592000', check: ((v: number) => v >= 300 && v <= 2592000) as never, help: 'Instance maximum workspace lifetime (hardExpiresAt)' }),
+  S({ key: 'idleLeaseSeconds', flag: '--idle-lease-seconds', env: 'ATELIER_IDLE_LEASE_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 10 to 86400', check: ((v: number) => v >= 10 && v <= 86400) as never, help: 'Default idle lease of a workspace, seconds' }),
+  S({ key: 'maxWorkspaceLifetimeSeconds', flag: '--max-workspace-lifetime-seconds', env: 'ATELIER_MAX_WORKSPACE_LIFETIME_SECONDS', kind: 'int', def: 86400, rule: 'an integer from 20 to 2592000', check: ((v: number) => v >= 20 && v <= 2592000) as never, help: 'Instance maximum workspace lifetime (hardExpiresAt), seconds' }),
+  S({ key: 'sandboxUid', flag: '--sandbox-uid', env: 'ATELIER_SANDBOX_UID', kind: 'int', def: 64000, rule: 'an integer from 1000 to 4294967294 (a dedicated non-root uid)', check: ((v: number) => v >= 1000 && v <= 4294967294) as never, help: 'Host uid (and gid) that workspace processes run as' }),
+  S({ key: 'sandboxMemoryMb', flag: '--sandbox-memory-mb', env: 'ATELIER_SANDBOX_MEMORY_MB', kind: 'int', def: 2048, rule: 'an integer from 64 to 1048576', check: ((v: number) => v >= 64 && v <= 1048576) as never, help: 'Memory limit of one workspace (swap included), MiB' }),
+  S({ key: 'sandboxPidsMax', flag: '--sandbox-pids-max', env: 'ATELIER_SANDBOX_PIDS_MAX', kind: 'int', def: 512, rule: 'an integer from 16 to 1000000', check: ((v: number) => v >= 16 && v <= 1000000) as never, help: 'Process and thread limit of one workspace' }),
+  S({ key: 'sandboxCpuPercent', flag: '--sandbox-cpu-percent', env: 'ATELIER_SANDBOX_CPU_PERCENT', kind: 'int', def: 100, rule: 'an integer from 10 to 6400 (100 = one core)', check: ((v: number) => v >= 10 && v <= 6400) as never, help: 'CPU quota of one workspace, percent of one core' }),
+  S({ key: 'sandboxCpus', flag: '--sandbox-cpus', env: 'ATELIER_SANDBOX_CPUS', kind: 'string', def: '', rule: 'a cpuset list such as 0 or 0-1 or 0,2', check: ((v: string) => v === '' || /^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(v)) as never, help: 'CPUs a workspace may use (cpuset; empty = all)' }),
+  S({ key: 'sandboxDiskMb', flag: '--sandbox-disk-mb', env: 'ATELIER_SANDBOX_DISK_MB', kind: 'int', def: 10240, rule: 'an integer from 0 to 16777216 (0 = no separate filesystem, no disk limit)', check: ((v: number) => v === 0 || (v >= 64 && v <= 16777216)) as never, help: 'Disk limit of one workspace (its own filesystem), MiB' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
 ];
+
+/** Structured sections of the config file, read by their services (e.g. repositories by services/repos.ts). */
+export const CONFIG_SECTIONS = ['repositories', 'egress'];
 
 export interface Config {
   host: string;
@@ -56,8 +65,16 @@ export interface Config {
   idleLeaseSeconds: number;
   maxWorkspaceLifetimeSeconds: number;
   shutdownGraceMs: number;
-  /** Where the values came from, for `doctor` and the start-up banner. */
+  sandboxUid: number;
+  sandboxMemoryMb: number;
+  sandboxPidsMax: number;
+  sandboxCpuPercent: number;
+  sandboxCpus: string;
+  sandboxDiskMb: number;
+  /** The config file that was read, or null when there was none. */
   configFile: string | null;
+  /** Where the config file is (or would be): the CLI edits it, services re-read it. */
+  configPath: string;
 }
 
 export function defaultDataDir(): string {
@@ -136,6 +153,10 @@ export function loadConfig(argv: string[] = [], env: NodeJS.ProcessEnv = process
     }
     if (typeof fileValues !== 'object' || fileValues === null || Array.isArray(fileValues))
       throw new ConfigError(`config file ${configFile} must hold a JSON object`);
+    for (const k of Object.keys(fileValues)) {
+      if (!SETTINGS.some((s) => s.key === k) && !CONFIG_SECTIONS.includes(k))
+        throw new ConfigError(`config file ${configFile}: unknown key "${k}" (known: ${[...SETTINGS.map((s) => s.key), ...CONFIG_SECTIONS].join(', ')})`);
+    }
   } else if (flags['--config'] !== undefined || env.ATELIER_CONFIG !== undefined) {
     throw new ConfigError(`config file ${configFile} (--config / ATELIER_CONFIG) does not exist`);
   }
@@ -148,6 +169,7 @@ export function loadConfig(argv: string[] = [], env: NodeJS.ProcessEnv = process
   }
   cfg.dataDir = dataDir;
   cfg.configFile = usedFile;
+  cfg.configPath = configFile;
   const c = cfg as unknown as Config;
   if (!isLoopback(c.host) && !c.publicOrigin) {
     throw new ConfigError(

@@ -197,7 +197,8 @@ export class ToolRegistry {
       const result = key ? await this.withIdempotency(app, name, key, args, () => c.def.run!(args!, ctx)) : await c.def.run(args, ctx);
       if (!readOnly) this.audit(app, cc, name, args, 'ok');
       app.log.debug({ tool: name, ms: Date.now() - started }, 'tool call');
-      return okResult(result);
+      // Secret values never leave in a result, whatever the tool.
+      return okResult(app.environments.redact(result));
     } catch (err) {
       const body = toErrorBody(err);
       if (!(err instanceof ServiceError)) app.log.error({ tool: name, err }, 'tool handler failed');
@@ -205,7 +206,7 @@ export class ToolRegistry {
       if (!readOnly || body.code === 'PERMISSION_DENIED' || body.code === 'OWNER_APPROVAL_REQUIRED') {
         this.audit(app, cc, name, args ?? {}, body.code === 'INTERNAL' ? 'failed' : 'refused', `${body.code}: ${body.message}`);
       }
-      return errorResult(body);
+      return errorResult(app.environments.redact(body));
     }
   }
 

@@ -5,6 +5,8 @@
  *   core/idempotency idempotency
  *   core/audit      audit_log
  *   core/principals principal_state
+ *   services/environments environments, env_entries
+ *   services/workspaces   workspaces
  */
 export interface Migration {
   version: number;
@@ -75,6 +77,52 @@ export const MIGRATIONS: Migration[] = [
         active_workspace_id TEXT,
         updated_at TEXT NOT NULL
       );
+    `,
+  },
+  {
+    version: 2,
+    name: 'environments and workspaces',
+    sql: `
+      CREATE TABLE environments (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        description TEXT NOT NULL DEFAULT '',
+        created_at TEXT NOT NULL
+      );
+      CREATE TABLE env_entries (
+        scope TEXT NOT NULL,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('variable', 'secret')),
+        value TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (scope, name)
+      );
+      CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        owner_id TEXT NOT NULL,
+        repository_url TEXT NOT NULL,
+        ref TEXT,
+        branch TEXT,
+        head_oid TEXT,
+        fetch_depth INTEGER,
+        shallow_since TEXT,
+        network_profile TEXT NOT NULL,
+        environment_id TEXT,
+        env_injected INTEGER NOT NULL DEFAULT 0,
+        options_json TEXT NOT NULL DEFAULT '{}',
+        state TEXT NOT NULL,
+        state_reason TEXT,
+        created_at TEXT NOT NULL,
+        last_activity_at TEXT NOT NULL,
+        lease_expires_at TEXT NOT NULL,
+        hard_expires_at TEXT NOT NULL,
+        closed_at TEXT,
+        sandbox_json TEXT
+      );
+      CREATE INDEX workspaces_state ON workspaces(state, lease_expires_at);
+      CREATE INDEX workspaces_created ON workspaces(created_at);
     `,
   },
 ];

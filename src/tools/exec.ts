@@ -1,5 +1,6 @@
 /** Spec section "Commands and shells" (8 tools). */
 import { defineTool } from './define.js';
+import { ServiceError } from '../core/errors.js';
 import { CUR, IDEM, OPID, PATH, SHID, WSID, int, str, z } from './types.js';
 
 const domain = 'Commands and shells';
@@ -20,6 +21,19 @@ export const execRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
+  run: async (a, ctx) => {
+    if (a.privileged)
+      throw new ServiceError('NOT_IMPLEMENTED', 'exec_run: privileged commands need the approval flow, which is not built yet (#5 commands); run without privileged', { field: 'privileged', tracking: '#5 commands' });
+    if (a.async)
+      throw new ServiceError('NOT_IMPLEMENTED', 'exec_run: async runs need operations, which are not built yet (#5 commands); run with async false', { field: 'async', tracking: '#5 commands' });
+    const r = await ctx.app.workspaces.exec(
+      ctx.workspaceId(a.workspaceId),
+      { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes },
+      undefined,
+      ctx.signal,
+    );
+    return { ...r };
+  },
   description:
     'Run one non-interactive shell command in the workspace as the non-root user and return its exit code and bounded output (time limit up to 300000 ms). ' +
     'Set async for long commands (then poll the returned operation); use tasks_run for runs longer than 5 minutes or with dependencies, and shell_open for interactive programs. ' +

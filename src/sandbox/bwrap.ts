@@ -1,0 +1,981 @@
+/**
+ * The bubblewrap executor: the embedded default driver for sandboxes on one Linux host.
+ *
+ * How a sandbox is started (the runner is root):
+ *
+ *   runner ─spawn(detached)→ /bin/sh launcher (root)
+ *     writes its own pid into the sandbox's cgroup.procs files (every v1 hierarchy), sets
+ *     oom_score_adj and RLIMIT_CORE=0, then
+ *   exec setpriv --reuid/--regid=<sandbox uid> --clear-groups --no-new-privs --inh-caps=-all
+ *   [exec /bin/sh keeper]          long-lived sandboxes only: bwrap's parent, so the sandbox
+ *                                  survives a runner restart yet still dies with its keeper
+ *   bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session --clearenv
+ *         --uid 1000 --gid 1000 ... -- node /opt/atelier/daemon/main.js   (or the ephemeral command)
+ *
+ * So every process of the sandbox is born inside its cgroups, privileges are dropped before
+ * bubblewrap runs (bubblewrap itself is unprivileged and relies on user namespaces), and the
+ * runner never enters a sandbox cgroup.
+ *
+ * Filesystem inside: /usr read-only plus the merged-usr links (/bin, /lib, /lib64, /sbin), a
+ * generated /etc (passwd, group, hosts, hostname, nsswitch.conf) with a few read-only host files
+ * that toolchains need (certificates, ld.so cache, alternatives, time zone...), /proc, /dev,
+ * /workspace = rootDir/repo, /home/user = rootDir/home, /tmp = rootDir/tmp (all read-write),
+ * /opt/atelier (daemon code and its env file, read-only), /run/atelier (the daemon socket's
+ * directory) and /run/egress (read-only; holds proxy.sock with a proxy). The root itself is
+ * remounted read-only. Never bound: the host's /, /run, /root, /home, /var, /tmp or the
+ * service's data directory.
+ *
+ * Network: always a fresh network namespace with only loopback. With a proxy the daemon runs a
+ * bridge on 127.0.0.1:3128 to /run/egress/proxy.sock (the host proxy socket, hard-linked into a
+ * per-sandbox directory so a restarted runner can attach its new proxy; see attachProxy) and the
+ * usual proxy variables point at the bridge.
+ *
+ * Exec timeouts: the daemon holds each exec before it runs the command; the runner moves the
+ * held process into a per-exec freezer cgroup (cgroups.ts) and releases it. On timeout or cancel
+ * the daemon kills the process group and attached descendants, and the runner then kills whatever
+ * is left in the exec's cgroup, which includes processes that used setsid and were re-parented.
+ */
+import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, lstatSync, readFileSync, readlinkSync } from 'node:fs';
+import { chown, link as fsLink, mkdir, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { ServiceError } from '../core/errors.js';
+import { CgroupManager, type SandboxCgroup } from './cgroups.js';
+import { DaemonClient } from './client.js';
+import { HeadTailCapture } from './daemon/output.js';
+import { DAEMON_VERSION, type ExecParams, type ExecResult, type ExecStarted } from './daemon/protocol.js';
+import type {
+  EphemeralBind,
+  EphemeralSpec,
+  ExecRequest,
+  Executor,
+  SandboxHandle,
+  SandboxLimits,
+  SandboxNetwork,
+  SandboxSpec,
+  SandboxStats,
+} from './executor.js';
+import { assertTraversable, prepareRootDir, type SandboxIds } from './rootdir.js';
+
+export { removeSandboxRoot } from './rootdir.js';
+
+export interface BwrapExecutorOptions {
+  /** Host directory for per-sandbox sockets and runtime files; keep it short (socket paths < 108 bytes). */
+  runDir?: string;
+  /** Compiled daemon directory (holding main.js) bound at /opt/atelier/daemon; default: ./daemon next to this module. */
+  daemonDir?: string;
+  /** Host uid/gid every sandbox runs as (default 64000:64000). */
+  uid?: number;
+  gid?: number;
+  /** Parent cgroup path inside each v1 hierarchy; default "<runner's own cgroup>/atelier". */
+  cgroupParent?: string;
+  /** Development only: run without cgroups (no limits, stop() kills through the keeper, no stats). */
+  allowNoCgroups?: boolean;
+  bwrapPath?: string;
+  setprivPath?: string;
+  /** Node used inside the sandbox for the daemon; must live under a read-only bound directory (/usr). */
+  nodePath?: string;
+  /** Host /etc entries bound read-only when present (replaces the default list). */
+  etcFiles?: string[];
+  /** Extra read-only binds for every sandbox, e.g. an operator's toolchain directory. */
+  extraRoBinds?: { source: string; target: string }[];
+  /** How long create() waits for the daemon's first ping (default 15000 ms). */
+  startTimeoutMs?: number;
+}
+
+/** Inside every sandbox. */
+export const SANDBOX_USER = { name: 'user', uid: 1000, gid: 1000, home: '/home/user' } as const;
+const HOSTNAME = 'workspace';
+const IN_SOCKET_DIR = '/run/atelier';
+const IN_SOCKET = `${IN_SOCKET_DIR}/d.sock`;
+const IN_PROXY_SOCKET = '/run/egress/proxy.sock';
+const PROXY_PORT = 3128;
+const PROXY_URL = `http://127.0.0.1:${PROXY_PORT}`;
+const IN_OPT = '/opt/atelier';
+const SOCKET_PATH_MAX = 107;
+
+const DEFAULT_ETC_FILES = [
+  'alternatives', 'ssl', 'ca-certificates', 'ca-certificates.conf', 'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d',
+  'localtime', 'timezone', 'mime.types', 'protocols', 'services', 'bash.bashrc', 'profile', 'inputrc',
+  'gai.conf', 'host.conf', 'os-release', 'debian_version', 'magic', 'magic.mime', 'perl', 'python3',
+  'java-17-openjdk',
+];
+/** Top-level host entries mirrored from /usr (symlinks on merged-usr systems). */
+const USR_TOPS = ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32'];
+
+const PROXY_ENV: Record<string, string> = {
+  HTTP_PROXY: PROXY_URL,
+  HTTPS_PROXY: PROXY_URL,
+  http_proxy: PROXY_URL,
+  https_proxy: PROXY_URL,
+  npm_config_proxy: PROXY_URL,
+  npm_config_https_proxy: PROXY_URL,
+  YARN_HTTP_PROXY: PROXY_URL,
+  YARN_HTTPS_PROXY: PROXY_URL,
+  NO_PROXY: 'localhost,127.0.0.1,::1',
+  no_proxy: 'localhost,127.0.0.1,::1',
+};
+
+/**
+ * Runs as root: joins the cgroups named in its arguments, then execs the rest.
+ * Arguments: <oom_score_adj or -> <n> <n cgroup.procs files> <command...>
+ */
+const LAUNCH_SCRIPT = `oom=$1; n=$2; shift 2
+while [ "$n" -gt 0 ]; do
+  echo $$ > "$1" || { echo "atelier: cannot join cgroup $1" >&2; exit 121; }
+  shift; n=$((n - 1))
+done
+[ "$oom" = - ] || echo "$oom" 2>/dev/null > /proc/self/oom_score_adj || true
+ulimit -c 0
+exec "$@"`;
+/** Keeps running as bwrap's parent (not exec'd away: a command follows). */
+const KEEPER_SCRIPT = '"$@"; exit $?';
+/**
+ * Keeps the daemon out of the OOM killer's way (best effort: lowering it needs CAP_SYS_RESOURCE).
+ * The daemon resets it to 0 for every exec.
+ */
+const DAEMON_OOM_SCORE_ADJ = -900;
+
+interface RunPaths {
+  dir: string;
+  state: string;
+  log: string;
+  etc: string;
+  opt: string;
+  egress: string;
+  sockDir: string;
+  socket: string;
+}
+
+/** How the egress proxy socket reaches the sandbox (see attachProxy). */
+type ProxyState = { mode: 'link'; source: string } | { mode: 'bind'; source: string; dev: number; ino: number };
+
+/** <runDir>/<key>/state.json, written when a sandbox has started; read by recover(). */
+interface RunState {
+  id: string;
+  pid: number;
+  startedAt: string;
+  proxy: ProxyState | null;
+}
+
+interface Mount {
+  source: string;
+  target: string;
+  readOnly: boolean;
+}
+
+export class BwrapExecutor implements Executor {
+  private readonly runDir: string;
+  private readonly daemonDir: string;
+  private readonly ids: SandboxIds;
+  private readonly bwrapPath: string;
+  private readonly setprivPath: string;
+  private readonly nodePath: string;
+  private readonly etcFiles: string[];
+  private readonly extraRoBinds: { source: string; target: string }[];
+  private readonly startTimeoutMs: number;
+  private readonly allowNoCgroups: boolean;
+  private readonly cgroupParent: string | undefined;
+  private cgroupManager: CgroupManager | null | undefined;
+  private readonly specs = new Map<string, SandboxSpec>();
+  private readonly clients = new Map<string, DaemonClient>();
+
+  constructor(opts: BwrapExecutorOptions = {}) {
+    this.runDir = path.resolve(opts.runDir ?? '/run/atelier');
+    this.daemonDir = path.resolve(opts.daemonDir ?? fileURLToPath(new URL('./daemon/', import.meta.url)));
+    this.ids = { uid: opts.uid ?? 64000, gid: opts.gid ?? 64000 };
+    if (this.ids.uid === 0 || this.ids.gid === 0) throw new ServiceError('INVALID_ARGUMENT', 'the sandbox uid/gid must not be 0');
+    this.bwrapPath = opts.bwrapPath ?? '/usr/bin/bwrap';
+    this.setprivPath = opts.setprivPath ?? '/usr/bin/setpriv';
+    this.nodePath = opts.nodePath ?? '/usr/bin/node';
+    this.etcFiles = opts.etcFiles ?? DEFAULT_ETC_FILES;
+    this.extraRoBinds = opts.extraRoBinds ?? [];
+    this.startTimeoutMs = opts.startTimeoutMs ?? 15_000;
+    this.allowNoCgroups = opts.allowNoCgroups ?? false;
+    this.cgroupParent = opts.cgroupParent;
+  }
+
+  async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    validateSpec(spec);
+    if (this.specs.has(spec.id)) {
+      throw new ServiceError('CONFLICT', 'sandbox is already running; stop it first', { id: spec.id });
+    }
+    const handle = await this.start(spec);
+    this.specs.set(spec.id, spec);
+    return handle;
+  }
+
+  request<T>(
+    h: SandboxHandle,
+    method: string,
+    params: unknown,
+    opts: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void } = {},
+  ): Promise<T> {
+    if (method === 'exec' || method === 'release') throw new ServiceError('INVALID_ARGUMENT', `use exec() for ${method}: it places the command in its cgroup`);
+    return this.client(h).request<T>(method, params, opts);
+  }
+
+  async exec(
+    h: SandboxHandle,
+    req: ExecRequest,
+    onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void,
+    signal?: AbortSignal,
+  ): Promise<ExecResult> {
+    const client = this.client(h);
+    const cg = this.existingCgroup(h.id);
+    const params: ExecParams = {
+      argv: req.argv,
+      command: req.command,
+      cwd: req.cwd,
+      env: req.env,
+      stdin: req.stdin === undefined ? undefined : Buffer.from(req.stdin).toString('base64'),
+      timeoutMs: req.timeoutMs,
+      maxOutputBytes: req.maxOutputBytes,
+      killGraceMs: req.killGraceMs,
+      stream: onOutput !== undefined,
+      hold: cg !== undefined,
+    };
+    let execGroup: string | undefined;
+    let placement: Promise<void> | undefined;
+    let placementError: unknown;
+    const onEvent = (event: string, data: unknown): void => {
+      if ((event === 'stdout' || event === 'stderr') && typeof data === 'string') {
+        onOutput?.(event, Buffer.from(data, 'base64'));
+      } else if (event === 'started' && cg) {
+        const { execId, pid } = data as ExecStarted;
+        placement = (async () => {
+          try {
+            execGroup = await cg.attachExec(execId, pid);
+            await client.request('release', { execId });
+          } catch (err) {
+            placementError = err;
+            await client.request('kill', { execId }).catch(() => undefined);
+          }
+        })();
+      }
+    };
+    // The daemon enforces timeoutMs; this only guards against a daemon that stopped answering.
+    const safetyMs = (req.timeoutMs ?? 60_000) + (req.killGraceMs ?? 0) + 30_000;
+    let result: ExecResult | undefined;
+    try {
+      result = await client.request<ExecResult>('exec', params, { onEvent, signal, timeoutMs: safetyMs });
+    } finally {
+      await placement;
+      if (cg && execGroup) {
+        // Background processes of a command that finished normally may keep running (dev servers);
+        // after a timeout, a cancel or a failure, everything the exec started goes.
+        if (!result || result.timedOut || result.cancelled || placementError) await cg.killExec(execGroup);
+        await cg.removeIdleExecGroups();
+      }
+    }
+    if (placementError) throw placementError;
+    return result;
+  }
+
+  async stop(h: SandboxHandle): Promise<void> {
+    this.clients.get(h.id)?.close();
+    this.clients.delete(h.id);
+    this.specs.delete(h.id);
+    const p = this.paths(h.id);
+    const cg = this.existingCgroup(h.id);
+    if (cg) await cg.killAll();
+    else await killKeeper(h.pid);
+    await rm(p.socket, { force: true });
+    await rm(p.state, { force: true });
+  }
+
+  async destroy(h: SandboxHandle): Promise<void> {
+    await this.stop(h);
+    await this.existingCgroup(h.id)?.remove();
+    await rm(this.paths(h.id).dir, { recursive: true, force: true });
+  }
+
+  async recover(spec: SandboxSpec): Promise<SandboxHandle | null> {
+    validateSpec(spec);
+    const p = this.paths(spec.id);
+    let state: RunState;
+    try {
+      state = JSON.parse(await readFile(p.state, 'utf8')) as RunState;
+    } catch {
+      return null;
+    }
+    if (!this.existingCgroup(spec.id) && !this.allowNoCgroups) return null;
+    const client = new DaemonClient(p.socket, { connectTimeoutMs: 1_000 });
+    try {
+      const pong = await client.ping(2_000);
+      if (pong.version !== DAEMON_VERSION) throw new Error('daemon version differs');
+      // The egress proxy lives in the runner, so after a restart its socket is a new file.
+      if (!(await this.reattachProxy(p, state, spec.network))) throw new Error('egress proxy cannot be reattached');
+    } catch {
+      client.close();
+      return null;
+    }
+    this.clients.get(spec.id)?.close();
+    this.clients.set(spec.id, client);
+    this.specs.set(spec.id, spec);
+    return { id: spec.id, socketPath: p.socket, pid: state.pid };
+  }
+
+  async stats(h: SandboxHandle): Promise<SandboxStats> {
+    const cg = this.existingCgroup(h.id);
+    if (!cg) throw new ServiceError('FAILED_PRECONDITION', 'sandbox statistics need cgroups', { id: h.id });
+    return cg.stats();
+  }
+
+  /**
+   * Bind mounts are fixed when a sandbox starts, so a different policy restarts it: every process
+   * is killed, files are kept, the socket path stays the same and `h.pid` is updated in place.
+   * The same policy again is a no-op.
+   */
+  async setNetworkPolicy(h: SandboxHandle, network: SandboxNetwork): Promise<void> {
+    const spec = this.specs.get(h.id);
+    if (!spec) throw new ServiceError('FAILED_PRECONDITION', 'sandbox is not known to this executor; recover it first', { id: h.id });
+    if (sameNetwork(spec.network, network)) return;
+    const next = { ...spec, network };
+    validateSpec(next);
+    await this.stop(h);
+    const fresh = await this.start(next);
+    this.specs.set(h.id, next);
+    h.pid = fresh.pid;
+  }
+
+  async runEphemeral(spec: EphemeralSpec): Promise<ExecResult> {
+    const id = spec.id ?? `eph-${randomBytes(8).toString('hex')}`;
+    validateId(id);
+    validateLimits(spec.limits);
+    validateNetwork(spec.network);
+    if ((spec.argv === undefined) === (spec.command === undefined)) {
+      throw new ServiceError('INVALID_ARGUMENT', 'exactly one of argv and command is required');
+    }
+    if (spec.argv !== undefined && spec.argv.length === 0) throw new ServiceError('INVALID_ARGUMENT', 'argv must not be empty');
+    const binds = spec.binds.map(validateBind);
+    for (const b of binds) await assertTraversable(b.source, this.ids);
+    const proxy = spec.network === 'none' ? undefined : spec.network.proxySocket;
+    if (proxy) await this.checkProxySocket(proxy);
+
+    const p = this.paths(id);
+    const cg = await this.sandboxCgroup(id, spec.limits);
+    const started = Date.now();
+    try {
+      const env = commandEnv(spec.env, spec.network);
+      await this.prepareRunDir(p, env);
+      const mounts: Mount[] = binds.map((b) => ({ source: b.source, target: b.target, readOnly: b.readOnly ?? false }));
+      mounts.push(...this.optMounts(p));
+      if (proxy) mounts.push({ source: proxy, target: IN_PROXY_SOCKET, readOnly: true });
+      const bound = new Set(binds.map((b) => b.target));
+      const argv = spec.argv ?? ['/bin/bash', '-c', spec.command!];
+      // With a proxy a small node wrapper runs the bridge next to the command.
+      const command = proxy
+        ? [this.nodePath, `${IN_OPT}/daemon/run.js`, '--env-file', `${IN_OPT}/env.json`, '--egress-socket', IN_PROXY_SOCKET,
+            '--egress-port', String(PROXY_PORT), '--', ...argv]
+        : argv;
+      const args = this.bwrapArgs({
+        mounts,
+        tmpfs: ['/tmp', SANDBOX_USER.home].filter((t) => !bound.has(t)),
+        etcDir: p.etc,
+        env: proxy ? daemonEnv() : env,
+        cwd: spec.cwd ?? '/',
+      });
+      const child = this.launch(cg, undefined, false, [...args, '--', ...command], ['pipe', 'pipe', 'pipe']);
+      return await collect(child, spec, started, async () => {
+        if (cg) await cg.killAll();
+        else killGroup(child.pid);
+      });
+    } finally {
+      if (cg) {
+        await cg.killAll();
+        await cg.remove();
+      }
+      await rm(p.dir, { recursive: true, force: true });
+    }
+  }
+
+  // ---- internals ----
+
+  private async start(spec: SandboxSpec): Promise<SandboxHandle> {
+    const p = this.paths(spec.id);
+    await this.checkDaemon();
+    const proxy = spec.network === 'none' ? undefined : spec.network.proxySocket;
+    if (proxy) await this.checkProxySocket(proxy);
+    // Leftover processes are killed first: nothing of the sandbox may run while root walks its tree.
+    const cg = await this.sandboxCgroup(spec.id, spec.limits);
+    let pid: number | undefined;
+    try {
+      await prepareRootDir(spec.rootDir, this.ids);
+      await assertTraversable(path.join(spec.rootDir, 'repo'), this.ids);
+      await this.prepareRunDir(p, commandEnv(spec.env, spec.network));
+      await mkdir(p.sockDir, { mode: 0o700 });
+      await chown(p.sockDir, this.ids.uid, this.ids.gid);
+      await mkdir(p.egress, { mode: 0o755 });
+      const proxyState = proxy ? await this.attachProxy(p, proxy) : null;
+      const mounts: Mount[] = [
+        { source: path.join(spec.rootDir, 'repo'), target: '/workspace', readOnly: false },
+        { source: path.join(spec.rootDir, 'home'), target: SANDBOX_USER.home, readOnly: false },
+        { source: path.join(spec.rootDir, 'tmp'), target: '/tmp', readOnly: false },
+        { source: p.sockDir, target: IN_SOCKET_DIR, readOnly: false },
+        { source: p.egress, target: path.dirname(IN_PROXY_SOCKET), readOnly: true },
+        ...this.optMounts(p),
+      ];
+      if (proxyState?.mode === 'bind') mounts.push({ source: proxy!, target: IN_PROXY_SOCKET, readOnly: true });
+      const args = this.bwrapArgs({ mounts, tmpfs: [], etcDir: p.etc, env: daemonEnv(), cwd: '/workspace' });
+      const daemon = [
+        this.nodePath, '--max-old-space-size=96', '--v8-pool-size=2', `${IN_OPT}/daemon/main.js`,
+        '--socket', IN_SOCKET, '--workspace', '/workspace', '--env-file', `${IN_OPT}/env.json`,
+        ...(proxy ? ['--egress-socket', IN_PROXY_SOCKET, '--egress-port', String(PROXY_PORT)] : []),
+      ];
+      const log = await open(p.log, 'a', 0o600);
+      let child: ChildProcess;
+      try {
+        child = this.launch(cg, DAEMON_OOM_SCORE_ADJ, true, [...args, '--', ...daemon], ['ignore', log.fd, log.fd]);
+      } finally {
+        await log.close();
+      }
+      // The sandbox outlives the runner (recover() reattaches), so the runner does not wait for it.
+      child.unref();
+      pid = child.pid!;
+      const client = await this.waitReady(p, child);
+      this.clients.get(spec.id)?.close();
+      this.clients.set(spec.id, client);
+      const state: RunState = { id: spec.id, pid, startedAt: new Date().toISOString(), proxy: proxyState };
+      await writeFile(p.state, JSON.stringify(state), { mode: 0o600 });
+      return { id: spec.id, socketPath: p.socket, pid };
+    } catch (err) {
+      if (cg) {
+        await cg.killAll();
+        await cg.remove();
+      } else if (pid !== undefined) {
+        await killKeeper(pid);
+      }
+      throw err;
+    }
+  }
+
+  private launch(
+    cg: SandboxCgroup | undefined,
+    oomScoreAdj: number | undefined,
+    keeper: boolean,
+    bwrapArgv: string[],
+    stdio: StdioOptions,
+  ): ChildProcess {
+    const procs = cg?.procsFiles() ?? [];
+    const setpriv = [
+      this.setprivPath, `--reuid=${this.ids.uid}`, `--regid=${this.ids.gid}`, '--clear-groups',
+      '--no-new-privs', '--inh-caps=-all', '--bounding-set=-all', '--',
+    ];
+    const argv = [
+      '-c', LAUNCH_SCRIPT, 'atelier-launch', oomScoreAdj === undefined ? '-' : String(oomScoreAdj), String(procs.length),
+      ...procs, ...setpriv, ...(keeper ? ['/bin/sh', '-c', KEEPER_SCRIPT, 'atelier-keeper'] : []),
+      this.bwrapPath, ...bwrapArgv,
+    ];
+    return spawn('/bin/sh', argv, { detached: true, stdio, env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } });
+  }
+
+  private bwrapArgs(plan: {
+    mounts: Mount[];
+    tmpfs: string[];
+    etcDir: string;
+    env: Record<string, string>;
+    cwd: string;
+  }): string[] {
+    const a = [
+      '--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--clearenv',
+      '--uid', String(SANDBOX_USER.uid), '--gid', String(SANDBOX_USER.gid), '--hostname', HOSTNAME,
+      ...systemArgs(),
+      '--dir', '/etc',
+    ];
+    for (const f of GENERATED_ETC) a.push('--ro-bind', path.join(plan.etcDir, f), `/etc/${f}`);
+    for (const f of this.etcFiles) a.push('--ro-bind-try', `/etc/${f}`, `/etc/${f}`);
+    a.push('--symlink', '../proc/self/mounts', '/etc/mtab');
+    for (const b of this.extraRoBinds) a.push('--ro-bind', b.source, b.target);
+    a.push('--dir', '/var', '--symlink', '../tmp', '/var/tmp');
+    for (const t of plan.tmpfs) a.push('--tmpfs', t);
+    // Parents before children, so a bind below another bind lands on top of it.
+    const mounts = [...plan.mounts].sort((x, y) => depth(x.target) - depth(y.target));
+    for (const m of mounts) a.push(m.readOnly ? '--ro-bind' : '--bind', m.source, m.target);
+    a.push('--remount-ro', '/', '--chdir', plan.cwd);
+    for (const [k, v] of Object.entries(plan.env)) a.push('--setenv', k, v);
+    return a;
+  }
+
+  /** /opt/atelier: the env file (and package.json) of this sandbox, and the daemon code below it. */
+  private optMounts(p: RunPaths): Mount[] {
+    return [
+      { source: p.opt, target: IN_OPT, readOnly: true },
+      { source: this.daemonDir, target: `${IN_OPT}/daemon`, readOnly: true },
+    ];
+  }
+
+  /**
+   * Makes /run/egress/proxy.sock inside the sandbox reach `proxySocket`. The sandbox sees the
+   * directory p.egress, so a hard link placed there now (or again after a runner restart, when
+   * the proxy listens on a new socket file) is what the bridge connects to. Across filesystems
+   * no link is possible and the socket file itself is bound, which pins that very socket.
+   */
+  private async attachProxy(p: RunPaths, proxySocket: string): Promise<ProxyState> {
+    const link = path.join(p.egress, 'proxy.sock');
+    await rm(link, { force: true });
+    try {
+      await fsLink(proxySocket, link);
+      return { mode: 'link', source: proxySocket };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+      // An empty file as the mount point for the socket bind.
+      await writeFile(link, '', { mode: 0o644 });
+      const st = await stat(proxySocket);
+      return { mode: 'bind', source: proxySocket, dev: st.dev, ino: st.ino };
+    }
+  }
+
+  /** recover(): true when the sandbox's egress matches `network` (re-linking the proxy socket if needed). */
+  private async reattachProxy(p: RunPaths, state: RunState, network: SandboxNetwork): Promise<boolean> {
+    if (network === 'none' || state.proxy === null) return network === 'none' && state.proxy === null;
+    if (state.proxy.source !== network.proxySocket) return false;
+    await this.checkProxySocket(network.proxySocket);
+    if (state.proxy.mode === 'link') {
+      await this.attachProxy(p, network.proxySocket);
+      return true;
+    }
+    const st = await stat(network.proxySocket);
+    return st.dev === state.proxy.dev && st.ino === state.proxy.ino;
+  }
+
+  /** Fresh per-sandbox runtime directory with the generated /etc and /opt/atelier (env file). */
+  private async prepareRunDir(p: RunPaths, env: Record<string, string>): Promise<void> {
+    await mkdir(this.runDir, { recursive: true, mode: 0o711 });
+    await rm(p.dir, { recursive: true, force: true });
+    await mkdir(p.dir, { mode: 0o711 });
+    await mkdir(p.etc, { mode: 0o755 });
+    for (const [name, content] of Object.entries(etcContent())) {
+      await writeFile(path.join(p.etc, name), content, { mode: 0o644 });
+    }
+    await mkdir(p.opt, { mode: 0o755 });
+    await mkdir(path.join(p.opt, 'daemon'), { mode: 0o755 }); // mount point for the daemon code
+    // Without it node would load the ES modules of /opt/atelier/daemon as CommonJS.
+    await writeFile(path.join(p.opt, 'package.json'), '{"type":"module"}\n', { mode: 0o644 });
+    const envFile = path.join(p.opt, 'env.json');
+    await writeFile(envFile, JSON.stringify(env), { mode: 0o400 });
+    await chown(envFile, this.ids.uid, this.ids.gid);
+    await assertTraversable(p.etc, this.ids);
+    if (p.socket.length > SOCKET_PATH_MAX) {
+      throw new ServiceError('FAILED_PRECONDITION', `socket path too long for a Unix socket; use a shorter runDir: ${p.socket}`);
+    }
+  }
+
+  private async waitReady(p: RunPaths, child: ChildProcess): Promise<DaemonClient> {
+    let exited: string | undefined;
+    child.once('exit', (code, sig) => {
+      exited = sig ?? `exit ${code}`;
+    });
+    const client = new DaemonClient(p.socket, { connectTimeoutMs: 1_000 });
+    const deadline = Date.now() + this.startTimeoutMs;
+    for (;;) {
+      if (exited !== undefined) {
+        throw new ServiceError('FAILED_PRECONDITION', `sandbox ended during start-up (${exited})`, { log: await tail(p.log) });
+      }
+      try {
+        const pong = await client.ping(1_000);
+        if (pong.version !== DAEMON_VERSION) {
+          throw new ServiceError('FAILED_PRECONDITION', `sandbox daemon version ${pong.version}, expected ${DAEMON_VERSION}`);
+        }
+        return client;
+      } catch (err) {
+        if (err instanceof ServiceError && err.code === 'FAILED_PRECONDITION') throw err;
+      }
+      if (Date.now() > deadline) {
+        client.close();
+        throw new ServiceError('UNAVAILABLE', `sandbox daemon did not answer within ${this.startTimeoutMs} ms`, {
+          log: await tail(p.log),
+        });
+      }
+      await sleep(25);
+    }
+  }
+
+  /** Creates the sandbox's cgroups after killing whatever an unrecovered earlier run left there. */
+  private async sandboxCgroup(id: string, limits: SandboxLimits): Promise<SandboxCgroup | undefined> {
+    const mgr = this.cgroups();
+    if (!mgr) return undefined;
+    const group = mgr.group(id);
+    try {
+      if (group.exists()) await group.killAll();
+      return await mgr.create(id, limits);
+    } catch (err) {
+      await group.remove().catch(() => undefined);
+      if (this.allowNoCgroups) return undefined;
+      throw cgroupError(err);
+    }
+  }
+
+  private existingCgroup(id: string): SandboxCgroup | undefined {
+    const group = this.cgroups()?.group(id);
+    return group?.exists() ? group : undefined;
+  }
+
+  private cgroups(): CgroupManager | undefined {
+    if (this.cgroupManager === undefined) {
+      try {
+        this.cgroupManager = CgroupManager.discover(this.cgroupParent);
+      } catch (err) {
+        if (!this.allowNoCgroups) throw cgroupError(err);
+        this.cgroupManager = null;
+      }
+    }
+    return this.cgroupManager ?? undefined;
+  }
+
+  private client(h: SandboxHandle): DaemonClient {
+    let client = this.clients.get(h.id);
+    if (!client) {
+      client = new DaemonClient(h.socketPath);
+      this.clients.set(h.id, client);
+    }
+    return client;
+  }
+
+  private paths(id: string): RunPaths {
+    // A hash keeps the socket path short whatever the id's length.
+    const dir = path.join(this.runDir, createHash('sha256').update(id).digest('hex').slice(0, 16));
+    return {
+      dir,
+      state: path.join(dir, 'state.json'),
+      log: path.join(dir, 'daemon.log'),
+      etc: path.join(dir, 'etc'),
+      opt: path.join(dir, 'opt'),
+      egress: path.join(dir, 'egress'),
+      sockDir: path.join(dir, 's'),
+      socket: path.join(dir, 's', 'd.sock'),
+    };
+  }
+
+  private async checkDaemon(): Promise<void> {
+    const main = path.join(this.daemonDir, 'main.js');
+    if (!existsSync(main)) {
+      throw new ServiceError('FAILED_PRECONDITION', `compiled sandbox daemon not found at ${main} (build with npx tsc -p .)`);
+    }
+    await assertTraversable(main, this.ids);
+  }
+
+  private async checkProxySocket(socket: string): Promise<void> {
+    let st;
+    try {
+      st = await stat(socket);
+    } catch {
+      throw new ServiceError('FAILED_PRECONDITION', `egress proxy socket does not exist: ${socket}`);
+    }
+    if (!st.isSocket()) throw new ServiceError('FAILED_PRECONDITION', `egress proxy path is not a socket: ${socket}`);
+    await assertTraversable(socket, this.ids);
+  }
+}
+
+const GENERATED_ETC = ['passwd', 'group', 'hosts', 'hostname', 'nsswitch.conf'] as const;
+
+/** /usr read-only, the host's merged-usr links (or directories) next to it, /proc and /dev. */
+function systemArgs(): string[] {
+  const a = ['--ro-bind', '/usr', '/usr'];
+  for (const top of USR_TOPS) {
+    const host = `/${top}`;
+    let st;
+    try {
+      st = lstatSync(host);
+    } catch {
+      continue;
+    }
+    if (st.isSymbolicLink()) a.push('--symlink', readlinkSync(host), host);
+    else if (st.isDirectory()) a.push('--ro-bind', host, host);
+  }
+  a.push('--proc', '/proc', '--dev', '/dev');
+  return a;
+}
+
+function etcContent(): Record<(typeof GENERATED_ETC)[number], string> {
+  const u = SANDBOX_USER;
+  return {
+    passwd:
+      'root:x:0:0:root:/root:/usr/sbin/nologin\n' +
+      `${u.name}:x:${u.uid}:${u.gid}:Workspace user:${u.home}:/bin/bash\n` +
+      'nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+    group: `root:x:0:\n${u.name}:x:${u.gid}:\nnogroup:x:65534:\n`,
+    hosts: `127.0.0.1\tlocalhost\n127.0.1.1\t${HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n`,
+    hostname: `${HOSTNAME}\n`,
+    'nsswitch.conf': 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n',
+  };
+}
+
+/** The environment commands start from. Proxy variables come last so the spec cannot bypass them by accident. */
+function commandEnv(extra: Record<string, string> | undefined, network: SandboxNetwork): Record<string, string> {
+  const env: Record<string, string> = {
+    PATH: '/usr/local/bin:/usr/bin:/bin',
+    HOME: SANDBOX_USER.home,
+    USER: SANDBOX_USER.name,
+    LOGNAME: SANDBOX_USER.name,
+    SHELL: '/bin/bash',
+    LANG: 'C.UTF-8',
+    TMPDIR: '/tmp',
+    // As under a login shell; bash -c with SHLVL unset and a socket on stdin would source ~/.bashrc.
+    SHLVL: '1',
+  };
+  // Proxy defaults first, so a caller's explicit variable (e.g. NO_PROXY for a one-host git proxy) wins.
+  if (network !== 'none') Object.assign(env, PROXY_ENV);
+  for (const [k, v] of Object.entries(extra ?? {})) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k) || typeof v !== 'string' || v.includes('\0')) {
+      throw new ServiceError('INVALID_ARGUMENT', 'invalid environment variable', { name: k });
+    }
+    env[k] = v;
+  }
+  return env;
+}
+
+/** The daemon's (or the ephemeral wrapper's) own environment: just enough for node. */
+function daemonEnv(): Record<string, string> {
+  return { PATH: '/usr/bin:/bin', HOME: SANDBOX_USER.home, LANG: 'C.UTF-8' };
+}
+
+/** Streams an ephemeral sandbox's output into bounded captures and waits for it to end. */
+function collect(
+  child: ChildProcess,
+  spec: EphemeralSpec,
+  started: number,
+  kill: () => Promise<void>,
+): Promise<ExecResult> {
+  const maxOutput = spec.maxOutputBytes ?? 262_144;
+  const out = { stdout: new HeadTailCapture(maxOutput), stderr: new HeadTailCapture(maxOutput) };
+  let timedOut = false;
+  let cancelled = false;
+  return new Promise<ExecResult>((resolve, reject) => {
+    const stop = (): void => {
+      kill().catch(() => undefined);
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      stop();
+    }, spec.timeoutMs ?? 60_000);
+    const onAbort = (): void => {
+      cancelled = true;
+      stop();
+    };
+    spec.signal?.addEventListener('abort', onAbort);
+    if (spec.signal?.aborted) onAbort();
+    for (const name of ['stdout', 'stderr'] as const) {
+      child[name]!.on('data', (chunk: Buffer) => {
+        out[name].push(chunk);
+        spec.onOutput?.(name, chunk);
+      });
+    }
+    child.stdin!.on('error', () => undefined);
+    if (spec.stdin !== undefined) child.stdin!.write(spec.stdin);
+    child.stdin!.end();
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(new ServiceError('INTERNAL', `cannot start the sandbox: ${err.message}`));
+    });
+    child.on('close', (code, sig) => {
+      clearTimeout(timer);
+      spec.signal?.removeEventListener('abort', onAbort);
+      resolve({
+        exitCode: code,
+        signal: sig,
+        timedOut,
+        cancelled,
+        stdout: out.stdout.text(),
+        stderr: out.stderr.text(),
+        stdoutBytes: out.stdout.totalBytes,
+        stderrBytes: out.stderr.totalBytes,
+        stdoutTruncated: out.stdout.truncated,
+        stderrTruncated: out.stderr.truncated,
+        durationMs: Date.now() - started,
+      });
+    });
+  });
+}
+
+/** Kills a keeper we started (no-cgroup mode): its death takes the whole sandbox down. */
+async function killKeeper(pid: number): Promise<void> {
+  let cmdline: string;
+  try {
+    cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return;
+  }
+  // Never signal a recycled pid that is not ours.
+  if (!cmdline.split('\0').includes('atelier-keeper')) return;
+  killGroup(pid);
+  for (let i = 0; i < 200 && isAlive(pid); i++) await sleep(10);
+}
+
+function killGroup(pid: number | undefined): void {
+  if (pid === undefined) return;
+  for (const target of [-pid, pid]) {
+    try {
+      process.kill(target, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+async function tail(file: string, bytes = 2048): Promise<string> {
+  try {
+    const text = await readFile(file, 'utf8');
+    return text.slice(-bytes);
+  } catch {
+    return '';
+  }
+}
+
+function depth(p: string): number {
+  return p.split('/').filter(Boolean).length;
+}
+
+function sameNetwork(a: SandboxNetwork, b: SandboxNetwork): boolean {
+  if (a === 'none' || b === 'none') return a === b;
+  return a.proxySocket === b.proxySocket;
+}
+
+function cgroupError(err: unknown): ServiceError {
+  const message = err instanceof Error ? err.message : String(err);
+  return new ServiceError(
+    'FAILED_PRECONDITION',
+    `cannot set up sandbox cgroups: ${message} (the runner must be root with cgroup v1 memory, pids, cpu, cpuacct, cpuset and freezer mounted; allowNoCgroups exists for development only)`,
+  );
+}
+
+function validateId(id: string): void {
+  if (!/^[A-Za-z0-9_-]{1,100}$/.test(id)) {
+    throw new ServiceError('INVALID_ARGUMENT', 'sandbox id must be 1-100 characters of A-Z a-z 0-9 _ -', { id });
+  }
+}
+
+function validateLimits(l: SandboxLimits): void {
+  const ok =
+    Number.isSafeInteger(l.memoryBytes) && l.memoryBytes >= 16 * 1024 * 1024 &&
+    Number.isSafeInteger(l.pidsMax) && l.pidsMax >= 8 &&
+    Number.isFinite(l.cpuQuotaPercent) && l.cpuQuotaPercent >= 1 &&
+    (l.cpus === undefined || /^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(l.cpus));
+  if (!ok) {
+    throw new ServiceError('INVALID_ARGUMENT', 'invalid sandbox limits (memory >= 16 MiB, pids >= 8, cpu >= 1%, cpus a cpuset list)', {
+      limits: l,
+    });
+  }
+}
+
+function validateNetwork(n: SandboxNetwork): void {
+  if (n !== 'none' && (typeof n !== 'object' || typeof n.proxySocket !== 'string' || !path.isAbsolute(n.proxySocket))) {
+    throw new ServiceError('INVALID_ARGUMENT', "network must be 'none' or { proxySocket: <absolute path> }");
+  }
+}
+
+function validateSpec(spec: SandboxSpec): void {
+  validateId(spec.id);
+  validateLimits(spec.limits);
+  validateNetwork(spec.network);
+  if (!path.isAbsolute(spec.rootDir)) throw new ServiceError('INVALID_ARGUMENT', 'rootDir must be absolute');
+}
+
+function validateBind(b: EphemeralBind): EphemeralBind {
+  const target = path.posix.normalize(b.target);
+  if (!path.isAbsolute(b.source) || !target.startsWith('/') || target === '/' || target !== b.target.replace(/\/+$/, '')) {
+    throw new ServiceError('INVALID_ARGUMENT', 'bind source and target must be absolute, normalized and not /', { bind: b });
+  }
+  if (!existsSync(b.source)) throw new ServiceError('INVALID_ARGUMENT', 'bind source does not exist', { source: b.source });
+  return { ...b, target };
+}
+
+export interface SandboxProblem {
+  what: string;
+  fix: string;
+}
+
+/**
+ * Checks that this host can run bubblewrap sandboxes the way BwrapExecutor does: root, bubblewrap
+ * (>= 0.8.0 for --disable-userns), setpriv, node for the daemon, user and network namespaces for
+ * the sandbox uid, and writable cgroup v1 controllers. Used by `atelier doctor` and at start-up.
+ */
+export async function probeSandboxSupport(opts: BwrapExecutorOptions = {}): Promise<{ ok: boolean; problems: SandboxProblem[] }> {
+  const problems: SandboxProblem[] = [];
+  const bwrap = opts.bwrapPath ?? '/usr/bin/bwrap';
+  const setpriv = opts.setprivPath ?? '/usr/bin/setpriv';
+  const node = opts.nodePath ?? '/usr/bin/node';
+  const root = process.getuid?.() === 0;
+  if (!root) {
+    problems.push({ what: 'the runner is not root', fix: 'run atelier serve as root; every sandbox drops to its own unprivileged uid' });
+  }
+
+  const version = await runProbe([bwrap, '--version']);
+  const v = /(\d+)\.(\d+)\.(\d+)/.exec(version.stdout)?.slice(1).map(Number);
+  if (!version.ok || !v) {
+    problems.push({ what: `bubblewrap not found at ${bwrap}`, fix: 'apt-get install -y bubblewrap' });
+  } else if (v[0]! * 1_000_000 + v[1]! * 1_000 + v[2]! < 8_000) {
+    problems.push({ what: `bubblewrap ${v.join('.')} is too old (--disable-userns needs 0.8.0)`, fix: 'install bubblewrap 0.8.0 or later' });
+  }
+  const setprivOk = existsSync(setpriv);
+  if (!setprivOk) problems.push({ what: `setpriv not found at ${setpriv}`, fix: 'apt-get install -y util-linux' });
+  const nodeVersion = await runProbe([node, '--version']);
+  if (!nodeVersion.ok || Number(/^v(\d+)/.exec(nodeVersion.stdout)?.[1] ?? 0) < 20) {
+    problems.push({ what: `node 20 or later not found at ${node} (runs the in-sandbox daemon)`, fix: 'install nodejs >= 20 under /usr' });
+  }
+
+  if (root && setprivOk && version.ok) {
+    const drop = [setpriv, `--reuid=${opts.uid ?? 64000}`, `--regid=${opts.gid ?? 64000}`, '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--', bwrap];
+    const checks: { flags: string[]; what: string; fix: string }[] = [
+      {
+        flags: ['--unshare-user', '--unshare-pid'],
+        what: 'user namespaces are not available to the sandbox uid',
+        fix: 'allow unprivileged user namespaces: sysctl user.max_user_namespaces=15000 (plus kernel.unprivileged_userns_clone=1 on older Debian kernels, kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+)',
+      },
+      {
+        flags: ['--unshare-user', '--unshare-net'],
+        what: 'network namespaces cannot be created in a user namespace',
+        fix: 'enable CONFIG_NET_NS in the kernel and allow network namespaces for unprivileged users',
+      },
+      {
+        flags: ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--clearenv'],
+        what: 'the full sandbox command fails',
+        fix: 'see the error: bubblewrap must be able to run every sandbox flag for an unprivileged user',
+      },
+    ];
+    for (const c of checks) {
+      const r = await runProbe([...drop, ...c.flags, ...systemArgs(), '--', '/bin/true']);
+      if (!r.ok) problems.push({ what: `${c.what}: ${r.stderr.trim() || 'exit status ' + r.code}`, fix: c.fix });
+    }
+  }
+
+  try {
+    const mgr = CgroupManager.discover(opts.cgroupParent);
+    const group = await mgr.create(`probe-${process.pid}-${randomBytes(4).toString('hex')}`, {
+      memoryBytes: 64 * 1024 * 1024,
+      pidsMax: 16,
+      cpuQuotaPercent: 10,
+    });
+    await group.remove();
+  } catch (err) {
+    problems.push({
+      what: `sandbox cgroups: ${err instanceof Error ? err.message : String(err)}`,
+      fix: 'mount the cgroup v1 memory (with swap accounting), pids, cpu, cpuacct, cpuset and freezer hierarchies writable by root; cgroup v2-only hosts are not supported by this driver yet',
+    });
+  }
+  return { ok: problems.length === 0, problems };
+}
+
+function runProbe(argv: string[]): Promise<{ ok: boolean; code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    let stdout = '';
+    let stderr = '';
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: '/usr/bin:/bin' }, timeout: 10_000 });
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', (err) => resolve({ ok: false, code: null, stdout, stderr: err.message }));
+    child.on('close', (code) => resolve({ ok: code === 0, code, stdout, stderr }));
+  });
+}

@@ -1,0 +1,307 @@
+/**
+ * cgroup v1 management for sandboxes.
+ *
+ * Layout, per controller hierarchy: <parent>/<sandbox id>/ holds the limits of one sandbox, and
+ * (freezer only) <parent>/<sandbox id>/e-<exec>/ holds the processes of one exec, so a timed-out
+ * exec can be killed completely even when some of its processes called setsid and lost their
+ * parent. The default parent is "<the runner's own cgroup>/atelier" in each hierarchy, which
+ * respects a delegated subtree (systemd Delegate=yes) and keeps the runner itself outside every
+ * sandbox cgroup.
+ *
+ * A whole cgroup is killed by freezing it, SIGKILLing every member, and thawing it: frozen
+ * processes cannot fork or escape while the kill is under way.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ServiceError } from '../core/errors.js';
+import type { SandboxLimits, SandboxStats } from './executor.js';
+
+export const CONTROLLERS = ['memory', 'pids', 'cpu', 'cpuacct', 'cpuset', 'freezer'] as const;
+export type Controller = (typeof CONTROLLERS)[number];
+
+const CFS_PERIOD_US = 100_000;
+
+export interface Hierarchy {
+  /** Where the hierarchy is mounted on the host. */
+  mount: string;
+  /** The runner's own cgroup in it, as a path inside the hierarchy (e.g. "/" or "/system.slice/x"). */
+  own: string;
+}
+
+/**
+ * The mounted v1 hierarchies of the wanted controllers, from /proc/self/mountinfo and
+ * /proc/self/cgroup. A controller that is missing is simply absent from the map.
+ */
+export function discoverHierarchies(): Map<Controller, Hierarchy> {
+  const own = new Map<string, string>();
+  for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+    const [, names, p] = line.split(':');
+    if (names === undefined || p === undefined) continue;
+    for (const name of names.split(',')) own.set(name, p);
+  }
+  const found = new Map<Controller, Hierarchy>();
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const sep = line.indexOf(' - ');
+    if (sep < 0) continue;
+    const pre = line.slice(0, sep).split(' ');
+    const [fstype, , superOpts] = line.slice(sep + 3).split(' ');
+    if (fstype !== 'cgroup' || !superOpts) continue;
+    const mountRoot = unescapeMount(pre[3]!);
+    const mountPoint = unescapeMount(pre[4]!);
+    for (const opt of superOpts.split(',')) {
+      const c = CONTROLLERS.find((x) => x === opt);
+      if (!c || found.has(c)) continue;
+      const ownPath = own.get(c) ?? '/';
+      // Inside a cgroup namespace or a container the mount may show only a subtree.
+      const rel = ownPath.startsWith(mountRoot) ? ownPath.slice(mountRoot.length) : ownPath;
+      found.set(c, { mount: mountPoint, own: '/' + rel.replace(/^\/+/, '') });
+    }
+  }
+  return found;
+}
+
+function unescapeMount(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
+}
+
+export class CgroupManager {
+  /** Host directory of the parent cgroup, per controller. */
+  private constructor(private readonly parents: Record<Controller, string>) {}
+
+  /**
+   * Finds every controller and the parent directory to use. `parent` is a path inside each
+   * hierarchy (e.g. "/atelier"); by default "<runner's cgroup>/atelier". Throws FAILED_PRECONDITION
+   * naming the missing controllers.
+   */
+  static discover(parent?: string): CgroupManager {
+    const hierarchies = discoverHierarchies();
+    const missing = CONTROLLERS.filter((c) => !hierarchies.has(c));
+    if (missing.length > 0) {
+      throw new ServiceError('FAILED_PRECONDITION', `cgroup v1 controllers not mounted: ${missing.join(', ')}`, {
+        missing,
+      });
+    }
+    const parents = {} as Record<Controller, string>;
+    for (const c of CONTROLLERS) {
+      const h = hierarchies.get(c)!;
+      parents[c] = path.join(h.mount, parent ?? path.posix.join(h.own, 'atelier'));
+    }
+    return new CgroupManager(parents);
+  }
+
+  /** The cgroup of sandbox `name`, without touching the filesystem. */
+  group(name: string): SandboxCgroup {
+    const dirs = {} as Record<Controller, string>;
+    for (const c of CONTROLLERS) dirs[c] = path.join(this.parents[c], name);
+    return new SandboxCgroup(dirs);
+  }
+
+  /** Creates (or reuses) the cgroup of sandbox `name` and applies the limits. */
+  async create(name: string, limits: SandboxLimits): Promise<SandboxCgroup> {
+    const group = this.group(name);
+    for (const c of uniqueControllers(group.dirs)) await ensureDir(c, group.dirs[c]);
+    await group.configure(limits);
+    return group;
+  }
+}
+
+export class SandboxCgroup {
+  constructor(readonly dirs: Record<Controller, string>) {}
+
+  exists(): boolean {
+    return CONTROLLERS.every((c) => existsSync(this.dirs[c]));
+  }
+
+  /** The cgroup.procs files a launcher writes its pid into (one per distinct hierarchy). */
+  procsFiles(): string[] {
+    return uniqueControllers(this.dirs).map((c) => path.join(this.dirs[c], 'cgroup.procs'));
+  }
+
+  async configure(limits: SandboxLimits): Promise<void> {
+    const { memory, pids, cpu, cpuset } = this.dirs;
+    const memsw = path.join(memory, 'memory.memsw.limit_in_bytes');
+    const hasMemsw = existsSync(memsw);
+    // memsw must stay >= limit at every step: lift it, set the limit, then pin it (no swap).
+    if (hasMemsw) await put(memsw, '-1');
+    await put(path.join(memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+    if (hasMemsw) await put(memsw, String(limits.memoryBytes));
+    else await put(path.join(memory, 'memory.swappiness'), '0');
+    await put(path.join(pids, 'pids.max'), String(limits.pidsMax));
+    await put(path.join(cpu, 'cpu.cfs_period_us'), String(CFS_PERIOD_US));
+    const quota = Math.max(1000, Math.round((limits.cpuQuotaPercent / 100) * CFS_PERIOD_US));
+    await put(path.join(cpu, 'cpu.cfs_quota_us'), String(quota));
+    const parentCpus = (await readFile(path.join(path.dirname(cpuset), 'cpuset.cpus'), 'utf8')).trim();
+    await put(path.join(cpuset, 'cpuset.cpus'), limits.cpus ?? parentCpus);
+  }
+
+  /** Host pids of every process in the sandbox, exec sub-cgroups included. */
+  members(): Promise<number[]> {
+    return treeMembers(this.dirs.freezer);
+  }
+
+  /** Kills every process in the sandbox (freeze, SIGKILL all, thaw) and waits until none is left. */
+  killAll(): Promise<void> {
+    return killCgroup(this.dirs.freezer);
+  }
+
+  async stats(): Promise<SandboxStats> {
+    const num = async (file: string): Promise<number> => Number((await readFile(file, 'utf8')).trim());
+    return {
+      memoryBytes: await num(path.join(this.dirs.memory, 'memory.usage_in_bytes')),
+      pids: await num(path.join(this.dirs.pids, 'pids.current')),
+      cpuUsageNs: await num(path.join(this.dirs.cpuacct, 'cpuacct.usage')),
+    };
+  }
+
+  /**
+   * Moves the process with pid `nsPid` (as the sandbox sees it) into a new freezer sub-cgroup for
+   * one exec and returns that sub-cgroup's directory. The process must not run the command yet
+   * (the daemon holds it), so nothing it starts can be outside the sub-cgroup.
+   */
+  async attachExec(execId: string, nsPid: number): Promise<string> {
+    await this.removeIdleExecGroups();
+    const hostPid = await this.hostPidOf(nsPid);
+    if (hostPid === undefined) {
+      throw new ServiceError('INTERNAL', 'exec process not found in the sandbox cgroup', { execId, pid: nsPid });
+    }
+    const dir = path.join(this.dirs.freezer, `e-${execId}-${Date.now().toString(36)}`);
+    await mkdir(dir);
+    await put(path.join(dir, 'cgroup.procs'), String(hostPid));
+    return dir;
+  }
+
+  /** Kills every process of one exec's sub-cgroup. */
+  killExec(dir: string): Promise<void> {
+    return killCgroup(dir);
+  }
+
+  /** Removes exec sub-cgroups that no process uses any more (background processes keep theirs). */
+  async removeIdleExecGroups(): Promise<void> {
+    for (const entry of await readdir(this.dirs.freezer, { withFileTypes: true })) {
+      if (!entry.isDirectory() || !entry.name.startsWith('e-')) continue;
+      await rmdir(path.join(this.dirs.freezer, entry.name)).catch(() => undefined); // EBUSY: in use
+    }
+  }
+
+  /** Removes the sandbox's cgroups; every process must be gone (killAll first). */
+  async remove(): Promise<void> {
+    for (const c of uniqueControllers(this.dirs)) await removeTree(this.dirs[c]);
+  }
+
+  private async hostPidOf(nsPid: number): Promise<number | undefined> {
+    for (const pid of await this.members()) {
+      let status: string;
+      try {
+        status = await readFile(`/proc/${pid}/status`, 'utf8');
+      } catch {
+        continue;
+      }
+      const nspid = /^NSpid:\s*(.+)$/m.exec(status)?.[1]?.trim().split(/\s+/);
+      if (nspid && Number(nspid[nspid.length - 1]) === nsPid) return pid;
+    }
+    return undefined;
+  }
+}
+
+/** Controllers whose directories are distinct (co-mounted controllers share one directory). */
+function uniqueControllers(dirs: Record<Controller, string>): Controller[] {
+  const seen = new Set<string>();
+  return CONTROLLERS.filter((c) => {
+    if (seen.has(dirs[c])) return false;
+    seen.add(dirs[c]);
+    return true;
+  });
+}
+
+async function ensureDir(c: Controller, dir: string): Promise<void> {
+  if (existsSync(dir)) return;
+  await ensureDir(c, path.dirname(dir));
+  try {
+    await mkdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
+      throw new ServiceError('FAILED_PRECONDITION', `cannot create cgroup ${dir}: ${(err as Error).message}`);
+    }
+    return;
+  }
+  if (c === 'cpuset') {
+    // A v1 cpuset admits no task until cpus and mems are set; start from the parent's.
+    for (const f of ['cpuset.cpus', 'cpuset.mems']) {
+      await put(path.join(dir, f), (await readFile(path.join(path.dirname(dir), f), 'utf8')).trim());
+    }
+  }
+}
+
+async function put(file: string, value: string): Promise<void> {
+  try {
+    await writeFile(file, value);
+  } catch (err) {
+    throw new ServiceError('FAILED_PRECONDITION', `cannot write ${value} to ${file}: ${(err as Error).message}`);
+  }
+}
+
+async function treeMembers(dir: string): Promise<number[]> {
+  const pids: number[] = [];
+  let procs: string;
+  try {
+    procs = await readFile(path.join(dir, 'cgroup.procs'), 'utf8');
+  } catch {
+    return pids; // removed meanwhile
+  }
+  for (const l of procs.split('\n')) if (l) pids.push(Number(l));
+  for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+    if (entry.isDirectory()) pids.push(...(await treeMembers(path.join(dir, entry.name))));
+  }
+  return pids;
+}
+
+/** Freeze, SIGKILL every member, thaw; repeat until the (freezer) cgroup is empty. */
+async function killCgroup(dir: string): Promise<void> {
+  if (!existsSync(dir)) return;
+  const state = path.join(dir, 'freezer.state');
+  await put(state, 'FROZEN');
+  // FREEZING can last while a task sits in uninterruptible sleep; do not wait forever for it.
+  for (let i = 0; i < 50 && (await readFile(state, 'utf8')).trim() !== 'FROZEN'; i++) await sleep(10);
+  try {
+    for (let round = 0; round < 500; round++) {
+      const pids = await treeMembers(dir);
+      if (pids.length === 0) return;
+      for (const pid of pids) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      // A frozen task dies of SIGKILL only once thawed.
+      if (round === 0) await put(state, 'THAWED');
+      await sleep(10);
+    }
+    throw new ServiceError('INTERNAL', `processes survive in cgroup ${dir}`);
+  } finally {
+    await put(state, 'THAWED');
+  }
+}
+
+/** rmdir a cgroup directory after its sub-cgroups; retries briefly while the kernel lets go. */
+async function removeTree(dir: string): Promise<void> {
+  if (!existsSync(dir)) return;
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    if (entry.isDirectory()) await removeTree(path.join(dir, entry.name));
+  }
+  for (let i = 0; ; i++) {
+    try {
+      await rmdir(dir);
+      return;
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') return;
+      if (code !== 'EBUSY' || i >= 100) {
+        throw new ServiceError('INTERNAL', `cannot remove cgroup ${dir}: ${(err as Error).message}`);
+      }
+      await sleep(10);
+    }
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * Runner-side client of the in-sandbox daemon (protocol in ./daemon/protocol.ts).
+ *
+ * One connection is shared by all requests to a sandbox and opened on demand: after the daemon
+ * restarts or the connection drops, the next request connects again. Requests in flight when a
+ * connection drops fail with UNAVAILABLE (the daemon aborts what they started).
+ */
+import { connect, type Socket } from 'node:net';
+import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
+import {
+  LineSplitter,
+  encodeMessage,
+  type DaemonErrorBody,
+  type DaemonMessage,
+  type PingResult,
+} from './daemon/protocol.js';
+
+export interface RequestOptions {
+  /** Receives the request's events (stdout/stderr data is base64, see protocol.ts). */
+  onEvent?: (event: string, data: unknown) => void;
+  /**
+   * Aborting sends `cancel` to the daemon and waits (up to cancelGraceMs) for its reply: a
+   * partial result resolves the request, anything else rejects with the signal's reason.
+   */
+  signal?: AbortSignal;
+  /** Rejects with DEADLINE_EXCEEDED at once (and cancels the request) when no reply arrives in time. */
+  timeoutMs?: number;
+}
+
+export interface DaemonClientOptions {
+  connectTimeoutMs?: number;
+  cancelGraceMs?: number;
+}
+
+interface Pending {
+  resolve(value: unknown): void;
+  reject(err: unknown): void;
+  onEvent?: (event: string, data: unknown) => void;
+}
+
+export class DaemonClient {
+  private socket: Socket | undefined;
+  private connecting: Promise<Socket> | undefined;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private readonly connectTimeoutMs: number;
+  private readonly cancelGraceMs: number;
+
+  constructor(
+    readonly socketPath: string,
+    opts: DaemonClientOptions = {},
+  ) {
+    this.connectTimeoutMs = opts.connectTimeoutMs ?? 5_000;
+    this.cancelGraceMs = opts.cancelGraceMs ?? 10_000;
+  }
+
+  /** Sends one request and resolves with its result. Daemon errors reject as ServiceError. */
+  async request<T>(method: string, params?: unknown, opts: RequestOptions = {}): Promise<T> {
+    opts.signal?.throwIfAborted();
+    const socket = await this.connection();
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timers: NodeJS.Timeout[] = [];
+      const cleanup = (): void => {
+        timers.forEach(clearTimeout);
+        opts.signal?.removeEventListener('abort', onAbort);
+        this.pending.delete(id);
+      };
+      const fail = (err: unknown): void => {
+        cleanup();
+        reject(err);
+      };
+      const sendCancel = (): void => this.send({ id: this.nextId++, method: 'cancel', params: { id } });
+      let cancelError: unknown;
+      const onAbort = (): void => {
+        if (cancelError !== undefined) return;
+        cancelError = opts.signal!.reason;
+        sendCancel();
+        timers.push(setTimeout(() => fail(cancelError), this.cancelGraceMs));
+      };
+      this.pending.set(id, {
+        resolve: (value) => {
+          cleanup();
+          resolve(value as T);
+        },
+        // A CANCELLED reply to our own cancel surfaces as the reason we cancelled for.
+        reject: (err) => fail(cancelError !== undefined && isCancelled(err) ? cancelError : err),
+        onEvent: opts.onEvent,
+      });
+      opts.signal?.addEventListener('abort', onAbort);
+      if (opts.timeoutMs !== undefined) {
+        timers.push(
+          setTimeout(() => {
+            sendCancel();
+            fail(new ServiceError('DEADLINE_EXCEEDED', `sandbox daemon did not answer ${method} in time`));
+          }, opts.timeoutMs),
+        );
+      }
+      if (socket.destroyed) return fail(new ServiceError('UNAVAILABLE', 'connection to the sandbox daemon was lost'));
+      socket.write(encodeMessage({ id, method, params }));
+    });
+  }
+
+  ping(timeoutMs = 2_000): Promise<PingResult> {
+    return this.request<PingResult>('ping', undefined, { timeoutMs });
+  }
+
+  /** Closes the connection; requests in flight fail with UNAVAILABLE. */
+  close(): void {
+    this.socket?.destroy();
+    this.socket = undefined;
+  }
+
+  private send(msg: { id: number; method: string; params?: unknown }): void {
+    if (this.socket && !this.socket.destroyed) this.socket.write(encodeMessage(msg));
+  }
+
+  private connection(): Promise<Socket> {
+    if (this.socket && !this.socket.destroyed) return Promise.resolve(this.socket);
+    this.connecting ??= this.open().finally(() => {
+      this.connecting = undefined;
+    });
+    return this.connecting;
+  }
+
+  private open(): Promise<Socket> {
+    return new Promise<Socket>((resolve, reject) => {
+      const socket = connect(this.socketPath);
+      const timer = setTimeout(() => {
+        socket.destroy();
+        reject(new ServiceError('UNAVAILABLE', 'sandbox daemon did not accept the connection in time'));
+      }, this.connectTimeoutMs);
+      socket.once('error', (err: NodeJS.ErrnoException) => {
+        clearTimeout(timer);
+        reject(new ServiceError('UNAVAILABLE', 'sandbox daemon is not reachable', { cause: err.code ?? err.message }));
+      });
+      socket.once('connect', () => {
+        clearTimeout(timer);
+        socket.removeAllListeners('error');
+        this.attach(socket);
+        resolve(socket);
+      });
+    });
+  }
+
+  private attach(socket: Socket): void {
+    this.socket = socket;
+    const splitter = new LineSplitter();
+    socket.on('data', (chunk: Buffer) => {
+      let lines: string[];
+      try {
+        lines = splitter.push(chunk);
+      } catch {
+        socket.destroy();
+        return;
+      }
+      for (const line of lines) this.handle(line);
+    });
+    socket.on('error', () => socket.destroy());
+    socket.on('close', () => {
+      if (this.socket === socket) this.socket = undefined;
+      const lost = new ServiceError('UNAVAILABLE', 'connection to the sandbox daemon was lost');
+      for (const p of [...this.pending.values()]) p.reject(lost);
+    });
+  }
+
+  private handle(line: string): void {
+    let msg: DaemonMessage;
+    try {
+      msg = JSON.parse(line) as DaemonMessage;
+    } catch {
+      return;
+    }
+    if (typeof msg.id !== 'number') return;
+    const pending = this.pending.get(msg.id);
+    if (!pending) return; // a reply to a cancel, or to a request that already gave up
+    if ('event' in msg) pending.onEvent?.(msg.event, msg.data);
+    else if ('error' in msg) pending.reject(toServiceError(msg.error));
+    else pending.resolve(msg.result);
+  }
+}
+
+/** Daemon error codes are a subset of the service's; anything unknown becomes INTERNAL. */
+function toServiceError(body: DaemonErrorBody): ServiceError {
+  const code = (Object.hasOwn(ERROR_CODES, body.code) ? body.code : 'INTERNAL') as ErrorCode;
+  return new ServiceError(code, body.message, { ...body.details, daemonCode: body.code });
+}
+
+function isCancelled(err: unknown): boolean {
+  return err instanceof ServiceError && err.details.daemonCode === 'CANCELLED';
+}

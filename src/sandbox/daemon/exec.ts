@@ -1,0 +1,318 @@
+/**
+ * Process methods: `exec` runs a command to completion, `release` lets a held exec start, `kill`
+ * signals a running exec by its id.
+ *
+ * Every exec runs in its own session and process group (spawn with detached). A small /bin/sh
+ * wrapper first resets oom_score_adj (the daemon runs protected from the OOM killer and children
+ * would inherit that), optionally waits for the release line on stdin, then execs the command, so
+ * the pid the runner sees is the command's pid.
+ *
+ * Timeout and cancel signal the process group and every attached descendant (proc.ts). Processes
+ * that detached completely (setsid + parent exit) are killed by the runner, which holds each exec
+ * in its own freezer cgroup; the daemon cannot do that itself because it has no privilege.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { realpath, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { HeadTailCapture } from './output.js';
+import { signalTree } from './proc.js';
+import { DaemonError, type ExecParams, type ExecResult, type ExecStarted } from './protocol.js';
+import type { CallContext, MethodTable } from './server.js';
+
+const DEFAULT_TIMEOUT_MS = 60_000;
+const MAX_TIMEOUT_MS = 86_400_000;
+const DEFAULT_MAX_OUTPUT_BYTES = 262_144;
+const MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
+const MAX_KILL_GRACE_MS = 60_000;
+const HOLD_TIMEOUT_MS = 10_000;
+/** After the command exits, how long to wait for background processes to close inherited pipes. */
+const EXIT_DRAIN_MS = 250;
+/** After SIGKILL, how long to wait for the exit before replying anyway (e.g. a frozen process). */
+const KILL_WAIT_MS = 5_000;
+
+const SIGNALS: readonly NodeJS.Signals[] = ['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'];
+
+/**
+ * The /bin/sh wrapper every command starts under. Without stdin data the command reads /dev/null
+ * rather than the daemon's socketpair (bash would treat a socket on stdin as a remote shell).
+ */
+function wrapper(hold: boolean, stdin: boolean): string {
+  return [
+    'echo 0 >/proc/self/oom_score_adj 2>/dev/null',
+    ...(hold ? ['IFS= read -r _ || exit 125'] : []),
+    stdin ? 'exec "$@"' : 'exec "$@" </dev/null',
+  ].join('; ');
+}
+
+interface RunningExec {
+  release(): void;
+  signal(sig: NodeJS.Signals): void;
+}
+
+export interface ExecOptions {
+  /** Directory every cwd must stay inside (/workspace in the sandbox). */
+  workspaceRoot: string;
+  /** Environment every exec starts from. */
+  baseEnv: Record<string, string>;
+}
+
+export function execMethods(opts: ExecOptions): MethodTable {
+  const running = new Map<string, RunningExec>();
+  const shell = existsSync('/bin/bash') ? '/bin/bash' : '/bin/sh';
+  let seq = 0;
+
+  const lookup = (params: unknown): RunningExec => {
+    const execId = (params as { execId?: unknown } | undefined)?.execId;
+    const exec = typeof execId === 'string' ? running.get(execId) : undefined;
+    if (!exec) throw new DaemonError('NOT_FOUND', 'no running exec with that id', { execId });
+    return exec;
+  };
+
+  return {
+    exec: async (params: unknown, ctx: CallContext): Promise<ExecResult> => {
+      const p = parseExecParams(params);
+      const cwd = await resolveCwd(opts.workspaceRoot, p.cwd ?? '.');
+      const argv = p.argv ?? [shell, '-c', p.command!];
+      const execId = `x${++seq}`;
+      return runExec(execId, argv, cwd, { ...opts.baseEnv, ...p.env }, p, ctx, running);
+    },
+    release: (params: unknown) => {
+      lookup(params).release();
+      return { released: true };
+    },
+    kill: (params: unknown) => {
+      const sig = (params as { signal?: unknown } | undefined)?.signal ?? 'SIGKILL';
+      if (!SIGNALS.includes(sig as NodeJS.Signals)) {
+        throw new DaemonError('INVALID_ARGUMENT', 'unsupported signal', { signal: sig, allowed: SIGNALS });
+      }
+      lookup(params).signal(sig as NodeJS.Signals);
+      return { signalled: true };
+    },
+  };
+}
+
+async function runExec(
+  execId: string,
+  argv: string[],
+  cwd: string,
+  env: Record<string, string>,
+  p: ExecParams,
+  ctx: CallContext,
+  running: Map<string, RunningExec>,
+): Promise<ExecResult> {
+  const timeoutMs = p.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const maxOutput = p.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+  const killGraceMs = p.killGraceMs ?? 0;
+  const started = Date.now();
+
+  const child = await spawnChild(['-c', wrapper(p.hold === true, p.stdin !== undefined), 'atelier-exec', ...argv], cwd, env);
+  const pid = child.pid!;
+  const stdout = new HeadTailCapture(maxOutput);
+  const stderr = new HeadTailCapture(maxOutput);
+  let timedOut = false;
+  let cancelled = false;
+  let terminating = false;
+  let released = !p.hold;
+  const tree = new Set<number>(); // descendants seen while terminating, for the SIGKILL after the grace
+  const timers: NodeJS.Timeout[] = [];
+  const later = (ms: number, fn: () => void): void => {
+    timers.push(setTimeout(fn, ms));
+  };
+
+  child.stdin.on('error', () => undefined); // EPIPE when the command does not read its input
+  const feedStdin = (): void => {
+    if (p.hold) child.stdin.write('\n');
+    if (p.stdin) child.stdin.write(Buffer.from(p.stdin, 'base64'));
+    child.stdin.end();
+  };
+
+  return new Promise<ExecResult>((resolve, reject) => {
+    let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+    let settled = false;
+    const settle = (error?: DaemonError): void => {
+      if (settled) return;
+      settled = true;
+      timers.forEach(clearTimeout);
+      running.delete(execId);
+      ctx.signal.removeEventListener('abort', onAbort);
+      child.stdout.destroy();
+      child.stderr.destroy();
+      if (error) return reject(error);
+      resolve({
+        exitCode: exit?.code ?? null,
+        signal: exit?.signal ?? null,
+        timedOut,
+        cancelled,
+        stdout: stdout.text(),
+        stderr: stderr.text(),
+        stdoutBytes: stdout.totalBytes,
+        stderrBytes: stderr.totalBytes,
+        stdoutTruncated: stdout.truncated,
+        stderrTruncated: stderr.truncated,
+        durationMs: Date.now() - started,
+      });
+    };
+
+    const terminate = (): void => {
+      if (terminating) return;
+      terminating = true;
+      if (killGraceMs > 0) {
+        signalTree(pid, 'SIGTERM', tree);
+        later(killGraceMs, () => signalTree(pid, 'SIGKILL', tree));
+      } else {
+        signalTree(pid, 'SIGKILL', tree);
+      }
+      later(killGraceMs + KILL_WAIT_MS, () => settle());
+    };
+    const onAbort = (): void => {
+      cancelled = true;
+      terminate();
+    };
+    const startClock = (): void => {
+      later(timeoutMs, () => {
+        timedOut = true;
+        terminate();
+      });
+    };
+
+    const pump = (stream: NodeJS.ReadableStream & { pause(): void; resume(): void }, capture: HeadTailCapture, name: string): void => {
+      stream.on('data', (chunk: Buffer) => {
+        capture.push(chunk);
+        if (p.stream && !ctx.emit(name, chunk.toString('base64'))) {
+          stream.pause();
+          void ctx.drained().then(() => stream.resume());
+        }
+      });
+    };
+    pump(child.stdout, stdout, 'stdout');
+    pump(child.stderr, stderr, 'stderr');
+
+    child.on('exit', (code, signal) => {
+      exit = { code, signal };
+      if (!released) {
+        if (cancelled) return settle(new DaemonError('CANCELLED', 'exec ended before it was released'));
+        // The holding wrapper died before the command ran: almost always the workspace's process
+        // or memory limit (a fork bomb holding every pid). Say so; the caller may retry.
+        return settle(
+          new DaemonError('RESOURCE_EXHAUSTED', `the command could not start (${signal ?? `exit ${code}`}): the workspace is out of processes or memory; stop what runs there, or retry`, {
+            exitCode: code,
+            signal,
+          }),
+        );
+      }
+      later(EXIT_DRAIN_MS, () => settle());
+    });
+    child.on('close', () => settle());
+
+    ctx.signal.addEventListener('abort', onAbort);
+    if (ctx.signal.aborted) onAbort();
+
+    running.set(execId, {
+      release: () => {
+        if (released) return;
+        released = true;
+        feedStdin();
+        startClock();
+      },
+      signal: (sig) => signalTree(pid, sig, new Set()),
+    });
+    if (p.hold) {
+      later(HOLD_TIMEOUT_MS, () => {
+        if (released) return;
+        signalTree(pid, 'SIGKILL', tree);
+        settle(new DaemonError('FAILED_PRECONDITION', 'held exec was not released in time', { execId }));
+      });
+    } else {
+      feedStdin();
+      startClock();
+    }
+    const info: ExecStarted = { execId, pid };
+    ctx.emit('started', info);
+  });
+}
+
+function spawnChild(args: string[], cwd: string, env: Record<string, string>): Promise<ChildProcessWithoutNullStreams> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('/bin/sh', args, { cwd, env, detached: true, stdio: 'pipe' });
+    if (child.pid !== undefined) return resolve(child);
+    child.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EAGAIN') {
+        reject(new DaemonError('RESOURCE_EXHAUSTED', 'cannot start a process: the sandbox process limit is reached'));
+      } else {
+        reject(new DaemonError('INTERNAL', `cannot start a process: ${err.message}`));
+      }
+    });
+  });
+}
+
+/** Resolves cwd under root, following symlinks, and refuses anything that ends up outside root. */
+export async function resolveCwd(root: string, cwd: string): Promise<string> {
+  const realRoot = await realpath(root);
+  const wanted = path.resolve(realRoot, cwd);
+  if (!isInside(realRoot, wanted)) {
+    throw new DaemonError('INVALID_ARGUMENT', 'cwd is outside the workspace', { cwd });
+  }
+  let real: string;
+  try {
+    real = await realpath(wanted);
+  } catch {
+    throw new DaemonError('NOT_FOUND', 'cwd does not exist', { cwd });
+  }
+  if (!isInside(realRoot, real)) {
+    throw new DaemonError('INVALID_ARGUMENT', 'cwd resolves outside the workspace', { cwd });
+  }
+  if (!(await stat(real)).isDirectory()) {
+    throw new DaemonError('INVALID_ARGUMENT', 'cwd is not a directory', { cwd });
+  }
+  return real;
+}
+
+function isInside(root: string, p: string): boolean {
+  const rel = path.relative(root, p);
+  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+}
+
+function parseExecParams(params: unknown): ExecParams {
+  if (typeof params !== 'object' || params === null) throw invalid('params must be an object');
+  const p = params as Record<string, unknown>;
+  const hasArgv = p.argv !== undefined;
+  const hasCommand = p.command !== undefined;
+  if (hasArgv === hasCommand) throw invalid('exactly one of argv and command is required');
+  if (hasArgv) {
+    const argv = p.argv;
+    if (!Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === 'string' && !a.includes('\0'))) {
+      throw invalid('argv must be a non-empty array of strings without NUL');
+    }
+  }
+  if (hasCommand && (typeof p.command !== 'string' || p.command === '' || p.command.includes('\0'))) {
+    throw invalid('command must be a non-empty string without NUL');
+  }
+  if (p.cwd !== undefined && (typeof p.cwd !== 'string' || p.cwd.includes('\0'))) throw invalid('cwd must be a string');
+  if (p.env !== undefined) {
+    if (typeof p.env !== 'object' || p.env === null) throw invalid('env must be an object');
+    for (const [k, v] of Object.entries(p.env)) {
+      if (!/^[^=\0]+$/.test(k) || typeof v !== 'string' || v.includes('\0')) {
+        throw invalid('env names must not contain = or NUL and values must be strings without NUL', { name: k });
+      }
+    }
+  }
+  if (p.stdin !== undefined && typeof p.stdin !== 'string') throw invalid('stdin must be a base64 string');
+  checkInt(p.timeoutMs, 'timeoutMs', 1, MAX_TIMEOUT_MS);
+  checkInt(p.maxOutputBytes, 'maxOutputBytes', 2, MAX_OUTPUT_BYTES);
+  checkInt(p.killGraceMs, 'killGraceMs', 0, MAX_KILL_GRACE_MS);
+  if (p.stream !== undefined && typeof p.stream !== 'boolean') throw invalid('stream must be a boolean');
+  if (p.hold !== undefined && typeof p.hold !== 'boolean') throw invalid('hold must be a boolean');
+  return p as ExecParams;
+}
+
+function checkInt(v: unknown, name: string, min: number, max: number): void {
+  if (v === undefined) return;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw invalid(`${name} must be an integer from ${min} to ${max}`);
+  }
+}
+
+function invalid(message: string, details: Record<string, unknown> = {}): DaemonError {
+  return new DaemonError('INVALID_ARGUMENT', message, details);
+}

@@ -1,0 +1,52 @@
+/**
+ * Entry point of the in-sandbox daemon. Runs as the workspace user inside the sandbox and serves
+ * the protocol in protocol.ts on a Unix socket. Imports node built-ins and sibling modules only:
+ * this directory is bind-mounted read-only into every sandbox and must not reach the runner's code.
+ *
+ *   node main.js --socket /run/atelier/d.sock [--workspace /workspace] [--env-file FILE]
+ *                [--egress-socket /run/egress/proxy.sock --egress-port 3128]
+ *
+ * The environment that commands start from comes from --env-file (a JSON object of strings), not
+ * from the daemon's own environment, so workspace variables such as NODE_OPTIONS never change how
+ * the daemon itself runs.
+ */
+import { parseArgs } from 'node:util';
+import { startEgressBridge } from './bridge.js';
+import { readEnvFile } from './env.js';
+import { execMethods } from './exec.js';
+import { analyseRepository, type OverviewOptions } from './overview.js';
+import { DAEMON_VERSION, type PingResult } from './protocol.js';
+import { startServer, type MethodTable } from './server.js';
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      socket: { type: 'string' },
+      workspace: { type: 'string', default: '/workspace' },
+      'env-file': { type: 'string' },
+      'egress-socket': { type: 'string' },
+      'egress-port': { type: 'string', default: '3128' },
+    },
+    strict: true,
+  });
+  if (!values.socket) throw new Error('--socket is required');
+  const baseEnv = values['env-file'] ? readEnvFile(values['env-file']) : {};
+
+  process.umask(0o077);
+  const methods: MethodTable = {
+    ping: (): PingResult => ({ pid: process.pid, uid: process.getuid?.() ?? -1, version: DAEMON_VERSION }),
+    ...execMethods({ workspaceRoot: values.workspace, baseEnv }),
+    // The root is the daemon's, never the caller's.
+    overview: (params) => analyseRepository({ ...(params as OverviewOptions), root: values.workspace! }),
+  };
+  await startServer(values.socket, methods);
+  if (values['egress-socket']) {
+    await startEgressBridge('127.0.0.1', Number(values['egress-port']), values['egress-socket']);
+  }
+  process.stderr.write(`atelier daemon ${DAEMON_VERSION} listening on ${values.socket}\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`atelier daemon failed: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,136 @@
+/**
+ * The daemon's socket server and dispatcher. Methods live in a table so that later modules
+ * (files, PTYs, search) only add entries; the server owns framing, ids, events, cancellation
+ * and error replies.
+ */
+import { createServer, type Server, type Socket } from 'node:net';
+import { unlink } from 'node:fs/promises';
+import {
+  DaemonError,
+  LineSplitter,
+  encodeMessage,
+  type DaemonMessage,
+  type RequestId,
+} from './protocol.js';
+
+export interface CallContext {
+  /** Aborted when the client cancels this request or its connection closes. */
+  signal: AbortSignal;
+  /**
+   * Sends an event tied to this request. Returns false when the connection's write buffer is
+   * full; a producer should then pause until `drained()` resolves.
+   */
+  emit(event: string, data: unknown): boolean;
+  drained(): Promise<void>;
+}
+
+export type MethodHandler = (params: unknown, ctx: CallContext) => unknown;
+export type MethodTable = Record<string, MethodHandler>;
+
+/** Listens on `socketPath` (replacing a stale socket file) and serves `methods`. */
+export async function startServer(socketPath: string, methods: MethodTable): Promise<Server> {
+  await unlink(socketPath).catch(() => undefined);
+  const server = createServer((socket) => serveConnection(socket, methods));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(socketPath, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return server;
+}
+
+function serveConnection(socket: Socket, methods: MethodTable): void {
+  const inflight = new Map<RequestId, AbortController>();
+  const splitter = new LineSplitter();
+
+  const send = (msg: DaemonMessage): boolean => {
+    if (socket.destroyed) return true;
+    return socket.write(encodeMessage(msg));
+  };
+  const drained = (): Promise<void> =>
+    new Promise((resolve) => {
+      if (socket.destroyed || !socket.writableNeedDrain) return resolve();
+      const done = (): void => {
+        socket.off('drain', done);
+        socket.off('close', done);
+        resolve();
+      };
+      socket.on('drain', done);
+      socket.on('close', done);
+    });
+
+  const dispatch = async (id: RequestId, method: string, params: unknown): Promise<void> => {
+    if (method === 'cancel') {
+      const target = (params as { id?: unknown } | undefined)?.id;
+      const ctl = typeof target === 'number' || typeof target === 'string' ? inflight.get(target) : undefined;
+      ctl?.abort();
+      send({ id, result: { cancelled: ctl !== undefined } });
+      return;
+    }
+    const handler = Object.hasOwn(methods, method) ? methods[method] : undefined;
+    if (!handler) {
+      send({ id, error: new DaemonError('NOT_IMPLEMENTED', `unknown method: ${method}`).toBody() });
+      return;
+    }
+    if (inflight.has(id)) {
+      send({ id, error: new DaemonError('INVALID_ARGUMENT', `request id already in flight: ${id}`).toBody() });
+      return;
+    }
+    const ctl = new AbortController();
+    inflight.set(id, ctl);
+    try {
+      const ctx: CallContext = {
+        signal: ctl.signal,
+        emit: (event, data) => send({ id, event, data }),
+        drained,
+      };
+      const result = await handler(params, ctx);
+      send({ id, result: result ?? null });
+    } catch (err) {
+      send({ id, error: toErrorBody(err, ctl.signal.aborted) });
+    } finally {
+      inflight.delete(id);
+    }
+  };
+
+  socket.on('data', (chunk: Buffer) => {
+    let lines: string[];
+    try {
+      lines = splitter.push(chunk);
+    } catch {
+      send({ id: null, error: { code: 'INVALID_ARGUMENT', message: 'request line too long' } });
+      socket.end();
+      return;
+    }
+    for (const line of lines) {
+      if (line.trim() === '') continue;
+      let msg: { id?: unknown; method?: unknown; params?: unknown };
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        send({ id: null, error: { code: 'INVALID_ARGUMENT', message: 'request is not valid JSON' } });
+        continue;
+      }
+      const { id, method } = msg ?? {};
+      if ((typeof id !== 'number' && typeof id !== 'string') || typeof method !== 'string') {
+        send({ id: null, error: { code: 'INVALID_ARGUMENT', message: 'request needs an id and a method' } });
+        continue;
+      }
+      void dispatch(id, method, msg.params);
+    }
+  });
+  // Nobody is left to read the replies: stop everything this connection started.
+  socket.on('close', () => {
+    for (const ctl of inflight.values()) ctl.abort();
+  });
+  socket.on('error', () => socket.destroy());
+}
+
+function toErrorBody(err: unknown, aborted: boolean) {
+  if (err instanceof DaemonError) return err.toBody();
+  if (aborted) return new DaemonError('CANCELLED', 'request cancelled').toBody();
+  const message = err instanceof Error ? err.message : String(err);
+  return new DaemonError('INTERNAL', message).toBody();
+}

@@ -1,0 +1,127 @@
+/**
+ * The executor: what the workspace service needs from a sandbox runtime. The bubblewrap driver
+ * (./bwrap.ts) is the embedded default; the same interface maps onto one pod per workspace.
+ *
+ * Handles are plain data ({ id, socketPath, pid }) so they can be stored and survive a runner
+ * restart; `recover(spec)` turns a spec back into a live handle when the sandbox is still running.
+ */
+import type { ExecResult } from './daemon/protocol.js';
+
+export type { ExecResult } from './daemon/protocol.js';
+
+export interface SandboxLimits {
+  memoryBytes: number;
+  pidsMax: number;
+  /** CPU time per period; 100 = one core. */
+  cpuQuotaPercent: number;
+  /** cpuset list, e.g. "0" or "0-1"; defaults to the parent's CPUs. */
+  cpus?: string;
+}
+
+/** 'none': loopback only. Proxy: still no direct network; HTTP(S) goes through the host proxy socket. */
+export type SandboxNetwork = 'none' | { proxySocket: string };
+
+export interface SandboxSpec {
+  /** Workspace id (e.g. ws_xxx): [A-Za-z0-9_-], at most 100 characters. */
+  id: string;
+  /** Host directory holding repo/, home/ and tmp/, owned by the sandbox uid (create() makes sure). */
+  rootDir: string;
+  limits: SandboxLimits;
+  /** `proxySocket` is exposed inside as http://127.0.0.1:3128 through an in-sandbox bridge. */
+  network: SandboxNetwork;
+  /** Extra environment for every command, over the defaults (HOME, PATH, USER, LANG, TMPDIR...). */
+  env?: Record<string, string>;
+}
+
+export interface SandboxHandle {
+  id: string;
+  /** Host path of the daemon's Unix socket. */
+  socketPath: string;
+  /** Host pid of the sandbox's outermost process (its keeper). */
+  pid: number;
+}
+
+export interface ExecRequest {
+  /** Exact argv (argv[0] looked up in PATH). Exactly one of argv and command. */
+  argv?: string[];
+  /** Shell command line, run by /bin/bash -c. */
+  command?: string;
+  /** Working directory relative to /workspace (=.); must stay inside it after resolving symlinks. */
+  cwd?: string;
+  env?: Record<string, string>;
+  stdin?: string | Buffer;
+  /** Default 60000. On expiry the command, its process group and every process it started are killed. */
+  timeoutMs?: number;
+  /** Bytes kept per stream, half head and half tail (default 262144). */
+  maxOutputBytes?: number;
+  /** On timeout or cancel, SIGTERM first and SIGKILL this many ms later; 0 (default) kills at once. */
+  killGraceMs?: number;
+}
+
+export interface EphemeralBind {
+  /** Host path. */
+  source: string;
+  /** Absolute path inside the sandbox. */
+  target: string;
+  readOnly?: boolean;
+}
+
+/** A short-lived sandbox for one command (git network operations, the bash toolbox target). */
+export interface EphemeralSpec {
+  /** Names the cgroup; generated when omitted. */
+  id?: string;
+  /**
+   * Host directories/files to bind, e.g. a repository at /workspace. Without a bind on /tmp or
+   * /home/user those are empty tmpfs. Read-only binds also carry sockets such as a credential helper's.
+   */
+  binds: EphemeralBind[];
+  limits: SandboxLimits;
+  network: SandboxNetwork;
+  argv?: string[];
+  command?: string;
+  /** Absolute working directory inside the sandbox (=/). */
+  cwd?: string;
+  env?: Record<string, string>;
+  stdin?: string | Buffer;
+  timeoutMs?: number;
+  maxOutputBytes?: number;
+  onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
+  /** Aborting kills the sandbox; the result then has cancelled: true. */
+  signal?: AbortSignal;
+}
+
+export interface SandboxStats {
+  memoryBytes: number;
+  pids: number;
+  cpuUsageNs: number;
+}
+
+export interface Executor {
+  /** Starts the long-lived sandbox running the daemon; resolves once the daemon answers ping. */
+  create(spec: SandboxSpec): Promise<SandboxHandle>;
+  /**
+   * Runs a command through the daemon. Aborting `signal` kills the command and resolves with the
+   * partial result (cancelled: true).
+   */
+  exec(
+    h: SandboxHandle,
+    req: ExecRequest,
+    onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void,
+    signal?: AbortSignal,
+  ): Promise<ExecResult>;
+  /** Kills every process of the sandbox (files are kept). */
+  stop(h: SandboxHandle): Promise<void>;
+  /** stop() and remove the sandbox's cgroups and runtime files. rootDir is the caller's to remove. */
+  destroy(h: SandboxHandle): Promise<void>;
+  /** After a runner restart: the handle of a sandbox whose daemon still answers, else null. */
+  recover(spec: SandboxSpec): Promise<SandboxHandle | null>;
+  stats(h: SandboxHandle): Promise<SandboxStats>;
+  /** Changes the network policy; see the driver for whether this restarts the sandbox. */
+  setNetworkPolicy(h: SandboxHandle, network: SandboxNetwork): Promise<void>;
+  runEphemeral(spec: EphemeralSpec): Promise<ExecResult>;
+  /**
+   * Calls any other daemon method (files, search, overview, PTYs as they are added); daemon errors
+   * reject as ServiceError with the daemon's code.
+   */
+  request<T>(h: SandboxHandle, method: string, params: unknown, opts?: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void }): Promise<T>;
+}

@@ -1,0 +1,200 @@
+/**
+ * Approved repositories: which HTTPS repositories may be opened, extra CA certificates for
+ * repository hosts, and per-host tokens (the credential broker's source until owner-managed
+ * credentials land). All of it lives under "repositories" in the config file, which the CLI
+ * (`atelier repos allow|deny|list`) edits; the file is re-read when it changes, so a running
+ * service applies a change without a restart.
+ *
+ *   "repositories": {
+ *     "allow": ["https://github.com/acme/widgets.git", "https://git.internal.example/team/*"],
+ *     "deny":  ["https://git.internal.example/team/secret.git"],
+ *     "extraCaCertificates": ["/etc/atelier/internal-ca.pem"],
+ *     "credentials": [{ "prefix": "https://git.internal.example/", "username": "x-access-token", "tokenFile": "/etc/atelier/git-token" }]
+ *   }
+ *
+ * A rule ending in "/*" (or "/") is a prefix at a path boundary; any other rule is one exact
+ * repository (with or without ".git"). Deny wins over allow. Nothing is fetched before the URL
+ * passed all checks.
+ */
+import { existsSync, readFileSync, statSync, writeFileSync, renameSync } from 'node:fs';
+import { ServiceError } from '../core/errors.js';
+import { ConfigError } from '../core/config.js';
+
+export interface RepoCredentialSetting {
+  prefix: string;
+  username?: string;
+  token?: string;
+  tokenFile?: string;
+}
+
+export interface RepositorySettings {
+  allow: string[];
+  deny: string[];
+  extraCaCertificates: string[];
+  credentials: RepoCredentialSetting[];
+}
+
+export interface ParsedRepoUrl {
+  /** Normalised https URL without credentials, query or fragment. */
+  url: string;
+  host: string; // lowercase hostname
+  port: number;
+  /** host or host:port when the port is not 443; what git's credential protocol calls "host". */
+  authority: string;
+  path: string;
+}
+
+const EMPTY: RepositorySettings = { allow: [], deny: [], extraCaCertificates: [], credentials: [] };
+
+/** Validates a repository URL's shape (not yet whether it is approved). */
+export function parseRepoUrl(raw: string, field = 'repositoryUrl'): ParsedRepoUrl {
+  const bad = (why: string) => new ServiceError('INVALID_ARGUMENT', `${field}: ${why}`, { field, rule: why });
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw bad('must be an absolute https:// URL');
+  }
+  if (u.protocol !== 'https:') throw bad(`must use https:// (got ${u.protocol.replace(':', '')}://)`);
+  if (u.username || u.password) throw bad('must not carry credentials; the credential broker supplies them');
+  if (u.search || u.hash) throw bad('must not have a query or fragment');
+  if (!u.hostname) throw bad('must name a host');
+  const path = u.pathname.replace(/\/+$/, '');
+  if (path === '' || path === '/') throw bad('must name a repository path');
+  if (/[\s\\]/.test(raw)) throw bad('must not contain spaces or backslashes');
+  const port = u.port ? Number(u.port) : 443;
+  const host = u.hostname.toLowerCase();
+  const authority = port === 443 ? host : `${host}:${port}`;
+  return { url: `https://${authority}${path}`, host, port, authority, path };
+}
+
+function stripGit(p: string): string {
+  return p.endsWith('.git') ? p.slice(0, -4) : p;
+}
+
+/** Does one rule match a parsed URL? */
+export function ruleMatches(rule: string, repo: ParsedRepoUrl): boolean {
+  const isPrefix = rule.endsWith('/*') || rule.endsWith('/');
+  const base = rule.endsWith('/*') ? rule.slice(0, -1) : rule;
+  let r: ParsedRepoUrl;
+  try {
+    r = parseRepoUrl(isPrefix ? base + 'x' : base, 'rule');
+  } catch {
+    return false;
+  }
+  if (r.authority !== repo.authority) return false;
+  if (isPrefix) {
+    const prefix = r.path.slice(0, -1); // drop the placeholder "x", keeps the trailing slash
+    return repo.path.startsWith(prefix) && repo.path.length > prefix.length;
+  }
+  return stripGit(r.path) === stripGit(repo.path);
+}
+
+export class RepositoryPolicy {
+  private cache: { mtimeMs: number; size: number; settings: RepositorySettings } | null = null;
+
+  constructor(private readonly configFile: string) {}
+
+  /** The current settings (re-read when the file changed). */
+  settings(): RepositorySettings {
+    if (!existsSync(this.configFile)) return EMPTY;
+    const st = statSync(this.configFile);
+    if (this.cache && this.cache.mtimeMs === st.mtimeMs && this.cache.size === st.size) return this.cache.settings;
+    const settings = readRepositorySettings(this.configFile);
+    this.cache = { mtimeMs: st.mtimeMs, size: st.size, settings };
+    return settings;
+  }
+
+  /** Parses and approves a URL, or throws PERMISSION_DENIED / INVALID_ARGUMENT naming the field. */
+  approve(raw: string, field = 'repositoryUrl'): ParsedRepoUrl {
+    const repo = parseRepoUrl(raw, field);
+    const s = this.settings();
+    const denied = s.deny.find((r) => ruleMatches(r, repo));
+    if (denied) throw new ServiceError('PERMISSION_DENIED', `${field}: ${repo.url} is denied by the operator's rule ${denied}`, { field, rule: 'approved repositories', url: repo.url });
+    if (!s.allow.some((r) => ruleMatches(r, repo)))
+      throw new ServiceError(
+        'PERMISSION_DENIED',
+        `${field}: ${repo.url} is not an approved repository; the operator approves repositories with \`atelier repos allow URL\``,
+        { field, rule: 'approved repositories', url: repo.url },
+      );
+    return repo;
+  }
+
+  /** The token for a repository URL (longest matching prefix), or null. Never logged or returned. */
+  credentialFor(repo: ParsedRepoUrl): { username: string; token: string } | null {
+    const matches = this.settings()
+      .credentials.filter((c) => {
+        try {
+          const p = parseRepoUrl(c.prefix.endsWith('/') ? c.prefix + 'x' : c.prefix, 'prefix');
+          return p.authority === repo.authority && repo.path.startsWith(p.path.replace(/x$/, ''));
+        } catch {
+          return false;
+        }
+      })
+      .sort((a, b) => b.prefix.length - a.prefix.length);
+    const c = matches[0];
+    if (!c) return null;
+    const token = c.token ?? (c.tokenFile ? readFileSync(c.tokenFile, 'utf8').trim() : '');
+    if (!token) return null;
+    return { username: c.username ?? 'x-access-token', token };
+  }
+
+  /** PEM text of the operator's extra CA certificates ('' when none). */
+  extraCaPem(): string {
+    return this.settings()
+      .extraCaCertificates.map((f) => readFileSync(f, 'utf8').trim() + '\n')
+      .join('');
+  }
+}
+
+function asStringList(v: unknown, name: string, file: string): string[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) throw new ConfigError(`config file ${file}: "repositories.${name}" must be a list of strings`);
+  return v as string[];
+}
+
+export function readRepositorySettings(file: string): RepositorySettings {
+  let raw: Record<string, unknown>;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (e) {
+    throw new ConfigError(`config file ${file} is not valid JSON: ${(e as Error).message}`);
+  }
+  const r = (raw.repositories ?? {}) as Record<string, unknown>;
+  if (typeof r !== 'object' || r === null || Array.isArray(r)) throw new ConfigError(`config file ${file}: "repositories" must be an object`);
+  const allow = asStringList(r.allow, 'allow', file);
+  const deny = asStringList(r.deny, 'deny', file);
+  for (const rule of [...allow, ...deny]) validateRule(rule, file);
+  const extraCaCertificates = asStringList(r.extraCaCertificates, 'extraCaCertificates', file);
+  for (const ca of extraCaCertificates) {
+    if (!existsSync(ca)) throw new ConfigError(`config file ${file}: "repositories.extraCaCertificates" names ${ca}, which does not exist`);
+  }
+  const credentials = (r.credentials ?? []) as RepoCredentialSetting[];
+  if (!Array.isArray(credentials)) throw new ConfigError(`config file ${file}: "repositories.credentials" must be a list`);
+  for (const c of credentials) {
+    if (typeof c?.prefix !== 'string' || (c.token === undefined && c.tokenFile === undefined))
+      throw new ConfigError(`config file ${file}: each "repositories.credentials" entry needs "prefix" and "token" or "tokenFile"`);
+  }
+  return { allow, deny, extraCaCertificates, credentials };
+}
+
+export function validateRule(rule: string, where = 'rule'): void {
+  const isPrefix = rule.endsWith('/*') || rule.endsWith('/');
+  try {
+    parseRepoUrl(isPrefix ? rule.replace(/\*$/, '') + 'x' : rule, 'rule');
+  } catch (e) {
+    throw new ConfigError(`${where}: repository rule ${JSON.stringify(rule)} is not valid: ${(e as Error).message.replace(/^rule: /, '')}`);
+  }
+}
+
+/** Edits the "repositories" section of the config file atomically (CLI). */
+export function editRepositorySettings(file: string, edit: (s: RepositorySettings) => void): RepositorySettings {
+  const raw: Record<string, unknown> = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : {};
+  const current = existsSync(file) ? readRepositorySettings(file) : { ...EMPTY, allow: [], deny: [] };
+  edit(current);
+  raw.repositories = { ...((raw.repositories as object) ?? {}), allow: current.allow, deny: current.deny };
+  const tmp = `${file}.tmp-${process.pid}`;
+  writeFileSync(tmp, JSON.stringify(raw, null, 2) + '\n', { mode: 0o600 });
+  renameSync(tmp, file);
+  return current;
+}

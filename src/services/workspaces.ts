@@ -1,0 +1,745 @@
+/**
+ * Workspaces: lifecycle, leases and recovery on the executor. Owns table: workspaces.
+ *
+ * States (docs/workspaces.md): opening -> active <-> expired_recoverable -> closed; failed opens
+ * are removed at once. An idle lease lapses into expired_recoverable (processes stopped, files
+ * kept); hardExpiresAt removes everything, whatever the state; workspace_close removes at once.
+ *
+ * Every git network operation (the clone, recover export) runs in a short-lived sandbox that can
+ * reach only the repository host (an egress proxy allowing that host:port alone) and gets its
+ * credential from the broker over a socket only that sandbox has. Runner-run git neutralises
+ * hooks, fsmonitor and other config that executes programs.
+ */
+import { join } from 'node:path';
+import { chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import type { DB } from '../store/db.js';
+import type { Config } from '../core/config.js';
+import type { Logger } from '../core/log.js';
+import type { AuditLog } from '../core/audit.js';
+import type { PrincipalState } from '../core/principals.js';
+import type { CursorCodec } from '../core/cursor.js';
+import { ServiceError } from '../core/errors.js';
+import { newId } from '../core/ids.js';
+import { nowIso } from '../core/clock.js';
+import type { Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
+import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
+import { ensureWorkspaceDisk, releaseWorkspaceDisk } from '../sandbox/disk.js';
+import { startEgressProxy, DEFAULT_REGISTRY_RULES, type EgressRule, type EgressDecision } from '../sandbox/egress.js';
+import type { RepositoryPolicy, ParsedRepoUrl } from './repos.js';
+import { parseRepoUrl } from './repos.js';
+import type { EnvironmentService } from './environments.js';
+import { startCredentialBroker, CRED_SOCKET_DIR } from './broker.js';
+import { readFileSync } from 'node:fs';
+
+export type WorkspaceState = 'opening' | 'active' | 'expired_recoverable' | 'closed';
+export type NetworkProfile = 'network-none' | 'dependency-access';
+
+export interface WorkspaceRow {
+  id: string;
+  repositoryUrl: string;
+  ref: string | null;
+  branch: string | null;
+  headOid: string | null;
+  cloneOid: string | null;
+  networkProfile: NetworkProfile;
+  environmentId: string | null;
+  envInjected: boolean;
+  state: WorkspaceState;
+  stateReason: string | null;
+  createdAt: string;
+  lastActivityAt: string;
+  leaseExpiresAt: string;
+  hardExpiresAt: string;
+  closedAt: string | null;
+  gitIdentity: { name: string; email: string } | null;
+}
+
+export interface OpenArgs {
+  repositoryUrl: string;
+  ref?: string;
+  fetchDepth?: number;
+  shallowSince?: string;
+  networkProfile?: NetworkProfile;
+  environmentId?: string;
+  confirmEnvironmentInjection?: true;
+  toolkits: string[];
+  skillSets: unknown[];
+  skillOverrides: Record<string, unknown>;
+  allowToolkitWorkspaceChanges?: true;
+}
+
+interface Deps {
+  db: DB;
+  config: Config;
+  log: Logger;
+  audit: AuditLog;
+  principals: PrincipalState;
+  cursors: CursorCodec;
+  executor: Executor;
+  repos: RepositoryPolicy;
+  environments: EnvironmentService;
+  /** Set in unsafe development mode: no sandboxes can be made, so no workspace opens. */
+  sandboxDisabledReason?: string;
+}
+
+const GIT_BIN = '/usr/bin/git';
+/** Config applied to every git command the runner starts (through GIT_CONFIG_COUNT). */
+export const SAFE_GIT_CONFIG: Array<[string, string]> = [
+  ['core.hooksPath', '/dev/null'],
+  ['core.fsmonitor', 'false'],
+  ['core.sshCommand', '/bin/false'],
+  ['core.askPass', ''],
+  ['core.editor', '/bin/true'],
+  ['core.pager', 'cat'],
+  ['protocol.allow', 'never'],
+  ['protocol.https.allow', 'always'],
+  ['protocol.file.allow', 'never'],
+  ['http.followRedirects', 'false'],
+  ['credential.helper', ''],
+  ['diff.external', ''],
+  ['submodule.recurse', 'false'],
+  ['uploadpack.packObjectsHook', ''],
+  ['gc.auto', '0'],
+  ['maintenance.auto', 'false'],
+  ['safe.directory', '*'],
+];
+
+export function gitConfigEnv(extra: Array<[string, string]> = []): Record<string, string> {
+  const all = [...SAFE_GIT_CONFIG, ...extra];
+  const env: Record<string, string> = {
+    GIT_CONFIG_NOSYSTEM: '1',
+    GIT_CONFIG_GLOBAL: '/dev/null',
+    GIT_TERMINAL_PROMPT: '0',
+    GIT_CONFIG_COUNT: String(all.length),
+  };
+  all.forEach(([k, v], i) => {
+    env[`GIT_CONFIG_KEY_${i}`] = k;
+    env[`GIT_CONFIG_VALUE_${i}`] = v;
+  });
+  return env;
+}
+
+const SHA_RE = /^[0-9a-f]{7,64}$/;
+
+function rowOf(r: Record<string, unknown>): WorkspaceRow {
+  const opts = JSON.parse((r.options_json as string) || '{}') as Record<string, unknown>;
+  return {
+    id: r.id as string,
+    repositoryUrl: r.repository_url as string,
+    ref: (r.ref as string | null) ?? null,
+    branch: (r.branch as string | null) ?? null,
+    headOid: (r.head_oid as string | null) ?? null,
+    cloneOid: (opts.cloneOid as string | undefined) ?? null,
+    networkProfile: r.network_profile as NetworkProfile,
+    environmentId: (r.environment_id as string | null) ?? null,
+    envInjected: r.env_injected === 1,
+    state: r.state as WorkspaceState,
+    stateReason: (r.state_reason as string | null) ?? null,
+    createdAt: r.created_at as string,
+    lastActivityAt: r.last_activity_at as string,
+    leaseExpiresAt: r.lease_expires_at as string,
+    hardExpiresAt: r.hard_expires_at as string,
+    closedAt: (r.closed_at as string | null) ?? null,
+    gitIdentity: (opts.gitIdentity as WorkspaceRow['gitIdentity']) ?? null,
+  };
+}
+
+export class WorkspaceService {
+  private readonly handles = new Map<string, SandboxHandle>();
+  private readonly proxies = new Map<string, { close(): Promise<void> }>();
+  /** Serialises lifecycle changes per workspace (open, renew, recover, close, reaping). */
+  private readonly locks = new Map<string, Promise<unknown>>();
+  private reaper: NodeJS.Timeout | undefined;
+  private readonly lastTouch = new Map<string, number>();
+
+  constructor(private readonly d: Deps) {}
+
+  // ---------- helpers ----------
+
+  private get limits(): SandboxLimits {
+    const c = this.d.config;
+    return { memoryBytes: c.sandboxMemoryMb * 1024 * 1024, pidsMax: c.sandboxPidsMax, cpuQuotaPercent: c.sandboxCpuPercent, cpus: c.sandboxCpus || undefined };
+  }
+
+  rootDir(id: string): string {
+    return join(this.d.config.dataDir, 'workspaces', id);
+  }
+
+  private get ids() {
+    return { uid: this.d.config.sandboxUid, gid: this.d.config.sandboxUid };
+  }
+
+  /** Makes sure the workspace's own filesystem is mounted and its directories exist. */
+  private async ensureDisk(id: string): Promise<void> {
+    const root = this.rootDir(id);
+    if (this.d.config.sandboxDiskMb > 0) await ensureWorkspaceDisk({ dataDir: this.d.config.dataDir, sizeMb: this.d.config.sandboxDiskMb, ...this.ids }, id, root);
+    await prepareRootDir(root, this.ids);
+  }
+
+  /** Deletes every file of a workspace (its filesystem, or its directory tree). */
+  private async removeFiles(id: string): Promise<void> {
+    const root = this.rootDir(id);
+    if (this.d.config.sandboxDiskMb > 0) await releaseWorkspaceDisk({ dataDir: this.d.config.dataDir }, id, root);
+    await removeSandboxRoot(root, this.ids).catch((e) => {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    });
+  }
+
+  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(id) ?? Promise.resolve();
+    const p = prev.catch(() => undefined).then(fn);
+    this.locks.set(id, p);
+    try {
+      return await p;
+    } finally {
+      if (this.locks.get(id) === p) this.locks.delete(id);
+    }
+  }
+
+  get(id: string): WorkspaceRow {
+    const r = this.d.db.prepare('SELECT * FROM workspaces WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    if (!r) throw new ServiceError('NOT_FOUND', `workspaceId: no workspace ${id}`, { field: 'workspaceId' });
+    return rowOf(r);
+  }
+
+  private update(id: string, fields: Record<string, unknown>): void {
+    const keys = Object.keys(fields);
+    this.d.db.prepare(`UPDATE workspaces SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ?`).run(...keys.map((k) => fields[k]), id);
+  }
+
+  private setOption(id: string, key: string, value: unknown): void {
+    const r = this.d.db.prepare('SELECT options_json FROM workspaces WHERE id = ?').get(id) as { options_json: string };
+    const opts = JSON.parse(r.options_json || '{}');
+    opts[key] = value;
+    this.update(id, { options_json: JSON.stringify(opts) });
+  }
+
+  private leaseEnd(fromMs: number, seconds: number, hardIso: string): string {
+    return new Date(Math.min(fromMs + seconds * 1000, Date.parse(hardIso))).toISOString();
+  }
+
+  private network(id: string, profile: NetworkProfile): SandboxNetwork {
+    if (profile === 'network-none') return 'none';
+    return { proxySocket: join(this.d.config.dataDir, 'run', `eg-${id.slice(3, 15)}.sock`) };
+  }
+
+  private egressRules(): EgressRule[] {
+    try {
+      const raw = JSON.parse(readFileSync(this.d.config.configPath, 'utf8')) as { egress?: { allow?: EgressRule[] } };
+      if (raw.egress?.allow) return raw.egress.allow;
+    } catch {
+      // no config file: defaults
+    }
+    return DEFAULT_REGISTRY_RULES;
+  }
+
+  private logDecision = (d: EgressDecision) => {
+    this.d.log.info({ egress: d }, d.allowed ? 'egress allowed' : 'egress refused');
+  };
+
+  private async startWorkspaceProxy(id: string, profile: NetworkProfile): Promise<SandboxNetwork> {
+    const net = this.network(id, profile);
+    if (net === 'none') return net;
+    await this.proxies.get(id)?.close();
+    await rm(net.proxySocket, { force: true });
+    const proxy = await startEgressProxy({ socketPath: net.proxySocket, workspaceId: id, rules: this.egressRules(), onDecision: this.logDecision, socketMode: 0o600 });
+    // Only the workspace's own uid may connect (the bridge inside runs as that uid).
+    await chown(net.proxySocket, this.ids.uid, this.ids.gid);
+    this.proxies.set(id, proxy);
+    return net;
+  }
+
+  private async specFor(w: WorkspaceRow, network: SandboxNetwork): Promise<SandboxSpec> {
+    const env: Record<string, string> = {};
+    if (w.envInjected && w.environmentId) Object.assign(env, this.d.environments.injection(w.environmentId));
+    return { id: w.id, rootDir: this.rootDir(w.id), limits: this.limits, network, env };
+  }
+
+  private async startSandbox(w: WorkspaceRow): Promise<SandboxHandle> {
+    await this.ensureDisk(w.id);
+    const network = await this.startWorkspaceProxy(w.id, w.networkProfile);
+    const spec = await this.specFor(w, network);
+    const recovered = await this.d.executor.recover(spec);
+    const h = recovered ?? (await this.d.executor.create(spec));
+    this.handles.set(w.id, h);
+    this.update(w.id, { sandbox_json: JSON.stringify(h) });
+    return h;
+  }
+
+  private async stopSandbox(id: string): Promise<void> {
+    const h = this.handles.get(id) ?? this.storedHandle(id);
+    if (h) {
+      try {
+        await this.d.executor.destroy(h);
+      } catch (e) {
+        this.d.log.warn({ err: e, workspace: id }, 'sandbox destroy failed');
+      }
+    }
+    this.handles.delete(id);
+    await this.proxies.get(id)?.close();
+    this.proxies.delete(id);
+  }
+
+  private storedHandle(id: string): SandboxHandle | null {
+    const r = this.d.db.prepare('SELECT sandbox_json FROM workspaces WHERE id = ?').get(id) as { sandbox_json: string | null } | undefined;
+    return r?.sandbox_json ? (JSON.parse(r.sandbox_json) as SandboxHandle) : null;
+  }
+
+  /** Runs git (or a short script) on a workspace's repository in a short-lived sandbox. */
+  private async ephemeralGit(
+    w: { id: string },
+    command: string,
+    opts: { repo?: ParsedRepoUrl; env?: Record<string, string>; timeoutMs?: number; onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void; signal?: AbortSignal } = {},
+  ): Promise<ExecResult> {
+    await this.ensureDisk(w.id);
+    const binds = [{ source: join(this.rootDir(w.id), 'repo'), target: '/workspace' }];
+    const extraConfig: Array<[string, string]> = [];
+    let network: SandboxNetwork = 'none';
+    let broker: Awaited<ReturnType<typeof startCredentialBroker>> | undefined;
+    let proxy: { close(): Promise<void> } | undefined;
+    let tmp: string | undefined;
+    try {
+      if (opts.repo) {
+        const runDir = join(this.d.config.dataDir, 'run');
+        tmp = await mkdtemp(join(runDir, 'g-'));
+        await chown(tmp, this.ids.uid, this.ids.gid);
+        const proxySocket = join(tmp, 'p.sock');
+        proxy = await startEgressProxy({
+          socketPath: proxySocket,
+          workspaceId: w.id,
+          // The operator approved this repository host: the one place a private address may be reached.
+          rules: [{ host: opts.repo.host, ports: [opts.repo.port], allowPrivate: true }],
+          onDecision: this.logDecision,
+          socketMode: 0o600,
+        });
+        await chown(proxySocket, this.ids.uid, this.ids.gid);
+        network = { proxySocket };
+        broker = await startCredentialBroker({
+          runDir,
+          repo: opts.repo,
+          credential: this.d.repos.credentialFor(opts.repo),
+          uid: this.d.config.sandboxUid,
+          gid: this.d.config.sandboxUid,
+        });
+        binds.push({ source: broker.dir, target: CRED_SOCKET_DIR, readOnly: true } as never);
+        const ca = this.d.repos.extraCaPem();
+        if (ca) {
+          const bundle = join(tmp, 'ca.pem');
+          await writeFile(bundle, readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8') + '\n' + ca, { mode: 0o644 });
+          binds.push({ source: bundle, target: '/run/atelier-ca.pem', readOnly: true } as never);
+          extraConfig.push(['http.sslCAInfo', '/run/atelier-ca.pem']);
+        }
+        extraConfig.push(['credential.helper', '!/usr/bin/node /opt/atelier/daemon/credhelper.js'], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
+      }
+      return await this.d.executor.runEphemeral({
+        id: `g-${w.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
+        binds,
+        limits: this.limits,
+        network,
+        command,
+        cwd: '/workspace',
+        // With a repository host, every connection goes through its one-host proxy: no exceptions.
+        env: { ...gitConfigEnv(extraConfig), ...(opts.repo ? { NO_PROXY: '', no_proxy: '' } : {}), ...opts.env },
+        timeoutMs: opts.timeoutMs ?? 600_000,
+        maxOutputBytes: 1_048_576,
+        onOutput: opts.onOutput,
+        signal: opts.signal,
+      });
+    } finally {
+      await broker?.close();
+      await proxy?.close();
+      if (tmp) await rm(tmp, { recursive: true, force: true });
+    }
+  }
+
+  private gitFailure(step: string, r: ExecResult): ServiceError {
+    const tail = `${r.stderr}`.trim().split('\n').slice(-6).join('\n');
+    const unreachable = /Could not resolve|Failed to connect|Connection refused|timed out|Proxy CONNECT aborted|CONNECT tunnel failed|403 Forbidden/i.test(tail);
+    const auth = /Authentication failed|could not read Username|401|terminal prompts disabled/i.test(tail);
+    const notFound = /not found|Remote branch .* not found|couldn't find remote ref|does not appear to be a git repository/i.test(tail);
+    const code = r.timedOut ? 'DEADLINE_EXCEEDED' : auth ? 'PERMISSION_DENIED' : notFound ? 'NOT_FOUND' : unreachable ? 'UNAVAILABLE' : 'FAILED_PRECONDITION';
+    return new ServiceError(code, `${step} failed: ${tail || `exit ${r.exitCode}`}`, { step, exitCode: r.exitCode, timedOut: r.timedOut });
+  }
+
+  // ---------- lifecycle ----------
+
+  async open(a: OpenArgs, principal: string, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<Record<string, unknown>> {
+    if (this.d.sandboxDisabledReason)
+      throw new ServiceError('FAILED_PRECONDITION', `workspaces are disabled: the service runs in unsafe development mode (${this.d.sandboxDisabledReason}); see atelier doctor`, {});
+    const repo = this.d.repos.approve(a.repositoryUrl);
+    let envId: string | null = null;
+    if (a.environmentId) {
+      envId = this.d.environments.resolve(a.environmentId);
+      if (a.confirmEnvironmentInjection !== true)
+        throw new ServiceError(
+          'INVALID_ARGUMENT',
+          `confirmEnvironmentInjection: must be true to inject the variables and secrets of environment ${a.environmentId} into the workspace`,
+          { field: 'confirmEnvironmentInjection', rule: 'required with environmentId' },
+        );
+    }
+    const profile: NetworkProfile = a.networkProfile ?? 'network-none';
+    const id = newId('workspace');
+    const now = Date.now();
+    const hard = new Date(now + this.d.config.maxWorkspaceLifetimeSeconds * 1000).toISOString();
+    const lease = this.leaseEnd(now, this.d.config.idleLeaseSeconds, hard);
+    this.d.db
+      .prepare(
+        `INSERT INTO workspaces (id, owner_id, repository_url, ref, fetch_depth, shallow_since, network_profile, environment_id, env_injected, options_json, state, created_at, last_activity_at, lease_expires_at, hard_expires_at)
+         VALUES (?, 'owner', ?, ?, ?, ?, ?, ?, ?, ?, 'opening', ?, ?, ?, ?)`,
+      )
+      .run(id, repo.url, a.ref ?? null, a.fetchDepth ?? null, a.shallowSince ?? null, profile, envId, envId ? 1 : 0,
+        JSON.stringify({ toolkits: a.toolkits, skillSets: a.skillSets, skillOverrides: a.skillOverrides, allowToolkitWorkspaceChanges: a.allowToolkitWorkspaceChanges === true }),
+        new Date(now).toISOString(), new Date(now).toISOString(), lease, hard);
+    return this.locked(id, async () => {
+      try {
+        progress(0, 3, `cloning ${repo.url}`);
+        await this.clone(id, repo, a, signal);
+        progress(1, 3, 'starting the sandbox');
+        const w = this.get(id);
+        const h = await this.startSandbox(w);
+        progress(2, 3, 'reading the checkout');
+        const info = await this.d.executor.exec(h, { command: 'git rev-parse HEAD; git symbolic-ref --short -q HEAD || echo "(detached)"', env: gitConfigEnv(), timeoutMs: 30_000 });
+        const [head, branch] = info.stdout.trim().split('\n');
+        this.update(id, { state: 'active', head_oid: head ?? null, branch: branch === '(detached)' ? null : (branch ?? null) });
+        this.setOption(id, 'cloneOid', head ?? null);
+        this.d.principals.setActiveWorkspace(principal, id);
+        progress(3, 3, 'ready');
+        return this.describe(this.get(id));
+      } catch (err) {
+        await this.stopSandbox(id);
+        await this.removeFiles(id).catch((e) => this.d.log.error({ err: e, workspace: id }, 'cleanup after a failed open failed'));
+        this.d.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
+        throw err;
+      }
+    });
+  }
+
+  private async clone(id: string, repo: ParsedRepoUrl, a: OpenArgs, signal: AbortSignal): Promise<void> {
+    const depthArgs = a.shallowSince ? `--shallow-since="$SINCE"` : a.fetchDepth === 0 ? '' : `--depth=${a.fetchDepth ?? 1}`;
+    const ref = a.ref;
+    // Shell script inside the sandbox; every value arrives as an environment variable, never spliced into the script.
+    const script = ref && SHA_RE.test(ref)
+      ? `set -e; ${GIT_BIN} init -q .; ${GIT_BIN} remote add origin "$REPO"; ${GIT_BIN} fetch -q ${depthArgs} origin "$REF"; ${GIT_BIN} checkout -q --detach FETCH_HEAD`
+      : `set -e; ${GIT_BIN} clone -q ${depthArgs} ${ref ? '--branch "$REF"' : ''} "$REPO" .`;
+    const r = await this.ephemeralGit({ id }, script, { repo, env: { REPO: repo.url, REF: ref ?? '', SINCE: a.shallowSince ?? '' }, signal });
+    if (r.exitCode !== 0) throw this.gitFailure('clone', r);
+  }
+
+  describe(w: WorkspaceRow): Record<string, unknown> {
+    return {
+      workspaceId: w.id,
+      state: w.state,
+      repositoryUrl: w.repositoryUrl,
+      ref: w.ref,
+      branch: w.branch,
+      headOid: w.headOid,
+      networkProfile: w.networkProfile,
+      environmentId: w.environmentId,
+      environmentInjected: w.envInjected,
+      createdAt: w.createdAt,
+      lastActivityAt: w.lastActivityAt,
+      leaseExpiresAt: w.leaseExpiresAt,
+      hardExpiresAt: w.hardExpiresAt,
+      ...(w.stateReason ? { stateReason: w.stateReason } : {}),
+      ...(w.closedAt ? { closedAt: w.closedAt } : {}),
+    };
+  }
+
+  list(cursor: string | undefined, limit: number): Record<string, unknown> {
+    let after: { c: string; i: string } | null = null;
+    if (cursor) after = this.d.cursors.decode<{ c: string; i: string }>('workspace_list', cursor);
+    const rows = this.d.db
+      .prepare(
+        `SELECT * FROM workspaces WHERE state != 'closed' ${after ? 'AND (created_at < ? OR (created_at = ? AND id < ?))' : ''} ORDER BY created_at DESC, id DESC LIMIT ?`,
+      )
+      .all(...(after ? [after.c, after.c, after.i] : []), limit + 1) as Array<Record<string, unknown>>;
+    const page = rows.slice(0, limit).map((r) => this.describe(rowOf(r)));
+    const last = rows.length > limit ? rowOf(rows[limit - 1]!) : null;
+    return { workspaces: page, nextCursor: last ? this.d.cursors.encode('workspace_list', { c: last.createdAt, i: last.id }) : null };
+  }
+
+  /** The live handle of an active workspace; refreshes its idle lease. Refuses other states clearly. */
+  async activeHandle(id: string): Promise<SandboxHandle> {
+    const w = this.get(id);
+    if (w.state === 'expired_recoverable')
+      throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} expired after being idle; resume it with workspace_lease_renew or workspace_recover (mode resume)`, { workspaceId: id, state: w.state });
+    if (w.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed and its files removed`, { workspaceId: id, state: w.state });
+    if (w.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is ${w.state}`, { workspaceId: id, state: w.state });
+    this.touch(w);
+    const h = this.handles.get(id);
+    if (h) return h;
+    return this.locked(id, () => this.startSandbox(this.get(id)));
+  }
+
+  /** Activity moves the idle lease (at most one write per 5 s per workspace). */
+  touch(w: WorkspaceRow): void {
+    const now = Date.now();
+    if ((this.lastTouch.get(w.id) ?? 0) > now - 5_000) return;
+    this.lastTouch.set(w.id, now);
+    this.update(w.id, { last_activity_at: new Date(now).toISOString(), lease_expires_at: this.leaseEnd(now, this.d.config.idleLeaseSeconds, w.hardExpiresAt) });
+  }
+
+  async exec(id: string, req: ExecRequest, onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void, signal?: AbortSignal): Promise<ExecResult> {
+    const h = await this.activeHandle(id);
+    return this.d.executor.exec(h, req, onOutput, signal);
+  }
+
+  status(id: string): Record<string, unknown> {
+    const w = this.get(id);
+    return { ...this.describe(w), sandboxRunning: this.handles.has(id), gitIdentity: w.gitIdentity };
+  }
+
+  /** What this workspace may do, and the repohost actions for its repository. Mints no tokens. */
+  capabilities(id: string): Record<string, unknown> {
+    const w = this.get(id);
+    const repo = parseRepoUrl(w.repositoryUrl);
+    const hasCredential = this.d.repos.credentialFor(repo) !== null;
+    return {
+      workspaceId: id,
+      state: w.state,
+      repository: { url: w.repositoryUrl, host: repo.authority },
+      network: { profile: w.networkProfile, egress: w.networkProfile === 'dependency-access' ? 'configured package registries only, through the egress proxy' : 'none (loopback only)' },
+      git: { fetch: true, push: hasCredential, credentialSource: hasCredential ? 'broker' : 'none: the operator has no credential for this host; pushes will be refused by the host' },
+      commands: { exec: true, privileged: 'approval required (approvalGrantToken from the owner)' },
+      packages: { enabled: this.d.config.packagesEnabled },
+      environment: { id: w.environmentId, injected: w.envInjected },
+      repohostActions: [] as string[],
+      repohost: { available: false, reason: 'repository-host operations (issues, pull requests, reviews) are not available in this build: see docs/STATUS.md' },
+      tokensMinted: false,
+    };
+  }
+
+  async context(
+    id: string,
+    a: { clientProfile: string; include: string[]; contentMode: 'none' | 'excerpt'; cursor?: string; limit: number; maxBytes: number },
+    signal: AbortSignal,
+  ): Promise<Record<string, unknown>> {
+    const h = await this.activeHandle(id);
+    const w = this.get(id);
+    const ident = await this.d.executor.exec(h, { command: 'git config --get user.name; echo ---; git config --get user.email', env: gitConfigEnv(), timeoutMs: 10_000 });
+    const [name, email] = ident.stdout.split('---').map((x) => x.trim());
+    const overview = (await this.d.executor.request(h, 'overview', {
+      root: '/workspace',
+      clientProfile: a.clientProfile,
+      include: a.include,
+      contentMode: a.contentMode,
+      maxBytes: a.maxBytes,
+    }, { signal, timeoutMs: 30_000 })) as Record<string, unknown>;
+    // Pages run over the entries of the included sections, in include order.
+    const sections: Array<[string, string]> = [
+      ['instructions', 'instructions'],
+      ['languages', 'languages'],
+      ['test_commands', 'testCommands'],
+      ['skills', 'skills'],
+    ];
+    const entries: Array<{ section: string; item: unknown }> = [];
+    for (const [inc, key] of sections) {
+      if (!a.include.includes(inc)) continue;
+      for (const item of (overview[key] as unknown[] | undefined) ?? []) entries.push({ section: key, item });
+    }
+    const start = a.cursor ? this.d.cursors.decode<{ o: number; w: string }>('workspace_context', a.cursor).o : 0;
+    const page = entries.slice(start, start + a.limit);
+    const repositoryOverview: Record<string, unknown[]> = {};
+    for (const [inc, key] of sections) if (a.include.includes(inc)) repositoryOverview[key] = [];
+    for (const e of page) repositoryOverview[e.section]!.push(e.item);
+    const next = start + a.limit < entries.length ? this.d.cursors.encode('workspace_context', { o: start + a.limit, w: id }) : null;
+    return {
+      activeWorkspaceId: id,
+      repositoryUrl: w.repositoryUrl,
+      branch: w.branch,
+      headOid: w.headOid,
+      leaseExpiresAt: w.leaseExpiresAt,
+      hardExpiresAt: w.hardExpiresAt,
+      leaseRemainingSeconds: Math.max(0, Math.floor((Date.parse(w.leaseExpiresAt) - Date.now()) / 1000)),
+      gitIdentity: name || email ? { name: name || null, email: email || null } : null,
+      clientProfile: a.clientProfile,
+      contentMode: a.contentMode,
+      repositoryOverview,
+      partial: overview.partial === true,
+      filesScanned: overview.filesScanned,
+      totalEntries: entries.length,
+      nextCursor: next,
+    };
+  }
+
+  secretsList(workspaceId: string | undefined, a: { environmentId?: string; query?: string; cursor?: string; limit: number }): Record<string, unknown> {
+    let envId = a.environmentId ?? null;
+    if (!envId && workspaceId) envId = this.get(workspaceId).environmentId;
+    const offset = a.cursor ? this.d.cursors.decode<{ o: number }>('secrets_list', a.cursor).o : 0;
+    const { items, more } = this.d.environments.listSecrets(envId, a.query, offset, a.limit);
+    return {
+      environmentId: envId,
+      secrets: items.map((i) => ({ name: i.name, scope: i.scope === 'global' ? 'global' : 'environment', description: i.description })),
+      nextCursor: more ? this.d.cursors.encode('secrets_list', { o: offset + a.limit }) : null,
+      note: 'values are never shown; commands see injected secrets as environment variables of the same name',
+    };
+  }
+
+  setActive(principal: string, id: string): Record<string, unknown> {
+    const w = this.get(id);
+    if (w.state === 'closed') throw new ServiceError('FAILED_PRECONDITION', `workspaceId: workspace ${id} is closed`, { field: 'workspaceId' });
+    this.d.principals.setActiveWorkspace(principal, id);
+    return { activeWorkspaceId: id, state: w.state };
+  }
+
+  async renew(id: string, extensionSeconds: number | undefined): Promise<Record<string, unknown>> {
+    return this.locked(id, async () => {
+      const w = this.get(id);
+      if (w.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed`, { workspaceId: id });
+      if (w.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
+      const ext = extensionSeconds ?? this.d.config.idleLeaseSeconds;
+      const now = Date.now();
+      const requested = new Date(now + ext * 1000).toISOString();
+      const capped = Date.parse(requested) > Date.parse(w.hardExpiresAt);
+      const leaseExpiresAt = capped ? w.hardExpiresAt : requested;
+      const reactivated = w.state === 'expired_recoverable';
+      if (reactivated) {
+        this.update(id, { state: 'active', state_reason: null });
+        await this.startSandbox(this.get(id));
+      }
+      this.update(id, { lease_expires_at: leaseExpiresAt, last_activity_at: new Date(now).toISOString() });
+      this.lastTouch.set(id, now);
+      const result: Record<string, unknown> = { workspaceId: id, state: 'active', leaseExpiresAt, hardExpiresAt: w.hardExpiresAt, leaseCapped: capped, reactivated, leaseWarnings: [] as string[] };
+      if (capped) {
+        result.requestedExpiresAt = requested;
+        (result.leaseWarnings as string[]).push(`the lease was capped at hardExpiresAt (${w.hardExpiresAt}): a workspace never outlives its maximum lifetime; push or export your work before then`);
+      }
+      return result;
+    });
+  }
+
+  async close(id: string, principal: string): Promise<Record<string, unknown>> {
+    return this.locked(id, async () => {
+      const w = this.get(id);
+      if (w.state === 'closed') return { workspaceId: id, state: 'closed', alreadyClosed: true, closedAt: w.closedAt };
+      await this.removeEverything(id, 'closed by workspace_close');
+      this.d.principals.forgetWorkspace(id);
+      void principal;
+      return { workspaceId: id, state: 'closed', alreadyClosed: false, closedAt: this.get(id).closedAt, filesRemoved: true };
+    });
+  }
+
+  private async removeEverything(id: string, reason: string): Promise<void> {
+    await this.stopSandbox(id);
+    await this.removeFiles(id);
+    this.update(id, { state: 'closed', state_reason: reason, closed_at: nowIso(), sandbox_json: null });
+  }
+
+  private async expire(id: string): Promise<void> {
+    await this.stopSandbox(id);
+    this.update(id, { state: 'expired_recoverable', state_reason: 'idle lease lapsed; processes stopped, files kept' });
+    this.d.audit.record({ actor: 'system', action: 'workspace_expire', target: id, outcome: 'ok', reason: 'idle lease lapsed' });
+  }
+
+  // ---------- recovery ----------
+
+  private async gitIn(w: WorkspaceRow, command: string, env: Record<string, string> = {}): Promise<ExecResult> {
+    if (w.state === 'active') return this.exec(w.id, { command, env: { ...gitConfigEnv(), ...env }, timeoutMs: 120_000, maxOutputBytes: 1_048_576 });
+    return this.ephemeralGit(w, command, { env, timeoutMs: 120_000 });
+  }
+
+  /** The base unpushed work is measured against: the upstream branch, else the cloned commit. */
+  private baseExpr(w: WorkspaceRow): string {
+    return `$(git rev-parse -q --verify '@{upstream}' 2>/dev/null || echo ${w.cloneOid ?? 'HEAD'})`;
+  }
+
+  async recover(id: string, mode: 'resume' | 'status' | 'patch' | 'export', targetBranch: string | undefined, principal: string): Promise<Record<string, unknown>> {
+    const w = this.get(id);
+    if (w.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed and its files removed; nothing to recover`, { workspaceId: id });
+    if (w.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
+    if (mode === 'resume') {
+      const r = await this.renew(id, undefined);
+      this.d.principals.setActiveWorkspace(principal, id);
+      return { mode, ...r };
+    }
+    return this.locked(id, async () => {
+      const base = this.baseExpr(w);
+      if (mode === 'status') {
+        const r = await this.gitIn(w, `set -e; b=${base}; echo "HEAD $(git rev-parse HEAD)"; echo "BASE $b"; git log --format='C %H %s' "$b..HEAD"; git status --porcelain=v1 -uall | sed 's/^/S /'`);
+        if (r.exitCode !== 0) throw this.gitFailure('status', r);
+        const lines = r.stdout.split('\n');
+        return {
+          mode,
+          workspaceId: id,
+          state: w.state,
+          headOid: lines.find((l) => l.startsWith('HEAD '))?.slice(5) ?? null,
+          baseOid: lines.find((l) => l.startsWith('BASE '))?.slice(5) ?? null,
+          unpushedCommits: lines.filter((l) => l.startsWith('C ')).map((l) => ({ oid: l.slice(2, 42), subject: l.slice(43) })),
+          uncommittedChanges: lines.filter((l) => l.startsWith('S ')).map((l) => ({ status: l.slice(2, 4).trim(), path: l.slice(5) })),
+          hardExpiresAt: w.hardExpiresAt,
+          leaseExpiresAt: w.leaseExpiresAt,
+        };
+      }
+      // Uncommitted work (tracked and untracked) as a commit object made with a temporary index:
+      // the workspace's own index and branches are untouched.
+      const snapshot = `export GIT_INDEX_FILE="$(mktemp)"; cp .git/index "$GIT_INDEX_FILE" 2>/dev/null || true; git add -A; tree=$(git write-tree); rm -f "$GIT_INDEX_FILE"; unset GIT_INDEX_FILE; if [ "$tree" = "$(git rev-parse 'HEAD^{tree}')" ]; then snap=$(git rev-parse HEAD); else snap=$(git -c user.name='Atelier recovery' -c user.email='recovery@atelier.invalid' commit-tree "$tree" -p HEAD -m 'Uncommitted work saved by workspace_recover'); fi`;
+      if (mode === 'patch') {
+        const r = await this.gitIn(w, `set -e; b=${base}; ${snapshot}; git format-patch --stdout --no-signature "$b..$snap"`);
+        if (r.exitCode !== 0) throw this.gitFailure('patch', r);
+        return { mode, workspaceId: id, patch: r.stdout, bytes: Buffer.byteLength(r.stdout), truncated: r.stdoutTruncated === true, empty: r.stdout.trim() === '' };
+      }
+      // export: push the snapshot to targetBranch through the broker.
+      if (!targetBranch) throw new ServiceError('INVALID_ARGUMENT', 'targetBranch: required when mode is export', { field: 'targetBranch' });
+      const check = await this.ephemeralGit(w, 'git check-ref-format --branch "$B"', { env: { B: targetBranch } });
+      if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `targetBranch: ${targetBranch} is not a valid branch name`, { field: 'targetBranch' });
+      const repo = parseRepoUrl(w.repositoryUrl);
+      this.d.repos.approve(w.repositoryUrl);
+      const r = await this.ephemeralGit(w, `set -e; ${snapshot}; git push -q origin "$snap:refs/heads/$B"; echo "$snap"`, { repo, env: { B: targetBranch } });
+      if (r.exitCode !== 0) throw this.gitFailure('export push', r);
+      const pushedOid = r.stdout.trim().split('\n').pop() ?? null;
+      this.d.audit.record({ actor: 'mcp', principal, action: 'workspace_recover_export', target: id, outcome: 'ok', details: { targetBranch, pushedOid } });
+      return { mode, workspaceId: id, targetBranch, pushedOid, remote: w.repositoryUrl };
+    });
+  }
+
+  // ---------- reaper and restart ----------
+
+  /** Expires idle workspaces and removes those past their hard deadline. */
+  async reap(): Promise<void> {
+    const now = nowIso();
+    const hard = this.d.db.prepare("SELECT id FROM workspaces WHERE state != 'closed' AND state != 'opening' AND hard_expires_at <= ?").pluck().all(now) as string[];
+    for (const id of hard) {
+      await this.locked(id, async () => {
+        await this.removeEverything(id, 'hard expiry: maximum workspace lifetime reached');
+        this.d.principals.forgetWorkspace(id);
+        this.d.audit.record({ actor: 'system', action: 'workspace_hard_expire', target: id, outcome: 'ok' });
+      }).catch((e) => this.d.log.error({ err: e, workspace: id }, 'hard expiry failed'));
+    }
+    const idle = this.d.db.prepare("SELECT id FROM workspaces WHERE state = 'active' AND lease_expires_at <= ?").pluck().all(now) as string[];
+    for (const id of idle) {
+      await this.locked(id, async () => {
+        const w = this.get(id);
+        if (w.state === 'active' && Date.parse(w.leaseExpiresAt) <= Date.now()) await this.expire(id);
+      }).catch((e) => this.d.log.error({ err: e, workspace: id }, 'expiry failed'));
+    }
+  }
+
+  /** After a (re)start: active workspaces work again; half-opened ones are cleaned up. */
+  async startup(): Promise<void> {
+    const opening = this.d.db.prepare("SELECT id FROM workspaces WHERE state = 'opening'").pluck().all() as string[];
+    for (const id of opening) {
+      await this.removeFiles(id).catch((e) => this.d.log.error({ err: e, workspace: id }, 'cleanup of a half-opened workspace failed'));
+      this.d.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
+    }
+    await this.reap();
+    const active = this.d.db.prepare("SELECT id FROM workspaces WHERE state = 'active'").pluck().all() as string[];
+    for (const id of active) {
+      await this.locked(id, () => this.startSandbox(this.get(id))).catch((e) => this.d.log.error({ err: e, workspace: id }, 'could not restart workspace sandbox'));
+    }
+    const every = Math.max(1000, Math.min(15_000, (this.d.config.idleLeaseSeconds * 1000) / 4));
+    this.reaper = setInterval(() => void this.reap().catch((e) => this.d.log.error({ err: e }, 'reaper failed')), every);
+    this.reaper.unref();
+  }
+
+  /** On shutdown: stop the reaper and the proxies; sandboxes end with the runner. */
+  async shutdown(): Promise<void> {
+    if (this.reaper) clearInterval(this.reaper);
+    await Promise.all([...this.locks.values()].map((p) => p.catch(() => undefined)));
+    for (const id of [...this.handles.keys()]) {
+      const h = this.handles.get(id)!;
+      await this.d.executor.stop(h).catch(() => undefined);
+    }
+    for (const p of this.proxies.values()) await p.close().catch(() => undefined);
+    this.proxies.clear();
+  }
+}

@@ -1,0 +1,212 @@
+/**
+ * The daemon on its own, run on the host (no sandbox) against a temporary workspace: protocol,
+ * exec semantics, confinement of cwd, cancellation, and the in-daemon tree kill.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ServiceError } from '../../src/core/errors.js';
+import { DaemonClient } from '../../src/sandbox/client.js';
+import type { ExecResult, ExecStarted } from '../../src/sandbox/daemon/protocol.js';
+import { DAEMON_DIR, assertDaemonBuilt, isAlive, traversableTempDir } from './helpers.js';
+
+let base: string;
+let workspace: string;
+let socketPath: string;
+let daemon: ChildProcess;
+let client: DaemonClient;
+
+beforeAll(async () => {
+  assertDaemonBuilt();
+  base = traversableTempDir('atl-d-');
+  workspace = path.join(base, 'ws');
+  mkdirSync(path.join(workspace, 'sub'), { recursive: true });
+  symlinkSync('/', path.join(workspace, 'escape'));
+  writeFileSync(path.join(base, 'env.json'), JSON.stringify({ PATH: '/usr/bin:/bin', SHLVL: '1', BASE_VAR: 'base' }));
+  socketPath = path.join(base, 'd.sock');
+  daemon = spawn(
+    process.execPath,
+    [path.join(DAEMON_DIR, 'main.js'), '--socket', socketPath, '--workspace', workspace, '--env-file', path.join(base, 'env.json')],
+    { stdio: ['ignore', 'inherit', 'inherit'] },
+  );
+  client = new DaemonClient(socketPath);
+  for (let i = 0; ; i++) {
+    try {
+      await client.ping(500);
+      break;
+    } catch (err) {
+      if (i > 200) throw err;
+      await sleep(25);
+    }
+  }
+});
+
+afterAll(() => {
+  client?.close();
+  daemon?.kill('SIGKILL');
+  if (base) rmSync(base, { recursive: true, force: true });
+});
+
+const exec = (params: Record<string, unknown>, opts: Parameters<DaemonClient['request']>[2] = {}) =>
+  client.request<ExecResult>('exec', params, opts);
+
+describe('daemon protocol', () => {
+  it('answers ping with pid, uid and version', async () => {
+    const pong = await client.ping();
+    expect(pong).toEqual({ pid: daemon.pid, uid: process.getuid!(), version: '1' });
+  });
+
+  it('rejects unknown methods and malformed requests', async () => {
+    await expect(client.request('nope')).rejects.toMatchObject({ code: 'NOT_IMPLEMENTED' });
+    const raw = connect(socketPath);
+    const reply = await new Promise<string>((resolve) => {
+      raw.once('data', (d) => resolve(d.toString()));
+      raw.write('not json\n');
+    });
+    raw.destroy();
+    expect(JSON.parse(reply)).toMatchObject({ id: null, error: { code: 'INVALID_ARGUMENT' } });
+  });
+
+  it('validates exec parameters', async () => {
+    await expect(exec({})).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(exec({ argv: ['true'], command: 'true' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(exec({ command: 'true', timeoutMs: 0 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+});
+
+describe('daemon exec', () => {
+  it('runs argv and shell commands with exit codes and signals', async () => {
+    expect(await exec({ argv: ['sh', '-c', 'exit 7'] })).toMatchObject({ exitCode: 7, signal: null, timedOut: false });
+    expect(await exec({ command: 'kill -TERM $$' })).toMatchObject({ exitCode: null, signal: 'SIGTERM' });
+    const r = await exec({ command: 'echo out; echo err >&2' });
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'out\n', stderr: 'err\n', stdoutBytes: 4, stderrBytes: 4 });
+  });
+
+  it('merges env over the base environment and feeds stdin', async () => {
+    const r = await exec({
+      command: 'echo "$BASE_VAR $EXTRA"; cat',
+      env: { EXTRA: 'extra' },
+      stdin: Buffer.from('from stdin').toString('base64'),
+    });
+    expect(r.stdout).toBe('base extra\nfrom stdin');
+  });
+
+  it('confines cwd to the workspace, symlinks included', async () => {
+    expect((await exec({ command: 'pwd', cwd: 'sub' })).stdout).toBe(`${path.join(workspace, 'sub')}\n`);
+    await expect(exec({ command: 'pwd', cwd: '../' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(exec({ command: 'pwd', cwd: '/etc' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(exec({ command: 'pwd', cwd: 'escape' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(exec({ command: 'pwd', cwd: 'missing' })).rejects.toMatchObject({ code: 'NOT_FOUND' });
+  });
+
+  it('keeps head and tail of large output', async () => {
+    const r = await exec({ command: 'head -c 100000 /dev/zero | tr "\\0" a; echo END', maxOutputBytes: 1024 });
+    expect(r.stdoutTruncated).toBe(true);
+    expect(r.stdoutBytes).toBe(100004);
+    expect(r.stdout).toMatch(/^a{512}\n\[\.\.\. 98980 bytes omitted \.\.\.\]\na{508}END\n$/);
+  });
+
+  it('streams output events before the reply', async () => {
+    const chunks: string[] = [];
+    const events: string[] = [];
+    const r = await exec(
+      { command: 'echo one; sleep 0.1; echo two', stream: true },
+      {
+        onEvent: (event, data) => {
+          events.push(event);
+          if (event === 'stdout') chunks.push(Buffer.from(data as string, 'base64').toString());
+        },
+      },
+    );
+    expect(events[0]).toBe('started');
+    expect(chunks.join('')).toBe('one\ntwo\n');
+    expect(r.stdout).toBe('one\ntwo\n');
+  });
+
+  it('holds an exec until it is released', async () => {
+    let started: ExecStarted | undefined;
+    const t0 = Date.now();
+    const pending = exec(
+      { command: 'echo ran', hold: true },
+      {
+        onEvent: (event, data) => {
+          if (event === 'started') started = data as ExecStarted;
+        },
+      },
+    );
+    while (!started) await sleep(5);
+    await sleep(200);
+    await client.request('release', { execId: started.execId });
+    const r = await pending;
+    expect(r.stdout).toBe('ran\n');
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(200);
+  });
+
+  it('kills the process group and attached descendants on timeout', async () => {
+    const marker = path.join(base, 'tree.pids');
+    const t0 = Date.now();
+    const r = await exec({
+      // A background child in the group, and a setsid child whose parent is still alive.
+      command: `sleep 1000 & setsid sh -c 'trap "" TERM; sleep 1000' & echo "$! $(jobs -p | tr '\\n' ' ')" > ${marker}; wait`,
+      timeoutMs: 300,
+      killGraceMs: 100,
+    });
+    expect(r.timedOut).toBe(true);
+    expect(Date.now() - t0).toBeLessThan(3000);
+    const pids = readFileSync(marker, 'utf8').trim().split(/\s+/).map(Number);
+    await sleep(100);
+    expect(pids.length).toBe(3);
+    for (const pid of pids) expect(isAlive(pid)).toBe(false);
+  });
+
+  it('cancels through an AbortSignal with a partial result', async () => {
+    const ctl = new AbortController();
+    setTimeout(() => ctl.abort(), 200);
+    const t0 = Date.now();
+    const r = await exec({ command: 'echo before; sleep 1000' }, { signal: ctl.signal });
+    expect(r).toMatchObject({ cancelled: true, signal: 'SIGKILL', stdout: 'before\n' });
+    expect(Date.now() - t0).toBeLessThan(3000);
+  });
+
+  it('gives up at the client timeout and cancels the request in the daemon', async () => {
+    const marker = path.join(base, 'timeout.pid');
+    const t0 = Date.now();
+    await expect(exec({ command: `echo $$ > ${marker}; sleep 1000` }, { timeoutMs: 300 })).rejects.toMatchObject({
+      code: 'DEADLINE_EXCEEDED',
+    });
+    expect(Date.now() - t0).toBeLessThan(1_000);
+    await sleep(200);
+    expect(isAlive(Number(readFileSync(marker, 'utf8')))).toBe(false);
+  });
+
+  it('signals a running exec by id', async () => {
+    let execId: string | undefined;
+    const pending = exec(
+      { command: 'sleep 1000' },
+      {
+        onEvent: (event, data) => {
+          if (event === 'started') execId = (data as ExecStarted).execId;
+        },
+      },
+    );
+    while (!execId) await sleep(5);
+    await client.request('kill', { execId, signal: 'SIGINT' });
+    expect(await pending).toMatchObject({ signal: 'SIGINT', cancelled: false });
+    await expect(client.request('kill', { execId })).rejects.toMatchObject({ code: 'NOT_FOUND' });
+  });
+
+  it('stops what a connection started when the connection drops', async () => {
+    const other = new DaemonClient(socketPath);
+    const marker = path.join(base, 'drop.pid');
+    const pending = other.request('exec', { command: `echo $$ > ${marker}; sleep 1000` });
+    await sleep(300);
+    other.close();
+    await expect(pending).rejects.toBeInstanceOf(ServiceError);
+    const pid = Number(readFileSync(marker, 'utf8'));
+    await sleep(200);
+    expect(isAlive(pid)).toBe(false);
+  });
+});

@@ -1,0 +1,32 @@
+/** Shared set-up for the sandbox tests: the compiled daemon and short temporary directories. */
+import { chmodSync, existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The tests run the compiled daemon: build first (npx tsc -p .). */
+export const DAEMON_DIR = fileURLToPath(new URL('../../dist/sandbox/daemon', import.meta.url));
+
+export function assertDaemonBuilt(): void {
+  if (!existsSync(path.join(DAEMON_DIR, 'main.js'))) {
+    throw new Error(`compiled daemon missing at ${DAEMON_DIR}: run "npx tsc -p ." before these tests`);
+  }
+}
+
+/** A temporary directory under /tmp the sandbox uid can traverse (mkdtemp makes 0700). */
+export function traversableTempDir(prefix: string): string {
+  const dir = mkdtempSync(path.join('/tmp', prefix));
+  chmodSync(dir, 0o711);
+  return dir;
+}
+
+export const isRoot = process.getuid?.() === 0;
+
+/** A process that exited but was not reaped yet (a zombie) counts as gone. */
+export function isAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
