@@ -115,12 +115,24 @@ async function serve(argv: string[]): Promise<void> {
     if (err.code === 'EADDRNOTAVAIL') throw new ConfigError(`invalid setting --host / ATELIER_HOST: ${config.host} is not an address of this machine`);
     throw e;
   }
-  await app.workspaces.startup();
+  try {
+    await app.workspaces.startup();
+    announce(app, server, config, problems.length > 0);
+  } catch (e) {
+    // Nothing half-started stays behind: close the listener and the database, then report.
+    await server.close().catch(() => undefined);
+    await app.workspaces.shutdown().catch(() => undefined);
+    app.close();
+    throw e;
+  }
+}
+
+function announce(app: App, server: Awaited<ReturnType<typeof startServer>>, config: ReturnType<typeof loadConfig>, unsafe: boolean): void {
   const mcpUrl = `${server.url}/mcp`;
   const out: string[] = ['', `Atelier ${VERSION} is running.`, `  Data directory: ${config.dataDir}`, `  MCP URL:        ${mcpUrl}`];
-  if (problems.length > 0) out.splice(1, 0, '!!! UNSAFE DEVELOPMENT MODE (--unsafe-dev-no-sandbox): no sandboxes on this machine; workspace_open is refused !!!');
+  if (unsafe) out.splice(1, 0, '!!! UNSAFE DEVELOPMENT MODE (--unsafe-dev-no-sandbox): no sandboxes on this machine; workspace_open is refused !!!');
   if (app.firstRun || app.auth.activeTokenCount() === 0) {
-    const { token } = app.auth.createToken(app.firstRun ? 'first owner token' : 'owner token (none was active)');
+    const { token } = app.auth.createToken(app.firstRun ? 'first owner token' : 'owner token: none was active');
     out.push(
       `  Owner token:    ${token}`,
       '                  (shown once: store it now; more with `atelier token create`)',
