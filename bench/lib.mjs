@@ -6,8 +6,8 @@ import { join } from 'node:path';
 
 export const ROOT = new URL('..', import.meta.url).pathname;
 
-export async function startAtelier(args = []) {
-  const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-'));
+export async function startAtelier(args = [], givenDataDir) {
+  const dataDir = givenDataDir ?? mkdtempSync(join(tmpdir(), 'atelier-bench-'));
   const proc = spawn(process.execPath, [join(ROOT, 'bin/atelier'), 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   await new Promise((resolve, reject) => {
@@ -57,3 +57,18 @@ export async function measure(fn, { total, concurrency, warmup = 50 }) {
 }
 
 export const fmt = (ms) => `${ms.toFixed(3)} ms`;
+
+/** Compiles and imports the HTTPS git host test fixture (TypeScript) for benchmarks. */
+export async function loadGitHost() {
+  const { execFileSync } = await import('node:child_process');
+  const out = join(ROOT, 'bench/.build');
+  execFileSync(join(ROOT, 'node_modules/.bin/tsc'), ['--ignoreConfig', '--outDir', out, '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--rootDir', join(ROOT, 'test/fixtures'), join(ROOT, 'test/fixtures/githost.ts')], { stdio: 'inherit' });
+  const { writeFileSync } = await import('node:fs');
+  writeFileSync(join(out, 'package.json'), '{"type":"module"}');
+  return import(join(out, 'githost.js'));
+}
+
+export function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}

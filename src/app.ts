@@ -96,6 +96,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     runDir: join(config.dataDir, 'run'),
     uid: config.sandboxUid,
     gid: config.sandboxUid,
+    bwrapPath: config.sandboxBwrapPath,
   });
   const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, environments, sandboxDisabledReason: opts.sandboxDisabledReason });
   const app: App = {

@@ -15,6 +15,7 @@ import { CATALOG } from './tools/index.js';
 import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
 import { pendingSpecPaths } from './dashboard/spec-paths.js';
 import { VERSION } from './core/version.js';
+import { ServiceError } from './core/errors.js';
 
 export interface RunningServer {
   url: string;
@@ -96,6 +97,16 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     logger: false,
     bodyLimit: 2 * 1024 * 1024,
     trustProxy: false,
+  });
+  // JSON bodies: an empty body is no body (a DELETE sent with a JSON content type), bad JSON is INVALID_ARGUMENT.
+  fastify.removeContentTypeParser('application/json');
+  fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    if ((body as string).trim() === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(body as string));
+    } catch (e) {
+      done(new ServiceError('INVALID_ARGUMENT', `request body: not valid JSON (${(e as Error).message})`, { field: 'body' }), undefined);
+    }
   });
   fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(body as string)));

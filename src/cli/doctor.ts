@@ -28,7 +28,7 @@ async function tryRun(cmd: string, args: string[]): Promise<{ ok: boolean; out: 
 
 const APT = 'apt-get update && apt-get install -y';
 
-export async function collectChecks(): Promise<Check[]> {
+export async function collectChecks(bwrapPath = '/usr/bin/bwrap'): Promise<Check[]> {
   const checks: Check[] = [];
   const bin = async (what: string, cmd: string, args: string[], pkg: string, match?: RegExp) => {
     const r = await tryRun(cmd, args);
@@ -36,7 +36,7 @@ export async function collectChecks(): Promise<Check[]> {
     checks.push({ what, ok, detail: ok ? r.out.split('\n')[0]! : r.out || 'not found', fix: ok ? undefined : `${APT} ${pkg}` });
     return ok;
   };
-  const hasBwrap = await bin('bubblewrap', 'bwrap', ['--version'], 'bubblewrap');
+  const hasBwrap = await bin('bubblewrap', bwrapPath, ['--version'], 'bubblewrap');
   await bin('git', 'git', ['--version'], 'git');
   await bin('ripgrep', 'rg', ['--version'], 'ripgrep');
   await bin('universal-ctags', 'ctags', ['--version'], 'universal-ctags', /Universal Ctags/);
@@ -52,7 +52,7 @@ export async function collectChecks(): Promise<Check[]> {
   checks.push({ what: 'network namespaces', ok: netns.ok, detail: netns.ok ? 'available' : netns.out, fix: netns.ok ? undefined : 'enable CONFIG_NET_NS and user namespaces in the kernel' });
   if (hasBwrap) {
     // The same probe the executor relies on: setpriv + bwrap with every namespace, cgroups writable.
-    const probe = await probeSandboxSupport();
+    const probe = await probeSandboxSupport({ bwrapPath });
     checks.push({
       what: 'bubblewrap sandbox',
       ok: probe.ok,
@@ -96,7 +96,7 @@ export async function runDoctor(): Promise<number> {
 }
 
 /** The problems that make sandboxed workspaces impossible (bubblewrap, namespaces, cgroups). */
-export async function sandboxProblems(): Promise<Check[]> {
-  const checks = await collectChecks();
+export async function sandboxProblems(bwrapPath?: string): Promise<Check[]> {
+  const checks = await collectChecks(bwrapPath);
   return checks.filter((c) => !c.ok && /bubblewrap|namespaces|cgroup|loop/.test(c.what));
 }

@@ -82,10 +82,10 @@ function withApp<T>(common: string[], fn: (app: App) => Promise<T> | T): Promise
 async function serve(argv: string[]): Promise<void> {
   parseFlags(argv); // reject unknown flags before anything is created
   const config = loadConfig(argv);
-  const problems = await sandboxProblems();
+  const problems = await sandboxProblems(config.sandboxBwrapPath);
   if (problems.length > 0 && !config.unsafeNoSandbox) {
     throw new ConfigError(
-      `workspaces need real sandboxes and this machine cannot make them:\n${problems.map((p) => `  - ${p.what}: ${p.detail}${p.fix ? `\n    fix: ${p.fix}` : ''}`).join('\n')}\n` +
+      `workspaces need real sandboxes and this machine cannot make them (--sandbox-bwrap-path ${config.sandboxBwrapPath}):\n${problems.map((p) => `  - ${p.what}: ${p.detail}${p.fix ? `\n    fix: ${p.fix}` : ''}`).join('\n')}\n` +
         'Fix the above (see `atelier doctor`), or, for development only, start with --unsafe-dev-no-sandbox (workspaces are then refused).',
     );
   }

@@ -151,7 +151,7 @@ describe('dashboard foundation', () => {
     const audit = JSON.parse((await raw('GET', '/api/v1/audit-log?actor=mcp', { cookie })).body).entries as Array<Record<string, unknown>>;
     const e = audit.find((x) => x.action === 'workspace_close');
     expect(e).toMatchObject({ actor: 'mcp', outcome: 'refused', target: 'ws_' + 'a'.repeat(24) });
-    expect(String(e!.reason)).toContain('NOT_IMPLEMENTED');
+    expect(String(e!.reason)).toContain('NOT_FOUND');
   });
 });
 
@@ -167,5 +167,30 @@ describe('the spec REST paths', () => {
       expect(r.status, `${p.method} ${p.path}`).toBe(501);
       expect(JSON.parse(r.body).error.code).toBe('NOT_IMPLEMENTED');
     }
+  });
+});
+
+describe('environments over REST', () => {
+  it('create, set a secret (never returned), list names, delete; all behind the session and CSRF', async () => {
+    const login = await raw('POST', '/login', { 'content-type': 'application/json' }, JSON.stringify({ password: 'correct horse battery staple' }));
+    const cookie = String(login.headers['set-cookie']).split(';')[0]!;
+    const csrf = JSON.parse(login.body).csrfToken as string;
+    const h = { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' };
+    expect((await raw('POST', '/api/v1/environments', { cookie, 'content-type': 'application/json' }, JSON.stringify({ name: 'no-csrf' }))).status).toBe(403);
+    const created = await raw('POST', '/api/v1/environments', h, JSON.stringify({ name: 'rest-env', description: 'from REST' }));
+    expect(created.status).toBe(201);
+    const env = JSON.parse(created.body) as { id: string };
+    expect(env.id).toMatch(/^env_[A-Za-z0-9_-]{20,80}$/);
+    const put = await raw('PUT', `/api/v1/environments/${env.id}/entries/DB_PASSWORD`, h, JSON.stringify({ value: 'hunter2-very-secret', secret: true, description: 'db' }));
+    expect(put.status).toBe(200);
+    expect(put.body).not.toContain('hunter2-very-secret');
+    const bad = await raw('PUT', `/api/v1/environments/${env.id}/entries/1BAD`, h, JSON.stringify({ value: 'x' }));
+    expect(bad.status).toBe(400);
+    expect(JSON.parse(bad.body).error.details.field).toBe('name');
+    const entries = await raw('GET', `/api/v1/environments/${env.id}/entries`, { cookie });
+    expect(JSON.parse(entries.body).entries).toEqual([expect.objectContaining({ name: 'DB_PASSWORD', kind: 'secret', description: 'db' })]);
+    expect(entries.body).not.toContain('hunter2-very-secret');
+    expect((await raw('DELETE', `/api/v1/environments/${env.id}`, h)).status).toBe(200);
+    expect((await raw('GET', `/api/v1/environments/${env.id}/entries`, { cookie })).status).toBe(404);
   });
 });

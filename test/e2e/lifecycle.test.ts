@@ -89,3 +89,28 @@ describe('start-up and shutdown', () => {
     if (r.code === 1) expect(r.stdout).toContain('fix:');
   });
 });
+
+describe('without bubblewrap', () => {
+  it('refuses to start, naming what is missing, unless the unsafe development flag is given', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'atelier-nobwrap-'));
+    try {
+      const refused = await serveExpectingFailure(['--data-dir', dataDir, '--sandbox-bwrap-path', '/nonexistent/bwrap']);
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toContain('bubblewrap');
+      expect(refused.stderr).toContain('--unsafe-dev-no-sandbox');
+      const svc = await startService({ dataDir, args: ['--sandbox-bwrap-path', '/nonexistent/bwrap', '--unsafe-dev-no-sandbox'] });
+      try {
+        expect(svc.stdout()).toContain('UNSAFE DEVELOPMENT MODE');
+        const c = await connectV2(svc);
+        const r = await c.callTool({ name: 'workspace_open', arguments: { repositoryUrl: 'https://example.com/a.git', idempotencyKey: 'unsafe-mode-1' } });
+        expect(r.isError).toBe(true);
+        expect((r.structuredContent as { error: { code: string } }).error.code).toBe('FAILED_PRECONDITION');
+        await c.close();
+      } finally {
+        await svc.stop();
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});

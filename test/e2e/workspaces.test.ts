@@ -71,7 +71,9 @@ describe('opening', () => {
     expect((await sh('git log --oneline | wc -l', full.workspaceId as string)).stdout.trim()).toBe('3');
     const two = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'open-two-1', fetchDepth: 2, ref: 'main' });
     expect((await sh('git log --oneline | wc -l', two.workspaceId as string)).stdout.trim()).toBe('2');
-    for (const id of [full.workspaceId, two.workspaceId]) await ok('workspace_close', { workspaceId: id });
+    const since = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'open-since-1', shallowSince: '2000-01-01' });
+    expect((await sh('git log --oneline | wc -l', since.workspaceId as string)).stdout.trim()).toBe('3');
+    for (const id of [full.workspaceId, two.workspaceId, since.workspaceId]) await ok('workspace_close', { workspaceId: id });
     await ok('workspace_set_active', { workspaceId: ws });
   }, 90_000);
 
@@ -94,6 +96,17 @@ describe('opening', () => {
       }
     }
     expect(host.requests.length).toBe(before);
+  });
+
+  it('a redirect to another host is refused: git does not follow it and nothing is fetched there', async () => {
+    // An approved URL whose server redirects to an unapproved host (localhost is another name, and unapproved).
+    host.redirect('approved/moved', `https://localhost:${host.port}/other`);
+    const before = host.requests.filter((q) => q.path.startsWith('/other/')).length;
+    const r = await call(c, 'workspace_open', { repositoryUrl: `${host.url}/approved/moved/unapproved.git`, idempotencyKey: 'open-redirect-1' });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.text).not.toContain(host.token);
+    expect(host.requests.filter((q) => q.path.startsWith('/other/')).length).toBe(before);
+    host.redirect('approved/moved', null);
   });
 
   it('the operator approves repositories with the CLI, applied without a restart', async () => {
@@ -197,8 +210,8 @@ describe('dependency-access', () => {
     const r = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'open-deps-1', networkProfile: 'dependency-access' });
     const id = r.workspaceId as string;
     try {
-      const npm = await sh('npm view is-number@7.0.0 version --no-update-notifier', id, 120_000);
-      expect(npm.stdout.trim()).toBe('7.0.0');
+      const npm = await sh('npm install --no-audit --no-fund --no-update-notifier is-number@7.0.0 >/dev/null 2>&1; node -p "require(\'is-number\')(42)"', id, 120_000);
+      expect(npm.stdout.trim()).toBe('true');
       const others = await sh(
         `for u in https://example.com https://1.1.1.1 https://10.0.0.1 https://127.0.0.1:${host.port}/ http://registry.npmjs.org/; do curl -s -m 10 -o /dev/null -w "%{http_code} $u\\n" "$u" || echo "fail $u"; done`,
         id,

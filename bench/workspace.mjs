@@ -1,0 +1,80 @@
+// bench/workspace: (1) time from workspace_open to the first command's result, beside a plain
+// `git clone --depth 1` of the same repository over the same HTTPS host, in the same run;
+// (2) the round trip of a trivial command through the daemon (MCP exec_run `true`), beside a bare
+// `bwrap ... /bin/true`. Prints medians and ratios.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { loadGitHost, median, startAtelier } from './lib.mjs';
+
+const run = promisify(execFile);
+const N_OPEN = Number(process.env.BENCH_OPEN_N ?? 8);
+const N_EXEC = Number(process.env.BENCH_EXEC_N ?? 200);
+
+const { startGitHost, gitEnvFor } = await loadGitHost();
+const host = await startGitHost();
+const files = {};
+for (let i = 0; i < 200; i++) files[`src/file${i}.ts`] = `export const v${i} = ${i};\n`.repeat(20);
+const { url } = await host.createRepo('approved/bench', files, { commits: 5 });
+
+// The service, configured as an operator would for this host.
+const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-ws-'));
+writeFileSync(join(dataDir, 'tok'), host.token);
+writeFileSync(join(dataDir, 'config.json'), JSON.stringify({
+  repositories: { allow: [`${host.url}/approved/*`], extraCaCertificates: [host.caCertPath], credentials: [{ prefix: `${host.url}/`, tokenFile: join(dataDir, 'tok') }] },
+  sandboxDiskMb: 512,
+}));
+const svc = await startAtelier([], dataDir);
+const client = new Client({ name: 'bench', version: '1' });
+await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { authorization: `Bearer ${svc.token}` } } }));
+const callTool = async (name, args) => {
+  const r = await client.callTool({ name, arguments: args });
+  if (r.isError) throw new Error(r.content[0].text);
+  return r.structuredContent;
+};
+
+// (1) open to first result vs plain clone
+let lastWs;
+const plain = [];
+const opened = [];
+for (let i = 0; i < N_OPEN; i++) {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-clone-'));
+  let t = performance.now();
+  await run('git', ['clone', '-q', '--depth', '1', url, dir], { env: { ...process.env, ...gitEnvFor(host), HOME: dir } });
+  plain.push(performance.now() - t);
+  rmSync(dir, { recursive: true, force: true });
+  t = performance.now();
+  const w = await callTool('workspace_open', { repositoryUrl: url, idempotencyKey: `bench-open-${i}-${Date.now()}` });
+  await callTool('exec_run', { workspaceId: w.workspaceId, command: 'true' });
+  opened.push(performance.now() - t);
+  if (i < N_OPEN - 1) await callTool('workspace_close', { workspaceId: w.workspaceId });
+  else lastWs = w.workspaceId;
+}
+
+// (2) trivial command round trip vs bare bwrap
+const bwrapArgs = ['--unshare-all', '--die-with-parent', '--ro-bind', '/usr', '/usr', '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64', '--proc', '/proc', '--dev', '/dev', '/bin/true'];
+const bare = [];
+const execs = [];
+for (let i = 0; i < 10; i++) { await run('bwrap', bwrapArgs); await callTool('exec_run', { command: 'true' }); }
+for (let i = 0; i < N_EXEC; i++) {
+  let t = performance.now();
+  await run('bwrap', bwrapArgs);
+  bare.push(performance.now() - t);
+  t = performance.now();
+  await callTool('exec_run', { command: 'true' });
+  execs.push(performance.now() - t);
+}
+
+const f = (ms) => `${ms.toFixed(1)} ms`;
+console.log(`bench/workspace (node ${process.versions.node}; repository of 200 files, 5 commits)`);
+console.log(`open to first result: median ${f(median(opened))} over ${N_OPEN}; plain git clone --depth 1: median ${f(median(plain))}; ratio ${(median(opened) / median(plain)).toFixed(2)}x`);
+console.log(`trivial command: MCP exec_run \`true\` median ${f(median(execs))}; bare bwrap /bin/true median ${f(median(bare))}; ratio ${(median(execs) / median(bare)).toFixed(2)}x (over ${N_EXEC})`);
+
+await callTool('workspace_close', { workspaceId: lastWs });
+await client.close();
+await svc.stop();
+await host.close();
+rmSync(dataDir, { recursive: true, force: true });
