@@ -18,6 +18,7 @@ import { PrincipalState } from './core/principals.js';
 import { EnvironmentService } from './services/environments.js';
 import { RepositoryPolicy } from './services/repos.js';
 import { WorkspaceService } from './services/workspaces.js';
+import { CommandService } from './services/commands.js';
 import { BwrapExecutor } from './sandbox/bwrap.js';
 import type { Executor } from './sandbox/executor.js';
 
@@ -36,6 +37,7 @@ export interface App {
   readonly repos: RepositoryPolicy;
   readonly executor: Executor;
   readonly workspaces: WorkspaceService;
+  readonly commands: CommandService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -99,6 +101,8 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     bwrapPath: config.sandboxBwrapPath,
   });
   const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, environments, sandboxDisabledReason: opts.sandboxDisabledReason });
+  const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces });
+  workspaces.onClose((id) => commands.forgetWorkspace(id));
   const app: App = {
     config,
     dataDir: config.dataDir,
@@ -114,6 +118,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     repos,
     executor,
     workspaces,
+    commands,
     firstRun,
     close() {
       try {

@@ -10,6 +10,7 @@ import { startServer } from '../server.js';
 import { runDoctor, sandboxProblems } from './doctor.js';
 import { envCommand, reposCommand } from './admin.js';
 import { environmentRoutes } from '../dashboard/environments.js';
+import { approvalRoutes } from '../dashboard/approvals.js';
 import { VERSION } from '../core/version.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
@@ -98,6 +99,7 @@ async function serve(argv: string[]): Promise<void> {
     stopping = true;
     app.log.info({ signal }, 'shutting down');
     await server?.close();
+    await app.commands.shutdown().catch(() => undefined);
     await app.workspaces.shutdown().catch(() => undefined);
     app.close();
     app.log.info('stopped');
@@ -107,7 +109,7 @@ async function serve(argv: string[]): Promise<void> {
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes] });
   } catch (e) {
     app.close();
     const err = e as NodeJS.ErrnoException;
@@ -116,6 +118,7 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
+    app.commands.startup();
     await app.workspaces.startup();
     announce(app, server, config, problems.length > 0);
   } catch (e) {

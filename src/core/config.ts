@@ -48,6 +48,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'sandboxCpus', flag: '--sandbox-cpus', env: 'ATELIER_SANDBOX_CPUS', kind: 'string', def: '', rule: 'a cpuset list such as 0 or 0-1 or 0,2', check: ((v: string) => v === '' || /^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(v)) as never, help: 'CPUs a workspace may use (cpuset; empty = all)' }),
   S({ key: 'sandboxDiskMb', flag: '--sandbox-disk-mb', env: 'ATELIER_SANDBOX_DISK_MB', kind: 'int', def: 10240, rule: 'an integer from 0 to 16777216 (0 = no separate filesystem, no disk limit)', check: ((v: number) => v === 0 || (v >= 64 && v <= 16777216)) as never, help: 'Disk limit of one workspace (its own filesystem), MiB' }),
   S({ key: 'sandboxBwrapPath', flag: '--sandbox-bwrap-path', env: 'ATELIER_SANDBOX_BWRAP_PATH', kind: 'string', def: '/usr/bin/bwrap', rule: 'an absolute path', check: ((v: string) => v.startsWith('/')) as never, help: 'The bubblewrap binary' }),
+  S({ key: 'outputMaxMb', flag: '--output-max-mb', env: 'ATELIER_OUTPUT_MAX_MB', kind: 'int', def: 16, rule: 'an integer from 1 to 4096', check: ((v: number) => v >= 1 && v <= 4096) as never, help: 'Output kept on disk per operation or task, MiB' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
 ];
 
@@ -73,6 +74,7 @@ export interface Config {
   sandboxCpus: string;
   sandboxDiskMb: number;
   sandboxBwrapPath: string;
+  outputMaxMb: number;
   /** The config file that was read, or null when there was none. */
   configFile: string | null;
   /** Where the config file is (or would be): the CLI edits it, services re-read it. */

@@ -378,6 +378,7 @@ export class BwrapExecutor implements Executor {
         etcDir: p.etc,
         env: proxy ? daemonEnv() : env,
         cwd: spec.cwd ?? '/',
+        asRoot: spec.privileged === true,
       });
       const child = this.launch(cg, undefined, false, [...args, '--', ...command], ['pipe', 'pipe', 'pipe']);
       return await collect(child, spec, started, async () => {
@@ -479,10 +480,13 @@ export class BwrapExecutor implements Executor {
     etcDir: string;
     env: Record<string, string>;
     cwd: string;
+    /** Privileged: uid 0 inside a new user namespace, every capability scoped to that namespace. */
+    asRoot?: boolean;
   }): string[] {
+    const id = plan.asRoot ? ['--uid', '0', '--gid', '0', '--cap-add', 'ALL'] : ['--uid', String(SANDBOX_USER.uid), '--gid', String(SANDBOX_USER.gid)];
     const a = [
       '--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--clearenv',
-      '--uid', String(SANDBOX_USER.uid), '--gid', String(SANDBOX_USER.gid), '--hostname', HOSTNAME,
+      ...id, '--hostname', HOSTNAME,
       ...systemArgs(),
       '--dir', '/etc',
     ];

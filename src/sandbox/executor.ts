@@ -88,6 +88,11 @@ export interface EphemeralSpec {
   onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
   /** Aborting kills the sandbox; the result then has cancelled: true. */
   signal?: AbortSignal;
+  /**
+   * Run as uid 0 inside a new user namespace with every capability scoped to it (approved
+   * privileged commands). It maps to the same unprivileged host uid: nothing of the host opens up.
+   */
+  privileged?: boolean;
 }
 
 export interface SandboxStats {

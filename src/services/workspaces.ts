@@ -151,8 +151,14 @@ export class WorkspaceService {
   private readonly locks = new Map<string, Promise<unknown>>();
   private reaper: NodeJS.Timeout | undefined;
   private readonly lastTouch = new Map<string, number>();
+  private readonly closeHooks: Array<(id: string) => Promise<void>> = [];
 
   constructor(private readonly d: Deps) {}
+
+  /** Other services clean up their records of a workspace when it is removed. */
+  onClose(hook: (id: string) => Promise<void>): void {
+    this.closeHooks.push(hook);
+  }
 
   // ---------- helpers ----------
 
@@ -620,6 +626,7 @@ export class WorkspaceService {
   }
 
   private async removeEverything(id: string, reason: string): Promise<void> {
+    for (const hook of this.closeHooks) await hook(id).catch((e) => this.d.log.error({ err: e, workspace: id }, 'close hook failed'));
     await this.stopSandbox(id);
     await this.removeFiles(id);
     this.update(id, { state: 'closed', state_reason: reason, closed_at: nowIso(), sandbox_json: null });

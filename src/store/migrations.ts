@@ -7,6 +7,7 @@
  *   core/principals principal_state
  *   services/environments environments, env_entries
  *   services/workspaces   workspaces
+ *   services/commands     operations, tasks, terminals, approvals
  */
 export interface Migration {
   version: number;
@@ -123,6 +124,72 @@ export const MIGRATIONS: Migration[] = [
       );
       CREATE INDEX workspaces_state ON workspaces(state, lease_expires_at);
       CREATE INDEX workspaces_created ON workspaces(created_at);
+    `,
+  },
+  {
+    version: 3,
+    name: 'operations, tasks, terminals, approvals',
+    sql: `
+      CREATE TABLE operations (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        command TEXT NOT NULL,
+        cwd TEXT NOT NULL,
+        timeout_ms INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        exit_code INTEGER,
+        signal TEXT,
+        reason TEXT,
+        output_bytes INTEGER NOT NULL DEFAULT 0,
+        output_truncated INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        ended_at TEXT
+      );
+      CREATE INDEX operations_ws ON operations(workspace_id, created_at);
+      CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL,
+        command TEXT NOT NULL,
+        cwd TEXT NOT NULL,
+        timeout_ms INTEGER NOT NULL,
+        depends_on TEXT NOT NULL,
+        state TEXT NOT NULL,
+        reason TEXT,
+        exit_code INTEGER,
+        signal TEXT,
+        output_bytes INTEGER NOT NULL DEFAULT 0,
+        output_truncated INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        started_at TEXT,
+        ended_at TEXT
+      );
+      CREATE INDEX tasks_ws ON tasks(workspace_id, created_at);
+      CREATE TABLE terminals (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('shell', 'session')),
+        name TEXT,
+        cwd TEXT NOT NULL,
+        state TEXT NOT NULL,
+        reason TEXT,
+        pty_id TEXT,
+        created_at TEXT NOT NULL,
+        closed_at TEXT
+      );
+      CREATE UNIQUE INDEX terminals_open_session ON terminals(workspace_id, name) WHERE kind = 'session' AND state = 'open';
+      CREATE TABLE approvals (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL,
+        command_sha256 TEXT NOT NULL,
+        command_preview TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        decided_at TEXT,
+        grant_hash TEXT,
+        grant_expires_at TEXT,
+        used_at TEXT
+      );
     `,
   },
 ];

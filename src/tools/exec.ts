@@ -22,17 +22,16 @@ export const execRun = defineTool({
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
   run: async (a, ctx) => {
-    if (a.privileged)
-      throw new ServiceError('NOT_IMPLEMENTED', 'exec_run: privileged commands need the approval flow, which is not built yet (#5 commands); run without privileged', { field: 'privileged', tracking: '#5 commands' });
-    if (a.async)
-      throw new ServiceError('NOT_IMPLEMENTED', 'exec_run: async runs need operations, which are not built yet (#5 commands); run with async false', { field: 'async', tracking: '#5 commands' });
-    const r = await ctx.app.workspaces.exec(
-      ctx.workspaceId(a.workspaceId),
-      { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes },
-      undefined,
-      ctx.signal,
-    );
-    return { ...r };
+    const ws = ctx.workspaceId(a.workspaceId);
+    if (a.privileged) {
+      ctx.app.commands.consumeGrant(ws, a.command, a.approvalGrantToken, ctx.principal);
+      if (a.async) throw new ServiceError('INVALID_ARGUMENT', 'async: privileged commands run synchronously (their grant is single-use)', { field: 'async' });
+      return { workspaceId: ws, privileged: true, ...(await ctx.app.commands.runPrivileged(ws, a.command, a.cwd, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
+    }
+    if (a.approvalGrantToken) throw new ServiceError('INVALID_ARGUMENT', 'approvalGrantToken: only meaningful with privileged true', { field: 'approvalGrantToken' });
+    if (a.async) return ctx.app.commands.startOperation(ws, 'exec_run', a.command, a.cwd, a.timeoutMs);
+    const r = await ctx.app.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
+    return { workspaceId: ws, ...r };
   },
   description:
     'Run one non-interactive shell command in the workspace as the non-root user and return its exit code and bounded output (time limit up to 300000 ms). ' +
@@ -55,6 +54,16 @@ export const bash = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
+  run: async (a, ctx) => {
+    if (a.target === 'toolbox') {
+      if (a.async) throw new ServiceError('INVALID_ARGUMENT', 'async: the toolbox target runs synchronously (it is disposable)', { field: 'async' });
+      return { target: 'toolbox', ...(await ctx.app.commands.runToolbox(a.command, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
+    }
+    const ws = ctx.workspaceId(a.workspaceId);
+    if (a.async) return ctx.app.commands.startOperation(ws, 'bash', a.command, a.cwd, a.timeoutMs);
+    const r = await ctx.app.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
+    return { target: 'workspace', workspaceId: ws, ...r };
+  },
   description:
     'Run a bash command. target workspace (default) behaves like exec_run in the workspace; target toolbox runs in a disposable container with no network, checkout, secrets or workspace, where the owner-bound managed packages are available (exists only when the operator enables packages). ' +
     'No privileged mode: use exec_run with its approval flow. With async the result is an operation handle for operation_status, operation_wait and operation_cancel.',
@@ -78,6 +87,7 @@ export const shellOpen = defineTool({
   domain,
   badges: ['idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.openTerminal(ctx.workspaceId(a.workspaceId), 'shell', a.cwd),
   idempotency: 'key',
   description:
     'Open an interactive shell in the workspace and return its shellId; drive it with shell_io and end it with shell_close. ' +
@@ -94,6 +104,7 @@ export const shellIo = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.terminalIo(ctx.workspaceId(a.workspaceId), 'shell', a.shellId, a.input, a.cursor, a.waitMs, ctx.signal),
   description:
     'Send input to an open shell and/or poll its output: returns the output produced since cursor, waiting up to waitMs (at most 5000) for more, plus the next cursor. ' +
     'Omit input to only poll; include a trailing newline to submit a line. Input is at most 65536 characters per call.',
@@ -111,6 +122,7 @@ export const shellClose = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.closeTerminal(ctx.workspaceId(a.workspaceId), 'shell', a.shellId),
   description: 'Close an interactive shell and end its processes. Closing an already closed shell succeeds.',
   input: {
     workspaceId: WSID.optional(),
@@ -123,6 +135,7 @@ export const operationStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.operationStatus(a.operationId, a.cursor),
   description:
     'State of an asynchronous operation (from exec_run or bash with async) and its output since cursor; returns at once. ' +
     'To block until it finishes use operation_wait.',
@@ -137,6 +150,7 @@ export const operationCancel = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.operationCancel(a.operationId),
   description: 'Cancel a running asynchronous operation and kill its processes; effects already made are not rolled back. Cancelling a finished operation changes nothing.',
   input: {
     operationId: OPID,
@@ -148,6 +162,7 @@ export const operationWait = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal),
   description:
     'Wait up to timeoutMs (100-300000) for an asynchronous operation to finish and return its state; a timeout is not an error, the operation keeps running. ' +
     'Use operation_status for an immediate check or to page through output.',

@@ -9,6 +9,7 @@ export const sessionsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.listSessions(ctx.workspaceId(a.workspaceId), a.cursor, a.limit),
   description: 'List the named coding sessions of a workspace (id, name, state), a page at a time with cursors.',
   input: {
     workspaceId: WSID.optional(),
@@ -22,6 +23,7 @@ export const sessionsOpen = defineTool({
   domain,
   badges: ['idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.openTerminal(ctx.workspaceId(a.workspaceId), 'session', a.cwd, a.name),
   idempotency: 'key',
   description:
     'Open a named, long-lived coding session (a persistent interactive terminal) in the workspace and return its sessionId; drive it with sessions_io and end it with sessions_close. ' +
@@ -39,6 +41,7 @@ export const sessionsIo = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.terminalIo(ctx.workspaceId(a.workspaceId), 'session', a.sessionId, a.input, a.cursor, a.waitMs, ctx.signal),
   description:
     'Send input to a coding session and/or poll its output: returns the output produced since cursor, waiting up to waitMs (at most 5000) for more, plus the next cursor. ' +
     'Omit input to only poll. Input is at most 65536 characters per call.',
@@ -56,6 +59,7 @@ export const sessionsClose = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.closeTerminal(ctx.workspaceId(a.workspaceId), 'session', a.sessionId),
   description: 'Close a coding session and end its processes. Closing an already closed session succeeds.',
   input: {
     workspaceId: WSID.optional(),
@@ -68,6 +72,7 @@ export const tasksList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.listTasks(ctx.workspaceId(a.workspaceId), a.cursor, a.limit),
   description: 'List the background tasks of a workspace (id, command, state), a page at a time with cursors. Use tasks_status for one task\'s output.',
   input: {
     workspaceId: WSID.optional(),
@@ -81,6 +86,7 @@ export const tasksRun = defineTool({
   domain,
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.runTask(ctx.workspaceId(a.workspaceId), { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, dependsOn: a.dependsOn }),
   idempotency: 'key',
   description:
     'Start a background command in the workspace that may run up to 24 hours (timeoutMs up to 86400000, default 15 minutes), optionally after other tasks (dependsOn); returns a taskId at once. ' +
@@ -104,6 +110,7 @@ export const tasksStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.taskStatus(ctx.workspaceId(a.workspaceId), a.taskId, a.cursor),
   description: 'State of one task and its next output chunk after cursor; call again with the returned cursor to page through the output.',
   input: {
     workspaceId: WSID.optional(),
@@ -117,6 +124,7 @@ export const tasksCancel = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.taskCancel(ctx.workspaceId(a.workspaceId), a.taskId),
   description: "Cancel a task by terminating its process group; effects it already made (files written, packages installed) are not rolled back. Cancelling a finished task changes nothing.",
   input: {
     workspaceId: WSID.optional(),
@@ -129,6 +137,7 @@ export const tasksGraph = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
+  run: (a, ctx) => ctx.app.commands.graph(ctx.workspaceId(a.workspaceId)),
   description: 'The dependency graph of the workspace\'s tasks (tasks and their dependsOn edges), to see what runs after what and what is blocked.',
   input: {
     workspaceId: WSID.optional(),

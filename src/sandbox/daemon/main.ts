@@ -14,6 +14,7 @@ import { parseArgs } from 'node:util';
 import { startEgressBridge } from './bridge.js';
 import { readEnvFile } from './env.js';
 import { execMethods } from './exec.js';
+import { ptyMethods } from './pty.js';
 import { analyseRepository, type OverviewOptions } from './overview.js';
 import { DAEMON_VERSION, type PingResult } from './protocol.js';
 import { startServer, type MethodTable } from './server.js';
@@ -36,6 +37,7 @@ async function main(): Promise<void> {
   const methods: MethodTable = {
     ping: (): PingResult => ({ pid: process.pid, uid: process.getuid?.() ?? -1, version: DAEMON_VERSION }),
     ...execMethods({ workspaceRoot: values.workspace, baseEnv }),
+    ...ptyMethods({ workspaceRoot: values.workspace!, baseEnv }),
     // The root is the daemon's, never the caller's.
     overview: (params) => analyseRepository({ ...(params as OverviewOptions), root: values.workspace! }),
   };

@@ -1,0 +1,516 @@
+/**
+ * Commands beyond one synchronous exec: async operations, background tasks with dependencies,
+ * interactive terminals (shells and named sessions) and the approval flow for privileged commands.
+ * Owns tables: operations, tasks, terminals, approvals. Output of operations and tasks is kept on
+ * disk (<dataDir>/state/output/<id>.log, merged stdout and stderr in the order written) up to a
+ * configured cap, never in memory. State names: docs/commands.md.
+ */
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { mkdir, open, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { DB } from '../store/db.js';
+import type { Config } from '../core/config.js';
+import type { Logger } from '../core/log.js';
+import type { AuditLog } from '../core/audit.js';
+import type { CursorCodec } from '../core/cursor.js';
+import type { Executor, ExecResult } from '../sandbox/executor.js';
+import type { WorkspaceService } from './workspaces.js';
+import { ServiceError } from '../core/errors.js';
+import { newId, randomToken } from '../core/ids.js';
+import { isoIn, nowIso } from '../core/clock.js';
+import { safeEqual, sha256Hex } from '../core/crypto.js';
+
+export type RunState = 'pending' | 'running' | 'succeeded' | 'failed' | 'timed_out' | 'cancelled' | 'dependency_failed' | 'interrupted';
+const ENDED: RunState[] = ['succeeded', 'failed', 'timed_out', 'cancelled', 'dependency_failed', 'interrupted'];
+export const GRANT_TTL_MS = 10 * 60 * 1000;
+const OUTPUT_PAGE = 65536;
+
+interface Deps {
+  db: DB;
+  config: Config;
+  log: Logger;
+  audit: AuditLog;
+  cursors: CursorCodec;
+  executor: Executor;
+  workspaces: WorkspaceService;
+}
+
+interface Running {
+  abort: AbortController;
+  done: Promise<void>;
+}
+
+function stateOf(r: ExecResult): { state: RunState; reason: string | null } {
+  if (r.cancelled) return { state: 'cancelled', reason: 'cancelled' };
+  if (r.timedOut) return { state: 'timed_out', reason: 'the time limit passed; the whole process tree was killed' };
+  if (r.exitCode === 0) return { state: 'succeeded', reason: null };
+  return { state: 'failed', reason: r.signal ? `ended by ${r.signal}` : `exit code ${r.exitCode}` };
+}
+
+export class CommandService {
+  private readonly running = new Map<string, Running>();
+  private readonly outDir: string;
+  private stopping = false;
+
+  constructor(private readonly d: Deps) {
+    this.outDir = join(d.config.dataDir, 'state', 'output');
+  }
+
+  private get outputCap(): number {
+    return this.d.config.outputMaxMb * 1024 * 1024;
+  }
+
+  // ---------- shared: running a command with output on disk ----------
+
+  /** Starts a command through the workspace daemon, streaming its output to the record's log. */
+  private launch(table: 'operations' | 'tasks', id: string, workspaceId: string, command: string, cwd: string, timeoutMs: number): void {
+    const abort = new AbortController();
+    const file = join(this.outDir, `${id}.log`);
+    let bytes = 0;
+    let truncated = false;
+    let out: WriteStream | undefined;
+    const cap = this.outputCap;
+    const write = (chunk: Buffer) => {
+      bytes += chunk.length;
+      if (!out) return;
+      const room = cap - (bytes - chunk.length);
+      if (room <= 0) {
+        truncated = true;
+        return;
+      }
+      out.write(room >= chunk.length ? chunk : chunk.subarray(0, room));
+      if (room < chunk.length) truncated = true;
+    };
+    const done = (async () => {
+      await mkdir(this.outDir, { recursive: true, mode: 0o700 });
+      out = createWriteStream(file, { flags: 'a', mode: 0o600 });
+      let final: { state: RunState; reason: string | null; exitCode: number | null; signal: string | null };
+      try {
+        const r = await this.d.workspaces.exec(workspaceId, { command, cwd, timeoutMs, maxOutputBytes: 4096 }, (_s, c) => write(c), abort.signal);
+        const s = stateOf(r);
+        final = { ...s, exitCode: r.exitCode, signal: r.signal };
+      } catch (e) {
+        const err = e as ServiceError;
+        const interrupted = err.code === 'UNAVAILABLE' || err.code === 'NOT_FOUND' || err.code === 'FAILED_PRECONDITION';
+        final = { state: abort.signal.aborted ? 'cancelled' : interrupted ? 'interrupted' : 'failed', reason: err.message ?? String(e), exitCode: null, signal: null };
+      }
+      if (this.stopping && final.state === 'cancelled') final = { ...final, state: 'interrupted', reason: 'interrupted by a service shutdown; output so far is kept' };
+      await new Promise<void>((r) => out!.end(r));
+      this.d.db
+        .prepare(`UPDATE ${table} SET state = ?, reason = ?, exit_code = ?, signal = ?, output_bytes = ?, output_truncated = ?, ended_at = ? WHERE id = ?`)
+        .run(final.state, final.reason, final.exitCode, final.signal, bytes, truncated ? 1 : 0, nowIso(), id);
+      this.running.delete(id);
+      if (table === 'tasks') this.schedule(workspaceId);
+    })().catch((e) => this.d.log.error({ err: e, id }, 'run bookkeeping failed'));
+    this.running.set(id, { abort, done });
+  }
+
+  /** A page of a record's output log from a cursor. */
+  private async readOutput(kind: string, id: string, cursor: string | undefined): Promise<{ output: string; cursor: string | null; more: boolean }> {
+    const from = cursor ? this.d.cursors.decode<{ o: number; i: string }>(kind, cursor) : { o: 0, i: id };
+    if (from.i !== id) throw new ServiceError('INVALID_ARGUMENT', 'cursor: belongs to another record', { field: 'cursor' });
+    const file = join(this.outDir, `${id}.log`);
+    let size = 0;
+    try {
+      size = (await stat(file)).size;
+    } catch {
+      return { output: '', cursor: this.d.cursors.encode(kind, { o: from.o, i: id }), more: false };
+    }
+    const fh = await open(file, 'r');
+    try {
+      const len = Math.max(0, Math.min(OUTPUT_PAGE, size - from.o));
+      const buf = Buffer.alloc(len);
+      if (len > 0) await fh.read(buf, 0, len, from.o);
+      // Do not split a UTF-8 character across pages.
+      let end = len;
+      for (let i = Math.max(0, len - 4); i < len; i++) {
+        const b = buf[i]!;
+        const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+        if (need > 1 && i + need > len) {
+          end = i;
+          break;
+        }
+      }
+      const next = from.o + end;
+      return { output: buf.subarray(0, end).toString('utf8'), cursor: this.d.cursors.encode(kind, { o: next, i: id }), more: next < size };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  // ---------- operations ----------
+
+  startOperation(workspaceId: string, tool: string, command: string, cwd: string, timeoutMs: number): Record<string, unknown> {
+    this.d.workspaces.get(workspaceId); // exists
+    const id = newId('operation');
+    this.d.db
+      .prepare('INSERT INTO operations (id, workspace_id, tool, command, cwd, timeout_ms, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+      .run(id, workspaceId, tool, command, cwd, timeoutMs, 'running', nowIso());
+    this.launch('operations', id, workspaceId, command, cwd, timeoutMs);
+    return { operationId: id, state: 'running', workspaceId, async: true };
+  }
+
+  private opRow(id: string): Record<string, unknown> {
+    const r = this.d.db.prepare('SELECT * FROM operations WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    if (!r) throw new ServiceError('NOT_FOUND', `operationId: no operation ${id}`, { field: 'operationId' });
+    return r;
+  }
+
+  private describeRun(r: Record<string, unknown>, idField: string): Record<string, unknown> {
+    const ended = r.ended_at ? Date.parse(r.ended_at as string) : Date.now();
+    const started = Date.parse((r.started_at ?? r.created_at) as string);
+    return {
+      [idField]: r.id,
+      workspaceId: r.workspace_id,
+      command: r.command,
+      cwd: r.cwd,
+      state: r.state,
+      reason: r.reason ?? null,
+      exitCode: r.exit_code ?? null,
+      signal: r.signal ?? null,
+      timedOut: r.state === 'timed_out',
+      durationMs: r.state === 'pending' ? 0 : Math.max(0, ended - started),
+      outputBytes: r.output_bytes ?? 0,
+      outputTruncated: r.output_truncated === 1,
+      createdAt: r.created_at,
+      endedAt: r.ended_at ?? null,
+    };
+  }
+
+  async operationStatus(id: string, cursor: string | undefined): Promise<Record<string, unknown>> {
+    const r = this.opRow(id);
+    const out = await this.readOutput('op_output', id, cursor);
+    return { ...this.describeRun(this.opRow(id), 'operationId'), output: out.output, nextCursor: out.cursor, moreOutput: out.more, outputNote: 'stdout and stderr merged in the order written', tool: r.tool };
+  }
+
+  async operationWait(id: string, timeoutMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
+    this.opRow(id);
+    const run = this.running.get(id);
+    let waitedOut = false;
+    if (run) {
+      await Promise.race([
+        run.done,
+        new Promise<void>((r) => {
+          const t = setTimeout(() => {
+            waitedOut = true;
+            r();
+          }, timeoutMs);
+          signal.addEventListener('abort', () => (clearTimeout(t), r()));
+        }),
+      ]);
+    }
+    const status = await this.operationStatus(id, undefined);
+    return { ...status, ended: ENDED.includes(status.state as RunState), waitTimedOut: waitedOut };
+  }
+
+  async operationCancel(id: string): Promise<Record<string, unknown>> {
+    const r = this.opRow(id);
+    const run = this.running.get(id);
+    if (!run) return { operationId: id, state: r.state, alreadyEnded: true };
+    run.abort.abort();
+    await run.done;
+    return { operationId: id, state: this.opRow(id).state, alreadyEnded: false };
+  }
+
+  // ---------- tasks ----------
+
+  private taskRow(workspaceId: string, id: string, field = 'taskId'): Record<string, unknown> {
+    const r = this.d.db.prepare('SELECT * FROM tasks WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    if (!r || r.workspace_id !== workspaceId) throw new ServiceError('NOT_FOUND', `${field}: no task ${id} in workspace ${workspaceId}`, { field });
+    return r;
+  }
+
+  runTask(workspaceId: string, a: { command: string; cwd: string; timeoutMs: number; dependsOn: string[] }): Record<string, unknown> {
+    this.d.workspaces.get(workspaceId);
+    const deps = [...new Set(a.dependsOn)];
+    for (const dep of deps) this.taskRow(workspaceId, dep, 'dependsOn'); // unknown ids refused
+    // A new task can depend only on tasks that already exist, so no cycle can ever form.
+    const id = newId('task');
+    this.d.db
+      .prepare('INSERT INTO tasks (id, workspace_id, command, cwd, timeout_ms, depends_on, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+      .run(id, workspaceId, a.command, a.cwd, a.timeoutMs, JSON.stringify(deps), 'pending', nowIso());
+    this.schedule(workspaceId);
+    return this.describeTask(this.taskRow(workspaceId, id));
+  }
+
+  /** Starts pending tasks whose dependencies all succeeded; fails those with a failed dependency. */
+  private schedule(workspaceId: string): void {
+    const pending = this.d.db.prepare("SELECT * FROM tasks WHERE workspace_id = ? AND state = 'pending' ORDER BY created_at").all(workspaceId) as Array<Record<string, unknown>>;
+    let changed = true;
+    while (changed) {
+      changed = false;
+      for (const t of pending) {
+        if (t.state !== 'pending') continue;
+        const deps = JSON.parse(t.depends_on as string) as string[];
+        const states = deps.map((d) => (this.d.db.prepare('SELECT state FROM tasks WHERE id = ?').pluck().get(d) as RunState));
+        const bad = deps.find((_, i) => ['failed', 'timed_out', 'cancelled', 'dependency_failed', 'interrupted'].includes(states[i]!));
+        if (bad) {
+          const reason = `dependency ${bad} ended ${this.d.db.prepare('SELECT state FROM tasks WHERE id = ?').pluck().get(bad)}; this task did not run`;
+          this.d.db.prepare("UPDATE tasks SET state = 'dependency_failed', reason = ?, ended_at = ? WHERE id = ?").run(reason, nowIso(), t.id);
+          t.state = 'dependency_failed';
+          changed = true;
+        } else if (states.every((s) => s === 'succeeded')) {
+          this.d.db.prepare("UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?").run(nowIso(), t.id);
+          t.state = 'running';
+          this.launch('tasks', t.id as string, workspaceId, t.command as string, t.cwd as string, t.timeout_ms as number);
+        }
+      }
+    }
+  }
+
+  private describeTask(r: Record<string, unknown>): Record<string, unknown> {
+    return { ...this.describeRun(r, 'taskId'), dependsOn: JSON.parse(r.depends_on as string), startedAt: r.started_at ?? null };
+  }
+
+  async taskStatus(workspaceId: string, id: string, cursor: string | undefined): Promise<Record<string, unknown>> {
+    this.taskRow(workspaceId, id);
+    const out = await this.readOutput('task_output', id, cursor);
+    return { ...this.describeTask(this.taskRow(workspaceId, id)), output: out.output, nextCursor: out.cursor, moreOutput: out.more, outputNote: 'stdout and stderr merged in the order written' };
+  }
+
+  async taskCancel(workspaceId: string, id: string): Promise<Record<string, unknown>> {
+    const r = this.taskRow(workspaceId, id);
+    if (r.state === 'pending') {
+      this.d.db.prepare("UPDATE tasks SET state = 'cancelled', reason = 'cancelled before it started', ended_at = ? WHERE id = ?").run(nowIso(), id);
+      this.schedule(workspaceId);
+      return { taskId: id, state: 'cancelled', alreadyEnded: false };
+    }
+    const run = this.running.get(id);
+    if (!run) return { taskId: id, state: r.state, alreadyEnded: true };
+    run.abort.abort();
+    await run.done;
+    return { taskId: id, state: this.taskRow(workspaceId, id).state, alreadyEnded: false, note: 'completed effects are not rolled back' };
+  }
+
+  listTasks(workspaceId: string, cursor: string | undefined, limit: number): Record<string, unknown> {
+    const after = cursor ? this.d.cursors.decode<{ c: string; i: string }>('tasks_list', cursor) : null;
+    const rows = this.d.db
+      .prepare(`SELECT * FROM tasks WHERE workspace_id = ? ${after ? 'AND (created_at > ? OR (created_at = ? AND id > ?))' : ''} ORDER BY created_at, id LIMIT ?`)
+      .all(workspaceId, ...(after ? [after.c, after.c, after.i] : []), limit + 1) as Array<Record<string, unknown>>;
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    return {
+      tasks: page.map((r) => this.describeTask(r)),
+      nextCursor: rows.length > limit && last ? this.d.cursors.encode('tasks_list', { c: last.created_at, i: last.id }) : null,
+    };
+  }
+
+  graph(workspaceId: string): Record<string, unknown> {
+    const rows = this.d.db.prepare('SELECT id, command, state, depends_on FROM tasks WHERE workspace_id = ? ORDER BY created_at, id').all(workspaceId) as Array<Record<string, string>>;
+    return {
+      workspaceId,
+      nodes: rows.map((r) => ({ taskId: r.id, state: r.state, command: r.command!.length > 200 ? r.command!.slice(0, 200) + '…' : r.command })),
+      edges: rows.flatMap((r) => (JSON.parse(r.depends_on!) as string[]).map((dep) => ({ from: dep, to: r.id, meaning: `${r.id} runs after ${dep} succeeds` }))),
+    };
+  }
+
+  // ---------- terminals: shells and sessions ----------
+
+  private termRow(workspaceId: string, id: string, kind: 'shell' | 'session'): Record<string, unknown> {
+    const r = this.d.db.prepare('SELECT * FROM terminals WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    const field = kind === 'shell' ? 'shellId' : 'sessionId';
+    if (!r || r.workspace_id !== workspaceId || r.kind !== kind) throw new ServiceError('NOT_FOUND', `${field}: no ${kind} ${id} in workspace ${workspaceId}`, { field });
+    return r;
+  }
+
+  private describeTerm(r: Record<string, unknown>): Record<string, unknown> {
+    const idField = r.kind === 'shell' ? 'shellId' : 'sessionId';
+    return { [idField]: r.id, workspaceId: r.workspace_id, ...(r.kind === 'session' ? { name: r.name } : {}), cwd: r.cwd, state: r.state, reason: r.reason ?? null, createdAt: r.created_at, closedAt: r.closed_at ?? null };
+  }
+
+  async openTerminal(workspaceId: string, kind: 'shell' | 'session', cwd: string, name?: string): Promise<Record<string, unknown>> {
+    if (kind === 'session' && name) {
+      const existing = this.d.db.prepare("SELECT * FROM terminals WHERE workspace_id = ? AND kind = 'session' AND name = ? AND state = 'open'").get(workspaceId, name) as Record<string, unknown> | undefined;
+      if (existing) return { ...this.describeTerm(existing), reattached: true };
+    }
+    const h = await this.d.workspaces.activeHandle(workspaceId);
+    const pty = await this.d.executor.request<{ ptyId: string }>(h, 'pty.open', { cwd }, { timeoutMs: 15_000 });
+    const id = newId(kind === 'shell' ? 'shell' : 'session');
+    this.d.db
+      .prepare("INSERT INTO terminals (id, workspace_id, kind, name, cwd, state, pty_id, created_at) VALUES (?, ?, ?, ?, ?, 'open', ?, ?)")
+      .run(id, workspaceId, kind, name ?? null, cwd, pty.ptyId, nowIso());
+    return { ...this.describeTerm(this.termRow(workspaceId, id, kind)), reattached: false };
+  }
+
+  async terminalIo(workspaceId: string, kind: 'shell' | 'session', id: string, input: string | undefined, cursor: string | undefined, waitMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
+    const r = this.termRow(workspaceId, id, kind);
+    if (r.state !== 'open') throw new ServiceError('FAILED_PRECONDITION', `${kind} ${id} is ${r.state}${r.reason ? ` (${r.reason})` : ''}; open a new one`, { state: r.state });
+    const from = cursor ? this.d.cursors.decode<{ o: number; i: string }>('term_output', cursor) : null;
+    if (from && from.i !== id) throw new ServiceError('INVALID_ARGUMENT', 'cursor: belongs to another terminal', { field: 'cursor' });
+    const h = await this.d.workspaces.activeHandle(workspaceId);
+    let res: { output: string; cursor: number; droppedBytes: number; exited: boolean; exitCode: number | null; more: boolean };
+    try {
+      res = await this.d.executor.request(h, 'pty.io', { ptyId: r.pty_id, input, cursor: from?.o, waitMs }, { signal, timeoutMs: waitMs + 15_000 });
+    } catch (e) {
+      if (e instanceof ServiceError && e.code === 'NOT_FOUND') {
+        this.endTerminal(id, 'interrupted', 'the terminal ended with its sandbox (the workspace expired, was resumed or the service restarted)');
+        throw new ServiceError('FAILED_PRECONDITION', `${kind} ${id} ended with its sandbox; open a new one`, { state: 'interrupted' });
+      }
+      throw e;
+    }
+    if (res.exited) this.endTerminal(id, 'ended', `the shell exited${res.exitCode !== null ? ` with code ${res.exitCode}` : ''}`);
+    return {
+      [kind === 'shell' ? 'shellId' : 'sessionId']: id,
+      output: res.output,
+      nextCursor: this.d.cursors.encode('term_output', { o: res.cursor, i: id }),
+      moreOutput: res.more,
+      droppedBytes: res.droppedBytes,
+      exited: res.exited,
+      exitCode: res.exitCode,
+    };
+  }
+
+  private endTerminal(id: string, state: 'ended' | 'closed' | 'interrupted', reason: string): void {
+    this.d.db.prepare("UPDATE terminals SET state = ?, reason = ?, closed_at = coalesce(closed_at, ?) WHERE id = ? AND state = 'open'").run(state, reason, nowIso(), id);
+  }
+
+  async closeTerminal(workspaceId: string, kind: 'shell' | 'session', id: string): Promise<Record<string, unknown>> {
+    const r = this.termRow(workspaceId, id, kind);
+    if (r.state !== 'open') return { ...this.describeTerm(r), alreadyClosed: true };
+    try {
+      const h = await this.d.workspaces.activeHandle(workspaceId);
+      await this.d.executor.request(h, 'pty.close', { ptyId: r.pty_id }, { timeoutMs: 10_000 });
+    } catch (e) {
+      this.d.log.debug({ err: e, id }, 'terminal close: sandbox gone');
+    }
+    this.endTerminal(id, 'closed', 'closed by the client');
+    return { ...this.describeTerm(this.termRow(workspaceId, id, kind)), alreadyClosed: false };
+  }
+
+  listSessions(workspaceId: string, cursor: string | undefined, limit: number): Record<string, unknown> {
+    const after = cursor ? this.d.cursors.decode<{ c: string; i: string }>('sessions_list', cursor) : null;
+    const rows = this.d.db
+      .prepare(`SELECT * FROM terminals WHERE workspace_id = ? AND kind = 'session' ${after ? 'AND (created_at > ? OR (created_at = ? AND id > ?))' : ''} ORDER BY created_at, id LIMIT ?`)
+      .all(workspaceId, ...(after ? [after.c, after.c, after.i] : []), limit + 1) as Array<Record<string, unknown>>;
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    return { sessions: page.map((r) => this.describeTerm(r)), nextCursor: rows.length > limit && last ? this.d.cursors.encode('sessions_list', { c: last.created_at, i: last.id }) : null };
+  }
+
+  // ---------- privileged commands: approvals ----------
+
+  /** Refuses with a pending approval request, or consumes a valid grant and returns the approval id. */
+  consumeGrant(workspaceId: string, command: string, token: string | undefined, principal: string): string {
+    const sha = sha256Hex(command);
+    if (!token) {
+      const existing = this.d.db.prepare("SELECT id FROM approvals WHERE workspace_id = ? AND command_sha256 = ? AND state = 'pending'").pluck().get(workspaceId, sha) as string | undefined;
+      const id = existing ?? newId('approval');
+      if (!existing)
+        this.d.db
+          .prepare("INSERT INTO approvals (id, workspace_id, command_sha256, command_preview, state, created_at) VALUES (?, ?, ?, ?, 'pending', ?)")
+          .run(id, workspaceId, sha, command.length > 500 ? command.slice(0, 500) + '…' : command, nowIso());
+      this.d.audit.record({ actor: 'mcp', principal, action: 'privileged_request', target: id, outcome: 'refused', reason: 'approval required' });
+      throw new ServiceError(
+        'PERMISSION_DENIED',
+        `approvalGrantToken: privileged commands need the owner's approval. Approval request ${id} is pending: the owner approves it on the dashboard (POST /api/v1/approvals/${id}/approve), which issues a single-use grant for this workspace and this exact command, valid ${GRANT_TTL_MS / 60000} minutes; then call exec_run again with privileged true and approvalGrantToken`,
+        { field: 'approvalGrantToken', approvalRequestId: id, commandSha256: sha },
+      );
+    }
+    const rows = this.d.db.prepare("SELECT * FROM approvals WHERE state = 'approved' AND grant_hash = ?").all(sha256Hex(token)) as Array<Record<string, string>>;
+    const a = rows[0];
+    const bad = (why: string) => {
+      this.d.audit.record({ actor: 'mcp', principal, action: 'privileged_exec', target: workspaceId, outcome: 'refused', reason: why });
+      return new ServiceError('PERMISSION_DENIED', `approvalGrantToken: ${why}; ask the owner for a new approval (call exec_run privileged without a token to file one)`, { field: 'approvalGrantToken' });
+    };
+    if (!a || !safeEqual(a.grant_hash!, sha256Hex(token))) throw bad('unknown, used or expired grant');
+    if (Date.parse(a.grant_expires_at!) <= Date.now()) {
+      this.d.db.prepare("UPDATE approvals SET state = 'expired' WHERE id = ?").run(a.id);
+      throw bad('the grant expired');
+    }
+    if (a.workspace_id !== workspaceId) throw bad('the grant is for another workspace');
+    if (a.command_sha256 !== sha) throw bad('the grant is for another command (it binds the exact command text)');
+    const used = this.d.db.prepare("UPDATE approvals SET state = 'used', used_at = ? WHERE id = ? AND state = 'approved'").run(nowIso(), a.id);
+    if (used.changes !== 1) throw bad('the grant was already used');
+    this.d.audit.record({ actor: 'mcp', principal, action: 'privileged_exec', target: workspaceId, outcome: 'ok', details: { approvalId: a.id } });
+    return a.id!;
+  }
+
+  listApprovals(state?: string): Array<Record<string, unknown>> {
+    const rows = (state
+      ? this.d.db.prepare('SELECT * FROM approvals WHERE state = ? ORDER BY created_at DESC LIMIT 200').all(state)
+      : this.d.db.prepare('SELECT * FROM approvals ORDER BY created_at DESC LIMIT 200').all()) as Array<Record<string, unknown>>;
+    return rows.map((r) => ({ id: r.id, workspaceId: r.workspace_id, command: r.command_preview, commandSha256: r.command_sha256, state: r.state, createdAt: r.created_at, decidedAt: r.decided_at ?? null, grantExpiresAt: r.grant_expires_at ?? null, usedAt: r.used_at ?? null }));
+  }
+
+  decide(id: string, approve: boolean): Record<string, unknown> {
+    const r = this.d.db.prepare('SELECT state FROM approvals WHERE id = ?').get(id) as { state: string } | undefined;
+    if (!r) throw new ServiceError('NOT_FOUND', `no approval request ${id}`, { field: 'id' });
+    if (r.state !== 'pending') throw new ServiceError('FAILED_PRECONDITION', `approval request ${id} is ${r.state}, not pending`, { state: r.state });
+    if (!approve) {
+      this.d.db.prepare("UPDATE approvals SET state = 'denied', decided_at = ? WHERE id = ?").run(nowIso(), id);
+      this.d.audit.record({ actor: 'dashboard', action: 'privileged_deny', target: id, outcome: 'ok' });
+      return { id, state: 'denied' };
+    }
+    const grant = 'agt_' + randomToken(40);
+    const expiresAt = isoIn(GRANT_TTL_MS);
+    this.d.db.prepare("UPDATE approvals SET state = 'approved', decided_at = ?, grant_hash = ?, grant_expires_at = ? WHERE id = ?").run(nowIso(), sha256Hex(grant), expiresAt, id);
+    this.d.audit.record({ actor: 'dashboard', action: 'privileged_approve', target: id, outcome: 'ok' });
+    return { id, state: 'approved', approvalGrantToken: grant, expiresAt, note: 'shown once; single use; bound to this workspace and this exact command' };
+  }
+
+  /** Runs an approved privileged command: uid 0 in its own user namespace, workspace bound, no network. */
+  async runPrivileged(workspaceId: string, command: string, cwd: string, timeoutMs: number, maxOutputBytes: number, signal: AbortSignal): Promise<ExecResult> {
+    await this.d.workspaces.activeHandle(workspaceId);
+    const root = this.d.workspaces.rootDir(workspaceId);
+    const rel = cwd.replace(/^\.\/?/, '');
+    if (rel.split('/').includes('..') || cwd.startsWith('/')) throw new ServiceError('PERMISSION_DENIED', `cwd: ${cwd} leaves the workspace`, { field: 'cwd' });
+    return this.d.executor.runEphemeral({
+      binds: [
+        { source: join(root, 'repo'), target: '/workspace' },
+        { source: join(root, 'home'), target: '/home/user' },
+      ],
+      limits: { memoryBytes: this.d.config.sandboxMemoryMb * 1024 * 1024, pidsMax: this.d.config.sandboxPidsMax, cpuQuotaPercent: this.d.config.sandboxCpuPercent },
+      network: 'none',
+      command,
+      cwd: rel ? `/workspace/${rel}` : '/workspace',
+      timeoutMs,
+      maxOutputBytes,
+      signal,
+      privileged: true,
+    });
+  }
+
+  /** The bash toolbox target: a disposable sandbox with no network, checkout, secrets or workspace. */
+  async runToolbox(command: string, timeoutMs: number, maxOutputBytes: number, signal: AbortSignal): Promise<ExecResult> {
+    if (!this.d.config.packagesEnabled)
+      throw new ServiceError('FAILED_PRECONDITION', 'target: the toolbox exists only when the operator enables managed packages (--packages-enabled / ATELIER_PACKAGES_ENABLED); use target workspace', { field: 'target' });
+    return this.d.executor.runEphemeral({
+      binds: [],
+      limits: { memoryBytes: this.d.config.sandboxMemoryMb * 1024 * 1024, pidsMax: this.d.config.sandboxPidsMax, cpuQuotaPercent: this.d.config.sandboxCpuPercent },
+      network: 'none',
+      command,
+      cwd: '/tmp',
+      timeoutMs,
+      maxOutputBytes,
+      signal,
+    });
+  }
+
+  // ---------- restart and cleanup ----------
+
+  /** After a restart: what was running is interrupted (its output so far stays readable). */
+  startup(): void {
+    const why = 'interrupted by a service restart; output so far is kept';
+    this.d.db.prepare("UPDATE operations SET state = 'interrupted', reason = ?, ended_at = ? WHERE state = 'running'").run(why, nowIso());
+    this.d.db.prepare("UPDATE tasks SET state = 'interrupted', reason = ?, ended_at = ? WHERE state = 'running'").run(why, nowIso());
+    this.d.db.prepare("UPDATE terminals SET state = 'interrupted', reason = ?, closed_at = ? WHERE state = 'open'").run('the terminal ended with the service restart', nowIso());
+    const ws = this.d.db.prepare("SELECT DISTINCT workspace_id FROM tasks WHERE state = 'pending'").pluck().all() as string[];
+    for (const w of ws) this.schedule(w);
+  }
+
+  /** When a workspace closes: stop what runs and remove its output files. */
+  async forgetWorkspace(workspaceId: string): Promise<void> {
+    const ids = [
+      ...(this.d.db.prepare('SELECT id FROM operations WHERE workspace_id = ?').pluck().all(workspaceId) as string[]),
+      ...(this.d.db.prepare('SELECT id FROM tasks WHERE workspace_id = ?').pluck().all(workspaceId) as string[]),
+    ];
+    for (const id of ids) this.running.get(id)?.abort.abort();
+    for (const id of ids) await rm(join(this.outDir, `${id}.log`), { force: true });
+  }
+
+  async shutdown(): Promise<void> {
+    this.stopping = true;
+    for (const r of this.running.values()) r.abort.abort();
+    await Promise.all([...this.running.values()].map((r) => r.done.catch(() => undefined)));
+  }
+}

@@ -1,0 +1,293 @@
+/**
+ * Commands, operations, shells, sessions, tasks and privileged approvals, through the MCP client on
+ * a real workspace.
+ */
+import { readFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/client';
+import { call, connectV2, runCli, startService, type Service } from './harness.js';
+import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
+import type { GitHost } from '../fixtures/githost.js';
+
+let host: GitHost;
+let svc: Service;
+let c: Client;
+let ws: string;
+
+async function ok(name: string, args: Record<string, unknown>): Promise<Record<string, unknown>> {
+  const r = await call(c, name, args);
+  if (!r.ok) throw new Error(`${name} failed: ${r.text}`);
+  return r.result;
+}
+type Exec = { exitCode: number | null; signal: string | null; stdout: string; stderr: string; timedOut: boolean; stdoutTruncated: boolean; durationMs: number };
+const sh = async (command: string, extra: Record<string, unknown> = {}) => (await ok('exec_run', { workspaceId: ws, command, ...extra })) as unknown as Exec;
+
+function rssKb(pid: number): number {
+  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
+}
+
+function rest(method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; body: string; headers: Record<string, unknown> }> {
+  const u = new URL(svc.url);
+  return new Promise((resolve, reject) => {
+    const req = request({ host: u.hostname, port: u.port, method, path, headers: { host: u.host, ...headers } }, (res) => {
+      let b = '';
+      res.on('data', (d) => (b += d));
+      res.on('end', () => resolve({ status: res.statusCode!, body: b, headers: res.headers }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+beforeAll(async () => {
+  host = await startGitHost();
+  const repoUrl = (await host.createRepo('approved/cmds', REPO_FILES)).url;
+  svc = await startWorkspaceService(host, { args: ['--packages-enabled'] });
+  c = await connectV2(svc);
+  ws = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'cmds-open-1' })).workspaceId as string;
+}, 120_000);
+
+afterAll(async () => {
+  await c?.close();
+  await svc?.dispose();
+  await host?.close();
+});
+
+describe('exec_run and bash', () => {
+  it('reports exit codes, signals, separate streams and duration', async () => {
+    const r = await sh('echo out; echo err >&2; exit 3');
+    expect(r).toMatchObject({ exitCode: 3, signal: null, stdout: 'out\n', stderr: 'err\n', timedOut: false });
+    expect(r.durationMs).toBeGreaterThanOrEqual(0);
+    const k = await sh('kill -9 $$');
+    expect(k.exitCode).toBeNull();
+    expect(k.signal).toBe('SIGKILL');
+    const b = (await ok('bash', { workspaceId: ws, command: 'echo from-bash; pwd' })) as unknown as Exec;
+    expect(b.stdout).toBe('from-bash\n/workspace\n');
+  });
+
+  it('a timeout kills the whole tree, a setsid grandchild that ignores SIGTERM included, and says so', async () => {
+    const r = await sh(`setsid sh -c 'trap "" TERM; sleep 301' & sh -c 'trap "" TERM; sleep 302' & sleep 303`, { timeoutMs: 1500 });
+    expect(r.timedOut).toBe(true);
+    const left = await sh('pgrep -f "sleep 30[123]" || echo none');
+    expect(left.stdout.trim()).toBe('none');
+  });
+
+  it('caps an output flood (head and tail kept, middle marked) without the service growing', async () => {
+    const before = rssKb(svc.proc.pid!);
+    const r = await sh(`echo BEGIN; head -c 60000000 /dev/zero | tr '\\0' 'a'; echo; echo END`, { maxOutputBytes: 4096, timeoutMs: 60_000 });
+    expect(r.stdoutTruncated).toBe(true);
+    expect(r.stdout.startsWith('BEGIN')).toBe(true);
+    expect(r.stdout.trimEnd().endsWith('END')).toBe(true);
+    expect(r.stdout).toMatch(/\[\.\.\. \d+ bytes omitted \.\.\.\]/);
+    expect(r.stdout.length).toBeLessThan(8192);
+    expect(rssKb(svc.proc.pid!) - before).toBeLessThan(100 * 1024);
+  }, 90_000);
+
+  it('the toolbox target runs without network, checkout, secrets or workspace', async () => {
+    const r = (await ok('bash', { target: 'toolbox', command: 'id -u; ls /workspace 2>&1 || true; curl -s -m 3 https://registry.npmjs.org/ >/dev/null && echo NET || echo no-net; env | grep -c . ' })) as unknown as Exec;
+    const lines = r.stdout.trim().split('\n');
+    expect(lines[0]).not.toBe('0');
+    expect(r.stdout).toMatch(/No such file or directory/);
+    expect(r.stdout).toContain('no-net');
+    const refused = await call(c, 'bash', { target: 'toolbox', command: 'true', async: true });
+    expect(!refused.ok && refused.error.details.field).toBe('async');
+  });
+});
+
+describe('operations', () => {
+  it('async runs return a handle; wait returns as soon as it ends; status pages output by cursor', async () => {
+    const op = await ok('exec_run', { workspaceId: ws, command: 'for i in $(seq 1 20000); do echo "line $i"; done; echo done >&2', async: true });
+    expect(op.operationId).toMatch(/^op_/);
+    const t0 = Date.now();
+    const w = await ok('operation_wait', { operationId: op.operationId, timeoutMs: 60_000 });
+    expect(Date.now() - t0).toBeLessThan(30_000);
+    expect(w).toMatchObject({ state: 'succeeded', exitCode: 0, ended: true, waitTimedOut: false });
+    let text = '';
+    let cursor: unknown;
+    let pages = 0;
+    do {
+      const s = await ok('operation_status', { operationId: op.operationId, ...(cursor ? { cursor } : {}) });
+      text += s.output as string;
+      cursor = s.nextCursor;
+      pages++;
+      if (!s.moreOutput) break;
+    } while (pages < 100);
+    expect(pages).toBeGreaterThan(1);
+    expect(text).toContain('line 1\n');
+    expect(text).toContain('line 20000\n');
+    expect(text).toContain('done\n');
+  }, 60_000);
+
+  it('cancel kills the tree; wait honours its own timeout', async () => {
+    const op = await ok('bash', { workspaceId: ws, command: 'echo started; sleep 300', async: true });
+    const w = await ok('operation_wait', { operationId: op.operationId, timeoutMs: 300 });
+    expect(w).toMatchObject({ state: 'running', waitTimedOut: true, ended: false });
+    const cancelled = await ok('operation_cancel', { operationId: op.operationId });
+    expect(cancelled.state).toBe('cancelled');
+    expect((await ok('operation_cancel', { operationId: op.operationId })).alreadyEnded).toBe(true);
+    expect((await sh('pgrep -x sleep || echo none')).stdout.trim()).toBe('none');
+    const s = await ok('operation_status', { operationId: op.operationId });
+    expect(s.output).toContain('started');
+  });
+});
+
+describe('shells and sessions', () => {
+  const read = async (tool: 'shell_io' | 'sessions_io', idField: string, id: string, input: string | undefined, until: RegExp, state: { cursor?: unknown }) => {
+    let text = '';
+    for (let i = 0; i < 40; i++) {
+      const r = await ok(tool, { workspaceId: ws, [idField]: id, ...(i === 0 && input !== undefined ? { input } : {}), ...(state.cursor ? { cursor: state.cursor } : {}), waitMs: 500 });
+      text += r.output as string;
+      state.cursor = r.nextCursor;
+      if (until.test(text)) return text;
+    }
+    throw new Error(`never saw ${until} in: ${text}`);
+  };
+
+  it('a shell runs an interactive program that asks and gets an answer, with job control', async () => {
+    const sh1 = await ok('shell_open', { workspaceId: ws, idempotencyKey: 'shell-key-1' });
+    const again = await ok('shell_open', { workspaceId: ws, idempotencyKey: 'shell-key-1' });
+    expect(again.shellId).toBe(sh1.shellId);
+    const id = sh1.shellId as string;
+    const st: { cursor?: unknown } = {};
+    await read('shell_io', 'shellId', id, 'tty; read -p "name? " n; echo "hello, $n"\n', /name\? /, st);
+    expect(await read('shell_io', 'shellId', id, 'world\n', /hello, world/, st)).toMatch(/hello, world/);
+    await read('shell_io', 'shellId', id, 'sleep 100 &\n', /\[1\] \d+/, st);
+    expect(await read('shell_io', 'shellId', id, 'jobs\n', /Running\s+sleep 100 &/, st)).toBeTruthy();
+    await read('shell_io', 'shellId', id, 'kill %1; sleep 0.2; jobs; echo JOBS-DONE\n', /JOBS-DONE/, st);
+    expect((await ok('shell_close', { workspaceId: ws, shellId: id })).alreadyClosed).toBe(false);
+    const closed = await call(c, 'shell_io', { workspaceId: ws, shellId: id, input: 'echo x\n' });
+    expect(!closed.ok && closed.error.code).toBe('FAILED_PRECONDITION');
+  }, 60_000);
+
+  it('sessions are named: opening a name again reattaches, and they list by name', async () => {
+    const s1 = await ok('sessions_open', { workspaceId: ws, name: 'dev-server', idempotencyKey: 'sess-open-1' });
+    const s2 = await ok('sessions_open', { workspaceId: ws, name: 'dev-server', idempotencyKey: 'sess-open-2' });
+    expect(s2.sessionId).toBe(s1.sessionId);
+    expect(s2.reattached).toBe(true);
+    const st: { cursor?: unknown } = {};
+    await read('sessions_io', 'sessionId', s1.sessionId as string, 'export MARK=kept; echo ready\n', /ready/, st);
+    // A new client (a reconnect) finds the session by name and its state is still there.
+    const other = await connectV2(svc);
+    const list = (await call(other, 'sessions_list', { workspaceId: ws })) as { ok: true; result: { sessions: Array<{ name: string; sessionId: string; state: string }> } };
+    expect(list.result.sessions.find((x) => x.name === 'dev-server')).toMatchObject({ sessionId: s1.sessionId, state: 'open' });
+    await other.close();
+    expect(await read('sessions_io', 'sessionId', s1.sessionId as string, 'echo "mark=$MARK"\n', /mark=kept/, st)).toBeTruthy();
+    await ok('sessions_close', { workspaceId: ws, sessionId: s1.sessionId });
+    const s3 = await ok('sessions_open', { workspaceId: ws, name: 'dev-server', idempotencyKey: 'sess-open-3' });
+    expect(s3.sessionId).not.toBe(s1.sessionId);
+    await ok('sessions_close', { workspaceId: ws, sessionId: s3.sessionId });
+  }, 60_000);
+
+  it('output nobody reads stays bounded (the oldest is dropped and counted)', async () => {
+    const s = await ok('shell_open', { workspaceId: ws, idempotencyKey: 'shell-flood-1' });
+    const first = await ok('shell_io', { workspaceId: ws, shellId: s.shellId, input: 'head -c 3000000 /dev/zero | tr "\\0" "x"; echo FLOOD-END\n', waitMs: 0 });
+    await new Promise((r) => setTimeout(r, 3000));
+    // Reading on from the cursor taken before the flood: only the newest 1 MiB was kept.
+    const r = await ok('shell_io', { workspaceId: ws, shellId: s.shellId, cursor: first.nextCursor, waitMs: 0 });
+    expect(r.droppedBytes as number).toBeGreaterThan(1_000_000);
+    await ok('shell_close', { workspaceId: ws, shellId: s.shellId });
+  }, 30_000);
+});
+
+describe('tasks', () => {
+  it('runs a dependency graph: a failure marks its dependants, the rest succeed in order', async () => {
+    const t1 = await ok('tasks_run', { workspaceId: ws, command: 'sleep 0.5; echo one > one.txt; echo t1', idempotencyKey: 'task-graph-1' });
+    const t2 = await ok('tasks_run', { workspaceId: ws, command: 'cat one.txt; echo t2', dependsOn: [t1.taskId], idempotencyKey: 'task-graph-2' });
+    const t3 = await ok('tasks_run', { workspaceId: ws, command: 'echo failing; exit 7', idempotencyKey: 'task-graph-3' });
+    const t4 = await ok('tasks_run', { workspaceId: ws, command: 'echo never', dependsOn: [t2.taskId, t3.taskId], idempotencyKey: 'task-graph-4' });
+    expect(t2.state).toBe('pending');
+    const replay = await ok('tasks_run', { workspaceId: ws, command: 'sleep 0.5; echo one > one.txt; echo t1', idempotencyKey: 'task-graph-1' });
+    expect(replay.taskId).toBe(t1.taskId);
+    const final = async (id: unknown) => {
+      for (let i = 0; i < 60; i++) {
+        const s = await ok('tasks_status', { workspaceId: ws, taskId: id });
+        if (!['pending', 'running'].includes(s.state as string)) return s;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      throw new Error('task did not end');
+    };
+    expect(await final(t2.taskId)).toMatchObject({ state: 'succeeded', output: 'one\nt2\n' });
+    expect(await final(t3.taskId)).toMatchObject({ state: 'failed', exitCode: 7 });
+    const s4 = await final(t4.taskId);
+    expect(s4.state).toBe('dependency_failed');
+    expect(String(s4.reason)).toContain(String(t3.taskId));
+    const g = await ok('tasks_graph', { workspaceId: ws });
+    expect(g.edges).toEqual(expect.arrayContaining([expect.objectContaining({ from: t1.taskId, to: t2.taskId }), expect.objectContaining({ from: t3.taskId, to: t4.taskId })]));
+    const page = await ok('tasks_list', { workspaceId: ws, limit: 2 });
+    expect((page.tasks as unknown[]).length).toBe(2);
+    const next = await ok('tasks_list', { workspaceId: ws, limit: 2, cursor: page.nextCursor });
+    expect((next.tasks as Array<{ taskId: string }>)[0]!.taskId).toBe(t3.taskId);
+    const unknown = await call(c, 'tasks_run', { workspaceId: ws, command: 'true', dependsOn: ['task_' + 'x'.repeat(24)], idempotencyKey: 'task-unknown-1' });
+    expect(!unknown.ok && unknown.error.details.field).toBe('dependsOn');
+  }, 60_000);
+
+  it('cancel terminates a running task', async () => {
+    const t = await ok('tasks_run', { workspaceId: ws, command: 'echo working; sleep 300', idempotencyKey: 'task-cancel-1' });
+    await new Promise((r) => setTimeout(r, 500));
+    const r = await ok('tasks_cancel', { workspaceId: ws, taskId: t.taskId });
+    expect(r.state).toBe('cancelled');
+    expect((await ok('tasks_status', { workspaceId: ws, taskId: t.taskId })).output).toContain('working');
+  });
+});
+
+describe('privileged commands', () => {
+  it('are refused without a grant, run with the owner’s single-use grant bound to workspace and command', async () => {
+    const refused = await call(c, 'exec_run', { workspaceId: ws, command: 'id -u', privileged: true });
+    expect(refused.ok).toBe(false);
+    if (refused.ok) return;
+    expect(refused.error.code).toBe('PERMISSION_DENIED');
+    expect(refused.error.message).toContain('/api/v1/approvals/');
+    const approvalId = refused.error.details.approvalRequestId as string;
+    // The owner approves on the dashboard REST API.
+    const path = new URL(svc.loginLink).pathname + new URL(svc.loginLink).search;
+    const login = await rest('GET', path, {});
+    const cookie = String(login.headers['set-cookie']).split(';')[0]!;
+    const csrf = JSON.parse((await rest('GET', '/api/v1/session', { cookie })).body).csrfToken as string;
+    const pending = JSON.parse((await rest('GET', '/api/v1/approvals?state=pending', { cookie })).body).approvals as Array<{ id: string; command: string }>;
+    expect(pending.find((a) => a.id === approvalId)?.command).toBe('id -u');
+    const approved = await rest('POST', `/api/v1/approvals/${approvalId}/approve`, { cookie, 'x-csrf-token': csrf });
+    expect(approved.status).toBe(200);
+    const grant = JSON.parse(approved.body).approvalGrantToken as string;
+    const other = await call(c, 'exec_run', { workspaceId: ws, command: 'id -u; echo x', privileged: true, approvalGrantToken: grant });
+    expect(!other.ok && other.error.message).toContain('another command');
+    const r = (await ok('exec_run', { workspaceId: ws, command: 'id -u', privileged: true, approvalGrantToken: grant })) as unknown as Exec;
+    expect(r.stdout.trim()).toBe('0');
+    const reuse = await call(c, 'exec_run', { workspaceId: ws, command: 'id -u', privileged: true, approvalGrantToken: grant });
+    expect(!reuse.ok && reuse.error.code).toBe('PERMISSION_DENIED');
+    // Root inside its own namespace only: the host stays out of reach.
+    expect((await sh('id -u')).stdout.trim()).not.toBe('0');
+  });
+});
+
+describe('restart', () => {
+  it('a running task is reported interrupted after a restart, its output so far readable', async () => {
+    const t = await ok('tasks_run', { workspaceId: ws, command: 'echo before-restart; sleep 300', idempotencyKey: 'task-restart-1' });
+    await new Promise((r) => setTimeout(r, 1000));
+    const token = svc.token;
+    await c.close();
+    expect(await svc.stop()).toBe(0);
+    const again = await startService({ dataDir: svc.dataDir, args: ['--packages-enabled'] });
+    svc.proc = again.proc;
+    svc.stop = again.stop;
+    c = await connectV2({ ...again, token });
+    const s = await ok('tasks_status', { workspaceId: ws, taskId: t.taskId });
+    expect(s.state).toBe('interrupted');
+    expect(s.output).toContain('before-restart');
+  }, 60_000);
+
+  it('the toolbox target is refused when packages are disabled', async () => {
+    const plain = await startService();
+    try {
+      const c2 = await connectV2(plain);
+      const r = await call(c2, 'bash', { target: 'toolbox', command: 'true' });
+      expect(!r.ok && r.error.code).toBe('FAILED_PRECONDITION');
+      if (!r.ok) expect(r.error.message).toContain('packages');
+      await c2.close();
+    } finally {
+      await plain.dispose();
+    }
+  });
+});
+
+void runCli;
