@@ -18,9 +18,12 @@ import { PrincipalState } from './core/principals.js';
 import { EnvironmentService } from './services/environments.js';
 import { RepositoryPolicy } from './services/repos.js';
 import { WorkspaceService } from './services/workspaces.js';
+import { FileService } from './services/files.js';
 import { CommandService } from './services/commands.js';
 import { BwrapExecutor } from './sandbox/bwrap.js';
 import type { Executor } from './sandbox/executor.js';
+import { SpendService } from './services/spend.js';
+import { GatewayClient } from './services/gateway-client.js';
 
 export interface App {
   readonly config: Config;
@@ -37,6 +40,12 @@ export interface App {
   readonly repos: RepositoryPolicy;
   readonly executor: Executor;
   readonly workspaces: WorkspaceService;
+  /** Files and code intelligence through the workspace daemon (issue #4). */
+  readonly files: FileService;
+  /** Spend ledger and policies (issue #8). */
+  readonly spend: SpendService;
+  /** The model gateway: embedded child or external (issue #8). */
+  readonly gateway: GatewayClient;
   readonly commands: CommandService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
@@ -103,6 +112,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, environments, sandboxDisabledReason: opts.sandboxDisabledReason });
   const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces });
   workspaces.onClose((id) => commands.forgetWorkspace(id));
+  const spend = new SpendService(db);
   const app: App = {
     config,
     dataDir: config.dataDir,
@@ -118,7 +128,10 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     repos,
     executor,
     workspaces,
+    files: new FileService({ workspaces, executor, cursors }),
     commands,
+    spend,
+    gateway: new GatewayClient({ config, spend, log }),
     firstRun,
     close() {
       try {

@@ -11,6 +11,7 @@ import { runDoctor, sandboxProblems } from './doctor.js';
 import { envCommand, reposCommand } from './admin.js';
 import { environmentRoutes } from '../dashboard/environments.js';
 import { approvalRoutes } from '../dashboard/approvals.js';
+import { SPEND_SERVED_PATHS, spendRoutes } from '../dashboard/spend.js';
 import { VERSION } from '../core/version.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
@@ -26,6 +27,7 @@ Usage:
   atelier env create NAME | list | show ENV | delete ENV
   atelier env set ENV|global NAME [--secret] [--description D]   value from stdin (or NAME=VALUE for variables)
   atelier env unset ENV|global NAME
+  atelier gateway --admin-secret-file F  run the model gateway alone (serve starts one by default)
   atelier doctor                          check sandboxing, git, rg and ctags; say how to fix
   atelier --version | --help
 
@@ -99,6 +101,7 @@ async function serve(argv: string[]): Promise<void> {
     stopping = true;
     app.log.info({ signal }, 'shutting down');
     await server?.close();
+    await app.gateway.stop().catch(() => undefined);
     await app.commands.shutdown().catch(() => undefined);
     await app.workspaces.shutdown().catch(() => undefined);
     app.close();
@@ -109,7 +112,7 @@ async function serve(argv: string[]): Promise<void> {
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS] });
   } catch (e) {
     app.close();
     const err = e as NodeJS.ErrnoException;
@@ -120,6 +123,7 @@ async function serve(argv: string[]): Promise<void> {
   try {
     app.commands.startup();
     await app.workspaces.startup();
+    await app.gateway.start().catch((e) => app.log.error({ err: (e as Error).message }, 'model gateway did not start; agent spawns answer UNAVAILABLE until it does'));
     announce(app, server, config, problems.length > 0);
   } catch (e) {
     // Nothing half-started stays behind: close the listener and the database, then report.
@@ -213,6 +217,8 @@ export async function main(argv: string[]): Promise<number> {
       case 'serve':
         await serve(rest);
         return -1; // keeps running
+      case 'gateway':
+        return await (await import('../gateway/main.js')).gatewayMain(rest);
       case 'token':
         await token(rest);
         return 0;

@@ -38,6 +38,8 @@ export const SETTINGS: Setting[] = [
   S({ key: 'logLevel', flag: '--log-level', env: 'ATELIER_LOG_LEVEL', kind: 'string', def: 'info', rule: 'one of fatal, error, warn, info, debug, trace, silent', check: ((v: string) => ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(v)) as never, help: 'Log level' }),
   S({ key: 'unsafeNoSandbox', flag: '--unsafe-dev-no-sandbox', env: 'ATELIER_UNSAFE_DEV_NO_SANDBOX', kind: 'bool', def: false, help: 'DEVELOPMENT ONLY: start without bubblewrap isolation' }),
   S({ key: 'gatewayUrl', flag: '--gateway-url', env: 'ATELIER_GATEWAY_URL', kind: 'string', def: '', rule: 'an http(s) URL', check: ((v: string) => v === '' || /^https?:\/\/\S+$/.test(v)) as never, help: 'Use an external model gateway instead of the embedded child' }),
+  S({ key: 'gatewayAdminSecretFile', flag: '--gateway-admin-secret-file', env: 'ATELIER_GATEWAY_ADMIN_SECRET_FILE', kind: 'string', def: '', help: 'Admin secret file of the external gateway named by --gateway-url' }),
+  S({ key: 'modelGatewaySessionHeader', flag: '--model-gateway-session-header', env: 'ATELIER_MODEL_GATEWAY_SESSION_HEADER', kind: 'string', def: '', rule: 'an HTTP header name', check: ((v: string) => v === '' || /^[A-Za-z0-9-]{1,100}$/.test(v)) as never, help: 'MODEL_GATEWAY_SESSION_HEADER: header (value: the agent id) the gateway sends to every provider but provider_f' }),
   S({ key: 'packagesEnabled', flag: '--packages-enabled', env: 'ATELIER_PACKAGES_ENABLED', kind: 'bool', def: false, help: 'Enable managed packages and the bash toolbox target (PACKAGES_ENABLED)' }),
   S({ key: 'idleLeaseSeconds', flag: '--idle-lease-seconds', env: 'ATELIER_IDLE_LEASE_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 10 to 86400', check: ((v: number) => v >= 10 && v <= 86400) as never, help: 'Default idle lease of a workspace, seconds' }),
   S({ key: 'maxWorkspaceLifetimeSeconds', flag: '--max-workspace-lifetime-seconds', env: 'ATELIER_MAX_WORKSPACE_LIFETIME_SECONDS', kind: 'int', def: 86400, rule: 'an integer from 20 to 2592000', check: ((v: number) => v >= 20 && v <= 2592000) as never, help: 'Instance maximum workspace lifetime (hardExpiresAt), seconds' }),
@@ -53,7 +55,7 @@ export const SETTINGS: Setting[] = [
 ];
 
 /** Structured sections of the config file, read by their services (e.g. repositories by services/repos.ts). */
-export const CONFIG_SECTIONS = ['repositories', 'egress'];
+export const CONFIG_SECTIONS = ['repositories', 'egress', 'providers'];
 
 export interface Config {
   host: string;
@@ -63,6 +65,8 @@ export interface Config {
   logLevel: string;
   unsafeNoSandbox: boolean;
   gatewayUrl: string;
+  gatewayAdminSecretFile: string;
+  modelGatewaySessionHeader: string;
   packagesEnabled: boolean;
   idleLeaseSeconds: number;
   maxWorkspaceLifetimeSeconds: number;

@@ -268,7 +268,7 @@ export class BwrapExecutor implements Executor {
         // Background processes of a command that finished normally may keep running (dev servers);
         // after a timeout, a cancel or a failure, everything the exec started goes.
         if (!result || result.timedOut || result.cancelled || placementError) await cg.killExec(execGroup);
-        await cg.removeIdleExecGroups();
+        await cg.releaseExec(execGroup);
       }
     }
     if (placementError) throw placementError;

@@ -160,8 +160,14 @@ export class SandboxCgroup {
    * one exec and returns that sub-cgroup's directory. The process must not run the command yet
    * (the daemon holds it), so nothing it starts can be outside the sub-cgroup.
    */
+  private lastSweep = 0;
+
   async attachExec(execId: string, nsPid: number): Promise<string> {
-    await this.removeIdleExecGroups();
+    // Groups left busy by background processes are swept now and then, not on every exec.
+    if (Date.now() - this.lastSweep > 10_000) {
+      this.lastSweep = Date.now();
+      await this.removeIdleExecGroups();
+    }
     const hostPid = await this.hostPidOf(nsPid);
     if (hostPid === undefined) {
       throw new ServiceError('INTERNAL', 'exec process not found in the sandbox cgroup', { execId, pid: nsPid });
@@ -170,6 +176,11 @@ export class SandboxCgroup {
     await mkdir(dir);
     await put(path.join(dir, 'cgroup.procs'), String(hostPid));
     return dir;
+  }
+
+  /** Removes one exec's sub-cgroup when nothing runs in it any more (kept while background processes live). */
+  async releaseExec(dir: string): Promise<void> {
+    await rmdir(dir).catch(() => undefined); // EBUSY: a background process still uses it
   }
 
   /** Kills every process of one exec's sub-cgroup. */
@@ -181,6 +192,10 @@ export class SandboxCgroup {
   async removeIdleExecGroups(): Promise<void> {
     for (const entry of await readdir(this.dirs.freezer, { withFileTypes: true })) {
       if (!entry.isDirectory() || !entry.name.startsWith('e-')) continue;
+      // A group made in the last 30 s may belong to an exec that is being placed right now (still
+      // empty): leave it; its own exec removes it when done.
+      const made = parseInt(entry.name.slice(entry.name.lastIndexOf('-') + 1), 36);
+      if (Number.isFinite(made) && Date.now() - made < 30_000) continue;
       await rmdir(path.join(this.dirs.freezer, entry.name)).catch(() => undefined); // EBUSY: in use
     }
   }

@@ -7,6 +7,7 @@
  *   core/principals principal_state
  *   services/environments environments, env_entries
  *   services/workspaces   workspaces
+ *   services/spend        spend_reservations, spend_policies, spend_cursor
  *   services/commands     operations, tasks, terminals, approvals
  */
 export interface Migration {
@@ -189,6 +190,44 @@ export const MIGRATIONS: Migration[] = [
         grant_hash TEXT,
         grant_expires_at TEXT,
         used_at TEXT
+      );
+    `,
+  },
+  {
+    version: 4,
+    name: 'model spend ledger',
+    sql: `
+      CREATE TABLE spend_reservations (
+        id TEXT PRIMARY KEY,
+        boot_id TEXT NOT NULL,
+        lease_id TEXT,
+        agent_id TEXT,
+        profile_id TEXT,
+        revision INTEGER,
+        day TEXT NOT NULL,
+        month TEXT NOT NULL,
+        reserved_micros INTEGER NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('open', 'settled', 'unreconciled')),
+        cost_micros INTEGER NOT NULL DEFAULT 0,
+        usage_json TEXT,
+        reason TEXT,
+        reserved_at TEXT NOT NULL,
+        settled_at TEXT
+      );
+      CREATE INDEX spend_reservations_day ON spend_reservations(day, state);
+      CREATE INDEX spend_reservations_month ON spend_reservations(month, state);
+      CREATE INDEX spend_reservations_boot ON spend_reservations(boot_id, state);
+      CREATE TABLE spend_policies (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        daily_cap_micros INTEGER,
+        monthly_cap_micros INTEGER,
+        per_agent_cap_micros INTEGER,
+        updated_at TEXT NOT NULL
+      );
+      CREATE TABLE spend_cursor (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        boot_id TEXT NOT NULL,
+        seq INTEGER NOT NULL
       );
     `,
   },

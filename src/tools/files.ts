@@ -18,6 +18,7 @@ export const filesList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.list(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'List the entries of one directory in the workspace (names and types), a page at a time with cursors. ' +
     'Use it to browse the tree; to find files by content use grep_search, to find definitions use symbols_search.',
@@ -34,6 +35,7 @@ export const filesRead = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.read(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Read a byte range of a workspace file: returns the content, the file size, its SHA-256 and a continuation cursor when more remains. ' +
     'Reads at most limit bytes (up to 1048576) per call; follow the cursor, or set readAll, for the rest. Pass the returned SHA-256 as expectedSha256 to guarded writes.',
@@ -52,6 +54,7 @@ export const filesWrite = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.write(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Atomically create or replace one workspace file with the given content (at most 1048576 characters). ' +
     'Give expectedSha256 (from files_read) to refuse the write if the file changed meanwhile. For a small edit inside a large file prefer files_apply_patch; for several files use files_write_batch.',
@@ -68,6 +71,7 @@ export const filesWriteBatch = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.writeBatch(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   idempotency: 'key',
   description:
     'Create or replace several workspace files in one call (1-1000 files, each at most 1048576 characters, each optionally guarded by expectedSha256). ' +
@@ -86,6 +90,7 @@ export const filesApplyPatch = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.applyPatch(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Edit a workspace file by replacing one exact occurrence of oldText with newText; refused when oldText occurs zero times or more than once (add surrounding lines to make it unique). ' +
     'Each text is at most 262144 characters. Use files_write to replace a whole file.',
@@ -103,6 +108,7 @@ export const filesDelete = defineTool({
   domain,
   badges: ['destructive'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.delete(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Delete a workspace file, or a directory with recursive true. Give expectedSha256 to delete a file only if it still has that content. Deleted files are recoverable only through git.',
   input: {
@@ -118,6 +124,7 @@ export const filesMove = defineTool({
   domain,
   badges: ['destructive'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.move(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Move or rename a file or directory inside the workspace. Refused when the destination exists unless overwrite is true. Both paths are workspace-relative; to copy instead, read the file and write it under the new path.',
   input: {
@@ -133,6 +140,7 @@ export const filesMkdir = defineTool({
   domain,
   badges: ['idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.mkdir(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Create a directory in the workspace; with recursive true (default) missing parents are created too and an existing directory is not an error. ' +
     'files_write and files_write_batch create parents themselves, so this is needed only for empty directories.',
@@ -148,6 +156,7 @@ export const grepSearch = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.grep(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Search file contents under a workspace path with a regular expression and return matching lines with file and line number, at most maxResults (1-500) matches. ' +
     'Narrow with glob; to find where a symbol is defined prefer symbols_search, to find its uses prefer symbols_references.',
@@ -165,6 +174,7 @@ export const symbolsSearch = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.symbols(ctx.workspaceId(a.workspaceId), a, ctx.signal, ctx.progress),
   description:
     'Find indexed symbol definitions (functions, classes, types and similar) whose name contains query, case-insensitively, under a workspace path; optionally only in one language. ' +
     'Returns at most maxResults (1-500) definitions with file and line. Use symbols_references for the places a symbol is used.',
@@ -182,6 +192,7 @@ export const symbolsReferences = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#4 files',
+  run: (a, ctx) => ctx.app.files.references(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Find whole-word text occurrences of a symbol name under a workspace path (a textual search, not type-aware: same-named symbols all match). ' +
     'Returns at most maxResults (1-500) occurrences with file and line; narrow with glob.',

@@ -247,6 +247,10 @@ export const modelSpendSummary = defineTool({
   input: {
     period: z.enum(['day', 'month']).optional().describe('Only this window (omit for both)'),
   },
+  run: async (args, ctx) => {
+    await ctx.app.gateway.syncUsage().catch(() => undefined);
+    return ctx.app.spend.summary(args.period);
+  },
 });
 
 export const tools = [

@@ -3,10 +3,9 @@
  * a real workspace.
  */
 import { readFileSync } from 'node:fs';
-import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, runCli, startService, type Service } from './harness.js';
+import { call, connectV2, runCli, startService, type Service, httpRequest } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -27,18 +26,7 @@ function rssKb(pid: number): number {
   return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 }
 
-function rest(method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; body: string; headers: Record<string, unknown> }> {
-  const u = new URL(svc.url);
-  return new Promise((resolve, reject) => {
-    const req = request({ host: u.hostname, port: u.port, method, path, headers: { host: u.host, ...headers } }, (res) => {
-      let b = '';
-      res.on('data', (d) => (b += d));
-      res.on('end', () => resolve({ status: res.statusCode!, body: b, headers: res.headers }));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const rest = (method: string, path: string, headers: Record<string, string>, body?: string) => httpRequest(svc.url, method, path, headers, body);
 
 beforeAll(async () => {
   host = await startGitHost();
@@ -48,7 +36,10 @@ beforeAll(async () => {
   ws = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'cmds-open-1' })).workspaceId as string;
 }, 120_000);
 
+let restarted: Service | undefined;
+
 afterAll(async () => {
+  await restarted?.stop();
   await c?.close();
   await svc?.dispose();
   await host?.close();
@@ -268,8 +259,7 @@ describe('restart', () => {
     await c.close();
     expect(await svc.stop()).toBe(0);
     const again = await startService({ dataDir: svc.dataDir, args: ['--packages-enabled'] });
-    svc.proc = again.proc;
-    svc.stop = again.stop;
+    restarted = again;
     c = await connectV2({ ...again, token });
     const s = await ok('tasks_status', { workspaceId: ws, taskId: t.taskId });
     expect(s.state).toBe('interrupted');

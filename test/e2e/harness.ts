@@ -3,6 +3,7 @@
  * temporary data directory, and connects the official MCP clients (v2 and v1) to it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { request as httpRequestRaw } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -128,4 +129,24 @@ export async function call(c: AnyClient, name: string, args: Record<string, unkn
 
 export function cleanupDir(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
+}
+
+export interface RawResponse {
+  status: number;
+  body: string;
+  headers: Record<string, string | string[] | undefined>;
+}
+
+/** Raw HTTP to the service with full control over headers, Host included (fetch cannot set Host). */
+export function httpRequest(baseUrl: string, method: string, path: string, headers: Record<string, string> = {}, body?: string): Promise<RawResponse> {
+  const u = new URL(baseUrl);
+  return new Promise((resolve, reject) => {
+    const req = httpRequestRaw({ host: u.hostname, port: u.port, method, path, headers: { host: u.host, ...headers } }, (res) => {
+      let b = '';
+      res.on('data', (d) => (b += d));
+      res.on('end', () => resolve({ status: res.statusCode!, body: b, headers: res.headers }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
 }

@@ -50,7 +50,10 @@ beforeAll(async () => {
   c = await connectV2(svc);
 }, 120_000);
 
+let restarted: Service | undefined;
+
 afterAll(async () => {
+  await restarted?.stop();
   await c?.close();
   await svc?.dispose();
   await host?.close();
@@ -157,8 +160,7 @@ describe('idle expiry, resume and restart', () => {
     expect(await svc.stop('SIGTERM')).toBe(0);
     const { startService } = await import('./harness.js');
     const again = await startService({ dataDir, args: ['--idle-lease-seconds', '10'] });
-    svc.proc = again.proc; // dispose() of the first handle now stops this one
-    svc.stop = again.stop;
+    restarted = again;
     c = await connectV2({ ...again, token });
     const status = await ok('workspace_status', { workspaceId: id });
     expect(status.state).toBe('active');

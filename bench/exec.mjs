@@ -1,0 +1,48 @@
+// bench/exec: MCP exec_run round trip of `true` and of `echo`, p50 and p99 at concurrency 1 and 8,
+// beside a bare `bwrap ... /bin/true` in the same run. Goal: MCP round trip p50 under 10 ms.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { loadGitHost, measure, startAtelier } from './lib.mjs';
+
+const run = promisify(execFile);
+const N = Number(process.env.BENCH_N ?? 300);
+const { startGitHost } = await loadGitHost();
+const host = await startGitHost();
+const { url } = await host.createRepo('approved/exec', { 'README.md': '# exec bench\n' });
+const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-exec-'));
+writeFileSync(join(dataDir, 'tok'), host.token);
+writeFileSync(join(dataDir, 'config.json'), JSON.stringify({
+  repositories: { allow: [`${host.url}/approved/*`], extraCaCertificates: [host.caCertPath], credentials: [{ prefix: `${host.url}/`, tokenFile: join(dataDir, 'tok') }] },
+  sandboxDiskMb: 256,
+}));
+const svc = await startAtelier([], dataDir);
+const client = new Client({ name: 'bench', version: '1' });
+await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { authorization: `Bearer ${svc.token}` } } }));
+const open = await client.callTool({ name: 'workspace_open', arguments: { repositoryUrl: url, idempotencyKey: `bench-exec-${Date.now()}` } });
+const ws = open.structuredContent.workspaceId;
+const execRun = (command) => async () => {
+  const r = await client.callTool({ name: 'exec_run', arguments: { workspaceId: ws, command } });
+  if (r.isError) throw new Error(r.content[0].text);
+};
+const bwrapArgs = ['--unshare-all', '--die-with-parent', '--ro-bind', '/usr', '/usr', '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64', '--proc', '/proc', '--dev', '/dev', '/bin/true'];
+const bare = () => run('bwrap', bwrapArgs);
+const f = (x) => `${x.toFixed(2)} ms`;
+console.log(`bench/exec (node ${process.versions.node}, ${N} calls per case)`);
+for (const concurrency of [1, 8]) {
+  const b = await measure(bare, { total: N, concurrency, warmup: 10 });
+  const t = await measure(execRun('true'), { total: N, concurrency, warmup: 10 });
+  const e = await measure(execRun('echo hello'), { total: N, concurrency, warmup: 10 });
+  console.log(`concurrency ${concurrency}:`);
+  console.log(`  bare bwrap /bin/true     p50 ${f(b.p50)}  p99 ${f(b.p99)}`);
+  console.log(`  MCP exec_run true        p50 ${f(t.p50)}  p99 ${f(t.p99)}  ratio p50 ${(t.p50 / b.p50).toFixed(2)}x`);
+  console.log(`  MCP exec_run echo hello  p50 ${f(e.p50)}  p99 ${f(e.p99)}  ratio p50 ${(e.p50 / b.p50).toFixed(2)}x`);
+}
+await client.callTool({ name: 'workspace_close', arguments: { workspaceId: ws } });
+await client.close();
+await svc.stop();
+await host.close();
+rmSync(dataDir, { recursive: true, force: true });

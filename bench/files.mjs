@@ -1,0 +1,157 @@
+// bench/files: (1) grep_search against plain `rg --json` on the same large tree (tens of thousands
+// of files) in the same run: a rare pattern (a full scan) and a common one (stops at maxResults);
+// (2) symbols_search latency once the index is warm, beside the cold build, an incremental refresh
+// after an edit and a full `ctags -R` of the tree (what a rebuild per call would cost);
+// (3) files_read throughput of a 1 MiB file (text and binary), beside reading and hashing it on the
+// host. Prints medians and ratios. Goal: grep within 1.3x of raw rg.
+//
+//   node bench/files.mjs            (BENCH_FILES=30000 BENCH_N=15 to change the size and rounds)
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { loadGitHost, median, startAtelier } from './lib.mjs';
+
+const run = promisify(execFile);
+const FILES = Number(process.env.BENCH_FILES ?? 30000);
+const N = Number(process.env.BENCH_N ?? 15);
+const cpus = availableParallelism();
+
+const { startGitHost } = await loadGitHost();
+const host = await startGitHost();
+const { url } = await host.createRepo('approved/files-bench', { 'README.md': '# files bench\n', '.gitignore': 'node_modules/\n' });
+const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-files-'));
+writeFileSync(join(dataDir, 'tok'), host.token);
+writeFileSync(join(dataDir, 'config.json'), JSON.stringify({
+  repositories: { allow: [`${host.url}/approved/*`], extraCaCertificates: [host.caCertPath], credentials: [{ prefix: `${host.url}/`, tokenFile: join(dataDir, 'tok') }] },
+  sandboxDiskMb: 2048,
+  // The workspace may use every core, as the host rg does: the comparison is of overhead, not quota.
+  sandboxCpuPercent: cpus * 100,
+}));
+const svc = await startAtelier([], dataDir);
+const client = new Client({ name: 'bench', version: '1' });
+await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { authorization: `Bearer ${svc.token}` } } }));
+const callTool = async (name, args) => {
+  const r = await client.callTool({ name, arguments: args }, undefined, { timeout: 600_000 });
+  if (r.isError) throw new Error(r.content[0].text);
+  return r.structuredContent;
+};
+const time = async (fn) => {
+  const t = performance.now();
+  const r = await fn();
+  return { ms: performance.now() - t, r };
+};
+
+const ws = (await callTool('workspace_open', { repositoryUrl: url, idempotencyKey: `bench-files-${Date.now()}` })).workspaceId;
+const repo = join(dataDir, 'workspaces', ws, 'repo');
+
+// ~FILES files in 4 languages, 100 per directory, each with a few definitions and some filler;
+// every 600th file holds the rare needle.
+const gen = `
+const fs = require('fs');
+const N = ${FILES};
+const filler = 'const filler = "lorem ipsum dolor sit amet consectetur adipiscing elit";\\n'.repeat(12);
+for (let i = 0; i < N; i++) {
+  const dir = 'tree/d' + Math.floor(i / 100);
+  if (i % 100 === 0) fs.mkdirSync(dir, { recursive: true });
+  const needle = i % 600 === 0 ? 'const marker = "rare_needle_' + i + '";\\n' : '';
+  let body;
+  switch (i % 4) {
+    case 0: body = 'export function compute_' + i + '(x: number): number {\\n  return x * ' + i + ';\\n}\\nexport class Widget' + i + ' {\\n  render() { return ' + i + '; }\\n}\\n' + filler + needle; fs.writeFileSync(dir + '/m' + i + '.ts', body); break;
+    case 1: body = 'def compute_' + i + '(x):\\n    return x * ' + i + '\\n\\nclass Widget' + i + ':\\n    def render(self):\\n        return ' + i + '\\n' + filler.replace(/const /g, '') + needle.replace('const ', ''); fs.writeFileSync(dir + '/m' + i + '.py', body); break;
+    case 2: body = 'package d\\n\\nfunc Compute_' + i + '(x int) int {\\n\\treturn x * ' + i + '\\n}\\n\\ntype Widget' + i + ' struct{}\\n' + filler.replace(/const /g, '// ') + needle.replace('const ', '// '); fs.writeFileSync(dir + '/m' + i + '.go', body); break;
+    default: body = 'pub fn compute_' + i + '(x: i64) -> i64 {\\n    x * ' + i + '\\n}\\n\\npub struct Widget' + i + ';\\n' + filler.replace(/const /g, '// ') + needle.replace('const ', '// '); fs.writeFileSync(dir + '/m' + i + '.rs', body);
+  }
+}
+fs.mkdirSync('node_modules/ignored', { recursive: true });
+for (let i = 0; i < 500; i++) fs.writeFileSync('node_modules/ignored/x' + i + '.js', 'const rare_needle_ignored = 1;\\n');
+fs.writeFileSync('one-mib.txt', ('0123456789abcdef'.repeat(4) + '\\n').repeat(16384).slice(0, 1048576));
+`;
+let t = performance.now();
+const made = await callTool('exec_run', { workspaceId: ws, command: `node -e '${gen.replace(/'/g, "'\\''")}' && head -c 1048576 /dev/urandom > one-mib.bin && find tree -type f | wc -l && du -sh tree`, timeoutMs: 300000 });
+if (made.exitCode !== 0) throw new Error(made.stderr);
+const [fileCount, size] = made.stdout.trim().split('\n');
+console.log(`bench/files (node ${process.versions.node}, ${cpus} CPUs, workspace quota ${cpus * 100}%): ${fileCount.trim()} files (${size.split('\t')[0]}) generated in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+
+const f = (ms) => `${ms.toFixed(1)} ms`;
+const rgArgs = (pattern) => ['--json', '--no-config', '--hidden', '--no-ignore-global', '--no-messages', '--glob', '!.git', '--regexp', pattern, '--', './'];
+const rawRg = async (pattern) => {
+  try {
+    await run('rg', rgArgs(pattern), { cwd: repo, maxBuffer: 1 << 30 });
+  } catch (e) {
+    if (e.code !== 1) throw e; // 1 = no match
+  }
+};
+
+// (1) grep_search vs raw rg, alternating, after one warm-up each (page cache).
+for (const [label, pattern, maxResults] of [['rare pattern (full scan, 50 matches)', 'rare_needle_\\d+', 500], ['common pattern (stops at maxResults 100)', 'compute_\\d+', 100]]) {
+  await rawRg(pattern);
+  const first = await callTool('grep_search', { workspaceId: ws, pattern, maxResults });
+  const raw = [];
+  const mcp = [];
+  for (let i = 0; i < N; i++) {
+    raw.push((await time(() => rawRg(pattern))).ms);
+    mcp.push((await time(() => callTool('grep_search', { workspaceId: ws, pattern, maxResults }))).ms);
+  }
+  // The same rg inside the sandbox, timed by the shell there: what the search itself costs.
+  const inside = await callTool('exec_run', { workspaceId: ws, command: `for i in 1 2 3 4 5; do s=$(date +%s%N); rg ${rgArgs(pattern).map((a) => `'${a}'`).join(' ')} >/dev/null; e=$(date +%s%N); echo $(( (e - s) / 1000 )); done`, timeoutMs: 120000 });
+  const insideMs = median(inside.stdout.trim().split('\n').map((us) => Number(us) / 1000));
+  console.log(`grep_search, ${label}: rg --json inside the sandbox (timed there) median ${f(insideMs)}`);
+  console.log(`grep_search, ${label}: MCP median ${f(median(mcp))} (${first.count} matches, truncated ${first.truncated}); raw rg --json${maxResults < 500 ? ' (prints every match, no limit)' : ''} median ${f(median(raw))}; ratio ${(median(mcp) / median(raw)).toFixed(2)}x`);
+}
+
+// (2) symbols_search: cold build, warm queries, incremental refresh after an edit, full ctags -R.
+t = performance.now();
+const cold = await callTool('symbols_search', { workspaceId: ws, query: 'widget12345' });
+const coldMs = performance.now() - t;
+const warm = [];
+for (let i = 0; i < Math.max(30, N * 2); i++) {
+  const q = ['widget1', 'compute_29', 'render', 'Widget777', 'nothing_matches'][i % 5];
+  warm.push((await time(() => callTool('symbols_search', { workspaceId: ws, query: q, maxResults: 100 }))).ms);
+}
+const edits = [];
+for (let i = 0; i < 5; i++) {
+  await callTool('files_write', { workspaceId: ws, path: `tree/d7/edit${i}.py`, content: `def freshly_added_${i}():\n    pass\n` });
+  const e = await time(() => callTool('symbols_search', { workspaceId: ws, query: `freshly_added_${i}` }));
+  if (e.r.count !== 1) throw new Error('edit not indexed');
+  edits.push(e.ms);
+}
+const trivial = [];
+for (let i = 0; i < 20; i++) trivial.push((await time(() => callTool('workspace_status', { workspaceId: ws }))).ms);
+t = performance.now();
+await run('ctags', ['--options=NONE', '-R', '--output-format=json', '-f', '/dev/null', 'tree'], { cwd: repo, maxBuffer: 1 << 30 });
+const ctagsFull = performance.now() - t;
+const rss = await callTool('exec_run', { workspaceId: ws, command: "for p in $(pgrep -f 'daemon/main.js'); do grep VmRSS /proc/$p/status; done" });
+console.log(`symbols_search: daemon after indexing: ${rss.stdout.trim().replace(/\s+/g, ' ')}`);
+console.log(`symbols_search: cold index build ${f(coldMs)} (${cold.index.files} files, ${cold.index.symbols} symbols); warm median ${f(median(warm))}; after an edit median ${f(median(edits))}; full host ctags -R ${f(ctagsFull)} (warm/ctags -R ${(median(warm) / ctagsFull).toFixed(3)}x); trivial MCP call (workspace_status) median ${f(median(trivial))} (warm/trivial ${(median(warm) / median(trivial)).toFixed(2)}x)`);
+
+// (3) files_read of 1 MiB (readAll), text and binary, vs reading and hashing on the host; the
+// daemon's own share is measured by calling fs.read on its socket directly.
+const { DaemonClient } = await import('../dist/sandbox/client.js');
+const sock = (await run('find', [join(dataDir, 'run'), '-name', 'd.sock'])).stdout.trim().split('\n')[0];
+const daemon = new DaemonClient(sock);
+for (const [name, enc] of [['one-mib.txt', 'utf-8'], ['one-mib.bin', 'base64']]) {
+  const r = await callTool('files_read', { workspaceId: ws, path: name, readAll: true });
+  if (r.encoding !== enc || r.length !== 1048576) throw new Error(`unexpected read of ${name}`);
+  const reads = [];
+  const host = [];
+  for (let i = 0; i < N * 2; i++) {
+    reads.push((await time(() => callTool('files_read', { workspaceId: ws, path: name, readAll: true }))).ms);
+    host.push((await time(async () => createHash('sha256').update(readFileSync(join(repo, name))).digest('hex'))).ms);
+  }
+  const direct = [];
+  for (let i = 0; i < N * 2; i++) direct.push((await time(() => daemon.request('fs.read', { path: name, offset: 0, limit: 1048576 }))).ms);
+  const mibs = 1000 / median(reads);
+  console.log(`files_read 1 MiB ${enc}: the daemon alone (fs.read on its socket) median ${f(median(direct))}`);
+  console.log(`files_read 1 MiB ${enc}: median ${f(median(reads))} (${mibs.toFixed(1)} MiB/s); host readFile + sha256 median ${f(median(host))} (${(1000 / median(host)).toFixed(0)} MiB/s); ratio ${(median(reads) / median(host)).toFixed(1)}x`);
+}
+
+daemon.close();
+await callTool('workspace_close', { workspaceId: ws });
+await client.close();
+await svc.stop();
+await host.close();
+rmSync(dataDir, { recursive: true, force: true });

@@ -1,0 +1,184 @@
+// Benchmark of the model gateway (issue #8): the direct path, this gateway and the Portkey gateway,
+// all against the same fake upstream in the same run. Prints added latency p50/p99 at concurrency 1
+// (zero-delay upstream), requests per second at concurrency 64 (20 ms upstream delay) and added time
+// to first token on a stream of 64 deltas, with ratios. Our gateway meters and enforces budgets
+// throughout (a lease with a cost budget, reservation, clamp and settlement on every request).
+//   node bench/gateway.mjs [--quick]
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ROOT, pct, fmt } from './lib.mjs';
+
+const quick = process.argv.includes('--quick');
+const N1 = quick ? 500 : 3000;
+const N64 = quick ? 2000 : 8000;
+const NT = quick ? 200 : 600;
+
+async function loadFake() {
+  const out = join(ROOT, 'bench/.build-gw');
+  execFileSync(join(ROOT, 'node_modules/.bin/tsc'), ['--ignoreConfig', '--outDir', out, '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--rootDir', join(ROOT, 'test/fixtures'), join(ROOT, 'test/fixtures/fake-provider.ts')], { stdio: 'inherit' });
+  writeFileSync(join(out, 'package.json'), '{"type":"module"}');
+  return import(join(out, 'fake-provider.js'));
+}
+
+async function freePort() {
+  const s = createServer();
+  await new Promise((r) => s.listen(0, '127.0.0.1', r));
+  const p = s.address().port;
+  await new Promise((r) => s.close(r));
+  return p;
+}
+
+async function waitFor(url, ms = 20000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    try {
+      await fetch(url);
+      return;
+    } catch {
+      if (Date.now() > end) throw new Error(`${url} did not answer`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+const agent = new Agent({ keepAlive: true, maxSockets: 256 });
+
+/** One POST; resolves with { ttft, total } in ms (ttft = first body bytes containing a delta). */
+function post(target, body) {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    let ttft = 0;
+    const req = request(target.url, { method: 'POST', agent, headers: { ...target.headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
+      let first = '';
+      res.on('data', (d) => {
+        if (first.length < 500) first += d;
+        if (!ttft && d.includes('"content":"w')) ttft = performance.now() - t0;
+      });
+      res.on('end', () => {
+        resolve({ ttft, total: performance.now() - t0, error: res.statusCode !== 200 ? `HTTP ${res.statusCode} ${first.slice(0, 200)}` : null });
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+async function run(target, body, total, concurrency, warmup = 100) {
+  for (let i = 0; i < warmup; i++) await post(target, body);
+  const lat = [];
+  let errors = 0;
+  let lastError = null;
+  const ttft = [];
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        next++;
+        const r = await post(target, body);
+        if (r.error) {
+          errors++;
+          lastError = r.error;
+        }
+        lat.push(r.total);
+        ttft.push(r.ttft);
+      }
+    }),
+  );
+  const wall = performance.now() - t0;
+  lat.sort((a, b) => a - b);
+  ttft.sort((a, b) => a - b);
+  if (errors) console.log(`  ${target.name}: ${errors} of ${total} requests failed (last: ${lastError})`);
+  return { p50: pct(lat, 50), p99: pct(lat, 99), rps: (total / wall) * 1000, ttft50: pct(ttft, 50), ttft99: pct(ttft, 99), errors };
+}
+
+const { startFakeProvider } = await loadFake();
+const fake = await startFakeProvider({ record: false });
+const dir = mkdtempSync(join(tmpdir(), 'atelier-bench-gw-'));
+const procs = [];
+try {
+  // This gateway.
+  const secret = 'bench-admin-secret-' + Math.random().toString(36).slice(2);
+  writeFileSync(join(dir, 'secret'), secret, { mode: 0o600 });
+  const gw = spawn(process.execPath, [join(ROOT, 'bin/atelier'), 'gateway', '--port', '0', '--admin-secret-file', join(dir, 'secret'), '--log-level', 'silent'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  procs.push(gw);
+  const gwUrl = await new Promise((resolve) => {
+    let out = '';
+    gw.stdout.on('data', (d) => {
+      out += d;
+      const m = /listening at (\S+)/.exec(out);
+      if (m) resolve(m[1]);
+    });
+  });
+  const admin = (method, path, body) => fetch(gwUrl + path, { method, headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' }, body: JSON.stringify(body) }).then((r) => r.json());
+  await admin('PUT', '/admin/snapshot', {
+    generation: 1,
+    providers: { provider_a: { baseUrl: fake.url + '/v1' } },
+    routes: [{ profileId: 'bench', revision: 1, provider: 'provider_a', apiMode: 'chat-completions', model: 'bench-model', credential: { id: 'cred_bench', key: 'KEY' }, pricing: { inputMicrosPerMillionTokens: 2000000, outputMicrosPerMillionTokens: 8000000, cachedReadMicrosPerMillionTokens: 500000, cachedWriteMicrosPerMillionTokens: null } }],
+    policies: { dailyCapMicros: 1e12, monthlyCapMicros: 1e12, perAgentCapMicros: null },
+  });
+  const lease = await admin('POST', '/admin/leases', { agentId: 'agent_bench', profileId: 'bench', revision: 1, budgets: { maxInputTokens: 1e12, maxOutputTokens: 1e12, maxCostMicros: 1e12 }, expiresAt: new Date(Date.now() + 3600e3).toISOString() });
+
+  // Portkey, on loopback, pointed at the same fake with a custom host.
+  const pkPort = await freePort();
+  const pk = spawn(process.execPath, [join(ROOT, 'node_modules/@portkey-ai/gateway/build/start-server.js'), `--port=${pkPort}`, '--headless'], { stdio: ['ignore', 'ignore', process.env.BENCH_DEBUG ? 'inherit' : 'ignore'], env: { ...process.env, NODE_ENV: 'production' } });
+  procs.push(pk);
+  await waitFor(`http://127.0.0.1:${pkPort}/`);
+
+  const targets = [
+    { name: 'direct', url: fake.url + '/v1/chat/completions', headers: { authorization: 'Bearer KEY' } },
+    { name: 'atelier', url: gwUrl + '/v1/chat/completions', headers: { authorization: `Bearer ${lease.token}` } },
+    { name: 'portkey', url: `http://127.0.0.1:${pkPort}/v1/chat/completions`, headers: { authorization: 'Bearer KEY', 'x-portkey-provider': 'openai', 'x-portkey-custom-host': fake.url + '/v1' } },
+  ];
+  const msg = (extra) => JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: `Say hello. ${extra}` }], max_completion_tokens: 256, ...(extra.includes('deltas') ? { stream: true } : {}) });
+  // Fail fast, but give Portkey a moment: it answers 500 while it is still initialising.
+  for (const t of targets) {
+    for (let i = 0; ; i++) {
+      try {
+        const r = await post(t, msg(''));
+        if (r.error) throw new Error(`${t.name}: ${r.error}`);
+        break;
+      } catch (e) {
+        if (i > 40) throw e;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  }
+
+  const res = {};
+  fake.delayMs = 0;
+  for (const t of targets) res[t.name] = { c1: await run(t, msg(''), N1, 1) };
+  fake.delayMs = 20;
+  for (const t of targets) res[t.name].c64 = await run(t, msg(''), N64, 64, 64);
+  fake.delayMs = 0;
+  for (const t of targets) res[t.name].stream = await run(t, msg('#deltas=64'), NT, 1, 30);
+
+  const d = res.direct;
+  console.log(`\nModel gateway benchmark (${quick ? 'quick' : 'full'}; fake upstream on loopback; our gateway meters and enforces a budget on every request)\n`);
+  console.log('path      c1 p50       c1 p99       added p50    added p99    c64 rps (20 ms upstream)   ttft p50     added ttft p50  added ttft p99');
+  for (const t of targets) {
+    const r = res[t.name];
+    console.log(
+      `${t.name.padEnd(9)} ${fmt(r.c1.p50).padEnd(12)} ${fmt(r.c1.p99).padEnd(12)} ${fmt(r.c1.p50 - d.c1.p50).padEnd(12)} ${fmt(r.c1.p99 - d.c1.p99).padEnd(12)} ${r.c64.rps.toFixed(0).padEnd(26)} ${fmt(r.stream.ttft50).padEnd(12)} ${fmt(r.stream.ttft50 - d.stream.ttft50).padEnd(15)} ${fmt(r.stream.ttft99 - d.stream.ttft99)}`,
+    );
+  }
+  const a = res.atelier;
+  const p = res.portkey;
+  const addA = a.c1.p99 - d.c1.p99;
+  const addP = p.c1.p99 - d.c1.p99;
+  console.log(`\nadded p99: atelier ${fmt(addA)} vs portkey ${fmt(addP)} -> ratio ${(addA / addP).toFixed(3)} (goal < 1 ms and < 0.25)`);
+  console.log(`throughput at c64: atelier ${a.c64.rps.toFixed(0)} rps vs portkey ${p.c64.rps.toFixed(0)} rps -> ${(a.c64.rps / p.c64.rps).toFixed(2)}x (goal >= 3x); direct ${d.c64.rps.toFixed(0)} rps`);
+  console.log(`added ttft p50: atelier ${fmt(a.stream.ttft50 - d.stream.ttft50)} vs portkey ${fmt(p.stream.ttft50 - d.stream.ttft50)}`);
+  const info = await fetch(`${gwUrl}/admin/leases/${lease.leaseId}`, { headers: { authorization: `Bearer ${secret}` } }).then((r) => r.json());
+  console.log(`metered on the bench lease: ${info.used.inputTokens} input and ${info.used.outputTokens} output tokens, ${info.used.costMicros} micro-USD; reserved now ${info.reserved.costMicros}`);
+} finally {
+  for (const p of procs) p.kill('SIGTERM');
+  await fake.close();
+  agent.destroy();
+  rmSync(dir, { recursive: true, force: true });
+  rmSync(join(ROOT, 'bench/.build-gw'), { recursive: true, force: true });
+}

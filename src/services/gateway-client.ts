@@ -1,0 +1,242 @@
+/**
+ * The runner's side of the model gateway: starts and supervises the embedded `atelier gateway`
+ * child (unless --gateway-url names an external one), pushes snapshots, checks status, issues and
+ * revokes agent leases with routing rule 8 (push again when the gateway restarted or lost its
+ * profiles; UNAVAILABLE when it cannot be reached), and pulls usage events into the spend ledger.
+ * See docs/gateway.md.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync, chmodSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Config } from '../core/config.js';
+import { ServiceError } from '../core/errors.js';
+import type { Logger } from '../core/log.js';
+import { readProviderOverrides, type ProviderOverrides } from '../core/providers.js';
+import type { GatewayStatus, LeaseInfo, LeaseRequest, Snapshot, SnapshotRoute, UsageEvent } from '../gateway/types.js';
+import type { SpendService } from './spend.js';
+
+export interface PushState {
+  lastAttemptAt: string | null;
+  lastSuccessAt: string | null;
+  lastError: string | null;
+  generation: number;
+  bootId: string | null;
+}
+
+const BIN = fileURLToPath(new URL('../../bin/atelier', import.meta.url));
+
+export class GatewayClient {
+  private url: string | null;
+  private secret: string | null = null;
+  private child: ChildProcess | null = null;
+  private stopping = false;
+  private restarts = 0;
+  private pollTimer: NodeJS.Timeout | null = null;
+  private syncing: Promise<void> | null = null;
+  /** Routes of the snapshot; the control plane (issue #7) installs the real source. */
+  routeSource: () => SnapshotRoute[] = () => [];
+  readonly push_: PushState = { lastAttemptAt: null, lastSuccessAt: null, lastError: null, generation: 0, bootId: null };
+
+  constructor(
+    private readonly opts: { config: Config; spend: SpendService; log: Logger },
+  ) {
+    this.url = opts.config.gatewayUrl ? opts.config.gatewayUrl.replace(/\/+$/, '') : null;
+  }
+
+  get embedded(): boolean {
+    return !this.opts.config.gatewayUrl;
+  }
+
+  get currentUrl(): string | null {
+    return this.url;
+  }
+
+  private providers(): ProviderOverrides {
+    try {
+      return readProviderOverrides(this.opts.config.configPath);
+    } catch (e) {
+      this.opts.log.warn({ err: (e as Error).message }, 'config section "providers" is invalid; pushing the registry defaults');
+      return {};
+    }
+  }
+
+  private sessionHeader(): string | null {
+    const c = this.opts.config as Config & { modelGatewaySessionHeader?: string };
+    return c.modelGatewaySessionHeader || process.env.MODEL_GATEWAY_SESSION_HEADER || null;
+  }
+
+  /** Starts the embedded child (or reads the external gateway's secret) and the usage poller. */
+  async start(): Promise<void> {
+    this.stopping = false;
+    if (this.embedded) await this.spawnChild();
+    else {
+      const f = (this.opts.config as Config & { gatewayAdminSecretFile?: string }).gatewayAdminSecretFile;
+      if (f) this.secret = readFileSync(f, 'utf8').trim();
+      else this.opts.log.warn('--gateway-url is set without --gateway-admin-secret-file: pushes and leases will fail');
+      await this.push().catch(() => undefined);
+    }
+    this.pollTimer = setInterval(() => void this.syncUsage().catch(() => undefined), 2000);
+    this.pollTimer.unref();
+  }
+
+  private async spawnChild(): Promise<void> {
+    const file = join(this.opts.config.dataDir, 'state', 'gateway-admin.secret');
+    const secret = randomBytes(32).toString('base64url');
+    writeFileSync(file, secret + '\n', { mode: 0o600 });
+    chmodSync(file, 0o600);
+    const child = spawn(process.execPath, [BIN, 'gateway', '--host', '127.0.0.1', '--port', '0', '--admin-secret-file', file], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { ...process.env, ATELIER_GATEWAY_PARENT_WATCH: '1' },
+    });
+    this.child = child;
+    child.stderr!.on('data', (d: Buffer) => {
+      for (const line of d.toString('utf8').split('\n')) if (line.trim()) this.opts.log.info({ gateway: line.slice(0, 2000) }, 'gateway log');
+    });
+    const url = await new Promise<string>((resolve, reject) => {
+      let out = '';
+      const t = setTimeout(() => reject(new Error('the gateway child did not start within 15 s')), 15_000);
+      child.stdout!.on('data', (d: Buffer) => {
+        out += d;
+        const m = /listening at (\S+) \((boot_\S+)\)/.exec(out);
+        if (m) {
+          clearTimeout(t);
+          resolve(m[1]!);
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(t);
+        reject(new Error(`the gateway child exited (${code}) before it started`));
+      });
+    });
+    this.url = url;
+    this.secret = secret;
+    child.once('exit', (code, signal) => {
+      if (this.child === child) this.child = null;
+      if (this.stopping) return;
+      const delay = Math.min(30_000, 500 * 2 ** Math.min(this.restarts++, 6));
+      this.opts.log.warn({ code, signal, restartInMs: delay }, 'gateway child exited; restarting');
+      setTimeout(() => {
+        if (this.stopping) return;
+        this.spawnChild()
+          .then(() => this.push())
+          .then(() => (this.restarts = 0))
+          .catch((e) => this.opts.log.error({ err: (e as Error).message }, 'gateway child restart failed'));
+      }, delay).unref();
+    });
+    this.opts.log.info({ url }, 'gateway child started');
+    await this.push().catch((e) => this.opts.log.warn({ err: (e as Error).message }, 'first gateway push failed'));
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.pollTimer) clearInterval(this.pollTimer);
+    await this.syncUsage().catch(() => undefined);
+    const c = this.child;
+    if (c && c.exitCode === null && c.signalCode === null) {
+      const exited = new Promise((r) => c.once('exit', r));
+      c.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
+      if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    }
+  }
+
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = 3000): Promise<{ status: number; body: T }> {
+    if (!this.url || !this.secret) throw new ServiceError('UNAVAILABLE', 'the model gateway is not running or not configured', {});
+    let r: Response;
+    try {
+      r = await fetch(this.url + path, {
+        method,
+        headers: { authorization: `Bearer ${this.secret}`, 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+    } catch (e) {
+      throw new ServiceError('UNAVAILABLE', `the model gateway cannot be reached (${(e as Error).message})`, { gatewayUrl: this.url });
+    }
+    return { status: r.status, body: (await r.json().catch(() => ({}))) as T };
+  }
+
+  async status(): Promise<GatewayStatus> {
+    const r = await this.call<GatewayStatus>('GET', '/admin/status');
+    if (r.status !== 200) throw new ServiceError('UNAVAILABLE', `the model gateway answered ${r.status} to a status check`, {});
+    return r.body;
+  }
+
+  /** Builds and pushes a whole snapshot (routing rule 7). Records the outcome for agent-model-config-status. */
+  async push(): Promise<GatewayStatus> {
+    this.push_.lastAttemptAt = new Date().toISOString();
+    try {
+      const st = await this.status();
+      await this.syncUsage(st.bootId);
+      const { updatedAt: _u, ...policies } = this.opts.spend.policies();
+      const snapshot: Snapshot = {
+        generation: ++this.push_.generation,
+        routes: this.routeSource(),
+        providers: this.providers(),
+        policies,
+        windows: this.opts.spend.baselines(st.bootId),
+        sessionHeader: this.sessionHeader(),
+      };
+      const r = await this.call<GatewayStatus & { error?: { message: string } }>('PUT', '/admin/snapshot', snapshot, 10_000);
+      if (r.status !== 200) throw new ServiceError('UNAVAILABLE', `the gateway refused the snapshot: ${r.body.error?.message ?? r.status}`, {});
+      this.push_.lastSuccessAt = new Date().toISOString();
+      this.push_.lastError = null;
+      this.push_.bootId = r.body.bootId;
+      return r.body;
+    } catch (e) {
+      this.push_.lastError = (e as Error).message;
+      throw e;
+    }
+  }
+
+  /** Routing rule 8: push again when the gateway restarted or lost its profiles; UNAVAILABLE when unreachable. */
+  async ensureReady(): Promise<GatewayStatus> {
+    const st = await this.status();
+    if (st.noProfilesSinceRestart || st.bootId !== this.push_.bootId) return this.push();
+    return st;
+  }
+
+  /** Issues an agent lease after the rule 8 checks, and checks the gateway once more right before (agent states rule 2). */
+  async issueLease(req: LeaseRequest): Promise<LeaseInfo & { token: string; gatewayUrl: string }> {
+    await this.ensureReady();
+    const r = await this.call<LeaseInfo & { token: string; error?: { code: string; message: string } }>('POST', '/admin/leases', req);
+    if (r.status === 409) throw new ServiceError('FAILED_PRECONDITION', r.body.error?.message ?? 'the profile revision does not route', { profileId: req.profileId, revision: req.revision });
+    if (r.status !== 201) throw new ServiceError(r.status >= 500 ? 'UNAVAILABLE' : 'INVALID_ARGUMENT', r.body.error?.message ?? `lease refused (${r.status})`, {});
+    return { ...r.body, gatewayUrl: this.url! };
+  }
+
+  async revokeLease(leaseId: string): Promise<LeaseInfo | null> {
+    const r = await this.call<LeaseInfo>('DELETE', `/admin/leases/${encodeURIComponent(leaseId)}`);
+    return r.status === 200 ? r.body : null;
+  }
+
+  /** Pulls usage events into the ledger (serialised; a new boot closes the old boot's open reservations). */
+  syncUsage(knownBoot?: string): Promise<void> {
+    if (this.syncing) return this.syncing;
+    this.syncing = (async () => {
+      try {
+        let fromStart = false;
+        for (let i = 0; i < 50; i++) {
+          const cur = this.opts.spend.cursor();
+          const after = fromStart || (knownBoot && cur && cur.bootId !== knownBoot) ? 0 : (cur?.seq ?? 0);
+          const r = await this.call<{ bootId: string; events: UsageEvent[]; lastSeq: number; oldestSeq: number }>('GET', `/admin/usage?after=${after}&limit=5000`);
+          if (r.status !== 200) return;
+          if (cur && cur.bootId !== r.body.bootId && after !== 0) {
+            fromStart = true; // the gateway restarted: read the new boot from its start
+            continue;
+          }
+          fromStart = false;
+          if (r.body.oldestSeq > after + 1) this.opts.log.warn({ after, oldest: r.body.oldestSeq }, 'gateway usage events were dropped before the runner read them');
+          const last = r.body.events.at(-1)?.seq ?? after;
+          this.opts.spend.ingest(r.body.bootId, r.body.events, last);
+          if (last >= r.body.lastSeq) return;
+        }
+      } finally {
+        this.syncing = null;
+      }
+    })();
+    return this.syncing;
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * The runner's spend ledger: reservations and settlements reported by the gateway (pulled from its
+ * /admin/usage), per UTC day and month; and the owner's spend policies. Owns spend_reservations,
+ * spend_policies, spend_cursor. All money is integer micro-USD. See docs/spend.md.
+ */
+import type { DB } from '../store/db.js';
+import { tx } from '../store/db.js';
+import { ServiceError } from '../core/errors.js';
+import { windowKeys } from '../core/pricing.js';
+import type { SpendPolicies, UsageEvent, WindowBaseline } from '../gateway/types.js';
+
+export const SPEND_NOTE = 'Figures are estimates from pinned profile prices, not provider invoices.';
+export const MAX_CAP_MICROS = 1_000_000_000_000; // one million USD
+
+export interface SpendWindow {
+  period: 'day' | 'month';
+  key: string;
+  startsAt: string;
+  endsAt: string;
+  settledMicros: number;
+  reservedMicros: number;
+  unreconciledMicros: number;
+  totalMicros: number;
+  policy: { capMicros: number | null; remainingMicros: number | null };
+}
+
+export interface PolicyRecord extends SpendPolicies {
+  updatedAt: string | null;
+}
+
+export class SpendService {
+  constructor(
+    private readonly db: DB,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  cursor(): { bootId: string; seq: number } | null {
+    const r = this.db.prepare('SELECT boot_id, seq FROM spend_cursor WHERE id = 1').get() as { boot_id: string; seq: number } | undefined;
+    return r ? { bootId: r.boot_id, seq: r.seq } : null;
+  }
+
+  /**
+   * Records events of gateway boot `bootId` and moves the cursor. When the boot differs from the
+   * cursor's, the old boot's open reservations can never settle any more: they become unreconciled
+   * at their reserved (worst-case) amount.
+   */
+  ingest(bootId: string, events: UsageEvent[], lastSeq: number): void {
+    tx(this.db, () => {
+      const cur = this.cursor();
+      if (cur && cur.bootId !== bootId) this.closeBoot(cur.bootId, 'gateway restarted before settling');
+      const ins = this.db.prepare(
+        `INSERT OR IGNORE INTO spend_reservations (id, boot_id, lease_id, agent_id, profile_id, revision, day, month, reserved_micros, state, reserved_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)`,
+      );
+      const upd = this.db.prepare(`UPDATE spend_reservations SET state = ?, cost_micros = ?, usage_json = ?, reason = ?, settled_at = ? WHERE id = ? AND state = 'open'`);
+      for (const e of events) {
+        if (e.type === 'reserve') ins.run(e.reservationId, bootId, e.leaseId, e.agentId, e.profileId, e.revision, e.day, e.month, e.reservedMicros, e.at);
+        else upd.run(e.unreconciled ? 'unreconciled' : 'settled', e.costMicros, JSON.stringify(e.usage), e.reason ?? null, e.at, e.reservationId);
+      }
+      this.db.prepare('INSERT INTO spend_cursor (id, boot_id, seq) VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE SET boot_id = excluded.boot_id, seq = excluded.seq').run(bootId, lastSeq);
+    });
+  }
+
+  private closeBoot(bootId: string, reason: string): void {
+    this.db
+      .prepare(`UPDATE spend_reservations SET state = 'unreconciled', cost_micros = reserved_micros, reason = ?, settled_at = ? WHERE boot_id = ? AND state = 'open'`)
+      .run(reason, new Date(this.now()).toISOString(), bootId);
+  }
+
+  /** What the ledger holds for the current windows from boots other than `bootId` (pushed so policies hold across gateway restarts). */
+  baselines(bootId: string | null): WindowBaseline[] {
+    const { day, month } = windowKeys(this.now());
+    const q = (col: 'day' | 'month', key: string) =>
+      (this.db
+        .prepare(`SELECT COALESCE(SUM(CASE WHEN state = 'open' THEN reserved_micros ELSE cost_micros END), 0) FROM spend_reservations WHERE ${col} = ? AND boot_id != ?`)
+        .pluck()
+        .get(key, bootId ?? '') as number);
+    return [
+      { window: 'day', key: day, spentMicros: q('day', day) },
+      { window: 'month', key: month, spentMicros: q('month', month) },
+    ];
+  }
+
+  policies(): PolicyRecord {
+    const r = this.db.prepare('SELECT * FROM spend_policies WHERE id = 1').get() as Record<string, number | string | null> | undefined;
+    return {
+      dailyCapMicros: (r?.daily_cap_micros as number | null) ?? null,
+      monthlyCapMicros: (r?.monthly_cap_micros as number | null) ?? null,
+      perAgentCapMicros: (r?.per_agent_cap_micros as number | null) ?? null,
+      updatedAt: (r?.updated_at as string | null) ?? null,
+    };
+  }
+
+  /** Replaces the policies; every field is required (null = no cap). */
+  setPolicies(input: Record<string, unknown>): PolicyRecord {
+    const out: Partial<SpendPolicies> = {};
+    for (const k of ['dailyCapMicros', 'monthlyCapMicros', 'perAgentCapMicros'] as const) {
+      const v = input[k];
+      if (v === undefined) out[k] = this.policies()[k];
+      else if (v === null) out[k] = null;
+      else if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 && v <= MAX_CAP_MICROS) out[k] = v;
+      else throw new ServiceError('INVALID_ARGUMENT', `${k}: must be null (no cap) or an integer number of micro-USD from 0 to ${MAX_CAP_MICROS}`, { field: k });
+    }
+    for (const k of Object.keys(input)) if (!['dailyCapMicros', 'monthlyCapMicros', 'perAgentCapMicros'].includes(k)) throw new ServiceError('INVALID_ARGUMENT', `${k}: unknown policy (known: dailyCapMicros, monthlyCapMicros, perAgentCapMicros)`, { field: k });
+    const at = new Date(this.now()).toISOString();
+    this.db
+      .prepare(
+        `INSERT INTO spend_policies (id, daily_cap_micros, monthly_cap_micros, per_agent_cap_micros, updated_at) VALUES (1, ?, ?, ?, ?)
+         ON CONFLICT(id) DO UPDATE SET daily_cap_micros = excluded.daily_cap_micros, monthly_cap_micros = excluded.monthly_cap_micros, per_agent_cap_micros = excluded.per_agent_cap_micros, updated_at = excluded.updated_at`,
+      )
+      .run(out.dailyCapMicros, out.monthlyCapMicros, out.perAgentCapMicros, at);
+    return this.policies();
+  }
+
+  window(period: 'day' | 'month', at = this.now()): SpendWindow {
+    const keys = windowKeys(at);
+    const key = keys[period];
+    const d = new Date(at);
+    const start = period === 'day' ? Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()) : Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+    const end = period === 'day' ? start + 86_400_000 : Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+    const rows = this.db
+      .prepare(`SELECT state, COALESCE(SUM(reserved_micros), 0) AS reserved, COALESCE(SUM(cost_micros), 0) AS cost FROM spend_reservations WHERE ${period} = ? GROUP BY state`)
+      .all(key) as Array<{ state: string; reserved: number; cost: number }>;
+    const by = (s: string) => rows.find((r) => r.state === s);
+    const settled = by('settled')?.cost ?? 0;
+    const reserved = by('open')?.reserved ?? 0;
+    const unreconciled = by('unreconciled')?.cost ?? 0;
+    const pol = this.policies();
+    const cap = period === 'day' ? pol.dailyCapMicros : pol.monthlyCapMicros;
+    const total = settled + reserved + unreconciled;
+    return {
+      period,
+      key,
+      startsAt: new Date(start).toISOString(),
+      endsAt: new Date(end).toISOString(),
+      settledMicros: settled,
+      reservedMicros: reserved,
+      unreconciledMicros: unreconciled,
+      totalMicros: total,
+      policy: { capMicros: cap, remainingMicros: cap === null ? null : Math.max(0, cap - total) },
+    };
+  }
+
+  summary(period?: 'day' | 'month'): Record<string, unknown> {
+    const periods: Array<'day' | 'month'> = period ? [period] : ['day', 'month'];
+    const at = this.now();
+    const { updatedAt, ...policies } = this.policies();
+    return {
+      windows: periods.map((p) => this.window(p, at)),
+      policies: { ...policies, updatedAt },
+      unit: 'micro-USD',
+      estimate: true,
+      note: SPEND_NOTE,
+      asOf: new Date(at).toISOString(),
+    };
+  }
+}
