@@ -24,6 +24,10 @@ import { BwrapExecutor } from './sandbox/bwrap.js';
 import type { Executor } from './sandbox/executor.js';
 import { SpendService } from './services/spend.js';
 import { GatewayClient } from './services/gateway-client.js';
+import { GitService } from './services/git.js';
+import { ModelService } from './services/models.js';
+import { ModelCatalog } from './services/model-catalog.js';
+import { ConnectionChecks } from './services/model-checks.js';
 
 export interface App {
   readonly config: Config;
@@ -46,7 +50,13 @@ export interface App {
   readonly spend: SpendService;
   /** The model gateway: embedded child or external (issue #8). */
   readonly gateway: GatewayClient;
+  /** Model control plane: credentials, profiles, approvals (issue #7). */
+  readonly models: ModelService;
+  readonly modelCatalog: ModelCatalog;
+  readonly modelChecks: ConnectionChecks;
   readonly commands: CommandService;
+  /** Git and worktrees (issue #6). */
+  readonly git: GitService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -113,6 +123,10 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces });
   workspaces.onClose((id) => commands.forgetWorkspace(id));
   const spend = new SpendService(db);
+  const gateway = new GatewayClient({ config, spend, log });
+  const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
+  gateway.routeSource = () => models.routes();
+  const modelCatalog = new ModelCatalog({ db, cursors, models });
   const app: App = {
     config,
     dataDir: config.dataDir,
@@ -130,8 +144,12 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     workspaces,
     files: new FileService({ workspaces, executor, cursors }),
     commands,
+    git: new GitService({ workspaces, cursors, repos, audit }),
     spend,
-    gateway: new GatewayClient({ config, spend, log }),
+    gateway,
+    models,
+    modelCatalog,
+    modelChecks: new ConnectionChecks({ models, catalog: modelCatalog, audit }),
     firstRun,
     close() {
       try {

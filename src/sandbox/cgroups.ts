@@ -11,7 +11,7 @@
  * A whole cgroup is killed by freezing it, SIGKILLing every member, and thawing it: frozen
  * processes cannot fork or escape while the kill is under way.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -173,14 +173,22 @@ export class SandboxCgroup {
       throw new ServiceError('INTERNAL', 'exec process not found in the sandbox cgroup', { execId, pid: nsPid });
     }
     const dir = path.join(this.dirs.freezer, `e-${execId}-${Date.now().toString(36)}`);
-    await mkdir(dir);
-    await put(path.join(dir, 'cgroup.procs'), String(hostPid));
+    mkdirSync(dir);
+    try {
+      writeFileSync(path.join(dir, 'cgroup.procs'), String(hostPid));
+    } catch (err) {
+      throw new ServiceError('FAILED_PRECONDITION', `cannot place exec ${execId} in its cgroup: ${(err as Error).message}`);
+    }
     return dir;
   }
 
   /** Removes one exec's sub-cgroup when nothing runs in it any more (kept while background processes live). */
   async releaseExec(dir: string): Promise<void> {
-    await rmdir(dir).catch(() => undefined); // EBUSY: a background process still uses it
+    try {
+      rmdirSync(dir);
+    } catch {
+      // EBUSY: a background process still uses it; the periodic sweep removes it later
+    }
   }
 
   /** Kills every process of one exec's sub-cgroup. */
@@ -205,19 +213,32 @@ export class SandboxCgroup {
     for (const c of uniqueControllers(this.dirs)) await removeTree(this.dirs[c]);
   }
 
+  /**
+   * Host pid of a process of this sandbox given its pid inside. A new exec sits in the sandbox's own
+   * freezer group (newest pids last), so that one file is read first; the whole tree is the fallback.
+   * These are tiny procfs/cgroupfs reads: done synchronously to keep exec start-up latency low.
+   */
   private async hostPidOf(nsPid: number): Promise<number | undefined> {
-    for (const pid of await this.members()) {
+    const match = (pid: number): boolean => {
       let status: string;
       try {
-        status = await readFile(`/proc/${pid}/status`, 'utf8');
+        status = readFileSync(`/proc/${pid}/status`, 'utf8');
       } catch {
-        continue;
+        return false;
       }
       const nspid = /^NSpid:\s*(.+)$/m.exec(status)?.[1]?.trim().split(/\s+/);
-      if (nspid && Number(nspid[nspid.length - 1]) === nsPid) return pid;
+      return !!nspid && Number(nspid[nspid.length - 1]) === nsPid;
+    };
+    try {
+      const direct = readFileSync(path.join(this.dirs.freezer, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number).reverse();
+      for (const pid of direct) if (match(pid)) return pid;
+    } catch {
+      // fall through to the whole tree
     }
+    for (const pid of await this.members()) if (match(pid)) return pid;
     return undefined;
   }
+
 }
 
 /** Controllers whose directories are distinct (co-mounted controllers share one directory). */

@@ -30,6 +30,7 @@ import { parseRepoUrl } from './repos.js';
 import type { EnvironmentService } from './environments.js';
 import { startCredentialBroker, CRED_SOCKET_DIR } from './broker.js';
 import { readFileSync } from 'node:fs';
+import { NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
 
 export type WorkspaceState = 'opening' | 'active' | 'expired_recoverable' | 'closed';
 export type NetworkProfile = 'network-none' | 'dependency-access';
@@ -291,8 +292,8 @@ export class WorkspaceService {
     return r?.sandbox_json ? (JSON.parse(r.sandbox_json) as SandboxHandle) : null;
   }
 
-  /** Runs git (or a short script) on a workspace's repository in a short-lived sandbox. */
-  private async ephemeralGit(
+  /** Runs git (or a short script) on a workspace's repository in a short-lived sandbox (also used by GitService for fetch, pull and push). */
+  async ephemeralGit(
     w: { id: string },
     command: string,
     opts: { repo?: ParsedRepoUrl; env?: Record<string, string>; timeoutMs?: number; onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void; signal?: AbortSignal } = {},
@@ -342,7 +343,7 @@ export class WorkspaceService {
         binds,
         limits: this.limits,
         network,
-        command,
+        command: NEUTRALISE_REPO_DRIVERS + command,
         cwd: '/workspace',
         // With a repository host, every connection goes through its one-host proxy: no exceptions.
         env: { ...gitConfigEnv(extraConfig), ...(opts.repo ? { NO_PROXY: '', no_proxy: '' } : {}), ...opts.env },
@@ -358,7 +359,7 @@ export class WorkspaceService {
     }
   }
 
-  private gitFailure(step: string, r: ExecResult): ServiceError {
+  gitFailure(step: string, r: ExecResult): ServiceError {
     const tail = `${r.stderr}`.trim().split('\n').slice(-6).join('\n');
     const unreachable = /Could not resolve|Failed to connect|Connection refused|timed out|Proxy CONNECT aborted|CONNECT tunnel failed|403 Forbidden/i.test(tail);
     const auth = /Authentication failed|could not read Username|401|terminal prompts disabled/i.test(tail);
@@ -483,6 +484,11 @@ export class WorkspaceService {
     if ((this.lastTouch.get(w.id) ?? 0) > now - 5_000) return;
     this.lastTouch.set(w.id, now);
     this.update(w.id, { last_activity_at: new Date(now).toISOString(), lease_expires_at: this.leaseEnd(now, this.d.config.idleLeaseSeconds, w.hardExpiresAt) });
+  }
+
+  /** The git tools record the live branch and HEAD after changing them (workspace_status, workspace_context). */
+  noteHead(id: string, branch: string | null, headOid: string | null): void {
+    this.update(id, { branch, head_oid: headOid });
   }
 
   async exec(id: string, req: ExecRequest, onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void, signal?: AbortSignal): Promise<ExecResult> {
@@ -641,7 +647,7 @@ export class WorkspaceService {
   // ---------- recovery ----------
 
   private async gitIn(w: WorkspaceRow, command: string, env: Record<string, string> = {}): Promise<ExecResult> {
-    if (w.state === 'active') return this.exec(w.id, { command, env: { ...gitConfigEnv(), ...env }, timeoutMs: 120_000, maxOutputBytes: 1_048_576 });
+    if (w.state === 'active') return this.exec(w.id, { command: NEUTRALISE_REPO_DRIVERS + command, env: { ...gitConfigEnv(), ...env }, timeoutMs: 120_000, maxOutputBytes: 1_048_576 });
     return this.ephemeralGit(w, command, { env, timeoutMs: 120_000 });
   }
 

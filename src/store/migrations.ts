@@ -9,6 +9,7 @@
  *   services/workspaces   workspaces
  *   services/spend        spend_reservations, spend_policies, spend_cursor
  *   services/commands     operations, tasks, terminals, approvals
+ *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  */
 export interface Migration {
   version: number;
@@ -228,6 +229,63 @@ export const MIGRATIONS: Migration[] = [
         id INTEGER PRIMARY KEY CHECK (id = 1),
         boot_id TEXT NOT NULL,
         seq INTEGER NOT NULL
+      );
+    `,
+  },
+  {
+    version: 5,
+    name: 'model control plane',
+    sql: `
+      CREATE TABLE provider_credentials (
+        id TEXT PRIMARY KEY,
+        provider TEXT NOT NULL,
+        label TEXT NOT NULL DEFAULT '',
+        auth_header TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('active', 'disabled')),
+        key_version INTEGER NOT NULL,
+        key_sealed TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_check_json TEXT
+      );
+      CREATE TABLE model_profiles (
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL CHECK (status IN ('disabled', 'active')),
+        generation INTEGER NOT NULL,
+        latest_revision INTEGER NOT NULL,
+        active_revision INTEGER,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_check_json TEXT
+      );
+      CREATE TABLE model_profile_revisions (
+        profile_id TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        credential_id TEXT NOT NULL,
+        custom_upstream_url TEXT,
+        body_json TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (profile_id, revision)
+      );
+      CREATE INDEX model_profile_revisions_cred ON model_profile_revisions(credential_id);
+      CREATE TABLE model_verifications (
+        id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        route_hash TEXT,
+        result_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        consumed_at TEXT
+      );
+      CREATE INDEX model_verifications_principal ON model_verifications(principal, consumed_at);
+      CREATE TABLE model_catalog_cache (
+        cache_key TEXT PRIMARY KEY,
+        provider TEXT NOT NULL,
+        entries_json TEXT NOT NULL,
+        fetched_at TEXT NOT NULL,
+        last_error TEXT,
+        last_attempt_at TEXT
       );
     `,
   },

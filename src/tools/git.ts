@@ -17,6 +17,7 @@ export const gitStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.app.git.status(ctx.workspaceId(a.workspaceId)),
   description:
     'Working-tree status of the workspace repository: current branch, upstream ahead/behind, staged, unstaged and untracked files. ' +
     'Use it before git_add or git_commit; use git_diff to see the changes themselves.',
@@ -28,6 +29,7 @@ export const gitDiff = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.app.git.diff(ctx.workspaceId(a.workspaceId), a),
   description:
     'Unified diff of the working tree against the index (or, with staged true, of the index against HEAD), optionally limited to one path. ' +
     'Output is paged in chunks of limit characters with a continuation cursor; readAll returns the whole diff in one reply.',
@@ -46,6 +48,7 @@ export const gitLog = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.app.git.log(ctx.workspaceId(a.workspaceId), a),
   description:
     'Commit history of the current branch, newest first (object id, author, date, subject), a page of limit commits at a time with a cursor; readAll returns the whole history.',
   input: {
@@ -61,6 +64,7 @@ export const gitBranch = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.app.git.branch(ctx.workspaceId(a.workspaceId), a),
   description:
     'List local branches, create a branch (from startPoint, default HEAD) without switching to it, or delete a branch (force deletes an unmerged one). ' +
     'To create and switch in one step use git_checkout with create true.',
@@ -82,6 +86,7 @@ export const gitCheckout = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.app.git.checkout(ctx.workspaceId(a.workspaceId), a),
   description:
     'Switch the working tree to a branch, tag or commit; with create true, create the branch ref at HEAD and switch to it. Uncommitted changes that conflict make it fail rather than be lost.',
   input: {
@@ -96,6 +101,7 @@ export const gitAdd = defineTool({
   domain,
   badges: ['idempotent'],
   tracking,
+  run: (a, ctx) => ctx.app.git.add(ctx.workspaceId(a.workspaceId), a),
   description:
     `Stage changes for the next commit: the listed paths (up to ${PATHS_MAX}), or every change including deletions and untracked files with all true. ` +
     'Give paths or all: true. workspace_finalize stages, commits and pushes in one call.',
@@ -112,6 +118,8 @@ export const gitCommit = defineTool({
   domain,
   badges: [],
   tracking,
+  idempotency: 'key',
+  run: (a, ctx) => ctx.app.git.commit(ctx.workspaceId(a.workspaceId), a),
   description:
     'Create an unsigned local commit of the staged changes (all true first stages every tracked change). Does not push: use git_push, or workspace_finalize for stage-commit-push in one step. ' +
     'expectedHeadOid refuses the commit if HEAD has moved; the author defaults to the workspace git identity (git_identity_status).',
@@ -131,6 +139,7 @@ export const gitIdentityStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.app.git.identityStatus(ctx.workspaceId(a.workspaceId)),
   description: 'The git author identity (name and email) commits in this workspace use, and whether one is configured. Change it with git_identity_set.',
   input: { workspaceId: WSID.optional() },
 });
@@ -140,6 +149,7 @@ export const gitIdentitySet = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.app.git.identitySet(ctx.workspaceId(a.workspaceId), a.name, a.email),
   description: 'Set the git author name and email used for later commits in this workspace (repository-local configuration). For a single commit, pass authorName and authorEmail to git_commit instead.',
   input: {
     workspaceId: WSID.optional(),
@@ -169,6 +179,7 @@ export const workspaceFinalize = defineTool({
   domain,
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking,
+  run: (a, ctx) => ctx.app.git.finalize(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   idempotency: 'key',
   description:
     'Finish a piece of work in one transaction: stage (all changes by default, or the listed paths), run the preflight commands, commit with commitMessage, and push to origin (to branch, default the current one) unless push is false. ' +
@@ -192,6 +203,7 @@ export const gitFetch = defineTool({
   domain,
   badges: ['openWorld'],
   tracking,
+  run: (a, ctx) => ctx.app.git.fetch(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Fetch from origin through the credential broker without changing the working tree: optionally one refspec, deepen a shallow clone to depth commits, fetch history since a date, or unshallow to the full history. ' +
     'Give at most one of depth, shallowSince and unshallow. Use git_pull to also integrate the fetched branch.',
@@ -216,6 +228,7 @@ export const gitPull = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  run: (a, ctx) => ctx.app.git.pull(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Fetch a branch from origin (default: the current branch\'s upstream) and integrate it into the current branch: ff-only (default) fails instead of creating a merge, merge creates a merge commit, rebase replays local commits on top.',
   input: {
@@ -231,6 +244,8 @@ export const gitPush = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  idempotency: 'key',
+  run: (a, ctx) => ctx.app.git.push(ctx.workspaceId(a.workspaceId), a, ctx.signal),
   description:
     'Push to origin through the credential broker (default: the current branch to its upstream). For safe ref changes use leases: forceWithLease with expectedRemoteOid (compare-and-swap), ' +
     'forceWithLease with expectedAbsent (create only if the branch does not exist), or delete with forceWithLease and expectedRemoteOid (delete only if it still points there). ' +
@@ -260,6 +275,7 @@ export const gitMerge = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.app.git.merge(ctx.workspaceId(a.workspaceId), a),
   description:
     'Merge a branch, tag or commit into the current branch. fastForward: allow (default) fast-forwards when possible, only fails unless a fast-forward is possible, never always creates a merge commit (with message). Conflicts are reported and left for you to resolve.',
   input: {
@@ -275,6 +291,7 @@ export const gitRebase = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.app.git.rebase(ctx.workspaceId(a.workspaceId), a),
   description:
     'Rebase the current branch onto upstream (action start), then after resolving conflicts and staging with git_add continue it (continue), or give up and restore the branch (abort). Non-interactive.',
   input: {
@@ -290,6 +307,7 @@ export const worktreesList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.app.git.worktreesList(ctx.workspaceId(a.workspaceId)),
   description: 'List the git worktrees of the workspace repository (name, path, checked-out branch or commit, dirty state).',
   input: { workspaceId: WSID.optional() },
 });
@@ -299,6 +317,7 @@ export const worktreesCreate = defineTool({
   domain,
   badges: [],
   tracking,
+  run: (a, ctx) => ctx.app.git.worktreesCreate(ctx.workspaceId(a.workspaceId), a),
   description:
     'Create an additional git worktree named name that checks out ref, so you can work on a second branch without disturbing the main checkout; createBranch true creates a new branch named ref.',
   input: {
@@ -314,6 +333,7 @@ export const worktreesRemove = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.app.git.worktreesRemove(ctx.workspaceId(a.workspaceId), a),
   description: 'Remove a worktree created by worktrees_create. Refuses when the worktree has uncommitted changes unless force is true, which discards them.',
   input: {
     workspaceId: WSID.optional(),

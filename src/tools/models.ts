@@ -83,6 +83,7 @@ export const modelProviderList = defineTool({
   input: {
     provider: PROVIDER.optional().describe('Only this provider (omit for all)'),
   },
+  run: async (args, ctx) => ctx.app.models.providerList(args.provider),
 });
 
 export const modelCatalogSearch = defineTool({
@@ -102,6 +103,7 @@ export const modelCatalogSearch = defineTool({
     limit: int(1, 100).default(25).describe('Page size (1-100)'),
     capability: z.enum(['tools', 'reasoning', 'vision']).optional().describe('Only models with this capability tag'),
   },
+  run: async (args, ctx) => ctx.app.modelCatalog.search(args, ctx.signal),
 });
 
 export const modelConnectionVerify = defineTool({
@@ -132,6 +134,7 @@ export const modelConnectionVerify = defineTool({
     if (a.apiMode === undefined) return { field: 'apiMode', message: 'a draft route needs apiMode with credentialId' };
     return undefined;
   },
+  run: async (args, ctx) => ctx.app.modelChecks.verify(args, ctx.actor, ctx.principal, ctx.signal),
 });
 
 export const modelProfileList = defineTool({
@@ -145,6 +148,7 @@ export const modelProfileList = defineTool({
   input: {
     profileId: PROFILEID.optional().describe('Only this profile (omit for all)'),
   },
+  run: async (args, ctx) => ctx.app.models.list(args.profileId),
 });
 
 export const modelProfileValidate = defineTool({
@@ -181,6 +185,10 @@ export const modelProfileValidate = defineTool({
     if (a.expectedGeneration === undefined) return { field: 'expectedGeneration', message: 'required when action is update' };
     return undefined;
   },
+  run: async (args, ctx) => {
+    const { action, ...input } = args;
+    return ctx.app.models.validate(action, input, ctx.actor, ctx.principal);
+  },
 });
 
 export const modelProfileCreate = defineTool({
@@ -207,7 +215,22 @@ export const modelProfileCreate = defineTool({
     verificationRef: VREFID.optional().describe('verificationRef from a draft model_connection_verify of this identical route; attaches only to your next save, else the profile shows Not verified'),
     catalogPriceRef: CATALOG_PRICE_REF.optional(),
   },
+  run: async (args, ctx) => {
+    const { idempotencyKey: _k, ...input } = args;
+    const r = ctx.app.models.save('create', input, ctx.actor, ctx.principal);
+    return { ...r, gatewayPush: await pushAfterSave(ctx) };
+  },
 });
+
+/** Routing rule 7: every save pushes a snapshot; the save succeeds even when the push fails. */
+export async function pushAfterSave(ctx: { app: { gateway: { push(): Promise<unknown> } } }): Promise<{ ok: boolean; error?: string }> {
+  try {
+    await ctx.app.gateway.push();
+    return { ok: true };
+  } catch (e) {
+    return { ok: false, error: (e as Error).message };
+  }
+}
 
 export const modelProfileUpdate = defineTool({
   name: 'model_profile_update',
@@ -233,6 +256,11 @@ export const modelProfileUpdate = defineTool({
     maxProxyOperations: MAX_PROXY_OPERATIONS.optional(),
     verificationRef: VREFID.optional().describe('verificationRef from a draft model_connection_verify of this identical route; attaches only to your next save'),
     catalogPriceRef: CATALOG_PRICE_REF.optional(),
+  },
+  run: async (args, ctx) => {
+    const { idempotencyKey: _k, ...input } = args;
+    const r = ctx.app.models.save('update', input, ctx.actor, ctx.principal);
+    return { ...r, gatewayPush: await pushAfterSave(ctx) };
   },
 });
 

@@ -152,7 +152,13 @@ describe('the spec REST paths', () => {
     const cookie = String(login.headers['set-cookie']).split(';')[0]!;
     const csrf = JSON.parse(login.body).csrfToken as string;
     const { SPEND_SERVED_PATHS } = await import('../../src/dashboard/spend.js');
-    for (const p of SPEC_REST_PATHS.filter((x) => !SPEND_SERVED_PATHS.includes(`${x.method} ${x.path}`))) {
+    const { MODELS_SERVED_PATHS } = await import('../../src/dashboard/models.js');
+    const served = [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS];
+    for (const p of SPEC_REST_PATHS) {
+      const r = await raw(p.method, '/api/v1' + p.path.replace(':id', 'prof-1'), { 'content-type': 'application/json' }, p.method === 'GET' ? undefined : '{}');
+      expect(r.status, `${p.method} ${p.path} without a session`).toBe(401);
+    }
+    for (const p of SPEC_REST_PATHS.filter((x) => !served.includes(`${x.method} ${x.path}`))) {
       const r = await raw(p.method, '/api/v1' + p.path.replace(':id', 'prof-1'), { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' }, p.method === 'GET' ? undefined : '{}');
       expect(r.status, `${p.method} ${p.path}`).toBe(501);
       expect(JSON.parse(r.body).error.code).toBe('NOT_IMPLEMENTED');

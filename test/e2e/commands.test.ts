@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, runCli, startService, type Service, httpRequest } from './harness.js';
+import { call, connectV2, runCli, startService, type Service, httpRequest, dashboardLogin } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -231,10 +231,7 @@ describe('privileged commands', () => {
     expect(refused.error.message).toContain('/api/v1/approvals/');
     const approvalId = refused.error.details.approvalRequestId as string;
     // The owner approves on the dashboard REST API.
-    const path = new URL(svc.loginLink).pathname + new URL(svc.loginLink).search;
-    const login = await rest('GET', path, {});
-    const cookie = String(login.headers['set-cookie']).split(';')[0]!;
-    const csrf = JSON.parse((await rest('GET', '/api/v1/session', { cookie })).body).csrfToken as string;
+    const { cookie, csrf } = await dashboardLogin(svc);
     const pending = JSON.parse((await rest('GET', '/api/v1/approvals?state=pending', { cookie })).body).approvals as Array<{ id: string; command: string }>;
     expect(pending.find((a) => a.id === approvalId)?.command).toBe('id -u');
     const approved = await rest('POST', `/api/v1/approvals/${approvalId}/approve`, { cookie, 'x-csrf-token': csrf });

@@ -150,3 +150,12 @@ export function httpRequest(baseUrl: string, method: string, path: string, heade
     req.end(body);
   });
 }
+
+/** Logs in to the dashboard with the one-time link printed at start; returns the session cookie and CSRF token. */
+export async function dashboardLogin(svc: Service): Promise<{ cookie: string; csrf: string }> {
+  const link = new URL(svc.loginLink);
+  const first = await httpRequest(svc.url, 'GET', link.pathname + link.search);
+  const cookie = String(first.headers['set-cookie']).split(';')[0]!;
+  const csrf = JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/session', { cookie })).body).csrfToken as string;
+  return { cookie, csrf };
+}
