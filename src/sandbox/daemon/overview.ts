@@ -18,10 +18,30 @@
  * docs/workspace-context.md; keep the two in step.
  */
 import { createHash } from 'node:crypto';
-import { constants as FS, type Dirent } from 'node:fs';
+import { constants as FS, type Dir, type Dirent } from 'node:fs';
 import { lstat, open, opendir, readdir, readlink, realpath, stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { DaemonError } from './protocol.js';
+
+/** A directory's entries, read in batches; an unreadable directory or entry ends the listing quietly, and the handle always closes. */
+async function* dirEntries(dir: string, bufferSize: number): AsyncGenerator<Dirent> {
+  let handle: Dir;
+  try {
+    handle = await opendir(dir, { bufferSize });
+  } catch {
+    return;
+  }
+  try {
+    for (;;) {
+      const ent = await handle.read().catch(() => null);
+      if (ent === null) return;
+      yield ent;
+    }
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
 
 export type ClientProfile = 'all' | 'profile_a' | 'profile_b' | 'profile_c' | 'profile_d';
 export type ConcreteProfile = Exclude<ClientProfile, 'all'>;
@@ -699,28 +719,11 @@ async function mainWalk(
       }
       continue;
     }
-    let dir;
-    try {
-      dir = await opendir(abs, { bufferSize: 256 });
-    } catch {
-      continue;
-    }
-    try {
-      for (;;) {
-        let ent;
-        try {
-          ent = await dir.read();
-        } catch {
-          break;
-        }
-        if (ent === null) break;
-        if (!visit(ent, dirRel)) {
-          stop = true;
-          break;
-        }
+    for await (const ent of dirEntries(abs, 256)) {
+      if (!visit(ent, dirRel)) {
+        stop = true;
+        break;
       }
-    } finally {
-      await dir.close().catch(() => undefined);
     }
   }
   return { filesScanned, counts, headers };
@@ -760,39 +763,22 @@ async function walkSubtree(ctx: Ctx, baseRel: string, visit: (e: SubtreeEntry) =
       return;
     }
     const { rel, real, depth } = queue[head]!;
-    let dir;
-    try {
-      dir = await opendir(real, { bufferSize: 64 });
-    } catch {
-      continue;
-    }
-    try {
-      for (;;) {
-        let ent;
-        try {
-          ent = await dir.read();
-        } catch {
-          break;
-        }
-        if (ent === null) break;
-        if (++entries > OVERVIEW_LIMITS.subtreeMaxEntries) {
-          ctx.partial = true;
-          return;
-        }
-        const childRel = `${rel}/${ent.name}`;
-        if (ent.isDirectory()) {
-          if (IGNORED_DIRS.has(ent.name)) continue;
-          if (depth + 1 > OVERVIEW_LIMITS.subtreeMaxDepth) {
-            ctx.partial = true;
-            continue;
-          }
-          visit({ rel: childRel, kind: 'dir' });
-          queue.push({ rel: childRel, real: path.join(real, ent.name), depth: depth + 1 });
-        } else if (ent.isFile()) visit({ rel: childRel, kind: 'file' });
-        else if (ent.isSymbolicLink()) visit({ rel: childRel, kind: 'link' });
+    for await (const ent of dirEntries(real, 64)) {
+      if (++entries > OVERVIEW_LIMITS.subtreeMaxEntries) {
+        ctx.partial = true;
+        return;
       }
-    } finally {
-      await dir.close().catch(() => undefined);
+      const childRel = `${rel}/${ent.name}`;
+      if (ent.isDirectory()) {
+        if (IGNORED_DIRS.has(ent.name)) continue;
+        if (depth + 1 > OVERVIEW_LIMITS.subtreeMaxDepth) {
+          ctx.partial = true;
+          continue;
+        }
+        visit({ rel: childRel, kind: 'dir' });
+        queue.push({ rel: childRel, real: path.join(real, ent.name), depth: depth + 1 });
+      } else if (ent.isFile()) visit({ rel: childRel, kind: 'file' });
+      else if (ent.isSymbolicLink()) visit({ rel: childRel, kind: 'link' });
     }
   }
 }
@@ -1173,21 +1159,10 @@ async function detectTestCommands(ctx: Ctx): Promise<TestCommand[]> {
 /** First regular file (sorted by name) directly in the root whose name matches. */
 async function rootFileMatching(ctx: Ctx, re: RegExp): Promise<string | null> {
   const names: string[] = [];
-  let dir;
-  try {
-    dir = await opendir(ctx.root, { bufferSize: 128 });
-  } catch {
-    return null;
-  }
-  try {
-    let n = 0;
-    for (;;) {
-      const ent = await dir.read().catch(() => null);
-      if (ent === null || ++n > OVERVIEW_LIMITS.subtreeMaxEntries) break;
-      if (ent.isFile() && re.test(ent.name)) names.push(ent.name);
-    }
-  } finally {
-    await dir.close().catch(() => undefined);
+  let n = 0;
+  for await (const ent of dirEntries(ctx.root, 128)) {
+    if (++n > OVERVIEW_LIMITS.subtreeMaxEntries) break;
+    if (ent.isFile() && re.test(ent.name)) names.push(ent.name);
   }
   names.sort();
   return names[0] ?? null;
@@ -1232,30 +1207,18 @@ async function discoverSkills(ctx: Ctx): Promise<RepositorySkill[]> {
         continue;
       }
       if (depth >= SKILL_MAX_DEPTH) continue;
-      let dir;
-      try {
-        dir = await opendir(real, { bufferSize: 64 });
-      } catch {
-        continue;
-      }
-      try {
-        for (;;) {
-          const ent = await dir.read().catch(() => null);
-          if (ent === null) break;
-          if (++entries > OVERVIEW_LIMITS.subtreeMaxEntries) {
-            ctx.partial = true;
-            break;
-          }
-          if (IGNORED_DIRS.has(ent.name)) continue;
-          const childRel = `${rel}/${ent.name}`;
-          if (ent.isDirectory()) queue.push({ rel: childRel, real: path.join(real, ent.name), depth: depth + 1 });
-          else if (ent.isSymbolicLink()) {
-            const target = await resolveInside(ctx, childRel);
-            if (target && (await isDirInside(ctx, childRel))) queue.push({ rel: childRel, real: target, depth: depth + 1 });
-          }
+      for await (const ent of dirEntries(real, 64)) {
+        if (++entries > OVERVIEW_LIMITS.subtreeMaxEntries) {
+          ctx.partial = true;
+          break;
         }
-      } finally {
-        await dir.close().catch(() => undefined);
+        if (IGNORED_DIRS.has(ent.name)) continue;
+        const childRel = `${rel}/${ent.name}`;
+        if (ent.isDirectory()) queue.push({ rel: childRel, real: path.join(real, ent.name), depth: depth + 1 });
+        else if (ent.isSymbolicLink()) {
+          const target = await resolveInside(ctx, childRel);
+          if (target && (await isDirInside(ctx, childRel))) queue.push({ rel: childRel, real: target, depth: depth + 1 });
+        }
       }
     }
   }
