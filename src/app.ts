@@ -26,6 +26,7 @@ import { SpendService } from './services/spend.js';
 import { GatewayClient } from './services/gateway-client.js';
 import { GitService } from './services/git.js';
 import { ModelService } from './services/models.js';
+import { PriceList } from './services/price-list.js';
 import { ModelCatalog } from './services/model-catalog.js';
 import { ConnectionChecks } from './services/model-checks.js';
 
@@ -126,7 +127,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const gateway = new GatewayClient({ config, spend, log });
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
   gateway.routeSource = () => models.routes();
-  const modelCatalog = new ModelCatalog({ db, cursors, models });
+  const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
   const app: App = {
     config,
     dataDir: config.dataDir,

@@ -55,7 +55,7 @@ export const SETTINGS: Setting[] = [
 ];
 
 /** Structured sections of the config file, read by their services (e.g. repositories by services/repos.ts). */
-export const CONFIG_SECTIONS = ['repositories', 'egress', 'providers'];
+export const CONFIG_SECTIONS = ['repositories', 'egress', 'providers', 'prices'];
 
 export interface Config {
   host: string;

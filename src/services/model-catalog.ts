@@ -13,6 +13,7 @@ import { nowIso } from '../core/clock.js';
 import { sha256Hex } from '../core/crypto.js';
 import { authHeader, GATEWAY_USER_AGENT, PROVIDER_F_SESSION_HEADER, type ProviderId, type ProviderInfo } from '../core/providers.js';
 import type { FullPricing, ModelService } from './models.js';
+import type { PriceList } from './price-list.js';
 
 /** How long a listing is used without a refill (10 minutes; ATELIER_MODEL_CATALOG_FRESH_SECONDS overrides it). */
 const envFresh = Number(process.env.ATELIER_MODEL_CATALOG_FRESH_SECONDS);
@@ -64,7 +65,7 @@ export function providerExtraHeaders(p: ProviderInfo): Record<string, string> {
 }
 
 export class ModelCatalog {
-  constructor(private readonly opts: { db: DB; cursors: CursorCodec; models: ModelService }) {
+  constructor(private readonly opts: { db: DB; cursors: CursorCodec; models: ModelService; prices?: PriceList }) {
     opts.models.catalogPrice = (provider, sourceModelId) => this.cachedPrice(provider, sourceModelId);
   }
 
@@ -94,8 +95,20 @@ export class ModelCatalog {
           cachedWriteMicrosPerMillionTokens: usdPerTokenToMicros(pr.input_cache_write),
         };
       }
+      // A listing without prices: the price list shipped with the service, or the operator's, fills them.
+      let priceSource: string = p.catalogSource;
+      if (pricing.inputMicrosPerMillionTokens === null && pricing.outputMicrosPerMillionTokens === null) {
+        const listed = this.opts.prices?.lookup(p.id, id);
+        if (listed) {
+          pricing = { ...listed.price };
+          priceSource = listed.source;
+        }
+      }
       // Rule 9: provider_f's catalog shows unknown prices (entered on the profile as an override).
-      if (p.id === 'provider_f') pricing = { inputMicrosPerMillionTokens: null, outputMicrosPerMillionTokens: null, cachedReadMicrosPerMillionTokens: null, cachedWriteMicrosPerMillionTokens: null };
+      if (p.id === 'provider_f') {
+        pricing = { inputMicrosPerMillionTokens: null, outputMicrosPerMillionTokens: null, cachedReadMicrosPerMillionTokens: null, cachedWriteMicrosPerMillionTokens: null };
+        priceSource = p.catalogSource;
+      }
       const caps = new Set<Capability>();
       const tags: unknown[] = [...(Array.isArray(m.capabilities) ? m.capabilities : []), ...(Array.isArray(m.supported_parameters) ? m.supported_parameters : [])];
       for (const t of tags) {
@@ -107,7 +120,7 @@ export class ModelCatalog {
       if (Array.isArray(mods) && mods.includes('image')) caps.add('vision');
       const e: CatalogEntry = {
         providerModelId: id,
-        pricing: { ...pricing, provenance: { sourceModelId: id, source: p.catalogSource, fetchedAt } },
+        pricing: { ...pricing, provenance: { sourceModelId: id, source: priceSource, fetchedAt } },
         availability,
         capabilities: [...caps].sort(),
       };
