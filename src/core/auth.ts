@@ -94,10 +94,11 @@ export class AuthService {
   /** Returns the token id (the principal) for a valid bearer token, or null. */
   verifyBearer(token: string): string | null {
     if (!token.startsWith(TOKEN_PREFIX) || token.length > 200) return null;
+    const hash = sha256Hex(token);
     const row = this.db
       .prepare('SELECT id, token_hash FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL')
-      .get(sha256Hex(token)) as { id: string; token_hash: string } | undefined;
-    if (!row || !safeEqual(row.token_hash, sha256Hex(token))) return null;
+      .get(hash) as { id: string; token_hash: string } | undefined;
+    if (!row || !safeEqual(row.token_hash, hash)) return null;
     // last_used_at is informational: write it at most once a minute per token.
     const now = Date.now();
     if ((this.lastTouch.get(row.id) ?? 0) < now - 60_000) {

@@ -66,8 +66,11 @@ export interface EphemeralBind {
   readOnly?: boolean;
 }
 
-/** A short-lived sandbox for one command (git network operations, the bash toolbox target). */
-export interface EphemeralSpec {
+/**
+ * A short-lived sandbox for one command (git network operations, the bash toolbox target). The
+ * command fields are ExecRequest's, except that cwd is absolute and there is no kill grace.
+ */
+export interface EphemeralSpec extends Omit<ExecRequest, 'cwd' | 'killGraceMs'> {
   /** Names the cgroup; generated when omitted. */
   id?: string;
   /**
@@ -77,14 +80,8 @@ export interface EphemeralSpec {
   binds: EphemeralBind[];
   limits: SandboxLimits;
   network: SandboxNetwork;
-  argv?: string[];
-  command?: string;
   /** Absolute working directory inside the sandbox (=/). */
   cwd?: string;
-  env?: Record<string, string>;
-  stdin?: string | Buffer;
-  timeoutMs?: number;
-  maxOutputBytes?: number;
   onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
   /** Aborting kills the sandbox; the result then has cancelled: true. */
   signal?: AbortSignal;

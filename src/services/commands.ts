@@ -459,7 +459,7 @@ export class CommandService {
         { source: join(root, 'repo'), target: '/workspace' },
         { source: join(root, 'home'), target: '/home/user' },
       ],
-      limits: { memoryBytes: this.d.config.sandboxMemoryMb * 1024 * 1024, pidsMax: this.d.config.sandboxPidsMax, cpuQuotaPercent: this.d.config.sandboxCpuPercent },
+      limits: this.d.workspaces.sandboxLimits,
       network: 'none',
       command,
       cwd: rel ? `/workspace/${rel}` : '/workspace',
@@ -476,7 +476,7 @@ export class CommandService {
       throw new ServiceError('FAILED_PRECONDITION', 'target: the toolbox exists only when the operator enables managed packages (--packages-enabled / ATELIER_PACKAGES_ENABLED); use target workspace', { field: 'target' });
     return this.d.executor.runEphemeral({
       binds: [],
-      limits: { memoryBytes: this.d.config.sandboxMemoryMb * 1024 * 1024, pidsMax: this.d.config.sandboxPidsMax, cpuQuotaPercent: this.d.config.sandboxCpuPercent },
+      limits: this.d.workspaces.sandboxLimits,
       network: 'none',
       command,
       cwd: '/tmp',

@@ -192,16 +192,7 @@ export class FileService {
       signal,
       SEARCH_TIMEOUT_MS + 10_000,
     );
-    return {
-      pattern: a.pattern,
-      path: r.path,
-      matches: r.results,
-      count: r.count,
-      truncated: r.truncated,
-      timedOut: r.timedOut,
-      ...(r.skippedLongLines ? { skippedLongLines: r.skippedLongLines } : {}),
-      durationMs: r.durationMs,
-    };
+    return { pattern: a.pattern, ...searchResult(r, 'matches') };
   }
 
   /** The first call in a workspace builds the symbol index; its progress is reported while it runs. */
@@ -235,15 +226,19 @@ export class FileService {
       signal,
       SEARCH_TIMEOUT_MS + 10_000,
     );
-    return {
-      symbol: a.symbol,
-      path: r.path,
-      references: r.results,
-      count: r.count,
-      truncated: r.truncated,
-      timedOut: r.timedOut,
-      ...(r.skippedLongLines ? { skippedLongLines: r.skippedLongLines } : {}),
-      durationMs: r.durationMs,
-    };
+    return { symbol: a.symbol, ...searchResult(r, 'references') };
   }
+}
+
+/** The common shape of a ripgrep-backed answer (grep_search, symbols_references); `key` names the result list. */
+function searchResult(r: GrepReply, key: 'matches' | 'references'): Record<string, unknown> {
+  return {
+    path: r.path,
+    [key]: r.results,
+    count: r.count,
+    truncated: r.truncated,
+    timedOut: r.timedOut,
+    ...(r.skippedLongLines ? { skippedLongLines: r.skippedLongLines } : {}),
+    durationMs: r.durationMs,
+  };
 }

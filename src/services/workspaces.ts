@@ -21,7 +21,7 @@ import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { nowIso } from '../core/clock.js';
-import type { Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
+import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
 import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
 import { ensureWorkspaceDisk, releaseWorkspaceDisk } from '../sandbox/disk.js';
 import { startEgressProxy, DEFAULT_REGISTRY_RULES, type EgressRule, type EgressDecision } from '../sandbox/egress.js';
@@ -163,7 +163,8 @@ export class WorkspaceService {
 
   // ---------- helpers ----------
 
-  private get limits(): SandboxLimits {
+  /** The operator's per-workspace limits; every sandbox of a workspace (long-lived or short-lived) gets them. */
+  get sandboxLimits(): SandboxLimits {
     const c = this.d.config;
     return { memoryBytes: c.sandboxMemoryMb * 1024 * 1024, pidsMax: c.sandboxPidsMax, cpuQuotaPercent: c.sandboxCpuPercent, cpus: c.sandboxCpus || undefined };
   }
@@ -256,16 +257,16 @@ export class WorkspaceService {
     return net;
   }
 
-  private async specFor(w: WorkspaceRow, network: SandboxNetwork): Promise<SandboxSpec> {
+  private specFor(w: WorkspaceRow, network: SandboxNetwork): SandboxSpec {
     const env: Record<string, string> = {};
     if (w.envInjected && w.environmentId) Object.assign(env, this.d.environments.injection(w.environmentId));
-    return { id: w.id, rootDir: this.rootDir(w.id), limits: this.limits, network, env };
+    return { id: w.id, rootDir: this.rootDir(w.id), limits: this.sandboxLimits, network, env };
   }
 
   private async startSandbox(w: WorkspaceRow): Promise<SandboxHandle> {
     await this.ensureDisk(w.id);
     const network = await this.startWorkspaceProxy(w.id, w.networkProfile);
-    const spec = await this.specFor(w, network);
+    const spec = this.specFor(w, network);
     const recovered = await this.d.executor.recover(spec);
     const h = recovered ?? (await this.d.executor.create(spec));
     this.handles.set(w.id, h);
@@ -299,7 +300,7 @@ export class WorkspaceService {
     opts: { repo?: ParsedRepoUrl; env?: Record<string, string>; timeoutMs?: number; onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void; signal?: AbortSignal } = {},
   ): Promise<ExecResult> {
     await this.ensureDisk(w.id);
-    const binds = [{ source: join(this.rootDir(w.id), 'repo'), target: '/workspace' }];
+    const binds: EphemeralBind[] = [{ source: join(this.rootDir(w.id), 'repo'), target: '/workspace' }];
     const extraConfig: Array<[string, string]> = [];
     let network: SandboxNetwork = 'none';
     let broker: Awaited<ReturnType<typeof startCredentialBroker>> | undefined;
@@ -328,12 +329,12 @@ export class WorkspaceService {
           uid: this.d.config.sandboxUid,
           gid: this.d.config.sandboxUid,
         });
-        binds.push({ source: broker.dir, target: CRED_SOCKET_DIR, readOnly: true } as never);
+        binds.push({ source: broker.dir, target: CRED_SOCKET_DIR, readOnly: true });
         const ca = this.d.repos.extraCaPem();
         if (ca) {
           const bundle = join(tmp, 'ca.pem');
           await writeFile(bundle, readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8') + '\n' + ca, { mode: 0o644 });
-          binds.push({ source: bundle, target: '/run/atelier-ca.pem', readOnly: true } as never);
+          binds.push({ source: bundle, target: '/run/atelier-ca.pem', readOnly: true });
           extraConfig.push(['http.sslCAInfo', '/run/atelier-ca.pem']);
         }
         extraConfig.push(['credential.helper', '!/usr/bin/node /opt/atelier/daemon/credhelper.js'], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
@@ -341,7 +342,7 @@ export class WorkspaceService {
       return await this.d.executor.runEphemeral({
         id: `g-${w.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
         binds,
-        limits: this.limits,
+        limits: this.sandboxLimits,
         network,
         command: NEUTRALISE_REPO_DRIVERS + command,
         cwd: '/workspace',
@@ -620,13 +621,11 @@ export class WorkspaceService {
     });
   }
 
-  async close(id: string, principal: string): Promise<Record<string, unknown>> {
+  async close(id: string): Promise<Record<string, unknown>> {
     return this.locked(id, async () => {
       const w = this.get(id);
       if (w.state === 'closed') return { workspaceId: id, state: 'closed', alreadyClosed: true, closedAt: w.closedAt };
       await this.removeEverything(id, 'closed by workspace_close');
-      this.d.principals.forgetWorkspace(id);
-      void principal;
       return { workspaceId: id, state: 'closed', alreadyClosed: false, closedAt: this.get(id).closedAt, filesRemoved: true };
     });
   }
@@ -635,6 +634,7 @@ export class WorkspaceService {
     for (const hook of this.closeHooks) await hook(id).catch((e) => this.d.log.error({ err: e, workspace: id }, 'close hook failed'));
     await this.stopSandbox(id);
     await this.removeFiles(id);
+    this.d.principals.forgetWorkspace(id);
     this.update(id, { state: 'closed', state_reason: reason, closed_at: nowIso(), sandbox_json: null });
   }
 
@@ -714,7 +714,6 @@ export class WorkspaceService {
     for (const id of hard) {
       await this.locked(id, async () => {
         await this.removeEverything(id, 'hard expiry: maximum workspace lifetime reached');
-        this.d.principals.forgetWorkspace(id);
         this.d.audit.record({ actor: 'system', action: 'workspace_hard_expire', target: id, outcome: 'ok' });
       }).catch((e) => this.d.log.error({ err: e, workspace: id }, 'hard expiry failed'));
     }

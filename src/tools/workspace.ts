@@ -147,7 +147,7 @@ export const workspaceClose = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.close(ctx.workspaceId(a.workspaceId), ctx.principal),
+  run: (a, ctx) => ctx.app.workspaces.close(ctx.workspaceId(a.workspaceId)),
   description: 'Stop the workspace executor and permanently delete all of its files, including unpushed commits. Push or export first if you need the work.',
   input: { workspaceId: WSID.optional() },
 });

@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, runCli, startService, type Service, httpRequest, dashboardLogin } from './harness.js';
+import { call, connectV2, startService, type Service, httpRequest, dashboardLogin } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -277,4 +277,3 @@ describe('restart', () => {
   });
 });
 
-void runCli;
