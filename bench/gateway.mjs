@@ -3,6 +3,9 @@
 // (zero-delay upstream), requests per second at concurrency 64 (20 ms upstream delay) and added time
 // to first token on a stream of 64 deltas, with ratios. Our gateway meters and enforces budgets
 // throughout (a lease with a cost budget, reservation, clamp and settlement on every request).
+// Reference targets show the floor of any separate-process hop on this machine (bench/relay.mjs): a
+// bare Node TCP relay and, when installed, socat (a C relay), which parse nothing; and the smallest
+// node:http proxy (no metering, no budget, no auth), which is the floor of an HTTP gateway on Node.
 //   node bench/gateway.mjs [--quick]
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -93,7 +96,7 @@ async function run(target, body, total, concurrency, warmup = 100) {
   lat.sort((a, b) => a - b);
   ttft.sort((a, b) => a - b);
   if (errors) console.log(`  ${target.name}: ${errors} of ${total} requests failed (last: ${lastError})`);
-  return { p50: pct(lat, 50), p99: pct(lat, 99), rps: (total / wall) * 1000, ttft50: pct(ttft, 50), ttft99: pct(ttft, 99), errors };
+  return { all: lat, p50: pct(lat, 50), p99: pct(lat, 99), rps: (total / wall) * 1000, ttft50: pct(ttft, 50), ttft99: pct(ttft, 99), errors };
 }
 
 const { startFakeProvider } = await loadFake();
@@ -129,10 +132,41 @@ try {
   procs.push(pk);
   await waitFor(`http://127.0.0.1:${pkPort}/`);
 
+  // The floor: relays that only copy bytes.
+  const relayUrl = (proc) =>
+    new Promise((resolve, reject) => {
+      let out = '';
+      proc.stdout.on('data', (d) => {
+        out += d;
+        const m = /listening at (\S+)/.exec(out);
+        if (m) resolve(m[1]);
+      });
+      proc.once('exit', (c) => reject(new Error(`relay exited ${c}`)));
+    });
+  const relay = spawn(process.execPath, [join(ROOT, 'bench/relay.mjs'), 'tcp', fake.host], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const httpRelay = spawn(process.execPath, [join(ROOT, 'bench/relay.mjs'), 'http', fake.host], { stdio: ['ignore', 'pipe', 'inherit'] });
+  procs.push(relay, httpRelay);
+  const relayBase = await relayUrl(relay);
+  const httpRelayBase = await relayUrl(httpRelay);
+  let socatBase = null;
+  try {
+    execFileSync('socat', ['-V'], { stdio: 'ignore' });
+    const sp = await freePort();
+    const so = spawn('socat', [`TCP-LISTEN:${sp},bind=127.0.0.1,fork,reuseaddr,nodelay`, `TCP:${fake.host},nodelay`], { stdio: 'ignore' });
+    procs.push(so);
+    socatBase = `http://127.0.0.1:${sp}`;
+    await waitFor(socatBase + '/');
+  } catch {
+    socatBase = null; // not installed: the Node relay alone shows the floor
+  }
+
   const targets = [
     { name: 'direct', url: fake.url + '/v1/chat/completions', headers: { authorization: 'Bearer KEY' } },
     { name: 'atelier', url: gwUrl + '/v1/chat/completions', headers: { authorization: `Bearer ${lease.token}` } },
     { name: 'portkey', url: `http://127.0.0.1:${pkPort}/v1/chat/completions`, headers: { authorization: 'Bearer KEY', 'x-portkey-provider': 'openai', 'x-portkey-custom-host': fake.url + '/v1' } },
+    { name: 'tcp-relay', url: relayBase + '/v1/chat/completions', headers: { authorization: 'Bearer KEY' }, floor: true },
+    { name: 'node-http', url: httpRelayBase + '/v1/chat/completions', headers: { authorization: 'Bearer KEY' }, floor: true },
+    ...(socatBase ? [{ name: 'socat', url: socatBase + '/v1/chat/completions', headers: { authorization: 'Bearer KEY' }, floor: true }] : []),
   ];
   const msg = (extra) => JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: `Say hello. ${extra}` }], max_completion_tokens: 256, ...(extra.includes('deltas') ? { stream: true } : {}) });
   // Fail fast, but give Portkey a moment: it answers 500 while it is still initialising.
@@ -151,19 +185,30 @@ try {
 
   const res = {};
   fake.delayMs = 0;
-  for (const t of targets) res[t.name] = { c1: await run(t, msg(''), N1, 1) };
+  // Concurrency 1 in rotating blocks, so a noisy second on the machine falls on every path alike.
+  const lat1 = Object.fromEntries(targets.map((t) => [t.name, []]));
+  for (const t of targets) await run(t, msg(''), 100, 1, 0);
+  for (let done = 0; done < N1; done += 250) for (const t of targets) lat1[t.name].push(...(await run(t, msg(''), Math.min(250, N1 - done), 1, 0)).all);
+  for (const t of targets) {
+    const l = lat1[t.name].sort((a, b) => a - b);
+    res[t.name] = { c1: { p50: pct(l, 50), p99: pct(l, 99) } };
+  }
   fake.delayMs = 20;
-  for (const t of targets) res[t.name].c64 = await run(t, msg(''), N64, 64, 64);
+  for (const t of targets) res[t.name].c64 = t.floor ? null : await run(t, msg(''), N64, 64, 64);
   fake.delayMs = 0;
-  for (const t of targets) res[t.name].stream = await run(t, msg('#deltas=64'), NT, 1, 30);
+  for (const t of targets) res[t.name].stream = t.floor ? null : await run(t, msg('#deltas=64'), NT, 1, 30);
 
   const d = res.direct;
   console.log(`\nModel gateway benchmark (${quick ? 'quick' : 'full'}; fake upstream on loopback; our gateway meters and enforces a budget on every request)\n`);
   console.log('path      c1 p50       c1 p99       added p50    added p99    c64 rps (20 ms upstream)   ttft p50     added ttft p50  added ttft p99');
   for (const t of targets) {
     const r = res[t.name];
+    if (t.floor) {
+      console.log(`${t.name.padEnd(10)} ${fmt(r.c1.p50).padEnd(12)} ${fmt(r.c1.p99).padEnd(12)} ${fmt(r.c1.p50 - d.c1.p50).padEnd(12)} ${fmt(r.c1.p99 - d.c1.p99).padEnd(12)} (reference: ${t.name === 'node-http' ? 'a bare node:http proxy' : 'copies bytes only'})`);
+      continue;
+    }
     console.log(
-      `${t.name.padEnd(9)} ${fmt(r.c1.p50).padEnd(12)} ${fmt(r.c1.p99).padEnd(12)} ${fmt(r.c1.p50 - d.c1.p50).padEnd(12)} ${fmt(r.c1.p99 - d.c1.p99).padEnd(12)} ${r.c64.rps.toFixed(0).padEnd(26)} ${fmt(r.stream.ttft50).padEnd(12)} ${fmt(r.stream.ttft50 - d.stream.ttft50).padEnd(15)} ${fmt(r.stream.ttft99 - d.stream.ttft99)}`,
+      `${t.name.padEnd(10)} ${fmt(r.c1.p50).padEnd(12)} ${fmt(r.c1.p99).padEnd(12)} ${fmt(r.c1.p50 - d.c1.p50).padEnd(12)} ${fmt(r.c1.p99 - d.c1.p99).padEnd(12)} ${r.c64.rps.toFixed(0).padEnd(26)} ${fmt(r.stream.ttft50).padEnd(12)} ${fmt(r.stream.ttft50 - d.stream.ttft50).padEnd(15)} ${fmt(r.stream.ttft99 - d.stream.ttft99)}`,
     );
   }
   const a = res.atelier;
@@ -171,8 +216,13 @@ try {
   const addA = a.c1.p99 - d.c1.p99;
   const addP = p.c1.p99 - d.c1.p99;
   console.log(`\nadded p99: atelier ${fmt(addA)} vs portkey ${fmt(addP)} -> ratio ${(addA / addP).toFixed(3)} (goal < 1 ms and < 0.25)`);
+  const floors = targets.filter((t) => t.floor).map((t) => `${t.name} ${fmt(res[t.name].c1.p99 - d.c1.p99)}`);
+  const nodeFloor = res['node-http'].c1.p99 - d.c1.p99;
+  console.log(`floors (added p99 of relays that do no gateway work): ${floors.join(', ')}`);
+  console.log(`atelier's added p99 is ${(addA / nodeFloor).toFixed(2)}x that of the bare node:http proxy (${fmt(addA - nodeFloor)} above it)`);
   console.log(`throughput at c64: atelier ${a.c64.rps.toFixed(0)} rps vs portkey ${p.c64.rps.toFixed(0)} rps -> ${(a.c64.rps / p.c64.rps).toFixed(2)}x (goal >= 3x); direct ${d.c64.rps.toFixed(0)} rps`);
-  console.log(`added ttft p50: atelier ${fmt(a.stream.ttft50 - d.stream.ttft50)} vs portkey ${fmt(p.stream.ttft50 - d.stream.ttft50)}`);
+  const pkStream = p.stream.errors < NT ? fmt(p.stream.ttft50 - d.stream.ttft50) : 'n/a (Portkey answered every streamed request with an error)';
+  console.log(`added ttft p50: atelier ${fmt(a.stream.ttft50 - d.stream.ttft50)} vs portkey ${pkStream}`);
   const info = await fetch(`${gwUrl}/admin/leases/${lease.leaseId}`, { headers: { authorization: `Bearer ${secret}` } }).then((r) => r.json());
   console.log(`metered on the bench lease: ${info.used.inputTokens} input and ${info.used.outputTokens} output tokens, ${info.used.costMicros} micro-USD; reserved now ${info.reserved.costMicros}`);
 } finally {
