@@ -17,6 +17,7 @@ import { AuditLog } from './core/audit.js';
 import { PrincipalState } from './core/principals.js';
 import { EnvironmentService } from './services/environments.js';
 import { RepositoryPolicy } from './services/repos.js';
+import { RepoCredentialStore } from './services/repo-credentials.js';
 import { WorkspaceService } from './services/workspaces.js';
 import { FileService } from './services/files.js';
 import { CommandService } from './services/commands.js';
@@ -43,6 +44,8 @@ export interface App {
   readonly principals: PrincipalState;
   readonly environments: EnvironmentService;
   readonly repos: RepositoryPolicy;
+  /** Repository credentials of the broker: tokens and GitHub Apps, sealed at rest (issue #6). */
+  readonly repoCredentials: RepoCredentialStore;
   readonly executor: Executor;
   readonly workspaces: WorkspaceService;
   /** Files and code intelligence through the workspace daemon (issue #4). */
@@ -114,13 +117,14 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const principals = new PrincipalState(db);
   const environments = new EnvironmentService(db, secrets);
   const repos = new RepositoryPolicy(config.configPath);
+  const repoCredentials = new RepoCredentialStore({ db, secrets, audit, extraCaPem: () => repos.extraCaPem() });
   const executor: Executor = new BwrapExecutor({
     runDir: join(config.dataDir, 'run'),
     uid: config.sandboxUid,
     gid: config.sandboxUid,
     bwrapPath: config.sandboxBwrapPath,
   });
-  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, environments, sandboxDisabledReason: opts.sandboxDisabledReason });
+  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, sandboxDisabledReason: opts.sandboxDisabledReason });
   const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces });
   workspaces.onClose((id) => commands.forgetWorkspace(id));
   const spend = new SpendService(db);
@@ -141,6 +145,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     principals,
     environments,
     repos,
+    repoCredentials,
     executor,
     workspaces,
     files: new FileService({ workspaces, executor, cursors }),

@@ -14,12 +14,12 @@ export async function reposCommand(sub: string | undefined, positional: string[]
   const config = loadConfig(common);
   const file = config.configPath;
   if (sub === 'list') {
-    const s = existsSync(file) ? readRepositorySettings(file) : { allow: [], deny: [], extraCaCertificates: [], credentials: [] };
+    const s = existsSync(file) ? readRepositorySettings(file) : { allow: [], deny: [], extraCaCertificates: [] };
     out(`config file: ${file}\n`);
     out(`allow:\n${s.allow.map((r) => `  ${r}\n`).join('') || '  (none: no repository can be opened)\n'}`);
     out(`deny:\n${s.deny.map((r) => `  ${r}\n`).join('') || '  (none)\n'}`);
     if (s.extraCaCertificates.length) out(`extra CA certificates:\n${s.extraCaCertificates.map((c) => `  ${c}\n`).join('')}`);
-    if (s.credentials.length) out(`credentials for:\n${s.credentials.map((c) => `  ${c.prefix}\n`).join('')}`);
+    out('repository credentials: `atelier credentials list`\n');
     return;
   }
   if (sub !== 'allow' && sub !== 'deny' && sub !== 'remove') throw new ConfigError('usage: atelier repos allow|deny|remove URL-or-PREFIX/* ... | atelier repos list');

@@ -2,13 +2,17 @@
  * bin/atelier: serve, token create|list|revoke, owner set-password, doctor.
  * Every serve flag is also an ATELIER_* variable and a config.json key (see core/config.ts).
  */
+import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
+import { readRepositorySettings } from '../services/repos.js';
 import { createApp, type App } from '../app.js';
 import { ConfigError, SETTINGS, loadConfig, parseFlags } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
 import { startServer } from '../server.js';
 import { runDoctor, sandboxProblems } from './doctor.js';
 import { envCommand, reposCommand } from './admin.js';
+import { CREDENTIALS_FLAGS, credentialsCommand } from './credentials.js';
+import { repoCredentialRoutes } from '../dashboard/repo-credentials.js';
 import { environmentRoutes } from '../dashboard/environments.js';
 import { approvalRoutes } from '../dashboard/approvals.js';
 import { SPEND_SERVED_PATHS, spendRoutes } from '../dashboard/spend.js';
@@ -28,6 +32,8 @@ Usage:
   atelier env create NAME | list | show ENV | delete ENV
   atelier env set ENV|global NAME [--secret] [--description D]   value from stdin (or NAME=VALUE for variables)
   atelier env unset ENV|global NAME
+  atelier credentials list | add-token PREFIX | add-github-app PREFIX --app-id ID --private-key-file F | rotate ID | remove ID | test ID URL
+                                          repository credentials of the broker (secrets from stdin or a file; see docs/credentials.md)
   atelier gateway --admin-secret-file F  run the model gateway alone (serve starts one by default)
   atelier doctor                          check sandboxing, git, rg and ctags; say how to fix
   atelier --version | --help
@@ -86,6 +92,8 @@ function withApp<T>(common: string[], fn: (app: App) => Promise<T> | T): Promise
 async function serve(argv: string[]): Promise<void> {
   parseFlags(argv); // reject unknown flags before anything is created
   const config = loadConfig(argv);
+  // A bad "repositories" section (or the retired "repositories.credentials") stops start-up with its message.
+  if (existsSync(config.configPath)) readRepositorySettings(config.configPath);
   const problems = await sandboxProblems(config.sandboxBwrapPath);
   if (problems.length > 0 && !config.unsafeNoSandbox) {
     throw new ConfigError(
@@ -113,7 +121,7 @@ async function serve(argv: string[]): Promise<void> {
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     app.close();
     const err = e as NodeJS.ErrnoException;
@@ -237,6 +245,11 @@ export async function main(argv: string[]): Promise<number> {
         const { common, rest } = splitCommon(rest0(argv), ['--secret', '--description']);
         await envCommand(argv[1], positionals(rest), rest, common, readSecretFromStdin, (t) => process.stdout.write(t));
         return 0;
+      }
+      case 'credentials': {
+        const { common, rest } = splitCommon(rest0(argv), CREDENTIALS_FLAGS);
+        await credentialsCommand(argv[1], positionals(rest), rest, (fn) => withApp(common, fn), readSecretFromStdin, (t) => process.stdout.write(t));
+        return process.exitCode === 1 ? 1 : 0;
       }
       case '--version':
       case 'version':

@@ -1,15 +1,14 @@
 /**
- * Approved repositories: which HTTPS repositories may be opened, extra CA certificates for
- * repository hosts, and per-host tokens (the credential broker's source until owner-managed
- * credentials land). All of it lives under "repositories" in the config file, which the CLI
+ * Approved repositories: which HTTPS repositories may be opened, and extra CA certificates for
+ * repository hosts. Both live under "repositories" in the config file, which the CLI
  * (`atelier repos allow|deny|list`) edits; the file is re-read when it changes, so a running
- * service applies a change without a restart.
+ * service applies a change without a restart. Credentials do not live here: they are sealed in the
+ * database (services/repo-credentials.ts, `atelier credentials ...`).
  *
  *   "repositories": {
  *     "allow": ["https://github.com/acme/widgets.git", "https://git.internal.example/team/*"],
  *     "deny":  ["https://git.internal.example/team/secret.git"],
- *     "extraCaCertificates": ["/etc/atelier/internal-ca.pem"],
- *     "credentials": [{ "prefix": "https://git.internal.example/", "username": "x-access-token", "tokenFile": "/etc/atelier/git-token" }]
+ *     "extraCaCertificates": ["/etc/atelier/internal-ca.pem"]
  *   }
  *
  * A rule ending in "/*" (or "/") is a prefix at a path boundary; any other rule is one exact
@@ -20,18 +19,10 @@ import { existsSync, readFileSync, statSync, writeFileSync, renameSync } from 'n
 import { ServiceError } from '../core/errors.js';
 import { ConfigError } from '../core/config.js';
 
-export interface RepoCredentialSetting {
-  prefix: string;
-  username?: string;
-  token?: string;
-  tokenFile?: string;
-}
-
 export interface RepositorySettings {
   allow: string[];
   deny: string[];
   extraCaCertificates: string[];
-  credentials: RepoCredentialSetting[];
 }
 
 export interface ParsedRepoUrl {
@@ -44,7 +35,7 @@ export interface ParsedRepoUrl {
   path: string;
 }
 
-const EMPTY: RepositorySettings = { allow: [], deny: [], extraCaCertificates: [], credentials: [] };
+const EMPTY: RepositorySettings = { allow: [], deny: [], extraCaCertificates: [] };
 
 /** Validates a repository URL's shape (not yet whether it is approved). */
 export function parseRepoUrl(raw: string, field = 'repositoryUrl'): ParsedRepoUrl {
@@ -120,25 +111,6 @@ export class RepositoryPolicy {
     return repo;
   }
 
-  /** The token for a repository URL (longest matching prefix), or null. Never logged or returned. */
-  credentialFor(repo: ParsedRepoUrl): { username: string; token: string } | null {
-    const matches = this.settings()
-      .credentials.filter((c) => {
-        try {
-          const p = parseRepoUrl(c.prefix.endsWith('/') ? c.prefix + 'x' : c.prefix, 'prefix');
-          return p.authority === repo.authority && repo.path.startsWith(p.path.replace(/x$/, ''));
-        } catch {
-          return false;
-        }
-      })
-      .sort((a, b) => b.prefix.length - a.prefix.length);
-    const c = matches[0];
-    if (!c) return null;
-    const token = c.token ?? (c.tokenFile ? readFileSync(c.tokenFile, 'utf8').trim() : '');
-    if (!token) return null;
-    return { username: c.username ?? 'x-access-token', token };
-  }
-
   /** PEM text of the operator's extra CA certificates ('' when none). */
   extraCaPem(): string {
     return this.settings()
@@ -169,13 +141,12 @@ export function readRepositorySettings(file: string): RepositorySettings {
   for (const ca of extraCaCertificates) {
     if (!existsSync(ca)) throw new ConfigError(`config file ${file}: "repositories.extraCaCertificates" names ${ca}, which does not exist`);
   }
-  const credentials = (r.credentials ?? []) as RepoCredentialSetting[];
-  if (!Array.isArray(credentials)) throw new ConfigError(`config file ${file}: "repositories.credentials" must be a list`);
-  for (const c of credentials) {
-    if (typeof c?.prefix !== 'string' || (c.token === undefined && c.tokenFile === undefined))
-      throw new ConfigError(`config file ${file}: each "repositories.credentials" entry needs "prefix" and "token" or "tokenFile"`);
-  }
-  return { allow, deny, extraCaCertificates, credentials };
+  if (r.credentials !== undefined)
+    throw new ConfigError(
+      `config file ${file}: "repositories.credentials" is no longer read: repository credentials are sealed in the database. ` +
+        'Add each with `atelier credentials add-token PREFIX --username NAME < token-file` (or add-github-app), then remove the section; see docs/credentials.md',
+    );
+  return { allow, deny, extraCaCertificates };
 }
 
 export function validateRule(rule: string, where = 'rule'): void {

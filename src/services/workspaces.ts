@@ -29,6 +29,7 @@ import type { RepositoryPolicy, ParsedRepoUrl } from './repos.js';
 import { parseRepoUrl } from './repos.js';
 import type { EnvironmentService } from './environments.js';
 import { startCredentialBroker, CRED_SOCKET_DIR } from './broker.js';
+import type { RepoCredentialStore } from './repo-credentials.js';
 import { readFileSync } from 'node:fs';
 import { NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
 
@@ -78,6 +79,7 @@ interface Deps {
   cursors: CursorCodec;
   executor: Executor;
   repos: RepositoryPolicy;
+  repoCredentials: RepoCredentialStore;
   environments: EnvironmentService;
   /** Set in unsafe development mode: no sandboxes can be made, so no workspace opens. */
   sandboxDisabledReason?: string;
@@ -325,7 +327,7 @@ export class WorkspaceService {
         broker = await startCredentialBroker({
           runDir,
           repo: opts.repo,
-          credential: this.d.repos.credentialFor(opts.repo),
+          credential: await this.d.repoCredentials.resolve(opts.repo),
           uid: this.d.config.sandboxUid,
           gid: this.d.config.sandboxUid,
         });
@@ -506,13 +508,14 @@ export class WorkspaceService {
   capabilities(id: string): Record<string, unknown> {
     const w = this.get(id);
     const repo = parseRepoUrl(w.repositoryUrl);
-    const hasCredential = this.d.repos.credentialFor(repo) !== null;
+    const cred = this.d.repoCredentials.match(repo);
+    const hasCredential = cred !== null;
     return {
       workspaceId: id,
       state: w.state,
       repository: { url: w.repositoryUrl, host: repo.authority },
       network: { profile: w.networkProfile, egress: w.networkProfile === 'dependency-access' ? 'configured package registries only, through the egress proxy' : 'none (loopback only)' },
-      git: { fetch: true, push: hasCredential, credentialSource: hasCredential ? 'broker' : 'none: the operator has no credential for this host; pushes will be refused by the host' },
+      git: { fetch: true, push: hasCredential, credentialSource: cred ? `broker (${cred.kind === 'github_app' ? 'GitHub App installation token, minted per operation' : 'owner-managed token'})` : 'none: the owner has no repository credential covering this repository (atelier credentials add-token|add-github-app); pushes will be refused by the host' },
       commands: { exec: true, privileged: 'approval required (approvalGrantToken from the owner)' },
       packages: { enabled: this.d.config.packagesEnabled },
       environment: { id: w.environmentId, injected: w.envInjected },

@@ -10,6 +10,7 @@
  *   services/spend        spend_reservations, spend_policies, spend_cursor
  *   services/commands     operations, tasks, terminals, approvals
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
+ *   services/repo-credentials repo_credentials
  */
 export interface Migration {
   version: number;
@@ -286,6 +287,29 @@ export const MIGRATIONS: Migration[] = [
         fetched_at TEXT NOT NULL,
         last_error TEXT,
         last_attempt_at TEXT
+      );
+    `,
+  },
+  {
+    version: 6,
+    name: 'repository credentials',
+    sql: `
+      CREATE TABLE repo_credentials (
+        id TEXT PRIMARY KEY,
+        prefix TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL CHECK (kind IN ('token', 'github_app')),
+        label TEXT NOT NULL DEFAULT '',
+        username TEXT,
+        app_id TEXT,
+        installation_id TEXT,
+        api_url TEXT,
+        secret_version INTEGER NOT NULL,
+        secret_sealed TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_used_at TEXT,
+        last_error TEXT
       );
     `,
   },

@@ -1,12 +1,13 @@
 /**
  * A service wired to an HTTPS git host on loopback: the repository prefix approved, the host's CA
- * trusted and its token given to the credential broker, as an operator would configure it.
+ * trusted and its token given to the credential broker (`atelier credentials add-token`), as an
+ * operator would configure it.
  */
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startGitHost, type GitHost } from '../fixtures/githost.js';
-import { startService, type Service, type StartOptions } from './harness.js';
+import { runCli, startService, type Service, type StartOptions } from './harness.js';
 
 export interface WorkspaceEnv {
   host: GitHost;
@@ -26,8 +27,6 @@ export const REPO_FILES: Record<string, string> = {
 };
 
 export async function configFor(host: GitHost, dataDir: string, extra: Record<string, unknown> = {}): Promise<void> {
-  const tokenFile = join(dataDir, 'githost.token');
-  writeFileSync(tokenFile, host.token + '\n', { mode: 0o600 });
   writeFileSync(
     join(dataDir, 'config.json'),
     JSON.stringify({
@@ -35,7 +34,6 @@ export async function configFor(host: GitHost, dataDir: string, extra: Record<st
         allow: [`${host.url}/approved/*`],
         deny: [`${host.url}/approved/denied.git`],
         extraCaCertificates: [host.caCertPath],
-        credentials: [{ prefix: `${host.url}/`, username: 'x-access-token', tokenFile }],
       },
       sandboxMemoryMb: 256,
       sandboxPidsMax: 128,
@@ -43,6 +41,8 @@ export async function configFor(host: GitHost, dataDir: string, extra: Record<st
       ...extra,
     }),
   );
+  const added = await runCli(['credentials', 'add-token', `${host.url}/`, '--username', 'x-access-token', '--label', 'githost fixture', '--data-dir', dataDir], { input: host.token + '\n' });
+  if (added.code !== 0 && !/already has credential/.test(added.stderr)) throw new Error(`atelier credentials add-token failed: ${added.stderr}`);
 }
 
 export async function startWorkspaceService(host: GitHost, opts: StartOptions & { config?: Record<string, unknown> } = {}): Promise<Service> {
