@@ -170,6 +170,8 @@ describe('the broker uses them', () => {
     const e = await err('workspace_open', { repositoryUrl: urls.noinst, idempotencyKey: 'open-noinst' });
     expect(e.code).toBe('FAILED_PRECONDITION');
     expect(e.message).toContain(`repository credential ${appCred} (GitHub App ${gh.appId}): the app is not installed on approved/noinst`);
+    const open = (await ok('workspace_list', {})).workspaces as Array<{ repositoryUrl: string }>;
+    expect(open.map((w) => w.repositoryUrl)).not.toContain(urls.noinst); // a failed open leaves nothing
     const list = JSON.parse((await cli(['credentials', 'list', '--json'])).stdout) as Array<Record<string, unknown>>;
     expect(list.find((x) => x.id === appCred)!.lastError).toMatch(/not installed on approved\/noinst/);
   });
