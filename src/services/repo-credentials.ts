@@ -185,6 +185,12 @@ export class RepoCredentialStore {
     return (this.d.now ?? Date.now)();
   }
 
+  /** TLS trust for the runner's own HTTPS calls: the system CAs plus the operator's extra CAs. */
+  private caOption(): { ca?: string[] } {
+    const extra = this.d.extraCaPem();
+    return extra ? { ca: [...rootCertificates, extra] } : {};
+  }
+
   private meta(r: Row): RepoCredentialMeta {
     return {
       id: r.id,
@@ -365,7 +371,6 @@ export class RepoCredentialStore {
 
   /** One GitHub REST call with the app JWT. Trusts the system CAs plus the operator's extra CAs; never follows redirects. */
   private api(base: string, method: string, path: string, jwt: string, body?: unknown): Promise<{ status: number; body: Record<string, unknown> | null }> {
-    const extra = this.d.extraCaPem();
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     return new Promise((resolve, reject) => {
       const req = httpsRequest(
@@ -373,7 +378,7 @@ export class RepoCredentialStore {
         {
           method,
           timeout: API_TIMEOUT_MS,
-          ...(extra ? { ca: [...rootCertificates, extra] } : {}),
+          ...this.caOption(),
           headers: {
             accept: 'application/vnd.github+json',
             authorization: `Bearer ${jwt}`,
@@ -419,14 +424,13 @@ export class RepoCredentialStore {
     const m = this.match(repo);
     if (!m || m.id !== id) throw bad('repositoryUrl', `${repo.url} is not covered by ${id} (prefix ${meta.prefix})${m ? `; ${m.id} (${m.prefix}) covers it` : ''}`);
     const c = (await this.resolve(repo))!;
-    const extra = this.d.extraCaPem();
     const status = await new Promise<number | null>((resolve) => {
       const req = httpsRequest(
         `${repo.url}/info/refs?service=git-upload-pack`,
         {
           method: 'GET',
           timeout: API_TIMEOUT_MS,
-          ...(extra ? { ca: [...rootCertificates, extra] } : {}),
+          ...this.caOption(),
           headers: { authorization: 'Basic ' + Buffer.from(`${c.username}:${c.token}`).toString('base64'), 'user-agent': 'git/2 (atelier-credential-test)', 'git-protocol': 'version=2' },
         },
         (res) => {
