@@ -13,7 +13,7 @@ import { Agent, request } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT, pct, fmt } from './lib.mjs';
+import { ROOT, measure, pct, fmt } from './lib.mjs';
 
 const quick = process.argv.includes('--quick');
 const N1 = quick ? 500 : 3000;
@@ -71,32 +71,23 @@ function post(target, body) {
 }
 
 async function run(target, body, total, concurrency, warmup = 100) {
-  for (let i = 0; i < warmup; i++) await post(target, body);
-  const lat = [];
   let errors = 0;
   let lastError = null;
   const ttft = [];
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < total) {
-        next++;
-        const r = await post(target, body);
-        if (r.error) {
-          errors++;
-          lastError = r.error;
-        }
-        lat.push(r.total);
-        ttft.push(r.ttft);
+  const m = await measure(
+    async () => {
+      const r = await post(target, body);
+      if (r.error) {
+        errors++;
+        lastError = r.error;
       }
-    }),
+      ttft.push(r.ttft);
+    },
+    { total, concurrency, warmup },
   );
-  const wall = performance.now() - t0;
-  lat.sort((a, b) => a - b);
   ttft.sort((a, b) => a - b);
   if (errors) console.log(`  ${target.name}: ${errors} of ${total} requests failed (last: ${lastError})`);
-  return { all: lat, p50: pct(lat, 50), p99: pct(lat, 99), rps: (total / wall) * 1000, ttft50: pct(ttft, 50), ttft99: pct(ttft, 99), errors };
+  return { ...m, ttft50: pct(ttft, 50), ttft99: pct(ttft, 99), errors };
 }
 
 const { startFakeProvider } = await loadFake();
@@ -208,7 +199,7 @@ try {
       continue;
     }
     console.log(
-      `${t.name.padEnd(10)} ${fmt(r.c1.p50).padEnd(12)} ${fmt(r.c1.p99).padEnd(12)} ${fmt(r.c1.p50 - d.c1.p50).padEnd(12)} ${fmt(r.c1.p99 - d.c1.p99).padEnd(12)} ${r.c64.rps.toFixed(0).padEnd(26)} ${fmt(r.stream.ttft50).padEnd(12)} ${fmt(r.stream.ttft50 - d.stream.ttft50).padEnd(15)} ${fmt(r.stream.ttft99 - d.stream.ttft99)}`,
+      `${t.name.padEnd(10)} ${fmt(r.c1.p50).padEnd(12)} ${fmt(r.c1.p99).padEnd(12)} ${fmt(r.c1.p50 - d.c1.p50).padEnd(12)} ${fmt(r.c1.p99 - d.c1.p99).padEnd(12)} ${r.c64.rps.toFixed(0).padEnd(26)} ${r.stream.errors < NT ? `${fmt(r.stream.ttft50).padEnd(12)} ${fmt(r.stream.ttft50 - d.stream.ttft50).padEnd(15)} ${fmt(r.stream.ttft99 - d.stream.ttft99)}` : 'n/a (every streamed request failed)'}`,
     );
   }
   const a = res.atelier;

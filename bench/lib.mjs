@@ -35,7 +35,7 @@ export function pct(sorted, p) {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
-/** Runs `fn` `total` times with `concurrency` in flight; returns sorted latencies in ms and wall time. */
+/** Runs `fn` `total` times with `concurrency` in flight; returns percentiles, throughput and the sorted latencies (ms). */
 export async function measure(fn, { total, concurrency, warmup = 50 }) {
   for (let i = 0; i < warmup; i++) await fn();
   const lat = [];
@@ -53,7 +53,7 @@ export async function measure(fn, { total, concurrency, warmup = 50 }) {
   );
   const wall = performance.now() - t0;
   lat.sort((a, b) => a - b);
-  return { p50: pct(lat, 50), p99: pct(lat, 99), rps: (total / wall) * 1000 };
+  return { all: lat, p50: pct(lat, 50), p99: pct(lat, 99), rps: (total / wall) * 1000 };
 }
 
 export const fmt = (ms) => `${ms.toFixed(3)} ms`;

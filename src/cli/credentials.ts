@@ -83,9 +83,10 @@ export async function credentialsCommand(
     case 'rotate': {
       const [id] = positional;
       if (!id) throw new ConfigError(CREDENTIALS_USAGE);
-      const kind = await withApp((app) => app.repoCredentials.get(id).kind);
-      const secret = kind === 'github_app' ? readKeyFile(flags) : await readSecret(`New token for ${id}: `);
-      return withApp((app) => show(app.repoCredentials.rotate(id, secret, 'cli'), 'rotated'));
+      return withApp(async (app) => {
+        const secret = app.repoCredentials.get(id).kind === 'github_app' ? readKeyFile(flags) : await readSecret(`New token for ${id}: `);
+        show(app.repoCredentials.rotate(id, secret, 'cli'), 'rotated');
+      });
     }
     case 'remove': {
       const [id] = positional;

@@ -304,11 +304,15 @@ export class RepoCredentialStore {
     for (const k of this.minted.keys()) if (k.startsWith(id + ':')) this.minted.delete(k);
   }
 
+  private matchRow(repo: ParsedRepoUrl): Row | null {
+    const rows = this.d.db.prepare('SELECT * FROM repo_credentials WHERE prefix LIKE ?').all(`https://${repo.authority}/%`) as Row[];
+    return rows.filter((r) => prefixCovers(r.prefix, repo)).sort((a, b) => b.prefix.length - a.prefix.length)[0] ?? null;
+  }
+
   /** The credential covering a repository (longest prefix), without touching its secret. */
   match(repo: ParsedRepoUrl): RepoCredentialMeta | null {
-    const rows = this.d.db.prepare('SELECT * FROM repo_credentials WHERE prefix LIKE ?').all(`https://${repo.authority}/%`) as Row[];
-    const best = rows.filter((r) => prefixCovers(r.prefix, repo)).sort((a, b) => b.prefix.length - a.prefix.length)[0];
-    return best ? this.meta(best) : null;
+    const r = this.matchRow(repo);
+    return r ? this.meta(r) : null;
   }
 
   /**
@@ -317,9 +321,8 @@ export class RepoCredentialStore {
    * while it has more than five minutes to live. Failures name the credential and what GitHub said.
    */
   async resolve(repo: ParsedRepoUrl): Promise<ResolvedCredential | null> {
-    const m = this.match(repo);
-    if (!m) return null;
-    const r = this.row(m.id);
+    const r = this.matchRow(repo);
+    if (!r) return null;
     const secret = this.d.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
     this.d.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), r.id);
     if (r.kind === 'token') return { username: r.username ?? 'x-access-token', token: secret, credentialId: r.id, kind: 'token' };
