@@ -30,6 +30,7 @@ import { ModelService } from './services/models.js';
 import { PriceList } from './services/price-list.js';
 import { ModelCatalog } from './services/model-catalog.js';
 import { ConnectionChecks } from './services/model-checks.js';
+import { ApprovalService } from './services/approvals.js';
 
 export interface App {
   readonly config: Config;
@@ -59,6 +60,8 @@ export interface App {
   readonly modelCatalog: ModelCatalog;
   readonly modelChecks: ConnectionChecks;
   readonly commands: CommandService;
+  /** Owner approvals of every kind: one queue, grants, audit (issue #13). */
+  readonly approvals: ApprovalService;
   /** Git and worktrees (issue #6). */
   readonly git: GitService;
   /** True when the database was created by this start (first run). */
@@ -150,6 +153,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     workspaces,
     files: new FileService({ workspaces, executor, cursors }),
     commands,
+    approvals: new ApprovalService({ db, audit }),
     git: new GitService({ workspaces, cursors, repos, audit }),
     spend,
     gateway,

@@ -5,8 +5,11 @@ import { nowIso } from './clock.js';
 
 export type AuditOutcome = 'ok' | 'refused' | 'failed';
 
+/** Who acts: a transport, the system itself, or an agent by its id (agent_…). */
+export type Actor = 'mcp' | 'dashboard' | 'cli' | 'system' | `agent_${string}`;
+
 export interface AuditEntry {
-  actor: 'mcp' | 'dashboard' | 'cli' | 'system';
+  actor: Actor;
   principal?: string | null;
   action: string;
   target?: string | null;

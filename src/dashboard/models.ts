@@ -24,7 +24,7 @@ import type { FastifyInstance } from 'fastify';
 import { sendError, type ApiRegistrar } from './routes.js';
 import type { App } from '../app.js';
 import { ServiceError } from '../core/errors.js';
-import { ToolRegistry } from '../mcp/registry.js';
+import { ToolParser } from '../tools/validate.js';
 import { tools as modelTools } from '../tools/models.js';
 import { PROVIDER_IDS, type ProviderId } from '../core/providers.js';
 
@@ -81,7 +81,7 @@ export const modelRoutes: ApiRegistrar = (parent, app) => {
 };
 
 function register(api: FastifyInstance, app: App): void {
-  const parser = new ToolRegistry(modelTools);
+  const parser = new ToolParser(modelTools);
   const m = app.models;
 
   // ---- registry and credentials ----

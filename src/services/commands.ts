@@ -1,7 +1,7 @@
 /**
  * Commands beyond one synchronous exec: async operations, background tasks with dependencies,
- * interactive terminals (shells and named sessions) and the approval flow for privileged commands.
- * Owns tables: operations, tasks, terminals, approvals. Output of operations and tasks is kept on
+ * interactive terminals (shells and named sessions) and privileged runs (their grants come from
+ * services/approvals). Owns tables: operations, tasks, terminals. Output of operations and tasks is kept on
  * disk (<dataDir>/state/output/<id>.log, merged stdout and stderr in the order written) up to a
  * configured cap, never in memory. State names: docs/commands.md.
  */
@@ -22,7 +22,6 @@ import { safeEqual, sha256Hex } from '../core/crypto.js';
 
 export type RunState = 'pending' | 'running' | 'succeeded' | 'failed' | 'timed_out' | 'cancelled' | 'dependency_failed' | 'interrupted';
 const ENDED: RunState[] = ['succeeded', 'failed', 'timed_out', 'cancelled', 'dependency_failed', 'interrupted'];
-export const GRANT_TTL_MS = 10 * 60 * 1000;
 const OUTPUT_PAGE = 65536;
 
 interface Deps {
@@ -385,67 +384,6 @@ export class CommandService {
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
     return { sessions: page.map((r) => this.describeTerm(r)), nextCursor: rows.length > limit && last ? this.d.cursors.encode('sessions_list', { c: last.created_at, i: last.id }) : null };
-  }
-
-  // ---------- privileged commands: approvals ----------
-
-  /** Refuses with a pending approval request, or consumes a valid grant and returns the approval id. */
-  consumeGrant(workspaceId: string, command: string, token: string | undefined, principal: string): string {
-    const sha = sha256Hex(command);
-    if (!token) {
-      const existing = this.d.db.prepare("SELECT id FROM approvals WHERE workspace_id = ? AND command_sha256 = ? AND state = 'pending'").pluck().get(workspaceId, sha) as string | undefined;
-      const id = existing ?? newId('approval');
-      if (!existing)
-        this.d.db
-          .prepare("INSERT INTO approvals (id, workspace_id, command_sha256, command_preview, state, created_at) VALUES (?, ?, ?, ?, 'pending', ?)")
-          .run(id, workspaceId, sha, command.length > 500 ? command.slice(0, 500) + '…' : command, nowIso());
-      this.d.audit.record({ actor: 'mcp', principal, action: 'privileged_request', target: id, outcome: 'refused', reason: 'approval required' });
-      throw new ServiceError(
-        'PERMISSION_DENIED',
-        `approvalGrantToken: privileged commands need the owner's approval. Approval request ${id} is pending: the owner approves it on the dashboard (POST /api/v1/approvals/${id}/approve), which issues a single-use grant for this workspace and this exact command, valid ${GRANT_TTL_MS / 60000} minutes; then call exec_run again with privileged true and approvalGrantToken`,
-        { field: 'approvalGrantToken', approvalRequestId: id, commandSha256: sha },
-      );
-    }
-    const rows = this.d.db.prepare("SELECT * FROM approvals WHERE state = 'approved' AND grant_hash = ?").all(sha256Hex(token)) as Array<Record<string, string>>;
-    const a = rows[0];
-    const bad = (why: string) => {
-      this.d.audit.record({ actor: 'mcp', principal, action: 'privileged_exec', target: workspaceId, outcome: 'refused', reason: why });
-      return new ServiceError('PERMISSION_DENIED', `approvalGrantToken: ${why}; ask the owner for a new approval (call exec_run privileged without a token to file one)`, { field: 'approvalGrantToken' });
-    };
-    if (!a || !safeEqual(a.grant_hash!, sha256Hex(token))) throw bad('unknown, used or expired grant');
-    if (Date.parse(a.grant_expires_at!) <= Date.now()) {
-      this.d.db.prepare("UPDATE approvals SET state = 'expired' WHERE id = ?").run(a.id);
-      throw bad('the grant expired');
-    }
-    if (a.workspace_id !== workspaceId) throw bad('the grant is for another workspace');
-    if (a.command_sha256 !== sha) throw bad('the grant is for another command (it binds the exact command text)');
-    const used = this.d.db.prepare("UPDATE approvals SET state = 'used', used_at = ? WHERE id = ? AND state = 'approved'").run(nowIso(), a.id);
-    if (used.changes !== 1) throw bad('the grant was already used');
-    this.d.audit.record({ actor: 'mcp', principal, action: 'privileged_exec', target: workspaceId, outcome: 'ok', details: { approvalId: a.id } });
-    return a.id!;
-  }
-
-  listApprovals(state?: string): Array<Record<string, unknown>> {
-    const rows = (state
-      ? this.d.db.prepare('SELECT * FROM approvals WHERE state = ? ORDER BY created_at DESC LIMIT 200').all(state)
-      : this.d.db.prepare('SELECT * FROM approvals ORDER BY created_at DESC LIMIT 200').all()) as Array<Record<string, unknown>>;
-    return rows.map((r) => ({ id: r.id, workspaceId: r.workspace_id, command: r.command_preview, commandSha256: r.command_sha256, state: r.state, createdAt: r.created_at, decidedAt: r.decided_at ?? null, grantExpiresAt: r.grant_expires_at ?? null, usedAt: r.used_at ?? null }));
-  }
-
-  decide(id: string, approve: boolean): Record<string, unknown> {
-    const r = this.d.db.prepare('SELECT state FROM approvals WHERE id = ?').get(id) as { state: string } | undefined;
-    if (!r) throw new ServiceError('NOT_FOUND', `no approval request ${id}`, { field: 'id' });
-    if (r.state !== 'pending') throw new ServiceError('FAILED_PRECONDITION', `approval request ${id} is ${r.state}, not pending`, { state: r.state });
-    if (!approve) {
-      this.d.db.prepare("UPDATE approvals SET state = 'denied', decided_at = ? WHERE id = ?").run(nowIso(), id);
-      this.d.audit.record({ actor: 'dashboard', action: 'privileged_deny', target: id, outcome: 'ok' });
-      return { id, state: 'denied' };
-    }
-    const grant = 'agt_' + randomToken(40);
-    const expiresAt = isoIn(GRANT_TTL_MS);
-    this.d.db.prepare("UPDATE approvals SET state = 'approved', decided_at = ?, grant_hash = ?, grant_expires_at = ? WHERE id = ?").run(nowIso(), sha256Hex(grant), expiresAt, id);
-    this.d.audit.record({ actor: 'dashboard', action: 'privileged_approve', target: id, outcome: 'ok' });
-    return { id, state: 'approved', approvalGrantToken: grant, expiresAt, note: 'shown once; single use; bound to this workspace and this exact command' };
   }
 
   /** Runs an approved privileged command: uid 0 in its own user namespace, workspace bound, no network. */

@@ -28,7 +28,8 @@ import {
 } from '../core/providers.js';
 import type { SnapshotRoute } from '../gateway/types.js';
 
-export type Actor = 'mcp' | 'dashboard' | 'cli' | 'system';
+export type { Actor } from '../core/audit.js';
+import type { Actor } from '../core/audit.js';
 
 /** Draft connection checks attach only to a save within this many ms (routing rule 6; spec: "a short expiry"). */
 export const DRAFT_CHECK_TTL_MS = 15 * 60 * 1000;

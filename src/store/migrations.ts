@@ -8,10 +8,16 @@
  *   services/environments environments, env_entries
  *   services/workspaces   workspaces
  *   services/spend        spend_reservations, spend_policies, spend_cursor
- *   services/commands     operations, tasks, terminals, approvals
+ *   services/commands     operations, tasks, terminals
+ *   services/approvals    approvals
+ *
+ * From version 7 on, each migration is a file of its own under migrations/ (NNNN-name.ts),
+ * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repo-credentials repo_credentials
  */
+import { m0007 } from './migrations/0007-approvals.js';
+
 export interface Migration {
   version: number;
   name: string;
@@ -313,4 +319,5 @@ export const MIGRATIONS: Migration[] = [
       );
     `,
   },
+  m0007,
 ];

@@ -1,6 +1,6 @@
 /** Spec section "Coding subagents" (6 tools). */
 import { defineTool } from './define.js';
-import { AGENTID, IDEM, PROFILEID, WSID, int, str, z } from './types.js';
+import { AGENTID, IDEM, PROFILEID, int, str, z } from './types.js';
 
 const domain = 'Coding subagents';
 
@@ -22,13 +22,13 @@ export const agentSpawn = defineTool({
   domain,
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking: 'coding subagents',
+  workspace: 'optional',
   idempotency: 'key',
   description:
     'Start a budgeted coding subagent in its own isolated container on an active model profile (see model_profile_list; a profile saved over MCP stays disabled until the owner activates it on the dashboard). ' +
     'The agent may call only the proxyOperations tools, expected to lie within the profile\'s maxProxyOperations, and stops at its ttl, token, cost or output budget. Follow it with agent_status, agent_logs and agent_message. ' +
     'Fails with UNAVAILABLE when the model gateway is unreachable. The same idempotencyKey with the same input replays the first result.',
   input: {
-    workspaceId: WSID.optional(),
     prompt: z.string().min(1).describe('The task for the agent'),
     idempotencyKey: IDEM,
     profileId: PROFILEID.describe('An active model profile; its current revision and credential stay in force until the agent ends'),
@@ -54,11 +54,11 @@ export const agentStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: 'coding subagents',
+  workspace: 'optional',
   description:
     'State of one agent: status, budgets used and remaining, and a terminal summary once it ended. ' +
     'Name it by agentId, or by the idempotencyKey you passed to agent_spawn (useful when the spawn result was lost). Use agent_logs for its output and agent_list to find agents.',
   input: {
-    workspaceId: WSID.optional(),
     agentId: AGENTID.optional(),
     idempotencyKey: IDEM.optional().describe('The idempotencyKey of the agent_spawn call, to find the agent it started'),
   },
@@ -69,10 +69,10 @@ export const agentLogs = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: 'coding subagents',
+  workspace: 'optional',
   description:
     'Read an agent\'s output log a page at a time: pass the returned cursor to continue, and poll it while the agent runs. At most limitBytes per call (1024-262144).',
   input: {
-    workspaceId: WSID.optional(),
     agentId: AGENTID,
     cursor: z
       .string()
@@ -89,12 +89,12 @@ export const agentMessage = defineTool({
   domain,
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking: 'coding subagents',
+  workspace: 'optional',
   idempotency: 'key',
   description:
     'Send a message to a running agent: mode steer redirects the work it is doing now, mode followUp is delivered once its current turn ends. ' +
     'The same idempotencyKey with the same input replays the first result.',
   input: {
-    workspaceId: WSID.optional(),
     agentId: AGENTID,
     idempotencyKey: IDEM,
     mode: z.enum(['steer', 'followUp']).describe('steer: change course now; followUp: deliver when the current turn ends'),
@@ -107,10 +107,10 @@ export const agentCancel = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: 'coding subagents',
+  workspace: 'optional',
   description:
     'Cancel an agent and, in cascade, all its child agents. Repeating the call on a cancelled or ended agent changes nothing.',
   input: {
-    workspaceId: WSID.optional(),
     agentId: AGENTID,
     reason: z.string().max(2000).optional().describe('Why the agent is cancelled (kept with the agent, max 2000 characters)'),
   },
@@ -121,10 +121,10 @@ export const agentList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: 'coding subagents',
+  workspace: 'optional',
   description:
     'List your agents, optionally only the children of parentAgentId or those with one status, a page at a time with cursors. Use agent_status for one agent\'s details.',
   input: {
-    workspaceId: WSID.optional(),
     parentAgentId: AGENTID.optional().describe('Only the direct children of this agent'),
     status: AGENT_STATUS.optional().describe('Only agents in this status'),
     cursor: z

@@ -1,6 +1,6 @@
 /** Spec section "Retained artifacts" (5 tools): principal-owned file snapshots that outlive workspaces. */
 import { defineTool } from './define.js';
-import { ARTID, CUR, INT, PATH, SHA, WSID, int, z } from './types.js';
+import { ARTID, CUR, INT, PATH, SHA, int, z } from './types.js';
 
 const domain = 'Retained artifacts';
 const tracking = 'artifacts' as const;
@@ -18,11 +18,11 @@ export const artifactsSnapshot = defineTool({
   domain,
   badges: [],
   tracking,
+  workspace: 'optional',
   description:
     'Preserve one workspace file as an artifact you own, so it survives the workspace being closed or expiring (retention 60-2592000 s, i.e. up to 30 days). ' +
     'Get it back later with artifacts_read (base64 chunks) or artifacts_restore (into a workspace).',
   input: {
-    workspaceId: WSID.optional(),
     path: PATH.describe('Workspace-relative path of the file to preserve'),
     logicalName: LOGICAL_NAME,
     retentionSeconds: int(60, 2592000).optional().describe('Seconds to keep the artifact (60-2592000)'),
@@ -60,10 +60,10 @@ export const artifactsRestore = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  workspace: 'optional',
   description:
     'Write an artifact back into a workspace file at path. An existing file is replaced only with overwrite true; expectedSha256 additionally requires the existing file to still have that hash.',
   input: {
-    workspaceId: WSID.optional(),
     artifactId: ARTID,
     path: PATH.describe('Workspace-relative path to write the artifact to'),
     overwrite: z.boolean().default(false).describe('Replace a file that already exists at path'),

@@ -1,19 +1,57 @@
-import type { App } from '../app.js';
+import type { WorkspaceService } from '../services/workspaces.js';
+import type { FileService } from '../services/files.js';
+import type { CommandService } from '../services/commands.js';
+import type { GitService } from '../services/git.js';
+import type { ModelService } from '../services/models.js';
+import type { ModelCatalog } from '../services/model-catalog.js';
+import type { ConnectionChecks } from '../services/model-checks.js';
+import type { SpendService } from '../services/spend.js';
+import type { GatewayClient } from '../services/gateway-client.js';
+import type { ApprovalService } from '../services/approvals.js';
+
+/**
+ * The services a tool handler may call: nothing else. No database handle, no secret box, no
+ * configuration: "tools never touch the store" is checked by the compiler. A new domain adds its
+ * service here (and to the App, which satisfies this interface).
+ */
+export interface ToolServices {
+  readonly workspaces: WorkspaceService;
+  readonly files: FileService;
+  readonly commands: CommandService;
+  readonly git: GitService;
+  readonly models: ModelService;
+  readonly modelCatalog: ModelCatalog;
+  readonly modelChecks: ConnectionChecks;
+  readonly spend: SpendService;
+  readonly gateway: GatewayClient;
+  readonly approvals: ApprovalService;
+}
+
+export type { Actor } from '../core/audit.js';
+import type { Actor } from '../core/audit.js';
 
 /** What a tool handler gets besides its validated arguments. */
 export interface ToolContext {
-  /** The composition root: services and configuration. Handlers call services, never the store. */
-  app: App;
+  /** The services the handler may call. */
+  services: ToolServices;
   /** The single owner principal every record is bound to. */
   owner: string;
   /** Who is acting, for audit: 'mcp' for MCP calls. */
-  actor: 'mcp' | 'dashboard' | 'cli' | 'system';
+  actor: Actor;
   /** Identifies the authenticating bearer token (never the token itself). */
   principal: string;
   /** Aborts when the client goes away or cancels. */
   signal: AbortSignal;
   /** Reports progress on long work (sent as MCP progress notifications when the client asked). */
   progress: (progress: number, total?: number, message?: string) => void;
-  /** Resolves an omitted workspaceId to the caller's active workspace (or a clear error). */
+  /**
+   * The resolved workspace of a tool declared with `workspace: 'optional' | 'required'`: the
+   * given workspaceId, or the caller's active workspace. Reading it on a tool that declares no
+   * workspace is a programming error.
+   */
+  readonly workspace: string;
+  /** Resolves an omitted workspaceId to the caller's active workspace (for tools that need one only sometimes). */
   workspaceId: (given: string | undefined) => string;
+  /** The caller's active workspace, if any (for tools where a workspace only narrows the answer). */
+  activeWorkspace: () => string | undefined;
 }

@@ -34,7 +34,14 @@ export interface ToolDef<S extends z.ZodRawShape = z.ZodRawShape> {
   badges: Badge[];
   /** Written for a model: what it does, when to use it, its limits. */
   description: string;
-  /** Input fields; the registry wraps them in a strict object. */
+  /**
+   * The workspace parameter, declared once: 'optional' adds `workspaceId` (optional WSID, the
+   * caller's active workspace when omitted) and 'required' adds it as required; the registry
+   * resolves it before the handler runs and hands it over as `ctx.workspace`. Tools that need a
+   * workspace only sometimes (bash's toolbox target) declare the field in `input` themselves.
+   */
+  workspace?: 'optional' | 'required';
+  /** Input fields; the registry wraps them in a strict object (after workspaceId, when declared). */
   input: S;
   /**
    * Fields the spec retired: sending one is refused with this message before validation

@@ -21,16 +21,17 @@ export const execRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
+  workspace: 'optional',
   run: async (a, ctx) => {
-    const ws = ctx.workspaceId(a.workspaceId);
+    const ws = ctx.workspace;
     if (a.privileged) {
-      ctx.app.commands.consumeGrant(ws, a.command, a.approvalGrantToken, ctx.principal);
+      ctx.services.approvals.consume({ kind: 'privileged_command', workspaceId: ws, text: a.command }, a.approvalGrantToken, ctx.principal, ctx.actor, 'a privileged command');
       if (a.async) throw new ServiceError('INVALID_ARGUMENT', 'async: privileged commands run synchronously (their grant is single-use)', { field: 'async' });
-      return { workspaceId: ws, privileged: true, ...(await ctx.app.commands.runPrivileged(ws, a.command, a.cwd, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
+      return { workspaceId: ws, privileged: true, ...(await ctx.services.commands.runPrivileged(ws, a.command, a.cwd, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
     }
     if (a.approvalGrantToken) throw new ServiceError('INVALID_ARGUMENT', 'approvalGrantToken: only meaningful with privileged true', { field: 'approvalGrantToken' });
-    if (a.async) return ctx.app.commands.startOperation(ws, 'exec_run', a.command, a.cwd, a.timeoutMs);
-    const r = await ctx.app.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
+    if (a.async) return ctx.services.commands.startOperation(ws, 'exec_run', a.command, a.cwd, a.timeoutMs);
+    const r = await ctx.services.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
     return { workspaceId: ws, ...r };
   },
   description:
@@ -38,7 +39,6 @@ export const execRun = defineTool({
     'Set async for long commands (then poll the returned operation); use tasks_run for runs longer than 5 minutes or with dependencies, and shell_open for interactive programs. ' +
     'privileged runs need an approvalGrantToken from the approval flow; calling without one explains how to obtain it.',
   input: {
-    workspaceId: WSID.optional(),
     command: COMMAND,
     cwd: PATH.default('.').describe('Workspace-relative working directory'),
     timeoutMs: TIMEOUT_MS,
@@ -57,11 +57,11 @@ export const bash = defineTool({
   run: async (a, ctx) => {
     if (a.target === 'toolbox') {
       if (a.async) throw new ServiceError('INVALID_ARGUMENT', 'async: the toolbox target runs synchronously (it is disposable)', { field: 'async' });
-      return { target: 'toolbox', ...(await ctx.app.commands.runToolbox(a.command, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
+      return { target: 'toolbox', ...(await ctx.services.commands.runToolbox(a.command, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
     }
     const ws = ctx.workspaceId(a.workspaceId);
-    if (a.async) return ctx.app.commands.startOperation(ws, 'bash', a.command, a.cwd, a.timeoutMs);
-    const r = await ctx.app.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
+    if (a.async) return ctx.services.commands.startOperation(ws, 'bash', a.command, a.cwd, a.timeoutMs);
+    const r = await ctx.services.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
     return { target: 'workspace', workspaceId: ws, ...r };
   },
   description:
@@ -87,13 +87,13 @@ export const shellOpen = defineTool({
   domain,
   badges: ['idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.openTerminal(ctx.workspaceId(a.workspaceId), 'shell', a.cwd),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.openTerminal(ctx.workspace, 'shell', a.cwd),
   idempotency: 'key',
   description:
     'Open an interactive shell in the workspace and return its shellId; drive it with shell_io and end it with shell_close. ' +
     'Use it for programs that need input or keep state between commands; for one-off commands use exec_run. The same idempotencyKey with the same input replays the first result.',
   input: {
-    workspaceId: WSID.optional(),
     cwd: PATH.default('.').describe('Workspace-relative starting directory'),
     idempotencyKey: IDEM,
   },
@@ -104,12 +104,12 @@ export const shellIo = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.terminalIo(ctx.workspaceId(a.workspaceId), 'shell', a.shellId, a.input, a.cursor, a.waitMs, ctx.signal),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.terminalIo(ctx.workspace, 'shell', a.shellId, a.input, a.cursor, a.waitMs, ctx.signal),
   description:
     'Send input to an open shell and/or poll its output: returns the output produced since cursor, waiting up to waitMs (at most 5000) for more, plus the next cursor. ' +
     'Omit input to only poll; include a trailing newline to submit a line. Input is at most 65536 characters per call.',
   input: {
-    workspaceId: WSID.optional(),
     shellId: SHID,
     input: z.string().max(65536).optional().describe('Text to write to the shell stdin (include "\\n" to submit a line)'),
     cursor: CUR.optional().describe('Cursor from the previous shell_io; output after it is returned. Omit to start from the oldest retained output.'),
@@ -122,10 +122,10 @@ export const shellClose = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.closeTerminal(ctx.workspaceId(a.workspaceId), 'shell', a.shellId),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.closeTerminal(ctx.workspace, 'shell', a.shellId),
   description: 'Close an interactive shell and end its processes. Closing an already closed shell succeeds.',
   input: {
-    workspaceId: WSID.optional(),
     shellId: SHID,
   },
 });
@@ -135,7 +135,7 @@ export const operationStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.operationStatus(a.operationId, a.cursor),
+  run: (a, ctx) => ctx.services.commands.operationStatus(a.operationId, a.cursor),
   description:
     'State of an asynchronous operation (from exec_run or bash with async) and its output since cursor; returns at once. ' +
     'To block until it finishes use operation_wait.',
@@ -150,7 +150,7 @@ export const operationCancel = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.operationCancel(a.operationId),
+  run: (a, ctx) => ctx.services.commands.operationCancel(a.operationId),
   description: 'Cancel a running asynchronous operation and kill its processes; effects already made are not rolled back. Cancelling a finished operation changes nothing.',
   input: {
     operationId: OPID,
@@ -162,7 +162,7 @@ export const operationWait = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal),
+  run: (a, ctx) => ctx.services.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal),
   description:
     'Wait up to timeoutMs (100-300000) for an asynchronous operation to finish and return its state; a timeout is not an error, the operation keeps running. ' +
     'Use operation_status for an immediate check or to page through output.',

@@ -1,6 +1,6 @@
 /** Spec section "Repository extensions" (15 tools): skills, hooks, memory notes, deployment targets. */
 import { defineTool } from './define.js';
-import { CUR, INT, MEMID, SHA, WSID, int, name, str, z } from './types.js';
+import { CUR, INT, SHA, WSID, int, name, str, z } from './types.js';
 
 const domain = 'Repository extensions';
 const tracking = 'repository extensions' as const;
@@ -15,14 +15,6 @@ const HOOK_EVENT = z.enum(['on_workspace_open', 'post_checkout', 'pre_commit', '
 /** Arrays of hook events; five events exist, so at most five entries. */
 const HOOK_EVENTS = z.array(HOOK_EVENT).min(1).max(5);
 
-/** Memory note names: A-Za-z0-9._- , 1-120 ("Other records"). */
-const MEMORY_NAME = name(1, 120).describe('Memory note name: 1-120 characters of A-Z a-z 0-9 . _ -');
-const MEMORY_SCOPE = z.enum(['owner', 'repository', 'workspace']);
-/** Tag shape is not shown in the spec: we take 1-64 characters, at most 50 tags. */
-const TAG = str(1, 64);
-const TAGS = z.array(TAG).max(50);
-const RETENTION = int(60, 31536000);
-
 const TIMEOUT_MS = int(100, 300000).default(60000).describe('Time limit in milliseconds (100-300000)');
 const APPROVAL_GRANT = str(1, 128).describe('Grant token from the approval flow, needed when the script requires approval');
 
@@ -31,11 +23,11 @@ export const skillsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'List the skills available in a workspace (built-in, owner, workspace and repository sources) with their names, sources and digests, a page at a time. ' +
     'Shadowed skills (hidden by a same-named skill from another source) are included unless includeShadowed is false. Read one with skills_read.',
   input: {
-    workspaceId: WSID.optional(),
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
     cursor: CUR.optional(),
     includeShadowed: z.boolean().default(true).describe('Include skills hidden by a same-named skill from another source'),
@@ -47,11 +39,11 @@ export const skillsRead = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'Read the text of one skill a byte range at a time (limit up to 262144 bytes per call; continue with offset). ' +
     'expectedSha256 makes the read fail if the skill changed since you listed it. To run one of its scripts use skills_run.',
   input: {
-    workspaceId: WSID.optional(),
     name: SKILL_NAME,
     source: SKILL_SOURCE.optional(),
     expectedSha256: SHA.optional().describe('SHA-256 the skill must still have (from skills_list)'),
@@ -65,11 +57,11 @@ export const skillsRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  workspace: 'optional',
   description:
     'Run one script of a skill inside the workspace with arguments and a time limit (100-300000 ms). ' +
     'Pin what you reviewed with expectedSha256 (the skill) and expectedContentSha256 (its content); scripts that need approval take an approvalGrantToken from the approval flow. Use exec_run or bash for ad-hoc commands instead.',
   input: {
-    workspaceId: WSID.optional(),
     name: SKILL_NAME,
     source: SKILL_SOURCE.optional(),
     script: name(1, 120).describe('Script of the skill to run: 1-120 characters of A-Z a-z 0-9 . _ -'),
@@ -86,11 +78,11 @@ export const hooksList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'List the repository hooks of a workspace and the events they run on (on_workspace_open, post_checkout, pre_commit, post_commit, manual), optionally for one event. ' +
     'Only hooks activated by manifest digest (hooks_activate) are listed unless includeInactive is true.',
   input: {
-    workspaceId: WSID.optional(),
     event: HOOK_EVENT.optional().describe('Only hooks for this event'),
     includeInactive: z.boolean().default(false).describe('Also list hooks that are not activated'),
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
@@ -103,11 +95,11 @@ export const hooksRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  workspace: 'optional',
   description:
     'Run one activated repository hook now (for example a manual hook) with a time limit of 100-300000 ms. Hooks run only after hooks_activate enrolled their manifest digest. ' +
     'expectedSha256 and expectedManifestSha256 make the run fail if the hook or its manifest changed since you reviewed them.',
   input: {
-    workspaceId: WSID.optional(),
     name: name(1, 120).describe('Hook name: 1-120 characters of A-Z a-z 0-9 . _ -'),
     event: HOOK_EVENT.optional().describe('Event to run the hook as'),
     expectedSha256: SHA.optional().describe('SHA-256 the hook must still have'),
@@ -121,11 +113,11 @@ export const hooksActivate = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  workspace: 'optional',
   description:
     'Enroll the repository hook manifest with this exact SHA-256 digest for the given events, so its hooks run automatically on them; a changed manifest needs a new activation. ' +
     'retentionSeconds (60-2592000) bounds how long the activation lasts. Undo with hooks_deactivate.',
   input: {
-    workspaceId: WSID.optional(),
     manifestSha256: SHA.describe('Exact SHA-256 digest of the hook manifest you reviewed (see hooks_list)'),
     events: HOOK_EVENTS.describe('Events to activate the hooks for (1-5 entries)'),
     retentionSeconds: int(60, 2592000).optional().describe('How long the activation lasts, in seconds (60-2592000)'),
@@ -137,107 +129,10 @@ export const hooksDeactivate = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  workspace: 'optional',
   description: 'Withdraw hook activation in a workspace for the listed events, or for every event when events is omitted. Activate again with hooks_activate.',
   input: {
-    workspaceId: WSID.optional(),
     events: HOOK_EVENTS.optional().describe('Events to deactivate (omit for all events)'),
-  },
-});
-
-export const memoriesList = defineTool({
-  name: 'memories_list',
-  domain,
-  badges: ['readOnly', 'idempotent'],
-  tracking,
-  description:
-    'List memory notes (owner, repository or workspace scope) with name, tags and generation, a page at a time, optionally filtered by scope and tags. ' +
-    'Use memories_search to find notes by text and memories_read for content. For project journals and linked notes use the knowledge store instead.',
-  input: {
-    workspaceId: WSID.optional(),
-    scope: MEMORY_SCOPE.optional().describe('Only notes of this scope (default: all scopes visible from the workspace)'),
-    tags: TAGS.optional().describe('Tag filter (at most 50, each 1-64 characters)'),
-    limit: int(1, 100).default(50).describe('Page size (1-100)'),
-    cursor: CUR.optional(),
-  },
-});
-
-export const memoriesRead = defineTool({
-  name: 'memories_read',
-  domain,
-  badges: ['readOnly', 'idempotent'],
-  tracking,
-  description: 'Read one memory note (content, tags, generation) by memoryId, or by name within a scope. Give exactly one of memoryId and name.',
-  input: {
-    workspaceId: WSID.optional(),
-    scope: MEMORY_SCOPE.optional().describe('Scope to look the name up in'),
-    name: MEMORY_NAME.optional(),
-    memoryId: MEMID.optional(),
-  },
-  check: (a) => {
-    if (a.memoryId === undefined && a.name === undefined) return { field: 'memoryId', message: 'give memoryId or name' };
-    if (a.memoryId !== undefined && a.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
-    return undefined;
-  },
-});
-
-export const memoriesWrite = defineTool({
-  name: 'memories_write',
-  domain,
-  badges: ['destructive', 'idempotent'],
-  tracking,
-  description:
-    'Create or replace a named memory note (content up to 262144 characters, tags, optional retention of 60-31536000 s) in the owner, repository or workspace scope. ' +
-    'expectedGeneration is a compare-and-swap: 0 (the default) creates a new note; to replace one pass its current generation from memories_read.',
-  input: {
-    workspaceId: WSID.optional(),
-    scope: MEMORY_SCOPE.default('workspace'),
-    name: MEMORY_NAME,
-    content: z.string().max(262144).describe('Note text (at most 262144 characters)'),
-    tags: TAGS.default([]).describe('Tags (at most 50, each 1-64 characters)'),
-    retentionSeconds: RETENTION.optional().describe('Seconds to keep the note (60-31536000)'),
-    expectedGeneration: INT.default(0).describe('Compare-and-swap: 0 creates; otherwise the note\'s current generation'),
-    idempotencyKey: str(1, 256).optional().describe('Free-form key (1-256 characters) to make a retried write safe'),
-  },
-});
-
-export const memoriesSearch = defineTool({
-  name: 'memories_search',
-  domain,
-  badges: ['readOnly', 'idempotent'],
-  tracking,
-  description:
-    'Find memory notes containing a literal text (1-512 characters, no regex), optionally filtered by scope and tags (tagMatch all or any), up to 50 per page. ' +
-    'For ranked semantic search across journals and notes use knowledge_search.',
-  input: {
-    workspaceId: WSID.optional(),
-    query: str(1, 512).describe('Literal text to look for'),
-    scope: MEMORY_SCOPE.optional(),
-    tags: TAGS.optional().describe('Tag filter (at most 50, each 1-64 characters)'),
-    tagMatch: z.enum(['all', 'any']).default('all').describe('all: notes with every tag; any: notes with at least one'),
-    limit: int(1, 50).default(20).describe('Page size (1-50)'),
-    cursor: CUR.optional(),
-  },
-});
-
-export const memoriesDelete = defineTool({
-  name: 'memories_delete',
-  domain,
-  badges: ['destructive'],
-  tracking,
-  description:
-    'Delete one memory note by memoryId, or by name within a scope (give exactly one of them). ' +
-    'expectedGeneration (default 1) must match the note\'s current generation, so a note changed since you read it is not deleted.',
-  input: {
-    workspaceId: WSID.optional(),
-    memoryId: MEMID.optional(),
-    name: MEMORY_NAME.optional(),
-    scope: MEMORY_SCOPE.optional().describe('Scope to look the name up in'),
-    expectedGeneration: INT.default(1).describe('Current generation of the note'),
-  },
-  check: (a) => {
-    if (a.memoryId === undefined && a.name === undefined) return { field: 'memoryId', message: 'give memoryId or name' };
-    if (a.memoryId !== undefined && a.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
-    return undefined;
   },
 });
 
@@ -246,8 +141,9 @@ export const deploymentsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description: 'List the deployment targets the repository of a workspace defines, by name. Run one with deployments_run.',
-  input: { workspaceId: WSID.optional() },
+  input: {},
 });
 
 export const deploymentsRun = defineTool({
@@ -255,9 +151,9 @@ export const deploymentsRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  workspace: 'optional',
   description: 'Run one deployment target of the workspace repository (a name from deployments_list) with a time limit of 100-300000 ms. It may reach the network and change external systems.',
   input: {
-    workspaceId: WSID.optional(),
     name: str(1, 120).describe('Deployment target name from deployments_list'),
     timeoutMs: TIMEOUT_MS,
   },
@@ -277,20 +173,6 @@ export const skillSuggest = defineTool({
   },
 });
 
-export const tools = [
-  skillsList,
-  skillsRead,
-  skillsRun,
-  hooksList,
-  hooksRun,
-  hooksActivate,
-  hooksDeactivate,
-  memoriesList,
-  memoriesRead,
-  memoriesWrite,
-  memoriesSearch,
-  memoriesDelete,
-  deploymentsList,
-  deploymentsRun,
-  skillSuggest,
-];
+/** In spec order the memory notes (tools/memories.ts) stand between hooks and deployments. */
+export const skillsAndHooks = [skillsList, skillsRead, skillsRun, hooksList, hooksRun, hooksActivate, hooksDeactivate];
+export const deploymentsAndSuggest = [deploymentsList, deploymentsRun, skillSuggest];

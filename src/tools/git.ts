@@ -1,6 +1,6 @@
 /** Spec section "Git and worktrees" (18 tools). */
 import { defineTool } from './define.js';
-import { CUR, EMAIL, IDEM, ISO_DATE_OR_DATETIME, OID, PATH, WSID, int, name, str, z } from './types.js';
+import { CUR, EMAIL, IDEM, ISO_DATE_OR_DATETIME, OID, PATH, int, name, str, z } from './types.js';
 
 const domain = 'Git and worktrees';
 const tracking = '#6 git' as const;
@@ -17,11 +17,12 @@ export const gitStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  run: (a, ctx) => ctx.app.git.status(ctx.workspaceId(a.workspaceId)),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.status(ctx.workspace),
   description:
     'Working-tree status of the workspace repository: current branch, upstream ahead/behind, staged, unstaged and untracked files. ' +
     'Use it before git_add or git_commit; use git_diff to see the changes themselves.',
-  input: { workspaceId: WSID.optional() },
+  input: {},
 });
 
 export const gitDiff = defineTool({
@@ -29,12 +30,12 @@ export const gitDiff = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  run: (a, ctx) => ctx.app.git.diff(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.diff(ctx.workspace, a),
   description:
     'Unified diff of the working tree against the index (or, with staged true, of the index against HEAD), optionally limited to one path. ' +
     'Output is paged in chunks of limit characters with a continuation cursor; readAll returns the whole diff in one reply.',
   input: {
-    workspaceId: WSID.optional(),
     staged: z.boolean().default(false).describe('true: diff the staged changes (index against HEAD) instead of the unstaged ones'),
     path: PATH.optional().describe('Limit the diff to this workspace-relative file or directory'),
     cursor: CUR.optional(),
@@ -48,11 +49,11 @@ export const gitLog = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  run: (a, ctx) => ctx.app.git.log(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.log(ctx.workspace, a),
   description:
     'Commit history of the current branch, newest first (object id, author, date, subject), a page of limit commits at a time with a cursor; readAll returns the whole history.',
   input: {
-    workspaceId: WSID.optional(),
     limit: int(1, 500).default(20).describe('Commits per page (1-500)'),
     cursor: CUR.optional(),
     readAll: z.boolean().optional().describe('true: return every commit instead of one page'),
@@ -64,12 +65,12 @@ export const gitBranch = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
-  run: (a, ctx) => ctx.app.git.branch(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.branch(ctx.workspace, a),
   description:
     'List local branches, create a branch (from startPoint, default HEAD) without switching to it, or delete a branch (force deletes an unmerged one). ' +
     'To create and switch in one step use git_checkout with create true.',
   input: {
-    workspaceId: WSID.optional(),
     action: z.enum(['list', 'create', 'delete']),
     name: REF.optional().describe('Branch name (required for create and delete)'),
     startPoint: REF.optional().describe('Commit, branch or tag the new branch starts at (create; default HEAD)'),
@@ -86,11 +87,11 @@ export const gitCheckout = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
-  run: (a, ctx) => ctx.app.git.checkout(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.checkout(ctx.workspace, a),
   description:
     'Switch the working tree to a branch, tag or commit; with create true, create the branch ref at HEAD and switch to it. Uncommitted changes that conflict make it fail rather than be lost.',
   input: {
-    workspaceId: WSID.optional(),
     ref: REF.describe('Branch, tag or commit to check out (the new branch name when create is true)'),
     create: z.boolean().default(false).describe('true: create branch ref and switch to it'),
   },
@@ -101,12 +102,12 @@ export const gitAdd = defineTool({
   domain,
   badges: ['idempotent'],
   tracking,
-  run: (a, ctx) => ctx.app.git.add(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.add(ctx.workspace, a),
   description:
     `Stage changes for the next commit: the listed paths (up to ${PATHS_MAX}), or every change including deletions and untracked files with all true. ` +
     'Give paths or all: true. workspace_finalize stages, commits and pushes in one call.',
   input: {
-    workspaceId: WSID.optional(),
     all: z.boolean().default(false).describe('true: stage every change in the working tree'),
     paths: z.array(PATH).max(PATHS_MAX).default([]).describe(`Workspace-relative paths to stage (at most ${PATHS_MAX})`),
   },
@@ -118,13 +119,13 @@ export const gitCommit = defineTool({
   domain,
   badges: [],
   tracking,
+  workspace: 'optional',
   idempotency: 'key',
-  run: (a, ctx) => ctx.app.git.commit(ctx.workspaceId(a.workspaceId), a),
+  run: (a, ctx) => ctx.services.git.commit(ctx.workspace, a),
   description:
     'Create an unsigned local commit of the staged changes (all true first stages every tracked change). Does not push: use git_push, or workspace_finalize for stage-commit-push in one step. ' +
     'expectedHeadOid refuses the commit if HEAD has moved; the author defaults to the workspace git identity (git_identity_status).',
   input: {
-    workspaceId: WSID.optional(),
     message: MESSAGE.describe('Commit message (1-10000 characters)'),
     authorName: AUTHOR_NAME.optional().describe('Author name for this commit only (default: the workspace git identity)'),
     authorEmail: EMAIL.optional().describe('Author email for this commit only (default: the workspace git identity)'),
@@ -139,9 +140,10 @@ export const gitIdentityStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  run: (a, ctx) => ctx.app.git.identityStatus(ctx.workspaceId(a.workspaceId)),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.identityStatus(ctx.workspace),
   description: 'The git author identity (name and email) commits in this workspace use, and whether one is configured. Change it with git_identity_set.',
-  input: { workspaceId: WSID.optional() },
+  input: {},
 });
 
 export const gitIdentitySet = defineTool({
@@ -149,10 +151,10 @@ export const gitIdentitySet = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
-  run: (a, ctx) => ctx.app.git.identitySet(ctx.workspaceId(a.workspaceId), a.name, a.email),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.identitySet(ctx.workspace, a.name, a.email),
   description: 'Set the git author name and email used for later commits in this workspace (repository-local configuration). For a single commit, pass authorName and authorEmail to git_commit instead.',
   input: {
-    workspaceId: WSID.optional(),
     name: AUTHOR_NAME.describe('Author name (1-200 characters)'),
     email: EMAIL.describe('Author email address'),
   },
@@ -179,13 +181,13 @@ export const workspaceFinalize = defineTool({
   domain,
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking,
-  run: (a, ctx) => ctx.app.git.finalize(ctx.workspaceId(a.workspaceId), a, ctx.signal),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.finalize(ctx.workspace, a, ctx.signal),
   idempotency: 'key',
   description:
     'Finish a piece of work in one transaction: stage (all changes by default, or the listed paths), run the preflight commands, commit with commitMessage, and push to origin (to branch, default the current one) unless push is false. ' +
     'If a preflight fails, nothing is committed or pushed. The same idempotencyKey replays the first result.',
   input: {
-    workspaceId: WSID.optional(),
     paths: z.array(PATH).max(PATHS_MAX).optional().describe(`Workspace-relative paths to stage (at most ${PATHS_MAX}); used when all is false`),
     all: z.boolean().default(true).describe('true: stage every change in the working tree'),
     commitMessage: MESSAGE.describe('Commit message (1-10000 characters)'),
@@ -203,12 +205,12 @@ export const gitFetch = defineTool({
   domain,
   badges: ['openWorld'],
   tracking,
-  run: (a, ctx) => ctx.app.git.fetch(ctx.workspaceId(a.workspaceId), a, ctx.signal),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.fetch(ctx.workspace, a, ctx.signal),
   description:
     'Fetch from origin through the credential broker without changing the working tree: optionally one refspec, deepen a shallow clone to depth commits, fetch history since a date, or unshallow to the full history. ' +
     'Give at most one of depth, shallowSince and unshallow. Use git_pull to also integrate the fetched branch.',
   input: {
-    workspaceId: WSID.optional(),
     remote: ORIGIN,
     refspec: str(1, 255).optional().describe('Refspec to fetch (default: the remote\'s configured refspecs)'),
     depth: int(1, 100000).optional().describe('Limit (or deepen) history to this many commits from each tip'),
@@ -228,11 +230,11 @@ export const gitPull = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
-  run: (a, ctx) => ctx.app.git.pull(ctx.workspaceId(a.workspaceId), a, ctx.signal),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.pull(ctx.workspace, a, ctx.signal),
   description:
     'Fetch a branch from origin (default: the current branch\'s upstream) and integrate it into the current branch: ff-only (default) fails instead of creating a merge, merge creates a merge commit, rebase replays local commits on top.',
   input: {
-    workspaceId: WSID.optional(),
     remote: ORIGIN,
     branch: REF.optional().describe('Remote branch to pull (default: the upstream of the current branch)'),
     strategy: z.enum(['ff-only', 'merge', 'rebase']).default('ff-only'),
@@ -244,14 +246,14 @@ export const gitPush = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  workspace: 'optional',
   idempotency: 'key',
-  run: (a, ctx) => ctx.app.git.push(ctx.workspaceId(a.workspaceId), a, ctx.signal),
+  run: (a, ctx) => ctx.services.git.push(ctx.workspace, a, ctx.signal),
   description:
     'Push to origin through the credential broker (default: the current branch to its upstream). For safe ref changes use leases: forceWithLease with expectedRemoteOid (compare-and-swap), ' +
     'forceWithLease with expectedAbsent (create only if the branch does not exist), or delete with forceWithLease and expectedRemoteOid (delete only if it still points there). ' +
     'Use these leases rather than repohost_action for ref creation, compare-and-swap and deletion.',
   input: {
-    workspaceId: WSID.optional(),
     remote: ORIGIN,
     refspec: str(1, 512).optional().describe('Refspec to push, e.g. "HEAD:refs/heads/feature" (default: the current branch)'),
     forceWithLease: z.boolean().default(false).describe('true: allow a non-fast-forward update guarded by a lease (expectedRemoteOid or expectedAbsent)'),
@@ -275,11 +277,11 @@ export const gitMerge = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
-  run: (a, ctx) => ctx.app.git.merge(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.merge(ctx.workspace, a),
   description:
     'Merge a branch, tag or commit into the current branch. fastForward: allow (default) fast-forwards when possible, only fails unless a fast-forward is possible, never always creates a merge commit (with message). Conflicts are reported and left for you to resolve.',
   input: {
-    workspaceId: WSID.optional(),
     ref: REF.describe('Branch, tag or commit to merge'),
     fastForward: z.enum(['allow', 'only', 'never']).default('allow'),
     message: MESSAGE.optional().describe('Merge commit message (1-10000 characters)'),
@@ -291,11 +293,11 @@ export const gitRebase = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
-  run: (a, ctx) => ctx.app.git.rebase(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.rebase(ctx.workspace, a),
   description:
     'Rebase the current branch onto upstream (action start), then after resolving conflicts and staging with git_add continue it (continue), or give up and restore the branch (abort). Non-interactive.',
   input: {
-    workspaceId: WSID.optional(),
     action: z.enum(['start', 'continue', 'abort']),
     upstream: REF.optional().describe('Branch or commit to rebase onto (required for start)'),
   },
@@ -307,9 +309,10 @@ export const worktreesList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  run: (a, ctx) => ctx.app.git.worktreesList(ctx.workspaceId(a.workspaceId)),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.worktreesList(ctx.workspace),
   description: 'List the git worktrees of the workspace repository (name, path, checked-out branch or commit, dirty state).',
-  input: { workspaceId: WSID.optional() },
+  input: {},
 });
 
 export const worktreesCreate = defineTool({
@@ -317,11 +320,11 @@ export const worktreesCreate = defineTool({
   domain,
   badges: [],
   tracking,
-  run: (a, ctx) => ctx.app.git.worktreesCreate(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.worktreesCreate(ctx.workspace, a),
   description:
     'Create an additional git worktree named name that checks out ref, so you can work on a second branch without disturbing the main checkout; createBranch true creates a new branch named ref.',
   input: {
-    workspaceId: WSID.optional(),
     name: name(1, 80).describe('Worktree name (1-80 characters of A-Za-z0-9._-)'),
     ref: REF.describe('Branch, tag or commit to check out (the new branch name when createBranch is true)'),
     createBranch: z.boolean().default(false).describe('true: create a new branch named ref for the worktree'),
@@ -333,10 +336,10 @@ export const worktreesRemove = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
-  run: (a, ctx) => ctx.app.git.worktreesRemove(ctx.workspaceId(a.workspaceId), a),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.git.worktreesRemove(ctx.workspace, a),
   description: 'Remove a worktree created by worktrees_create. Refuses when the worktree has uncommitted changes unless force is true, which discards them.',
   input: {
-    workspaceId: WSID.optional(),
     name: name(1, 80).describe('Worktree name as given to worktrees_create'),
     force: z.boolean().default(false).describe('true: remove even with uncommitted changes, discarding them'),
   },

@@ -7,7 +7,8 @@ import { tools as packages } from './packages.js';
 import { tools as sessions } from './sessions.js';
 import { tools as git } from './git.js';
 import { tools as repohost } from './repohost.js';
-import { tools as extensions } from './extensions.js';
+import { deploymentsAndSuggest, skillsAndHooks } from './extensions.js';
+import { tools as memories } from './memories.js';
 import { tools as knowledge } from './knowledge.js';
 import { tools as artifacts } from './artifacts.js';
 import { tools as models } from './models.js';
@@ -21,7 +22,9 @@ export const CATALOG: AnyToolDef[] = [
   ...sessions,
   ...git,
   ...repohost,
-  ...extensions,
+  ...skillsAndHooks,
+  ...memories,
+  ...deploymentsAndSuggest,
   ...knowledge,
   ...artifacts,
   ...models,

@@ -1,6 +1,6 @@
 /** Spec section "Knowledge store" (9 tools): memory and journal items, links between them, search and graph. */
 import { defineTool } from './define.js';
-import { CUR, INT, KNID, KNLID, PRJID, WSID, int, str, z } from './types.js';
+import { CUR, INT, KNID, KNLID, PRJID, int, str, z } from './types.js';
 
 const domain = 'Knowledge store';
 const tracking = 'knowledge store' as const;
@@ -27,11 +27,11 @@ export const knowledgeCreate = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'Create a knowledge item: a memory (a durable fact) or a journal entry (engineering-log, decision-record or session-reflection) in the owner, project or workspace scope, with title, content up to 262144 characters and tags. ' +
     'Project scope needs projectId. Link items with knowledge_link; for simple named notes tied to a repository use memories_write instead.',
   input: {
-    workspaceId: WSID.optional(),
     kind: KIND.default('memory'),
     scope: SCOPE.default('workspace'),
     projectId: PRJID.optional().describe('Project the item belongs to; required when scope is project'),
@@ -53,9 +53,9 @@ export const knowledgeRead = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description: 'Read one knowledge item by id: content, metadata (kind, scope, generation), tags and its links to other items.',
   input: {
-    workspaceId: WSID.optional(),
     id: KNID,
   },
 });
@@ -65,11 +65,11 @@ export const knowledgeUpdate = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'Change fields of a knowledge item; omitted fields stay as they are. ' +
     'expectedGeneration must be the item\'s current generation (from knowledge_read), so you never overwrite a change you have not seen.',
   input: {
-    workspaceId: WSID.optional(),
     id: KNID,
     title: TITLE.optional(),
     content: CONTENT.optional(),
@@ -86,9 +86,9 @@ export const knowledgeDelete = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description: 'Soft-delete a knowledge item. expectedGeneration must be its current generation (from knowledge_read).',
   input: {
-    workspaceId: WSID.optional(),
     id: KNID,
     expectedGeneration: INT.describe('Current generation of the item'),
   },
@@ -99,10 +99,10 @@ export const knowledgeList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'List knowledge items a page at a time (up to 100), filtered by kind, scope, project, journal type and tags. Use knowledge_search to find items by text, ranked by relevance.',
   input: {
-    workspaceId: WSID.optional(),
     kind: KIND.optional(),
     scope: SCOPE.optional(),
     projectId: PRJID.optional(),
@@ -119,10 +119,10 @@ export const knowledgeSearch = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'Hybrid lexical and semantic search over knowledge items; each hit carries a relevance score of 0-100. Filter by kinds, scope, project, journal type and tags; up to 50 hits per page.',
   input: {
-    workspaceId: WSID.optional(),
     query: str(1, 512).describe('What to look for (1-512 characters)'),
     kinds: KINDS.optional().describe('Only these kinds (default: both)'),
     scope: SCOPE.optional(),
@@ -140,10 +140,10 @@ export const knowledgeLink = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'Link two knowledge items with a relation (relates-to, references, supports, contradicts, supersedes; default relates-to). Remove a link with knowledge_unlink; walk links with knowledge_graph.',
   input: {
-    workspaceId: WSID.optional(),
     sourceId: KNID.describe('Item the link starts from'),
     targetId: KNID.describe('Item the link points to'),
     relation: RELATION.default('relates-to'),
@@ -156,9 +156,9 @@ export const knowledgeUnlink = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description: 'Remove a link between knowledge items, named by linkId or by sourceId and targetId (plus relation to pick one of several links between the same pair).',
   input: {
-    workspaceId: WSID.optional(),
     linkId: KNLID.optional(),
     sourceId: KNID.optional(),
     targetId: KNID.optional(),
@@ -177,10 +177,10 @@ export const knowledgeGraph = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  workspace: 'optional',
   description:
     'Return knowledge items and the links between them, walking out from rootId when given, up to depth 3 and at most 200 nodes, optionally limited to some kinds or one project.',
   input: {
-    workspaceId: WSID.optional(),
     rootId: KNID.optional().describe('Item to start from'),
     depth: int(1, 3).default(1).describe('Link hops to follow (1-3)'),
     maxNodes: int(1, 200).default(50).describe('Most items to return (1-200)'),

@@ -83,7 +83,7 @@ export const modelProviderList = defineTool({
   input: {
     provider: PROVIDER.optional().describe('Only this provider (omit for all)'),
   },
-  run: async (args, ctx) => ctx.app.models.providerList(args.provider),
+  run: async (args, ctx) => ctx.services.models.providerList(args.provider),
 });
 
 export const modelCatalogSearch = defineTool({
@@ -103,7 +103,7 @@ export const modelCatalogSearch = defineTool({
     limit: int(1, 100).default(25).describe('Page size (1-100)'),
     capability: z.enum(['tools', 'reasoning', 'vision']).optional().describe('Only models with this capability tag'),
   },
-  run: async (args, ctx) => ctx.app.modelCatalog.search(args, ctx.signal),
+  run: async (args, ctx) => ctx.services.modelCatalog.search(args, ctx.signal),
 });
 
 export const modelConnectionVerify = defineTool({
@@ -134,7 +134,7 @@ export const modelConnectionVerify = defineTool({
     if (a.apiMode === undefined) return { field: 'apiMode', message: 'a draft route needs apiMode with credentialId' };
     return undefined;
   },
-  run: async (args, ctx) => ctx.app.modelChecks.verify(args, ctx.actor, ctx.principal, ctx.signal),
+  run: async (args, ctx) => ctx.services.modelChecks.verify(args, ctx.actor, ctx.principal, ctx.signal),
 });
 
 export const modelProfileList = defineTool({
@@ -148,7 +148,7 @@ export const modelProfileList = defineTool({
   input: {
     profileId: PROFILEID.optional().describe('Only this profile (omit for all)'),
   },
-  run: async (args, ctx) => ctx.app.models.list(args.profileId),
+  run: async (args, ctx) => ctx.services.models.list(args.profileId),
 });
 
 export const modelProfileValidate = defineTool({
@@ -187,7 +187,7 @@ export const modelProfileValidate = defineTool({
   },
   run: async (args, ctx) => {
     const { action, ...input } = args;
-    return ctx.app.models.validate(action, input, ctx.actor, ctx.principal);
+    return ctx.services.models.validate(action, input, ctx.actor, ctx.principal);
   },
 });
 
@@ -217,15 +217,15 @@ export const modelProfileCreate = defineTool({
   },
   run: async (args, ctx) => {
     const { idempotencyKey: _k, ...input } = args;
-    const r = ctx.app.models.save('create', input, ctx.actor, ctx.principal);
+    const r = ctx.services.models.save('create', input, ctx.actor, ctx.principal);
     return { ...r, gatewayPush: await pushAfterSave(ctx) };
   },
 });
 
 /** Routing rule 7: every save pushes a snapshot; the save succeeds even when the push fails. */
-export async function pushAfterSave(ctx: { app: { gateway: { push(): Promise<unknown> } } }): Promise<{ ok: boolean; error?: string }> {
+export async function pushAfterSave(ctx: { services: { gateway: { push(): Promise<unknown> } } }): Promise<{ ok: boolean; error?: string }> {
   try {
-    await ctx.app.gateway.push();
+    await ctx.services.gateway.push();
     return { ok: true };
   } catch (e) {
     return { ok: false, error: (e as Error).message };
@@ -259,7 +259,7 @@ export const modelProfileUpdate = defineTool({
   },
   run: async (args, ctx) => {
     const { idempotencyKey: _k, ...input } = args;
-    const r = ctx.app.models.save('update', input, ctx.actor, ctx.principal);
+    const r = ctx.services.models.save('update', input, ctx.actor, ctx.principal);
     return { ...r, gatewayPush: await pushAfterSave(ctx) };
   },
 });
@@ -276,8 +276,8 @@ export const modelSpendSummary = defineTool({
     period: z.enum(['day', 'month']).optional().describe('Only this window (omit for both)'),
   },
   run: async (args, ctx) => {
-    await ctx.app.gateway.syncUsage().catch(() => undefined);
-    return ctx.app.spend.summary(args.period);
+    await ctx.services.gateway.syncUsage().catch(() => undefined);
+    return ctx.services.spend.summary(args.period);
   },
 });
 

@@ -1,6 +1,6 @@
 /** Spec section "Repository-host operations" (2 tools). */
 import { defineTool } from './define.js';
-import { IDEM, INT, OID, PATH, THREADID, URI, WSID, int, str, z } from './types.js';
+import { IDEM, INT, OID, PATH, THREADID, URI, int, str, z } from './types.js';
 
 const domain = 'Repository-host operations';
 const tracking = 'repository host' as const;
@@ -87,13 +87,13 @@ export const repohostAction = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  workspace: 'optional',
   idempotency: 'key',
   description:
     'Issue, pull-request, review, label, commit-status and workflow operations on the repository bound to the workspace, using broker-managed credentials (no token ever reaches the workspace). ' +
     'Prefer repohost_read for read-group actions; workspace_capabilities.repohostActions is the authoritative list of actions allowed here, and the parameters each action needs are validated when the action runs. ' +
     'Pass idempotencyKey on writes that must not be duplicated; push, ref creation and ref deletion go through git_push leases, not this tool.',
   input: {
-    workspaceId: WSID.optional(),
     action: z.enum([...READ_ACTIONS, ...WRITE_ACTIONS]).describe('Operation to perform (read group or write group)'),
     limit: int(1, 250).optional().describe('Maximum items to return for list actions (1-250)'),
     state: str(1, 64).optional().describe('State filter or new state, e.g. open, closed, all (action-dependent)'),
@@ -162,11 +162,11 @@ export const repohostRead = defineTool({
   domain,
   badges: ['readOnly', 'idempotent', 'openWorld'],
   tracking,
+  workspace: 'optional',
   description:
     'Read-only repository-host queries without per-call approval prompts: pull requests, reviews (every review plus latest state per reviewer), review threads with stable ids, issues, commits (filter by sha, path, since, until), compare base...head, releases, tags, ref_get (current OID or exists false), combined commit status, check runs, and workflow runs with jobs. ' +
     'Prefer it over repohost_action for reads. Action-specific parameters are validated when the action runs.',
   input: {
-    workspaceId: WSID.optional(),
     action: z.enum(READ_ACTIONS).describe('Read operation to perform'),
     limit: int(1, 250).optional().describe('Maximum items to return (1-250)'),
     state: z.enum(['open', 'closed', 'all']).optional().describe('State filter for pull requests and issues'),

@@ -1,6 +1,6 @@
 /** Spec section "Sessions and tasks" (9 tools). */
 import { defineTool } from './define.js';
-import { CUR, IDEM, PATH, SESSID, TASKID, WSID, int, name, str, z } from './types.js';
+import { CUR, IDEM, PATH, SESSID, TASKID, int, name, str, z } from './types.js';
 
 const domain = 'Sessions and tasks';
 
@@ -9,10 +9,10 @@ export const sessionsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.listSessions(ctx.workspaceId(a.workspaceId), a.cursor, a.limit),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.listSessions(ctx.workspace, a.cursor, a.limit),
   description: 'List the named coding sessions of a workspace (id, name, state), a page at a time with cursors.',
   input: {
-    workspaceId: WSID.optional(),
     cursor: CUR.optional(),
     limit: int(1, 500).default(100).describe('Page size (1-500)'),
   },
@@ -23,13 +23,13 @@ export const sessionsOpen = defineTool({
   domain,
   badges: ['idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.openTerminal(ctx.workspaceId(a.workspaceId), 'session', a.cwd, a.name),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.openTerminal(ctx.workspace, 'session', a.cwd, a.name),
   idempotency: 'key',
   description:
     'Open a named, long-lived coding session (a persistent interactive terminal) in the workspace and return its sessionId; drive it with sessions_io and end it with sessions_close. ' +
     'Find sessions again by name with sessions_list. The same idempotencyKey with the same input replays the first result.',
   input: {
-    workspaceId: WSID.optional(),
     name: name(1, 80).describe('Session name: 1-80 characters of A-Z a-z 0-9 . _ -'),
     cwd: PATH.default('.').describe('Workspace-relative starting directory'),
     idempotencyKey: IDEM,
@@ -41,12 +41,12 @@ export const sessionsIo = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.terminalIo(ctx.workspaceId(a.workspaceId), 'session', a.sessionId, a.input, a.cursor, a.waitMs, ctx.signal),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.terminalIo(ctx.workspace, 'session', a.sessionId, a.input, a.cursor, a.waitMs, ctx.signal),
   description:
     'Send input to a coding session and/or poll its output: returns the output produced since cursor, waiting up to waitMs (at most 5000) for more, plus the next cursor. ' +
     'Omit input to only poll. Input is at most 65536 characters per call.',
   input: {
-    workspaceId: WSID.optional(),
     sessionId: SESSID,
     input: z.string().max(65536).optional().describe('Text to write to the session stdin (include "\\n" to submit a line)'),
     cursor: CUR.optional().describe('Cursor from the previous sessions_io; output after it is returned. Omit to start from the oldest retained output.'),
@@ -59,10 +59,10 @@ export const sessionsClose = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.closeTerminal(ctx.workspaceId(a.workspaceId), 'session', a.sessionId),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.closeTerminal(ctx.workspace, 'session', a.sessionId),
   description: 'Close a coding session and end its processes. Closing an already closed session succeeds.',
   input: {
-    workspaceId: WSID.optional(),
     sessionId: SESSID,
   },
 });
@@ -72,10 +72,10 @@ export const tasksList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.listTasks(ctx.workspaceId(a.workspaceId), a.cursor, a.limit),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.listTasks(ctx.workspace, a.cursor, a.limit),
   description: 'List the background tasks of a workspace (id, command, state), a page at a time with cursors. Use tasks_status for one task\'s output.',
   input: {
-    workspaceId: WSID.optional(),
     cursor: CUR.optional(),
     limit: int(1, 500).default(100).describe('Page size (1-500)'),
   },
@@ -86,13 +86,13 @@ export const tasksRun = defineTool({
   domain,
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.runTask(ctx.workspaceId(a.workspaceId), { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, dependsOn: a.dependsOn }),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.runTask(ctx.workspace, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, dependsOn: a.dependsOn }),
   idempotency: 'key',
   description:
     'Start a background command in the workspace that may run up to 24 hours (timeoutMs up to 86400000, default 15 minutes), optionally after other tasks (dependsOn); returns a taskId at once. ' +
     'Follow it with tasks_status, stop it with tasks_cancel, see the order with tasks_graph. For commands under 5 minutes exec_run is simpler. The same idempotencyKey with the same input replays the first result.',
   input: {
-    workspaceId: WSID.optional(),
     command: str(1, 32768).describe('Shell command line to run (1-32768 characters)'),
     cwd: PATH.default('.').describe('Workspace-relative working directory'),
     idempotencyKey: IDEM,
@@ -110,10 +110,10 @@ export const tasksStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.taskStatus(ctx.workspaceId(a.workspaceId), a.taskId, a.cursor),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.taskStatus(ctx.workspace, a.taskId, a.cursor),
   description: 'State of one task and its next output chunk after cursor; call again with the returned cursor to page through the output.',
   input: {
-    workspaceId: WSID.optional(),
     taskId: TASKID,
     cursor: CUR.optional().describe('Cursor from the previous tasks_status; the chunk after it is returned. Omit for the first chunk.'),
   },
@@ -124,10 +124,10 @@ export const tasksCancel = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.taskCancel(ctx.workspaceId(a.workspaceId), a.taskId),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.taskCancel(ctx.workspace, a.taskId),
   description: "Cancel a task by terminating its process group; effects it already made (files written, packages installed) are not rolled back. Cancelling a finished task changes nothing.",
   input: {
-    workspaceId: WSID.optional(),
     taskId: TASKID,
   },
 });
@@ -137,10 +137,10 @@ export const tasksGraph = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.app.commands.graph(ctx.workspaceId(a.workspaceId)),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.commands.graph(ctx.workspace),
   description: 'The dependency graph of the workspace\'s tasks (tasks and their dependsOn edges), to see what runs after what and what is blocked.',
   input: {
-    workspaceId: WSID.optional(),
   },
 });
 

@@ -10,7 +10,7 @@ export const workspaceOpen = defineTool({
   domain,
   badges: ['idempotent', 'openWorld'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.open(a, ctx.principal, ctx.progress, ctx.signal),
+  run: (a, ctx) => ctx.services.workspaces.open(a, ctx.principal, ctx.progress, ctx.signal),
   idempotency: 'key',
   description:
     'Clone an approved HTTPS repository into a new isolated workspace (non-root, no network by default, time-limited) and make it the active workspace. ' +
@@ -50,7 +50,7 @@ export const workspaceList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.list(a.cursor, a.limit),
+  run: (a, ctx) => ctx.services.workspaces.list(a.cursor, a.limit),
   description: 'List your workspaces (id, repository, state, lease expiry, hardExpiresAt), newest first, a page at a time with cursors.',
   input: {
     cursor: CUR.optional(),
@@ -63,9 +63,10 @@ export const workspaceStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.status(ctx.workspaceId(a.workspaceId)),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.workspaces.status(ctx.workspace),
   description: 'Lifecycle state and metadata of one workspace (the active one when workspaceId is omitted): state, repository, branch, lease expiry, hardExpiresAt, network profile.',
-  input: { workspaceId: WSID.optional() },
+  input: {},
 });
 
 export const workspaceCapabilities = defineTool({
@@ -73,10 +74,11 @@ export const workspaceCapabilities = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.capabilities(ctx.workspaceId(a.workspaceId)),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.workspaces.capabilities(ctx.workspace),
   description:
     'Authorization capabilities of a workspace, including the repohostActions list: the authoritative list of issue and pull-request actions repohost_action may perform on this repository. Mints no tokens.',
-  input: { workspaceId: WSID.optional() },
+  input: {},
 });
 
 export const workspaceContext = defineTool({
@@ -84,12 +86,12 @@ export const workspaceContext = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.context(ctx.workspaceId(a.workspaceId), a, ctx.signal),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.workspaces.context(ctx.workspace, a, ctx.signal),
   description:
     'Orientation for a coding session: active workspace id, branch, lease time, git identity and a repository overview (languages, test commands, instruction files such as AGENTS.md or CLAUDE.md chosen by clientProfile, skills). ' +
     'contentMode excerpt includes instruction-file text up to maxBytes; pages with cursor and limit.',
   input: {
-    workspaceId: WSID.optional(),
     clientProfile: CLIENT_PROFILE.default('all').describe('Which client family the instruction files are chosen for: profile_a Claude Code, profile_b Codex/AGENTS.md, profile_c GitHub Copilot, profile_d Cursor/Gemini/others (docs/workspace-context.md)'),
     include: z
       .array(z.enum(['instructions', 'languages', 'test_commands', 'skills']))
@@ -107,7 +109,7 @@ export const workspaceSetActive = defineTool({
   domain,
   badges: ['idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.setActive(ctx.principal, a.workspaceId),
+  run: (a, ctx) => ctx.services.workspaces.setActive(ctx.principal, a.workspaceId),
   description: 'Make a workspace the active one: tools called without workspaceId then act on it.',
   input: { workspaceId: WSID },
 });
@@ -117,11 +119,11 @@ export const workspaceLeaseRenew = defineTool({
   domain,
   badges: ['idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.renew(ctx.workspaceId(a.workspaceId), a.extensionSeconds),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.workspaces.renew(ctx.workspace, a.extensionSeconds),
   description:
     'Extend the idle lease of a workspace, or reactivate one that expired into the recoverable state. Never passes hardExpiresAt: when capped, the result has leaseCapped true, requestedExpiresAt and a leaseWarnings entry.',
   input: {
-    workspaceId: WSID.optional(),
     extensionSeconds: int(60, 86400).optional().describe('Seconds to extend the lease by (60-86400; default: the instance idle lease)'),
   },
 });
@@ -131,11 +133,11 @@ export const workspaceRecover = defineTool({
   domain,
   badges: ['destructive'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.recover(ctx.workspaceId(a.workspaceId), a.mode, a.targetBranch, ctx.principal),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.workspaces.recover(ctx.workspace, a.mode, a.targetBranch, ctx.principal),
   description:
     'Work with an expired, recoverable workspace: resume it (mode resume), inspect it (status), get its unpushed work as a patch (patch), or push its unpushed work to targetBranch through the credential broker (export).',
   input: {
-    workspaceId: WSID.optional(),
     mode: z.enum(['resume', 'status', 'patch', 'export']).default('resume'),
     targetBranch: str(1, 255).optional().describe('Branch to push unpushed work to (mode export)'),
   },
@@ -147,9 +149,10 @@ export const workspaceClose = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.close(ctx.workspaceId(a.workspaceId)),
+  workspace: 'optional',
+  run: (a, ctx) => ctx.services.workspaces.close(ctx.workspace),
   description: 'Stop the workspace executor and permanently delete all of its files, including unpushed commits. Push or export first if you need the work.',
-  input: { workspaceId: WSID.optional() },
+  input: {},
 });
 
 export const secretsList = defineTool({
@@ -157,7 +160,7 @@ export const secretsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#3 workspaces',
-  run: (a, ctx) => ctx.app.workspaces.secretsList(a.workspaceId ?? ctx.app.principals.activeWorkspace(ctx.principal) ?? undefined, a),
+  run: (a, ctx) => ctx.services.workspaces.secretsList(a.workspaceId ?? ctx.activeWorkspace(), a),
   description: 'List global and environment secret names with their descriptions. Values are never revealed; commands reference secrets by name (as environment variables).',
   input: {
     workspaceId: WSID.optional(),
