@@ -6,20 +6,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { loadGitHost, measure, startAtelier } from './lib.mjs';
+import { count, loadGitHost, measure, startAtelierForGitHost } from './lib.mjs';
 
 const run = promisify(execFile);
-const N = Number(process.env.BENCH_N ?? 300);
+const N = Number(process.env.BENCH_N ?? count(300, 5));
 const { startGitHost } = await loadGitHost();
 const host = await startGitHost();
 const { url } = await host.createRepo('approved/exec', { 'README.md': '# exec bench\n' });
-const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-exec-'));
-writeFileSync(join(dataDir, 'tok'), host.token);
-writeFileSync(join(dataDir, 'config.json'), JSON.stringify({
-  repositories: { allow: [`${host.url}/approved/*`], extraCaCertificates: [host.caCertPath], credentials: [{ prefix: `${host.url}/`, tokenFile: join(dataDir, 'tok') }] },
+const svc = await startAtelierForGitHost(host, {
   sandboxDiskMb: 256,
-}));
-const svc = await startAtelier([], dataDir);
+});
+const dataDir = svc.dataDir;
 const client = new Client({ name: 'bench', version: '1' });
 await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { authorization: `Bearer ${svc.token}` } } }));
 const open = await client.callTool({ name: 'workspace_open', arguments: { repositoryUrl: url, idempotencyKey: `bench-exec-${Date.now()}` } });
@@ -33,9 +30,9 @@ const bare = () => run('bwrap', bwrapArgs);
 const f = (x) => `${x.toFixed(2)} ms`;
 console.log(`bench/exec (node ${process.versions.node}, ${N} calls per case)`);
 for (const concurrency of [1, 8]) {
-  const b = await measure(bare, { total: N, concurrency, warmup: 10 });
-  const t = await measure(execRun('true'), { total: N, concurrency, warmup: 10 });
-  const e = await measure(execRun('echo hello'), { total: N, concurrency, warmup: 10 });
+  const b = await measure(bare, { total: N, concurrency, warmup: count(10, 1) });
+  const t = await measure(execRun('true'), { total: N, concurrency, warmup: count(10, 1) });
+  const e = await measure(execRun('echo hello'), { total: N, concurrency, warmup: count(10, 1) });
   console.log(`concurrency ${concurrency}:`);
   console.log(`  bare bwrap /bin/true     p50 ${f(b.p50)}  p99 ${f(b.p99)}`);
   console.log(`  MCP exec_run true        p50 ${f(t.p50)}  p99 ${f(t.p99)}  ratio p50 ${(t.p50 / b.p50).toFixed(2)}x`);

@@ -13,25 +13,22 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { loadGitHost, median, startAtelier } from './lib.mjs';
+import { count, loadGitHost, median, startAtelierForGitHost } from './lib.mjs';
 
 const run = promisify(execFile);
-const FILES = Number(process.env.BENCH_FILES ?? 30000);
-const N = Number(process.env.BENCH_N ?? 15);
+const FILES = Number(process.env.BENCH_FILES ?? count(30000, 600));
+const N = Number(process.env.BENCH_N ?? count(15, 1));
 const cpus = availableParallelism();
 
 const { startGitHost } = await loadGitHost();
 const host = await startGitHost();
 const { url } = await host.createRepo('approved/files-bench', { 'README.md': '# files bench\n', '.gitignore': 'node_modules/\n' });
-const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-files-'));
-writeFileSync(join(dataDir, 'tok'), host.token);
-writeFileSync(join(dataDir, 'config.json'), JSON.stringify({
-  repositories: { allow: [`${host.url}/approved/*`], extraCaCertificates: [host.caCertPath], credentials: [{ prefix: `${host.url}/`, tokenFile: join(dataDir, 'tok') }] },
+const svc = await startAtelierForGitHost(host, {
   sandboxDiskMb: 2048,
   // The workspace may use every core, as the host rg does: the comparison is of overhead, not quota.
   sandboxCpuPercent: cpus * 100,
-}));
-const svc = await startAtelier([], dataDir);
+});
+const dataDir = svc.dataDir;
 const client = new Client({ name: 'bench', version: '1' });
 await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { authorization: `Bearer ${svc.token}` } } }));
 const callTool = async (name, args) => {

@@ -13,12 +13,12 @@ import { Agent, request } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT, measure, pct, fmt } from './lib.mjs';
+import { ROOT, SMOKE, measure, pct, fmt } from './lib.mjs';
 
 const quick = process.argv.includes('--quick');
-const N1 = quick ? 500 : 3000;
-const N64 = quick ? 2000 : 8000;
-const NT = quick ? 200 : 600;
+const N1 = SMOKE ? 20 : quick ? 500 : 3000;
+const N64 = SMOKE ? 128 : quick ? 2000 : 8000;
+const NT = SMOKE ? 10 : quick ? 200 : 600;
 
 async function loadFake() {
   const out = join(ROOT, 'bench/.build-gw');
@@ -70,7 +70,7 @@ function post(target, body) {
   });
 }
 
-async function run(target, body, total, concurrency, warmup = 100) {
+async function run(target, body, total, concurrency, warmup = SMOKE ? 2 : 100) {
   let errors = 0;
   let lastError = null;
   const ttft = [];

@@ -6,6 +6,12 @@ import { join } from 'node:path';
 
 export const ROOT = new URL('..', import.meta.url).pathname;
 
+/** `--smoke`: tiny counts, a few seconds, so the test suite runs every benchmark and none can rot. */
+export const SMOKE = process.argv.includes('--smoke');
+
+/** A count for a full run, or its smoke-mode stand-in. */
+export const count = (full, smoke) => (SMOKE ? smoke : full);
+
 export async function startAtelier(args = [], givenDataDir) {
   const dataDir = givenDataDir ?? mkdtempSync(join(tmpdir(), 'atelier-bench-'));
   const proc = spawn(process.execPath, [join(ROOT, 'bin/atelier'), 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -36,7 +42,7 @@ export function pct(sorted, p) {
 }
 
 /** Runs `fn` `total` times with `concurrency` in flight; returns percentiles, throughput and the sorted latencies (ms). */
-export async function measure(fn, { total, concurrency, warmup = 50 }) {
+export async function measure(fn, { total, concurrency, warmup = SMOKE ? 2 : 50 }) {
   for (let i = 0; i < warmup; i++) await fn();
   const lat = [];
   let next = 0;
@@ -71,4 +77,21 @@ export async function loadGitHost() {
 export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)];
+}
+
+/**
+ * Starts the service configured as an operator would for a loopback git host: the repositories
+ * under approved/ allowed, the host's CA trusted, and its token given to the credential broker
+ * through `atelier credentials add-token` (the only way credentials are configured).
+ */
+export async function startAtelierForGitHost(host, config = {}) {
+  const { execFileSync } = await import('node:child_process');
+  const { writeFileSync } = await import('node:fs');
+  const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-'));
+  writeFileSync(join(dataDir, 'config.json'), JSON.stringify({
+    repositories: { allow: [`${host.url}/approved/*`], extraCaCertificates: [host.caCertPath] },
+    ...config,
+  }));
+  execFileSync(process.execPath, [join(ROOT, 'bin/atelier'), 'credentials', 'add-token', `${host.url}/`, '--data-dir', dataDir], { input: host.token + '\n', stdio: ['pipe', 'ignore', 'inherit'] });
+  return startAtelier([], dataDir);
 }

@@ -5,10 +5,10 @@
 // The official v2 client's round trip is printed too, for what a real client sees.
 import { createServer } from 'node:http';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { fmt, measure, startAtelier } from './lib.mjs';
+import { count, fmt, measure, startAtelier } from './lib.mjs';
 
 const TOOL = process.env.BENCH_TOOL ?? 'workspace_list';
-const N = Number(process.env.BENCH_N ?? 2000);
+const N = Number(process.env.BENCH_N ?? count(2000, 20));
 
 const echo = createServer((req, res) => {
   let b = '';

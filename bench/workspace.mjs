@@ -8,11 +8,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { loadGitHost, median, startAtelier } from './lib.mjs';
+import { count, loadGitHost, median, startAtelierForGitHost } from './lib.mjs';
 
 const run = promisify(execFile);
-const N_OPEN = Number(process.env.BENCH_OPEN_N ?? 8);
-const N_EXEC = Number(process.env.BENCH_EXEC_N ?? 200);
+const N_OPEN = Number(process.env.BENCH_OPEN_N ?? count(8, 1));
+const N_EXEC = Number(process.env.BENCH_EXEC_N ?? count(200, 5));
 
 const { startGitHost, gitEnvFor } = await loadGitHost();
 const host = await startGitHost();
@@ -21,13 +21,10 @@ for (let i = 0; i < 200; i++) files[`src/file${i}.ts`] = `export const v${i} = $
 const { url } = await host.createRepo('approved/bench', files, { commits: 5 });
 
 // The service, configured as an operator would for this host.
-const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bench-ws-'));
-writeFileSync(join(dataDir, 'tok'), host.token);
-writeFileSync(join(dataDir, 'config.json'), JSON.stringify({
-  repositories: { allow: [`${host.url}/approved/*`], extraCaCertificates: [host.caCertPath], credentials: [{ prefix: `${host.url}/`, tokenFile: join(dataDir, 'tok') }] },
+const svc = await startAtelierForGitHost(host, {
   sandboxDiskMb: 512,
-}));
-const svc = await startAtelier([], dataDir);
+});
+const dataDir = svc.dataDir;
 const client = new Client({ name: 'bench', version: '1' });
 await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { authorization: `Bearer ${svc.token}` } } }));
 const callTool = async (name, args) => {
@@ -58,7 +55,7 @@ for (let i = 0; i < N_OPEN; i++) {
 const bwrapArgs = ['--unshare-all', '--die-with-parent', '--ro-bind', '/usr', '/usr', '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64', '--proc', '/proc', '--dev', '/dev', '/bin/true'];
 const bare = [];
 const execs = [];
-for (let i = 0; i < 10; i++) { await run('bwrap', bwrapArgs); await callTool('exec_run', { command: 'true' }); }
+for (let i = 0; i < count(10, 1); i++) { await run('bwrap', bwrapArgs); await callTool('exec_run', { command: 'true' }); }
 for (let i = 0; i < N_EXEC; i++) {
   let t = performance.now();
   await run('bwrap', bwrapArgs);
