@@ -146,6 +146,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       exists: (id) => workspaces.retainedIds().includes(id),
       retained: () => workspaces.retainedIds(),
       sandboxLimits: workspaces.sandboxLimits,
+      toolkits: (id) => workspaces.toolkitsOf(id),
     }),
   });
   const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason });

@@ -54,6 +54,8 @@ export interface WorkspaceView {
   /** Ids of workspaces that are not closed. */
   retained(): string[];
   sandboxLimits: SandboxLimits;
+  /** workspace_open's toolkits and allowToolkitWorkspaceChanges. */
+  toolkits(id: string): { toolkits: string[]; allowChanges: boolean };
 }
 
 interface Deps {
@@ -206,6 +208,15 @@ export class PackageService {
       throw new ServiceError('INVALID_ARGUMENT', 'workspaceId: only meaningful with scope workspace (owner scope applies to every new workspace)', { field: 'workspaceId' });
     if (input.scope === 'workspace' && !this.deps.workspaces().exists(input.workspaceId!))
       throw new ServiceError('NOT_FOUND', `workspaceId: no workspace ${input.workspaceId}`, { field: 'workspaceId' });
+    if (input.scope === 'workspace') {
+      const tk = this.deps.workspaces().toolkits(input.workspaceId!);
+      if (tk.toolkits.length && !tk.allowChanges)
+        throw new ServiceError(
+          'FAILED_PRECONDITION',
+          `workspaceId: workspace ${input.workspaceId} was opened with toolkits (${tk.toolkits.join(', ')}) and without allowToolkitWorkspaceChanges, so its packages cannot be changed; open it with allowToolkitWorkspaceChanges true`,
+          { field: 'workspaceId', rule: 'allowToolkitWorkspaceChanges' },
+        );
+    }
     const resolutionId = newId('packageResolution');
     this.deps.db.prepare("INSERT INTO package_resolutions (id, state, created_at) VALUES (?, 'RESOLVING', ?)").run(resolutionId, nowIso());
     let planned: Record<string, unknown> | undefined;
@@ -782,11 +793,31 @@ export class PackageService {
 
   // ---------- mounting into sandboxes ----------
 
-  /** Owner bindings, overridden by the workspace's own (for a workspace id), else owner bindings only. */
+  /**
+   * Checks workspace_open's toolkits: each names an owner-bound package (`name`, or `npm:name` /
+   * `uv:name` when both ecosystems bind the name); allowToolkitWorkspaceChanges needs toolkits.
+   */
+  validateToolkits(toolkits: string[], allowChanges: boolean): void {
+    this.requireEnabled();
+    if (allowChanges && toolkits.length === 0)
+      throw new ServiceError('INVALID_ARGUMENT', 'allowToolkitWorkspaceChanges: only meaningful with toolkits (without toolkits a workspace may always get workspace-scope packages)', { field: 'allowToolkitWorkspaceChanges' });
+    const owner = this.deps.db.prepare("SELECT ecosystem, name FROM package_bindings WHERE scope = 'owner'").all() as Array<{ ecosystem: Ecosystem; name: string }>;
+    toolkits.forEach((t, i) => {
+      const matches = owner.filter((b) => toolkitMatches(t, b));
+      if (matches.length === 0)
+        throw new ServiceError('INVALID_ARGUMENT', `toolkits[${i}]: ${t} is not an owner-bound package (packages_list with scope owner lists them)`, { field: `toolkits[${i}]` });
+      if (matches.length > 1) throw new ServiceError('INVALID_ARGUMENT', `toolkits[${i}]: ${t} is bound in both ecosystems; write npm:${t} or uv:${t}`, { field: `toolkits[${i}]` });
+    });
+  }
+
+  /** Owner bindings, overridden by the workspace's own (for a workspace id), else owner bindings only; narrowed by the workspace's toolkits. */
   private effectiveBindings(workspaceId: string | null): Array<{ ecosystem: Ecosystem; name: string; release_id: string }> {
-    const rows = this.deps.db
-      .prepare("SELECT * FROM package_bindings WHERE scope = 'owner' OR (scope = 'workspace' AND workspace_id = ?) ORDER BY scope DESC")
-      .all(workspaceId ?? '\u0000') as BindingRow[];
+    const tk = workspaceId ? this.deps.workspaces().toolkits(workspaceId) : { toolkits: [], allowChanges: true };
+    const rows = (
+      this.deps.db
+        .prepare("SELECT * FROM package_bindings WHERE scope = 'owner' OR (scope = 'workspace' AND workspace_id = ?) ORDER BY scope DESC")
+        .all(workspaceId ?? '\u0000') as BindingRow[]
+    ).filter((b) => (b.scope === 'owner' ? tk.toolkits.length === 0 || tk.toolkits.some((t) => toolkitMatches(t, b)) : tk.toolkits.length === 0 || tk.allowChanges));
     const out = new Map<string, { ecosystem: Ecosystem; name: string; release_id: string }>();
     // 'workspace' sorts after 'owner' descending first: owner rows come last and never replace a workspace row.
     for (const b of rows) if (!out.has(`${b.ecosystem}/${b.name}`)) out.set(`${b.ecosystem}/${b.name}`, { ecosystem: b.ecosystem, name: b.name, release_id: b.release_id });
@@ -895,6 +926,12 @@ function planText(body: Record<string, unknown>, digest: string): string {
 function tail(text: string): string {
   const b = Buffer.from(text, 'utf8');
   return b.length <= OUTPUT_TAIL_BYTES ? text : '…' + b.subarray(b.length - OUTPUT_TAIL_BYTES).toString('utf8');
+}
+
+/** A toolkit name: `name` or `ecosystem:name`. */
+function toolkitMatches(t: string, b: { ecosystem: Ecosystem; name: string }): boolean {
+  const m = /^(npm|uv):(.+)$/.exec(t);
+  return m ? m[1] === b.ecosystem && m[2] === b.name : t === b.name;
 }
 
 const safeDir = (name: string): string => name.replace(/^@/, '').replace(/[^A-Za-z0-9._-]/g, '+');

@@ -84,7 +84,11 @@ interface Deps {
   /** Set in unsafe development mode: no sandboxes can be made, so no workspace opens. */
   sandboxDisabledReason?: string;
   /** Managed packages: the read-only release mounts and PATH of a workspace's sandbox. */
-  packages?: { mountsFor(workspaceId: string): Promise<{ mounts: EphemeralBind[]; env: Record<string, string> }> };
+  packages?: {
+    mountsFor(workspaceId: string): Promise<{ mounts: EphemeralBind[]; env: Record<string, string> }>;
+    /** Checks workspace_open's toolkits (names of owner-bound packages) before anything is made. */
+    validateToolkits(toolkits: string[], allowChanges: boolean): void;
+  };
 }
 
 const GIT_BIN = '/usr/bin/git';
@@ -206,6 +210,13 @@ export class WorkspaceService {
     } finally {
       if (this.locks.get(id) === p) this.locks.delete(id);
     }
+  }
+
+  /** The managed-package toolkits a workspace was opened with (workspace_open's toolkits, allowToolkitWorkspaceChanges). */
+  toolkitsOf(id: string): { toolkits: string[]; allowChanges: boolean } {
+    const r = this.d.db.prepare('SELECT options_json FROM workspaces WHERE id = ?').get(id) as { options_json: string } | undefined;
+    const o = JSON.parse(r?.options_json || '{}') as { toolkits?: string[]; allowToolkitWorkspaceChanges?: boolean };
+    return { toolkits: o.toolkits ?? [], allowChanges: o.allowToolkitWorkspaceChanges === true };
   }
 
   /** Ids of every workspace that is not closed (its files are retained). */
@@ -387,6 +398,10 @@ export class WorkspaceService {
     if (this.d.sandboxDisabledReason)
       throw new ServiceError('FAILED_PRECONDITION', `workspaces are disabled: the service runs in unsafe development mode (${this.d.sandboxDisabledReason}); see atelier doctor`, {});
     const repo = this.d.repos.approve(a.repositoryUrl);
+    if (a.toolkits.length || a.allowToolkitWorkspaceChanges) {
+      if (!this.d.packages) throw new ServiceError('FAILED_PRECONDITION', 'toolkits: managed packages are not available in this build', { field: 'toolkits' });
+      this.d.packages.validateToolkits(a.toolkits, a.allowToolkitWorkspaceChanges === true);
+    }
     let envId: string | null = null;
     if (a.environmentId) {
       envId = this.d.environments.resolve(a.environmentId);

@@ -11,10 +11,15 @@ import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import { startRegistry, type Registry } from '../fixtures/verdaccio.js';
+import { startPyIndex, type PyIndex } from '../fixtures/pypi-index.js';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { GitHost } from '../fixtures/githost.js';
 
 let host: GitHost;
 let reg: Registry;
+let py: PyIndex;
 let svc: Service;
 let c: Client;
 let repoUrl: string;
@@ -84,9 +89,22 @@ beforeAll(async () => {
   const postinstall = `node -e "require('fs').writeFileSync('ran.txt', 'ran'); const n=require('net'); const s=n.connect(${trapPort},'127.0.0.1'); s.on('error',()=>{}); const h=require('https'); h.get('https://127.0.0.1:${trapPort}/',()=>{}).on('error',()=>{});"`;
   await reg.publish({ name: 'with-postinstall', version: '1.0.0', scripts: { postinstall } });
   await reg.publish({ name: 'tamper-me', version: '1.0.0' });
+  py = await startPyIndex();
+  py.addWheel({ name: 'tiny-dep', version: '0.1', files: { 'tiny_dep/__init__.py': 'VALUE = "tiny"\n' } });
+  py.addWheel({
+    name: 'hello-tool',
+    version: '1.0',
+    requires: ['tiny-dep'],
+    files: { 'hello_tool/__init__.py': 'import tiny_dep\ndef main():\n    print("hello-tool 1.0", tiny_dep.VALUE)\n' },
+    consoleScripts: { 'hello-tool': 'hello_tool:main' },
+  });
+  py.addSdist('only-sdist', '1.0');
+  // One CA file for both registries, as an operator with one internal CA would have.
+  const caFile = join(mkdtempSync(join(tmpdir(), 'atelier-pk-ca-')), 'ca.pem');
+  writeFileSync(caFile, readFileSync(reg.caCertPath, 'utf8') + readFileSync(py.caCertPath, 'utf8'));
   host = await startGitHost();
   repoUrl = (await host.createRepo('approved/pkgs', REPO_FILES)).url;
-  svc = await startWorkspaceService(host, { config: { packagesEnabled: true, packagesNpmRegistry: reg.url, packagesCaFile: reg.caCertPath } });
+  svc = await startWorkspaceService(host, { config: { packagesEnabled: true, packagesNpmRegistry: reg.url, packagesPythonIndex: py.url, packagesCaFile: caFile } });
   c = await connectV2(svc);
   oldWs = await openWs();
 }, 240_000);
@@ -96,6 +114,7 @@ afterAll(async () => {
   await svc?.dispose();
   await host?.close();
   await reg?.close();
+  await py?.close();
   trap?.close();
 });
 
@@ -228,6 +247,16 @@ describe('npm plans', () => {
     expect(tb2.stdout).toBe('ran');
     // The script tried a loopback server on the host, directly and through the proxy: nothing arrived.
     expect(trapHits).toBe(0);
+
+    // A slow build of the same package: removing its binding meanwhile is a CONFLICT.
+    await reg.publish({ name: 'with-postinstall', version: '1.1.0', scripts: { postinstall: 'sleep 4' } });
+    const b = (await ok('packages_list', {})).bindings.find((x: R) => x.name === 'with-postinstall');
+    const slow = await ok('packages_plan', { ecosystem: 'npm', name: 'with-postinstall', version: '1.1.0', lifecycleScripts: true });
+    await approve(slow.approvalRequestId);
+    const started = await ok('packages_apply', { planId: slow.planId, planDigest: slow.planDigest });
+    const busy = await refused('packages_remove', { bindingId: b.bindingId, expectedGeneration: b.generation });
+    expect([busy.code, busy.details.applyId]).toEqual(['CONFLICT', started.applyId]);
+    expect((await waitApply(started.applyId)).state).toBe('SUCCEEDED');
   });
 
   it('apt is not supported; bad input is named', async () => {
@@ -247,6 +276,50 @@ describe('npm plans', () => {
     expect((await refused('packages_status', { resolutionId: 'pkq_' + 'q'.repeat(24) })).details.field).toBe('resolutionId');
     expect((await refused('packages_rollback', { bindingId: 'pkb_' + 'q'.repeat(24), releaseId: 'pkr_' + 'q'.repeat(24), expectedGeneration: 1 })).details.field).toBe('bindingId');
     expect((await refused('packages_remove', { bindingId: 'pkb_' + 'q'.repeat(24), expectedGeneration: -1 })).details.field).toBe('expectedGeneration');
+  });
+});
+
+describe('toolkits', () => {
+  it('a workspace opened with toolkits mounts only those, and its set is fixed unless changes are allowed', async () => {
+    await install({ ecosystem: 'npm', name: 'left-helper' });
+    const bad = await refused('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'tk-bad-0001', toolkits: ['no-such-toolkit'] });
+    expect([bad.code, bad.details.field]).toEqual(['INVALID_ARGUMENT', 'toolkits[0]']);
+    const alone = await refused('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'tk-bad-0002', allowToolkitWorkspaceChanges: true });
+    expect(alone.details.field).toBe('allowToolkitWorkspaceChanges');
+    const fixed = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'tk-fixed-01', toolkits: ['npm:left-helper'] })).workspaceId;
+    const r = await sh(fixed, 'ls /opt/packages/npm');
+    expect(r.stdout.trim().split('\n')).toEqual(['left-helper']);
+    const refusedPlan = await refused('packages_plan', { ecosystem: 'npm', name: 'tamper-me', scope: 'workspace', workspaceId: fixed });
+    expect([refusedPlan.code, refusedPlan.details.rule]).toEqual(['FAILED_PRECONDITION', 'allowToolkitWorkspaceChanges']);
+    const open = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'tk-open-01', toolkits: ['left-helper'], allowToolkitWorkspaceChanges: true })).workspaceId;
+    const plan = await ok('packages_plan', { ecosystem: 'npm', name: 'cli-demo', version: '1.1.0', scope: 'workspace', workspaceId: open });
+    expect(plan.scope).toBe('workspace');
+    expect(plan.affectedWorkspaces).toEqual([open]);
+  });
+});
+
+describe('uv plans (Python wheels)', () => {
+  it('resolve wheels only, build with hashes, and put the console script on PATH of a new workspace', async () => {
+    const { plan, apply } = await install({ ecosystem: 'uv', name: 'hello-tool' });
+    expect(plan.version).toBe('1.0');
+    expect(plan.python).toMatch(/^3\.\d+$/);
+    expect(plan.packages.map((p: R) => `${p.name}==${p.version}`).sort()).toEqual(['hello-tool==1.0', 'tiny-dep==0.1']);
+    for (const p of plan.packages) expect(p.sha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(plan.dependencyCount).toBe(1);
+    expect(apply.state, JSON.stringify(apply)).toBe('SUCCEEDED');
+    const b = (await ok('packages_list', { scope: 'owner' })).bindings.find((x: R) => x.name === 'hello-tool');
+    expect(b.release.binaries).toEqual(['hello-tool']);
+    const ws = await openWs();
+    const r = await sh(ws, 'hello-tool; python3 -c "import hello_tool, tiny_dep; print(tiny_dep.VALUE)"');
+    expect(r.stdout).toBe('hello-tool 1.0 tiny\ntiny\n');
+  });
+
+  it('an sdist-only package is refused: wheels only; another python than the workspaces have is refused', async () => {
+    const sd = await refused('packages_plan', { ecosystem: 'uv', name: 'only-sdist' });
+    expect(sd.code).toBe('FAILED_PRECONDITION');
+    expect(sd.message).toMatch(/only source distributions.*wheels only/);
+    const wrong = await refused('packages_plan', { ecosystem: 'uv', name: 'hello-tool', python: '3.2' });
+    expect([wrong.code, wrong.details.field]).toEqual(['FAILED_PRECONDITION', 'python']);
   });
 });
 
