@@ -12,7 +12,7 @@ import { call, connectV2, dashboardLogin, httpRequest, startService, type Servic
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import { startRegistry, type Registry } from '../fixtures/verdaccio.js';
 import { startPyIndex, type PyIndex } from '../fixtures/pypi-index.js';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { GitHost } from '../fixtures/githost.js';
@@ -257,6 +257,25 @@ describe('npm plans', () => {
     const busy = await refused('packages_remove', { bindingId: b.bindingId, expectedGeneration: b.generation });
     expect([busy.code, busy.details.applyId]).toEqual(['CONFLICT', started.applyId]);
     expect((await waitApply(started.applyId)).state).toBe('SUCCEEDED');
+  });
+
+  it('a malicious package: symlinks it plants are never followed by the runner; a special file fails the build', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'atelier-pk-canary-'));
+    const canary = join(dir, 'canary');
+    writeFileSync(canary, 'host secret', { mode: 0o600 });
+    await reg.publish({ name: 'evil-link', version: '1.0.0', scripts: { postinstall: `ln -s ${canary} host-link && ln -s / root-link && ln -s ${dir} dir-link` } });
+    await reg.publish({ name: 'evil-fifo', version: '1.0.0', scripts: { postinstall: 'mkfifo pipe' } });
+    const link = await install({ ecosystem: 'npm', name: 'evil-link', lifecycleScripts: true });
+    expect(link.apply.state, JSON.stringify(link.apply)).toBe('SUCCEEDED');
+    const st = statSync(canary);
+    expect([st.uid, st.mode & 0o777]).toEqual([0, 0o600]);
+    expect(statSync(dir).uid).toBe(0);
+    expect(readFileSync(canary, 'utf8')).toBe('host secret');
+    const tb = await ok('bash', { target: 'toolbox', command: 'cat /opt/packages/npm/evil-link/node_modules/evil-link/host-link 2>&1; echo rc=$?' });
+    expect(tb.stdout).not.toContain('host secret');
+    const fifo = await install({ ecosystem: 'npm', name: 'evil-fifo', lifecycleScripts: true });
+    expect([fifo.apply.state, fifo.apply.errorCode]).toEqual(['FAILED', 'TREE_MISMATCH']);
+    expect((await ok('packages_list', {})).bindings.find((x: R) => x.name === 'evil-fifo')).toBeUndefined();
   });
 
   it('apt is not supported; bad input is named', async () => {
