@@ -31,6 +31,8 @@ import { PriceList } from './services/price-list.js';
 import { ModelCatalog } from './services/model-catalog.js';
 import { ConnectionChecks } from './services/model-checks.js';
 import { ApprovalService } from './services/approvals.js';
+import { PackageService } from './services/packages.js';
+import { ROOT_DIR } from './core/version.js';
 
 export interface App {
   readonly config: Config;
@@ -62,6 +64,8 @@ export interface App {
   readonly commands: CommandService;
   /** Owner approvals of every kind: one queue, grants, audit (issue #13). */
   readonly approvals: ApprovalService;
+  /** Managed packages: plans, builds, releases, bindings (issue #20). */
+  readonly packages: PackageService;
   /** Git and worktrees (issue #6). */
   readonly git: GitService;
   /** True when the database was created by this start (first run). */
@@ -127,9 +131,28 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     gid: config.sandboxUid,
     bwrapPath: config.sandboxBwrapPath,
   });
-  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, sandboxDisabledReason: opts.sandboxDisabledReason });
-  const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces });
+  const approvals = new ApprovalService({ db, audit });
+  const packages = new PackageService({
+    db,
+    config,
+    log,
+    audit,
+    approvals,
+    executor,
+    installRoot: ROOT_DIR,
+    sandboxDisabledReason: opts.sandboxDisabledReason,
+    // The workspace service is built next; the packages service reads it only after construction.
+    workspaces: () => ({
+      exists: (id) => workspaces.retainedIds().includes(id),
+      retained: () => workspaces.retainedIds(),
+      sandboxLimits: workspaces.sandboxLimits,
+      toolkits: (id) => workspaces.toolkitsOf(id),
+    }),
+  });
+  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason });
+  const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces, packages });
   workspaces.onClose((id) => commands.forgetWorkspace(id));
+  workspaces.onClose((id) => packages.forgetWorkspace(id));
   const spend = new SpendService(db);
   const gateway = new GatewayClient({ config, spend, log });
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
@@ -153,7 +176,8 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     workspaces,
     files: new FileService({ workspaces, executor, cursors }),
     commands,
-    approvals: new ApprovalService({ db, audit }),
+    approvals,
+    packages,
     git: new GitService({ workspaces, cursors, repos, audit }),
     spend,
     gateway,

@@ -41,6 +41,10 @@ export const SETTINGS: Setting[] = [
   S({ key: 'gatewayAdminSecretFile', flag: '--gateway-admin-secret-file', env: 'ATELIER_GATEWAY_ADMIN_SECRET_FILE', kind: 'string', def: '', help: 'Admin secret file of the external gateway named by --gateway-url' }),
   S({ key: 'modelGatewaySessionHeader', flag: '--model-gateway-session-header', env: 'ATELIER_MODEL_GATEWAY_SESSION_HEADER', kind: 'string', def: '', rule: 'an HTTP header name', check: ((v: string) => v === '' || /^[A-Za-z0-9-]{1,100}$/.test(v)) as never, help: 'MODEL_GATEWAY_SESSION_HEADER: header (value: the agent id) the gateway sends to every provider but provider_f' }),
   S({ key: 'packagesEnabled', flag: '--packages-enabled', env: 'ATELIER_PACKAGES_ENABLED', kind: 'bool', def: false, help: 'Enable managed packages and the bash toolbox target (PACKAGES_ENABLED)' }),
+  S({ key: 'packagesNpmRegistry', flag: '--packages-npm-registry', env: 'ATELIER_PACKAGES_NPM_REGISTRY', kind: 'string', def: 'https://registry.npmjs.org/', rule: 'an https URL ending in /', check: ((v: string) => /^https:\/\/[^\s/]+(\/[^\s]*)?\/$/.test(v)) as never, help: 'Managed packages: the npm registry plans resolve against and builders fetch from' }),
+  S({ key: 'packagesPythonIndex', flag: '--packages-python-index', env: 'ATELIER_PACKAGES_PYTHON_INDEX', kind: 'string', def: 'https://pypi.org/simple/', rule: 'an https URL of a PEP 503 simple index, ending in /', check: ((v: string) => /^https:\/\/[^\s/]+(\/[^\s]*)?\/$/.test(v)) as never, help: 'Managed packages: the Python simple index uv plans resolve against (wheels only)' }),
+  S({ key: 'packagesCaFile', flag: '--packages-ca-file', env: 'ATELIER_PACKAGES_CA_FILE', kind: 'string', def: '', rule: 'an absolute path to a PEM file', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Managed packages: extra CA certificates (PEM) trusted for the npm registry and the Python index' }),
+  S({ key: 'packagesResolveWaitMs', flag: '--packages-resolve-wait-ms', env: 'ATELIER_PACKAGES_RESOLVE_WAIT_MS', kind: 'int', def: 20000, rule: 'an integer from 0 to 60000', check: ((v: number) => v >= 0 && v <= 60000) as never, help: 'Managed packages: how long packages_plan waits for a resolution before answering RESOLVING' }),
   S({ key: 'idleLeaseSeconds', flag: '--idle-lease-seconds', env: 'ATELIER_IDLE_LEASE_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 10 to 86400', check: ((v: number) => v >= 10 && v <= 86400) as never, help: 'Default idle lease of a workspace, seconds' }),
   S({ key: 'maxWorkspaceLifetimeSeconds', flag: '--max-workspace-lifetime-seconds', env: 'ATELIER_MAX_WORKSPACE_LIFETIME_SECONDS', kind: 'int', def: 86400, rule: 'an integer from 20 to 2592000', check: ((v: number) => v >= 20 && v <= 2592000) as never, help: 'Instance maximum workspace lifetime (hardExpiresAt), seconds' }),
   S({ key: 'sandboxUid', flag: '--sandbox-uid', env: 'ATELIER_SANDBOX_UID', kind: 'int', def: 64000, rule: 'an integer from 1000 to 4294967294 (a dedicated non-root uid)', check: ((v: number) => v >= 1000 && v <= 4294967294) as never, help: 'Host uid (and gid) that workspace processes run as' }),
@@ -68,6 +72,10 @@ export interface Config {
   gatewayAdminSecretFile: string;
   modelGatewaySessionHeader: string;
   packagesEnabled: boolean;
+  packagesNpmRegistry: string;
+  packagesPythonIndex: string;
+  packagesCaFile: string;
+  packagesResolveWaitMs: number;
   idleLeaseSeconds: number;
   maxWorkspaceLifetimeSeconds: number;
   shutdownGraceMs: number;

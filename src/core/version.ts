@@ -1,5 +1,8 @@
 import { readFileSync } from 'node:fs';
 
+/** The install root (the directory holding package.json, data/ and dist/ or src/). */
+export const ROOT_DIR: string = new URL('../../', import.meta.url).pathname;
+
 /** The package version, read once from package.json next to dist/ or src/. */
 export const VERSION: string = (() => {
   try {

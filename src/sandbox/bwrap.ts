@@ -421,6 +421,8 @@ export class BwrapExecutor implements Executor {
         ...this.optMounts(p),
       ];
       if (proxyState?.mode === 'bind') mounts.push({ source: proxy!, target: IN_PROXY_SOCKET, readOnly: true });
+      // Managed-package releases: always read-only.
+      for (const m of spec.mounts ?? []) mounts.push({ ...validateBind(m), readOnly: true });
       const args = this.bwrapArgs({ mounts, tmpfs: [], etcDir: p.etc, env: daemonEnv(), cwd: '/workspace' });
       const daemon = [
         this.nodePath, '--max-old-space-size=96', '--v8-pool-size=2', `${IN_OPT}/daemon/main.js`,

@@ -31,6 +31,8 @@ export interface SandboxSpec {
   network: SandboxNetwork;
   /** Extra environment for every command, over the defaults (HOME, PATH, USER, LANG, TMPDIR...). */
   env?: Record<string, string>;
+  /** Extra host directories bound read-only (managed-package releases). */
+  mounts?: EphemeralBind[];
 }
 
 export interface SandboxHandle {

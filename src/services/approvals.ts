@@ -146,6 +146,18 @@ export class ApprovalService {
     return a.id;
   }
 
+  /**
+   * Consumes an approved request by id, for subjects whose tool takes no grant token (a package
+   * plan is applied by its id and digest): checks kind and digest, marks it used once.
+   */
+  markUsed(id: string, kind: ApprovalKind, digest: string, actor: Actor, principal: string): void {
+    const r = this.deps.db.prepare('SELECT * FROM approvals WHERE id = ?').get(id) as Row | undefined;
+    if (!r || r.kind !== kind || r.command_sha256 !== digest) throw new ServiceError('PERMISSION_DENIED', `approval ${id} does not cover this ${NOUN[kind]}`, { approvalRequestId: id });
+    const used = this.deps.db.prepare("UPDATE approvals SET state = 'used', used_at = ? WHERE id = ? AND state = 'approved'").run(nowIso(), id);
+    if (used.changes !== 1) throw new ServiceError('PERMISSION_DENIED', `approval ${id} is ${r.state}, not approved`, { approvalRequestId: id, approvalState: r.state });
+    this.deps.audit.record({ actor, principal, action: `${kind}_grant`, target: r.workspace_id || null, outcome: 'ok', details: { approvalId: id } });
+  }
+
   list(filter: { state?: ApprovalState; kind?: ApprovalKind } = {}, limit = 200): ApprovalView[] {
     const where: string[] = [];
     const params: unknown[] = [];

@@ -13,7 +13,7 @@ import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { AuditLog } from '../core/audit.js';
 import type { CursorCodec } from '../core/cursor.js';
-import type { Executor, ExecResult } from '../sandbox/executor.js';
+import type { EphemeralBind, Executor, ExecResult } from '../sandbox/executor.js';
 import type { WorkspaceService } from './workspaces.js';
 import { ServiceError } from '../core/errors.js';
 import { newId, randomToken } from '../core/ids.js';
@@ -32,6 +32,8 @@ interface Deps {
   cursors: CursorCodec;
   executor: Executor;
   workspaces: WorkspaceService;
+  /** Managed packages: the owner-bound releases the toolbox mounts. */
+  packages?: { mountsFor(workspaceId: null): Promise<{ mounts: EphemeralBind[]; env: Record<string, string> }> };
 }
 
 interface Running {
@@ -412,11 +414,14 @@ export class CommandService {
   async runToolbox(command: string, timeoutMs: number, maxOutputBytes: number, signal: AbortSignal): Promise<ExecResult> {
     if (!this.d.config.packagesEnabled)
       throw new ServiceError('FAILED_PRECONDITION', 'target: the toolbox exists only when the operator enables managed packages (--packages-enabled / ATELIER_PACKAGES_ENABLED); use target workspace', { field: 'target' });
+    // The owner-bound managed-package releases, read-only, their binaries on PATH.
+    const pkgs = (await this.d.packages?.mountsFor(null)) ?? { mounts: [], env: {} };
     return this.d.executor.runEphemeral({
-      binds: [],
+      binds: pkgs.mounts,
       limits: this.d.workspaces.sandboxLimits,
       network: 'none',
       command,
+      env: pkgs.env,
       cwd: '/tmp',
       timeoutMs,
       maxOutputBytes,

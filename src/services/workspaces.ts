@@ -83,6 +83,12 @@ interface Deps {
   environments: EnvironmentService;
   /** Set in unsafe development mode: no sandboxes can be made, so no workspace opens. */
   sandboxDisabledReason?: string;
+  /** Managed packages: the read-only release mounts and PATH of a workspace's sandbox. */
+  packages?: {
+    mountsFor(workspaceId: string): Promise<{ mounts: EphemeralBind[]; env: Record<string, string> }>;
+    /** Checks workspace_open's toolkits (names of owner-bound packages) before anything is made. */
+    validateToolkits(toolkits: string[], allowChanges: boolean): void;
+  };
 }
 
 const GIT_BIN = '/usr/bin/git';
@@ -206,6 +212,18 @@ export class WorkspaceService {
     }
   }
 
+  /** The managed-package toolkits a workspace was opened with (workspace_open's toolkits, allowToolkitWorkspaceChanges). */
+  toolkitsOf(id: string): { toolkits: string[]; allowChanges: boolean } {
+    const r = this.d.db.prepare('SELECT options_json FROM workspaces WHERE id = ?').get(id) as { options_json: string } | undefined;
+    const o = JSON.parse(r?.options_json || '{}') as { toolkits?: string[]; allowToolkitWorkspaceChanges?: boolean };
+    return { toolkits: o.toolkits ?? [], allowChanges: o.allowToolkitWorkspaceChanges === true };
+  }
+
+  /** Ids of every workspace that is not closed (its files are retained). */
+  retainedIds(): string[] {
+    return this.d.db.prepare("SELECT id FROM workspaces WHERE state != 'closed'").pluck().all() as string[];
+  }
+
   get(id: string): WorkspaceRow {
     const r = this.d.db.prepare('SELECT * FROM workspaces WHERE id = ?').get(id) as Record<string, unknown> | undefined;
     if (!r) throw new ServiceError('NOT_FOUND', `workspaceId: no workspace ${id}`, { field: 'workspaceId' });
@@ -259,16 +277,19 @@ export class WorkspaceService {
     return net;
   }
 
-  private specFor(w: WorkspaceRow, network: SandboxNetwork): SandboxSpec {
+  private async specFor(w: WorkspaceRow, network: SandboxNetwork): Promise<SandboxSpec> {
     const env: Record<string, string> = {};
+    // Managed-package releases bound when this workspace's sandbox was first made (kept until it is recreated).
+    const pkgs = (await this.d.packages?.mountsFor(w.id)) ?? { mounts: [], env: {} };
+    Object.assign(env, pkgs.env);
     if (w.envInjected && w.environmentId) Object.assign(env, this.d.environments.injection(w.environmentId));
-    return { id: w.id, rootDir: this.rootDir(w.id), limits: this.sandboxLimits, network, env };
+    return { id: w.id, rootDir: this.rootDir(w.id), limits: this.sandboxLimits, network, env, mounts: pkgs.mounts };
   }
 
   private async startSandbox(w: WorkspaceRow): Promise<SandboxHandle> {
     await this.ensureDisk(w.id);
     const network = await this.startWorkspaceProxy(w.id, w.networkProfile);
-    const spec = this.specFor(w, network);
+    const spec = await this.specFor(w, network);
     const recovered = await this.d.executor.recover(spec);
     const h = recovered ?? (await this.d.executor.create(spec));
     this.handles.set(w.id, h);
@@ -377,6 +398,10 @@ export class WorkspaceService {
     if (this.d.sandboxDisabledReason)
       throw new ServiceError('FAILED_PRECONDITION', `workspaces are disabled: the service runs in unsafe development mode (${this.d.sandboxDisabledReason}); see atelier doctor`, {});
     const repo = this.d.repos.approve(a.repositoryUrl);
+    if (a.toolkits.length || a.allowToolkitWorkspaceChanges) {
+      if (!this.d.packages) throw new ServiceError('FAILED_PRECONDITION', 'toolkits: managed packages are not available in this build', { field: 'toolkits' });
+      this.d.packages.validateToolkits(a.toolkits, a.allowToolkitWorkspaceChanges === true);
+    }
     let envId: string | null = null;
     if (a.environmentId) {
       envId = this.d.environments.resolve(a.environmentId);

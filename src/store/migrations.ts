@@ -10,6 +10,7 @@
  *   services/spend        spend_reservations, spend_policies, spend_cursor
  *   services/commands     operations, tasks, terminals
  *   services/approvals    approvals
+ *   services/packages     package_plans, package_resolutions, package_applies, package_releases, package_bindings, package_binding_history, workspace_package_mounts
  *
  * From version 7 on, each migration is a file of its own under migrations/ (NNNN-name.ts),
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
@@ -17,6 +18,7 @@
  *   services/repo-credentials repo_credentials
  */
 import { m0007 } from './migrations/0007-approvals.js';
+import { m0016 } from './migrations/0016-packages.js';
 
 export interface Migration {
   version: number;
@@ -320,4 +322,5 @@ export const MIGRATIONS: Migration[] = [
     `,
   },
   m0007,
+  m0016,
 ];

@@ -17,7 +17,7 @@ export type Tracking =
   | '#6 git'
   | '#7 model control plane'
   | '#8 gateway and spend'
-  | 'packages'
+  | '#20 packages'
   | 'sessions and tasks'
   | 'repository host'
   | 'repository extensions'

@@ -6,7 +6,7 @@ import { defineTool } from './define.js';
 import { INT, PKAID, PKBID, PKPID, PKQID, PKRID, WSID, int, str, z } from './types.js';
 
 const domain = 'Managed packages';
-const tracking = 'packages' as const;
+const tracking = '#20 packages' as const;
 
 const SCOPE = z.enum(['owner', 'workspace']);
 
@@ -34,6 +34,7 @@ export const packagesPlan = defineTool({
     'Resolve a package into an immutable install plan (exact version, source, integrity, dependencies, size, binaries, conflicts, affected workspaces, planDigest) without installing it or running package code (uv: wheels only; npm lifecycle scripts off unless lifecycleScripts is true). ' +
     'Owner scope applies to all new workspaces and the bash toolbox target; workspace scope overrides it in one workspace (workspaceId required); ecosystem apt answers NOT_SUPPORTED. ' +
     'If resolution takes longer than about 20 s the result is a resolutionId in state RESOLVING: poll it with packages_status; a plan whose approval is required must be approved by the operator on the dashboard before packages_apply.',
+  run: (a, ctx) => ctx.services.packages.plan(a, ctx.principal, ctx.actor),
   input: {
     ecosystem: z.enum(['npm', 'uv', 'apt']).describe('Package ecosystem; apt is not supported and answers NOT_SUPPORTED'),
     name: str(1, 214).describe('Package name as the ecosystem spells it'),
@@ -55,6 +56,7 @@ export const packagesApply = defineTool({
   description:
     'Build an approved plan into an immutable release in an isolated builder, verify its file tree and launch-check each binary with no network. Returns an applyId at once: poll packages_status with it; the release is installed only when the apply reaches SUCCEEDED. ' +
     'Applying the same plan again returns the same apply. Existing workspaces keep their mounted releases until recreated.',
+  run: (a, ctx) => ctx.services.packages.apply(a.planId, a.planDigest, ctx.principal, ctx.actor),
   input: {
     planId: PKPID.describe('Package plan identifier from packages_plan'),
     planDigest: PLAN_DIGEST,
@@ -68,6 +70,7 @@ export const packagesList = defineTool({
   tracking,
   description:
     'List package bindings and their verified releases (versions, digests, sizes, binaries, stale flag for releases built for an older executor image), optionally filtered by scope; includeHistory adds earlier releases usable with packages_rollback.',
+  run: (a, ctx) => ctx.services.packages.list(a.scope, a.workspaceId, a.includeHistory),
   input: {
     scope: SCOPE.optional().describe('Only bindings of this scope (default: both)'),
     workspaceId: WSID.optional(),
@@ -83,6 +86,7 @@ export const packagesStatus = defineTool({
   description:
     'Poll managed-package work. With applyId: apply state, error code, bounded output tail and release id. With resolutionId: RESOLVING, READY with the plan, or FAILED with the error. ' +
     'With neither: a summary of in-flight applies, plans awaiting approval, missing releases and workspaces needing recreation. waitMs (max 30000) waits for a change before answering.',
+  run: (a, ctx) => ctx.services.packages.status(a),
   input: {
     applyId: PKAID.optional().describe('Apply identifier from packages_apply'),
     resolutionId: PKQID.optional().describe('Resolution identifier from a packages_plan that was still RESOLVING'),
@@ -102,6 +106,7 @@ export const packagesRollback = defineTool({
   description:
     'Point a package binding back at an earlier verified release from its history (see packages_list with includeHistory). Needs no new approval. ' +
     'expectedGeneration is a compare-and-swap: if the binding moved meanwhile the call fails with STALE_GENERATION. Existing workspaces keep their mounted release until recreated.',
+  run: (a, ctx) => ctx.services.packages.rollback(a.bindingId, a.releaseId, a.expectedGeneration, ctx.principal, ctx.actor),
   input: {
     bindingId: PKBID.describe('Package binding to roll back'),
     releaseId: PKRID.describe('Earlier release of that binding to bind again'),
@@ -117,6 +122,7 @@ export const packagesRemove = defineTool({
   description:
     'Delete a package binding and its rollback history, and collect releases no retained workspace mounts. New workspaces stop seeing the package at once; existing ones keep it until recreated. ' +
     'Fails with STALE_GENERATION when expectedGeneration no longer matches, and with CONFLICT while an apply runs.',
+  run: (a, ctx) => ctx.services.packages.remove(a.bindingId, a.expectedGeneration, ctx.principal, ctx.actor),
   input: {
     bindingId: PKBID.describe('Package binding to delete'),
     expectedGeneration: INT.describe('Current generation of the binding, as returned by packages_list'),

@@ -30,10 +30,14 @@ export const workspaceOpen = defineTool({
     networkMode: z.never().optional().describe('Retired: rejected when sent. Use networkProfile.'),
     environmentId: ENVID.optional().describe('Owner-defined environment whose variables and secrets are injected (needs confirmEnvironmentInjection)'),
     confirmEnvironmentInjection: TRUE_ONLY.optional().describe('Must be true to inject the environment named by environmentId'),
-    toolkits: z.array(z.string().min(1).max(120)).max(50).default([]).describe('Toolkits to enable in the workspace'),
+    toolkits: z
+      .array(z.string().min(1).max(220).regex(/^((npm|uv):)?[A-Za-z0-9@/._-]{1,214}$/))
+      .max(50)
+      .default([])
+      .describe('Managed packages the workspace starts with: names of owner-bound packages ("name", or "npm:name" / "uv:name"); empty (the default) = every owner-bound package. Needs managed packages enabled'),
     skillSets: z.array(z.object({}).passthrough()).max(50).default([]).describe('Skill sets to load'),
     skillOverrides: z.object({}).passthrough().default({}).describe('Per-skill overrides'),
-    allowToolkitWorkspaceChanges: TRUE_ONLY.optional().describe('Only true: lets toolkits change workspace files'),
+    allowToolkitWorkspaceChanges: TRUE_ONLY.optional().describe('Only true, with toolkits: workspace-scope package bindings (packages_plan scope workspace) may add to or override the toolkits in this workspace; without it the toolkit set is fixed'),
   },
   retired: { networkMode: 'networkMode is retired and rejected; use networkProfile ("network-none" or "dependency-access")' },
   check: (a) => {

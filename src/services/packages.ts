@@ -1,0 +1,1034 @@
+/**
+ * Managed packages (spec "Managed packages"; docs/packages.md). Owns tables: package_plans,
+ * package_resolutions, package_applies, package_releases, package_bindings,
+ * package_binding_history, workspace_package_mounts.
+ *
+ * - A plan is resolved without running package code (npm: Arborist and pacote; uv: pip's resolver on
+ *   wheels only), is immutable and identified by its planDigest (SHA-256 of its canonical form): the
+ *   same resolution gives the same plan, anything that changes gives a new one.
+ * - Every plan needs the owner's approval (a `package_plan` request in the one approvals queue,
+ *   bound to the digest), or says `approval: unavailable` when this instance cannot build it.
+ * - An apply builds the plan in a builder sandbox (no workspace, no secrets, egress only to the
+ *   configured registry through a one-host egress proxy), which installs exactly the pinned
+ *   artifacts (npm ci checks each sha512; pip --require-hashes each sha256), scripts off unless
+ *   approved. The runner then checks the tree against the plan, launch-checks each binary with no
+ *   network, and stores the tree as an immutable content-addressed release.
+ * - Bindings (owner scope: every new workspace and the toolbox; workspace scope: overrides in one
+ *   workspace) point at releases, with a generation and a rollback history. A workspace mounts what
+ *   was bound when its sandbox was first made and keeps it until it is recreated.
+ */
+import { createHash } from 'node:crypto';
+import { chmod, chown, lstat, mkdir, readdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { DB } from '../store/db.js';
+import type { Config } from '../core/config.js';
+import type { Logger } from '../core/log.js';
+import type { AuditLog, Actor } from '../core/audit.js';
+import type { Executor, EphemeralBind, ExecResult, SandboxLimits } from '../sandbox/executor.js';
+import type { ApprovalService } from './approvals.js';
+import { startEgressProxy, type EgressDecision } from '../sandbox/egress.js';
+import { ServiceError } from '../core/errors.js';
+import { newId } from '../core/ids.js';
+import { nowIso } from '../core/clock.js';
+import { sha256Hex } from '../core/crypto.js';
+import { canonicalJson } from '../core/idempotency.js';
+import { resolveNpm, type PlannedPackage } from './packages/npm.js';
+import { PIP_PYTHON, normalise, pipAvailable, resolvePip, runtimePython, type PlannedWheel } from './packages/pip.js';
+import { riskSignals } from './packages/risk.js';
+
+export type Ecosystem = 'npm' | 'uv';
+export type Scope = 'owner' | 'workspace';
+export type ApplyState = 'QUEUED' | 'BUILDING' | 'VERIFYING' | 'LAUNCH_CHECK' | 'SUCCEEDED' | 'FAILED';
+const ACTIVE_APPLY: ApplyState[] = ['QUEUED', 'BUILDING', 'VERIFYING', 'LAUNCH_CHECK'];
+
+/** Where releases appear inside a sandbox, and the one PATH directory of their binaries. */
+export const PACKAGES_ROOT = '/opt/packages';
+const OUTPUT_TAIL_BYTES = 4096;
+const BUILD_TIMEOUT_MS = 10 * 60_000;
+const LAUNCH_TIMEOUT_MS = 15_000;
+
+/** What the service needs of the workspace service (given lazily: it is built after this one). */
+export interface WorkspaceView {
+  exists(id: string): boolean;
+  /** Ids of workspaces that are not closed. */
+  retained(): string[];
+  sandboxLimits: SandboxLimits;
+  /** workspace_open's toolkits and allowToolkitWorkspaceChanges. */
+  toolkits(id: string): { toolkits: string[]; allowChanges: boolean };
+}
+
+interface Deps {
+  db: DB;
+  config: Config;
+  log: Logger;
+  audit: AuditLog;
+  approvals: ApprovalService;
+  executor: Executor;
+  workspaces: () => WorkspaceView;
+  /** Install root (for data/popular-packages.json). */
+  installRoot: string;
+  /** Why sandboxes cannot run here, if they cannot (then no plan can be built). */
+  sandboxDisabledReason?: string;
+}
+
+interface PlanRow {
+  id: string;
+  digest: string;
+  ecosystem: Ecosystem;
+  name: string;
+  version: string;
+  scope: Scope;
+  workspace_id: string | null;
+  plan_json: string;
+  build_json: string;
+  approval: 'required' | 'unavailable';
+  approval_id: string | null;
+  created_at: string;
+}
+interface ApplyRow {
+  id: string;
+  plan_id: string;
+  state: ApplyState;
+  step: string | null;
+  error_code: string | null;
+  error_message: string | null;
+  output_tail: string | null;
+  release_id: string | null;
+  binding_id: string | null;
+  created_at: string;
+  ended_at: string | null;
+}
+interface ReleaseRow {
+  id: string;
+  digest: string;
+  ecosystem: Ecosystem;
+  name: string;
+  version: string;
+  manifest_json: string;
+  executor_image: string;
+  created_at: string;
+}
+interface BindingRow {
+  id: string;
+  scope: Scope;
+  workspace_id: string;
+  ecosystem: Ecosystem;
+  name: string;
+  release_id: string;
+  generation: number;
+  created_at: string;
+  updated_at: string;
+}
+
+/** What the builder installs, kept beside the plan (covered by its digest). */
+type BuildSpec =
+  | { ecosystem: 'npm'; registry: string; manifest: Record<string, unknown>; lockfile: Record<string, unknown>; lifecycleScripts: boolean; packages: Array<{ location: string; name: string; version: string }> }
+  | { ecosystem: 'uv'; index: string; python: string; wheels: PlannedWheel[] };
+
+export interface PlanInput {
+  ecosystem: 'npm' | 'uv' | 'apt';
+  name: string;
+  version?: string;
+  scope: Scope;
+  workspaceId?: string;
+  python?: string;
+  lifecycleScripts?: boolean;
+}
+
+interface ReleaseFile {
+  path: string;
+  type: 'file' | 'dir' | 'symlink';
+  mode: number;
+  size?: number;
+  sha256?: string;
+  target?: string;
+}
+
+export class PackageService {
+  private readonly root: string;
+  private readonly running = new Map<string, Promise<void>>();
+  private readonly resolving = new Map<string, Promise<void>>();
+  private readonly waiters = new Set<() => void>();
+  private executorImageCache: string | undefined;
+
+  constructor(private readonly deps: Deps) {
+    // Traversable (not listable) by sandbox uids: builders bind their build directory, sandboxes their releases.
+    this.root = join(deps.config.dataDir, 'packages');
+  }
+
+  private async dirs(): Promise<void> {
+    await mkdir(this.root, { recursive: true, mode: 0o711 });
+    await chmod(this.root, 0o711);
+    for (const d of ['build', 'releases']) await mkdir(join(this.root, d), { recursive: true, mode: 0o711 });
+    await mkdir(join(this.root, 'cache'), { recursive: true, mode: 0o700 });
+  }
+
+  // ---------- guards ----------
+
+  /** Every tool of the section refuses clearly while the operator has not enabled it. */
+  requireEnabled(): void {
+    if (!this.deps.config.packagesEnabled)
+      throw new ServiceError(
+        'FAILED_PRECONDITION',
+        'managed packages are off on this instance: the operator enables them with --packages-enabled (ATELIER_PACKAGES_ENABLED=true, PACKAGES_ENABLED in the spec)',
+        { setting: 'packagesEnabled' },
+      );
+  }
+
+  private caPem(): string | undefined {
+    const f = this.deps.config.packagesCaFile;
+    if (!f) return undefined;
+    try {
+      return readFileSync(f, 'utf8');
+    } catch (e) {
+      throw new ServiceError('FAILED_PRECONDITION', `packagesCaFile: ${f} cannot be read (${(e as NodeJS.ErrnoException).code}); fix --packages-ca-file`, { setting: 'packagesCaFile' });
+    }
+  }
+
+  /** Identifies what releases are built for: the runtimes a sandbox sees. A change flags older releases stale. */
+  async executorImage(): Promise<string> {
+    if (this.executorImageCache) return this.executorImageCache;
+    const debian = existsSync('/etc/debian_version') ? readFileSync('/etc/debian_version', 'utf8').trim() : 'unknown';
+    this.executorImageCache = sha256Hex(`node ${process.versions.node}; python ${(await runtimePython()) ?? 'none'}; debian ${debian}`).slice(0, 16);
+    return this.executorImageCache;
+  }
+
+  // ---------- plans ----------
+
+  async plan(input: PlanInput, principal: string, actor: Actor): Promise<Record<string, unknown>> {
+    this.requireEnabled();
+    if (input.ecosystem === 'apt')
+      throw new ServiceError('NOT_SUPPORTED', 'ecosystem: apt packages are not supported; use npm or uv (Python wheels)', { field: 'ecosystem' });
+    if (input.ecosystem === 'uv' && input.lifecycleScripts !== undefined)
+      throw new ServiceError('INVALID_ARGUMENT', 'lifecycleScripts: only meaningful for npm (uv plans are wheels, which have no install scripts)', { field: 'lifecycleScripts' });
+    if (input.ecosystem === 'npm' && input.python !== undefined)
+      throw new ServiceError('INVALID_ARGUMENT', 'python: only meaningful for ecosystem uv', { field: 'python' });
+    if (input.scope === 'owner' && input.workspaceId !== undefined)
+      throw new ServiceError('INVALID_ARGUMENT', 'workspaceId: only meaningful with scope workspace (owner scope applies to every new workspace)', { field: 'workspaceId' });
+    if (input.scope === 'workspace' && !this.deps.workspaces().exists(input.workspaceId!))
+      throw new ServiceError('NOT_FOUND', `workspaceId: no workspace ${input.workspaceId}`, { field: 'workspaceId' });
+    if (input.scope === 'workspace') {
+      const tk = this.deps.workspaces().toolkits(input.workspaceId!);
+      if (tk.toolkits.length && !tk.allowChanges)
+        throw new ServiceError(
+          'FAILED_PRECONDITION',
+          `workspaceId: workspace ${input.workspaceId} was opened with toolkits (${tk.toolkits.join(', ')}) and without allowToolkitWorkspaceChanges, so its packages cannot be changed; open it with allowToolkitWorkspaceChanges true`,
+          { field: 'workspaceId', rule: 'allowToolkitWorkspaceChanges' },
+        );
+    }
+    const resolutionId = newId('packageResolution');
+    this.deps.db.prepare("INSERT INTO package_resolutions (id, state, created_at) VALUES (?, 'RESOLVING', ?)").run(resolutionId, nowIso());
+    let planned: Record<string, unknown> | undefined;
+    const work = this.buildPlan(input as PlanInput & { ecosystem: Ecosystem }, principal, actor).then(
+      (p) => {
+        planned = p;
+        this.deps.db.prepare("UPDATE package_resolutions SET state = 'READY', plan_id = ?, ended_at = ? WHERE id = ?").run(p.planId, nowIso(), resolutionId);
+      },
+      (e: unknown) => {
+        const body = e instanceof ServiceError ? e.toBody() : { code: 'INTERNAL', message: 'resolution failed; the service logged the cause', retryable: true, details: {} };
+        if (!(e instanceof ServiceError)) this.deps.log.error({ err: e }, 'package resolution failed');
+        this.deps.db.prepare("UPDATE package_resolutions SET state = 'FAILED', error_json = ?, ended_at = ? WHERE id = ?").run(JSON.stringify(body), nowIso(), resolutionId);
+        throw e;
+      },
+    ).finally(() => {
+      this.resolving.delete(resolutionId);
+      this.notify();
+    });
+    this.resolving.set(resolutionId, work.catch(() => undefined));
+    const wait = this.deps.config.packagesResolveWaitMs;
+    const timer = new Promise<'late'>((r) => setTimeout(() => r('late'), wait).unref());
+    const first = await Promise.race([work.then(() => 'done' as const), timer]);
+    if (first === 'done' && planned) return planned;
+    return { resolutionId, state: 'RESOLVING', note: `resolution takes longer than ${Math.round(wait / 1000)} s; poll packages_status with resolutionId` };
+  }
+
+  private async buildPlan(input: PlanInput & { ecosystem: Ecosystem }, principal: string, actor: Actor): Promise<Record<string, unknown>> {
+    await this.dirs();
+    const cacheDir = join(this.root, 'cache');
+    const image = await this.executorImage();
+    let core: Record<string, unknown>;
+    let build: BuildSpec;
+    let approvalUnavailable: string | null = this.deps.sandboxDisabledReason ? `builds need sandboxes, and this instance runs without them (${this.deps.sandboxDisabledReason})` : null;
+    if (input.ecosystem === 'npm') {
+      const r = await resolveNpm(input.name, input.version, { registry: this.deps.config.packagesNpmRegistry, ca: this.caPem(), cacheDir });
+      const scripts = input.lifecycleScripts === true;
+      const withScripts = r.packages.filter((p) => Object.keys(p.scripts).length > 0);
+      const root = r.packages.find((p) => p.location === `node_modules/${r.name}`)!;
+      core = {
+        ecosystem: 'npm',
+        name: r.name,
+        version: r.version,
+        source: this.deps.config.packagesNpmRegistry,
+        integrity: root.integrity,
+        resolved: root.resolved,
+        dependencyCount: r.packages.length - 1,
+        unpackedSize: r.packages.every((p) => p.unpackedSize !== null) ? r.packages.reduce((n, p) => n + (p.unpackedSize ?? 0), 0) : null,
+        packages: r.packages.map(publicPackage),
+        binaries: r.packages.flatMap((p) => Object.keys(p.bin).map((b) => ({ name: b, package: `${p.name}@${p.version}`, topLevel: p.location === `node_modules/${r.name}` }))),
+        lifecycleScripts: {
+          allowed: scripts,
+          present: withScripts.map((p) => ({ package: `${p.name}@${p.version}`, scripts: p.scripts })),
+          willRun: scripts ? withScripts.map((p) => ({ package: `${p.name}@${p.version}`, scripts: p.scripts })) : [],
+        },
+        warnings: riskSignals(this.deps.installRoot, 'npm', input.name, r.packages),
+      };
+      build = { ecosystem: 'npm', registry: this.deps.config.packagesNpmRegistry, manifest: r.manifest, lockfile: r.lockfile, lifecycleScripts: scripts, packages: r.packages.map((p) => ({ location: p.location, name: p.name, version: p.version })) };
+    } else {
+      const runtime = await runtimePython();
+      if (!runtime || !(await pipAvailable())) approvalUnavailable ??= 'uv plans need Debian python3 with pip on the runner (apt-get install python3-pip)';
+      const python = input.python ?? runtime ?? '3';
+      if (runtime && input.python && input.python.split('.').slice(0, 2).join('.') !== runtime)
+        throw new ServiceError('FAILED_PRECONDITION', `python: workspaces on this instance run Python ${runtime}; a plan for ${input.python} could not be used there`, { field: 'python', available: runtime });
+      if (!runtime) throw new ServiceError('FAILED_PRECONDITION', 'ecosystem: uv plans need Debian python3 on the runner and in workspaces; it is missing here', { field: 'ecosystem' });
+      const caFile = this.deps.config.packagesCaFile || undefined;
+      if (caFile) this.caPem();
+      const r = await resolvePip(input.name, input.version, { index: this.deps.config.packagesPythonIndex, caFile, python: runtime });
+      const root = r.wheels.find((w) => normalise(w.name) === normalise(r.name))!;
+      core = {
+        ecosystem: 'uv',
+        name: r.name,
+        version: r.version,
+        python: python.split('.').slice(0, 2).join('.'),
+        source: this.deps.config.packagesPythonIndex,
+        integrity: `sha256-${Buffer.from(root.sha256, 'hex').toString('base64')}`,
+        resolved: root.url,
+        dependencyCount: r.wheels.length - 1,
+        unpackedSize: null,
+        packages: r.wheels.map((w) => ({ name: w.name, version: w.version, source: w.url, sha256: w.sha256 })),
+        binaries: null,
+        lifecycleScripts: { allowed: false, present: [], willRun: [] },
+        warnings: riskSignals(this.deps.installRoot, 'uv', input.name, r.wheels.map((w) => ({ name: w.name, version: w.version }))),
+      };
+      build = { ecosystem: 'uv', index: this.deps.config.packagesPythonIndex, python: runtime, wheels: r.wheels };
+    }
+    const scope = { scope: input.scope, workspaceId: input.scope === 'workspace' ? input.workspaceId! : null };
+    const conflicts = this.conflictsOf(input.ecosystem, core.name as string, scope.scope, scope.workspaceId);
+    const affected = this.affectedWorkspaces(input.ecosystem, core.name as string, scope.scope, scope.workspaceId);
+    const body = { ...core, ...scope, conflicts, affectedWorkspaces: affected, executorImage: image, build: sha256Hex(canonicalJson(build)) };
+    const digest = sha256Hex(canonicalJson(body));
+    const existing = this.deps.db.prepare('SELECT * FROM package_plans WHERE digest = ?').get(digest) as PlanRow | undefined;
+    if (existing) return this.describePlan(existing);
+    const id = newId('packagePlan');
+    let approvalId: string | null = null;
+    if (!approvalUnavailable) {
+      const refusal = this.deps.approvals.requestApproval(
+        {
+          kind: 'package_plan',
+          workspaceId: scope.workspaceId,
+          text: planText(body, digest),
+          digest,
+          details: { planId: id, ecosystem: input.ecosystem, name: core.name, version: core.version, scope: scope.scope, warnings: (core.warnings as unknown[]).length },
+        },
+        principal,
+        actor,
+        'a package plan',
+      );
+      approvalId = refusal.details.approvalRequestId as string;
+    }
+    this.deps.db
+      .prepare(
+        'INSERT INTO package_plans (id, digest, ecosystem, name, version, scope, workspace_id, plan_json, build_json, approval, approval_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+      )
+      .run(id, digest, input.ecosystem, core.name, core.version, scope.scope, scope.workspaceId, JSON.stringify({ ...body, approvalUnavailable }), JSON.stringify(build), approvalUnavailable ? 'unavailable' : 'required', approvalId, nowIso());
+    this.deps.audit.record({ actor, principal, action: 'packages_plan', target: id, outcome: 'ok', details: { digest, name: core.name, version: core.version } });
+    return this.describePlan(this.planRow(id));
+  }
+
+  private planRow(id: string): PlanRow {
+    const r = this.deps.db.prepare('SELECT * FROM package_plans WHERE id = ?').get(id) as PlanRow | undefined;
+    if (!r) throw new ServiceError('NOT_FOUND', `planId: no package plan ${id}`, { field: 'planId' });
+    return r;
+  }
+
+  private describePlan(r: PlanRow): Record<string, unknown> {
+    const body = JSON.parse(r.plan_json) as Record<string, unknown>;
+    const { approvalUnavailable, build: _b, ...rest } = body;
+    let approvalState: string | null = null;
+    if (r.approval_id) approvalState = this.deps.approvals.get(r.approval_id).state;
+    return {
+      planId: r.id,
+      ...rest,
+      planDigest: r.digest,
+      approval: r.approval,
+      ...(r.approval === 'unavailable' ? { approvalUnavailableReason: approvalUnavailable } : { approvalRequestId: r.approval_id, approvalState }),
+      createdAt: r.created_at,
+    };
+  }
+
+  private conflictsOf(ecosystem: Ecosystem, name: string, scope: Scope, ws: string | null): Array<Record<string, unknown>> {
+    const rows = this.deps.db
+      .prepare('SELECT b.*, r.version AS rv FROM package_bindings b JOIN package_releases r ON r.id = b.release_id WHERE b.ecosystem = ? AND b.name = ? AND b.scope = ? AND b.workspace_id = ?')
+      .all(ecosystem, name, scope, ws ?? '') as Array<BindingRow & { rv: string }>;
+    return rows.map((b) => ({ bindingId: b.id, scope: b.scope, workspaceId: b.workspace_id || null, boundVersion: b.rv, generation: b.generation, effect: 'replaces the bound release (rollback keeps the old one)' }));
+  }
+
+  /** Workspaces a binding would reach: none now (bindings reach new workspaces), but those that would need recreation to see it. */
+  private affectedWorkspaces(ecosystem: Ecosystem, name: string, scope: Scope, ws: string | null): string[] {
+    if (scope === 'workspace') return [ws!];
+    const overridden = new Set(this.deps.db.prepare("SELECT workspace_id FROM package_bindings WHERE scope = 'workspace' AND ecosystem = ? AND name = ?").pluck().all(ecosystem, name) as string[]);
+    return this.deps.workspaces().retained().filter((id) => !overridden.has(id));
+  }
+
+  // ---------- applies ----------
+
+  async apply(planId: string, planDigest: string, principal: string, actor: Actor): Promise<Record<string, unknown>> {
+    this.requireEnabled();
+    const plan = this.planRow(planId);
+    if (plan.digest !== planDigest)
+      throw new ServiceError('INVALID_ARGUMENT', `planDigest: does not match plan ${planId} (its digest is ${plan.digest}); a changed plan is a new plan: call packages_plan again`, { field: 'planDigest' });
+    const replay = this.deps.db.prepare('SELECT * FROM package_applies WHERE plan_id = ?').get(planId) as ApplyRow | undefined;
+    if (replay) return { ...this.describeApply(replay), replayed: true };
+    if (plan.approval === 'unavailable')
+      throw new ServiceError('FAILED_PRECONDITION', `planId: this instance cannot approve or build plan ${planId}: ${(JSON.parse(plan.plan_json) as { approvalUnavailable: string }).approvalUnavailable}`, { field: 'planId' });
+    const approval = this.deps.approvals.get(plan.approval_id!);
+    if (approval.state === 'pending')
+      throw new ServiceError('PERMISSION_DENIED', `planId: plan ${planId} awaits the owner's approval (request ${approval.id} on the dashboard's approvals page); apply it once approved`, { field: 'planId', approvalRequestId: approval.id });
+    if (approval.state !== 'approved')
+      throw new ServiceError('PERMISSION_DENIED', `planId: the owner's approval of plan ${planId} is ${approval.state}; make a new plan to ask again`, { field: 'planId', approvalRequestId: approval.id, approvalState: approval.state });
+    this.deps.approvals.markUsed(approval.id, 'package_plan', plan.digest, actor, principal);
+    const id = newId('packageApply');
+    this.deps.db.prepare("INSERT INTO package_applies (id, plan_id, state, step, created_at) VALUES (?, ?, 'QUEUED', 'queued', ?)").run(id, planId, nowIso());
+    this.deps.audit.record({ actor, principal, action: 'packages_apply', target: id, outcome: 'ok', details: { planId, digest: plan.digest } });
+    const p = this.runApply(id, plan).finally(() => {
+      this.running.delete(id);
+      this.notify();
+    });
+    this.running.set(id, p);
+    return this.describeApply(this.applyRow(id));
+  }
+
+  private applyRow(id: string): ApplyRow {
+    const r = this.deps.db.prepare('SELECT * FROM package_applies WHERE id = ?').get(id) as ApplyRow | undefined;
+    if (!r) throw new ServiceError('NOT_FOUND', `applyId: no package apply ${id}`, { field: 'applyId' });
+    return r;
+  }
+
+  private describeApply(r: ApplyRow): Record<string, unknown> {
+    return {
+      applyId: r.id,
+      planId: r.plan_id,
+      state: r.state,
+      step: r.step,
+      errorCode: r.error_code,
+      error: r.error_message,
+      outputTail: r.output_tail,
+      releaseId: r.release_id,
+      bindingId: r.binding_id,
+      createdAt: r.created_at,
+      endedAt: r.ended_at,
+    };
+  }
+
+  private setApply(id: string, state: ApplyState, step: string, extra: Partial<Pick<ApplyRow, 'error_code' | 'error_message' | 'output_tail' | 'release_id' | 'binding_id'>> = {}): void {
+    const ended = state === 'SUCCEEDED' || state === 'FAILED' ? nowIso() : null;
+    this.deps.db
+      .prepare('UPDATE package_applies SET state = ?, step = ?, error_code = COALESCE(?, error_code), error_message = COALESCE(?, error_message), output_tail = COALESCE(?, output_tail), release_id = COALESCE(?, release_id), binding_id = COALESCE(?, binding_id), ended_at = COALESCE(?, ended_at) WHERE id = ?')
+      .run(state, step, extra.error_code ?? null, extra.error_message ?? null, extra.output_tail ?? null, extra.release_id ?? null, extra.binding_id ?? null, ended, id);
+    this.notify();
+  }
+
+  private async runApply(id: string, plan: PlanRow): Promise<void> {
+    const buildDir = join(this.root, 'build', id);
+    try {
+      const build = JSON.parse(plan.build_json) as BuildSpec;
+      await this.dirs();
+      await rm(buildDir, { recursive: true, force: true });
+      await mkdir(buildDir, { recursive: true, mode: 0o711 });
+      const work = join(buildDir, 'work');
+      await mkdir(work, { mode: 0o700 });
+      this.setApply(id, 'BUILDING', build.ecosystem === 'npm' ? 'fetching and installing the pinned packages (npm ci)' : 'fetching and installing the pinned wheels (pip --require-hashes)');
+      const r = await this.builder(id, buildDir, work, build);
+      if (r.exitCode !== 0 || r.timedOut || r.cancelled) {
+        const text = r.stderr + '\n' + r.stdout;
+        const code = /EINTEGRITY|integrity checksum failed|THESE PACKAGES DO NOT MATCH THE HASHES/i.test(text) ? 'INTEGRITY_MISMATCH' : r.timedOut ? 'BUILD_TIMED_OUT' : 'BUILD_FAILED';
+        const message =
+          code === 'INTEGRITY_MISMATCH'
+            ? 'an artifact the registry served does not match the integrity the plan pinned; nothing was installed'
+            : r.timedOut
+              ? `the build passed ${BUILD_TIMEOUT_MS / 60000} minutes and was stopped; nothing was installed`
+              : `the builder exited with ${r.exitCode ?? r.signal}; nothing was installed`;
+        throw new ApplyFailure(code, message, tail(text));
+      }
+      this.setApply(id, 'VERIFYING', 'checking the installed tree against the plan');
+      const tree = build.ecosystem === 'npm' ? join(work, 'node_modules') : join(work, 'site');
+      await this.verifyTree(build, work);
+      const files = await walkTree(tree);
+      const bins = build.ecosystem === 'npm' ? await npmBinaries(tree, plan.name) : await pythonBinaries(tree);
+      this.setApply(id, 'LAUNCH_CHECK', `starting each binary once with no network (${bins.length})`);
+      for (const b of bins) await this.launchCheck(build.ecosystem, plan.name, tree, b);
+      const digest = sha256Hex(canonicalJson({ ecosystem: build.ecosystem, name: plan.name, files }));
+      const release = await this.storeRelease(plan, build, tree, digest, files, bins);
+      const binding = this.bind(plan, release.id);
+      this.setApply(id, 'SUCCEEDED', 'release built, verified and bound', { release_id: release.id, binding_id: binding.id });
+      this.deps.audit.record({ actor: 'system', action: 'packages_release', target: release.id, outcome: 'ok', details: { applyId: id, digest, bindingId: binding.id } });
+    } catch (e) {
+      const f = e instanceof ApplyFailure ? e : e instanceof ServiceError ? new ApplyFailure(e.code, e.message, null) : new ApplyFailure('INTERNAL', 'the apply failed unexpectedly; the service logged the cause', null);
+      if (!(e instanceof ApplyFailure) && !(e instanceof ServiceError)) this.deps.log.error({ err: e, applyId: id }, 'package apply failed');
+      this.setApply(id, 'FAILED', 'failed; nothing was installed', { error_code: f.code, error_message: f.message, output_tail: f.tail });
+      this.deps.audit.record({ actor: 'system', action: 'packages_release', target: id, outcome: 'failed', reason: `${f.code}: ${f.message}` });
+    } finally {
+      await rm(buildDir, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+
+  /** The builder sandbox: no workspace, no secrets, egress only to the registry host. */
+  private async builder(id: string, buildDir: string, work: string, build: BuildSpec): Promise<ExecResult> {
+    const uid = this.deps.config.sandboxUid;
+    const registry = new URL(build.ecosystem === 'npm' ? build.registry : build.index);
+    const port = Number(registry.port || 443);
+    const sock = join(buildDir, 'p.sock');
+    const proxy = await startEgressProxy({
+      socketPath: sock,
+      workspaceId: `build-${id}`,
+      // The operator configured this registry: the one host a builder reaches (a private address only when the registry is one).
+      rules: [{ host: registry.hostname.replace(/^\[|\]$/g, ''), ports: [port], allowPrivate: isPrivateHost(registry.hostname) }],
+      onDecision: (d: EgressDecision) => this.deps.log.info({ egress: d, applyId: id }, 'builder egress'),
+      socketMode: 0o600,
+    });
+    try {
+      await chown(sock, uid, uid);
+      const binds: EphemeralBind[] = [{ source: work, target: '/build' }];
+      const ca = this.caPem();
+      if (ca) {
+        const bundle = join(buildDir, 'ca.pem');
+        await writeFile(bundle, readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8') + '\n' + ca, { mode: 0o644 });
+        binds.push({ source: bundle, target: '/run/atelier-ca.pem', readOnly: true });
+      }
+      let command: string;
+      const env: Record<string, string> = { NO_PROXY: '', no_proxy: '' };
+      if (build.ecosystem === 'npm') {
+        await writeFile(join(work, 'package.json'), JSON.stringify(build.manifest, null, 2));
+        await writeFile(join(work, 'package-lock.json'), JSON.stringify(build.lockfile, null, 2));
+        const npmrc = [`registry=${build.registry}`, 'proxy=http://127.0.0.1:3128', 'https-proxy=http://127.0.0.1:3128', 'audit=false', 'fund=false', 'update-notifier=false', 'fetch-retries=1', 'fetch-retry-mintimeout=1000', 'fetch-retry-maxtimeout=3000', ca ? 'cafile=/run/atelier-ca.pem' : ''];
+        await writeFile(join(work, '.npmrc'), npmrc.filter(Boolean).join('\n') + '\n');
+        command = `npm ci --no-audit --no-fund --loglevel=warn --cache /tmp/npm-cache ${build.lifecycleScripts ? '' : '--ignore-scripts'}`;
+        env.npm_config_userconfig = '/build/.npmrc';
+      } else {
+        const req = build.wheels.map((w) => `${w.name}==${w.version} --hash=sha256:${w.sha256}`).join('\n') + '\n';
+        await writeFile(join(work, 'requirements.txt'), req);
+        command =
+          `${PIP_PYTHON} -m pip install --disable-pip-version-check --no-input --no-cache-dir --no-deps --only-binary=:all: --require-hashes ` +
+          `--index-url "$INDEX" --proxy http://127.0.0.1:3128 ${ca ? '--cert /run/atelier-ca.pem' : ''} --target /build/site -r /build/requirements.txt`;
+        env.INDEX = build.index;
+        env.PIP_CONFIG_FILE = '/dev/null';
+      }
+      await chownTree(work, uid);
+      return await this.deps.executor.runEphemeral({
+        id: `b-${id.slice(4, 16)}`,
+        binds,
+        limits: this.deps.workspaces().sandboxLimits,
+        network: { proxySocket: sock },
+        command,
+        cwd: '/build',
+        env,
+        timeoutMs: BUILD_TIMEOUT_MS,
+        maxOutputBytes: 1_048_576,
+      });
+    } finally {
+      await proxy.close();
+    }
+  }
+
+  /** The installed tree holds exactly the planned packages at their planned versions. */
+  private async verifyTree(build: BuildSpec, work: string): Promise<void> {
+    if (build.ecosystem === 'npm') {
+      const want = new Map(build.packages.map((p) => [p.location, p]));
+      const found = await npmInventory(join(work, 'node_modules'));
+      for (const [loc, p] of want) {
+        const got = found.get(loc);
+        if (!got) throw new ApplyFailure('TREE_MISMATCH', `${p.name}@${p.version} is missing at ${loc} after the install`, null);
+        if (got.name !== p.name || got.version !== p.version) throw new ApplyFailure('TREE_MISMATCH', `${loc} holds ${got.name}@${got.version}, the plan pinned ${p.name}@${p.version}`, null);
+      }
+      for (const [loc, got] of found) if (!want.has(loc)) throw new ApplyFailure('TREE_MISMATCH', `${got.name}@${got.version} at ${loc} is not in the plan`, null);
+    } else {
+      const site = join(work, 'site');
+      const entries = await readdir(site).catch(() => [] as string[]);
+      const dists = new Map<string, string>();
+      for (const e of entries) {
+        const m = /^(.+)-([^-]+)\.dist-info$/.exec(e);
+        if (m) dists.set(normalise(m[1]!), m[2]!);
+      }
+      for (const w of build.wheels) {
+        const v = dists.get(normalise(w.name));
+        if (v !== w.version) throw new ApplyFailure('TREE_MISMATCH', `${w.name}==${w.version} is ${v ? `installed as ${v}` : 'missing'} after the install`, null);
+      }
+      if (dists.size !== build.wheels.length) throw new ApplyFailure('TREE_MISMATCH', `the install holds ${dists.size} distributions, the plan pinned ${build.wheels.length}`, null);
+    }
+  }
+
+  private async launchCheck(ecosystem: Ecosystem, name: string, tree: string, bin: { name: string; rel: string }): Promise<void> {
+    const target = releaseTarget(ecosystem, name);
+    const env: Record<string, string> = ecosystem === 'uv' ? { PYTHONPATH: target } : {};
+    const r = await this.deps.executor.runEphemeral({
+      binds: [{ source: tree, target, readOnly: true }],
+      limits: this.deps.workspaces().sandboxLimits,
+      network: 'none',
+      argv: [`${target}/${bin.rel}`, '--version'],
+      cwd: '/tmp',
+      env,
+      timeoutMs: LAUNCH_TIMEOUT_MS,
+      maxOutputBytes: 16_384,
+    });
+    if (r.timedOut) throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} did not exit within ${LAUNCH_TIMEOUT_MS / 1000} s of starting (run with --version, no network)`, tail(r.stderr + r.stdout));
+    if (r.signal || r.exitCode === 126 || r.exitCode === 127 || r.exitCode === null)
+      throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} could not start (${r.signal ? `signal ${r.signal}` : `exit ${r.exitCode}`})`, tail(r.stderr + r.stdout));
+    // A binary that does not know --version may exit non-zero; one whose own code cannot load is broken.
+    if (r.exitCode !== 0 && /MODULE_NOT_FOUND|Cannot find module|ModuleNotFoundError|ImportError/.test(r.stderr))
+      throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} started but could not load its own modules`, tail(r.stderr));
+  }
+
+  private async storeRelease(plan: PlanRow, build: BuildSpec, tree: string, digest: string, files: ReleaseFile[], bins: Array<{ name: string; rel: string }>): Promise<ReleaseRow> {
+    const have = this.deps.db.prepare('SELECT * FROM package_releases WHERE digest = ?').get(digest) as ReleaseRow | undefined;
+    const dir = join(this.root, 'releases', digest);
+    if (have && existsSync(dir)) return have;
+    await mkdir(join(this.root, 'releases'), { recursive: true, mode: 0o711 });
+    await rm(dir, { recursive: true, force: true });
+    // Immutable: root-owned, nothing writable, readable by the sandbox user through a read-only bind.
+    await chownTree(tree, 0);
+    await freeze(tree);
+    await rename(tree, dir);
+    if (have) return have;
+    const versions =
+      build.ecosystem === 'npm' ? build.packages.map((p) => ({ name: p.name, version: p.version, location: p.location })) : build.wheels.map((w) => ({ name: w.name, version: w.version, sha256: w.sha256 }));
+    const size = files.reduce((n, f) => n + (f.size ?? 0), 0);
+    const manifest = { versions, binaries: bins.map((b) => b.name), size, files: files.length, filesDigest: digest, planId: plan.id, planDigest: plan.digest };
+    const id = newId('packageRelease');
+    this.deps.db
+      .prepare('INSERT INTO package_releases (id, digest, ecosystem, name, version, manifest_json, executor_image, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+      .run(id, digest, plan.ecosystem, plan.name, plan.version, JSON.stringify(manifest), await this.executorImage(), nowIso());
+    return this.deps.db.prepare('SELECT * FROM package_releases WHERE id = ?').get(id) as ReleaseRow;
+  }
+
+  private bind(plan: PlanRow, releaseId: string): BindingRow {
+    const db = this.deps.db;
+    const ws = plan.workspace_id ?? '';
+    return db.transaction(() => {
+      const cur = db.prepare('SELECT * FROM package_bindings WHERE scope = ? AND workspace_id = ? AND ecosystem = ? AND name = ?').get(plan.scope, ws, plan.ecosystem, plan.name) as BindingRow | undefined;
+      const now = nowIso();
+      let id: string;
+      if (cur) {
+        id = cur.id;
+        db.prepare('UPDATE package_bindings SET release_id = ?, generation = generation + 1, updated_at = ? WHERE id = ?').run(releaseId, now, id);
+      } else {
+        id = newId('packageBinding');
+        db.prepare('INSERT INTO package_bindings (id, scope, workspace_id, ecosystem, name, release_id, generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)').run(id, plan.scope, ws, plan.ecosystem, plan.name, releaseId, now, now);
+      }
+      db.prepare('INSERT OR REPLACE INTO package_binding_history (binding_id, release_id, bound_at) VALUES (?, ?, ?)').run(id, releaseId, now);
+      return db.prepare('SELECT * FROM package_bindings WHERE id = ?').get(id) as BindingRow;
+    })();
+  }
+
+  // ---------- bindings ----------
+
+  private bindingRow(id: string): BindingRow {
+    const r = this.deps.db.prepare('SELECT * FROM package_bindings WHERE id = ?').get(id) as BindingRow | undefined;
+    if (!r) throw new ServiceError('NOT_FOUND', `bindingId: no package binding ${id}`, { field: 'bindingId' });
+    return r;
+  }
+
+  private async describeRelease(r: ReleaseRow): Promise<Record<string, unknown>> {
+    const m = JSON.parse(r.manifest_json) as Record<string, unknown>;
+    return {
+      releaseId: r.id,
+      ecosystem: r.ecosystem,
+      name: r.name,
+      version: r.version,
+      digest: r.digest,
+      versions: m.versions,
+      binaries: m.binaries,
+      size: m.size,
+      files: m.files,
+      stale: r.executor_image !== (await this.executorImage()),
+      present: existsSync(join(this.root, 'releases', r.digest)),
+      createdAt: r.created_at,
+    };
+  }
+
+  async list(scope: Scope | undefined, workspaceId: string | undefined, includeHistory: boolean): Promise<Record<string, unknown>> {
+    this.requireEnabled();
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (scope) (where.push('scope = ?'), params.push(scope));
+    if (workspaceId) (where.push("(scope = 'owner' OR workspace_id = ?)"), params.push(workspaceId));
+    const rows = this.deps.db.prepare(`SELECT * FROM package_bindings ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY scope, workspace_id, ecosystem, name`).all(...params) as BindingRow[];
+    const bindings = [];
+    for (const b of rows) {
+      const rel = this.deps.db.prepare('SELECT * FROM package_releases WHERE id = ?').get(b.release_id) as ReleaseRow;
+      const entry: Record<string, unknown> = { bindingId: b.id, scope: b.scope, workspaceId: b.workspace_id || null, ecosystem: b.ecosystem, name: b.name, generation: b.generation, release: await this.describeRelease(rel), updatedAt: b.updated_at };
+      if (includeHistory) {
+        const hist = this.deps.db.prepare('SELECT r.*, h.bound_at FROM package_binding_history h JOIN package_releases r ON r.id = h.release_id WHERE h.binding_id = ? ORDER BY h.bound_at DESC').all(b.id) as Array<ReleaseRow & { bound_at: string }>;
+        entry.history = await Promise.all(hist.map(async (h) => ({ ...(await this.describeRelease(h)), boundAt: h.bound_at, current: h.id === b.release_id })));
+      }
+      bindings.push(entry);
+    }
+    return { bindings };
+  }
+
+  rollback(bindingId: string, releaseId: string, expectedGeneration: number, principal: string, actor: Actor): Record<string, unknown> {
+    this.requireEnabled();
+    const db = this.deps.db;
+    return db.transaction(() => {
+      const b = this.bindingRow(bindingId);
+      if (b.generation !== expectedGeneration)
+        throw new ServiceError('STALE_GENERATION', `expectedGeneration: binding ${bindingId} is at generation ${b.generation}, not ${expectedGeneration}; read it again with packages_list`, { field: 'expectedGeneration', currentGeneration: b.generation });
+      const inHistory = db.prepare('SELECT 1 FROM package_binding_history WHERE binding_id = ? AND release_id = ?').get(bindingId, releaseId);
+      if (!inHistory) throw new ServiceError('NOT_FOUND', `releaseId: ${releaseId} is not in the history of binding ${bindingId} (packages_list with includeHistory lists it)`, { field: 'releaseId' });
+      const rel = db.prepare('SELECT digest FROM package_releases WHERE id = ?').get(releaseId) as { digest: string };
+      if (!existsSync(join(this.root, 'releases', rel.digest))) throw new ServiceError('FAILED_PRECONDITION', `releaseId: release ${releaseId} is missing on disk; apply its plan again`, { field: 'releaseId' });
+      db.prepare('UPDATE package_bindings SET release_id = ?, generation = generation + 1, updated_at = ? WHERE id = ?').run(releaseId, nowIso(), bindingId);
+      db.prepare('UPDATE package_binding_history SET bound_at = ? WHERE binding_id = ? AND release_id = ?').run(nowIso(), bindingId, releaseId);
+      this.deps.audit.record({ actor, principal, action: 'packages_rollback', target: bindingId, outcome: 'ok', details: { releaseId } });
+      const now = this.bindingRow(bindingId);
+      return { bindingId, releaseId, generation: now.generation, note: 'new workspaces mount this release; existing ones keep theirs until recreated' };
+    })();
+  }
+
+  async remove(bindingId: string, expectedGeneration: number, principal: string, actor: Actor): Promise<Record<string, unknown>> {
+    this.requireEnabled();
+    const db = this.deps.db;
+    const removed = db.transaction(() => {
+      const b = this.bindingRow(bindingId);
+      const busy = db
+        .prepare(`SELECT a.id FROM package_applies a JOIN package_plans p ON p.id = a.plan_id WHERE a.state IN (${ACTIVE_APPLY.map(() => '?').join(',')}) AND p.ecosystem = ? AND p.name = ? AND p.scope = ? AND COALESCE(p.workspace_id, '') = ?`)
+        .pluck()
+        .get(...ACTIVE_APPLY, b.ecosystem, b.name, b.scope, b.workspace_id) as string | undefined;
+      if (busy) throw new ServiceError('CONFLICT', `bindingId: apply ${busy} for ${b.name} is running; remove the binding once it has ended`, { field: 'bindingId', applyId: busy });
+      if (b.generation !== expectedGeneration)
+        throw new ServiceError('STALE_GENERATION', `expectedGeneration: binding ${bindingId} is at generation ${b.generation}, not ${expectedGeneration}`, { field: 'expectedGeneration', currentGeneration: b.generation });
+      db.prepare('DELETE FROM package_binding_history WHERE binding_id = ?').run(bindingId);
+      db.prepare('DELETE FROM package_bindings WHERE id = ?').run(bindingId);
+      return b;
+    })();
+    const collected = await this.collect();
+    this.deps.audit.record({ actor, principal, action: 'packages_remove', target: bindingId, outcome: 'ok', details: { collected } });
+    return { bindingId, removed: true, name: removed.name, collectedReleases: collected, note: 'new workspaces stop seeing it at once; existing ones keep it until recreated' };
+  }
+
+  /** Deletes releases no binding, history entry or retained workspace refers to. */
+  async collect(): Promise<string[]> {
+    const db = this.deps.db;
+    const retained = new Set(this.deps.workspaces().retained());
+    for (const ws of db.prepare('SELECT DISTINCT workspace_id FROM workspace_package_mounts').pluck().all() as string[]) if (!retained.has(ws)) db.prepare('DELETE FROM workspace_package_mounts WHERE workspace_id = ?').run(ws);
+    const garbage = db
+      .prepare(
+        `SELECT * FROM package_releases r WHERE NOT EXISTS (SELECT 1 FROM package_bindings b WHERE b.release_id = r.id)
+           AND NOT EXISTS (SELECT 1 FROM package_binding_history h WHERE h.release_id = r.id)
+           AND NOT EXISTS (SELECT 1 FROM workspace_package_mounts m WHERE m.release_id = r.id)`,
+      )
+      .all() as ReleaseRow[];
+    for (const r of garbage) {
+      await rm(join(this.root, 'releases', r.digest), { recursive: true, force: true });
+      db.prepare('DELETE FROM package_releases WHERE id = ?').run(r.id);
+    }
+    return garbage.map((r) => r.id);
+  }
+
+  // ---------- status ----------
+
+  private notify(): void {
+    for (const w of [...this.waiters]) w();
+  }
+
+  private async waitChange(ms: number, done: () => boolean): Promise<void> {
+    if (ms <= 0 || done()) return;
+    await new Promise<void>((resolve) => {
+      const finish = () => {
+        clearTimeout(t);
+        this.waiters.delete(check);
+        resolve();
+      };
+      const check = () => {
+        if (done()) finish();
+      };
+      const t = setTimeout(finish, ms);
+      this.waiters.add(check);
+    });
+  }
+
+  async status(a: { applyId?: string; resolutionId?: string; waitMs: number }): Promise<Record<string, unknown>> {
+    this.requireEnabled();
+    if (a.applyId) {
+      const first = this.applyRow(a.applyId);
+      await this.waitChange(a.waitMs, () => {
+        const now = this.applyRow(a.applyId!);
+        return now.state !== first.state || now.step !== first.step || now.state === 'SUCCEEDED' || now.state === 'FAILED';
+      });
+      return this.describeApply(this.applyRow(a.applyId));
+    }
+    if (a.resolutionId) {
+      const row = () => {
+        const r = this.deps.db.prepare('SELECT * FROM package_resolutions WHERE id = ?').get(a.resolutionId) as { id: string; state: string; plan_id: string | null; error_json: string | null } | undefined;
+        if (!r) throw new ServiceError('NOT_FOUND', `resolutionId: no package resolution ${a.resolutionId}`, { field: 'resolutionId' });
+        return r;
+      };
+      await this.waitChange(a.waitMs, () => row().state !== 'RESOLVING');
+      const r = row();
+      if (r.state === 'READY') return { resolutionId: r.id, state: 'READY', plan: this.describePlan(this.planRow(r.plan_id!)) };
+      if (r.state === 'FAILED') return { resolutionId: r.id, state: 'FAILED', error: JSON.parse(r.error_json!) };
+      return { resolutionId: r.id, state: 'RESOLVING' };
+    }
+    return this.summary();
+  }
+
+  private async summary(): Promise<Record<string, unknown>> {
+    const db = this.deps.db;
+    const inflight = (db.prepare(`SELECT * FROM package_applies WHERE state IN (${ACTIVE_APPLY.map(() => '?').join(',')}) ORDER BY created_at`).all(...ACTIVE_APPLY) as ApplyRow[]).map((r) => this.describeApply(r));
+    const awaiting = (db.prepare("SELECT * FROM package_plans WHERE approval = 'required' AND NOT EXISTS (SELECT 1 FROM package_applies a WHERE a.plan_id = package_plans.id) ORDER BY created_at DESC LIMIT 100").all() as PlanRow[])
+      .filter((p) => this.deps.approvals.get(p.approval_id!).state === 'pending')
+      .map((p) => ({ planId: p.id, name: p.name, version: p.version, ecosystem: p.ecosystem, scope: p.scope, workspaceId: p.workspace_id, planDigest: p.digest, approvalRequestId: p.approval_id }));
+    const missing = (db.prepare('SELECT * FROM package_releases r WHERE EXISTS (SELECT 1 FROM package_bindings b WHERE b.release_id = r.id)').all() as ReleaseRow[])
+      .filter((r) => !existsSync(join(this.root, 'releases', r.digest)))
+      .map((r) => ({ releaseId: r.id, name: r.name, version: r.version }));
+    const needing: Array<Record<string, unknown>> = [];
+    for (const ws of this.deps.workspaces().retained()) {
+      const mounted = this.recordedMounts(ws);
+      if (!mounted) continue;
+      const want = this.effectiveBindings(ws);
+      const key = (m: Array<{ ecosystem: string; name: string; release_id: string }>) => m.map((x) => `${x.ecosystem}/${x.name}@${x.release_id}`).sort().join(',');
+      if (key(mounted) !== key(want)) needing.push({ workspaceId: ws, mounted: mounted.map((m) => `${m.ecosystem}/${m.name}@${m.release_id}`), bound: want.map((m) => `${m.ecosystem}/${m.name}@${m.release_id}`) });
+    }
+    return { inflightApplies: inflight, plansAwaitingApproval: awaiting, missingReleases: missing, workspacesNeedingRecreation: needing };
+  }
+
+  // ---------- mounting into sandboxes ----------
+
+  /**
+   * Checks workspace_open's toolkits: each names an owner-bound package (`name`, or `npm:name` /
+   * `uv:name` when both ecosystems bind the name); allowToolkitWorkspaceChanges needs toolkits.
+   */
+  validateToolkits(toolkits: string[], allowChanges: boolean): void {
+    this.requireEnabled();
+    if (allowChanges && toolkits.length === 0)
+      throw new ServiceError('INVALID_ARGUMENT', 'allowToolkitWorkspaceChanges: only meaningful with toolkits (without toolkits a workspace may always get workspace-scope packages)', { field: 'allowToolkitWorkspaceChanges' });
+    const owner = this.deps.db.prepare("SELECT ecosystem, name FROM package_bindings WHERE scope = 'owner'").all() as Array<{ ecosystem: Ecosystem; name: string }>;
+    toolkits.forEach((t, i) => {
+      const matches = owner.filter((b) => toolkitMatches(t, b));
+      if (matches.length === 0)
+        throw new ServiceError('INVALID_ARGUMENT', `toolkits[${i}]: ${t} is not an owner-bound package (packages_list with scope owner lists them)`, { field: `toolkits[${i}]` });
+      if (matches.length > 1) throw new ServiceError('INVALID_ARGUMENT', `toolkits[${i}]: ${t} is bound in both ecosystems; write npm:${t} or uv:${t}`, { field: `toolkits[${i}]` });
+    });
+  }
+
+  /** Owner bindings, overridden by the workspace's own (for a workspace id), else owner bindings only; narrowed by the workspace's toolkits. */
+  private effectiveBindings(workspaceId: string | null): Array<{ ecosystem: Ecosystem; name: string; release_id: string }> {
+    const tk = workspaceId ? this.deps.workspaces().toolkits(workspaceId) : { toolkits: [], allowChanges: true };
+    const rows = (
+      this.deps.db
+        .prepare("SELECT * FROM package_bindings WHERE scope = 'owner' OR (scope = 'workspace' AND workspace_id = ?) ORDER BY scope DESC")
+        .all(workspaceId ?? '\u0000') as BindingRow[]
+    ).filter((b) => (b.scope === 'owner' ? tk.toolkits.length === 0 || tk.toolkits.some((t) => toolkitMatches(t, b)) : tk.toolkits.length === 0 || tk.allowChanges));
+    const out = new Map<string, { ecosystem: Ecosystem; name: string; release_id: string }>();
+    // 'workspace' sorts after 'owner' descending first: owner rows come last and never replace a workspace row.
+    for (const b of rows) if (!out.has(`${b.ecosystem}/${b.name}`)) out.set(`${b.ecosystem}/${b.name}`, { ecosystem: b.ecosystem, name: b.name, release_id: b.release_id });
+    return [...out.values()];
+  }
+
+  private recordedMounts(ws: string): Array<{ ecosystem: Ecosystem; name: string; release_id: string }> | null {
+    const rows = this.deps.db.prepare('SELECT ecosystem, name, release_id FROM workspace_package_mounts WHERE workspace_id = ?').all(ws) as Array<{ ecosystem: Ecosystem; name: string; release_id: string }>;
+    const marker = rows.find((r) => r.ecosystem === ('-' as Ecosystem));
+    if (!marker) return null;
+    return rows.filter((r) => r !== marker);
+  }
+
+  /**
+   * The read-only binds and PATH for a sandbox. For a workspace, what was bound when its sandbox
+   * was first made (recorded then), so it keeps them until recreated; null = the toolbox (owner
+   * bindings now).
+   */
+  async mountsFor(workspaceId: string | null): Promise<{ mounts: EphemeralBind[]; env: Record<string, string> }> {
+    if (!this.deps.config.packagesEnabled) return { mounts: [], env: {} };
+    let set = workspaceId ? this.recordedMounts(workspaceId) : null;
+    if (!set) {
+      set = this.effectiveBindings(workspaceId);
+      if (workspaceId) {
+        const db = this.deps.db;
+        db.transaction(() => {
+          db.prepare('INSERT OR REPLACE INTO workspace_package_mounts (workspace_id, ecosystem, name, release_id) VALUES (?, ?, ?, ?)').run(workspaceId, '-', '-', '-');
+          for (const m of set!) db.prepare('INSERT OR REPLACE INTO workspace_package_mounts (workspace_id, ecosystem, name, release_id) VALUES (?, ?, ?, ?)').run(workspaceId, m.ecosystem, m.name, m.release_id);
+        })();
+      }
+    }
+    const mounts: EphemeralBind[] = [];
+    const binDirs: string[] = [];
+    const pyPaths: string[] = [];
+    for (const m of set) {
+      const rel = this.deps.db.prepare('SELECT digest FROM package_releases WHERE id = ?').get(m.release_id) as { digest: string } | undefined;
+      if (!rel) continue;
+      const source = join(this.root, 'releases', rel.digest);
+      if (!existsSync(source)) {
+        this.deps.log.warn({ release: m.release_id, workspace: workspaceId }, 'bound release missing on disk; not mounted');
+        continue;
+      }
+      const target = releaseTarget(m.ecosystem, m.name);
+      mounts.push({ source, target, readOnly: true });
+      if (m.ecosystem === 'npm') binDirs.push(`${target}/.bin`);
+      else (binDirs.push(`${target}/bin`), pyPaths.push(target));
+    }
+    const env: Record<string, string> = {};
+    if (binDirs.length) env.PATH = `${binDirs.join(':')}:/usr/local/bin:/usr/bin:/bin`;
+    if (pyPaths.length) env.PYTHONPATH = pyPaths.join(':');
+    return { mounts, env };
+  }
+
+  /** A workspace is gone: forget what it mounted (releases only it held become collectable). */
+  async forgetWorkspace(id: string): Promise<void> {
+    this.deps.db.prepare('DELETE FROM workspace_package_mounts WHERE workspace_id = ?').run(id);
+    this.deps.db.prepare("DELETE FROM package_binding_history WHERE binding_id IN (SELECT id FROM package_bindings WHERE scope = 'workspace' AND workspace_id = ?)").run(id);
+    this.deps.db.prepare("DELETE FROM package_bindings WHERE scope = 'workspace' AND workspace_id = ?").run(id);
+    if (this.deps.config.packagesEnabled) await this.collect();
+  }
+
+  /** After a restart: applies that were running cannot be resumed safely; they fail and leave nothing. */
+  startup(): void {
+    this.deps.db
+      .prepare(`UPDATE package_applies SET state = 'FAILED', step = 'interrupted', error_code = 'INTERRUPTED', error_message = 'the service restarted during the build; nothing was installed: apply the plan again with a new plan', ended_at = ? WHERE state IN (${ACTIVE_APPLY.map(() => '?').join(',')})`)
+      .run(nowIso(), ...ACTIVE_APPLY);
+    this.deps.db.prepare("UPDATE package_resolutions SET state = 'FAILED', error_json = ?, ended_at = ? WHERE state = 'RESOLVING'").run(JSON.stringify({ code: 'UNAVAILABLE', message: 'the service restarted during the resolution; plan again', retryable: true, details: {} }), nowIso());
+  }
+
+  /** Waits for work in flight (tests and shutdown). */
+  async idle(): Promise<void> {
+    await Promise.all([...this.running.values(), ...this.resolving.values()].map((p) => p.catch(() => undefined)));
+  }
+}
+
+class ApplyFailure extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly tail: string | null,
+  ) {
+    super(message);
+  }
+}
+
+function publicPackage(p: PlannedPackage): Record<string, unknown> {
+  return { name: p.name, version: p.version, location: p.location, source: p.resolved, integrity: p.integrity, unpackedSize: p.unpackedSize, binaries: Object.keys(p.bin), installScripts: Object.keys(p.scripts), deprecated: p.deprecated, publishedAt: p.publishedAt };
+}
+
+function planText(body: Record<string, unknown>, digest: string): string {
+  const lines = [
+    `${body.ecosystem} package ${body.name}@${body.version} for scope ${body.scope}${body.workspaceId ? ` (workspace ${body.workspaceId})` : ''}`,
+    `source: ${body.source}`,
+    `integrity: ${body.integrity}`,
+    `dependencies: ${body.dependencyCount}`,
+  ];
+  for (const p of body.packages as Array<Record<string, unknown>>) lines.push(`  ${p.name}@${p.version} ${p.integrity ?? (p.sha256 ? 'sha256:' + p.sha256 : '')}`);
+  const ls = body.lifecycleScripts as { allowed: boolean; willRun: Array<{ package: string; scripts: Record<string, string> }> };
+  lines.push(`lifecycle scripts: ${ls.allowed ? 'ALLOWED' : 'off'}`);
+  for (const w of ls.willRun) for (const [k, v] of Object.entries(w.scripts)) lines.push(`  ${w.package} ${k}: ${v}`);
+  for (const w of body.warnings as Array<{ message: string }>) lines.push(`warning: ${w.message}`);
+  lines.push(`planDigest: ${digest}`);
+  return lines.join('\n');
+}
+
+function tail(text: string): string {
+  const b = Buffer.from(text, 'utf8');
+  return b.length <= OUTPUT_TAIL_BYTES ? text : '…' + b.subarray(b.length - OUTPUT_TAIL_BYTES).toString('utf8');
+}
+
+/** A toolkit name: `name` or `ecosystem:name`. */
+function toolkitMatches(t: string, b: { ecosystem: Ecosystem; name: string }): boolean {
+  const m = /^(npm|uv):(.+)$/.exec(t);
+  return m ? m[1] === b.ecosystem && m[2] === b.name : t === b.name;
+}
+
+const safeDir = (name: string): string => name.replace(/^@/, '').replace(/[^A-Za-z0-9._-]/g, '+');
+
+/**
+ * Where a release appears in a sandbox. An npm release is a node_modules tree, so it is mounted as
+ * one (/opt/packages/npm/<name>/node_modules): Node resolves a package's dependencies beside it.
+ */
+export const releaseTarget = (ecosystem: Ecosystem, name: string): string =>
+  ecosystem === 'npm' ? `${PACKAGES_ROOT}/npm/${safeDir(name)}/node_modules` : `${PACKAGES_ROOT}/uv/${safeDir(name)}`;
+
+function isPrivateHost(h: string): boolean {
+  const host = h.replace(/^\[|\]$/g, '');
+  return host === 'localhost' || /^127\./.test(host) || host === '::1' || /^10\./.test(host) || /^192\.168\./.test(host) || /^172\.(1[6-9]|2\d|3[01])\./.test(host);
+}
+
+/** chown -h every entry (no symlink is followed). Only used on trees no sandbox process is alive in. */
+async function chownTree(dir: string, uid: number): Promise<void> {
+  const { lchown } = await import('node:fs/promises');
+  await lchown(dir, uid, uid);
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) await chownTree(p, uid);
+    else await lchown(p, uid, uid);
+  }
+}
+
+/** Makes a tree read-only for everyone (files keep their execute bits). */
+async function freeze(dir: string): Promise<void> {
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isSymbolicLink()) continue;
+    if (e.isDirectory()) await freeze(p);
+    else {
+      const st = await lstat(p);
+      await chmod(p, st.mode & 0o111 ? 0o555 : 0o444);
+    }
+  }
+  await chmod(dir, 0o555);
+}
+
+/** Every entry of a tree, without following symlinks, with hashes of regular files. */
+async function walkTree(dir: string, rel = ''): Promise<ReleaseFile[]> {
+  const out: ReleaseFile[] = [];
+  const entries = (await readdir(join(dir, rel), { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1));
+  for (const e of entries) {
+    const p = rel ? `${rel}/${e.name}` : e.name;
+    const full = join(dir, p);
+    const st = await lstat(full);
+    if (st.isSymbolicLink()) out.push({ path: p, type: 'symlink', mode: 0o777, target: await readlink(full) });
+    else if (st.isDirectory()) {
+      out.push({ path: p, type: 'dir', mode: st.mode & 0o777 });
+      out.push(...(await walkTree(dir, p)));
+    } else if (st.isFile()) {
+      const data = await readFile(full);
+      out.push({ path: p, type: 'file', mode: st.mode & 0o111 ? 0o555 : 0o444, size: st.size, sha256: createHash('sha256').update(data).digest('hex') });
+    } else throw new ApplyFailure('TREE_MISMATCH', `${p}: the install left a special file (not a file, directory or symlink)`, null);
+  }
+  return out;
+}
+
+/** node_modules locations -> name and version from each package.json (symlinks not followed). */
+async function npmInventory(nm: string, prefix = 'node_modules'): Promise<Map<string, { name: string; version: string }>> {
+  const out = new Map<string, { name: string; version: string }>();
+  let entries: string[] = [];
+  try {
+    entries = await readdir(nm);
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    if (e === '.bin' || e === '.package-lock.json' || e.startsWith('.')) continue;
+    const names = e.startsWith('@') ? (await readdir(join(nm, e))).map((s) => `${e}/${s}`) : [e];
+    for (const n of names) {
+      const dir = join(nm, n);
+      const st = await lstat(dir);
+      if (!st.isDirectory()) throw new ApplyFailure('TREE_MISMATCH', `${prefix}/${n} is not a directory`, null);
+      const pj = join(dir, 'package.json');
+      const pst = await lstat(pj).catch(() => null);
+      if (!pst?.isFile()) throw new ApplyFailure('TREE_MISMATCH', `${prefix}/${n} has no package.json`, null);
+      const m = JSON.parse(await readFile(pj, 'utf8')) as { name: string; version: string };
+      out.set(`${prefix}/${n}`, { name: m.name, version: m.version });
+      for (const [k, v] of await npmInventory(join(dir, 'node_modules'), `${prefix}/${n}/node_modules`)) out.set(k, v);
+    }
+  }
+  return out;
+}
+
+/** Binaries npm linked for the top level (node_modules/.bin), as paths relative to the tree. */
+async function npmBinaries(nm: string, _name: string): Promise<Array<{ name: string; rel: string }>> {
+  const bin = join(nm, '.bin');
+  const names = await readdir(bin).catch(() => [] as string[]);
+  return names.filter((n) => !n.startsWith('.')).sort().map((n) => ({ name: n, rel: `.bin/${n}` }));
+}
+
+/** Console scripts pip wrote (site/bin). Their shebang names the builder's python, /usr/bin/python3. */
+async function pythonBinaries(site: string): Promise<Array<{ name: string; rel: string }>> {
+  const names = await readdir(join(site, 'bin')).catch(() => [] as string[]);
+  return names.sort().map((n) => ({ name: n, rel: `bin/${n}` }));
+}

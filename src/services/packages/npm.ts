@@ -1,0 +1,129 @@
+/**
+ * npm plans, resolved with the npm project's own libraries and no package code run: Arborist builds
+ * the ideal tree from registry metadata alone (no tarball is unpacked, no script runs), and pacote
+ * reads each package's full packument for what the abbreviated one leaves out (unpacked size,
+ * lifecycle scripts, deprecation, publication time). The lockfile Arborist writes pins every
+ * package by version, resolved URL and sha512 integrity; the builder installs exactly it.
+ */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Arborist from '@npmcli/arborist';
+import pacote from 'pacote';
+import { ServiceError } from '../../core/errors.js';
+
+/** Lifecycle scripts npm runs on install. */
+export const INSTALL_SCRIPTS = ['preinstall', 'install', 'postinstall', 'prepare'] as const;
+
+export interface PlannedPackage {
+  /** node_modules path, e.g. node_modules/a/node_modules/b. */
+  location: string;
+  name: string;
+  version: string;
+  resolved: string;
+  integrity: string;
+  unpackedSize: number | null;
+  /** Binaries the package declares: name -> relative file. */
+  bin: Record<string, string>;
+  /** Install-time lifecycle scripts it carries (name -> command). */
+  scripts: Record<string, string>;
+  deprecated: string | null;
+  /** ISO time this version was published, when the registry says. */
+  publishedAt: string | null;
+}
+
+export interface NpmResolution {
+  name: string;
+  version: string;
+  packages: PlannedPackage[];
+  /** package.json and package-lock.json the builder installs (lockfileVersion 3). */
+  manifest: Record<string, unknown>;
+  lockfile: Record<string, unknown>;
+}
+
+export interface NpmOptions {
+  registry: string;
+  /** Extra CA certificates (PEM) trusted for the registry. */
+  ca?: string;
+  cacheDir: string;
+  signal?: AbortSignal;
+}
+
+function npmOpts(o: NpmOptions): Record<string, unknown> {
+  return { registry: o.registry, cache: o.cacheDir, ca: o.ca || undefined, ignoreScripts: true, audit: false, fund: false, preferOnline: true };
+}
+
+function asBin(bin: unknown, name: string): Record<string, string> {
+  if (typeof bin === 'string') return { [name.replace(/^@[^/]+\//, '')]: bin };
+  if (bin && typeof bin === 'object') return Object.fromEntries(Object.entries(bin as Record<string, unknown>).filter(([, v]) => typeof v === 'string')) as Record<string, string>;
+  return {};
+}
+
+/** Resolves `name@spec` into a pinned tree. Registry errors become clear service errors. */
+export async function resolveNpm(name: string, spec: string | undefined, o: NpmOptions): Promise<NpmResolution> {
+  const dir = await mkdtemp(join(tmpdir(), 'atelier-npm-plan-'));
+  try {
+    const manifest = { name: 'atelier-managed-package', version: '0.0.0', private: true };
+    await writeFile(join(dir, 'package.json'), JSON.stringify(manifest));
+    const arb = new Arborist({ path: dir, ...npmOpts(o) });
+    let tree: Awaited<ReturnType<typeof arb.buildIdealTree>>;
+    try {
+      tree = await arb.buildIdealTree({ add: [spec ? `${name}@${spec}` : name], saveType: 'prod' });
+    } catch (e) {
+      throw registryError(e, name, spec);
+    }
+    const rootDep = [...tree.children.values()].find((n) => n.name === name);
+    if (!rootDep) throw new ServiceError('NOT_FOUND', `name: ${name} did not resolve to a package`, { field: 'name' });
+    const nodes = [...tree.inventory.values()].filter((n) => !n.isRoot);
+    const packuments = new Map<string, Record<string, unknown>>();
+    const names = [...new Set(nodes.map((n) => n.packageName))];
+    // Full packuments, a few at a time: what the abbreviated metadata leaves out.
+    for (let i = 0; i < names.length; i += 8) {
+      if (o.signal?.aborted) throw new ServiceError('DEADLINE_EXCEEDED', 'resolution cancelled');
+      const batch = names.slice(i, i + 8);
+      const got = await Promise.all(batch.map((n) => pacote.packument(n, { ...npmOpts(o), fullMetadata: true }).catch((e: unknown) => { throw registryError(e, n, undefined); })));
+      batch.forEach((n, k) => packuments.set(n, got[k] as unknown as Record<string, unknown>));
+    }
+    const packages: PlannedPackage[] = nodes.map((n) => {
+      const doc = packuments.get(n.packageName) ?? {};
+      const v = ((doc.versions as Record<string, Record<string, unknown>> | undefined) ?? {})[n.version] ?? {};
+      const scripts = (v.scripts as Record<string, string> | undefined) ?? {};
+      const time = (doc.time as Record<string, string> | undefined) ?? {};
+      const dist = (v.dist as Record<string, unknown> | undefined) ?? {};
+      if (!n.resolved || !n.integrity || !/^sha512-/.test(n.integrity))
+        throw new ServiceError('FAILED_PRECONDITION', `${n.packageName}@${n.version}: the registry gives no sha512 integrity; such a package cannot be planned`, { package: n.packageName });
+      return {
+        location: n.location,
+        name: n.packageName,
+        version: n.version,
+        resolved: n.resolved,
+        integrity: n.integrity,
+        unpackedSize: typeof dist.unpackedSize === 'number' ? dist.unpackedSize : null,
+        bin: asBin(v.bin ?? n.package.bin, n.packageName),
+        scripts: Object.fromEntries(INSTALL_SCRIPTS.filter((s) => typeof scripts[s] === 'string').map((s) => [s, scripts[s]!])),
+        deprecated: typeof v.deprecated === 'string' ? v.deprecated : null,
+        publishedAt: typeof time[n.version] === 'string' ? time[n.version]! : null,
+      };
+    });
+    packages.sort((a, b) => (a.location < b.location ? -1 : a.location > b.location ? 1 : 0));
+    const lockfile = tree.meta!.commit() as Record<string, unknown>;
+    const finalManifest = { ...manifest, dependencies: { [name]: rootDep.version } };
+    // The lockfile's root entry must agree with the package.json the builder gets.
+    const lockPackages = lockfile.packages as Record<string, Record<string, unknown>>;
+    lockPackages['']!.dependencies = { [name]: rootDep.version };
+    return { name, version: rootDep.version, packages, manifest: finalManifest, lockfile };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+function registryError(e: unknown, name: string, spec: string | undefined): ServiceError {
+  if (e instanceof ServiceError) return e;
+  const err = e as { code?: string; statusCode?: number; message?: string };
+  const what = spec ? `${name}@${spec}` : name;
+  if (err.code === 'E404' || err.statusCode === 404) return new ServiceError('NOT_FOUND', `name: no package ${name} in the configured npm registry`, { field: 'name' });
+  if (err.code === 'ETARGET') return new ServiceError('NOT_FOUND', `version: no version of ${name} matches ${JSON.stringify(spec)}`, { field: 'version' });
+  if (err.code === 'EINVALIDTAGNAME' || err.code === 'EINVALIDPACKAGENAME' || err.code === 'EUNSUPPORTEDPROTOCOL')
+    return new ServiceError('INVALID_ARGUMENT', `${err.code === 'EINVALIDPACKAGENAME' ? 'name' : 'version'}: ${what} is not a valid npm registry specifier`, { field: err.code === 'EINVALIDPACKAGENAME' ? 'name' : 'version' });
+  return new ServiceError('UNAVAILABLE', `the npm registry could not be read for ${what}: ${err.code ?? 'error'}`, { registryError: err.code ?? null });
+}

@@ -1,0 +1,385 @@
+/**
+ * Managed packages (issue #20) through the real service and the official MCP client, against a
+ * real npm registry on loopback (verdaccio over HTTPS, seeded by npm publish): plans that run no
+ * package code, owner approval on the dashboard REST, isolated builds into verified releases,
+ * bindings mounted into new workspaces only, the toolbox, rollback and remove with generations,
+ * a tampered tarball, install scripts off unless approved, a builder that reaches only the registry.
+ */
+import { createServer, type Server } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/client';
+import { call, connectV2, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
+import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
+import { startRegistry, type Registry } from '../fixtures/verdaccio.js';
+import { startPyIndex, type PyIndex } from '../fixtures/pypi-index.js';
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { GitHost } from '../fixtures/githost.js';
+
+let host: GitHost;
+let reg: Registry;
+let py: PyIndex;
+let svc: Service;
+let c: Client;
+let repoUrl: string;
+let oldWs: string;
+let trap: Server;
+let trapHits = 0;
+
+type R = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+async function ok(name: string, args: Record<string, unknown>): Promise<R> {
+  const r = await call(c, name, args);
+  if (!r.ok) throw new Error(`${name}: ${r.text}`);
+  return r.result as R;
+}
+async function refused(name: string, args: Record<string, unknown>): Promise<{ code: string; message: string; details: R }> {
+  const r = await call(c, name, args);
+  if (r.ok) throw new Error(`${name} should have been refused: ${JSON.stringify(r.result)}`);
+  return r.error as unknown as { code: string; message: string; details: R };
+}
+let session: { cookie: string; csrf: string } | undefined;
+async function approve(approvalId: string): Promise<R> {
+  session ??= await dashboardLogin(svc);
+  const { cookie, csrf } = session;
+  const list = JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/approvals?kind=package_plan&state=pending', { cookie })).body).approvals as R[];
+  const req = list.find((a) => a.id === approvalId);
+  const r = await httpRequest(svc.url, 'POST', `/api/v1/approvals/${approvalId}/approve`, { cookie, 'x-csrf-token': csrf });
+  expect(r.status).toBe(200);
+  return req!;
+}
+async function waitApply(applyId: string): Promise<R> {
+  for (let i = 0; i < 60; i++) {
+    const s = await ok('packages_status', { applyId, waitMs: 10000 });
+    if (s.state === 'SUCCEEDED' || s.state === 'FAILED') return s;
+  }
+  throw new Error('apply did not end');
+}
+/** Plans, approves on the dashboard and applies; returns the plan and the ended apply. */
+async function install(args: Record<string, unknown>): Promise<{ plan: R; apply: R }> {
+  const plan = await ok('packages_plan', args);
+  expect(plan.approval).toBe('required');
+  await approve(plan.approvalRequestId);
+  const started = await ok('packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
+  return { plan, apply: await waitApply(started.applyId) };
+}
+async function openWs(): Promise<string> {
+  return (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: `pk-${Math.random().toString(36).slice(2)}` })).workspaceId;
+}
+const sh = async (ws: string, command: string) => (await ok('exec_run', { workspaceId: ws, command })) as { exitCode: number; stdout: string; stderr: string };
+
+beforeAll(async () => {
+  trap = createServer((s) => {
+    trapHits++;
+    s.destroy();
+  });
+  await new Promise<void>((r) => trap.listen(0, '127.0.0.1', r));
+  const trapPort = (trap.address() as { port: number }).port;
+  reg = await startRegistry();
+  await reg.publish({ name: 'left-helper', version: '1.0.0' });
+  await reg.publish({
+    name: 'cli-demo',
+    version: '1.0.0',
+    dependencies: { 'left-helper': '^1.0.0' },
+    bin: { 'cli-demo': 'bin/cli.js' },
+    files: { 'bin/cli.js': "#!/usr/bin/env node\nrequire('left-helper');\nconsole.log('cli-demo 1.0.0');\n" },
+  });
+  await reg.publish({ name: 'cli-demo', version: '1.1.0', dependencies: { 'left-helper': '^1.0.0' }, bin: { 'cli-demo': 'bin/cli.js' }, files: { 'bin/cli.js': "#!/usr/bin/env node\nconsole.log('cli-demo 1.1.0');\n" } });
+  const postinstall = `node -e "require('fs').writeFileSync('ran.txt', 'ran'); const n=require('net'); const s=n.connect(${trapPort},'127.0.0.1'); s.on('error',()=>{}); const h=require('https'); h.get('https://127.0.0.1:${trapPort}/',()=>{}).on('error',()=>{});"`;
+  await reg.publish({ name: 'with-postinstall', version: '1.0.0', scripts: { postinstall } });
+  await reg.publish({ name: 'tamper-me', version: '1.0.0' });
+  py = await startPyIndex();
+  py.addWheel({ name: 'tiny-dep', version: '0.1', files: { 'tiny_dep/__init__.py': 'VALUE = "tiny"\n' } });
+  py.addWheel({
+    name: 'hello-tool',
+    version: '1.0',
+    requires: ['tiny-dep'],
+    files: { 'hello_tool/__init__.py': 'import tiny_dep\ndef main():\n    print("hello-tool 1.0", tiny_dep.VALUE)\n' },
+    consoleScripts: { 'hello-tool': 'hello_tool:main' },
+  });
+  py.addSdist('only-sdist', '1.0');
+  // One CA file for both registries, as an operator with one internal CA would have.
+  const caFile = join(mkdtempSync(join(tmpdir(), 'atelier-pk-ca-')), 'ca.pem');
+  writeFileSync(caFile, readFileSync(reg.caCertPath, 'utf8') + readFileSync(py.caCertPath, 'utf8'));
+  host = await startGitHost();
+  repoUrl = (await host.createRepo('approved/pkgs', REPO_FILES)).url;
+  svc = await startWorkspaceService(host, { config: { packagesEnabled: true, packagesNpmRegistry: reg.url, packagesPythonIndex: py.url, packagesCaFile: caFile } });
+  c = await connectV2(svc);
+  oldWs = await openWs();
+}, 240_000);
+
+afterAll(async () => {
+  await c?.close();
+  await svc?.dispose();
+  await host?.close();
+  await reg?.close();
+  await py?.close();
+  trap?.close();
+});
+
+describe('npm plans', () => {
+  let plan: R;
+  it('resolve without installing: exact version, integrity, pinned dependencies, binaries, approval required', async () => {
+    plan = await ok('packages_plan', { ecosystem: 'npm', name: 'cli-demo', version: '^1.0.0 <1.1.0' });
+    expect(plan.planId).toMatch(/^pkp_/);
+    expect(plan.version).toBe('1.0.0');
+    expect(plan.source).toBe(reg.url);
+    expect(plan.integrity).toMatch(/^sha512-/);
+    expect(plan.dependencyCount).toBe(1);
+    expect(plan.packages.map((p: R) => `${p.name}@${p.version}`).sort()).toEqual(['cli-demo@1.0.0', 'left-helper@1.0.0']);
+    for (const p of plan.packages) expect(p.integrity).toMatch(/^sha512-/);
+    expect(plan.binaries).toEqual([{ name: 'cli-demo', package: 'cli-demo@1.0.0', topLevel: true }]);
+    expect(plan.planDigest).toMatch(/^[0-9a-f]{64}$/);
+    expect(plan.approval).toBe('required');
+    expect(plan.approvalState).toBe('pending');
+    expect(plan.lifecycleScripts).toEqual({ allowed: false, present: [], willRun: [] });
+    // Every fresh version is recent here: the plan says so.
+    expect(plan.warnings.some((w: R) => w.kind === 'recently_published')).toBe(true);
+  });
+
+  it('are immutable: the same resolution is the same plan; a different request is another plan', async () => {
+    const again = await ok('packages_plan', { ecosystem: 'npm', name: 'cli-demo', version: '^1.0.0 <1.1.0' });
+    expect(again.planId).toBe(plan.planId);
+    expect(again.planDigest).toBe(plan.planDigest);
+    const other = await ok('packages_plan', { ecosystem: 'npm', name: 'cli-demo', version: '1.1.0' });
+    expect(other.planDigest).not.toBe(plan.planDigest);
+  });
+
+  it('cannot be applied before the owner approves, nor with another digest', async () => {
+    const wrong = await refused('packages_apply', { planId: plan.planId, planDigest: 'a'.repeat(64) });
+    expect(wrong.code).toBe('INVALID_ARGUMENT');
+    expect(wrong.details.field).toBe('planDigest');
+    const early = await refused('packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
+    expect(early.code).toBe('PERMISSION_DENIED');
+    expect(early.details.approvalRequestId).toBe(plan.approvalRequestId);
+    const status = await ok('packages_status', {});
+    expect(status.plansAwaitingApproval.map((p: R) => p.planId)).toContain(plan.planId);
+  });
+
+  it('apply after approval builds a verified release bound for new workspaces, the toolbox, not old ones', async () => {
+    const shown = await approve(plan.approvalRequestId);
+    // The owner reads the whole plan, every pinned package and the digest the approval binds.
+    expect(shown.kind).toBe('package_plan');
+    expect(shown.subject).toContain('cli-demo@1.0.0');
+    expect(shown.subject).toContain('left-helper@1.0.0 sha512-');
+    expect(shown.subjectSha256).toBe(plan.planDigest);
+    const started = await ok('packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
+    expect(started.applyId).toMatch(/^pka_/);
+    const replay = await ok('packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
+    expect(replay.applyId).toBe(started.applyId);
+    const done = await waitApply(started.applyId);
+    expect(done.state, JSON.stringify(done)).toBe('SUCCEEDED');
+    expect(done.releaseId).toMatch(/^pkr_/);
+    const list = await ok('packages_list', {});
+    const b = list.bindings.find((x: R) => x.name === 'cli-demo');
+    expect(b).toMatchObject({ scope: 'owner', ecosystem: 'npm', generation: 1, release: { releaseId: done.releaseId, version: '1.0.0', stale: false, present: true, binaries: ['cli-demo'] } });
+    expect(b.release.digest).toMatch(/^[0-9a-f]{64}$/);
+
+    const fresh = await openWs();
+    const r = await sh(fresh, 'cli-demo && command -v cli-demo && touch /opt/packages/npm/cli-demo/node_modules/x 2>&1; echo rc=$?');
+    expect(r.stdout).toContain('cli-demo 1.0.0');
+    expect(r.stdout).toContain('/opt/packages/npm/cli-demo/node_modules/.bin/cli-demo');
+    expect(r.stdout).toMatch(/Read-only file system[\s\S]*rc=1/);
+    const old = await sh(oldWs, 'cli-demo; echo rc=$?');
+    expect(old.stdout).toContain('rc=127');
+    const summary = await ok('packages_status', {});
+    expect(summary.workspacesNeedingRecreation.map((w: R) => w.workspaceId)).toContain(oldWs);
+    expect(summary.workspacesNeedingRecreation.map((w: R) => w.workspaceId)).not.toContain(fresh);
+    const tb = await ok('bash', { target: 'toolbox', command: 'cli-demo; (exec 3<>/dev/tcp/1.1.1.1/443) 2>/dev/null && echo NET || echo NONET' });
+    expect(tb.stdout).toContain('cli-demo 1.0.0');
+    expect(tb.stdout).toContain('NONET');
+  });
+
+  it('rollback and remove are guarded by generations; remove collects what no workspace mounts', async () => {
+    const { apply } = await install({ ecosystem: 'npm', name: 'cli-demo', version: '1.1.0' });
+    expect(apply.state, JSON.stringify(apply)).toBe('SUCCEEDED');
+    let b = (await ok('packages_list', { includeHistory: true })).bindings.find((x: R) => x.name === 'cli-demo');
+    expect(b.generation).toBe(2);
+    expect(b.release.version).toBe('1.1.0');
+    expect(b.history.map((h: R) => h.version).sort()).toEqual(['1.0.0', '1.1.0']);
+    const first = b.history.find((h: R) => h.version === '1.0.0').releaseId;
+    const stale = await refused('packages_rollback', { bindingId: b.bindingId, releaseId: first, expectedGeneration: 1 });
+    expect(stale.code).toBe('STALE_GENERATION');
+    const rb = await ok('packages_rollback', { bindingId: b.bindingId, releaseId: first, expectedGeneration: 2 });
+    expect(rb.generation).toBe(3);
+    b = (await ok('packages_list', {})).bindings.find((x: R) => x.name === 'cli-demo');
+    expect(b.release.version).toBe('1.0.0');
+    expect((await refused('packages_remove', { bindingId: b.bindingId, expectedGeneration: 2 })).code).toBe('STALE_GENERATION');
+    const rm = await ok('packages_remove', { bindingId: b.bindingId, expectedGeneration: 3 });
+    expect(rm.removed).toBe(true);
+    // 1.1.0 was mounted by no workspace: collected; 1.0.0 stays while a retained workspace mounts it.
+    expect(rm.collectedReleases).toContain(apply.releaseId);
+    expect(rm.collectedReleases).not.toContain(first);
+    expect((await ok('packages_list', {})).bindings.find((x: R) => x.name === 'cli-demo')).toBeUndefined();
+    const fresh = await openWs();
+    expect((await sh(fresh, 'cli-demo; echo rc=$?')).stdout).toContain('rc=127');
+  });
+
+  it('a tampered tarball fails integrity and installs nothing', async () => {
+    const plan = await ok('packages_plan', { ecosystem: 'npm', name: 'tamper-me' });
+    reg.tamper('tamper-me', '1.0.0');
+    await approve(plan.approvalRequestId);
+    const started = await ok('packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
+    const done = await waitApply(started.applyId);
+    expect(done.state).toBe('FAILED');
+    expect(done.errorCode).toBe('INTEGRITY_MISMATCH');
+    expect(done.outputTail).toMatch(/EINTEGRITY|integrity/i);
+    expect(done.releaseId).toBeNull();
+    expect((await ok('packages_list', {})).bindings.find((x: R) => x.name === 'tamper-me')).toBeUndefined();
+  });
+
+  it('install scripts do not run unless the plan allows them; when they do, the builder reaches only the registry', async () => {
+    const off = await install({ ecosystem: 'npm', name: 'with-postinstall' });
+    expect(off.plan.lifecycleScripts.allowed).toBe(false);
+    expect(off.plan.lifecycleScripts.present).toEqual([{ package: 'with-postinstall@1.0.0', scripts: { postinstall: expect.stringContaining('ran.txt') } }]);
+    expect(off.plan.lifecycleScripts.willRun).toEqual([]);
+    expect(off.plan.warnings.some((w: R) => w.kind === 'install_scripts')).toBe(true);
+    expect(off.apply.state).toBe('SUCCEEDED');
+    const tb = await ok('bash', { target: 'toolbox', command: 'ls /opt/packages/npm/with-postinstall/node_modules/with-postinstall' });
+    expect(tb.stdout).not.toContain('ran.txt');
+
+    const on = await install({ ecosystem: 'npm', name: 'with-postinstall', lifecycleScripts: true });
+    expect(on.plan.planDigest).not.toBe(off.plan.planDigest);
+    expect(on.plan.lifecycleScripts.willRun).toHaveLength(1);
+    expect(on.apply.state, JSON.stringify(on.apply)).toBe('SUCCEEDED');
+    const tb2 = await ok('bash', { target: 'toolbox', command: 'cat /opt/packages/npm/with-postinstall/node_modules/with-postinstall/ran.txt' });
+    expect(tb2.stdout).toBe('ran');
+    // The script tried a loopback server on the host, directly and through the proxy: nothing arrived.
+    expect(trapHits).toBe(0);
+
+    // A slow build of the same package: removing its binding meanwhile is a CONFLICT.
+    await reg.publish({ name: 'with-postinstall', version: '1.1.0', scripts: { postinstall: 'sleep 4' } });
+    const b = (await ok('packages_list', {})).bindings.find((x: R) => x.name === 'with-postinstall');
+    const slow = await ok('packages_plan', { ecosystem: 'npm', name: 'with-postinstall', version: '1.1.0', lifecycleScripts: true });
+    await approve(slow.approvalRequestId);
+    const started = await ok('packages_apply', { planId: slow.planId, planDigest: slow.planDigest });
+    const busy = await refused('packages_remove', { bindingId: b.bindingId, expectedGeneration: b.generation });
+    expect([busy.code, busy.details.applyId]).toEqual(['CONFLICT', started.applyId]);
+    expect((await waitApply(started.applyId)).state).toBe('SUCCEEDED');
+  });
+
+  it('a malicious package: symlinks it plants are never followed by the runner; a special file fails the build', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'atelier-pk-canary-'));
+    const canary = join(dir, 'canary');
+    writeFileSync(canary, 'host secret', { mode: 0o600 });
+    await reg.publish({ name: 'evil-link', version: '1.0.0', scripts: { postinstall: `ln -s ${canary} host-link && ln -s / root-link && ln -s ${dir} dir-link` } });
+    await reg.publish({ name: 'evil-fifo', version: '1.0.0', scripts: { postinstall: 'mkfifo pipe' } });
+    const link = await install({ ecosystem: 'npm', name: 'evil-link', lifecycleScripts: true });
+    expect(link.apply.state, JSON.stringify(link.apply)).toBe('SUCCEEDED');
+    const st = statSync(canary);
+    expect([st.uid, st.mode & 0o777]).toEqual([0, 0o600]);
+    expect(statSync(dir).uid).toBe(0);
+    expect(readFileSync(canary, 'utf8')).toBe('host secret');
+    const tb = await ok('bash', { target: 'toolbox', command: 'cat /opt/packages/npm/evil-link/node_modules/evil-link/host-link 2>&1; echo rc=$?' });
+    expect(tb.stdout).not.toContain('host secret');
+    const fifo = await install({ ecosystem: 'npm', name: 'evil-fifo', lifecycleScripts: true });
+    expect([fifo.apply.state, fifo.apply.errorCode]).toEqual(['FAILED', 'TREE_MISMATCH']);
+    expect((await ok('packages_list', {})).bindings.find((x: R) => x.name === 'evil-fifo')).toBeUndefined();
+  });
+
+  it('apt is not supported; bad input is named', async () => {
+    expect((await refused('packages_plan', { ecosystem: 'apt', name: 'curl' })).code).toBe('NOT_SUPPORTED');
+    const noWs = await refused('packages_plan', { ecosystem: 'npm', name: 'cli-demo', scope: 'workspace' });
+    expect(noWs.details.field).toBe('workspaceId');
+    const unknownWs = await refused('packages_plan', { ecosystem: 'npm', name: 'cli-demo', scope: 'workspace', workspaceId: 'ws_' + 'z'.repeat(24) });
+    expect([unknownWs.code, unknownWs.details.field]).toEqual(['NOT_FOUND', 'workspaceId']);
+    expect((await refused('packages_plan', { ecosystem: 'npm', name: 'no-such-package-here' })).code).toBe('NOT_FOUND');
+    expect((await refused('packages_plan', { ecosystem: 'npm', name: 'cli-demo', version: '9.9.9' })).details.field).toBe('version');
+    expect((await refused('packages_plan', { ecosystem: 'npm', name: 'cli-demo', python: '3.11' })).details.field).toBe('python');
+    expect((await refused('packages_plan', { ecosystem: 'uv', name: 'x', lifecycleScripts: true })).details.field).toBe('lifecycleScripts');
+    expect((await refused('packages_plan', { ecosystem: 'npm', name: 'x', python: '3.x' })).details.field).toBe('python');
+    expect((await refused('packages_apply', { planId: 'pkp_' + 'q'.repeat(24), planDigest: 'A'.repeat(64) })).details.field).toBe('planDigest');
+    expect((await refused('packages_apply', { planId: 'pkp_' + 'q'.repeat(24), planDigest: 'a'.repeat(64) })).details.field).toBe('planId');
+    expect((await refused('packages_status', { applyId: 'pka_' + 'q'.repeat(24) })).details.field).toBe('applyId');
+    expect((await refused('packages_status', { resolutionId: 'pkq_' + 'q'.repeat(24) })).details.field).toBe('resolutionId');
+    expect((await refused('packages_rollback', { bindingId: 'pkb_' + 'q'.repeat(24), releaseId: 'pkr_' + 'q'.repeat(24), expectedGeneration: 1 })).details.field).toBe('bindingId');
+    expect((await refused('packages_remove', { bindingId: 'pkb_' + 'q'.repeat(24), expectedGeneration: -1 })).details.field).toBe('expectedGeneration');
+  });
+});
+
+describe('toolkits', () => {
+  it('a workspace opened with toolkits mounts only those, and its set is fixed unless changes are allowed', async () => {
+    await install({ ecosystem: 'npm', name: 'left-helper' });
+    const bad = await refused('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'tk-bad-0001', toolkits: ['no-such-toolkit'] });
+    expect([bad.code, bad.details.field]).toEqual(['INVALID_ARGUMENT', 'toolkits[0]']);
+    const alone = await refused('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'tk-bad-0002', allowToolkitWorkspaceChanges: true });
+    expect(alone.details.field).toBe('allowToolkitWorkspaceChanges');
+    const fixed = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'tk-fixed-01', toolkits: ['npm:left-helper'] })).workspaceId;
+    const r = await sh(fixed, 'ls /opt/packages/npm');
+    expect(r.stdout.trim().split('\n')).toEqual(['left-helper']);
+    const refusedPlan = await refused('packages_plan', { ecosystem: 'npm', name: 'tamper-me', scope: 'workspace', workspaceId: fixed });
+    expect([refusedPlan.code, refusedPlan.details.rule]).toEqual(['FAILED_PRECONDITION', 'allowToolkitWorkspaceChanges']);
+    const open = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'tk-open-01', toolkits: ['left-helper'], allowToolkitWorkspaceChanges: true })).workspaceId;
+    const plan = await ok('packages_plan', { ecosystem: 'npm', name: 'cli-demo', version: '1.1.0', scope: 'workspace', workspaceId: open });
+    expect(plan.scope).toBe('workspace');
+    expect(plan.affectedWorkspaces).toEqual([open]);
+  });
+});
+
+describe('uv plans (Python wheels)', () => {
+  it('resolve wheels only, build with hashes, and put the console script on PATH of a new workspace', async () => {
+    const { plan, apply } = await install({ ecosystem: 'uv', name: 'hello-tool' });
+    expect(plan.version).toBe('1.0');
+    expect(plan.python).toMatch(/^3\.\d+$/);
+    expect(plan.packages.map((p: R) => `${p.name}==${p.version}`).sort()).toEqual(['hello-tool==1.0', 'tiny-dep==0.1']);
+    for (const p of plan.packages) expect(p.sha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(plan.dependencyCount).toBe(1);
+    expect(apply.state, JSON.stringify(apply)).toBe('SUCCEEDED');
+    const b = (await ok('packages_list', { scope: 'owner' })).bindings.find((x: R) => x.name === 'hello-tool');
+    expect(b.release.binaries).toEqual(['hello-tool']);
+    const ws = await openWs();
+    const r = await sh(ws, 'hello-tool; python3 -c "import hello_tool, tiny_dep; print(tiny_dep.VALUE)"');
+    expect(r.stdout).toBe('hello-tool 1.0 tiny\ntiny\n');
+  });
+
+  it('an sdist-only package is refused: wheels only; another python than the workspaces have is refused', async () => {
+    const sd = await refused('packages_plan', { ecosystem: 'uv', name: 'only-sdist' });
+    expect(sd.code).toBe('FAILED_PRECONDITION');
+    expect(sd.message).toMatch(/only source distributions.*wheels only/);
+    const wrong = await refused('packages_plan', { ecosystem: 'uv', name: 'hello-tool', python: '3.2' });
+    expect([wrong.code, wrong.details.field]).toEqual(['FAILED_PRECONDITION', 'python']);
+  });
+});
+
+describe('when resolution is slow, and when packages are off', () => {
+  it('a plan goes through RESOLVING to READY; every tool is refused while PACKAGES_ENABLED is off', async () => {
+    const slow = await startService({ args: ['--packages-enabled', '--packages-resolve-wait-ms', '0', '--packages-npm-registry', reg.url, '--packages-ca-file', reg.caCertPath] });
+    const off = await startService();
+    try {
+      const cs = await connectV2(slow);
+      const r = (await call(cs, 'packages_plan', { ecosystem: 'npm', name: 'left-helper' })) as { ok: true; result: R };
+      expect(r.result.state).toBe('RESOLVING');
+      expect(r.result.resolutionId).toMatch(/^pkq_/);
+      let s: R = {};
+      for (let i = 0; i < 20 && s.state !== 'READY'; i++) s = ((await call(cs, 'packages_status', { resolutionId: r.result.resolutionId, waitMs: 5000 })) as { result: R }).result;
+      expect(s.state).toBe('READY');
+      expect(s.plan.name).toBe('left-helper');
+      expect(s.plan.planDigest).toMatch(/^[0-9a-f]{64}$/);
+      await cs.close();
+
+      const co = await connectV2(off);
+      for (const [name, args] of [
+        ['packages_plan', { ecosystem: 'npm', name: 'left-helper' }],
+        ['packages_apply', { planId: 'pkp_' + 'q'.repeat(24), planDigest: 'a'.repeat(64) }],
+        ['packages_list', {}],
+        ['packages_status', {}],
+        ['packages_rollback', { bindingId: 'pkb_' + 'q'.repeat(24), releaseId: 'pkr_' + 'q'.repeat(24), expectedGeneration: 1 }],
+        ['packages_remove', { bindingId: 'pkb_' + 'q'.repeat(24), expectedGeneration: 1 }],
+      ] as const) {
+        const x = await call(co, name, args);
+        expect(x.ok, name).toBe(false);
+        if (!x.ok) {
+          expect(x.error.code, name).toBe('FAILED_PRECONDITION');
+          expect(x.error.message, name).toContain('--packages-enabled');
+        }
+      }
+      const tb = await call(co, 'bash', { target: 'toolbox', command: 'true' });
+      expect(!tb.ok && tb.error.details.field).toBe('target');
+      await co.close();
+    } finally {
+      await slow.dispose();
+      await off.dispose();
+    }
+  });
+});
