@@ -31,6 +31,7 @@ import { PriceList } from './services/price-list.js';
 import { ModelCatalog } from './services/model-catalog.js';
 import { ConnectionChecks } from './services/model-checks.js';
 import { ApprovalService } from './services/approvals.js';
+import { RepoHostService } from './services/repohost/service.js';
 
 export interface App {
   readonly config: Config;
@@ -64,6 +65,8 @@ export interface App {
   readonly approvals: ApprovalService;
   /** Git and worktrees (issue #6). */
   readonly git: GitService;
+  /** Repository-host operations: issues, pull requests, reviews, statuses, workflows (issue #17). */
+  readonly repohost: RepoHostService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -155,6 +158,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     commands,
     approvals: new ApprovalService({ db, audit }),
     git: new GitService({ workspaces, cursors, repos, audit }),
+    repohost: new RepoHostService({ workspaces, repos, credentials: repoCredentials, log }),
     spend,
     gateway,
     models,
