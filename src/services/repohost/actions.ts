@@ -166,8 +166,6 @@ export function checkActionArgs(args: Record<string, unknown>): { field: string;
   if (action === 'pr_review' && args.event !== 'APPROVE' && !present('body')) return { field: 'body', message: `is required for pr_review with event ${String(args.event)}` };
   if ((action === 'pr_review_comment') && present('startSide') && !present('startLine')) return { field: 'startLine', message: 'is required with startSide' };
   if (action === 'pr_review_comment' && present('startLine') && Number(args.startLine) >= Number(args.line)) return { field: 'startLine', message: 'must be less than line' };
-  if (action === 'issue_update' && present('stateReason') && !present('state') && args.stateReason !== 'reopened' && args.stateReason !== 'completed' && args.stateReason !== 'not_planned')
-    return { field: 'stateReason', message: 'is one of completed, not_planned, reopened' };
   if (action === 'issue_update' && args.stateReason === 'reopened' && args.state === 'closed') return { field: 'stateReason', message: 'reopened goes with state open' };
   if (action === 'issue_update' && (args.stateReason === 'completed' || args.stateReason === 'not_planned') && args.state === 'open') return { field: 'stateReason', message: `${String(args.stateReason)} goes with state closed` };
   for (const f of ['labels', 'assignees', 'reviewers', 'teamReviewers']) if (present(f) && (args[f] as unknown[]).length === 0 && action !== 'issue_update') return { field: f, message: `must not be empty for ${action}` };
@@ -187,7 +185,7 @@ export function describeParams(spec: ActionSpec): string {
 /** One compact line per action, for the tool descriptions (* = required). */
 export function actionLines(group?: 'read'): string {
   return ACTION_NAMES.filter((a) => !group || ACTIONS[a].group === group)
-    .map((a) => `${a}: ${describeParams(ACTIONS[a]).replace(/, idempotencyKey$|^idempotencyKey$/, '')}`)
+    .map((a) => `${a}: ${describeParams(ACTIONS[a]).replace(/(; |, )?idempotencyKey$/, '') || 'no parameters'}`)
     .join('\n');
 }
 

@@ -598,7 +598,7 @@ export class RepoHostService {
         const p = await this.pull(c, a.prNumber as number);
         await this.gql(c, M_AUTOMERGE_ON, {
           id: p.node_id,
-          method: String((a.method as string | undefined) ?? 'merge').toUpperCase(),
+          mergeMethod: String((a.method as string | undefined) ?? 'merge').toUpperCase(),
           headline: a.commitTitle ?? null,
           body: a.commitBody ?? null,
           expected: a.matchHeadCommit ?? null,
@@ -766,8 +766,8 @@ const M_RESOLVE = `mutation RepohostResolveThread($threadId: ID!) { resolveRevie
 const M_UNRESOLVE = `mutation RepohostUnresolveThread($threadId: ID!) { unresolveReviewThread(input: { threadId: $threadId }) { thread { id isResolved resolvedBy { login } } } }`;
 const M_READY = `mutation RepohostReady($id: ID!) { markPullRequestReadyForReview(input: { pullRequestId: $id }) { pullRequest { id number isDraft } } }`;
 const M_DRAFT = `mutation RepohostDraft($id: ID!) { convertPullRequestToDraft(input: { pullRequestId: $id }) { pullRequest { id number isDraft } } }`;
-const M_AUTOMERGE_ON = `mutation RepohostAutoMergeOn($id: ID!, $method: PullRequestMergeMethod!, $headline: String, $body: String, $expected: GitObjectID) {
-  enablePullRequestAutoMerge(input: { pullRequestId: $id, mergeMethod: $method, commitHeadline: $headline, commitBody: $body, expectedHeadOid: $expected }) { pullRequest { id number } }
+const M_AUTOMERGE_ON = `mutation RepohostAutoMergeOn($id: ID!, $mergeMethod: PullRequestMergeMethod!, $headline: String, $body: String, $expected: GitObjectID) {
+  enablePullRequestAutoMerge(input: { pullRequestId: $id, mergeMethod: $mergeMethod, commitHeadline: $headline, commitBody: $body, expectedHeadOid: $expected }) { pullRequest { id number } }
 }`;
 const M_AUTOMERGE_OFF = `mutation RepohostAutoMergeOff($id: ID!) { disablePullRequestAutoMerge(input: { pullRequestId: $id }) { pullRequest { id number } } }`;
 const Q_AUTOMERGE = `query RepohostAutoMerge($owner: String!, $name: String!, $number: Int!) {
