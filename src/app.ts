@@ -158,7 +158,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     commands,
     approvals: new ApprovalService({ db, audit }),
     git: new GitService({ workspaces, cursors, repos, audit }),
-    repohost: new RepoHostService({ workspaces, repos, credentials: repoCredentials, log }),
+    repohost: new RepoHostService({ workspaces, repos, credentials: repoCredentials, log, audit }),
     spend,
     gateway,
     models,

@@ -160,6 +160,9 @@ export function checkActionArgs(args: Record<string, unknown>): { field: string;
   for (const g of spec.atLeastOne ?? []) if (!g.some(present)) return { field: g[0]!, message: `${action} needs at least one of ${g.join(', ')}` };
   for (const [f, vals] of Object.entries(spec.values ?? {})) if (present(f) && !vals.includes(String(args[f]))) return { field: f, message: `must be one of ${vals.join(', ')} for ${action}` };
   for (const f of spec.fullSha ?? []) if (present(f) && !/^([0-9a-f]{40}|[0-9a-f]{64})$/.test(String(args[f]))) return { field: f, message: `must be a full commit SHA (40 or 64 lowercase hex characters) for ${action}` };
+  for (const f of ['since', 'until'])
+    if (present(f) && !(/^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})?)?$/.test(String(args[f])) && !Number.isNaN(Date.parse(String(args[f])))))
+      return { field: f, message: 'must be an ISO 8601 date or time, e.g. 2026-01-31 or 2026-01-31T12:00:00Z' };
   // Rules that tie two parameters together.
   if (action === 'pr_review_reply' && present('commentId') && !present('prNumber')) return { field: 'prNumber', message: 'is required with commentId for pr_review_reply' };
   if (action === 'pr_review_reply' && present('threadId') && present('prNumber')) return { field: 'prNumber', message: 'is not a parameter of pr_review_reply with threadId (the thread names its pull request)' };

@@ -10,6 +10,7 @@ import { Octokit } from '@octokit/rest';
 import { retry } from '@octokit/plugin-retry';
 import { throttling } from '@octokit/plugin-throttling';
 import type { Logger } from '../../core/log.js';
+import type { Actor, AuditLog } from '../../core/audit.js';
 import { ServiceError } from '../../core/errors.js';
 import type { WorkspaceService } from '../workspaces.js';
 import type { RepositoryPolicy, ParsedRepoUrl } from '../repos.js';
@@ -65,6 +66,7 @@ export class RepoHostService {
       repos: RepositoryPolicy;
       credentials: RepoCredentialStore;
       log: Logger;
+      audit: AuditLog;
       /** Longest rate-limit wait (seconds) before answering RESOURCE_EXHAUSTED. */
       maxRateWaitSeconds?: number;
     },
@@ -188,7 +190,7 @@ export class RepoHostService {
 
   // ---------- running an action ----------
 
-  async run(workspaceId: string, args: Args, signal?: AbortSignal): Promise<Out> {
+  async run(workspaceId: string, args: Args, signal?: AbortSignal, who?: { actor: Actor; principal: string }): Promise<Out> {
     const action = args.action as ActionName;
     const spec = ACTIONS[action];
     const t = this.target(workspaceId);
@@ -204,12 +206,18 @@ export class RepoHostService {
     const o = this.client(tok.token, tok.apiUrl, signal);
     const ctx = { o, owner: t.owner, repo: t.name, args, limit: (args.limit as number | undefined) ?? DEFAULT_LIMIT };
     let result: Out;
+    const audit = (outcome: 'ok' | 'refused' | 'failed', reason?: string) => {
+      if (spec.group !== 'write') return;
+      this.d.audit.record({ actor: who?.actor ?? 'system', principal: who?.principal ?? null, action: `repohost.${action}`, target: `${t.owner}/${t.name}`, outcome, reason: reason ?? null, details: { workspaceId, credentialId: g.credentialId, ...numbersOf(args) } });
+    };
     try {
       result = await this.dispatch(action, ctx);
     } catch (e) {
-      if (e instanceof ServiceError) throw e;
-      throw this.hostError(e, action, tok.token);
+      const se = e instanceof ServiceError ? e : this.hostError(e, action, tok.token);
+      audit(se.code === 'UNAVAILABLE' ? 'failed' : 'refused', `${se.code}: ${se.message.slice(0, 300)}`);
+      throw se;
     }
+    audit('ok');
     return { action, repository: `${t.owner}/${t.name}`, ...result, untrustedText: UNTRUSTED };
   }
 
@@ -263,20 +271,22 @@ export class RepoHostService {
 
   // ---------- helpers ----------
 
-  /** A paged list: pages of up to 100 until `limit` items, and whether the host has more. */
-  private async page<T>(c: Ctx, route: string, params: Args, pick: (data: unknown) => unknown[], keep: (x: Record<string, unknown>) => boolean = () => true, hardLimit?: number): Promise<{ items: Array<Record<string, unknown>>; hasMore: boolean }> {
-    const limit = hardLimit ?? c.limit;
-    const perPage = Math.min(100, limit + 1);
+  /**
+   * A paged list: pages until `limit` items (or `max`), and whether the host has more. With a
+   * `keep` filter (items the host cannot filter out) pages are full-size.
+   */
+  private async page(c: Ctx, route: string, params: Args, pick: (data: unknown) => unknown[], keep?: (x: Record<string, unknown>) => boolean, max?: number): Promise<{ items: Array<Record<string, unknown>>; hasMore: boolean }> {
+    const limit = max ?? c.limit;
+    const perPage = keep ? 100 : Math.min(100, limit + 1);
     const items: Array<Record<string, unknown>> = [];
     let hasNext = false;
     for (let page = 1; page <= 50; page++) {
       const res = await c.o.request(route, { owner: c.owner, repo: c.repo, ...params, per_page: perPage, page });
       const data = pick(res.data) as Array<Record<string, unknown>>;
-      items.push(...data.filter(keep));
+      items.push(...(keep ? data.filter(keep) : data));
       hasNext = /rel="next"/.test(String(res.headers.link ?? ''));
       if (items.length > limit || !hasNext || data.length === 0) break;
     }
-    void (undefined as T | undefined);
     return { items: items.slice(0, limit), hasMore: items.length > limit || hasNext };
   }
 
@@ -776,6 +786,13 @@ const Q_AUTOMERGE = `query RepohostAutoMerge($owner: String!, $name: String!, $n
 
 function autoMergeOf(am: AutoMerge): Out {
   return { mergeMethod: am.mergeMethod, enabledAt: am.enabledAt, enabledBy: login(am.enabledBy), commitHeadline: bounded(am.commitHeadline, 256), commitBody: bounded(am.commitBody, SHORT_MAX) };
+}
+
+/** The ids of a call, for the audit record (never bodies). */
+function numbersOf(a: Args): Args {
+  const out: Args = {};
+  for (const k of ['prNumber', 'issueNumber', 'commentId', 'runId', 'threadId', 'sha', 'head', 'base', 'ref', 'workflow', 'method', 'name']) if (a[k] !== undefined) out[k] = a[k];
+  return out;
 }
 
 /** Copies the present fields of `a` under GitHub's names. */
