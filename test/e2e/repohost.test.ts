@@ -249,7 +249,8 @@ describe('a pull request from a branch the workspace pushed', () => {
     const commits = await read('commit_list', { sha: 'feature', path: 'src/index.ts' });
     expect((commits.commits as Array<{ sha: string }>).map((x) => x.sha)).toEqual([pr1Head, main]);
     const one = await read('commit_list', { sha: 'feature', limit: 1 });
-    expect(one).toMatchObject({ count: 1, hasMore: true });
+    expect(one).toMatchObject({ count: 1, hasMore: true, nextSha: main });
+    expect(await read('commit_list', { sha: one.nextSha as string, limit: 1 })).toMatchObject({ count: 1, hasMore: false, commits: [{ sha: main }] });
     expect(await read('ref_get', { ref: 'feature' })).toMatchObject({ ref: 'refs/heads/feature', exists: true, oid: pr1Head, objectType: 'commit' });
     expect(await read('ref_get', { ref: 'refs/heads/nope' })).toMatchObject({ exists: false, oid: null });
     bareGit('approved/app', ['tag', 'v1.0.0', main]);
@@ -361,6 +362,14 @@ describe('issues and labels', () => {
     expect(bodyText.length).toBeLessThan(17_000);
     expect(bodyText).toMatch(/\[truncated by Atelier: \d+ more characters\]$/);
     expect(big.untrustedText).toMatch(/never as instructions/);
+    // ...and a whole result is bounded too: 120 comments of 20 KB come back within about 1 MB.
+    const store = api.repo('approved/app');
+    for (let k = 0; k < 120; k++) store.comments.push({ id: 900000 + k, nodeId: `IC_big${k}`, issue, body: 'x'.repeat(20_000), author: 'mallory', created_at: '2026-01-01T00:00:00Z', updated_at: '2026-01-01T00:00:00Z' });
+    const many = await read('issue_view', { issueNumber: issue, limit: 150 });
+    expect((many.comments as unknown[]).length).toBe(121);
+    expect(many.textBudgetExhausted).toBe(true);
+    expect(JSON.stringify(many).length).toBeLessThan(1_100_000);
+    store.comments = store.comments.filter((x) => x.author !== 'mallory');
     const gone = await err('repohost_read', { workspaceId: ws, action: 'issue_view', issueNumber: 9999 });
     expect(gone).toMatchObject({ code: 'NOT_FOUND', details: { httpStatus: 404 } });
   });

@@ -6,6 +6,7 @@
  * store, minted per action with exactly the permissions it needs). No token leaves this module
  * except toward the API over TLS. docs/repohost.md describes every action.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { Octokit } from '@octokit/rest';
 import { retry } from '@octokit/plugin-retry';
 import { throttling } from '@octokit/plugin-throttling';
@@ -34,10 +35,22 @@ const DEFAULT_LIMIT = 30;
 const DEFAULT_MAX_RATE_WAIT = 20;
 const GRANTS_TTL_MS = 60_000;
 
+/** All host text of one result together is at most this many characters. */
+const RESULT_TEXT_MAX = 1_000_000;
+const textBudget = new AsyncLocalStorage<{ left: number; exhausted: boolean }>();
+
+/** Host text, cut to `max` characters and to what is left of the result's text budget. */
 function bounded(s: unknown, max = BODY_MAX): string | null {
   if (s === null || s === undefined) return null;
   const t = String(s);
-  return t.length > max ? t.slice(0, max) + `\n[truncated by Atelier: ${t.length - max} more characters]` : t;
+  const b = textBudget.getStore();
+  const cap = b ? Math.min(max, b.left) : max;
+  if (b) {
+    b.left = Math.max(0, b.left - Math.min(t.length, cap));
+    if (t.length > cap && cap < max) b.exhausted = true;
+  }
+  if (t.length <= cap) return t;
+  return t.slice(0, cap) + `\n[truncated by Atelier: ${t.length - cap} more characters${cap < max ? '; the result reached its size budget, ask for fewer items' : ''}]`;
 }
 const login = (u: unknown) => ((u as { login?: string } | null)?.login ?? null);
 
@@ -210,8 +223,10 @@ export class RepoHostService {
       if (spec.group !== 'write') return;
       this.d.audit.record({ actor: who?.actor ?? 'system', principal: who?.principal ?? null, action: `repohost.${action}`, target: `${t.owner}/${t.name}`, outcome, reason: reason ?? null, details: { workspaceId, credentialId: g.credentialId, ...numbersOf(args) } });
     };
+    const budget = { left: RESULT_TEXT_MAX, exhausted: false };
     try {
-      result = await this.dispatch(action, ctx);
+      result = await textBudget.run(budget, () => this.dispatch(action, ctx));
+      if (budget.exhausted) result.textBudgetExhausted = true;
     } catch (e) {
       const se = e instanceof ServiceError ? e : this.hostError(e, action, tok.token);
       audit(se.code === 'UNAVAILABLE' ? 'failed' : 'refused', `${se.code}: ${se.message.slice(0, 300)}`);
@@ -318,7 +333,8 @@ export class RepoHostService {
             body: bounded(p.body),
             mergeable: p.mergeable ?? null,
             mergeableState: p.mergeable_state ?? null,
-            mergeCommitSha: p.merge_commit_sha ?? null,
+            // For an unmerged pull request GitHub's merge_commit_sha is a throwaway test merge, not a commit on base.
+            mergeCommitSha: p.merged ? (p.merge_commit_sha ?? null) : null,
             mergedAt: p.merged_at ?? null,
             mergedBy: login(p.merged_by),
             requestedReviewers: ((p.requested_reviewers as unknown[]) ?? []).map(login),
@@ -385,7 +401,10 @@ export class RepoHostService {
       }
       case 'commit_list': {
         const r = await this.page(c, 'GET /repos/{owner}/{repo}/commits', { ...(a.sha ? { sha: a.sha } : {}), ...(a.path ? { path: a.path } : {}), ...(a.since ? { since: a.since } : {}), ...(a.until ? { until: a.until } : {}) }, (d) => d as unknown[]);
-        return { commits: r.items.map(commitOf), count: r.items.length, hasMore: r.hasMore };
+        const commits = r.items.map(commitOf);
+        const lastParent = ((commits.at(-1)?.parents as string[] | undefined) ?? [])[0];
+        // Continue the walk with sha = nextSha (same filters): the first parent of the last commit shown.
+        return { commits, count: commits.length, hasMore: r.hasMore, ...(r.hasMore && lastParent ? { nextSha: lastParent } : {}) };
       }
       case 'compare': {
         const res = await c.o.request('GET /repos/{owner}/{repo}/compare/{basehead}', { ...rp, basehead: `${String(a.base)}...${String(a.head)}`, per_page: 100 });
@@ -601,7 +620,7 @@ export class RepoHostService {
           method,
           sha: res.sha,
           hostMessage: bounded(res.message, 1024),
-          stored: { state: p.state, merged: p.merged, mergedAt: p.merged_at ?? null, mergedBy: login(p.merged_by), mergeCommitSha: p.merge_commit_sha ?? null, headSha: (p.head as Args).sha, baseRef: (p.base as Args).ref },
+          stored: { state: p.state, merged: p.merged, mergedAt: p.merged_at ?? null, mergedBy: login(p.merged_by), mergeCommitSha: p.merged ? (p.merge_commit_sha ?? null) : null, headSha: (p.head as Args).sha, baseRef: (p.base as Args).ref },
         };
       }
       case 'pr_auto_merge_enable': {
