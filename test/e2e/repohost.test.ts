@@ -253,6 +253,12 @@ describe('a pull request from a branch the workspace pushed', () => {
     expect(await read('commit_list', { sha: one.nextSha as string, limit: 1 })).toMatchObject({ count: 1, hasMore: false, commits: [{ sha: main }] });
     expect(await read('ref_get', { ref: 'feature' })).toMatchObject({ ref: 'refs/heads/feature', exists: true, oid: pr1Head, objectType: 'commit' });
     expect(await read('ref_get', { ref: 'refs/heads/nope' })).toMatchObject({ exists: false, oid: null });
+    // Hostile values are data for the host, never paths here: nothing escapes, nothing crashes.
+    expect(await read('commit_list', { sha: 'feature', path: '../../../../etc/passwd' })).toMatchObject({ count: 0, commits: [] });
+    expect(await read('ref_get', { ref: '../../../HEAD' })).toMatchObject({ exists: false });
+    expect((await err('repohost_read', { workspaceId: ws, action: 'pr_view', prNumber: 9007199254740991 })).code).toBe('NOT_FOUND');
+    expect((await err('repohost_read', { workspaceId: ws, action: 'compare', base: 'main', head: 'x?y=1#frag' })).code).toBe('NOT_FOUND');
+    expect(api.errors).toEqual([]);
     bareGit('approved/app', ['tag', 'v1.0.0', main]);
     bareGit('approved/app', ['tag', '-a', '-m', 'release 1.1', 'v1.1.0', main]);
     const tag = await read('ref_get', { ref: 'tags/v1.1.0' });

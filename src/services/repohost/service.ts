@@ -153,7 +153,7 @@ export class RepoHostService {
       try {
         res = await this.client(tok.token, tok.apiUrl).request('GET /repos/{owner}/{repo}', { owner: t.owner, repo: t.name });
       } catch (e) {
-        throw this.hostError(e, `reading ${t.owner}/${t.name} to learn what the token may do`);
+        throw this.hostError(e, `reading ${t.owner}/${t.name} to learn what the token may do`, tok.token);
       }
       const role = (res.data.permissions ?? {}) as Record<string, boolean>;
       const scopesHeader = res.headers['x-oauth-scopes'];
