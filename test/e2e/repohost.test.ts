@@ -513,11 +513,18 @@ describe('rate limits and host errors', () => {
     expect(api.repo('approved/app').comments.filter((x) => x.body === 'never posted')).toHaveLength(1);
   });
 
-  it('an outage (5xx after the client retries) answers UNAVAILABLE, never a crash', async () => {
+  it('an outage answers UNAVAILABLE, never a crash: reads after two retries, writes never repeated', async () => {
     api.failNext(/^GET \/api\/v3\/repos\/approved\/app\/tags$/, [{ status: 502, body: { message: 'Server Error' } }, { status: 502, body: { message: 'Server Error' } }, { status: 502, body: { message: 'Server Error' } }]);
     const e = await err('repohost_read', { workspaceId: ws, action: 'tag_list' });
     expect(e.code).toBe('UNAVAILABLE');
     expect(e.details).toMatchObject({ httpStatus: 502 });
+    // A write is not repeated after a server error: it may have happened.
+    const p = /^POST \/api\/v3\/repos\/approved\/app\/issues$/;
+    api.failNext(p, [{ status: 502, body: { message: 'Server Error' } }]);
+    const w = await err('repohost_action', { workspaceId: ws, action: 'issue_create', title: 'once at most' });
+    expect(w).toMatchObject({ code: 'UNAVAILABLE', retryable: true, details: { httpStatus: 502 } });
+    expect(api.requests.filter((x) => p.test(`${x.method} ${x.path}`) && x.status === 502)).toHaveLength(1);
+    expect([...api.repo('approved/app').issues.values()].some((i) => i.title === 'once at most')).toBe(false);
   });
 });
 

@@ -99,7 +99,12 @@ export class RepoHostService {
     return { workspaceId, repo, owner: on[0], name: on[1] };
   }
 
-  private client(token: string, apiUrl: string, signal?: AbortSignal): Client {
+  /**
+   * An Octokit for one call. `retries` (server errors, network) is 2 for reads and 0 for writes: a
+   * POST that failed with a 5xx may still have happened, so a write is never repeated blindly (rate
+   * limits are retried either way: GitHub did not run the request).
+   */
+  private client(token: string, apiUrl: string, signal?: AbortSignal, retries = 2): Client {
     const max = this.maxRateWait;
     const log = this.d.log;
     return new OctokitWithPlugins({
@@ -107,7 +112,7 @@ export class RepoHostService {
       baseUrl: apiUrl,
       userAgent: 'atelier-repohost',
       request: { fetch: this.fetch, ...(signal ? { signal } : {}) },
-      retry: { doNotRetry: [400, 401, 403, 404, 405, 409, 410, 422, 429, 451], retries: 2 },
+      retry: { doNotRetry: [400, 401, 403, 404, 405, 409, 410, 422, 429, 451], retries },
       throttle: {
         onRateLimit: (retryAfter: number, _o: unknown, _k: unknown, count: number) => {
           log.info({ retryAfter, count }, 'repohost: primary rate limit');
@@ -216,7 +221,7 @@ export class RepoHostService {
         credentialId: g.credentialId,
       });
     const tok = (await this.d.credentials.apiToken(t.repo, spec.needs as Record<string, 'read' | 'write'>))!;
-    const o = this.client(tok.token, tok.apiUrl, signal);
+    const o = this.client(tok.token, tok.apiUrl, signal, spec.group === 'write' ? 0 : 2);
     const ctx = { o, owner: t.owner, repo: t.name, args, limit: (args.limit as number | undefined) ?? DEFAULT_LIMIT };
     let result: Out;
     const audit = (outcome: 'ok' | 'refused' | 'failed', reason?: string) => {
