@@ -412,7 +412,8 @@ export class RepoHostService {
         return { commits, count: commits.length, hasMore: r.hasMore, ...(r.hasMore && lastParent ? { nextSha: lastParent } : {}) };
       }
       case 'compare': {
-        const res = await c.o.request('GET /repos/{owner}/{repo}/compare/{basehead}', { ...rp, basehead: `${String(a.base)}...${String(a.head)}`, per_page: 100 });
+        // Without paging parameters GitHub answers up to 250 commits and 300 files at once.
+        const res = await c.o.request('GET /repos/{owner}/{repo}/compare/{basehead}', { ...rp, basehead: `${String(a.base)}...${String(a.head)}` });
         const d = res.data as unknown as { status: string; ahead_by: number; behind_by: number; total_commits: number; merge_base_commit?: { sha: string }; base_commit?: { sha: string }; commits: Args[]; files?: Args[] };
         const lim = (a.limit as number | undefined) ?? 250;
         const files = d.files ?? [];
