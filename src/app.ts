@@ -33,6 +33,7 @@ import { ConnectionChecks } from './services/model-checks.js';
 import { ApprovalService } from './services/approvals.js';
 import { PackageService } from './services/packages.js';
 import { ROOT_DIR } from './core/version.js';
+import { RepoHostService } from './services/repohost/service.js';
 
 export interface App {
   readonly config: Config;
@@ -68,6 +69,8 @@ export interface App {
   readonly packages: PackageService;
   /** Git and worktrees (issue #6). */
   readonly git: GitService;
+  /** Repository-host operations: issues, pull requests, reviews, statuses, workflows (issue #17). */
+  readonly repohost: RepoHostService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -179,6 +182,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     approvals,
     packages,
     git: new GitService({ workspaces, cursors, repos, audit }),
+    repohost: new RepoHostService({ workspaces, repos, credentials: repoCredentials, log, audit }),
     spend,
     gateway,
     models,

@@ -169,6 +169,7 @@ export interface AddAppInput {
 
 export class RepoCredentialStore {
   private readonly minted = new Map<string, { token: string; expiresAtMs: number; expiresAt: string }>();
+  private readonly installations = new Map<string, { atMs: number; value: { credentialId: string; installationId: string; permissions: Record<string, string> } }>();
 
   constructor(
     private readonly d: {
@@ -302,6 +303,7 @@ export class RepoCredentialStore {
 
   private forget(id: string): void {
     for (const k of this.minted.keys()) if (k.startsWith(id + ':')) this.minted.delete(k);
+    for (const k of this.installations.keys()) if (k.startsWith(id + ':')) this.installations.delete(k);
   }
 
   private matchRow(repo: ParsedRepoUrl): Row | null {
@@ -337,11 +339,69 @@ export class RepoCredentialStore {
     }
   }
 
-  private async installationToken(r: Row, pem: string, repo: ParsedRepoUrl): Promise<{ token: string; expiresAt: string }> {
+  /**
+   * The REST API base for a repository (issue #17): github.com answers at https://api.github.com; a
+   * GitHub App credential names its own API URL (GitHub Enterprise Server); a token credential on
+   * another host uses the Enterprise layout https://host/api/v3.
+   */
+  apiBase(repo: ParsedRepoUrl, meta: RepoCredentialMeta | null = this.match(repo)): string {
+    if (meta?.kind === 'github_app' && meta.apiUrl) return meta.apiUrl;
+    if (repo.host === 'github.com' && repo.port === 443) return 'https://api.github.com';
+    return `https://${repo.authority}/api/v3`;
+  }
+
+  /**
+   * What a GitHub App installation may do on one repository, read with the app's JWT (GET
+   * /repos/{owner}/{repo}/installation): no installation token is minted. Cached for a minute.
+   * Null for a repository without an app credential.
+   */
+  async installationPermissions(repo: ParsedRepoUrl): Promise<{ credentialId: string; installationId: string; permissions: Record<string, string> } | null> {
+    const r = this.matchRow(repo);
+    if (!r || r.kind !== 'github_app') return null;
+    const on = ownerAndName(repo);
+    const who = `repository credential ${r.id} (GitHub App ${r.app_id})`;
+    if (!on) throw new ServiceError('FAILED_PRECONDITION', `${who}: ${repo.url} is not an owner/name repository path`, { credentialId: r.id });
+    const cacheKey = `${r.id}:${r.secret_version}:${on[0]}/${on[1]}`;
+    const hit = this.installations.get(cacheKey);
+    if (hit && hit.atMs > this.now() - 60_000) return hit.value;
+    const pem = this.d.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
+    const jwt = appJwt(r.app_id!, createPrivateKey(pem), this.now());
+    const inst = await this.api(r.api_url!, 'GET', `/repos/${encodeURIComponent(on[0])}/${encodeURIComponent(on[1])}/installation`, jwt);
+    if (inst.status === 404) throw new ServiceError('PERMISSION_DENIED', `${who}: the app is not installed on ${on[0]}/${on[1]} (GitHub answered 404); install it on the repository or its owner`, { credentialId: r.id, missing: 'installation' });
+    if (inst.status !== 200 || typeof inst.body?.id !== 'number') throw this.apiError(who, 'reading the installation', inst);
+    if (r.installation_id && String(inst.body.id) !== r.installation_id)
+      throw new ServiceError('FAILED_PRECONDITION', `${who}: ${on[0]}/${on[1]} belongs to installation ${String(inst.body.id)}, not the configured ${r.installation_id}`, { credentialId: r.id });
+    const perms: Record<string, string> = {};
+    for (const [k, v] of Object.entries((inst.body.permissions as Record<string, unknown> | undefined) ?? {})) if (typeof v === 'string') perms[k] = v;
+    const value = { credentialId: r.id, installationId: String(inst.body.id), permissions: perms };
+    this.installations.set(cacheKey, { atMs: this.now(), value });
+    return value;
+  }
+
+  /**
+   * A token for GitHub API calls on one repository (issue #17), or null when no credential covers
+   * it. A token credential is returned as is; a GitHub App mints an installation token scoped to
+   * this one repository and to exactly `permissions` (GitHub answers 422 when the installation
+   * lacks one), reused while it has more than five minutes to live. The token goes only to the
+   * API over TLS; callers never return or log it.
+   */
+  async apiToken(repo: ParsedRepoUrl, permissions: Record<string, 'read' | 'write'>): Promise<{ token: string; credentialId: string; kind: RepoCredentialKind; apiUrl: string } | null> {
+    const r = this.matchRow(repo);
+    if (!r) return null;
+    const secret = this.d.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
+    this.d.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), r.id);
+    const apiUrl = this.apiBase(repo, this.meta(r));
+    if (r.kind === 'token') return { token: secret, credentialId: r.id, kind: 'token', apiUrl };
+    const t = await this.installationToken(r, secret, repo, { ...permissions, metadata: 'read' });
+    return { token: t.token, credentialId: r.id, kind: 'github_app', apiUrl };
+  }
+
+  private async installationToken(r: Row, pem: string, repo: ParsedRepoUrl, permissions?: Record<string, string>): Promise<{ token: string; expiresAt: string }> {
     const on = ownerAndName(repo);
     const who = `repository credential ${r.id} (GitHub App ${r.app_id})`;
     if (!on) throw new ServiceError('FAILED_PRECONDITION', `${who}: ${repo.url} is not an owner/name repository path, so no installation token can be minted for it`, { credentialId: r.id });
-    const cacheKey = `${r.id}:${r.secret_version}:${on[0]}/${on[1]}`;
+    const permKey = permissions ? ':' + Object.keys(permissions).sort().map((k) => `${k}=${permissions[k]}`).join(',') : '';
+    const cacheKey = `${r.id}:${r.secret_version}:${on[0]}/${on[1]}${permKey}`;
     const hit = this.minted.get(cacheKey);
     if (hit && hit.expiresAtMs - this.now() > REUSE_MARGIN_MS) return hit;
     const key = createPrivateKey(pem);
@@ -353,15 +413,17 @@ export class RepoCredentialStore {
       if (inst.status !== 200 || typeof inst.body?.id !== 'number') throw this.apiError(who, 'finding the installation', inst);
       installationId = String(inst.body.id);
     }
-    const res = await this.api(r.api_url!, 'POST', `/app/installations/${installationId}/access_tokens`, jwt, { repositories: [on[1]] });
+    const res = await this.api(r.api_url!, 'POST', `/app/installations/${installationId}/access_tokens`, jwt, { repositories: [on[1]], ...(permissions ? { permissions } : {}) });
     if (res.status === 404) throw new ServiceError('FAILED_PRECONDITION', `${who}: installation ${installationId} does not exist or does not include ${on[0]}/${on[1]} (GitHub answered 404)`, { credentialId: r.id });
+    if (res.status === 422 && permissions && /permission/i.test(String(res.body?.message ?? '')))
+      throw new ServiceError('PERMISSION_DENIED', `${who}: installation ${installationId} does not grant ${Object.entries(permissions).map(([k, v]) => `${k}: ${v}`).join(', ')} on ${on[0]}/${on[1]}: ${String(res.body?.message ?? 'unprocessable')}`, { credentialId: r.id, missing: permissions });
     if (res.status === 422) throw new ServiceError('FAILED_PRECONDITION', `${who}: installation ${installationId} cannot access ${on[0]}/${on[1]}: ${String(res.body?.message ?? 'unprocessable')}`, { credentialId: r.id });
     if (res.status !== 201 || typeof res.body?.token !== 'string') throw this.apiError(who, 'minting an installation token', res);
     const expiresAt = String(res.body.expires_at ?? '');
     const expiresAtMs = Date.parse(expiresAt) || this.now() + 3600_000;
     const t = { token: res.body.token as string, expiresAtMs, expiresAt: new Date(expiresAtMs).toISOString() };
     this.minted.set(cacheKey, t);
-    this.d.audit.record({ actor: 'system', action: 'repo_token_mint', target: r.id, outcome: 'ok', details: { repository: `${on[0]}/${on[1]}`, installationId, expiresAt: t.expiresAt } });
+    this.d.audit.record({ actor: 'system', action: 'repo_token_mint', target: r.id, outcome: 'ok', details: { repository: `${on[0]}/${on[1]}`, installationId, expiresAt: t.expiresAt, ...(permissions ? { permissions } : {}) } });
     return t;
   }
 

@@ -9,6 +9,7 @@ import type { SpendService } from '../services/spend.js';
 import type { GatewayClient } from '../services/gateway-client.js';
 import type { ApprovalService } from '../services/approvals.js';
 import type { PackageService } from '../services/packages.js';
+import type { RepoHostService } from '../services/repohost/service.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -27,6 +28,7 @@ export interface ToolServices {
   readonly gateway: GatewayClient;
   readonly approvals: ApprovalService;
   readonly packages: PackageService;
+  readonly repohost: RepoHostService;
 }
 
 export type { Actor } from '../core/audit.js';

@@ -79,7 +79,7 @@ export const workspaceCapabilities = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#3 workspaces',
   workspace: 'optional',
-  run: (a, ctx) => ctx.services.workspaces.capabilities(ctx.workspace),
+  run: async (a, ctx) => ({ ...ctx.services.workspaces.capabilities(ctx.workspace), ...(await ctx.services.repohost.capabilities(ctx.workspace)) }),
   description:
     'Authorization capabilities of a workspace, including the repohostActions list: the authoritative list of issue and pull-request actions repohost_action may perform on this repository. Mints no tokens.',
   input: {},
