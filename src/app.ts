@@ -31,6 +31,7 @@ import { PriceList } from './services/price-list.js';
 import { ModelCatalog } from './services/model-catalog.js';
 import { ConnectionChecks } from './services/model-checks.js';
 import { ApprovalService } from './services/approvals.js';
+import { ExtensionService } from './services/extensions/index.js';
 
 export interface App {
   readonly config: Config;
@@ -64,6 +65,8 @@ export interface App {
   readonly approvals: ApprovalService;
   /** Git and worktrees (issue #6). */
   readonly git: GitService;
+  /** Repository extensions: skills, hooks, deployment targets (issue #19). */
+  readonly extensions: ExtensionService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -127,7 +130,10 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     gid: config.sandboxUid,
     bwrapPath: config.sandboxBwrapPath,
   });
-  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, sandboxDisabledReason: opts.sandboxDisabledReason });
+  // Repository hooks fire from the workspace lifecycle and the git tools (issue #19); the runner is built after the workspace service it uses.
+  let extensions: ExtensionService | undefined;
+  const hookRunner = { fire: (...a: Parameters<ExtensionService['fire']>) => extensions!.fire(...a), opened: (...a: Parameters<ExtensionService['opened']>) => extensions!.opened(...a) };
+  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, sandboxDisabledReason: opts.sandboxDisabledReason, hooks: hookRunner });
   const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces });
   workspaces.onClose((id) => commands.forgetWorkspace(id));
   const spend = new SpendService(db);
@@ -135,6 +141,9 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
   gateway.routeSource = () => models.routes();
   const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
+  const approvals = new ApprovalService({ db, audit });
+  extensions = new ExtensionService({ db, audit, config, log, cursors, executor, workspaces, approvals, environments });
+  workspaces.onClose(async (id) => extensions!.forgetWorkspace(id));
   const app: App = {
     config,
     dataDir: config.dataDir,
@@ -153,8 +162,9 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     workspaces,
     files: new FileService({ workspaces, executor, cursors }),
     commands,
-    approvals: new ApprovalService({ db, audit }),
-    git: new GitService({ workspaces, cursors, repos, audit }),
+    approvals,
+    git: new GitService({ workspaces, cursors, repos, audit, hooks: hookRunner }),
+    extensions,
     spend,
     gateway,
     models,

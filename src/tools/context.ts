@@ -8,6 +8,7 @@ import type { ConnectionChecks } from '../services/model-checks.js';
 import type { SpendService } from '../services/spend.js';
 import type { GatewayClient } from '../services/gateway-client.js';
 import type { ApprovalService } from '../services/approvals.js';
+import type { ExtensionService } from '../services/extensions/index.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -25,6 +26,8 @@ export interface ToolServices {
   readonly spend: SpendService;
   readonly gateway: GatewayClient;
   readonly approvals: ApprovalService;
+  /** Repository extensions: skills, hooks, deployment targets (issue #19). */
+  readonly extensions: ExtensionService;
 }
 
 export type { Actor } from '../core/audit.js';

@@ -4,6 +4,7 @@ import { CUR, INT, SHA, WSID, int, name, str, z } from './types.js';
 
 const domain = 'Repository extensions';
 const tracking = 'repository extensions' as const;
+const who = (ctx: { principal: string; actor: import('./context.js').Actor }) => ({ principal: ctx.principal, actor: ctx.actor });
 
 /** Skill names: 1-120 chars of A-Za-z0-9._:- */
 const SKILL_NAME = name(1, 120, ':').describe('Skill name: 1-120 characters of A-Z a-z 0-9 . _ : -');
@@ -23,6 +24,7 @@ export const skillsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.skills.listTool(ctx.workspace, a, ctx.signal),
   workspace: 'optional',
   description:
     'List the skills available in a workspace (built-in, owner, workspace and repository sources) with their names, sources and digests, a page at a time. ' +
@@ -39,6 +41,7 @@ export const skillsRead = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.skills.readTool(ctx.workspace, a, ctx.signal),
   workspace: 'optional',
   description:
     'Read the text of one skill a byte range at a time (limit up to 262144 bytes per call; continue with offset). ' +
@@ -57,6 +60,7 @@ export const skillsRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.skills.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
   description:
     'Run one script of a skill inside the workspace with arguments and a time limit (100-300000 ms). ' +
@@ -78,6 +82,7 @@ export const hooksList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.hooks.listTool(ctx.workspace, a, ctx.signal),
   workspace: 'optional',
   description:
     'List the repository hooks of a workspace and the events they run on (on_workspace_open, post_checkout, pre_commit, post_commit, manual), optionally for one event. ' +
@@ -95,6 +100,7 @@ export const hooksRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.hooks.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
   description:
     'Run one activated repository hook now (for example a manual hook) with a time limit of 100-300000 ms. Hooks run only after hooks_activate enrolled their manifest digest. ' +
@@ -113,6 +119,7 @@ export const hooksActivate = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.hooks.activate(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
   description:
     'Enroll the repository hook manifest with this exact SHA-256 digest for the given events, so its hooks run automatically on them; a changed manifest needs a new activation. ' +
@@ -129,6 +136,7 @@ export const hooksDeactivate = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.hooks.deactivate(ctx.workspace, a.events, who(ctx)),
   workspace: 'optional',
   description: 'Withdraw hook activation in a workspace for the listed events, or for every event when events is omitted. Activate again with hooks_activate.',
   input: {
@@ -141,6 +149,7 @@ export const deploymentsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.deployments.listTool(ctx.workspace, ctx.signal),
   workspace: 'optional',
   description: 'List the deployment targets the repository of a workspace defines, by name. Run one with deployments_run.',
   input: {},
@@ -151,6 +160,7 @@ export const deploymentsRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.deployments.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
   description: 'Run one deployment target of the workspace repository (a name from deployments_list) with a time limit of 100-300000 ms. It may reach the network and change external systems.',
   input: {
@@ -164,6 +174,7 @@ export const skillSuggest = defineTool({
   domain,
   badges: ['openWorld'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.suggest(a.workspaceId ?? ctx.activeWorkspace(), a.prompt, who(ctx), ctx.signal),
   description:
     'Suggest at most one skill from the workspace roster that fits a task description (prompt up to 65536 characters); the answer is always a skill name from skills_list or none. ' +
     'When an integration key is configured, the redacted prompt is sent to the configured suggestion endpoint, so leave secrets out of it.',

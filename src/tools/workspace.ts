@@ -31,8 +31,33 @@ export const workspaceOpen = defineTool({
     environmentId: ENVID.optional().describe('Owner-defined environment whose variables and secrets are injected (needs confirmEnvironmentInjection)'),
     confirmEnvironmentInjection: TRUE_ONLY.optional().describe('Must be true to inject the environment named by environmentId'),
     toolkits: z.array(z.string().min(1).max(120)).max(50).default([]).describe('Toolkits to enable in the workspace'),
-    skillSets: z.array(z.object({}).passthrough()).max(50).default([]).describe('Skill sets to load'),
-    skillOverrides: z.object({}).passthrough().default({}).describe('Per-skill overrides'),
+    skillSets: z
+      .array(
+        z
+          .object({
+            name: z.enum(['built-in', 'owner', 'workspace', 'repository']).describe('A skill source: built-in (shipped with Atelier), owner, workspace (.atelier/skills) or repository (.agents/skills, .claude/skills, .github/skills, skills)'),
+            include: z.array(z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/)).max(200).optional().describe('Only these skills of the set (names)'),
+            exclude: z.array(z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/)).max(200).optional().describe('Skills of the set left out (names)'),
+          })
+          .strict(),
+      )
+      .max(4)
+      .refine((l) => new Set(l.map((x) => x.name)).size === l.length, { message: 'each skill set at most once' })
+      .default([])
+      .describe('Skill sets the workspace starts with (docs/extensions.md); [] = all four sources. Only the listed sets make the roster that skills_list, skills_run and skill_suggest see.'),
+    skillOverrides: z
+      .record(
+        z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/),
+        z
+          .object({
+            disabled: z.literal(true).optional().describe('Leave this skill out of the roster'),
+            source: z.enum(['built-in', 'owner', 'workspace', 'repository']).optional().describe('Take the skill of this name from this source, over the default shadowing order (owner, built-in, workspace, repository)'),
+          })
+          .strict(),
+      )
+      .refine((o) => Object.keys(o).length <= 200, { message: 'at most 200 overrides' })
+      .default({})
+      .describe('Per-skill overrides keyed by skill name: {"name": {"disabled": true}} or {"name": {"source": "repository"}}'),
     allowToolkitWorkspaceChanges: TRUE_ONLY.optional().describe('Only true: lets toolkits change workspace files'),
   },
   retired: { networkMode: 'networkMode is retired and rejected; use networkProfile ("network-none" or "dependency-access")' },
