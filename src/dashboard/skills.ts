@@ -5,7 +5,7 @@
  *   DELETE /api/v1/skills/:name
  *   GET    /api/v1/deployment-enrolments
  *   POST   /api/v1/deployment-enrolments           { repositoryUrl, target, targetSha256, environmentId?, allowPrivateHosts? }
- *   DELETE /api/v1/deployment-enrolments           { repositoryUrl, target }
+ *   DELETE /api/v1/deployment-enrolments?repositoryUrl=URL&target=NAME
  */
 import type { ApiRegistrar } from './routes.js';
 import { ServiceError } from '../core/errors.js';
@@ -46,8 +46,8 @@ export const skillRoutes: ApiRegistrar = (api, app) => {
     );
   });
   api.delete('/deployment-enrolments', async (req) => {
-    const b = body(req);
-    if (typeof b.repositoryUrl !== 'string' || typeof b.target !== 'string') throw bad('target', 'repositoryUrl and target are required strings');
-    return app.extensions.deployments.revoke(b.repositoryUrl, b.target, 'dashboard');
+    const q = req.query as Record<string, unknown>;
+    if (typeof q.repositoryUrl !== 'string' || typeof q.target !== 'string') throw bad('target', 'repositoryUrl and target are required query parameters');
+    return app.extensions.deployments.revoke(q.repositoryUrl, q.target, 'dashboard');
   });
 };

@@ -192,13 +192,18 @@ export class DeploymentService {
         network,
         command: t.command,
         cwd: '/workspace',
-        env: { ...secrets, ATELIER_DEPLOYMENT: t.name },
+        // Every connection goes through the target's proxy: no exceptions (the sandbox default exempts loopback).
+        env: { ...secrets, ATELIER_DEPLOYMENT: t.name, ...(t.egress.length ? { NO_PROXY: '', no_proxy: '' } : {}) },
         timeoutMs,
         maxOutputBytes: 262144,
         signal,
       });
       const status = r.timedOut ? 'timed_out' : r.cancelled ? 'cancelled' : r.exitCode === 0 ? 'succeeded' : 'failed';
       this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: status === 'succeeded' ? 'ok' : 'failed', details: { target: t.name, sha256: t.sha256, exitCode: r.exitCode } });
+      // The injected values by name first (known here for sure), then every secret the service knows.
+      const cut = (v: string) => Object.entries(secrets).reduce((acc, [k, val]) => (val.length >= 4 ? acc.split(val).join(`[redacted:${k}]`) : acc), v);
+      r.stdout = cut(r.stdout);
+      r.stderr = cut(r.stderr);
       return this.d.environments.redact({
         workspaceId,
         name: t.name,

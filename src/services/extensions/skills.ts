@@ -315,6 +315,7 @@ export class SkillService {
 
   /** Every skill the workspace can see, by source order, with the workspace's skill sets applied. */
   async all(workspaceId: string | undefined, signal?: AbortSignal, only?: { name: string; source?: SkillSource }): Promise<Array<{ skill: Skill; contents?: Contents }>> {
+    if (workspaceId) await this.d.workspaces.activeHandle(workspaceId); // an unknown, closed or expired workspace says so
     const cfg = this.workspaceConfig(workspaceId);
     const sets = cfg.skillSets.length ? cfg.skillSets : SHADOW_ORDER.map((name) => ({ name }) as SkillSetSel);
     const want = (s: SkillSource) => (!only?.source || only.source === s) && sets.some((x) => x.name === s);
@@ -397,7 +398,8 @@ export class SkillService {
 
   /** One skill with its file contents: by source when given, else the one that answers the name. */
   async load(workspaceId: string, name: string, source: SkillSource | undefined, signal?: AbortSignal): Promise<{ skill: Skill; contents: Contents; active: boolean }> {
-    const all = await this.all(workspaceId, signal, { name, source });
+    // Every source is looked at (shadowing needs them all); only this name's files are read whole.
+    const all = await this.all(workspaceId, signal, { name });
     const listed = this.resolve(all.map((x) => x.skill), this.workspaceConfig(workspaceId).skillOverrides);
     const idx = listed.findIndex((l) => l.skill.name === name && (source ? l.skill.source === source : l.active));
     if (idx < 0) {
