@@ -101,6 +101,11 @@ function fixtureFiles(deployPort: number, otherPort: number, dataDir: string): R
     '.agents/skills/bad-yaml/SKILL.md': '---\nname: [unclosed\ndescription: x\n---\n',
     // Usable but not to the letter of the format: a problem is reported.
     '.agents/skills/Odd_Dir/SKILL.md': skill('odd-name', 'A skill whose directory does not match its name; it can be used anyway.', 'license: MIT\nmetadata:\n  author: fixture\nallowed-tools: Bash Read\ncolor: blue\n'),
+    // Hostile front matter: an alias bomb, deep nesting; and a skill too large to read.
+    '.agents/skills/bomb/SKILL.md': '---\nname: bomb\ndescription: &a "lol"\nx1: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nx2: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nx3: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n---\n',
+    '.agents/skills/deep/SKILL.md': `---\nname: deep\ndescription: deep\nmetadata: ${'['.repeat(20000)}${']'.repeat(20000)}\n---\n`,
+    '.agents/skills/huge/SKILL.md': skill('huge', 'A skill with a file too large to read.'),
+    '.agents/skills/huge/references/big.txt': 'x'.repeat(1_100_000),
     // A scripted repository skill.
     '.agents/skills/changelog-writer/SKILL.md': skill('changelog-writer', 'Count commits for a changelog section.'),
     '.agents/skills/changelog-writer/scripts/count.sh': '#!/usr/bin/env bash\necho "args=$*"\necho "cwd=$(pwd)"\necho "skill=$SKILL_NAME source=$SKILL_SOURCE"\ncat "$SKILL_DIR/references/NOTE.md"\n',
@@ -263,6 +268,12 @@ describe('skills from four sources', () => {
     expect(odd).toMatchObject({ valid: true, active: true, location: '.agents/skills/Odd_Dir' });
     expect(odd.problems.join(' ')).toMatch(/does not match its directory/);
     expect(odd.problems.join(' ')).toMatch(/unknown front matter field "color"/);
+    expect(find('repository', 'bomb')).toMatchObject({ valid: false, active: false });
+    expect(find('repository', 'bomb')!.problems.join(' ')).toMatch(/not valid YAML/);
+    expect(find('repository', 'deep')).toMatchObject({ valid: false });
+    expect(find('repository', 'huge')).toMatchObject({ valid: false });
+    expect(find('repository', 'huge')!.problems.join(' ')).toMatch(/larger than 1048576 bytes/);
+    expect((await err('skills_read', { workspaceId: ws, name: 'huge' })).code).toBe('FAILED_PRECONDITION');
     const scratch = find('workspace', 'scratch')!;
     expect(scratch).toMatchObject({ valid: true, active: true, scripts: [] });
     expect(scratch.problems.join(' ')).toMatch(/leak is a symlink/);
@@ -461,6 +472,20 @@ describe('hooks by manifest digest', () => {
     await sh('git checkout -q main && git checkout -- .atelier/hooks.json');
   });
 
+  it('a hostile manifest (deeply nested, huge, wrong types) is malformed and nothing of it runs', async () => {
+    const original = (await ok('files_read', { workspaceId: ws, path: '.atelier/hooks.json' })).content as string;
+    for (const content of ['['.repeat(200_000) + ']'.repeat(200_000), JSON.stringify({ hooks: Array.from({ length: 101 }, (_, i) => ({ name: `h${i}`, event: 'manual', command: 'true' })) }), JSON.stringify({ hooks: [{ name: 'x', event: 'manual', command: ['rm', '-rf'] }] }), JSON.stringify({ hooks: [{ name: 'x', event: 'pre_push', command: 'true' }] })]) {
+      await ok('files_write', { workspaceId: ws, path: '.atelier/hooks.json', content });
+      const l = await ok('hooks_list', { workspaceId: ws, includeInactive: true });
+      expect((l.manifest as { valid: boolean }).valid).toBe(false);
+      expect(l.hooks).toEqual([]);
+      const e = await err('hooks_activate', { workspaceId: ws, manifestSha256: (l.manifest as { sha256: string }).sha256, events: ['manual'] });
+      expect(e.code).toBe('FAILED_PRECONDITION');
+    }
+    await ok('files_write', { workspaceId: ws, path: '.atelier/hooks.json', content: original });
+    expect(((await ok('hooks_list', { workspaceId: ws, includeInactive: true })).manifest as { valid: boolean }).valid).toBe(true);
+  });
+
   it('hooks_deactivate removes events', async () => {
     const d = await ok('hooks_deactivate', { workspaceId: ws, events: ['manual', 'pre_commit'] });
     expect(d.deactivated).toEqual(['manual', 'pre_commit']);
@@ -615,7 +640,10 @@ describe('bad input on every field', () => {
     expect(JSON.stringify(e.details) + e.message).toContain(field);
   });
 
-  it('semantic refusals: duplicate events, unknown workspace', async () => {
+  it('semantic refusals: duplicate events, unknown workspace, oversized arguments', async () => {
+    expect((await err('skills_run', { workspaceId: ws, name: 'release-notes', script: 'hello.sh', args: Array.from({ length: 1000 }, () => 'a'.repeat(4096)) })).message).toMatch(/args: .* at most 131072/);
+    const big = await ok('skill_suggest', { workspaceId: ws, prompt: 'pdf '.repeat(16384) });
+    expect(big.skill).toBe('pdf-tools');
     const l = await ok('hooks_list', { workspaceId: ws, includeInactive: true });
     expect((await err('hooks_activate', { workspaceId: ws, manifestSha256: (l.manifest as { sha256: string }).sha256, events: ['manual', 'manual'] })).details.field).toBe('events');
     expect((await err('skill_suggest', { workspaceId: 'ws_' + 'x'.repeat(24), prompt: 'pdf' })).code).toBe('NOT_FOUND');

@@ -474,6 +474,9 @@ export class SkillService {
     who: { principal: string; actor: Actor },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
+    const argBytes = a.args.reduce((n, x) => n + Buffer.byteLength(x) + 1, 0);
+    if (argBytes > 131072) throw new ServiceError('INVALID_ARGUMENT', `args: ${argBytes} bytes in all; at most 131072`, { field: 'args' });
+    if (a.args.some((x) => x.includes('\0'))) throw new ServiceError('INVALID_ARGUMENT', 'args: NUL characters cannot be passed to a program', { field: 'args' });
     const { skill, contents } = await this.load(workspaceId, a.name, a.source, signal);
     // Recomputed from the bytes that will run: nothing reported by the workspace is trusted.
     const files = [...contents.entries()].map(([path, b]) => ({ path, size: b.length, sha256: sha256(b) }));
