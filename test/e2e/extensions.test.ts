@@ -248,7 +248,10 @@ describe('skills from four sources', () => {
   it('lists every source with shadowing, malformed skills with their problems, a page at a time', async () => {
     // A workspace skill written in the workspace, with a symlink that must never be followed.
     await sh('mkdir -p .atelier/skills/scratch/scripts && printf -- "---\\nname: scratch\\ndescription: A scratch skill written in the workspace.\\n---\\nbody\\n" > .atelier/skills/scratch/SKILL.md && ln -s /etc/passwd .atelier/skills/scratch/leak && ln -s ../../../../README.md .atelier/skills/scratch/scripts/up.sh');
+    // Links out of the checkout and special files are never followed or read.
+    expect((await sh('ln -s / .agents/skills/rootlink && mkdir -p .github && ln -s /home/user .github/skills && mkdir -p .atelier/skills/fifo && mkfifo .atelier/skills/fifo/SKILL.md')).exitCode).toBe(0);
     const all = await listAll();
+    expect(all.some((s) => /rootlink|fifo|home/.test(s.location))).toBe(false);
     const find = (source: string, name: string) => all.find((s) => s.source === source && s.name === name);
     expect(find('built-in', 'atelier-review-changes')).toMatchObject({ active: true, shadowed: false });
     const repoReview = find('repository', 'atelier-review-changes')!;
@@ -284,6 +287,10 @@ describe('skills from four sources', () => {
     expect(roster.some((s) => s.shadowed)).toBe(false);
     expect(roster.some((s) => s.name === 'broken')).toBe(true);
     expect(roster.length).toBeLessThan(all.length);
+    // A cursor belongs to its workspace and filters.
+    const page = await ok('skills_list', { workspaceId: ws, limit: 2 });
+    expect((await err('skills_list', { workspaceId: ws, limit: 2, includeShadowed: false, cursor: page.nextCursor })).details.field).toBe('cursor');
+    expect((await err('skills_list', { workspaceId: ws, cursor: 'not-a-real-cursor' })).details.field).toBe('cursor');
   });
 
   it('reads a skill by name and source with pins, offset and limit', async () => {
@@ -628,6 +635,14 @@ describe('bad input on every field', () => {
     ['hooks_activate', { manifestSha256: 'a'.repeat(64), events: ['manual'], retentionSeconds: 2592001 }, 'retentionSeconds'],
     ['hooks_deactivate', { events: ['manual', 'manual', 'manual', 'manual', 'manual', 'manual'] }, 'events'],
     ['deployments_run', { name: '' }, 'name'],
+    ['deployments_run', { name: 'x'.repeat(121) }, 'name'],
+    ['skills_run', { name: 'ok', script: 'x', source: 'elsewhere' }, 'source'],
+    ['skills_run', { script: 'x' }, 'name'],
+    ['skills_run', { name: 'ok' }, 'script'],
+    ['hooks_run', { name: 'x', event: 'pre_push' }, 'event'],
+    ['hooks_list', { cursor: '' }, 'cursor'],
+    ['hooks_deactivate', { events: ['bogus'] }, 'events'],
+    ['hooks_activate', { events: ['manual'] }, 'manifestSha256'],
     ['deployments_run', { name: 'staging', timeoutMs: 300001 }, 'timeoutMs'],
     ['deployments_list', { extra: 1 }, 'extra'],
     ['skill_suggest', { prompt: '' }, 'prompt'],

@@ -70,14 +70,20 @@ export class HookService {
         return { name: h.name, event: h.event, command: h.command, timeoutMs: h.timeoutMs, sha256: h.sha256, active: reason === null, ...(reason ? { inactiveReason: reason } : { activatedAt: act!.activatedAt, expiresAt: act!.expiresAt }) };
       })
       .filter((h) => a.includeInactive || h.active);
-    const start = a.cursor ? this.d.cursors.decode<{ o: number; w: string }>('hooks_list', a.cursor).o : 0;
+    const f = `${a.event ?? ''}|${a.includeInactive}`;
+    let start = 0;
+    if (a.cursor) {
+      const cur = this.d.cursors.decode<{ o: number; w: string; f?: string }>('hooks_list', a.cursor);
+      if (cur.w !== workspaceId || cur.f !== f) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
+      start = cur.o;
+    }
     return {
       workspaceId,
       manifest: m ? { path: HOOK_MANIFEST, sha256: m.sha256, valid: m.problems.length === 0, problems: m.problems } : { path: HOOK_MANIFEST, present: false },
       activations: acts.map((x) => ({ ...x, current: m ? x.manifestSha256 === m.sha256 : false })),
       hooks: rows.slice(start, start + a.limit),
       total: rows.length,
-      nextCursor: start + a.limit < rows.length ? this.d.cursors.encode('hooks_list', { o: start + a.limit, w: workspaceId }) : null,
+      nextCursor: start + a.limit < rows.length ? this.d.cursors.encode('hooks_list', { o: start + a.limit, w: workspaceId, f }) : null,
     };
   }
 

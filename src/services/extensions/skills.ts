@@ -365,7 +365,13 @@ export class SkillService {
   async listTool(workspaceId: string, a: { limit: number; cursor?: string; includeShadowed: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
     const cfg = this.workspaceConfig(workspaceId);
     const listed = this.resolve((await this.all(workspaceId, signal)).map((x) => x.skill), cfg.skillOverrides).filter((l) => a.includeShadowed || l.active || !l.skill.usable);
-    const start = a.cursor ? this.d.cursors.decode<{ o: number; w: string }>('skills_list', a.cursor).o : 0;
+    const f = String(a.includeShadowed);
+    let start = 0;
+    if (a.cursor) {
+      const cur = this.d.cursors.decode<{ o: number; w: string; f?: string }>('skills_list', a.cursor);
+      if (cur.w !== workspaceId || cur.f !== f) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
+      start = cur.o;
+    }
     const page = listed.slice(start, start + a.limit);
     return {
       workspaceId,
@@ -392,7 +398,7 @@ export class SkillService {
       skillSets: cfg.skillSets.length ? cfg.skillSets : SHADOW_ORDER.map((name) => ({ name })),
       skillOverrides: cfg.skillOverrides,
       total: listed.length,
-      nextCursor: start + a.limit < listed.length ? this.d.cursors.encode('skills_list', { o: start + a.limit, w: workspaceId }) : null,
+      nextCursor: start + a.limit < listed.length ? this.d.cursors.encode('skills_list', { o: start + a.limit, w: workspaceId, f }) : null,
     };
   }
 
