@@ -293,6 +293,15 @@ describe('skills from four sources', () => {
     expect((await err('skills_list', { workspaceId: ws, cursor: 'not-a-real-cursor' })).details.field).toBe('cursor');
   });
 
+  it('a checkout with too many directories under a skill root is listed partially, not refused', async () => {
+    await sh('mkdir -p skills/many && cd skills/many && mkdir $(seq -f d%g 1 450)');
+    const r = await ok('skills_list', { workspaceId: ws, limit: 100 });
+    expect(r.partial).toBe(true);
+    expect((r.notes as string[]).join()).toMatch(/more than 400 directories/);
+    await sh('rm -rf skills');
+    expect((await ok('skills_list', { workspaceId: ws })).partial).toBe(false);
+  });
+
   it('reads a skill by name and source with pins, offset and limit', async () => {
     const r = await ok('skills_read', { workspaceId: ws, name: 'changelog-writer' });
     expect(r).toMatchObject({ source: 'repository', location: '.agents/skills/changelog-writer', eof: true, scripts: ['count.sh'] });

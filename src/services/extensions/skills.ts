@@ -40,6 +40,11 @@ export const BUILTIN_SKILLS_DIR = fileURLToPath(new URL('../../../skills/', impo
 export const REPOSITORY_SKILL_ROOTS = ['.agents/skills', '.claude/skills', '.github/skills', 'skills'] as const;
 export const WORKSPACE_SKILL_ROOTS = ['.atelier/skills'] as const;
 
+/** Bounds of one scan of a source: directory listings, skills. */
+const SCAN_LISTINGS = 400;
+const SCAN_SKILLS = 100;
+const SKIP_DIRS = new Set(['.git', 'node_modules']);
+
 export interface Skill {
   name: string;
   source: SkillSource;
@@ -214,28 +219,33 @@ export class SkillService {
     source: 'workspace' | 'repository',
     signal?: AbortSignal,
     only?: { name: string },
+    notes: string[] = [],
   ): Promise<Array<{ skill: Skill; contents?: Contents }>> {
     const roots = source === 'repository' ? REPOSITORY_SKILL_ROOTS : WORKSPACE_SKILL_ROOTS;
     const out: Array<{ skill: Skill; contents?: Contents }> = [];
     let calls = 0;
-    const budget = () => {
-      if (++calls > 400) throw new ServiceError('RESOURCE_EXHAUSTED', `too many entries under the skill directories of the ${source}; at most 100 skills of ${SKILL_LIMITS.files} files each are read`, {});
-    };
-    for (const root of roots) {
+    const budget = () => ++calls <= SCAN_LISTINGS;
+    scanning: for (const root of roots) {
       const queue: Array<{ path: string; depth: number }> = [{ path: root, depth: 0 }];
       while (queue.length) {
         const { path, depth } = queue.shift()!;
-        budget();
+        if (!budget()) {
+          notes.push(`the ${source} skill directories hold more than ${SCAN_LISTINGS} directories; the rest was not read`);
+          break scanning;
+        }
         const entries = await this.list(workspaceId, path, signal);
         if (!entries) continue;
         if (depth > 0 && entries.some((e) => e.name === 'SKILL.md' && e.type === 'file')) {
-          if (out.length >= 100) break;
+          if (out.length >= SCAN_SKILLS) {
+            notes.push(`more than ${SCAN_SKILLS} ${source} skills; the rest was not read`);
+            break scanning;
+          }
           const dirName = path.slice(path.lastIndexOf('/') + 1);
           out.push(await this.readSkillDir(workspaceId, source, path, dirName, entries, signal, budget, only));
           continue;
         }
         if (depth >= 3) continue;
-        for (const e of entries) if (e.type === 'directory' || (e.type === 'symlink' && depth === 0)) queue.push({ path: e.path, depth: depth + 1 });
+        for (const e of entries) if (!SKIP_DIRS.has(e.name) && (e.type === 'directory' || (e.type === 'symlink' && depth === 0))) queue.push({ path: e.path, depth: depth + 1 });
       }
     }
     return out;
@@ -248,7 +258,7 @@ export class SkillService {
     dirName: string,
     top: DaemonEntry[],
     signal: AbortSignal | undefined,
-    budget: () => void,
+    budget: () => boolean,
     only?: { name: string },
   ): Promise<{ skill: Skill; contents?: Contents }> {
     const problems: string[] = [];
@@ -267,7 +277,10 @@ export class SkillService {
             problems.push(`directory ${r} is deeper than ${SKILL_LIMITS.depth} levels (ignored)`);
             continue;
           }
-          budget();
+          if (!budget()) {
+            problems.push(`! too many directories to read`);
+            return;
+          }
           const sub = await this.list(workspaceId, e.path, signal);
           if (sub) await walk(sub, r, depth + 1);
         } else if (e.type === 'symlink') {
@@ -314,7 +327,7 @@ export class SkillService {
   }
 
   /** Every skill the workspace can see, by source order, with the workspace's skill sets applied. */
-  async all(workspaceId: string | undefined, signal?: AbortSignal, only?: { name: string; source?: SkillSource }): Promise<Array<{ skill: Skill; contents?: Contents }>> {
+  async all(workspaceId: string | undefined, signal?: AbortSignal, only?: { name: string; source?: SkillSource }, notes: string[] = []): Promise<Array<{ skill: Skill; contents?: Contents }>> {
     if (workspaceId) await this.d.workspaces.activeHandle(workspaceId); // an unknown, closed or expired workspace says so
     const cfg = this.workspaceConfig(workspaceId);
     const sets = cfg.skillSets.length ? cfg.skillSets : SHADOW_ORDER.map((name) => ({ name }) as SkillSetSel);
@@ -326,7 +339,7 @@ export class SkillService {
       if (source === 'built-in') found = this.builtins();
       else if (source === 'owner') found = this.ownerSkills();
       else if (!workspaceId) found = [];
-      else found = await this.scan(workspaceId, source, signal, only);
+      else found = await this.scan(workspaceId, source, signal, only, notes);
       const sel = sets.find((x) => x.name === source)!;
       out.push(...found.filter((f) => (!sel.include || sel.include.includes(f.skill.name)) && !(sel.exclude ?? []).includes(f.skill.name)));
     }
@@ -364,7 +377,8 @@ export class SkillService {
 
   async listTool(workspaceId: string, a: { limit: number; cursor?: string; includeShadowed: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
     const cfg = this.workspaceConfig(workspaceId);
-    const listed = this.resolve((await this.all(workspaceId, signal)).map((x) => x.skill), cfg.skillOverrides).filter((l) => a.includeShadowed || l.active || !l.skill.usable);
+    const notes: string[] = [];
+    const listed = this.resolve((await this.all(workspaceId, signal, undefined, notes)).map((x) => x.skill), cfg.skillOverrides).filter((l) => a.includeShadowed || l.active || !l.skill.usable);
     const f = String(a.includeShadowed);
     let start = 0;
     if (a.cursor) {
@@ -398,6 +412,8 @@ export class SkillService {
       skillSets: cfg.skillSets.length ? cfg.skillSets : SHADOW_ORDER.map((name) => ({ name })),
       skillOverrides: cfg.skillOverrides,
       total: listed.length,
+      partial: notes.length > 0,
+      ...(notes.length ? { notes } : {}),
       nextCursor: start + a.limit < listed.length ? this.d.cursors.encode('skills_list', { o: start + a.limit, w: workspaceId, f }) : null,
     };
   }
