@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { canonical, parseDeployManifest, parseHookManifest, parseSkillMd, sha256, skillDigest } from '../../src/services/extensions/format.js';
-import { localSuggestion, redactPrompt, stem } from '../../src/services/extensions/suggest.js';
+import { hybridSuggestion, localSuggestion, redactPrompt, stem } from '../../src/services/extensions/suggest.js';
 
 describe('SKILL.md', () => {
   it('reads the open format fields and reports problems without failing', () => {
@@ -102,6 +102,17 @@ describe('skill_suggest, locally', () => {
     expect(localSuggestion('pdf', []).name).toBeNull();
     expect(stem('migrations')).toBe('migration');
     expect(stem('building')).toBe('build');
+  });
+
+  it('fuses a semantic ranking when an embedding function is wired', async () => {
+    // A stand-in embedding (concept buckets), enough to test the fusion and the threshold.
+    const concepts = [['pdf', 'document', 'invoice', 'paper'], ['docker', 'container', 'image'], ['database', 'sql', 'schema', 'table', 'column']];
+    const embed = async (texts: string[]) => texts.map((t) => concepts.map((c) => c.filter((w) => t.toLowerCase().includes(w)).length));
+    const r = await hybridSuggestion('rename a column', skills, embed);
+    expect(r.name).toBe('sql-migrations');
+    expect(r.semantic[0]).toMatchObject({ name: 'sql-migrations' });
+    expect((await hybridSuggestion('the weather is nice', skills, embed)).name).toBeNull();
+    expect((await hybridSuggestion('merge these PDFs', skills, embed)).name).toBe('pdf-tools');
   });
 
   it('redacts secrets, keys and token-shaped strings', () => {

@@ -17,7 +17,7 @@ import { SkillService, type SkillOverride, type SkillSetSel } from './skills.js'
 import { HookService } from './hooks.js';
 import { DeploymentService } from './deployments.js';
 import type { FiredEvent, HookFiring, HookRunner } from './hook-runner.js';
-import { askEndpoint, localSuggestion, redactPrompt } from './suggest.js';
+import { askEndpoint, hybridSuggestion, localSuggestion, redactPrompt, type Embedder } from './suggest.js';
 
 export interface ExtensionDeps {
   db: DB;
@@ -52,6 +52,16 @@ export class ExtensionService implements HookRunner {
     return this.hooks.fire(workspaceId, 'on_workspace_open', signal);
   }
 
+  private embedder: Embedder | undefined;
+
+  /**
+   * Wires an embedding function (the knowledge store's model) for semantic ranking in
+   * skill_suggest; without one the ranking is lexical. Nothing here depends on it.
+   */
+  setEmbedder(embed: Embedder | undefined): void {
+    this.embedder = embed;
+  }
+
   forgetWorkspace(workspaceId: string): void {
     this.skills.forgetWorkspace(workspaceId);
   }
@@ -59,7 +69,16 @@ export class ExtensionService implements HookRunner {
   /** skill_suggest: at most one roster skill; the endpoint's answer only when it names a roster skill. */
   async suggest(workspaceId: string | undefined, prompt: string, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
     const roster = (await this.skills.roster(workspaceId, signal)).map((s) => ({ name: s.name, description: s.meta.description ?? '', source: s.source }));
-    const local = localSuggestion(prompt, roster);
+    let local: { name: string | null; ranked: ReturnType<typeof localSuggestion>['ranked'] } = localSuggestion(prompt, roster);
+    let ranking = 'lexical';
+    if (this.embedder) {
+      try {
+        local = await hybridSuggestion(prompt, roster, this.embedder);
+        ranking = 'lexical+semantic';
+      } catch (e) {
+        this.d.log.warn({ err: (e as Error).message }, 'skill_suggest: the embedding function failed; lexical ranking only');
+      }
+    }
     const top = local.ranked.slice(0, 3).filter((r) => r.score > 0).map((r) => ({ name: r.name, score: Math.round(r.score * 1000) / 1000, matched: r.matched }));
     const base = { workspaceId: workspaceId ?? null, rosterSize: roster.length };
     const cfg = this.d.config;
@@ -83,14 +102,14 @@ export class ExtensionService implements HookRunner {
         ...base,
         skill: local.name,
         source: s?.source ?? null,
-        mode: 'lexical',
+        mode: ranking,
         endpoint: r.error ? { used: false, error: r.error } : { used: false, rejected: 'the endpoint named a skill outside the workspace roster' },
         redactions: red.redactions,
         candidates: top,
       };
     }
     const s = roster.find((x) => x.name === local.name);
-    return { ...base, skill: local.name, source: s?.source ?? null, mode: 'lexical', candidates: top };
+    return { ...base, skill: local.name, source: s?.source ?? null, mode: ranking, candidates: top };
   }
 }
 

@@ -73,6 +73,45 @@ export function localSuggestion(prompt: string, skills: Array<Pick<Skill, 'name'
   return { name: best.name, ranked };
 }
 
+/** An embedding function (the knowledge store's model, when the App wires one): one vector per text. */
+export type Embedder = (texts: string[]) => Promise<ArrayLike<number>[]>;
+
+function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let dot = 0;
+  let na = 0;
+  let nb = 0;
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    dot += a[i]! * b[i]!;
+    na += a[i]! * a[i]!;
+    nb += b[i]! * b[i]!;
+  }
+  return na && nb ? dot / Math.sqrt(na * nb) : 0;
+}
+
+/**
+ * Lexical and semantic ranks fused by reciprocal rank (k = 60). A skill is named when the lexical
+ * answer stands (localSuggestion) or its embedding is close enough to the prompt's (cosine at
+ * least minCosine) and it leads the fused ranking.
+ */
+export async function hybridSuggestion(
+  prompt: string,
+  skills: Array<Pick<Skill, 'name'> & { description: string }>,
+  embed: Embedder,
+  minCosine = 0.5,
+): Promise<{ name: string | null; ranked: Ranked[]; semantic: Array<{ name: string; cosine: number }> }> {
+  const local = localSuggestion(prompt, skills);
+  if (skills.length === 0) return { ...local, semantic: [] };
+  const vecs = await embed([prompt, ...skills.map((s) => `${s.name.replace(/[-_.:]/g, ' ')}: ${s.description}`)]);
+  const sem = skills.map((s, i) => ({ name: s.name, cosine: cosine(vecs[0]!, vecs[i + 1]!) })).sort((a, b) => b.cosine - a.cosine);
+  const fused = new Map<string, number>();
+  local.ranked.forEach((r, i) => fused.set(r.name, (fused.get(r.name) ?? 0) + (r.score > 0 ? 1 / (60 + i) : 0)));
+  sem.forEach((r, i) => fused.set(r.name, (fused.get(r.name) ?? 0) + 1 / (60 + i)));
+  const top = [...fused.entries()].sort((a, b) => b[1] - a[1])[0]![0];
+  const topCos = sem.find((x) => x.name === top)!.cosine;
+  const name = local.name ?? (topCos >= minCosine ? top : null);
+  return { name, ranked: local.ranked, semantic: sem.slice(0, 3) };
+}
+
 const TOKEN_PATTERNS: RegExp[] = [
   /-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----/g,
   /\b(?:atl|agt|ghp|gho|ghu|ghs|ghr|github_pat|glpat|xox[abprs])_[A-Za-z0-9_-]{10,}\b/g,
