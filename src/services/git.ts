@@ -448,7 +448,7 @@ export class GitService {
       // Repository hooks (issue #19): a failing activated pre_commit hook stops the commit.
       const preCommit = await this.d.hooks?.fire(ws, 'pre_commit');
       if (preCommit?.failed)
-        throw new ServiceError('FAILED_PRECONDITION', `pre_commit hook ${preCommit.failed.name} failed (exit ${preCommit.failed.exitCode ?? preCommit.failed.signal}); nothing was committed: ${tail(`${preCommit.failed.stderr}\n${preCommit.failed.stdout}`, 10)}`, { step: 'pre_commit', hooks: [preCommit] });
+        throw new ServiceError('FAILED_PRECONDITION', `nothing was committed: ${preCommit.message}`, { step: 'pre_commit', hooks: [preCommit] });
       // Check HEAD and commit in one script so nothing runs in between.
       const script =
         `cur=$(git rev-parse -q --verify HEAD || echo none); ` +
@@ -838,7 +838,7 @@ export class GitService {
       const preCommit = await this.d.hooks?.fire(ws, 'pre_commit', signal);
       if (preCommit?.failed) {
         await cleanup();
-        throw failed('pre_commit', `pre_commit hook ${preCommit.failed.name} failed (exit ${preCommit.failed.exitCode ?? preCommit.failed.signal}); nothing was pushed: ${tail(`${preCommit.failed.stderr}\n${preCommit.failed.stdout}`, 10)}`, { hooks: [preCommit], preflights });
+        throw failed('pre_commit', `${preCommit.message}; nothing was pushed`, { hooks: [preCommit], preflights });
       }
       // 3. push the commit object itself.
       let pushed: Record<string, unknown> | null = null;

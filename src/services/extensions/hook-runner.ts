@@ -25,6 +25,8 @@ export interface HookFiring {
   ran: HookRunRecord[];
   /** The first hook that did not exit 0, if any. */
   failed: HookRunRecord | null;
+  /** With `failed`: one line saying which hook failed how, and the tail of its output. */
+  message?: string;
   /** Why nothing ran although an activation exists (e.g. the manifest changed since activation). */
   skipped?: string;
 }

@@ -195,12 +195,19 @@ export class HookService {
         }
       }
       this.d.audit.record({ actor: 'system', action: 'hooks_fire', target: workspaceId, outcome: failed ? 'failed' : 'ok', details: { event, hooks: ran.map((r) => ({ name: r.name, exitCode: r.exitCode })) } });
-      return { event, ran, failed };
+      return { event, ran, failed, ...(failed ? { message: failureMessage(failed) } : {}) };
     } catch (e) {
       this.d.log.warn({ err: (e as Error).message, workspace: workspaceId, event }, 'repository hooks could not run');
       // A pre_commit that cannot be checked must not let the commit through.
       const rec: HookRunRecord = { name: '(hooks)', event, exitCode: null, signal: null, timedOut: false, durationMs: 0, stdout: '', stderr: `hooks could not run: ${(e as Error).message}`, stdoutTruncated: false, stderrTruncated: false };
-      return event === 'pre_commit' ? { event, ran: [], failed: rec } : { event, ran: [], failed: null, skipped: rec.stderr };
+      return event === 'pre_commit' ? { event, ran: [], failed: rec, message: rec.stderr } : { event, ran: [], failed: null, skipped: rec.stderr };
     }
   }
+}
+
+/** "pre_commit hook lint failed (exit 1): <last lines of its output>" */
+function failureMessage(r: HookRunRecord): string {
+  const how = r.timedOut ? 'timed out' : r.exitCode !== null ? `exit ${r.exitCode}` : `signal ${r.signal}`;
+  const out = `${r.stderr}\n${r.stdout}`.trim().split('\n').slice(-10).join('\n');
+  return `${r.event} hook ${r.name} failed (${how})${out ? `: ${out}` : ''}`;
 }
