@@ -702,6 +702,10 @@ describe('bad input on every field', () => {
     expect((await api('POST', '/deployment-enrolments', { repositoryUrl: 'http://x/y', target: 'a', targetSha256: 'a'.repeat(64) })).status).toBe(400);
     expect((await api('POST', '/deployment-enrolments', { repositoryUrl: repoUrl, target: 'a b', targetSha256: 'a'.repeat(64) })).status).toBe(400);
     expect((await api('DELETE', '/skills/not-there')).status).toBe(404);
+    // The owner's paths need the dashboard session, and CSRF for changes.
+    expect((await httpRequest(svc.url, 'GET', '/api/v1/skills')).status).toBe(401);
+    expect((await httpRequest(svc.url, 'GET', '/api/v1/deployment-enrolments', { authorization: `Bearer ${svc.token}` })).status).toBe(401);
+    expect((await httpRequest(svc.url, 'POST', '/api/v1/deployment-enrolments', { cookie: dash.cookie, 'content-type': 'application/json' }, JSON.stringify({ repositoryUrl: repoUrl, target: 'staging', targetSha256: 'a'.repeat(64) }))).status).toBe(403);
     const good = join(tmp, 'cli-skill');
     mkdirSync(join(good, 'scripts'), { recursive: true });
     writeFileSync(join(good, 'SKILL.md'), skill('cli-skill', 'Added on the command line by the owner.'));
