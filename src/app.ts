@@ -34,6 +34,7 @@ import { ApprovalService } from './services/approvals.js';
 import { PackageService } from './services/packages.js';
 import { ROOT_DIR } from './core/version.js';
 import { RepoHostService } from './services/repohost/service.js';
+import { ExtensionService } from './services/extensions/index.js';
 
 export interface App {
   readonly config: Config;
@@ -71,6 +72,8 @@ export interface App {
   readonly git: GitService;
   /** Repository-host operations: issues, pull requests, reviews, statuses, workflows (issue #17). */
   readonly repohost: RepoHostService;
+  /** Repository extensions: skills, hooks, deployment targets (issue #19). */
+  readonly extensions: ExtensionService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -152,7 +155,10 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       toolkits: (id) => workspaces.toolkitsOf(id),
     }),
   });
-  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason });
+  // Repository hooks fire from the workspace lifecycle and the git tools (issue #19); the runner is built after the workspace service it uses.
+  let extensions: ExtensionService | undefined;
+  const hookRunner = { fire: (...a: Parameters<ExtensionService['fire']>) => extensions!.fire(...a), opened: (...a: Parameters<ExtensionService['opened']>) => extensions!.opened(...a) };
+  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks: hookRunner });
   const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces, packages });
   workspaces.onClose((id) => commands.forgetWorkspace(id));
   workspaces.onClose((id) => packages.forgetWorkspace(id));
@@ -161,6 +167,8 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
   gateway.routeSource = () => models.routes();
   const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
+  extensions = new ExtensionService({ db, audit, config, log, cursors, executor, workspaces, approvals, environments });
+  workspaces.onClose(async (id) => extensions!.forgetWorkspace(id));
   const app: App = {
     config,
     dataDir: config.dataDir,
@@ -181,8 +189,9 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     commands,
     approvals,
     packages,
-    git: new GitService({ workspaces, cursors, repos, audit }),
+    git: new GitService({ workspaces, cursors, repos, audit, hooks: hookRunner }),
     repohost: new RepoHostService({ workspaces, repos, credentials: repoCredentials, log, audit }),
+    extensions,
     spend,
     gateway,
     models,

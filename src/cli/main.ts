@@ -17,6 +17,8 @@ import { environmentRoutes } from '../dashboard/environments.js';
 import { approvalRoutes } from '../dashboard/approvals.js';
 import { SPEND_SERVED_PATHS, spendRoutes } from '../dashboard/spend.js';
 import { MODELS_SERVED_PATHS, modelRoutes } from '../dashboard/models.js';
+import { SKILLS_FLAGS, skillsCommand } from './skills.js';
+import { skillRoutes } from '../dashboard/skills.js';
 import { VERSION } from '../core/version.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
@@ -34,6 +36,9 @@ Usage:
   atelier env unset ENV|global NAME
   atelier credentials list | add-token PREFIX | add-github-app PREFIX --app-id ID --private-key-file F | rotate ID | remove ID | test ID URL
                                           repository credentials of the broker (secrets from stdin or a file; see docs/credentials.md)
+  atelier skills list | add DIR | remove NAME          owner skills (docs/extensions.md)
+  atelier deployments list | allow REPO TARGET SHA256 [--environment ENV] [--allow-private-hosts] | revoke REPO TARGET
+                                          the owner's consent to run a repository's deployment target
   atelier gateway --admin-secret-file F  run the model gateway alone (serve starts one by default)
   atelier doctor                          check sandboxing, git, rg and ctags; say how to fix
   atelier --version | --help
@@ -43,7 +48,7 @@ ${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd
   --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
 `;
 
-const BOOLEAN_FLAGS = new Set(['--json', '--secret']);
+const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--allow-private-hosts']);
 
 /** Splits off options every subcommand accepts (data dir, config, log level) from its own. */
 function splitCommon(argv: string[], own: string[]): { common: string[]; rest: Record<string, string | true> } {
@@ -121,7 +126,7 @@ async function serve(argv: string[]): Promise<void> {
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     app.close();
     const err = e as NodeJS.ErrnoException;
@@ -250,6 +255,12 @@ export async function main(argv: string[]): Promise<number> {
         const { common, rest } = splitCommon(rest0(argv), CREDENTIALS_FLAGS);
         await credentialsCommand(argv[1], positionals(rest), rest, (fn) => withApp(common, fn), readSecretFromStdin, (t) => process.stdout.write(t));
         return process.exitCode === 1 ? 1 : 0;
+      }
+      case 'skills':
+      case 'deployments': {
+        const { common, rest } = splitCommon(rest0(argv), SKILLS_FLAGS);
+        await skillsCommand(cmd, argv[1], positionals(rest), rest, (fn) => withApp(common, fn), (t) => process.stdout.write(t));
+        return 0;
       }
       case '--version':
       case 'version':

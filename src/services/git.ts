@@ -16,12 +16,15 @@ import type { ExecResult } from '../sandbox/executor.js';
 import { gitConfigEnv, type WorkspaceService } from './workspaces.js';
 import { parseRepoUrl, type RepositoryPolicy } from './repos.js';
 import { NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
+import type { HookRunner } from './extensions/hook-runner.js';
 
 interface Deps {
   workspaces: WorkspaceService;
   cursors: CursorCodec;
   repos: RepositoryPolicy;
   audit: AuditLog;
+  /** Repository hooks activated by manifest digest (issue #19); absent = none fire. */
+  hooks?: HookRunner;
 }
 
 /** Where worktrees live, relative to the workspace root (/workspace). */
@@ -406,7 +409,9 @@ export class GitService {
         throw this.fail('checkout', r);
       }
       const now = await this.head(ws);
-      return { workspaceId: ws, ref: a.ref, created: a.create, branch: now.branch, detached: now.branch === null, headOid: now.oid, previousHeadOid: prev.oid, previousBranch: prev.branch };
+      // Repository hooks (issue #19): activated post_checkout hooks run; their result is reported, never undone.
+      const hooks = await this.d.hooks?.fire(ws, 'post_checkout');
+      return { workspaceId: ws, ref: a.ref, created: a.create, branch: now.branch, detached: now.branch === null, headOid: now.oid, previousHeadOid: prev.oid, previousBranch: prev.branch, ...(hooks ? { hooks: [hooks] } : {}) };
     });
   }
 
@@ -440,6 +445,10 @@ export class GitService {
   async commit(ws: string, a: { message: string; authorName?: string; authorEmail?: string; all: boolean; expectedHeadOid?: string }): Promise<Record<string, unknown>> {
     return this.locked(ws, async () => {
       const { env, author } = await this.identityEnv(ws, a.authorName, a.authorEmail);
+      // Repository hooks (issue #19): a failing activated pre_commit hook stops the commit.
+      const preCommit = await this.d.hooks?.fire(ws, 'pre_commit');
+      if (preCommit?.failed)
+        throw new ServiceError('FAILED_PRECONDITION', `nothing was committed: ${preCommit.message}`, { step: 'pre_commit', hooks: [preCommit] });
       // Check HEAD and commit in one script so nothing runs in between.
       const script =
         `cur=$(git rev-parse -q --verify HEAD || echo none); ` +
@@ -463,7 +472,9 @@ export class GitService {
       const [parents, subject] = info.stdout.trim().split('\x1f');
       const stat = await this.git(ws, ['diff-tree', '--no-commit-id', '--name-only', '-r', '-z', '--root', oid]);
       const h = await this.head(ws);
+      const postCommit = await this.d.hooks?.fire(ws, 'post_commit');
       return {
+        ...(preCommit || postCommit ? { hooks: [preCommit, postCommit].filter(Boolean) } : {}),
         workspaceId: ws,
         commitOid: oid,
         parentOids: parents ? parents.split(' ') : [],
@@ -823,6 +834,12 @@ export class GitService {
           throw failed('preflight', `preflight ${p.name} ${r.timedOut ? 'timed out' : `exited with ${r.exitCode ?? r.signal}`}`, { preflight: rec, preflights });
         }
       }
+      // Repository hooks (issue #19): a failing activated pre_commit hook stops here, before anything is pushed.
+      const preCommit = await this.d.hooks?.fire(ws, 'pre_commit', signal);
+      if (preCommit?.failed) {
+        await cleanup();
+        throw failed('pre_commit', `${preCommit.message}; nothing was pushed`, { hooks: [preCommit], preflights });
+      }
       // 3. push the commit object itself.
       let pushed: Record<string, unknown> | null = null;
       if (a.push) {
@@ -849,7 +866,9 @@ export class GitService {
         });
       }
       const files = await this.git(ws, ['diff-tree', '--no-commit-id', '--name-only', '-r', '-z', commitOid]);
+      const postCommit = await this.d.hooks?.fire(ws, 'post_commit', signal);
       return {
+        ...(preCommit || postCommit ? { hooks: [preCommit, postCommit].filter(Boolean) } : {}),
         workspaceId: ws,
         commitOid,
         parentOid: h.oid,

@@ -32,6 +32,7 @@ import { startCredentialBroker, CRED_SOCKET_DIR } from './broker.js';
 import type { RepoCredentialStore } from './repo-credentials.js';
 import { readFileSync } from 'node:fs';
 import { NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
+import type { HookRunner } from './extensions/hook-runner.js';
 
 export type WorkspaceState = 'opening' | 'active' | 'expired_recoverable' | 'closed';
 export type NetworkProfile = 'network-none' | 'dependency-access';
@@ -89,6 +90,8 @@ interface Deps {
     /** Checks workspace_open's toolkits (names of owner-bound packages) before anything is made. */
     validateToolkits(toolkits: string[], allowChanges: boolean): void;
   };
+  /** Repository extensions (issue #19): records skillSets/skillOverrides and fires on_workspace_open hooks. */
+  hooks?: HookRunner;
 }
 
 const GIT_BIN = '/usr/bin/git';
@@ -438,8 +441,10 @@ export class WorkspaceService {
         this.update(id, { state: 'active', head_oid: head ?? null, branch: branch === '(detached)' ? null : (branch ?? null) });
         this.setOption(id, 'cloneOid', head ?? null);
         this.d.principals.setActiveWorkspace(principal, id);
+        // Repository extensions (issue #19): the workspace's skill configuration, then activated on_workspace_open hooks (reported, never fatal).
+        const hooks = await this.d.hooks?.opened(id, { repositoryUrl: repo.url, skillSets: a.skillSets, skillOverrides: a.skillOverrides }, signal);
         progress(3, 3, 'ready');
-        return this.describe(this.get(id));
+        return { ...this.describe(this.get(id)), ...(hooks ? { hooks: [hooks] } : {}) };
       } catch (err) {
         await this.stopSandbox(id);
         await this.removeFiles(id).catch((e) => this.d.log.error({ err: e, workspace: id }, 'cleanup after a failed open failed'));

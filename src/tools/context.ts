@@ -10,6 +10,7 @@ import type { GatewayClient } from '../services/gateway-client.js';
 import type { ApprovalService } from '../services/approvals.js';
 import type { PackageService } from '../services/packages.js';
 import type { RepoHostService } from '../services/repohost/service.js';
+import type { ExtensionService } from '../services/extensions/index.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -29,6 +30,8 @@ export interface ToolServices {
   readonly approvals: ApprovalService;
   readonly packages: PackageService;
   readonly repohost: RepoHostService;
+  /** Repository extensions: skills, hooks, deployment targets (issue #19). */
+  readonly extensions: ExtensionService;
 }
 
 export type { Actor } from '../core/audit.js';

@@ -4,6 +4,7 @@ import { CUR, INT, SHA, WSID, int, name, str, z } from './types.js';
 
 const domain = 'Repository extensions';
 const tracking = 'repository extensions' as const;
+const who = (ctx: { principal: string; actor: import('./context.js').Actor }) => ({ principal: ctx.principal, actor: ctx.actor });
 
 /** Skill names: 1-120 chars of A-Za-z0-9._:- */
 const SKILL_NAME = name(1, 120, ':').describe('Skill name: 1-120 characters of A-Z a-z 0-9 . _ : -');
@@ -23,10 +24,11 @@ export const skillsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.skills.listTool(ctx.workspace, a, ctx.signal),
   workspace: 'optional',
   description:
-    'List the skills available in a workspace (built-in, owner, workspace and repository sources) with their names, sources and digests, a page at a time. ' +
-    'Shadowed skills (hidden by a same-named skill from another source) are included unless includeShadowed is false. Read one with skills_read.',
+    'List the skills of a workspace from four sources (owner, built-in, workspace .atelier/skills, repository .agents/skills .claude/skills .github/skills skills) with description, scripts, problems and sha256, a page at a time. ' +
+    'A name answers from the first source in that order (workspace_open skillOverrides may pick another); the others are listed as shadowed unless includeShadowed is false. Malformed skills are listed with their problems. Read one with skills_read.',
   input: {
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
     cursor: CUR.optional(),
@@ -39,10 +41,11 @@ export const skillsRead = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.skills.readTool(ctx.workspace, a, ctx.signal),
   workspace: 'optional',
   description:
-    'Read the text of one skill a byte range at a time (limit up to 262144 bytes per call; continue with offset). ' +
-    'expectedSha256 makes the read fail if the skill changed since you listed it. To run one of its scripts use skills_run.',
+    'Read one skill (SKILL.md first, then each of its files after a header line with its size and SHA-256) a byte range at a time (limit up to 262144 bytes per call; continue with nextOffset). ' +
+    'source picks a shadowed skill; expectedSha256 makes the read fail if the skill changed since you listed it. To run one of its scripts use skills_run.',
   input: {
     name: SKILL_NAME,
     source: SKILL_SOURCE.optional(),
@@ -57,10 +60,11 @@ export const skillsRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.skills.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
   description:
-    'Run one script of a skill inside the workspace with arguments and a time limit (100-300000 ms). ' +
-    'Pin what you reviewed with expectedSha256 (the skill) and expectedContentSha256 (its content); scripts that need approval take an approvalGrantToken from the approval flow. Use exec_run or bash for ad-hoc commands instead.',
+    'Run one script (a file of the skill\'s scripts/ directory) inside the workspace sandbox with arguments and a time limit (100-300000 ms); the output is handled as exec_run\'s. ' +
+    'Pin what you reviewed with expectedSha256 (the skill) and expectedContentSha256 (the script). Scripts of repository and workspace skills need the owner\'s approval of that exact content: call without approvalGrantToken to file the request, then again with the grant. Use exec_run or bash for ad-hoc commands instead.',
   input: {
     name: SKILL_NAME,
     source: SKILL_SOURCE.optional(),
@@ -78,10 +82,11 @@ export const hooksList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.hooks.listTool(ctx.workspace, a, ctx.signal),
   workspace: 'optional',
   description:
-    'List the repository hooks of a workspace and the events they run on (on_workspace_open, post_checkout, pre_commit, post_commit, manual), optionally for one event. ' +
-    'Only hooks activated by manifest digest (hooks_activate) are listed unless includeInactive is true.',
+    'List the repository hooks of a workspace (from .atelier/hooks.json) and the events they run on (on_workspace_open, post_checkout, pre_commit, post_commit, manual), optionally for one event, with the manifest SHA-256 to activate. ' +
+    'Only hooks activated by manifest digest (hooks_activate) are listed unless includeInactive is true; inactive ones say why (not activated, or the manifest changed).',
   input: {
     event: HOOK_EVENT.optional().describe('Only hooks for this event'),
     includeInactive: z.boolean().default(false).describe('Also list hooks that are not activated'),
@@ -95,6 +100,7 @@ export const hooksRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.hooks.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
   description:
     'Run one activated repository hook now (for example a manual hook) with a time limit of 100-300000 ms. Hooks run only after hooks_activate enrolled their manifest digest. ' +
@@ -113,6 +119,7 @@ export const hooksActivate = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.hooks.activate(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
   description:
     'Enroll the repository hook manifest with this exact SHA-256 digest for the given events, so its hooks run automatically on them; a changed manifest needs a new activation. ' +
@@ -129,6 +136,7 @@ export const hooksDeactivate = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.hooks.deactivate(ctx.workspace, a.events, who(ctx)),
   workspace: 'optional',
   description: 'Withdraw hook activation in a workspace for the listed events, or for every event when events is omitted. Activate again with hooks_activate.',
   input: {
@@ -141,8 +149,10 @@ export const deploymentsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.deployments.listTool(ctx.workspace, ctx.signal),
   workspace: 'optional',
-  description: 'List the deployment targets the repository of a workspace defines, by name. Run one with deployments_run.',
+  description:
+    'List the deployment targets the repository of a workspace defines (.atelier/deployments.json): command, hosts it may reach, secrets it needs, SHA-256, and whether the owner enrolled exactly this definition. Run an enrolled one with deployments_run.',
   input: {},
 });
 
@@ -151,8 +161,11 @@ export const deploymentsRun = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.deployments.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
-  description: 'Run one deployment target of the workspace repository (a name from deployments_list) with a time limit of 100-300000 ms. It may reach the network and change external systems.',
+  description:
+    'Run one owner-enrolled deployment target of the workspace repository (a name from deployments_list) in a short-lived sandbox on the checkout, with a time limit of 100-300000 ms (capped by the target\'s own). ' +
+    'It reaches only the hosts the target names and gets only the secrets its enrolment allows; returns status, output and every egress decision. It may change external systems.',
   input: {
     name: str(1, 120).describe('Deployment target name from deployments_list'),
     timeoutMs: TIMEOUT_MS,
@@ -164,6 +177,7 @@ export const skillSuggest = defineTool({
   domain,
   badges: ['openWorld'],
   tracking,
+  run: (a, ctx) => ctx.services.extensions.suggest(a.workspaceId ?? ctx.activeWorkspace(), a.prompt, who(ctx), ctx.signal),
   description:
     'Suggest at most one skill from the workspace roster that fits a task description (prompt up to 65536 characters); the answer is always a skill name from skills_list or none. ' +
     'When an integration key is configured, the redacted prompt is sent to the configured suggestion endpoint, so leave secrets out of it.',

@@ -35,8 +35,33 @@ export const workspaceOpen = defineTool({
       .max(50)
       .default([])
       .describe('Managed packages the workspace starts with: names of owner-bound packages ("name", or "npm:name" / "uv:name"); empty (the default) = every owner-bound package. Needs managed packages enabled'),
-    skillSets: z.array(z.object({}).passthrough()).max(50).default([]).describe('Skill sets to load'),
-    skillOverrides: z.object({}).passthrough().default({}).describe('Per-skill overrides'),
+    skillSets: z
+      .array(
+        z
+          .object({
+            name: z.enum(['built-in', 'owner', 'workspace', 'repository']).describe('A skill source: built-in (shipped with Atelier), owner, workspace (.atelier/skills) or repository (.agents/skills, .claude/skills, .github/skills, skills)'),
+            include: z.array(z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/)).max(200).optional().describe('Only these skills of the set (names)'),
+            exclude: z.array(z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/)).max(200).optional().describe('Skills of the set left out (names)'),
+          })
+          .strict(),
+      )
+      .max(4)
+      .refine((l) => new Set(l.map((x) => x.name)).size === l.length, { message: 'each skill set at most once' })
+      .default([])
+      .describe('Skill sets the workspace starts with (docs/extensions.md); [] = all four sources. Only the listed sets make the roster that skills_list, skills_run and skill_suggest see.'),
+    skillOverrides: z
+      .record(
+        z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/),
+        z
+          .object({
+            disabled: z.literal(true).optional().describe('Leave this skill out of the roster'),
+            source: z.enum(['built-in', 'owner', 'workspace', 'repository']).optional().describe('Take the skill of this name from this source, over the default shadowing order (owner, built-in, workspace, repository)'),
+          })
+          .strict(),
+      )
+      .refine((o) => Object.keys(o).length <= 200, { message: 'at most 200 overrides' })
+      .default({})
+      .describe('Per-skill overrides keyed by skill name: {"name": {"disabled": true}} or {"name": {"source": "repository"}}'),
     allowToolkitWorkspaceChanges: TRUE_ONLY.optional().describe('Only true, with toolkits: workspace-scope package bindings (packages_plan scope workspace) may add to or override the toolkits in this workspace; without it the toolkit set is fixed'),
   },
   retired: { networkMode: 'networkMode is retired and rejected; use networkProfile ("network-none" or "dependency-access")' },

@@ -1,0 +1,116 @@
+/**
+ * Repository extensions (spec section "Repository extensions", issue #19): skills, hooks and
+ * deployment targets, safe by construction: nothing a repository carries runs unless it is pinned
+ * by digest and, for scripts, approved by the owner. Owns tables owner_skills,
+ * extension_workspaces, hook_activations, deployment_enrolments. Decisions: docs/extensions.md.
+ */
+import type { DB } from '../../store/db.js';
+import type { AuditLog, Actor } from '../../core/audit.js';
+import type { Config } from '../../core/config.js';
+import type { CursorCodec } from '../../core/cursor.js';
+import type { Logger } from '../../core/log.js';
+import type { Executor } from '../../sandbox/executor.js';
+import type { WorkspaceService } from '../workspaces.js';
+import type { ApprovalService } from '../approvals.js';
+import type { EnvironmentService } from '../environments.js';
+import { SkillService, type SkillOverride, type SkillSetSel } from './skills.js';
+import { HookService } from './hooks.js';
+import { DeploymentService } from './deployments.js';
+import type { FiredEvent, HookFiring, HookRunner } from './hook-runner.js';
+import { askEndpoint, hybridSuggestion, localSuggestion, redactPrompt, type Embedder } from './suggest.js';
+
+export interface ExtensionDeps {
+  db: DB;
+  audit: AuditLog;
+  config: Config;
+  log: Logger;
+  cursors: CursorCodec;
+  executor: Executor;
+  workspaces: WorkspaceService;
+  approvals: ApprovalService;
+  environments: EnvironmentService;
+  builtinDir?: string;
+}
+
+export class ExtensionService implements HookRunner {
+  readonly skills: SkillService;
+  readonly hooks: HookService;
+  readonly deployments: DeploymentService;
+
+  constructor(private readonly d: ExtensionDeps) {
+    this.skills = new SkillService(d);
+    this.hooks = new HookService({ ...d, skills: this.skills });
+    this.deployments = new DeploymentService({ ...d, skills: this.skills });
+  }
+
+  fire(workspaceId: string, event: FiredEvent, signal?: AbortSignal): Promise<HookFiring | undefined> {
+    return this.hooks.fire(workspaceId, event, signal);
+  }
+
+  async opened(workspaceId: string, a: { repositoryUrl: string; skillSets: unknown[]; skillOverrides: Record<string, unknown> }, signal?: AbortSignal): Promise<HookFiring | undefined> {
+    this.skills.setWorkspaceConfig(workspaceId, a.repositoryUrl, { skillSets: a.skillSets as SkillSetSel[], skillOverrides: a.skillOverrides as Record<string, SkillOverride> });
+    return this.hooks.fire(workspaceId, 'on_workspace_open', signal);
+  }
+
+  private embedder: Embedder | undefined;
+
+  /**
+   * Wires an embedding function (the knowledge store's model) for semantic ranking in
+   * skill_suggest; without one the ranking is lexical. Nothing here depends on it.
+   */
+  setEmbedder(embed: Embedder | undefined): void {
+    this.embedder = embed;
+  }
+
+  forgetWorkspace(workspaceId: string): void {
+    this.skills.forgetWorkspace(workspaceId);
+  }
+
+  /** skill_suggest: at most one roster skill; the endpoint's answer only when it names a roster skill. */
+  async suggest(workspaceId: string | undefined, prompt: string, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const roster = (await this.skills.roster(workspaceId, signal)).map((s) => ({ name: s.name, description: s.meta.description ?? '', source: s.source }));
+    let local: { name: string | null; ranked: ReturnType<typeof localSuggestion>['ranked'] } = localSuggestion(prompt, roster);
+    let ranking = 'lexical';
+    if (this.embedder) {
+      try {
+        local = await hybridSuggestion(prompt, roster, this.embedder);
+        ranking = 'lexical+semantic';
+      } catch (e) {
+        this.d.log.warn({ err: (e as Error).message }, 'skill_suggest: the embedding function failed; lexical ranking only');
+      }
+    }
+    const top = local.ranked.slice(0, 3).filter((r) => r.score > 0).map((r) => ({ name: r.name, score: Math.round(r.score * 1000) / 1000, matched: r.matched }));
+    const base = { workspaceId: workspaceId ?? null, rosterSize: roster.length };
+    const cfg = this.d.config;
+    if (cfg.skillSuggestUrl && cfg.skillSuggestKeyFile && roster.length > 0) {
+      let key = '';
+      try {
+        key = (await import('node:fs')).readFileSync(cfg.skillSuggestKeyFile, 'utf8').trim();
+      } catch {
+        key = '';
+      }
+      const red = redactPrompt(prompt, (s) => this.d.environments.redact(s), [key]);
+      const r = await askEndpoint({ url: cfg.skillSuggestUrl, keyFile: cfg.skillSuggestKeyFile }, red.text, roster.map((s) => ({ name: s.name, description: s.description })));
+      const inRoster = r.answer !== null && roster.some((s) => s.name === r.answer);
+      this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_suggest_endpoint', target: workspaceId ?? null, outcome: r.error ? 'failed' : inRoster || r.answer === null ? 'ok' : 'refused', reason: r.error ?? (r.answer !== null && !inRoster ? 'answer outside the roster' : undefined), details: { redactions: red.redactions } });
+      if (!r.error && (inRoster || r.answer === null)) {
+        const s = roster.find((x) => x.name === r.answer);
+        return { ...base, skill: r.answer, source: s?.source ?? null, mode: 'endpoint', redactions: red.redactions };
+      }
+      const s = roster.find((x) => x.name === local.name);
+      return {
+        ...base,
+        skill: local.name,
+        source: s?.source ?? null,
+        mode: ranking,
+        endpoint: r.error ? { used: false, error: r.error } : { used: false, rejected: 'the endpoint named a skill outside the workspace roster' },
+        redactions: red.redactions,
+        candidates: top,
+      };
+    }
+    const s = roster.find((x) => x.name === local.name);
+    return { ...base, skill: local.name, source: s?.source ?? null, mode: ranking, candidates: top };
+  }
+}
+
+export type { HookRunner } from './hook-runner.js';

@@ -1,0 +1,609 @@
+/**
+ * Skills from four sources (docs/extensions.md): built-in (this repository's skills/ directory,
+ * shipped with Atelier), owner (added on the CLI or the dashboard; owns table owner_skills),
+ * workspace (.atelier/skills/ in the workspace) and repository (the Agent Skills layout in the
+ * checkout: .agents/skills/, .claude/skills/, .github/skills/ and skills/).
+ *
+ * Workspace and repository files are read only through the in-sandbox daemon (fs.list and
+ * fs.read as the workspace user, confined to the checkout); symlinks inside a skill are never
+ * followed. A skill script runs in the workspace sandbox from a private copy of exactly the bytes
+ * that were hashed and (for workspace and repository skills) approved by the owner.
+ */
+import { readdirSync, readFileSync, lstatSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { DB } from '../../store/db.js';
+import type { AuditLog, Actor } from '../../core/audit.js';
+import type { CursorCodec } from '../../core/cursor.js';
+import { ServiceError } from '../../core/errors.js';
+import { nowIso } from '../../core/clock.js';
+import type { Executor, ExecResult } from '../../sandbox/executor.js';
+import type { WorkspaceService } from '../workspaces.js';
+import type { ApprovalService } from '../approvals.js';
+import {
+  SHADOW_ORDER,
+  SKILL_LIMITS,
+  TOOL_SKILL_NAME,
+  parseSkillMd,
+  sha256,
+  skillDigest,
+  canonical,
+  type SkillFileInfo,
+  type SkillMeta,
+  type SkillSource,
+} from './format.js';
+
+/** Atelier's own skills directory (skills/ at the repository root; dist/services/extensions -> ../../../skills). */
+export const BUILTIN_SKILLS_DIR = fileURLToPath(new URL('../../../skills/', import.meta.url));
+
+/** Where repository skills are looked for, in this order (first found wins a name within the source). */
+export const REPOSITORY_SKILL_ROOTS = ['.agents/skills', '.claude/skills', '.github/skills', 'skills'] as const;
+export const WORKSPACE_SKILL_ROOTS = ['.atelier/skills'] as const;
+
+/** Bounds of one scan of a source: directory listings, skills. */
+const SCAN_LISTINGS = 400;
+const SCAN_SKILLS = 100;
+const SKIP_DIRS = new Set(['.git', 'node_modules']);
+
+export interface Skill {
+  name: string;
+  source: SkillSource;
+  /** Where it lives: the directory in the checkout, "skills/<dir>" in Atelier, or "owner:<name>". */
+  location: string;
+  meta: SkillMeta;
+  files: SkillFileInfo[];
+  sha256: string;
+  scripts: string[];
+  problems: string[];
+  usable: boolean;
+}
+
+export interface SkillSetSel {
+  name: SkillSource;
+  include?: string[];
+  exclude?: string[];
+}
+export interface SkillOverride {
+  disabled?: boolean;
+  source?: SkillSource;
+}
+export interface WorkspaceSkillConfig {
+  skillSets: SkillSetSel[];
+  skillOverrides: Record<string, SkillOverride>;
+}
+
+export interface ListedSkill {
+  skill: Skill;
+  active: boolean;
+  shadowedBy?: { source: SkillSource; location: string };
+  disabled?: boolean;
+}
+
+interface Deps {
+  db: DB;
+  audit: AuditLog;
+  cursors: CursorCodec;
+  executor: Executor;
+  workspaces: WorkspaceService;
+  approvals: ApprovalService;
+  builtinDir?: string;
+}
+
+interface DaemonEntry {
+  name: string;
+  path: string;
+  type: string;
+  size: number;
+}
+
+const isNotThere = (e: unknown) => e instanceof ServiceError && ['NOT_FOUND', 'FAILED_PRECONDITION', 'PERMISSION_DENIED', 'INVALID_ARGUMENT'].includes(e.code);
+
+/** File contents of a skill, keyed by path relative to the skill directory. */
+type Contents = Map<string, Buffer>;
+
+export class SkillService {
+  private builtinCache: Array<{ skill: Skill; contents: Contents }> | null = null;
+
+  constructor(private readonly d: Deps) {}
+
+  // ---------- workspace configuration (skillSets, skillOverrides) ----------
+
+  setWorkspaceConfig(workspaceId: string, repositoryUrl: string, cfg: WorkspaceSkillConfig): void {
+    this.d.db
+      .prepare('INSERT OR REPLACE INTO extension_workspaces (workspace_id, repository_url, skill_sets_json, skill_overrides_json, created_at) VALUES (?, ?, ?, ?, ?)')
+      .run(workspaceId, repositoryUrl, JSON.stringify(cfg.skillSets), JSON.stringify(cfg.skillOverrides), nowIso());
+  }
+
+  forgetWorkspace(workspaceId: string): void {
+    this.d.db.prepare('DELETE FROM extension_workspaces WHERE workspace_id = ?').run(workspaceId);
+  }
+
+  workspaceConfig(workspaceId: string | undefined): WorkspaceSkillConfig {
+    if (!workspaceId) return { skillSets: [], skillOverrides: {} };
+    const r = this.d.db.prepare('SELECT skill_sets_json, skill_overrides_json FROM extension_workspaces WHERE workspace_id = ?').get(workspaceId) as
+      | { skill_sets_json: string; skill_overrides_json: string }
+      | undefined;
+    if (!r) return { skillSets: [], skillOverrides: {} };
+    return { skillSets: JSON.parse(r.skill_sets_json), skillOverrides: JSON.parse(r.skill_overrides_json) };
+  }
+
+  // ---------- sources ----------
+
+  private builtins(): Array<{ skill: Skill; contents: Contents }> {
+    if (this.builtinCache) return this.builtinCache;
+    const dir = this.d.builtinDir ?? BUILTIN_SKILLS_DIR;
+    const out: Array<{ skill: Skill; contents: Contents }> = [];
+    let names: string[] = [];
+    try {
+      names = readdirSync(dir).sort();
+    } catch {
+      names = [];
+    }
+    for (const n of names) {
+      const base = join(dir, n);
+      if (!lstatSync(base).isDirectory()) continue;
+      const contents: Contents = new Map();
+      const walk = (rel: string) => {
+        for (const e of readdirSync(join(base, rel), { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+          const p = rel ? `${rel}/${e.name}` : e.name;
+          if (e.isDirectory()) walk(p);
+          else if (e.isFile()) contents.set(p, readFileSync(join(base, p)));
+        }
+      };
+      walk('');
+      if (!contents.has('SKILL.md')) continue;
+      out.push({ skill: this.assemble('built-in', `skills/${n}`, n, contents, []), contents });
+    }
+    this.builtinCache = out;
+    return out;
+  }
+
+  private ownerSkills(): Array<{ skill: Skill; contents: Contents }> {
+    const rows = this.d.db.prepare('SELECT name, files_json FROM owner_skills ORDER BY name').all() as Array<{ name: string; files_json: string }>;
+    return rows.map((r) => {
+      const contents: Contents = new Map(Object.entries(JSON.parse(r.files_json) as Record<string, string>).map(([p, b]) => [p, Buffer.from(b, 'base64')]));
+      return { skill: this.assemble('owner', `owner:${r.name}`, r.name, contents, []), contents };
+    });
+  }
+
+  /** Builds a Skill from file contents (built-in, owner, or what was read for a run). */
+  private assemble(source: SkillSource, location: string, dirName: string, contents: Contents, problems: string[]): Skill {
+    const files: SkillFileInfo[] = [...contents.entries()].map(([path, b]) => ({ path, size: b.length, sha256: sha256(b) }));
+    const md = contents.get('SKILL.md');
+    return this.skillOf(source, location, dirName, md ? md.toString('utf8') : '', files, problems);
+  }
+
+  private skillOf(source: SkillSource, location: string, dirName: string, mdText: string, files: SkillFileInfo[], problems: string[]): Skill {
+    const meta = parseSkillMd(mdText, dirName);
+    const name = meta.name ?? (TOOL_SKILL_NAME.test(dirName) ? dirName : dirName.replace(/[^A-Za-z0-9._:-]/g, '_').slice(0, 120) || 'unnamed');
+    const scripts = files.filter((f) => /^scripts\/[A-Za-z0-9._-]{1,120}$/.test(f.path)).map((f) => f.path.slice('scripts/'.length));
+    const allProblems = [...problems, ...meta.problems];
+    return { name, source, location, meta, files, sha256: skillDigest(files), scripts, problems: allProblems, usable: meta.usable && !problems.some((p) => p.startsWith('!')) };
+  }
+
+  private async daemon<T>(workspaceId: string, method: string, params: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
+    const h = await this.d.workspaces.activeHandle(workspaceId);
+    return this.d.executor.request<T>(h, method, params, { signal, timeoutMs: 60_000 });
+  }
+
+  private async list(workspaceId: string, path: string, signal?: AbortSignal): Promise<DaemonEntry[] | null> {
+    try {
+      const r = await this.daemon<{ entries: DaemonEntry[] }>(workspaceId, 'fs.list', { path, limit: 500 }, signal);
+      return r.entries;
+    } catch (e) {
+      if (isNotThere(e)) return null;
+      throw e;
+    }
+  }
+
+  /** Reads one workspace file whole (at most SKILL_LIMITS.fileBytes) through the daemon. */
+  async readWorkspaceFile(workspaceId: string, path: string, signal?: AbortSignal): Promise<Buffer | null> {
+    let r: { content: string; encoding: string; size: number; eof: boolean };
+    try {
+      r = await this.daemon(workspaceId, 'fs.read', { path, offset: 0, limit: SKILL_LIMITS.fileBytes }, signal);
+    } catch (e) {
+      if (isNotThere(e)) return null;
+      throw e;
+    }
+    if (!r.eof) throw new ServiceError('FAILED_PRECONDITION', `${path} is larger than ${SKILL_LIMITS.fileBytes} bytes`, { path });
+    return Buffer.from(r.content, r.encoding === 'base64' ? 'base64' : 'utf8');
+  }
+
+  /**
+   * Finds the skills of one source in the checkout. With `withContents`, reads every file of the
+   * skills named `only` whole (for skills_read and skills_run); otherwise hashes files through the
+   * daemon (fs.read of one byte returns the file's SHA-256) and reads only SKILL.md.
+   */
+  private async scan(
+    workspaceId: string,
+    source: 'workspace' | 'repository',
+    signal?: AbortSignal,
+    only?: { name: string },
+    notes: string[] = [],
+  ): Promise<Array<{ skill: Skill; contents?: Contents }>> {
+    const roots = source === 'repository' ? REPOSITORY_SKILL_ROOTS : WORKSPACE_SKILL_ROOTS;
+    const out: Array<{ skill: Skill; contents?: Contents }> = [];
+    let calls = 0;
+    const budget = () => ++calls <= SCAN_LISTINGS;
+    scanning: for (const root of roots) {
+      const queue: Array<{ path: string; depth: number }> = [{ path: root, depth: 0 }];
+      while (queue.length) {
+        const { path, depth } = queue.shift()!;
+        if (!budget()) {
+          notes.push(`the ${source} skill directories hold more than ${SCAN_LISTINGS} directories; the rest was not read`);
+          break scanning;
+        }
+        const entries = await this.list(workspaceId, path, signal);
+        if (!entries) continue;
+        if (depth > 0 && entries.some((e) => e.name === 'SKILL.md' && e.type === 'file')) {
+          if (out.length >= SCAN_SKILLS) {
+            notes.push(`more than ${SCAN_SKILLS} ${source} skills; the rest was not read`);
+            break scanning;
+          }
+          const dirName = path.slice(path.lastIndexOf('/') + 1);
+          out.push(await this.readSkillDir(workspaceId, source, path, dirName, entries, signal, budget, only));
+          continue;
+        }
+        if (depth >= 3) continue;
+        for (const e of entries) if (!SKIP_DIRS.has(e.name) && (e.type === 'directory' || (e.type === 'symlink' && depth === 0))) queue.push({ path: e.path, depth: depth + 1 });
+      }
+    }
+    return out;
+  }
+
+  private async readSkillDir(
+    workspaceId: string,
+    source: 'workspace' | 'repository',
+    dir: string,
+    dirName: string,
+    top: DaemonEntry[],
+    signal: AbortSignal | undefined,
+    budget: () => boolean,
+    only?: { name: string },
+  ): Promise<{ skill: Skill; contents?: Contents }> {
+    const problems: string[] = [];
+    const found: Array<{ rel: string; path: string; size: number }> = [];
+    const walk = async (entries: DaemonEntry[], rel: string, depth: number) => {
+      for (const e of entries) {
+        const r = rel ? `${rel}/${e.name}` : e.name;
+        if (e.type === 'file') {
+          if (found.length >= SKILL_LIMITS.files) {
+            problems.push(`! more than ${SKILL_LIMITS.files} files`);
+            return;
+          }
+          found.push({ rel: r, path: e.path, size: e.size });
+        } else if (e.type === 'directory') {
+          if (depth >= SKILL_LIMITS.depth) {
+            problems.push(`directory ${r} is deeper than ${SKILL_LIMITS.depth} levels (ignored)`);
+            continue;
+          }
+          if (!budget()) {
+            problems.push(`! too many directories to read`);
+            return;
+          }
+          const sub = await this.list(workspaceId, e.path, signal);
+          if (sub) await walk(sub, r, depth + 1);
+        } else if (e.type === 'symlink') {
+          problems.push(`${r} is a symlink (ignored: skill files are never followed through links)`);
+        } else problems.push(`${r} is a ${e.type} (ignored)`);
+      }
+    };
+    await walk(top, '', 1);
+    const total = found.reduce((n, f) => n + f.size, 0);
+    if (total > SKILL_LIMITS.skillBytes) problems.push(`! the skill's files hold ${total} bytes; at most ${SKILL_LIMITS.skillBytes} are read`);
+    if (found.some((f) => f.size > SKILL_LIMITS.fileBytes)) problems.push(`! a file is larger than ${SKILL_LIMITS.fileBytes} bytes`);
+    const md = problems.some((p) => p.startsWith('!')) ? null : await this.readWorkspaceFile(workspaceId, `${dir}/SKILL.md`, signal);
+    const mdText = md ? md.toString('utf8') : '';
+    const peek = parseSkillMd(mdText, dirName);
+    const wantContents = only !== undefined && (peek.name ?? dirName) === only.name && !problems.some((p) => p.startsWith('!'));
+    const files: SkillFileInfo[] = [];
+    const contents: Contents | undefined = wantContents ? new Map() : undefined;
+    for (const f of found) {
+      if (problems.some((p) => p.startsWith('!'))) break;
+      if (contents) {
+        const b = f.rel === 'SKILL.md' && md ? md : await this.readWorkspaceFile(workspaceId, f.path, signal);
+        if (!b) {
+          problems.push(`! ${f.rel} vanished while it was read`);
+          break;
+        }
+        contents.set(f.rel, b);
+        files.push({ path: f.rel, size: b.length, sha256: sha256(b) });
+      } else if (f.rel === 'SKILL.md' && md) {
+        files.push({ path: f.rel, size: md.length, sha256: sha256(md) });
+      } else {
+        try {
+          const r = await this.daemon<{ sha256: string; size: number }>(workspaceId, 'fs.read', { path: f.path, offset: 0, limit: 1 }, signal);
+          files.push({ path: f.rel, size: r.size, sha256: r.sha256 });
+        } catch (e) {
+          if (!isNotThere(e)) throw e;
+          problems.push(`${f.rel} could not be read (${(e as Error).message.slice(0, 200)})`);
+        }
+      }
+    }
+    const skill = this.skillOf(source, dir, dirName, mdText, files, problems.map((p) => p));
+    for (const p of skill.problems) if (p.startsWith('! ')) skill.usable = false;
+    skill.problems = skill.problems.map((p) => (p.startsWith('! ') ? p.slice(2) : p));
+    return { skill, contents };
+  }
+
+  /** Every skill the workspace can see, by source order, with the workspace's skill sets applied. */
+  async all(workspaceId: string | undefined, signal?: AbortSignal, only?: { name: string; source?: SkillSource }, notes: string[] = []): Promise<Array<{ skill: Skill; contents?: Contents }>> {
+    if (workspaceId) await this.d.workspaces.activeHandle(workspaceId); // an unknown, closed or expired workspace says so
+    const cfg = this.workspaceConfig(workspaceId);
+    const sets = cfg.skillSets.length ? cfg.skillSets : SHADOW_ORDER.map((name) => ({ name }) as SkillSetSel);
+    const want = (s: SkillSource) => (!only?.source || only.source === s) && sets.some((x) => x.name === s);
+    const out: Array<{ skill: Skill; contents?: Contents }> = [];
+    for (const source of SHADOW_ORDER) {
+      if (!want(source)) continue;
+      let found: Array<{ skill: Skill; contents?: Contents }>;
+      if (source === 'built-in') found = this.builtins();
+      else if (source === 'owner') found = this.ownerSkills();
+      else if (!workspaceId) found = [];
+      else found = await this.scan(workspaceId, source, signal, only, notes);
+      const sel = sets.find((x) => x.name === source)!;
+      out.push(...found.filter((f) => (!sel.include || sel.include.includes(f.skill.name)) && !(sel.exclude ?? []).includes(f.skill.name)));
+    }
+    return out;
+  }
+
+  /** Shadowing and overrides: which skill answers each name (the roster) and why the others do not. */
+  resolve(skills: Skill[], overrides: Record<string, SkillOverride>): ListedSkill[] {
+    const byName = new Map<string, Skill[]>();
+    for (const s of skills) if (s.usable) byName.set(s.name, [...(byName.get(s.name) ?? []), s]);
+    const winner = new Map<string, Skill>();
+    for (const [n, list] of byName) {
+      const o = overrides[n];
+      if (o?.disabled) continue;
+      const pick = (o?.source && list.find((s) => s.source === o.source)) || list[0]!;
+      winner.set(n, pick);
+    }
+    return skills.map((s) => {
+      if (!s.usable) return { skill: s, active: false };
+      if (overrides[s.name]?.disabled) return { skill: s, active: false, disabled: true };
+      const w = winner.get(s.name)!;
+      if (w === s) return { skill: s, active: true };
+      return { skill: s, active: false, shadowedBy: { source: w.source, location: w.location } };
+    });
+  }
+
+  async roster(workspaceId: string | undefined, signal?: AbortSignal): Promise<Skill[]> {
+    const all = await this.all(workspaceId, signal);
+    return this.resolve(all.map((x) => x.skill), this.workspaceConfig(workspaceId).skillOverrides)
+      .filter((l) => l.active)
+      .map((l) => l.skill);
+  }
+
+  // ---------- tools ----------
+
+  async listTool(workspaceId: string, a: { limit: number; cursor?: string; includeShadowed: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const cfg = this.workspaceConfig(workspaceId);
+    const notes: string[] = [];
+    const listed = this.resolve((await this.all(workspaceId, signal, undefined, notes)).map((x) => x.skill), cfg.skillOverrides).filter((l) => a.includeShadowed || l.active || !l.skill.usable);
+    const f = String(a.includeShadowed);
+    let start = 0;
+    if (a.cursor) {
+      const cur = this.d.cursors.decode<{ o: number; w: string; f?: string }>('skills_list', a.cursor);
+      if (cur.w !== workspaceId || cur.f !== f) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
+      start = cur.o;
+    }
+    const page = listed.slice(start, start + a.limit);
+    return {
+      workspaceId,
+      skills: page.map((l) => ({
+        name: l.skill.name,
+        source: l.skill.source,
+        location: l.skill.location,
+        description: l.skill.meta.description,
+        ...(l.skill.meta.license ? { license: l.skill.meta.license } : {}),
+        ...(l.skill.meta.compatibility ? { compatibility: l.skill.meta.compatibility } : {}),
+        ...(l.skill.meta.metadata ? { metadata: l.skill.meta.metadata } : {}),
+        ...(l.skill.meta.allowedTools ? { allowedTools: l.skill.meta.allowedTools } : {}),
+        sha256: l.skill.sha256,
+        files: l.skill.files.length,
+        scripts: l.skill.scripts,
+        scriptsNeedApproval: l.skill.source === 'repository' || l.skill.source === 'workspace',
+        valid: l.skill.usable,
+        problems: l.skill.problems,
+        active: l.active,
+        ...(l.shadowedBy ? { shadowed: true, shadowedBy: l.shadowedBy } : { shadowed: false }),
+        ...(l.disabled ? { disabled: true } : {}),
+      })),
+      shadowingOrder: SHADOW_ORDER,
+      skillSets: cfg.skillSets.length ? cfg.skillSets : SHADOW_ORDER.map((name) => ({ name })),
+      skillOverrides: cfg.skillOverrides,
+      total: listed.length,
+      partial: notes.length > 0,
+      ...(notes.length ? { notes } : {}),
+      nextCursor: start + a.limit < listed.length ? this.d.cursors.encode('skills_list', { o: start + a.limit, w: workspaceId, f }) : null,
+    };
+  }
+
+  /** One skill with its file contents: by source when given, else the one that answers the name. */
+  async load(workspaceId: string, name: string, source: SkillSource | undefined, signal?: AbortSignal): Promise<{ skill: Skill; contents: Contents; active: boolean }> {
+    // Every source is looked at (shadowing needs them all); only this name's files are read whole.
+    const all = await this.all(workspaceId, signal, { name });
+    const listed = this.resolve(all.map((x) => x.skill), this.workspaceConfig(workspaceId).skillOverrides);
+    const idx = listed.findIndex((l) => l.skill.name === name && (source ? l.skill.source === source : l.active));
+    if (idx < 0) {
+      const disabled = listed.find((l) => l.skill.name === name && l.disabled);
+      if (disabled) throw new ServiceError('FAILED_PRECONDITION', `name: skill ${name} is disabled in this workspace by skillOverrides`, { field: 'name' });
+      const bad = listed.find((l) => l.skill.name === name && !l.skill.usable);
+      if (bad) throw new ServiceError('FAILED_PRECONDITION', `name: skill ${name} (${bad.skill.source}, ${bad.skill.location}) is malformed: ${bad.skill.problems.join('; ')}`, { field: 'name', problems: bad.skill.problems });
+      throw new ServiceError('NOT_FOUND', `name: no skill ${name}${source ? ` from source ${source}` : ''} in this workspace (see skills_list)`, { field: source ? 'source' : 'name' });
+    }
+    const entry = all[idx]!;
+    let contents = entry.contents;
+    if (!contents) {
+      if (entry.skill.source === 'workspace' || entry.skill.source === 'repository')
+        throw new ServiceError('FAILED_PRECONDITION', `name: skill ${name} could not be read whole: ${entry.skill.problems.join('; ')}`, { field: 'name' });
+      contents = (entry.skill.source === 'built-in' ? this.builtins() : this.ownerSkills()).find((x) => x.skill.location === entry.skill.location)!.contents;
+    }
+    if (!entry.skill.usable) throw new ServiceError('FAILED_PRECONDITION', `name: skill ${name} (${entry.skill.source}) is malformed: ${entry.skill.problems.join('; ')}`, { field: 'name', problems: entry.skill.problems });
+    return { skill: entry.skill, contents, active: listed[idx]!.active };
+  }
+
+  /** The readable text of a skill: SKILL.md, then every other file, each after a header line. */
+  static text(skill: Skill, contents: Contents): Buffer {
+    const order = [...contents.keys()].sort((a, b) => (a === 'SKILL.md' ? -1 : b === 'SKILL.md' ? 1 : a < b ? -1 : 1));
+    const parts: Buffer[] = [];
+    for (const p of order) {
+      const b = contents.get(p)!;
+      const f = skill.files.find((x) => x.path === p)!;
+      const binary = b.includes(0) || !Buffer.from(b.toString('utf8'), 'utf8').equals(b);
+      parts.push(Buffer.from(`=== ${p} (${f.size} bytes, sha256 ${f.sha256}) ===\n`), binary ? Buffer.from(`[binary file not shown: ${f.size} bytes]\n`) : b);
+      if (!binary && b.length && b[b.length - 1] !== 10) parts.push(Buffer.from('\n'));
+    }
+    return Buffer.concat(parts);
+  }
+
+  async readTool(
+    workspaceId: string,
+    a: { name: string; source?: SkillSource; expectedSha256?: string; offset: number; limit: number },
+    signal?: AbortSignal,
+  ): Promise<Record<string, unknown>> {
+    const { skill, contents, active } = await this.load(workspaceId, a.name, a.source, signal);
+    if (a.expectedSha256 && a.expectedSha256.toLowerCase() !== skill.sha256)
+      throw new ServiceError('CONFLICT', `expectedSha256: skill ${skill.name} (${skill.source}) changed: its SHA-256 is now ${skill.sha256}`, { field: 'expectedSha256', currentSha256: skill.sha256 });
+    const text = SkillService.text(skill, contents);
+    if (a.offset > text.length) throw new ServiceError('INVALID_ARGUMENT', `offset: ${a.offset} is beyond the end of the skill text (${text.length} bytes)`, { field: 'offset', size: text.length });
+    let end = Math.min(text.length, a.offset + a.limit);
+    // Do not cut a UTF-8 character.
+    while (end < text.length && end > a.offset && (text[end]! & 0xc0) === 0x80) end--;
+    return {
+      workspaceId,
+      name: skill.name,
+      source: skill.source,
+      location: skill.location,
+      active,
+      description: skill.meta.description,
+      sha256: skill.sha256,
+      files: skill.files,
+      scripts: skill.scripts,
+      scriptsNeedApproval: skill.source === 'repository' || skill.source === 'workspace',
+      problems: skill.problems,
+      size: text.length,
+      offset: a.offset,
+      length: end - a.offset,
+      content: text.subarray(a.offset, end).toString('utf8'),
+      eof: end >= text.length,
+      nextOffset: end >= text.length ? null : end,
+    };
+  }
+
+  async runTool(
+    workspaceId: string,
+    a: { name: string; source?: SkillSource; script: string; args: string[]; timeoutMs: number; expectedSha256?: string; expectedContentSha256?: string; approvalGrantToken?: string },
+    who: { principal: string; actor: Actor },
+    signal?: AbortSignal,
+  ): Promise<Record<string, unknown>> {
+    const argBytes = a.args.reduce((n, x) => n + Buffer.byteLength(x) + 1, 0);
+    if (argBytes > 131072) throw new ServiceError('INVALID_ARGUMENT', `args: ${argBytes} bytes in all; at most 131072`, { field: 'args' });
+    if (a.args.some((x) => x.includes('\0'))) throw new ServiceError('INVALID_ARGUMENT', 'args: NUL characters cannot be passed to a program', { field: 'args' });
+    const { skill, contents } = await this.load(workspaceId, a.name, a.source, signal);
+    // Recomputed from the bytes that will run: nothing reported by the workspace is trusted.
+    const files = [...contents.entries()].map(([path, b]) => ({ path, size: b.length, sha256: sha256(b) }));
+    const digest = skillDigest(files);
+    if (a.expectedSha256 && a.expectedSha256.toLowerCase() !== digest)
+      throw new ServiceError('CONFLICT', `expectedSha256: skill ${skill.name} (${skill.source}) changed: its SHA-256 is now ${digest}; nothing ran`, { field: 'expectedSha256', currentSha256: digest });
+    const scriptPath = `scripts/${a.script}`;
+    const body = contents.get(scriptPath);
+    if (!body)
+      throw new ServiceError('NOT_FOUND', `script: skill ${skill.name} has no script ${a.script} (its scripts: ${skill.scripts.join(', ') || 'none'})`, { field: 'script', scripts: skill.scripts });
+    const scriptSha = sha256(body);
+    if (a.expectedContentSha256 && a.expectedContentSha256.toLowerCase() !== scriptSha)
+      throw new ServiceError('CONFLICT', `expectedContentSha256: script ${a.script} changed: its SHA-256 is now ${scriptSha}; nothing ran`, { field: 'expectedContentSha256', currentContentSha256: scriptSha });
+    let approvalId: string | null = null;
+    const needsApproval = skill.source === 'repository' || skill.source === 'workspace';
+    if (needsApproval) {
+      const subject = { source: skill.source, skill: skill.name, location: skill.location, script: a.script, scriptSha256: scriptSha, skillSha256: digest, args: a.args };
+      const text =
+        `Run script ${a.script} of the ${skill.source} skill ${skill.name} (${skill.location}) in workspace ${workspaceId}\n` +
+        `args: ${JSON.stringify(a.args)}\nscript SHA-256: ${scriptSha}\nskill SHA-256: ${digest}\nfiles:\n${files.map((f) => `  ${f.sha256}  ${f.path}`).join('\n')}\n` +
+        `--- ${scriptPath} ---\n${body.toString('utf8')}`;
+      approvalId = this.d.approvals.consume(
+        { kind: 'skill_script', workspaceId, text, digest: sha256(canonical(subject)), details: subject },
+        a.approvalGrantToken,
+        who.principal,
+        who.actor,
+        `running script ${a.script} of the ${skill.source} skill ${skill.name}`,
+      );
+    } else if (a.approvalGrantToken) {
+      throw new ServiceError('INVALID_ARGUMENT', `approvalGrantToken: ${skill.source} skills run without approval; leave it out`, { field: 'approvalGrantToken' });
+    }
+    const r = await this.stageAndRun(workspaceId, contents, a.script, a.args, a.timeoutMs, { SKILL_NAME: skill.name, SKILL_SOURCE: skill.source }, signal);
+    this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_script_run', target: workspaceId, outcome: 'ok', details: { skill: skill.name, source: skill.source, script: a.script, scriptSha256: scriptSha, exitCode: r.exitCode, approvalId } });
+    return { workspaceId, skill: { name: skill.name, source: skill.source, location: skill.location, sha256: digest }, script: a.script, scriptSha256: scriptSha, approvalId, ...r };
+  }
+
+  /**
+   * Copies the exact bytes into a private directory of the sandbox's /tmp (sent on stdin, never
+   * read back from the checkout) and runs the script from there, with the checkout as working
+   * directory. The copy is removed afterwards.
+   */
+  private async stageAndRun(workspaceId: string, contents: Contents, script: string, args: string[], timeoutMs: number, env: Record<string, string>, signal?: AbortSignal): Promise<ExecResult> {
+    const lines: string[] = [];
+    for (const [p, b] of contents) {
+      if (p.startsWith('/') || p.split('/').some((s) => s === '..' || s === '' || s === '.')) continue;
+      lines.push(`${Buffer.from(p).toString('base64')} ${b.toString('base64')}`);
+    }
+    const wrapper = [
+      'set -e; umask 077',
+      'd=$(mktemp -d /tmp/atelier-skill.XXXXXXXX)',
+      'trap \'rm -rf "$d"\' EXIT',
+      'while IFS=" " read -r pb b; do p=$(printf %s "$pb" | base64 -d); mkdir -p "$d/$(dirname -- "$p")"; printf %s "$b" | base64 -d > "$d/$p"; done',
+      'chmod -R u+rwX "$d"; chmod 700 "$d/scripts/$ATELIER_SKILL_SCRIPT"',
+      'export SKILL_DIR="$d"',
+      'set +e',
+      '"$d/scripts/$ATELIER_SKILL_SCRIPT" "$@" < /dev/null',
+      'exit $?',
+    ].join('\n');
+    return this.d.workspaces.exec(
+      workspaceId,
+      { argv: ['bash', '-c', wrapper, 'skills_run', ...args], stdin: lines.join('\n') + '\n', env: { ...env, ATELIER_SKILL_SCRIPT: script }, cwd: '.', timeoutMs, maxOutputBytes: 262144 },
+      undefined,
+      signal,
+    );
+  }
+
+  // ---------- owner skills (CLI and dashboard) ----------
+
+  ownerList(): Array<Record<string, unknown>> {
+    const list = [...this.ownerSkills(), ...this.builtins()];
+    return list.map(({ skill }) => ({ name: skill.name, source: skill.source, location: skill.location, description: skill.meta.description, sha256: skill.sha256, files: skill.files, scripts: skill.scripts, valid: skill.usable, problems: skill.problems }));
+  }
+
+  /** Adds or replaces an owner skill. SKILL.md must be valid enough to use; its name is the skill's name. */
+  ownerPut(files: Record<string, Buffer>, actor: Actor, expectName?: string): Record<string, unknown> {
+    const paths = Object.keys(files);
+    if (!files['SKILL.md']) throw new ServiceError('INVALID_ARGUMENT', 'files: a skill needs a SKILL.md', { field: 'files' });
+    if (paths.length > SKILL_LIMITS.files) throw new ServiceError('INVALID_ARGUMENT', `files: at most ${SKILL_LIMITS.files} files`, { field: 'files' });
+    let total = 0;
+    for (const p of paths) {
+      if (!/^[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+){0,4}$/.test(p) || p.split('/').some((s) => s === '.' || s === '..'))
+        throw new ServiceError('INVALID_ARGUMENT', `files: path ${JSON.stringify(p.slice(0, 200))} must be relative, at most 5 segments of A-Z a-z 0-9 . _ -`, { field: 'files' });
+      if (files[p]!.length > SKILL_LIMITS.fileBytes) throw new ServiceError('INVALID_ARGUMENT', `files: ${p} is larger than ${SKILL_LIMITS.fileBytes} bytes`, { field: 'files' });
+      total += files[p]!.length;
+    }
+    if (total > SKILL_LIMITS.skillBytes) throw new ServiceError('INVALID_ARGUMENT', `files: the skill holds more than ${SKILL_LIMITS.skillBytes} bytes`, { field: 'files' });
+    const meta = parseSkillMd(files['SKILL.md']!.toString('utf8'), expectName ?? '');
+    if (!meta.usable) throw new ServiceError('INVALID_ARGUMENT', `SKILL.md: ${meta.problems.filter((p) => !p.includes('does not match its directory')).join('; ')}`, { field: 'SKILL.md', problems: meta.problems });
+    if (expectName && meta.name !== expectName) throw new ServiceError('INVALID_ARGUMENT', `name: SKILL.md names the skill ${meta.name}, not ${expectName}`, { field: 'name' });
+    const name = meta.name!;
+    const stored = JSON.stringify(Object.fromEntries(paths.sort().map((p) => [p, files[p]!.toString('base64')])));
+    const now = nowIso();
+    const existed = this.d.db.prepare('SELECT 1 FROM owner_skills WHERE name = ?').get(name) !== undefined;
+    this.d.db
+      .prepare('INSERT INTO owner_skills (name, files_json, created_at, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET files_json = excluded.files_json, updated_at = excluded.updated_at')
+      .run(name, stored, now, now);
+    const skill = this.ownerSkills().find((s) => s.skill.name === name)!.skill;
+    this.d.audit.record({ actor, action: existed ? 'owner_skill_replace' : 'owner_skill_add', target: name, outcome: 'ok', details: { sha256: skill.sha256 } });
+    return { name, source: 'owner', sha256: skill.sha256, files: skill.files, scripts: skill.scripts, problems: skill.problems, replaced: existed };
+  }
+
+  ownerRemove(name: string, actor: Actor): Record<string, unknown> {
+    const r = this.d.db.prepare('DELETE FROM owner_skills WHERE name = ?').run(name);
+    if (r.changes === 0) throw new ServiceError('NOT_FOUND', `name: no owner skill ${name}`, { field: 'name' });
+    this.d.audit.record({ actor, action: 'owner_skill_remove', target: name, outcome: 'ok' });
+    return { name, removed: true };
+  }
+}
