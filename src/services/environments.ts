@@ -35,6 +35,8 @@ export interface EntryInfo {
 
 export class EnvironmentService {
   private secretCache: Array<{ name: string; value: string }> | null = null;
+  /** SQLite's data_version when the cache was filled: it moves when another connection commits. */
+  private cacheDataVersion = -1;
 
   constructor(
     private readonly db: DB,
@@ -140,8 +142,17 @@ export class EnvironmentService {
     return out;
   }
 
-  /** Every secret value known (decrypted once, cached until a change), for redaction. */
+  /**
+   * Every secret value known (decrypted once, cached until a change), for redaction. A change made
+   * by another process (the CLI's `atelier env set` while the service runs) shows as a new SQLite
+   * data_version, which drops the cache too: a secret is redacted from the moment it is stored.
+   */
   private secrets(): Array<{ name: string; value: string }> {
+    const version = this.db.pragma('data_version', { simple: true }) as number;
+    if (version !== this.cacheDataVersion) {
+      this.secretCache = null;
+      this.cacheDataVersion = version;
+    }
     if (this.secretCache) return this.secretCache;
     const rows = this.db.prepare("SELECT scope, name, value FROM env_entries WHERE kind = 'secret'").all() as Array<{ scope: string; name: string; value: string }>;
     this.secretCache = rows

@@ -87,6 +87,18 @@ describe('environments and secrets', () => {
     await ok('workspace_close', { workspaceId: id });
   });
 
+  it('a secret the CLI stores while the service runs is redacted from the next result on', async () => {
+    const w = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'env-live-set' });
+    const id = w.workspaceId as string;
+    const late = 'late-secret-' + 'q'.repeat(20);
+    expect((await sh(id, `echo ${late}`)).stdout).toContain(late);
+    expect((await runCli(['env', 'set', 'global', 'LATE_SECRET', '--secret', '--data-dir', svc.dataDir], { input: late + '\n' })).code).toBe(0);
+    const r = await sh(id, `echo ${late}`);
+    expect(r.stdout).toContain('[redacted:LATE_SECRET]');
+    expect(r.stdout).not.toContain(late);
+    await ok('workspace_close', { workspaceId: id });
+  });
+
   it('a workspace without an environment gets nothing injected', async () => {
     const w = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'env-none' });
     const r = await sh(w.workspaceId as string, 'echo "[${API_TOKEN:-unset}] [${GLOBAL_SECRET:-unset}]"');
