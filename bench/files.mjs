@@ -34,7 +34,7 @@ await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { re
 const callTool = async (name, args) => {
   const r = await client.callTool({ name, arguments: args }, undefined, { timeout: 600_000 });
   if (r.isError) throw new Error(r.content[0].text);
-  return r.structuredContent;
+  return r.structuredContent ?? JSON.parse(r.content[0].text);
 };
 const time = async (fn) => {
   const t = performance.now();

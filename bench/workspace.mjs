@@ -30,7 +30,7 @@ await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { re
 const callTool = async (name, args) => {
   const r = await client.callTool({ name, arguments: args });
   if (r.isError) throw new Error(r.content[0].text);
-  return r.structuredContent;
+  return r.structuredContent ?? JSON.parse(r.content[0].text);
 };
 
 // (1) open to first result vs plain clone

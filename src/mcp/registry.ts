@@ -33,8 +33,18 @@ export type RegistryHost = Pick<App, 'log' | 'audit' | 'idempotency' | 'principa
 
 // ---------- results ----------
 
+/**
+ * A result at or above this many characters of JSON crosses the wire once: as the text block only.
+ * Below it, the result is sent twice as MCP recommends (structuredContent, and its JSON as text for
+ * clients that read only content). Claude Code and Codex give the model structuredContent when it is
+ * present and the content text otherwise, so both see the same JSON either way (docs/architecture.md).
+ */
+export const LARGE_RESULT_CHARS = 64 * 1024;
+
 export function okResult(structured: Record<string, unknown>): CallToolResult {
-  return { content: [{ type: 'text', text: JSON.stringify(structured) }], structuredContent: structured };
+  const text = JSON.stringify(structured);
+  if (text.length >= LARGE_RESULT_CHARS) return { content: [{ type: 'text', text }] };
+  return { content: [{ type: 'text', text }], structuredContent: structured };
 }
 
 export function errorResult(body: ErrorBody): CallToolResult {

@@ -124,7 +124,8 @@ export interface ToolError {
 export async function call(c: AnyClient, name: string, args: Record<string, unknown>): Promise<{ ok: true; result: Record<string, unknown> } | { ok: false; error: ToolError; text: string }> {
   const r = (await c.callTool({ name, arguments: args })) as { isError?: boolean; structuredContent?: Record<string, unknown>; content: Array<{ type: string; text?: string }> };
   if (r.isError) return { ok: false, error: r.structuredContent!.error as ToolError, text: r.content.map((x) => x.text ?? '').join('') };
-  return { ok: true, result: r.structuredContent! };
+  // Large results come once, as the JSON text block only (docs/architecture.md, "Results").
+  return { ok: true, result: r.structuredContent ?? (JSON.parse(r.content[0]!.text!) as Record<string, unknown>) };
 }
 
 export function cleanupDir(dir: string): void {
