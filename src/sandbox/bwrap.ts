@@ -58,7 +58,7 @@ import type {
   SandboxSpec,
   SandboxStats,
 } from './executor.js';
-import { assertTraversable, prepareRootDir, type SandboxIds } from './rootdir.js';
+import { assertTraversable, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
 
 export { removeSandboxRoot } from './rootdir.js';
 
@@ -290,7 +290,7 @@ export class BwrapExecutor implements Executor {
   async destroy(h: SandboxHandle): Promise<void> {
     await this.stop(h);
     await this.existingCgroup(h.id)?.remove();
-    await rm(this.paths(h.id).dir, { recursive: true, force: true });
+    await removeTreeNoFollow(this.paths(h.id).dir);
   }
 
   async recover(spec: SandboxSpec): Promise<SandboxHandle | null> {
@@ -390,7 +390,7 @@ export class BwrapExecutor implements Executor {
         await cg.killAll();
         await cg.remove();
       }
-      await rm(p.dir, { recursive: true, force: true });
+      await removeTreeNoFollow(p.dir);
     }
   }
 
@@ -549,7 +549,7 @@ export class BwrapExecutor implements Executor {
   /** Fresh per-sandbox runtime directory with the generated /etc and /opt/atelier (env file). */
   private async prepareRunDir(p: RunPaths, env: Record<string, string>): Promise<void> {
     await mkdir(this.runDir, { recursive: true, mode: 0o711 });
-    await rm(p.dir, { recursive: true, force: true });
+    await removeTreeNoFollow(p.dir);
     await mkdir(p.dir, { mode: 0o711 });
     await mkdir(p.etc, { mode: 0o755 });
     for (const [name, content] of Object.entries(etcContent())) {

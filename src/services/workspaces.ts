@@ -11,7 +11,7 @@
  * hooks, fsmonitor and other config that executes programs.
  */
 import { join } from 'node:path';
-import { chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
@@ -312,7 +312,8 @@ export class WorkspaceService {
       if (opts.repo) {
         const runDir = join(this.d.config.dataDir, 'run');
         tmp = await mkdtemp(join(runDir, 'g-'));
-        await chown(tmp, this.ids.uid, this.ids.gid);
+        // Root-owned (0711): the sandbox user may use the socket inside, never change the directory.
+        await chmod(tmp, 0o711);
         const proxySocket = join(tmp, 'p.sock');
         proxy = await startEgressProxy({
           socketPath: proxySocket,
