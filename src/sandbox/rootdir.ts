@@ -18,7 +18,7 @@
  * owned by that uid already (a new directory, or a tree made under another configured uid).
  */
 import { constants } from 'node:fs';
-import { lchown, lstat, mkdir, open, readdir, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { chmod, lchown, lstat, mkdir, open, readdir, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { ServiceError } from '../core/errors.js';
 
@@ -196,6 +196,28 @@ export async function removeTreeNoFollow(dir: string): Promise<void> {
   await rmdir(dir).catch((err) => {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   });
+}
+
+/**
+ * Once the daemon listens: its socket directory (bound at /run/atelier inside) and the socket
+ * become root's (directory 0755, socket 0600), so workspace processes (the sandbox uid) can
+ * neither connect to the socket nor add, replace or remove anything there; root (the runner)
+ * still connects. Descriptor-based; refuses anything but a socket.
+ */
+export async function lockDaemonSocket(sockDir: string, name: string): Promise<void> {
+  const fh = await openDirNoFollow(sockDir);
+  try {
+    await fh.chown(0, 0);
+    await fh.chmod(0o755);
+    const p = at(fh, name);
+    const st = await lstat(p);
+    if (!st.isSocket()) throw new ServiceError('FAILED_PRECONDITION', 'the sandbox daemon socket is not a socket', { path: path.join(sockDir, name) });
+    await lchown(p, 0, 0);
+    // No lchmod on Linux: chmod follows, but the entry was checked as a socket and only root can change the directory now.
+    await chmod(p, 0o600);
+  } finally {
+    await fh.close();
+  }
 }
 
 /**
