@@ -85,6 +85,11 @@ export interface BwrapExecutorOptions {
   extraRoBinds?: { source: string; target: string }[];
   /** How long create() waits for the daemon's first ping (default 15000 ms). */
   startTimeoutMs?: number;
+  /**
+   * A daemon with no runner connection for this long exits, ending its sandbox: the bound for
+   * sandboxes whose runner never comes back (default 900000 ms = 15 min; 0 = never).
+   */
+  orphanGraceMs?: number;
 }
 
 /** Inside every sandbox. */
@@ -185,6 +190,7 @@ export class BwrapExecutor implements Executor {
   private readonly etcFiles: string[];
   private readonly extraRoBinds: { source: string; target: string }[];
   private readonly startTimeoutMs: number;
+  private readonly orphanGraceMs: number;
   private readonly allowNoCgroups: boolean;
   private readonly cgroupParent: string | undefined;
   private cgroupManager: CgroupManager | null | undefined;
@@ -204,6 +210,7 @@ export class BwrapExecutor implements Executor {
     this.etcFiles = opts.etcFiles ?? DEFAULT_ETC_FILES;
     this.extraRoBinds = opts.extraRoBinds ?? [];
     this.startTimeoutMs = opts.startTimeoutMs ?? 15_000;
+    this.orphanGraceMs = opts.orphanGraceMs ?? 900_000;
     this.allowNoCgroups = opts.allowNoCgroups ?? false;
     this.cgroupParent = opts.cgroupParent;
   }
@@ -275,9 +282,11 @@ export class BwrapExecutor implements Executor {
     } finally {
       await placement;
       if (cg && execGroup) {
-        // Background processes of a command that finished normally may keep running (dev servers);
-        // after a timeout, a cancel or a failure, everything the exec started goes.
-        if (!result || result.timedOut || result.cancelled || placementError) await cg.killExec(execGroup);
+        // A foreground command takes its whole session with it when it ends (exit, timeout, cancel,
+        // failure): whatever it left behind, setsid'd or re-parented, is in its exec cgroup and goes.
+        // Only callers that asked for background processes (async operations, tasks) keep them
+        // after a normal exit.
+        if (!result || result.timedOut || result.cancelled || placementError ) await cg.killExec(execGroup);
         await cg.releaseExec(execGroup);
       }
     }
@@ -327,6 +336,21 @@ export class BwrapExecutor implements Executor {
     this.clients.set(spec.id, client);
     this.specs.set(spec.id, spec);
     return { id: spec.id, socketPath: p.socket, pid: state.pid };
+  }
+
+  /**
+   * Whether the sandbox still runs: its keeper (bwrap's parent, h.pid) is alive. The keeper ends
+   * when bwrap does, and bwrap ends when the daemon (its main child) dies, e.g. of a `kill -9 -1`
+   * from inside, an OOM kill or the orphan bound.
+   */
+  async alive(h: SandboxHandle): Promise<boolean> {
+    if (!isAlive(h.pid)) return false;
+    try {
+      const cmdline = readFileSync(`/proc/${h.pid}/cmdline`, 'utf8');
+      return cmdline.split('\0').includes('atelier-keeper');
+    } catch {
+      return false;
+    }
   }
 
   async stats(h: SandboxHandle): Promise<SandboxStats> {
@@ -434,7 +458,7 @@ export class BwrapExecutor implements Executor {
       const args = this.bwrapArgs({ mounts, tmpfs: [], etcDir: p.etc, data: this.optData(p, true), env: { ...daemonEnv(), LD_PRELOAD: IN_NODUMP }, cwd: '/workspace' });
       const daemon = [
         this.nodePath, '--max-old-space-size=96', '--v8-pool-size=2', `${IN_OPT}/daemon/main.js`,
-        '--socket', IN_SOCKET, '--workspace', '/workspace', '--env-file', `${IN_OPT}/env.json`,
+        '--socket', IN_SOCKET, '--workspace', '/workspace', '--env-file', `${IN_OPT}/env.json`, '--orphan-grace-ms', String(this.orphanGraceMs),
         ...(proxy ? ['--egress-socket', IN_PROXY_SOCKET, '--egress-port', String(PROXY_PORT)] : []),
       ];
       const log = await open(p.log, 'a', 0o600);

@@ -27,10 +27,35 @@ export interface CallContext {
 export type MethodHandler = (params: unknown, ctx: CallContext) => unknown;
 export type MethodTable = Record<string, MethodHandler>;
 
-/** Listens on `socketPath` (replacing a stale socket file) and serves `methods`. */
-export async function startServer(socketPath: string, methods: MethodTable): Promise<Server> {
+/**
+ * Listens on `socketPath` (replacing a stale socket file) and serves `methods`.
+ *
+ * orphanGraceMs: once the socket is root's (the runner locks it after the first ping), every
+ * connection is the runner's. When no connection has been open for that long, the runner is gone
+ * and has not come back: `onOrphaned` runs (the daemon exits, which ends the sandbox).
+ */
+export async function startServer(socketPath: string, methods: MethodTable, opts: { orphanGraceMs?: number; onOrphaned?: () => void } = {}): Promise<Server> {
   await unlink(socketPath).catch(() => undefined);
-  const server = createServer((socket) => serveConnection(socket, methods));
+  let open = 0;
+  let lastSeen = Date.now();
+  const server = createServer((socket) => {
+    open++;
+    socket.once('close', () => {
+      open--;
+      lastSeen = Date.now();
+    });
+    serveConnection(socket, methods);
+  });
+  if (opts.orphanGraceMs !== undefined && opts.orphanGraceMs > 0) {
+    const grace = opts.orphanGraceMs;
+    const timer = setInterval(() => {
+      if (open === 0 && Date.now() - lastSeen >= grace) {
+        clearInterval(timer);
+        (opts.onOrphaned ?? (() => process.exit(0)))();
+      }
+    }, Math.min(5_000, Math.max(100, Math.floor(grace / 4))));
+    timer.unref();
+  }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(socketPath, () => {
