@@ -286,7 +286,7 @@ export class BwrapExecutor implements Executor {
         // failure): whatever it left behind, setsid'd or re-parented, is in its exec cgroup and goes.
         // Only callers that asked for background processes (async operations, tasks) keep them
         // after a normal exit.
-        if (!result || result.timedOut || result.cancelled || placementError ) await cg.killExec(execGroup);
+        if (!result || result.timedOut || result.cancelled || placementError || req.keepBackground !== true) await cg.killExec(execGroup);
         await cg.releaseExec(execGroup);
       }
     }

@@ -128,6 +128,69 @@ describe('a foreground command takes its leftovers with it', () => {
   }, 60_000);
 });
 
+describe('refusals from inside the sandbox (issue #12 item 5, daemon side)', () => {
+  const err = async (name: string, args: Record<string, unknown>) => {
+    const r = await call(c, name, args);
+    if (r.ok) throw new Error(`${name} unexpectedly succeeded: ${JSON.stringify(r.result)}`);
+    return r.error as { code: string; message: string; details: Record<string, unknown> };
+  };
+
+  it('a lone surrogate in a file name is refused naming the field, never replaced', async () => {
+    for (const bad of ['a\uD800.txt', 'b\uDC00.txt', 'dir\uDBFF/x.txt']) {
+      const e = await err('files_write', { workspaceId: ws, path: bad, content: 'x' });
+      expect(e.code).toBe('INVALID_ARGUMENT');
+      expect(e.details.field).toBe('path');
+    }
+    expect((await sh("ls | grep -c $'\\xef\\xbf\\xbd' || true")).stdout.trim()).toBe('0');
+    const e = await err('files_read', { workspaceId: ws, path: 'x\uD83D' });
+    expect(e).toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'path' } });
+  });
+
+  it('refusals raised by the daemon carry details.field', async () => {
+    const e = await err('files_list', { workspaceId: ws, path: 'README.md' });
+    expect(e.details.field).toBe('path');
+    const e2 = await err('files_read', { workspaceId: ws, path: 'no/such/file' });
+    expect(e2).toMatchObject({ code: 'NOT_FOUND', details: { field: 'path' } });
+  });
+
+  it('git_diff and git_add paths outside the workspace are PERMISSION_DENIED naming the field', async () => {
+    await sh('ln -sfn /etc outside-link');
+    for (const path of ['../x', '/etc/passwd', 'a/../../b']) {
+      expect(await err('git_diff', { workspaceId: ws, path })).toMatchObject({ code: 'PERMISSION_DENIED', details: { field: 'path' } });
+      expect(await err('git_add', { workspaceId: ws, paths: ['README.md', path] })).toMatchObject({ code: 'PERMISSION_DENIED', details: { field: 'paths' } });
+    }
+    expect(await err('git_add', { workspaceId: ws, paths: ['outside-link/passwd'] })).toMatchObject({ code: 'PERMISSION_DENIED', details: { field: 'paths' } });
+    // git diff never reads through a symlink: beyond one it finds nothing to show.
+    expect(await ok('git_diff', { workspaceId: ws, path: 'outside-link/passwd' })).toMatchObject({ empty: true });
+    await sh('rm -f outside-link');
+  });
+
+  it('a path changing under a files tool answers NOT_FOUND or CONFLICT, never INTERNAL or descriptor paths', async () => {
+    const op = await ok('exec_run', { workspaceId: ws, command: 'end=$((SECONDS+20)); while [ $SECONDS -lt $end ]; do mkdir -p churn/d/e; echo x > churn/d/e/f; rm -rf churn/d; ln -s nowhere churn/d; rm -f churn/d; done', async: true });
+    const seen = new Set<string>();
+    try {
+      for (let i = 0; i < 150; i++) {
+        for (const [name, args] of [
+          ['files_read', { path: 'churn/d/e/f' }],
+          ['files_list', { path: 'churn/d/e' }],
+          ['files_write', { path: 'churn/d/e/g', content: 'y' }],
+          ['files_delete', { path: 'churn/d/e/g' }],
+          ['files_move', { from: 'churn/d/e/g', to: 'churn/d/e/h' }],
+        ] as const) {
+          const r = await call(c, name, { workspaceId: ws, ...args });
+          if (r.ok) continue;
+          seen.add(r.error.code);
+          expect(r.error.message).not.toMatch(/\/proc\/(self|\d+)\/fd/);
+          expect(['NOT_FOUND', 'CONFLICT', 'FAILED_PRECONDITION', 'PERMISSION_DENIED', 'INVALID_ARGUMENT'], `${name}: ${r.text}`).toContain(r.error.code);
+        }
+      }
+    } finally {
+      await ok('operation_cancel', { operationId: op.operationId }).catch(() => undefined);
+    }
+    expect(seen.has('INTERNAL')).toBe(false);
+  }, 120_000);
+});
+
 describe('ready means ready (kill -9 of the runner)', () => {
   it('neither /healthz nor MCP answers before restart recovery is done; the first answers find the workspace working', async () => {
     await sh('echo before-restart > marker.txt');
