@@ -194,6 +194,9 @@ describe('refusals from inside the sandbox (issue #12 item 5, daemon side)', () 
 describe('ready means ready (kill -9 of the runner)', () => {
   it('neither /healthz nor MCP answers before restart recovery is done; the first answers find the workspace working', async () => {
     await sh('echo before-restart > marker.txt');
+    // Its daemon dies too, so recovery has real work to do (start a new sandbox) after the restart.
+    await call(c, 'exec_run', { workspaceId: ws, command: 'kill -9 -1; sleep 5' });
+    expect(await waitFor(async () => (await ok('workspace_status', { workspaceId: ws })).sandboxState === 'died', 10_000)).toBe(true);
     svc.proc.kill('SIGKILL');
     await new Promise<void>((r) => (svc.proc.exitCode !== null || svc.proc.signalCode !== null ? r() : svc.proc.once('exit', () => r())));
     const token = svc.token;
@@ -221,6 +224,8 @@ describe('ready means ready (kill -9 of the runner)', () => {
     // Straight after the first healthy answer: the surviving workspace answers, nothing is "opening".
     const fresh = await connectV2({ ...svc, token });
     try {
+      // Recovery already restarted the sandbox: status says so before any call could have.
+      expect(await ok('workspace_status', { workspaceId: ws }, fresh)).toMatchObject({ state: 'active', sandboxRunning: true, sandboxState: 'running' });
       const r = await ok('exec_run', { workspaceId: ws, command: 'cat marker.txt' }, fresh);
       expect(r.stdout).toBe('before-restart\n');
       const list = (await ok('workspace_list', {}, fresh)).workspaces as Array<{ state: string }>;
