@@ -775,6 +775,12 @@ export class WorkspaceService {
         this.d.audit.record({ actor: 'system', action: 'workspace_hard_expire', target: id, outcome: 'ok' });
       }).catch((e) => this.d.log.error({ err: e, workspace: id }, 'hard expiry failed'));
     }
+    // Keep a connection to every live daemon: a daemon with no runner connection for its orphan
+    // grace period exits (the bound for sandboxes whose runner never comes back, docs/sandbox.md),
+    // so a dropped connection is re-made here, long before that.
+    for (const [id, h] of this.handles) {
+      await this.d.executor.request(h, 'ping', {}, { timeoutMs: 5_000 }).catch(() => this.d.log.debug({ workspace: id }, 'sandbox daemon did not answer the keep-alive ping'));
+    }
     const idle = this.d.db.prepare("SELECT id FROM workspaces WHERE state = 'active' AND lease_expires_at <= ?").pluck().all(now) as string[];
     for (const id of idle) {
       await this.locked(id, async () => {

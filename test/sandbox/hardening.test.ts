@@ -150,3 +150,29 @@ describe.skipIf(!isRoot)('sandbox hardening', () => {
     expect(r.exitCode).toBe(0);
   }, 180_000);
 });
+
+describe.skipIf(!isRoot)('sandboxes whose runner never comes back', () => {
+  it('the daemon exits once no runner has been connected for the orphan grace period, ending its sandbox', async () => {
+    const dir = traversableTempDir('atl-o-');
+    const ex2 = new BwrapExecutor({ runDir: path.join(dir, 'run'), daemonDir: DAEMON_DIR, orphanGraceMs: 1500 });
+    const h2 = await ex2.create({ id: `ws_orph${process.pid}`, rootDir: path.join(dir, 'ws'), limits: LIMITS, network: 'none' });
+    try {
+      await ex2.exec(h2, { command: 'setsid sleep 600 >/dev/null 2>&1 &', keepBackground: true });
+      // While the runner stays connected, the sandbox lives past the grace period.
+      await new Promise((r) => setTimeout(r, 3000));
+      expect(await ex2.alive(h2)).toBe(true);
+      // The runner goes away (its connection closes) and does not come back.
+      (ex2 as unknown as { clients: Map<string, { close(): void }> }).clients.get(h2.id)!.close();
+      const end = Date.now() + 15_000;
+      while (Date.now() < end && (await ex2.alive(h2))) await new Promise((r) => setTimeout(r, 200));
+      expect(await ex2.alive(h2)).toBe(false);
+      // Nothing of it is left running: the background sleep died with its pid namespace.
+      const { CgroupManager } = await import('../../src/sandbox/cgroups.js');
+      expect(await CgroupManager.discover().group(h2.id).members()).toEqual([]);
+    } finally {
+      await ex2.destroy(h2).catch(() => undefined);
+      const { rm } = await import('node:fs/promises');
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
