@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/core/errors.js';
 import { DaemonClient } from '../../src/sandbox/client.js';
 import type { ExecResult, ExecStarted } from '../../src/sandbox/daemon/protocol.js';
+import { DAEMON_VERSION } from '../../src/sandbox/daemon/protocol.js';
 import { DAEMON_DIR, assertDaemonBuilt, isAlive, traversableTempDir } from './helpers.js';
 
 let base: string;
@@ -56,7 +57,7 @@ const exec = (params: Record<string, unknown>, opts: Parameters<DaemonClient['re
 describe('daemon protocol', () => {
   it('answers ping with pid, uid and version', async () => {
     const pong = await client.ping();
-    expect(pong).toEqual({ pid: daemon.pid, uid: process.getuid!(), version: '1' });
+    expect(pong).toEqual({ pid: daemon.pid, uid: process.getuid!(), version: DAEMON_VERSION  });
   });
 
   it('rejects unknown methods and malformed requests', async () => {
