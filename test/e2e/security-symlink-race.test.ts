@@ -17,6 +17,7 @@ import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
+import { assertNothingLeft } from './leftovers.js';
 
 let host: GitHost;
 let c: Client;
@@ -117,7 +118,10 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await c?.close();
-  for (const s of services) await s.dispose();
+  for (const s of services) {
+    await s.dispose();
+    await assertNothingLeft(s.dataDir);
+  }
   await host?.close();
   if (canary) rmSync(canary, { recursive: true, force: true });
 });

@@ -14,6 +14,7 @@ import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, httpRequest, startService, type Service } from './harness.js';
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
+import { assertNothingLeft } from './leftovers.js';
 
 let host: GitHost;
 let svc: Service;
@@ -72,6 +73,7 @@ afterAll(async () => {
   }
   const { rmSync } = await import('node:fs');
   rmSync(dataDir, { recursive: true, force: true });
+  await assertNothingLeft(dataDir);
 });
 
 describe('the daemon dies (kill -9 -1 from inside)', () => {
