@@ -9,8 +9,10 @@
  *   exec setpriv --reuid/--regid=<sandbox uid> --clear-groups --no-new-privs --inh-caps=-all
  *   [exec /bin/sh keeper]          long-lived sandboxes only: bwrap's parent, so the sandbox
  *                                  survives a runner restart yet still dies with its keeper
- *   bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session --clearenv
- *         --uid 1000 --gid 1000 ... -- node /opt/atelier/daemon/main.js   (or the ephemeral command)
+ *   bwrap --args FD -- node /opt/atelier/daemon/main.js   (or the ephemeral command)
+ *     the options, read from a descriptor so no host path shows in the sandbox's pid 1 command
+ *     line: --seccomp FD (native.ts) --unshare-all --unshare-user --disable-userns
+ *     --die-with-parent --new-session --clearenv --uid 1000 --gid 1000 ...
  *
  * So every process of the sandbox is born inside its cgroups, privileges are dropped before
  * bubblewrap runs (bubblewrap itself is unprivileged and relies on user namespaces), and the
@@ -20,8 +22,9 @@
  * generated /etc (passwd, group, hosts, hostname, nsswitch.conf) with a few read-only host files
  * that toolchains need (certificates, ld.so cache, alternatives, time zone...), /proc, /dev,
  * /workspace = rootDir/repo, /home/user = rootDir/home, /tmp = rootDir/tmp (all read-write),
- * /opt/atelier (daemon code and its env file, read-only), /run/atelier (the daemon socket's
- * directory) and /run/egress (read-only; holds proxy.sock with a proxy). The root itself is
+ * /opt/atelier (daemon code, its env file and nodump.so, copied in from descriptors with
+ * --ro-bind-data), /run/atelier (the daemon socket's directory, root's once the daemon listens)
+ * and /run/egress (read-only; holds proxy.sock with a proxy). The root itself is
  * remounted read-only. Never bound: the host's /, /run, /root, /home, /var, /tmp or the
  * service's data directory.
  *
