@@ -146,7 +146,9 @@ async function emptyDirAt(dir: FileHandle, dev: number): Promise<void> {
   }
 }
 
-async function removeAt(dir: FileHandle, name: string, dev: number): Promise<void> {
+async function removeAt(dir: FileHandle, name: string, dev: number, retries = 0): Promise<void> {
+  // Something that keeps changing the entry (only a live workspace process could) is not chased forever.
+  if (retries > 50) throw new ServiceError('CONFLICT', `an entry kept changing while it was removed: ${name}`);
   const p = at(dir, name);
   try {
     await unlink(p);
@@ -157,7 +159,7 @@ async function removeAt(dir: FileHandle, name: string, dev: number): Promise<voi
     if (code !== 'EISDIR' && code !== 'EPERM') throw err;
   }
   const fh = await openDirAt(dir, name);
-  if (!fh) return removeAt(dir, name, dev); // changed kind meanwhile: try again as what it is now
+  if (!fh) return removeAt(dir, name, dev, retries + 1); // changed kind meanwhile: try again as what it is now
   try {
     const st = await fh.stat();
     if (st.dev !== dev) return; // a mount point: never descended into
@@ -169,7 +171,7 @@ async function removeAt(dir: FileHandle, name: string, dev: number): Promise<voi
     await rmdir(p);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOTEMPTY' || code === 'EEXIST') return removeAt(dir, name, dev); // refilled meanwhile
+    if (code === 'ENOTEMPTY' || code === 'EEXIST') return removeAt(dir, name, dev, retries + 1); // refilled meanwhile
     if (code !== 'ENOENT') throw err;
   }
 }
