@@ -350,7 +350,10 @@ export class BwrapExecutor implements Executor {
     if (!isAlive(h.pid)) return false;
     try {
       const cmdline = readFileSync(`/proc/${h.pid}/cmdline`, 'utf8');
-      return cmdline.split('\0').includes('atelier-keeper');
+      if (!cmdline.split('\0').includes('atelier-keeper')) return false;
+      // A recycled pid that happens to be another sandbox's keeper is not this one.
+      if (this.existingCgroup(h.id)) return readFileSync(`/proc/${h.pid}/cgroup`, 'utf8').includes(`/${h.id}\n`) || readFileSync(`/proc/${h.pid}/cgroup`, 'utf8').includes(`/${h.id}/`);
+      return true;
     } catch {
       return false;
     }
