@@ -37,3 +37,20 @@ if [ ! -f dist/.built ] || [ -n "$(find src tsconfig.json package.json -newer di
   npx --no-install tsc -p .
   touch dist/.built
 fi
+
+# --- sandbox native pieces (issue #12 item 3; src/sandbox/native.ts, docs/sandbox.md "Seccomp") ---
+# The seccomp filter (BPF for bwrap --seccomp) and nodump.so (the daemon's PR_SET_DUMPABLE 0), built
+# with Debian's gcc and libseccomp into dist/native/<hash>/. Without them the runner builds them on
+# first use into <dataDir>/run/, and refuses to start sandboxes when it cannot.
+sandbox_native=()
+for p in gcc libseccomp-dev; do have_pkg "$p" || sandbox_native+=("$p"); done
+if [ ${#sandbox_native[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing Debian packages for the sandbox's seccomp filter: ${sandbox_native[*]}; run as root" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${sandbox_native[@]}" >/dev/null
+fi
+node --input-type=module -e 'const m = await import("./dist/sandbox/native.js"); await m.buildNative(m.installNativeDir());'
+# --- end sandbox native pieces ---

@@ -125,9 +125,21 @@ async function serve(argv: string[]): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+  // Ready means ready (issue #12 item 10): restart recovery (interrupted commands, half-opened
+  // workspaces removed, live sandboxes reattached or restarted) finishes before anything listens,
+  // so /healthz and MCP calls are answered only by a recovered service (docs/operations.md).
+  try {
+    app.commands.startup();
+    await app.workspaces.startup();
+  } catch (e) {
+    await app.workspaces.shutdown().catch(() => undefined);
+    app.close();
+    throw e;
+  }
   try {
     server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
+    await app.workspaces.shutdown().catch(() => undefined);
     app.close();
     const err = e as NodeJS.ErrnoException;
     if (err.code === 'EADDRINUSE') throw new ConfigError(`invalid setting --port / ATELIER_PORT: port ${config.port} on ${config.host} is already in use`);
@@ -135,8 +147,6 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
-    app.commands.startup();
-    await app.workspaces.startup();
     await app.gateway.start().catch((e) => app.log.error({ err: (e as Error).message }, 'model gateway did not start; agent spawns answer UNAVAILABLE until it does'));
     announce(app, server, config, problems.length > 0);
   } catch (e) {

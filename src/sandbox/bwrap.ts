@@ -9,8 +9,10 @@
  *   exec setpriv --reuid/--regid=<sandbox uid> --clear-groups --no-new-privs --inh-caps=-all
  *   [exec /bin/sh keeper]          long-lived sandboxes only: bwrap's parent, so the sandbox
  *                                  survives a runner restart yet still dies with its keeper
- *   bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session --clearenv
- *         --uid 1000 --gid 1000 ... -- node /opt/atelier/daemon/main.js   (or the ephemeral command)
+ *   bwrap --args FD -- node /opt/atelier/daemon/main.js   (or the ephemeral command)
+ *     the options, read from a descriptor so no host path shows in the sandbox's pid 1 command
+ *     line: --seccomp FD (native.ts) --unshare-all --unshare-user --disable-userns
+ *     --die-with-parent --new-session --clearenv --uid 1000 --gid 1000 ...
  *
  * So every process of the sandbox is born inside its cgroups, privileges are dropped before
  * bubblewrap runs (bubblewrap itself is unprivileged and relies on user namespaces), and the
@@ -20,8 +22,9 @@
  * generated /etc (passwd, group, hosts, hostname, nsswitch.conf) with a few read-only host files
  * that toolchains need (certificates, ld.so cache, alternatives, time zone...), /proc, /dev,
  * /workspace = rootDir/repo, /home/user = rootDir/home, /tmp = rootDir/tmp (all read-write),
- * /opt/atelier (daemon code and its env file, read-only), /run/atelier (the daemon socket's
- * directory) and /run/egress (read-only; holds proxy.sock with a proxy). The root itself is
+ * /opt/atelier (daemon code, its env file and nodump.so, copied in from descriptors with
+ * --ro-bind-data), /run/atelier (the daemon socket's directory, root's once the daemon listens)
+ * and /run/egress (read-only; holds proxy.sock with a proxy). The root itself is
  * remounted read-only. Never bound: the host's /, /run, /root, /home, /var, /tmp or the
  * service's data directory.
  *
@@ -37,8 +40,8 @@
  */
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, lstatSync, readFileSync, readlinkSync } from 'node:fs';
-import { chown, link as fsLink, mkdir, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { existsSync, lstatSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { chown, link as fsLink, mkdir, open, readFile, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -58,7 +61,8 @@ import type {
   SandboxSpec,
   SandboxStats,
 } from './executor.js';
-import { assertTraversable, prepareRootDir, type SandboxIds } from './rootdir.js';
+import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
+import { nativeArtifacts, type NativeArtifacts } from './native.js';
 
 export { removeSandboxRoot } from './rootdir.js';
 
@@ -84,6 +88,11 @@ export interface BwrapExecutorOptions {
   extraRoBinds?: { source: string; target: string }[];
   /** How long create() waits for the daemon's first ping (default 15000 ms). */
   startTimeoutMs?: number;
+  /**
+   * A daemon with no runner connection for this long exits, ending its sandbox: the bound for
+   * sandboxes whose runner never comes back (default 900000 ms = 15 min; 0 = never).
+   */
+  orphanGraceMs?: number;
 }
 
 /** Inside every sandbox. */
@@ -95,6 +104,13 @@ const IN_PROXY_SOCKET = '/run/egress/proxy.sock';
 const PROXY_PORT = 3128;
 const PROXY_URL = `http://127.0.0.1:${PROXY_PORT}`;
 const IN_OPT = '/opt/atelier';
+const IN_NODUMP = `${IN_OPT}/lib/nodump.so`;
+/** bwrap reads the seccomp program from this descriptor (stdio slot 3 of the launcher). */
+const SECCOMP_FD = 3;
+/** Marks a --ro-bind-data argument that names a host file; launch() replaces it with a descriptor. */
+const DATA_MARK = '\0data:';
+/** Stands for the native nodump.so (resolved in launch()). */
+const NODUMP_SOURCE = '\0nodump';
 const SOCKET_PATH_MAX = 107;
 
 const DEFAULT_ETC_FILES = [
@@ -177,9 +193,12 @@ export class BwrapExecutor implements Executor {
   private readonly etcFiles: string[];
   private readonly extraRoBinds: { source: string; target: string }[];
   private readonly startTimeoutMs: number;
+  private readonly orphanGraceMs: number;
   private readonly allowNoCgroups: boolean;
   private readonly cgroupParent: string | undefined;
   private cgroupManager: CgroupManager | null | undefined;
+  private native: Promise<NativeArtifacts> | undefined;
+  private daemonFiles: string[] | undefined;
   private readonly specs = new Map<string, SandboxSpec>();
   private readonly clients = new Map<string, DaemonClient>();
 
@@ -194,6 +213,7 @@ export class BwrapExecutor implements Executor {
     this.etcFiles = opts.etcFiles ?? DEFAULT_ETC_FILES;
     this.extraRoBinds = opts.extraRoBinds ?? [];
     this.startTimeoutMs = opts.startTimeoutMs ?? 15_000;
+    this.orphanGraceMs = opts.orphanGraceMs ?? 900_000;
     this.allowNoCgroups = opts.allowNoCgroups ?? false;
     this.cgroupParent = opts.cgroupParent;
   }
@@ -265,9 +285,11 @@ export class BwrapExecutor implements Executor {
     } finally {
       await placement;
       if (cg && execGroup) {
-        // Background processes of a command that finished normally may keep running (dev servers);
-        // after a timeout, a cancel or a failure, everything the exec started goes.
-        if (!result || result.timedOut || result.cancelled || placementError) await cg.killExec(execGroup);
+        // A foreground command takes its whole session with it when it ends (exit, timeout, cancel,
+        // failure): whatever it left behind, setsid'd or re-parented, is in its exec cgroup and goes.
+        // Only callers that asked for background processes (async operations, tasks) keep them
+        // after a normal exit.
+        if (!result || result.timedOut || result.cancelled || placementError || req.keepBackground !== true) await cg.killExec(execGroup);
         await cg.releaseExec(execGroup);
       }
     }
@@ -290,7 +312,7 @@ export class BwrapExecutor implements Executor {
   async destroy(h: SandboxHandle): Promise<void> {
     await this.stop(h);
     await this.existingCgroup(h.id)?.remove();
-    await rm(this.paths(h.id).dir, { recursive: true, force: true });
+    await removeTreeNoFollow(this.paths(h.id).dir);
   }
 
   async recover(spec: SandboxSpec): Promise<SandboxHandle | null> {
@@ -317,6 +339,24 @@ export class BwrapExecutor implements Executor {
     this.clients.set(spec.id, client);
     this.specs.set(spec.id, spec);
     return { id: spec.id, socketPath: p.socket, pid: state.pid };
+  }
+
+  /**
+   * Whether the sandbox still runs: its keeper (bwrap's parent, h.pid) is alive. The keeper ends
+   * when bwrap does, and bwrap ends when the daemon (its main child) dies, e.g. of a `kill -9 -1`
+   * from inside, an OOM kill or the orphan bound.
+   */
+  async alive(h: SandboxHandle): Promise<boolean> {
+    if (!isAlive(h.pid)) return false;
+    try {
+      const cmdline = readFileSync(`/proc/${h.pid}/cmdline`, 'utf8');
+      if (!cmdline.split('\0').includes('atelier-keeper')) return false;
+      // A recycled pid that happens to be another sandbox's keeper is not this one.
+      if (this.existingCgroup(h.id)) return readFileSync(`/proc/${h.pid}/cgroup`, 'utf8').includes(`/${h.id}\n`) || readFileSync(`/proc/${h.pid}/cgroup`, 'utf8').includes(`/${h.id}/`);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   async stats(h: SandboxHandle): Promise<SandboxStats> {
@@ -363,7 +403,6 @@ export class BwrapExecutor implements Executor {
       const env = commandEnv(spec.env, spec.network);
       await this.prepareRunDir(p, env);
       const mounts: Mount[] = binds.map((b) => ({ source: b.source, target: b.target, readOnly: b.readOnly ?? false }));
-      mounts.push(...this.optMounts(p));
       if (proxy) mounts.push({ source: proxy, target: IN_PROXY_SOCKET, readOnly: true });
       const bound = new Set(binds.map((b) => b.target));
       const argv = spec.argv ?? ['/bin/bash', '-c', spec.command!];
@@ -376,11 +415,12 @@ export class BwrapExecutor implements Executor {
         mounts,
         tmpfs: ['/tmp', SANDBOX_USER.home].filter((t) => !bound.has(t)),
         etcDir: p.etc,
+        data: this.optData(p, false),
         env: proxy ? daemonEnv() : env,
         cwd: spec.cwd ?? '/',
         asRoot: spec.privileged === true,
       });
-      const child = this.launch(cg, undefined, false, [...args, '--', ...command], ['pipe', 'pipe', 'pipe']);
+      const child = await this.launchWithSeccomp(cg, undefined, false, [...args, '--', ...command], ['pipe', 'pipe', 'pipe']);
       return await collect(child, spec, started, async () => {
         if (cg) await cg.killAll();
         else killGroup(child.pid);
@@ -390,7 +430,7 @@ export class BwrapExecutor implements Executor {
         await cg.killAll();
         await cg.remove();
       }
-      await rm(p.dir, { recursive: true, force: true });
+      await removeTreeNoFollow(p.dir);
     }
   }
 
@@ -418,21 +458,21 @@ export class BwrapExecutor implements Executor {
         { source: path.join(spec.rootDir, 'tmp'), target: '/tmp', readOnly: false },
         { source: p.sockDir, target: IN_SOCKET_DIR, readOnly: false },
         { source: p.egress, target: path.dirname(IN_PROXY_SOCKET), readOnly: true },
-        ...this.optMounts(p),
       ];
       if (proxyState?.mode === 'bind') mounts.push({ source: proxy!, target: IN_PROXY_SOCKET, readOnly: true });
       // Managed-package releases: always read-only.
       for (const m of spec.mounts ?? []) mounts.push({ ...validateBind(m), readOnly: true });
-      const args = this.bwrapArgs({ mounts, tmpfs: [], etcDir: p.etc, env: daemonEnv(), cwd: '/workspace' });
+      // The daemon alone preloads nodump.so (PR_SET_DUMPABLE 0); commands get the env file's environment.
+      const args = this.bwrapArgs({ mounts, tmpfs: [], etcDir: p.etc, data: this.optData(p, true), env: { ...daemonEnv(), LD_PRELOAD: IN_NODUMP }, cwd: '/workspace' });
       const daemon = [
         this.nodePath, '--max-old-space-size=96', '--v8-pool-size=2', `${IN_OPT}/daemon/main.js`,
-        '--socket', IN_SOCKET, '--workspace', '/workspace', '--env-file', `${IN_OPT}/env.json`,
+        '--socket', IN_SOCKET, '--workspace', '/workspace', '--env-file', `${IN_OPT}/env.json`, '--orphan-grace-ms', String(this.orphanGraceMs),
         ...(proxy ? ['--egress-socket', IN_PROXY_SOCKET, '--egress-port', String(PROXY_PORT)] : []),
       ];
       const log = await open(p.log, 'a', 0o600);
       let child: ChildProcess;
       try {
-        child = this.launch(cg, DAEMON_OOM_SCORE_ADJ, true, [...args, '--', ...daemon], ['ignore', log.fd, log.fd]);
+        child = await this.launchWithSeccomp(cg, DAEMON_OOM_SCORE_ADJ, true, [...args, '--', ...daemon], ['ignore', log.fd, log.fd]);
       } finally {
         await log.close();
       }
@@ -440,6 +480,9 @@ export class BwrapExecutor implements Executor {
       child.unref();
       pid = child.pid!;
       const client = await this.waitReady(p, child);
+      // Listening now, and no workspace process exists yet: the socket and its directory become
+      // root's, so no workspace process can connect to, replace or remove them (docs/sandbox.md).
+      await lockDaemonSocket(p.sockDir, path.basename(p.socket));
       this.clients.get(spec.id)?.close();
       this.clients.set(spec.id, client);
       const state: RunState = { id: spec.id, pid, startedAt: new Date().toISOString(), proxy: proxyState };
@@ -453,6 +496,63 @@ export class BwrapExecutor implements Executor {
         await killKeeper(pid);
       }
       throw err;
+    }
+  }
+
+  private nativeArtifacts(): Promise<NativeArtifacts> {
+    this.native ??= nativeArtifacts(this.runDir).catch((err) => {
+      this.native = undefined;
+      throw err;
+    });
+    return this.native;
+  }
+
+  /**
+   * launch() with bubblewrap's arguments passed through a descriptor (`bwrap --args FD`, so the
+   * sandbox's pid 1 shows no host path in its command line), the seccomp program on descriptor
+   * SECCOMP_FD (`--seccomp`), and every --ro-bind-data file opened and passed as a descriptor.
+   */
+  private async launchWithSeccomp(
+    cg: SandboxCgroup | undefined,
+    oomScoreAdj: number | undefined,
+    keeper: boolean,
+    bwrapArgv: string[],
+    stdio: StdioOptions,
+  ): Promise<ChildProcess> {
+    const native = await this.nativeArtifacts();
+    const open_: FileHandle[] = [];
+    const fds: number[] = [];
+    const fdFor = async (file: string): Promise<number> => {
+      const fh = await open(file, 'r');
+      open_.push(fh);
+      fds.push(fh.fd);
+      return 2 + fds.length; // stdio slot in the child
+    };
+    try {
+      const seccompSlot = await fdFor(native.seccompBpf);
+      const argv = ['--seccomp', String(seccompSlot)];
+      // Options go through the file; bwrap takes the command (after --) from its real command line.
+      const sep = bwrapArgv.indexOf('--');
+      const options = sep < 0 ? bwrapArgv : bwrapArgv.slice(0, sep);
+      const command = sep < 0 ? [] : bwrapArgv.slice(sep);
+      for (const arg of options) {
+        if (!arg.startsWith(DATA_MARK)) {
+          argv.push(arg);
+          continue;
+        }
+        const source = arg.slice(DATA_MARK.length);
+        argv.push(String(await fdFor(source === NODUMP_SOURCE ? native.nodumpSo : source)));
+      }
+      const argsFile = path.join(this.runDir, `args-${process.pid}-${randomBytes(6).toString('hex')}`);
+      await writeFile(argsFile, argv.map((x) => `${x}\0`).join(''), { mode: 0o600 });
+      try {
+        const argsSlot = await fdFor(argsFile);
+        return this.launch(cg, oomScoreAdj, keeper, ['--args', String(argsSlot), ...command], [...(stdio as unknown[]).slice(0, 3), ...fds] as StdioOptions);
+      } finally {
+        await rm(argsFile, { force: true });
+      }
+    } finally {
+      for (const fh of open_) await fh.close();
     }
   }
 
@@ -480,6 +580,8 @@ export class BwrapExecutor implements Executor {
     mounts: Mount[];
     tmpfs: string[];
     etcDir: string;
+    /** Files copied into the sandbox from descriptors (--ro-bind-data): no host path shows in mountinfo. */
+    data: { source: string; target: string }[];
     env: Record<string, string>;
     cwd: string;
     /** Privileged: uid 0 inside a new user namespace, every capability scoped to that namespace. */
@@ -492,7 +594,7 @@ export class BwrapExecutor implements Executor {
       ...systemArgs(),
       '--dir', '/etc',
     ];
-    for (const f of GENERATED_ETC) a.push('--ro-bind', path.join(plan.etcDir, f), `/etc/${f}`);
+    for (const f of GENERATED_ETC) a.push('--ro-bind-data', `${DATA_MARK}${path.join(plan.etcDir, f)}`, `/etc/${f}`);
     for (const f of this.etcFiles) a.push('--ro-bind-try', `/etc/${f}`, `/etc/${f}`);
     a.push('--symlink', '../proc/self/mounts', '/etc/mtab');
     for (const b of this.extraRoBinds) a.push('--ro-bind', b.source, b.target);
@@ -501,16 +603,25 @@ export class BwrapExecutor implements Executor {
     // Parents before children, so a bind below another bind lands on top of it.
     const mounts = [...plan.mounts].sort((x, y) => depth(x.target) - depth(y.target));
     for (const m of mounts) a.push(m.readOnly ? '--ro-bind' : '--bind', m.source, m.target);
+    for (const dir of new Set(plan.data.map((d) => path.posix.dirname(d.target)))) a.push('--dir', dir);
+    for (const d of plan.data) a.push('--ro-bind-data', `${DATA_MARK}${d.source}`, d.target);
     a.push('--remount-ro', '/', '--chdir', plan.cwd);
     for (const [k, v] of Object.entries(plan.env)) a.push('--setenv', k, v);
     return a;
   }
 
-  /** /opt/atelier: the env file (and package.json) of this sandbox, and the daemon code below it. */
-  private optMounts(p: RunPaths): Mount[] {
+  /**
+   * /opt/atelier: the env file and package.json of this sandbox, the daemon code below it and (for
+   * the daemon) nodump.so, all copied in from descriptors, so neither the data directory nor the
+   * install path appears in the sandbox's /proc/self/mountinfo.
+   */
+  private optData(p: RunPaths, withNodump: boolean): { source: string; target: string }[] {
+    this.daemonFiles ??= readdirSync(this.daemonDir).filter((f) => f.endsWith('.js'));
     return [
-      { source: p.opt, target: IN_OPT, readOnly: true },
-      { source: this.daemonDir, target: `${IN_OPT}/daemon`, readOnly: true },
+      { source: path.join(p.opt, 'package.json'), target: `${IN_OPT}/package.json` },
+      { source: path.join(p.opt, 'env.json'), target: `${IN_OPT}/env.json` },
+      ...this.daemonFiles.map((f) => ({ source: path.join(this.daemonDir, f), target: `${IN_OPT}/daemon/${f}` })),
+      ...(withNodump ? [{ source: NODUMP_SOURCE, target: IN_NODUMP }] : []),
     ];
   }
 
@@ -551,14 +662,13 @@ export class BwrapExecutor implements Executor {
   /** Fresh per-sandbox runtime directory with the generated /etc and /opt/atelier (env file). */
   private async prepareRunDir(p: RunPaths, env: Record<string, string>): Promise<void> {
     await mkdir(this.runDir, { recursive: true, mode: 0o711 });
-    await rm(p.dir, { recursive: true, force: true });
+    await removeTreeNoFollow(p.dir);
     await mkdir(p.dir, { mode: 0o711 });
     await mkdir(p.etc, { mode: 0o755 });
     for (const [name, content] of Object.entries(etcContent())) {
       await writeFile(path.join(p.etc, name), content, { mode: 0o644 });
     }
     await mkdir(p.opt, { mode: 0o755 });
-    await mkdir(path.join(p.opt, 'daemon'), { mode: 0o755 }); // mount point for the daemon code
     // Without it node would load the ES modules of /opt/atelier/daemon as CommonJS.
     await writeFile(path.join(p.opt, 'package.json'), '{"type":"module"}\n', { mode: 0o644 });
     const envFile = path.join(p.opt, 'env.json');
@@ -955,6 +1065,12 @@ export async function probeSandboxSupport(opts: BwrapExecutorOptions = {}): Prom
       const r = await runProbe([...drop, ...c.flags, ...systemArgs(), '--', '/bin/true']);
       if (!r.ok) problems.push({ what: `${c.what}: ${r.stderr.trim() || 'exit status ' + r.code}`, fix: c.fix });
     }
+  }
+
+  try {
+    await nativeArtifacts(path.resolve(opts.runDir ?? '/run/atelier'));
+  } catch (err) {
+    problems.push({ what: `sandbox seccomp filter: ${err instanceof Error ? err.message : String(err)}`, fix: 'run scripts/setup.sh (apt-get install gcc libseccomp-dev)' });
   }
 
   try {

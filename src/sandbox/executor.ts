@@ -58,6 +58,12 @@ export interface ExecRequest {
   maxOutputBytes?: number;
   /** On timeout or cancel, SIGTERM first and SIGKILL this many ms later; 0 (default) kills at once. */
   killGraceMs?: number;
+  /**
+   * true: processes the command leaves behind keep running after it exits normally (async
+   * operations and tasks, tools made for background work). Otherwise (default) a command's whole
+   * session and everything it started are killed when it ends, whichever way.
+   */
+  keepBackground?: boolean;
 }
 
 export interface EphemeralBind {
@@ -72,7 +78,7 @@ export interface EphemeralBind {
  * A short-lived sandbox for one command (git network operations, the bash toolbox target). The
  * command fields are ExecRequest's, except that cwd is absolute and there is no kill grace.
  */
-export interface EphemeralSpec extends Omit<ExecRequest, 'cwd' | 'killGraceMs'> {
+export interface EphemeralSpec extends Omit<ExecRequest, 'cwd' | 'killGraceMs' | 'keepBackground'> {
   /** Names the cgroup; generated when omitted. */
   id?: string;
   /**
@@ -115,6 +121,8 @@ export interface Executor {
   ): Promise<ExecResult>;
   /** Kills every process of the sandbox (files are kept). */
   stop(h: SandboxHandle): Promise<void>;
+  /** Whether the sandbox (its daemon) still runs. */
+  alive(h: SandboxHandle): Promise<boolean>;
   /** stop() and remove the sandbox's cgroups and runtime files. rootDir is the caller's to remove. */
   destroy(h: SandboxHandle): Promise<void>;
   /** After a runner restart: the handle of a sandbox whose daemon still answers, else null. */

@@ -1,11 +1,24 @@
 /**
  * Host-side handling of a sandbox's root directory (<dataDir>/workspaces/<id>/ with repo/, home/,
- * tmp/). The runner is root; everything here avoids following symlinks that sandbox processes
- * could have planted, and runs only while no process of that sandbox is alive.
+ * tmp/). The runner is root, and a workspace's processes (its long-lived sandbox, a short-lived
+ * git or privileged sandbox) may be changing the tree at any moment, swapping directories for
+ * symlinks to host paths. So nothing here resolves a path inside the tree by name:
+ *
+ * - every step is a descriptor walk: a directory is opened with O_DIRECTORY | O_NOFOLLOW relative
+ *   to the descriptor of its parent (through /proc/self/fd/<fd>/<name>, which is openat(2) for
+ *   node: the kernel resolves /proc/self/fd/<fd> to the very directory the descriptor holds, and
+ *   the last component is never followed), then fstat/fchown/fchmod act on the descriptor;
+ * - entries that are not directories are changed with lchown/unlink on /proc/self/fd/<fd>/<name>,
+ *   which act on the entry itself (a symlink, never its target);
+ * - an entry that changed kind or vanished between readdir and open is skipped (ELOOP, ENOTDIR,
+ *   ENOENT): the walk never follows what it finds there, and never fails because of it;
+ * - the walk stays on the tree's filesystem (st_dev) and never crosses a mount point.
+ *
+ * Root only ever re-owns to the sandbox uid and only below rootDir, and only when an entry is not
+ * owned by that uid already (a new directory, or a tree made under another configured uid).
  */
-import { spawn } from 'node:child_process';
 import { constants } from 'node:fs';
-import { chmod, lchown, lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { chmod, lchown, lstat, mkdir, open, readdir, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { ServiceError } from '../core/errors.js';
 
@@ -16,38 +29,196 @@ export interface SandboxIds {
   gid: number;
 }
 
+const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+
+/** The path that names `name` inside the directory held by `fh` (openat semantics). */
+function at(fh: FileHandle, name: string): string {
+  if (name === '' || name === '.' || name === '..' || name.includes('/')) throw new ServiceError('INTERNAL', `bad entry name in a descriptor walk: ${JSON.stringify(name)}`);
+  return `/proc/self/fd/${fh.fd}/${name}`;
+}
+
+function gone(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR' || code === 'EXDEV';
+}
+
+/** Opens a directory by absolute host path, refusing a symlink in the last component. */
+export async function openDirNoFollow(p: string): Promise<FileHandle> {
+  return open(p, DIR_FLAGS);
+}
+
+/** Opens the directory `name` inside `parent`, never following a symlink; null when it is not a directory (any more). */
+async function openDirAt(parent: FileHandle, name: string): Promise<FileHandle | null> {
+  try {
+    return await open(at(parent, name), DIR_FLAGS);
+  } catch (err) {
+    if (gone(err)) return null;
+    throw err;
+  }
+}
+
 /**
- * Makes rootDir and its repo/, home/, tmp/ exist and gives the whole tree to the sandbox user
- * (lchown: symlinks themselves are re-owned, never their targets). Entries already owned by the
- * user are skipped, so a tree the sandbox wrote itself costs one lstat per entry.
+ * Makes rootDir and its repo/, home/, tmp/ exist and owned by the sandbox user (rootDir 0700,
+ * tmp 1777). Deeper entries are re-owned (by descriptor walk) only when a subdirectory was not
+ * the user's yet: a tree the sandbox wrote itself is never walked.
  */
 export async function prepareRootDir(rootDir: string, ids: SandboxIds): Promise<void> {
   await mkdir(rootDir, { recursive: true });
-  const top = await lstat(rootDir);
-  if (!top.isDirectory()) throw new ServiceError('FAILED_PRECONDITION', `sandbox root is not a directory: ${rootDir}`);
-  for (const sub of ROOT_SUBDIRS) {
-    const dir = path.join(rootDir, sub);
-    try {
-      await mkdir(dir, { mode: sub === 'tmp' ? 0o1777 : 0o755 });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      if (!(await lstat(dir)).isDirectory()) {
-        throw new ServiceError('FAILED_PRECONDITION', `sandbox ${sub}/ is not a directory`, { path: dir });
+  let root: FileHandle;
+  try {
+    root = await openDirNoFollow(rootDir);
+  } catch (err) {
+    if (gone(err)) throw new ServiceError('FAILED_PRECONDITION', `sandbox root is not a directory: ${rootDir}`);
+    throw err;
+  }
+  try {
+    const rootSt = await root.stat();
+    for (const sub of ROOT_SUBDIRS) {
+      try {
+        await mkdir(at(root, sub), { mode: sub === 'tmp' ? 0o1777 : 0o755 });
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      const fh = await openDirAt(root, sub);
+      if (!fh) throw new ServiceError('FAILED_PRECONDITION', `sandbox ${sub}/ is not a directory`, { path: path.join(rootDir, sub) });
+      try {
+        const st = await fh.stat();
+        if (st.uid !== ids.uid || st.gid !== ids.gid) {
+          await fh.chown(ids.uid, ids.gid);
+          // Not the sandbox's yet: a fresh directory (empty) or a tree made under another uid.
+          if (st.dev === rootSt.dev) await chownTreeAt(fh, ids, st.dev);
+        }
+        if (sub === 'tmp') await fh.chmod(0o1777);
+      } finally {
+        await fh.close();
       }
     }
+    if (rootSt.uid !== ids.uid || rootSt.gid !== ids.gid) await root.chown(ids.uid, ids.gid);
+    await root.chmod(0o700);
+  } finally {
+    await root.close();
   }
-  await chownTree(rootDir, ids);
-  await chmod(rootDir, 0o700);
-  await chmod(path.join(rootDir, 'tmp'), 0o1777);
 }
 
-/** lchown every entry under (and including) dir that is not owned by ids yet; never follows symlinks. */
+/** lchown every entry below the directory held by `dir` that is not owned by ids; descriptor walk, never follows symlinks. */
+async function chownTreeAt(dir: FileHandle, ids: SandboxIds, dev: number): Promise<void> {
+  for (const entry of await readdir(`/proc/self/fd/${dir.fd}`, { withFileTypes: true })) {
+    if (entry.isDirectory()) {
+      const fh = await openDirAt(dir, entry.name);
+      if (!fh) continue;
+      try {
+        const st = await fh.stat();
+        if (st.dev !== dev) continue;
+        if (st.uid !== ids.uid || st.gid !== ids.gid) await fh.chown(ids.uid, ids.gid);
+        await chownTreeAt(fh, ids, dev);
+      } finally {
+        await fh.close();
+      }
+      continue;
+    }
+    try {
+      const p = at(dir, entry.name);
+      const st = await lstat(p);
+      if (st.isDirectory() || st.dev !== dev) continue; // became a directory meanwhile: left as it is
+      if (st.uid !== ids.uid || st.gid !== ids.gid) await lchown(p, ids.uid, ids.gid);
+    } catch (err) {
+      if (!gone(err)) throw err;
+    }
+  }
+}
+
+/** Exposed for tests and re-owning tools: the descriptor walk over the tree at `dir` (the top itself included). */
 export async function chownTree(dir: string, ids: SandboxIds): Promise<void> {
-  const st = await lstat(dir);
-  if (st.uid !== ids.uid || st.gid !== ids.gid) await lchown(dir, ids.uid, ids.gid);
-  if (!st.isDirectory()) return;
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
-    await chownTree(path.join(dir, entry.name), ids);
+  const fh = await openDirNoFollow(dir);
+  try {
+    const st = await fh.stat();
+    if (st.uid !== ids.uid || st.gid !== ids.gid) await fh.chown(ids.uid, ids.gid);
+    await chownTreeAt(fh, ids, st.dev);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Removes every entry below the directory held by `dir`; descriptor walk, unlinks symlinks, never follows them. */
+async function emptyDirAt(dir: FileHandle, dev: number): Promise<void> {
+  for (const entry of await readdir(`/proc/self/fd/${dir.fd}`, { withFileTypes: true })) {
+    await removeAt(dir, entry.name, dev);
+  }
+}
+
+async function removeAt(dir: FileHandle, name: string, dev: number, retries = 0): Promise<void> {
+  // Something that keeps changing the entry (only a live workspace process could) is not chased forever.
+  if (retries > 50) throw new ServiceError('CONFLICT', `an entry kept changing while it was removed: ${name}`);
+  const p = at(dir, name);
+  try {
+    await unlink(p);
+    return;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return;
+    if (code !== 'EISDIR' && code !== 'EPERM') throw err;
+  }
+  const fh = await openDirAt(dir, name);
+  if (!fh) return removeAt(dir, name, dev, retries + 1); // changed kind meanwhile: try again as what it is now
+  try {
+    const st = await fh.stat();
+    if (st.dev !== dev) return; // a mount point: never descended into
+    await emptyDirAt(fh, dev);
+  } finally {
+    await fh.close();
+  }
+  try {
+    await rmdir(p);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOTEMPTY' || code === 'EEXIST') return removeAt(dir, name, dev, retries + 1); // refilled meanwhile
+    if (code !== 'ENOENT') throw err;
+  }
+}
+
+/** Removes a host directory tree by descriptor walk (rm -rf that never follows a symlink at any step). */
+export async function removeTreeNoFollow(dir: string): Promise<void> {
+  let fh: FileHandle;
+  try {
+    fh = await openDirNoFollow(dir);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return;
+    if (code === 'ELOOP' || code === 'ENOTDIR') {
+      await unlink(dir);
+      return;
+    }
+    throw err;
+  }
+  try {
+    await emptyDirAt(fh, (await fh.stat()).dev);
+  } finally {
+    await fh.close();
+  }
+  await rmdir(dir).catch((err) => {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  });
+}
+
+/**
+ * Once the daemon listens: its socket directory (bound at /run/atelier inside) and the socket
+ * become root's (directory 0755, socket 0600), so workspace processes (the sandbox uid) can
+ * neither connect to the socket nor add, replace or remove anything there; root (the runner)
+ * still connects. Descriptor-based; refuses anything but a socket.
+ */
+export async function lockDaemonSocket(sockDir: string, name: string): Promise<void> {
+  const fh = await openDirNoFollow(sockDir);
+  try {
+    await fh.chown(0, 0);
+    await fh.chmod(0o755);
+    const p = at(fh, name);
+    const st = await lstat(p);
+    if (!st.isSocket()) throw new ServiceError('FAILED_PRECONDITION', 'the sandbox daemon socket is not a socket', { path: path.join(sockDir, name) });
+    await lchown(p, 0, 0);
+    // No lchmod on Linux: chmod follows, but the entry was checked as a socket and only root can change the directory now.
+    await chmod(p, 0o600);
+  } finally {
+    await fh.close();
   }
 }
 
@@ -78,25 +249,11 @@ export async function assertTraversable(target: string, ids: SandboxIds): Promis
 }
 
 /**
- * Removes a sandbox's root directory once its sandbox is stopped. First `rm -rf` runs as the
- * sandbox user, so whatever a leftover process might do to the tree, the kernel confines the
- * deletion to what that user may delete; then root removes the rest (e.g. directories the user
- * made unwritable) with node's rm, which unlinks symlinks instead of following them.
+ * Removes a sandbox's root directory. Root removes it by descriptor walk (removeTreeNoFollow), so
+ * whatever a process of the workspace might still do to the tree, no symlink is ever followed and
+ * nothing outside rootDir is touched. (On the workspace's own filesystem the caller unmounts and
+ * deletes the image first, and nothing is left to walk.)
  */
-export async function removeSandboxRoot(rootDir: string, ids: SandboxIds, setprivPath = '/usr/bin/setpriv'): Promise<void> {
-  try {
-    await lstat(rootDir);
-  } catch {
-    return;
-  }
-  await new Promise<void>((resolve) => {
-    const child = spawn(
-      setprivPath,
-      [`--reuid=${ids.uid}`, `--regid=${ids.gid}`, '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--', 'rm', '-rf', '--one-file-system', '--', rootDir],
-      { stdio: 'ignore', env: { PATH: '/usr/bin:/bin' } },
-    );
-    child.on('error', () => resolve());
-    child.on('exit', () => resolve());
-  });
-  await rm(rootDir, { recursive: true, force: true });
+export async function removeSandboxRoot(rootDir: string, _ids?: SandboxIds): Promise<void> {
+  await removeTreeNoFollow(rootDir);
 }

@@ -6,7 +6,7 @@
  * environment variable, a git config or the workspace's own sandbox.
  */
 import { createServer, type Server } from 'node:net';
-import { chown, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, chown, mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ParsedRepoUrl } from './repos.js';
 
@@ -39,8 +39,10 @@ export async function startCredentialBroker(opts: {
   gid: number;
   onRequest?: (d: { host: string; path: string; answered: boolean }) => void;
 }): Promise<BrokerLease> {
+  // Root-owned and 0711: the sandbox user reaches the socket (its own) but cannot add, replace or
+  // link anything in the directory root later removes.
   const dir = await mkdtemp(join(opts.runDir, 'cred-'));
-  await chown(dir, opts.uid, opts.gid);
+  await chmod(dir, 0o711);
   const sock = join(dir, CRED_SOCKET_NAME);
   let served = 0;
   const server: Server = createServer((conn) => {

@@ -8,6 +8,7 @@
  * with the broker's credential. Values never get spliced into shell scripts: they travel as
  * environment variables or argv. Decisions and result shapes: docs/git.md.
  */
+import { posix } from 'node:path';
 import { createHash } from 'node:crypto';
 import { ServiceError } from '../core/errors.js';
 import type { CursorCodec } from '../core/cursor.js';
@@ -279,10 +280,11 @@ export class GitService {
   }
 
   async diff(ws: string, a: { staged: boolean; path?: string; cursor?: string; limit: number; readAll?: boolean }): Promise<Record<string, unknown>> {
+    if (a.path !== undefined) confineToWorkspace('path', a.path);
     const args = ['diff', '--no-color', '--no-ext-diff', '--no-textconv', ...(a.staged ? ['--cached'] : []), '--'];
     if (a.path) args.push(a.path);
     const r = await this.git(ws, args);
-    if (r.exitCode !== 0) throw this.fail('diff', r);
+    if (r.exitCode !== 0) throw outsideRefusal('path', r.stderr) ?? this.fail('diff', r);
     const full = r.stdout;
     const hash = createHash('sha256').update(full).digest('hex').slice(0, 16);
     // Cursors stay short: the path is bound by a hash, not carried.
@@ -416,9 +418,12 @@ export class GitService {
   }
 
   async add(ws: string, a: { all: boolean; paths: string[] }): Promise<Record<string, unknown>> {
+    if (!a.all) a.paths.forEach((p, i) => confineToWorkspace(`paths[${i}]`, p));
     return this.locked(ws, async () => {
       const r = await this.git(ws, a.all ? ['add', '-A', '--', '.'] : ['add', '-A', '--', ...a.paths]);
       if (r.exitCode !== 0) {
+        const outside = outsideRefusal('paths', r.stderr);
+        if (outside) throw outside;
         if (/did not match any files/.test(r.stderr)) throw new ServiceError('NOT_FOUND', `paths: ${tail(r.stderr, 2)}`, { field: 'paths' });
         throw this.fail('add', r);
       }
@@ -961,4 +966,26 @@ export class GitService {
       return { workspaceId: ws, name: a.name, removed: true, discardedChanges: a.force && wt.dirty === true, branch: wt.branch };
     });
   }
+}
+
+/**
+ * Lexical confinement of a workspace-relative path given to git (git_diff path, git_add paths):
+ * absolute paths and `..` that climb out of the workspace are PERMISSION_DENIED naming the field,
+ * before git runs; a NUL or a lone UTF-16 surrogate is INVALID_ARGUMENT. (Symlinks that lead out
+ * are git's to refuse; outsideRefusal maps that answer.)
+ */
+export function confineToWorkspace(field: string, p: string): void {
+  const base = field.replace(/\[\d+\]$/, '');
+  if (p.includes('\0')) throw new ServiceError('INVALID_ARGUMENT', `${field}: contains a NUL character`, { field: base, path: p });
+  if (/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(p))
+    throw new ServiceError('INVALID_ARGUMENT', `${field}: ${JSON.stringify(p)} contains a lone UTF-16 surrogate, which no file name can hold`, { field: base, rule: 'well-formed Unicode' });
+  if (p.startsWith('/')) throw new ServiceError('PERMISSION_DENIED', `${field}: ${p} is an absolute path and leaves the workspace; paths are relative to the workspace root`, { field: base, path: p });
+  const norm = posix.normalize(p);
+  if (norm === '..' || norm.startsWith('../')) throw new ServiceError('PERMISSION_DENIED', `${field}: ${p} leaves the workspace`, { field: base, path: p });
+}
+
+/** git's own "outside the repository" answers as PERMISSION_DENIED naming the field. */
+function outsideRefusal(field: string, stderr: string): ServiceError | null {
+  const m = /fatal: (.*?(?:is outside repository|beyond a symbolic link|outside the repository).*)$/m.exec(stderr);
+  return m ? new ServiceError('PERMISSION_DENIED', `${field}: ${m[1]!.replace(/ at '[^']*'$/, '')}: the path leaves the workspace`, { field }) : null;
 }

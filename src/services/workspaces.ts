@@ -11,7 +11,7 @@
  * hooks, fsmonitor and other config that executes programs.
  */
 import { join } from 'node:path';
-import { chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
@@ -164,6 +164,9 @@ export class WorkspaceService {
   private reaper: NodeJS.Timeout | undefined;
   private readonly lastTouch = new Map<string, number>();
   private readonly closeHooks: Array<(id: string) => Promise<void>> = [];
+  private readonly restarting = new Map<string, Promise<SandboxHandle>>();
+  /** Sandboxes found dead and restarted, for workspace_status. */
+  private readonly deaths = new Map<string, { at: string; restarts: number }>();
 
   constructor(private readonly d: Deps) {}
 
@@ -336,7 +339,8 @@ export class WorkspaceService {
       if (opts.repo) {
         const runDir = join(this.d.config.dataDir, 'run');
         tmp = await mkdtemp(join(runDir, 'g-'));
-        await chown(tmp, this.ids.uid, this.ids.gid);
+        // Root-owned (0711): the sandbox user may use the socket inside, never change the directory.
+        await chmod(tmp, 0o711);
         const proxySocket = join(tmp, 'p.sock');
         proxy = await startEgressProxy({
           socketPath: proxySocket,
@@ -507,8 +511,41 @@ export class WorkspaceService {
     if (w.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is ${w.state}`, { workspaceId: id, state: w.state });
     this.touch(w);
     const h = this.handles.get(id);
-    if (h) return h;
-    return this.locked(id, () => this.startSandbox(this.get(id)));
+    if (h && (await this.d.executor.alive(h))) return h;
+    return this.restartSandbox(id, h ? 'the sandbox daemon had died' : 'no sandbox was running');
+  }
+
+  /**
+   * Starts the sandbox of an active workspace again (its daemon died, e.g. of a `kill -9 -1` from
+   * inside, or none runs): leftovers are killed, the files (the checkout) are kept. Concurrent
+   * callers share one restart. Not under the lifecycle lock, so a locked operation may call it.
+   */
+  private restartSandbox(id: string, why: string): Promise<SandboxHandle> {
+    const running = this.restarting.get(id);
+    if (running) return running;
+    const p = (async () => {
+      const old = this.handles.get(id) ?? this.storedHandle(id);
+      this.handles.delete(id);
+      if (old) await this.d.executor.stop(old).catch((e) => this.d.log.warn({ err: e, workspace: id }, 'stopping a dead sandbox failed'));
+      if (old) {
+        const prev = this.deaths.get(id);
+        this.deaths.set(id, { at: nowIso(), restarts: (prev?.restarts ?? 0) + 1 });
+        this.d.log.warn({ workspace: id, why }, 'workspace sandbox restarted');
+        this.d.audit.record({ actor: 'system', action: 'workspace_sandbox_restart', target: id, outcome: 'ok', reason: why });
+      }
+      return this.startSandbox(this.get(id));
+    })();
+    this.restarting.set(id, p);
+    return p.finally(() => {
+      if (this.restarting.get(id) === p) this.restarting.delete(id);
+    });
+  }
+
+  /** running: the daemon answers; died: it was started and is gone (restarted on the next call or resume); stopped: not started (expired, closed, or not yet after a restart). */
+  private async sandboxState(id: string): Promise<'running' | 'died' | 'stopped'> {
+    const h = this.handles.get(id);
+    if (!h) return 'stopped';
+    return (await this.d.executor.alive(h)) ? 'running' : 'died';
   }
 
   /** Activity moves the idle lease (at most one write per 5 s per workspace). */
@@ -526,12 +563,25 @@ export class WorkspaceService {
 
   async exec(id: string, req: ExecRequest, onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void, signal?: AbortSignal): Promise<ExecResult> {
     const h = await this.activeHandle(id);
-    return this.d.executor.exec(h, req, onOutput, signal);
+    // Streaming callers are the async operations and tasks (CommandService.launch): they keep what
+    // their command leaves running. A foreground command's leftovers die with it.
+    return this.d.executor.exec(h, { ...req, keepBackground: req.keepBackground ?? onOutput !== undefined }, onOutput, signal);
   }
 
-  status(id: string): Record<string, unknown> {
+  async status(id: string): Promise<Record<string, unknown>> {
     const w = this.get(id);
-    return { ...this.describe(w), sandboxRunning: this.handles.has(id), gitIdentity: w.gitIdentity };
+    const state = w.state === 'active' ? await this.sandboxState(id) : 'stopped';
+    const death = this.deaths.get(id);
+    return {
+      ...this.describe(w),
+      sandboxRunning: state === 'running',
+      sandboxState: state,
+      ...(state === 'died'
+        ? { sandboxNote: 'the sandbox daemon is gone (its processes ended); the next call or workspace_recover (mode resume) starts it again with the files intact' }
+        : {}),
+      ...(death ? { sandboxRestarts: death.restarts, sandboxLastRestartAt: death.at } : {}),
+      gitIdentity: w.gitIdentity,
+    };
   }
 
   /** What this workspace may do, and the repohost actions for its repository. Mints no tokens. */
@@ -639,13 +689,18 @@ export class WorkspaceService {
       const capped = Date.parse(requested) > Date.parse(w.hardExpiresAt);
       const leaseExpiresAt = capped ? w.hardExpiresAt : requested;
       const reactivated = w.state === 'expired_recoverable';
+      let restarted = false;
       if (reactivated) {
         this.update(id, { state: 'active', state_reason: null });
         await this.startSandbox(this.get(id));
+      } else if ((await this.sandboxState(id)) !== 'running') {
+        // Active, but its sandbox died (or none runs): resume means working again.
+        await this.restartSandbox(id, 'resumed with its sandbox not running');
+        restarted = true;
       }
       this.update(id, { lease_expires_at: leaseExpiresAt, last_activity_at: new Date(now).toISOString() });
       this.lastTouch.set(id, now);
-      const result: Record<string, unknown> = { workspaceId: id, state: 'active', leaseExpiresAt, hardExpiresAt: w.hardExpiresAt, leaseCapped: capped, reactivated, leaseWarnings: [] as string[] };
+      const result: Record<string, unknown> = { workspaceId: id, state: 'active', leaseExpiresAt, hardExpiresAt: w.hardExpiresAt, leaseCapped: capped, reactivated, sandboxRestarted: restarted, leaseWarnings: [] as string[] };
       if (capped) {
         result.requestedExpiresAt = requested;
         (result.leaseWarnings as string[]).push(`the lease was capped at hardExpiresAt (${w.hardExpiresAt}): a workspace never outlives its maximum lifetime; push or export your work before then`);
@@ -749,6 +804,12 @@ export class WorkspaceService {
         await this.removeEverything(id, 'hard expiry: maximum workspace lifetime reached');
         this.d.audit.record({ actor: 'system', action: 'workspace_hard_expire', target: id, outcome: 'ok' });
       }).catch((e) => this.d.log.error({ err: e, workspace: id }, 'hard expiry failed'));
+    }
+    // Keep a connection to every live daemon: a daemon with no runner connection for its orphan
+    // grace period exits (the bound for sandboxes whose runner never comes back, docs/sandbox.md),
+    // so a dropped connection is re-made here, long before that.
+    for (const [id, h] of this.handles) {
+      await this.d.executor.request(h, 'ping', {}, { timeoutMs: 5_000 }).catch(() => this.d.log.debug({ workspace: id }, 'sandbox daemon did not answer the keep-alive ping'));
     }
     const idle = this.d.db.prepare("SELECT id FROM workspaces WHERE state = 'active' AND lease_expires_at <= ?").pluck().all(now) as string[];
     for (const id of idle) {

@@ -282,9 +282,11 @@ describe('confinement', () => {
     await sh('echo "safe content" > race.txt && rm -f .stop');
     // A background loop in the workspace swaps race.txt between a regular file and a symlink to
     // /etc/passwd with atomic renames, until .stop appears (or 30 s pass).
-    await sh(
-      '(end=$(( $(date +%s) + 30 )); while [ ! -e .stop ] && [ $(date +%s) -lt $end ]; do ln -sfn /etc/passwd .evil && mv -Tf .evil race.txt; echo "safe content" > .good && mv -f .good race.txt; done; rm -f .stop) >/dev/null 2>&1 &',
-    );
+    // Async: a foreground command's background processes end with it (docs/workspaces.md).
+    await ok('exec_run', {
+      async: true,
+      command: '(end=$(( $(date +%s) + 30 )); while [ ! -e .stop ] && [ $(date +%s) -lt $end ]; do ln -sfn /etc/passwd .evil && mv -Tf .evil race.txt; echo "safe content" > .good && mv -f .good race.txt; done; rm -f .stop) >/dev/null 2>&1 &',
+    });
     let safe = 0;
     let refused = 0;
     for (let i = 0; i < 100; i++) {

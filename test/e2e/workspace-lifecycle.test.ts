@@ -143,7 +143,10 @@ describe('idle expiry, resume and restart', () => {
   it('an idle workspace lapses into expired_recoverable with its files, and resumes', async () => {
     const w = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'idle-lease-1' });
     const id = w.workspaceId as string;
-    await sh(id, 'echo kept > kept.txt; sleep 600 > /dev/null 2>&1 &');
+    // A background process started by a tool made for that (an async operation keeps its leftovers).
+    const op = await ok('exec_run', { workspaceId: id, command: 'echo kept > kept.txt; sleep 600 > /dev/null 2>&1 &', async: true });
+    await ok('operation_wait', { operationId: op.operationId, timeoutMs: 10_000 });
+    expect((await sh(id, 'pgrep -x sleep >/dev/null && echo sleeping')).stdout).toBe('sleeping\n');
     expect(await waitFor(async () => (await ok('workspace_status', { workspaceId: id })).state === 'expired_recoverable', 30_000)).toBe(true);
     const refused = await call(c, 'exec_run', { workspaceId: id, command: 'true' });
     expect(!refused.ok && refused.error.code).toBe('FAILED_PRECONDITION');

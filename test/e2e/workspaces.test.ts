@@ -4,7 +4,7 @@
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +14,7 @@ import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fix
 import type { GitHost } from '../fixtures/githost.js';
 import type { Service } from './harness.js';
 import { gitEnvFor } from '../fixtures/githost.js';
+import { CgroupManager } from '../../src/sandbox/cgroups.js';
 
 let host: GitHost;
 let svc: Service;
@@ -186,11 +187,16 @@ describe('isolation', () => {
     await neighbourAnswers();
     const b = await bomb;
     expect(b.timedOut).toBe(true);
-    // Memory hog: killed by the workspace's memory limit.
-    const hog = sh(`node -e "const a=[];for(;;)a.push(Buffer.alloc(16<<20,1))"; echo "hog exit $?"`, ws, 60_000);
+    // Memory hog: killed by the workspace's memory limit, i.e. by the kernel's OOM killer in the
+    // workspace's memory cgroup (SIGKILL, 137), not by a runtime's own abort: tail buffers all of
+    // /dev/zero (no newline ever comes) and never gives up by itself.
+    const oomKills = () => Number(/oom_kill (\d+)/.exec(readFileSync(join(CgroupManager.discover().group(ws).dirs.memory, 'memory.oom_control'), 'utf8'))?.[1] ?? NaN);
+    const killsBefore = oomKills();
+    const hog = sh(`tail /dev/zero; echo "hog exit $?"`, ws, 60_000);
     await neighbourAnswers();
     const h = await hog;
-    expect(h.stdout).toMatch(/hog exit (137|134)/);
+    expect(h.stdout).toMatch(/hog exit 137/);
+    expect(oomKills()).toBeGreaterThan(killsBefore);
     // Disk filler: the workspace's own filesystem fills, nothing else.
     const hostFreeBefore = Number(execFileSync('df', ['--output=avail', '-k', svc.dataDir], { encoding: 'utf8' }).split('\n')[1]);
     const filler = sh('dd if=/dev/zero of=/workspace/fill bs=1M count=2000 2>&1; rm -f /workspace/fill', ws, 60_000);

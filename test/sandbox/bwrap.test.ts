@@ -198,9 +198,11 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
       expect(slow).toMatchObject({ exitCode: 0, stdout: 'neighbour-done\n', timedOut: false });
     });
 
-    it('lets background processes of a finished command run on', async () => {
-      const r = await ex.exec(h, { command: 'setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!' });
-      const pid = r.stdout.trim();
+    it('a finished foreground command takes its background processes with it; keepBackground keeps them', async () => {
+      const fg = await ex.exec(h, { command: 'setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!' });
+      expect((await ex.exec(h, { command: `kill -0 ${fg.stdout.trim()} 2>/dev/null && echo alive || echo gone` })).stdout).toBe('gone\n');
+      const bg = await ex.exec(h, { command: 'setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!', keepBackground: true });
+      const pid = bg.stdout.trim();
       expect((await ex.exec(h, { command: `kill -0 ${pid} && echo alive` })).stdout).toBe('alive\n');
       await ex.exec(h, { command: `kill ${pid}` });
     });

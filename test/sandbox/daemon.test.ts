@@ -3,7 +3,7 @@
  * exec semantics, confinement of cwd, cancellation, and the in-daemon tree kill.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/core/errors.js';
 import { DaemonClient } from '../../src/sandbox/client.js';
 import type { ExecResult, ExecStarted } from '../../src/sandbox/daemon/protocol.js';
+import { DAEMON_VERSION } from '../../src/sandbox/daemon/protocol.js';
 import { DAEMON_DIR, assertDaemonBuilt, isAlive, traversableTempDir } from './helpers.js';
 
 let base: string;
@@ -56,7 +57,7 @@ const exec = (params: Record<string, unknown>, opts: Parameters<DaemonClient['re
 describe('daemon protocol', () => {
   it('answers ping with pid, uid and version', async () => {
     const pong = await client.ping();
-    expect(pong).toEqual({ pid: daemon.pid, uid: process.getuid!(), version: '1' });
+    expect(pong).toEqual({ pid: daemon.pid, uid: process.getuid!(), version: DAEMON_VERSION  });
   });
 
   it('rejects unknown methods and malformed requests', async () => {
@@ -127,10 +128,12 @@ describe('daemon exec', () => {
   });
 
   it('holds an exec until it is released', async () => {
+    // The command records when it really ran; a hold that does not hold shows up as a marker
+    // written before the release (and a start time before it).
+    const marker = path.join(base, `held-${Date.now()}`);
     let started: ExecStarted | undefined;
-    const t0 = Date.now();
     const pending = exec(
-      { command: 'echo ran', hold: true },
+      { command: `date +%s%3N > ${marker}; echo ran`, hold: true },
       {
         onEvent: (event, data) => {
           if (event === 'started') started = data as ExecStarted;
@@ -138,11 +141,13 @@ describe('daemon exec', () => {
       },
     );
     while (!started) await sleep(5);
-    await sleep(200);
+    await sleep(300);
+    expect(existsSync(marker)).toBe(false);
+    const releasedAt = Date.now();
     await client.request('release', { execId: started.execId });
     const r = await pending;
     expect(r.stdout).toBe('ran\n');
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(200);
+    expect(Number(readFileSync(marker, 'utf8').trim())).toBeGreaterThanOrEqual(releasedAt - 5);
   });
 
   it('kills the process group and attached descendants on timeout', async () => {

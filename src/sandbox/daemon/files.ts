@@ -85,6 +85,9 @@ const DEFAULT_DIR_MODE = 0o755;
 // Errors
 // ---------------------------------------------------------------------------------------------
 
+/** An unpaired UTF-16 surrogate. */
+export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 const denied = (message: string, details: Record<string, unknown> = {}) => new DaemonError('PERMISSION_DENIED', message, details);
 const invalid = (message: string, details: Record<string, unknown> = {}) => new DaemonError('INVALID_ARGUMENT', message, details);
 const notFound = (message: string, details: Record<string, unknown> = {}) => new DaemonError('NOT_FOUND', message, details);
@@ -135,6 +138,9 @@ export class Confinement {
     if (typeof p !== 'string' || p.length === 0) throw invalid(`${field} must be a non-empty string`, { field });
     if (p.length > 4096) throw invalid(`${field} is longer than 4096 characters`, { field });
     if (p.includes('\0')) throw invalid(`${field}: ${JSON.stringify(p)} contains a NUL character`, { field, path: p });
+    // A lone UTF-16 surrogate has no UTF-8 form: the file system would get U+FFFD instead, so two
+    // different names would write one file. Refused, never replaced.
+    if (LONE_SURROGATE.test(p)) throw invalid(`${field}: ${JSON.stringify(p)} contains a lone UTF-16 surrogate, which no file name can hold`, { field, rule: 'well-formed Unicode' });
     if (p.startsWith('/')) {
       throw denied(`${field}: ${p} is an absolute path and leaves the workspace; paths are relative to the workspace root`, { field, path: p });
     }

@@ -4,7 +4,7 @@
  * this directory is bind-mounted read-only into every sandbox and must not reach the runner's code.
  *
  *   node main.js --socket /run/atelier/d.sock [--workspace /workspace] [--env-file FILE]
- *                [--egress-socket /run/egress/proxy.sock --egress-port 3128]
+ *                [--egress-socket /run/egress/proxy.sock --egress-port 3128] [--orphan-grace-ms N]
  *
  * The environment that commands start from comes from --env-file (a JSON object of strings), not
  * from the daemon's own environment, so workspace variables such as NODE_OPTIONS never change how
@@ -27,6 +27,7 @@ async function main(): Promise<void> {
       'env-file': { type: 'string' },
       'egress-socket': { type: 'string' },
       'egress-port': { type: 'string', default: '3128' },
+      'orphan-grace-ms': { type: 'string', default: '0' },
     },
     strict: true,
   });
@@ -43,7 +44,13 @@ async function main(): Promise<void> {
     // fs.* and search.* (files.ts, search.ts): confined to the workspace root.
     ...(await import('./search.js')).workspaceFileMethods(values.workspace!),
   };
-  await startServer(values.socket, methods);
+  await startServer(values.socket, methods, {
+    orphanGraceMs: Number(values['orphan-grace-ms']),
+    onOrphaned: () => {
+      process.stderr.write('atelier daemon: no runner connection for the orphan grace period; exiting (the sandbox ends)\n');
+      process.exit(0);
+    },
+  });
   if (values['egress-socket']) {
     await startEgressBridge('127.0.0.1', Number(values['egress-port']), values['egress-socket']);
   }

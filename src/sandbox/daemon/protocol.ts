@@ -14,8 +14,8 @@
  * This module is shared by the daemon and the runner-side client, so it imports node built-ins only.
  */
 
-/** Bumped whenever the daemon's methods or message shapes change incompatibly. */
-export const DAEMON_VERSION = '1';
+/** Bumped whenever the daemon's methods or message shapes change incompatibly (2: sandboxes with seccomp, a locked socket and the orphan bound; a runner replaces older ones at recovery). */
+export const DAEMON_VERSION = '2';
 
 /** Longest accepted line, in bytes, in either direction. */
 export const MAX_LINE_BYTES = 32 * 1024 * 1024;

@@ -197,7 +197,7 @@ function runRg(root: SearchRoot, args: string[], max: number, signal: AbortSigna
   return new Promise<RgRun>((resolve, reject) => {
     let child: ChildProcessByStdio<null, Readable, Readable>;
     try {
-      child = spawn(RG, [...args, '--', root.arg], { cwd: `/proc/${process.pid}/fd/${root.fd}`, env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+      child = spawn(RG, [...args, '--', root.arg], { cwd: `/proc/self/fd/${root.fd}`, env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
     } catch (e) {
       reject(new DaemonError('INTERNAL', `cannot start ripgrep: ${(e as Error).message}`));
       return;
@@ -457,7 +457,7 @@ function rgFiles(c: Confinement, dirRel: string, maxDepth: number | undefined, o
   const root = searchRoot(c, dirRel);
   return new Promise((resolve, reject) => {
     const args = ['--files', '--null', ...rgFilterArgs(undefined), ...(maxDepth !== undefined ? ['--max-depth', String(maxDepth)] : []), '--', './'];
-    const child = spawn(RG, args, { cwd: `/proc/${process.pid}/fd/${root.fd}`, env: childEnv(), stdio: ['ignore', 'pipe', 'ignore'] });
+    const child = spawn(RG, args, { cwd: `/proc/self/fd/${root.fd}`, env: childEnv(), stdio: ['ignore', 'pipe', 'ignore'] });
     let rest = '';
     let count = 0;
     let truncated = false;

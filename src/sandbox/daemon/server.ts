@@ -27,10 +27,35 @@ export interface CallContext {
 export type MethodHandler = (params: unknown, ctx: CallContext) => unknown;
 export type MethodTable = Record<string, MethodHandler>;
 
-/** Listens on `socketPath` (replacing a stale socket file) and serves `methods`. */
-export async function startServer(socketPath: string, methods: MethodTable): Promise<Server> {
+/**
+ * Listens on `socketPath` (replacing a stale socket file) and serves `methods`.
+ *
+ * orphanGraceMs: once the socket is root's (the runner locks it after the first ping), every
+ * connection is the runner's. When no connection has been open for that long, the runner is gone
+ * and has not come back: `onOrphaned` runs (the daemon exits, which ends the sandbox).
+ */
+export async function startServer(socketPath: string, methods: MethodTable, opts: { orphanGraceMs?: number; onOrphaned?: () => void } = {}): Promise<Server> {
   await unlink(socketPath).catch(() => undefined);
-  const server = createServer((socket) => serveConnection(socket, methods));
+  let open = 0;
+  let lastSeen = Date.now();
+  const server = createServer((socket) => {
+    open++;
+    socket.once('close', () => {
+      open--;
+      lastSeen = Date.now();
+    });
+    serveConnection(socket, methods);
+  });
+  if (opts.orphanGraceMs !== undefined && opts.orphanGraceMs > 0) {
+    const grace = opts.orphanGraceMs;
+    const timer = setInterval(() => {
+      if (open === 0 && Date.now() - lastSeen >= grace) {
+        clearInterval(timer);
+        (opts.onOrphaned ?? (() => process.exit(0)))();
+      }
+    }, Math.min(5_000, Math.max(100, Math.floor(grace / 4))));
+    timer.unref();
+  }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(socketPath, () => {
@@ -89,7 +114,7 @@ function serveConnection(socket: Socket, methods: MethodTable): void {
       const result = await handler(params, ctx);
       send({ id, result: result ?? null });
     } catch (err) {
-      send({ id, error: toErrorBody(err, ctl.signal.aborted) });
+      send({ id, error: toErrorBody(err, ctl.signal.aborted, params) });
     } finally {
       inflight.delete(id);
     }
@@ -128,9 +153,53 @@ function serveConnection(socket: Socket, methods: MethodTable): void {
   socket.on('error', () => socket.destroy());
 }
 
-function toErrorBody(err: unknown, aborted: boolean) {
-  if (err instanceof DaemonError) return err.toBody();
+/** The request field an error is about: the one its message starts with ("path: ..."), else the request's path. */
+function fieldOf(message: string, params: unknown): string | undefined {
+  const p = (params ?? {}) as Record<string, unknown>;
+  const named = /^([A-Za-z][A-Za-z0-9_]*(?:\[\d+\])?(?:\.[A-Za-z][A-Za-z0-9_]*)?)[: ]/.exec(message)?.[1];
+  if (named && (named in p || /[[.]/.test(named))) return named;
+  return typeof p.path === 'string' ? 'path' : undefined;
+}
+
+/** Host-side descriptor paths never reach a caller. */
+function scrub(message: string): string {
+  return message.replace(/\/proc\/(?:self|\d+)\/fd\/\d+\/?/g, '');
+}
+
+/** Node's errno errors that mean "a path changed while the call ran". */
+const CHANGED: Record<string, 'NOT_FOUND' | 'CONFLICT'> = {
+  ENOENT: 'NOT_FOUND',
+  ENOTDIR: 'CONFLICT',
+  ELOOP: 'CONFLICT',
+  EISDIR: 'CONFLICT',
+  EEXIST: 'CONFLICT',
+  ENOTEMPTY: 'CONFLICT',
+  EXDEV: 'CONFLICT',
+  ESTALE: 'CONFLICT',
+};
+
+export function toErrorBody(err: unknown, aborted: boolean, params?: unknown) {
+  if (err instanceof DaemonError) {
+    const body = err.toBody();
+    // Every refusal names its field (details.field), as the service's own refusals do.
+    if (body.details?.field === undefined) {
+      const field = fieldOf(body.message, params);
+      if (field) body.details = { ...(body.details ?? {}), field };
+    }
+    body.message = scrub(body.message);
+    return body;
+  }
   if (aborted) return new DaemonError('CANCELLED', 'request cancelled').toBody();
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  const field = fieldOf('', params);
+  const shown = typeof (params as { path?: unknown } | undefined)?.path === 'string' ? (params as { path: string }).path : undefined;
+  const details: Record<string, unknown> = { ...(field ? { field } : {}), ...(shown !== undefined ? { path: shown } : {}), ...(code ? { errno: code } : {}) };
+  if (code && CHANGED[code]) {
+    const what = CHANGED[code] === 'NOT_FOUND' ? 'no longer exists' : 'changed';
+    return new DaemonError(CHANGED[code], `${field ?? 'path'}: ${shown ?? 'a path'} ${what} while the call ran (something else in the workspace changed it); retry`, details).toBody();
+  }
+  if (code === 'EACCES' || code === 'EPERM') return new DaemonError('PERMISSION_DENIED', `${field ?? 'path'}: ${shown ?? 'a path'}: permission denied`, details).toBody();
+  if (code === 'ENOSPC' || code === 'EDQUOT') return new DaemonError('RESOURCE_EXHAUSTED', 'the workspace disk is full', details).toBody();
   const message = err instanceof Error ? err.message : String(err);
-  return new DaemonError('INTERNAL', message).toBody();
+  return new DaemonError('INTERNAL', scrub(message), details).toBody();
 }
