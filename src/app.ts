@@ -31,6 +31,7 @@ import { PriceList } from './services/price-list.js';
 import { ModelCatalog } from './services/model-catalog.js';
 import { ConnectionChecks } from './services/model-checks.js';
 import { ApprovalService } from './services/approvals.js';
+import { AgentService } from './services/agents.js';
 
 export interface App {
   readonly config: Config;
@@ -64,6 +65,8 @@ export interface App {
   readonly approvals: ApprovalService;
   /** Git and worktrees (issue #6). */
   readonly git: GitService;
+  /** Coding subagents: supervisor, logs, trees (issue #14). */
+  readonly agents: AgentService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -135,6 +138,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
   gateway.routeSource = () => models.routes();
   const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
+  const agents = new AgentService({ db, config, log, audit, executor, gateway, spend, models, workspaces, environments });
   const app: App = {
     config,
     dataDir: config.dataDir,
@@ -160,6 +164,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     models,
     modelCatalog,
     modelChecks: new ConnectionChecks({ models, catalog: modelCatalog, audit }),
+    agents,
     firstRun,
     close() {
       try {

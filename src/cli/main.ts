@@ -17,6 +17,7 @@ import { environmentRoutes } from '../dashboard/environments.js';
 import { approvalRoutes } from '../dashboard/approvals.js';
 import { SPEND_SERVED_PATHS, spendRoutes } from '../dashboard/spend.js';
 import { MODELS_SERVED_PATHS, modelRoutes } from '../dashboard/models.js';
+import { agentRoutes } from '../dashboard/agents.js';
 import { VERSION } from '../core/version.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
@@ -110,6 +111,7 @@ async function serve(argv: string[]): Promise<void> {
     stopping = true;
     app.log.info({ signal }, 'shutting down');
     await server?.close();
+    await app.agents.shutdown().catch(() => undefined);
     await app.gateway.stop().catch(() => undefined);
     await app.commands.shutdown().catch(() => undefined);
     await app.workspaces.shutdown().catch(() => undefined);
@@ -121,7 +123,7 @@ async function serve(argv: string[]): Promise<void> {
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, agentRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     app.close();
     const err = e as NodeJS.ErrnoException;
@@ -133,6 +135,7 @@ async function serve(argv: string[]): Promise<void> {
     app.commands.startup();
     await app.workspaces.startup();
     await app.gateway.start().catch((e) => app.log.error({ err: (e as Error).message }, 'model gateway did not start; agent spawns answer UNAVAILABLE until it does'));
+    await app.agents.startup();
     announce(app, server, config, problems.length > 0);
   } catch (e) {
     // Nothing half-started stays behind: close the listener and the database, then report.

@@ -569,6 +569,19 @@ export class ModelService {
     return { deleted: true, profileId: id };
   }
 
+  /**
+   * What an agent spawn pins (issue #14): the profile's status and its active revision with the
+   * provider of that revision's credential. Throws NOT_FOUND for an unknown profile.
+   */
+  pinnable(id: string): { status: 'active' | 'disabled'; revision: number | null; body: RevisionBody | null; provider: ProviderId | null; credentialStatus: string } {
+    const row = this.profileRow(id);
+    if (!row) throw new ServiceError('NOT_FOUND', `profileId: no profile ${id}`, { field: 'profileId', profileId: id });
+    if (!row.active_revision) return { status: row.status, revision: null, body: null, provider: null, credentialStatus: 'unknown' };
+    const body = this.revision(row.id, row.active_revision);
+    const cred = this.db.prepare('SELECT provider, status FROM provider_credentials WHERE id = ?').get(body.credentialId) as { provider: ProviderId; status: string } | undefined;
+    return { status: row.status, revision: row.active_revision, body, provider: cred?.provider ?? null, credentialStatus: cred?.status ?? 'deleted' };
+  }
+
   /** Snapshot routes: the active revision of every active profile whose credential exists and is active. */
   routes(): SnapshotRoute[] {
     const out: SnapshotRoute[] = [];

@@ -15,8 +15,10 @@
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repo-credentials repo_credentials
+ *   services/agents       agents (logs on disk under <dataDir>/state/agents/)
  */
 import { m0007 } from './migrations/0007-approvals.js';
+import { m0010 } from './migrations/0010-agents.js';
 
 export interface Migration {
   version: number;
@@ -320,4 +322,5 @@ export const MIGRATIONS: Migration[] = [
     `,
   },
   m0007,
+  m0010,
 ];

@@ -8,6 +8,7 @@ import type { ConnectionChecks } from '../services/model-checks.js';
 import type { SpendService } from '../services/spend.js';
 import type { GatewayClient } from '../services/gateway-client.js';
 import type { ApprovalService } from '../services/approvals.js';
+import type { AgentService } from '../services/agents.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -25,6 +26,7 @@ export interface ToolServices {
   readonly spend: SpendService;
   readonly gateway: GatewayClient;
   readonly approvals: ApprovalService;
+  readonly agents: AgentService;
 }
 
 export type { Actor } from '../core/audit.js';
