@@ -344,6 +344,9 @@ async function main(): Promise<void> {
     for (;;) {
       if (ctl.stop) throw ctl.stop;
       const budget = await ctl.budget();
+      // Keep enough output tokens for the summary: with fewer than this left, summarise now.
+      if (budget && budget.outputTokens.remaining < 64) throw new Stop('LIMIT_EXCEEDED', `maxOutputTokens: ${budget.outputTokens.remaining} output tokens left`, true);
+      if (budget && budget.inputTokens.remaining < 1024) throw new Stop('LIMIT_EXCEEDED', `maxInputTokens: ${budget.inputTokens.remaining} input tokens left`, true);
       const instructions = `${system}\n${budgetLine(budget)}`;
       ctl.event({ type: 'turn', turn: ++turnNo, budget });
       let r: TurnResult;
