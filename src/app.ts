@@ -136,9 +136,10 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const spend = new SpendService(db);
   const gateway = new GatewayClient({ config, spend, log });
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
-  gateway.routeSource = () => models.routes();
   const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
   const agents = new AgentService({ db, config, log, audit, executor, gateway, spend, models, workspaces, environments });
+  // Running agents keep the revision they were spawned on (agent rule 3).
+  gateway.routeSource = () => models.routes(agents.pins());
   const app: App = {
     config,
     dataDir: config.dataDir,

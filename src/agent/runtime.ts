@@ -197,7 +197,11 @@ function budgetLine(b: BudgetView | null): string {
 function isBudgetRefusal(e: unknown): string | null {
   if (e instanceof OpenAI.APIError && (e.status === 429 || e.status === 402)) {
     const code = (e.error as { code?: string } | undefined)?.code ?? e.code;
-    if (code === 'budget_exceeded' || code === 'policy_exceeded') return `${code}: ${(e.error as { message?: string } | undefined)?.message ?? e.message}`;
+    if (code === 'budget_exceeded' || code === 'policy_exceeded') {
+      const msg = (e.error as { message?: string } | undefined)?.message ?? e.message;
+      const which = code === 'policy_exceeded' ? 'owner spend policy' : /input/i.test(msg) ? 'maxInputTokens' : /output/i.test(msg) ? 'maxOutputTokens' : 'maxCostMicros';
+      return `${which}: ${code}: ${msg}`;
+    }
   }
   return null;
 }

@@ -214,7 +214,9 @@ export class AgentService {
     // The parent: same workspace, live, and its tree carries agent_spawn and these operations.
     let parent: Row | null = null;
     if (parentId) {
-      parent = this.row(parentId);
+      const found = this.d.db.prepare('SELECT * FROM agents WHERE id = ?').get(parentId) as Row | undefined;
+      if (!found) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId}`, { field: 'parentAgentId' });
+      parent = found;
       if (parent.workspace_id !== c.workspace) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId} in workspace ${c.workspace}`, { field: 'parentAgentId' });
       if (TERMINAL.has(parent.status) || parent.status === 'CANCELLING')
         throw new ServiceError('FAILED_PRECONDITION', `parentAgentId: agent ${parentId} is ${parent.status}; children are spawned under a live agent only`, { field: 'parentAgentId', status: parent.status });
@@ -806,6 +808,7 @@ export class AgentService {
       model: r.model,
       apiMode: r.api_mode,
       proxyOperations: JSON.parse(r.proxy_ops_json),
+      leaseId: r.lease_id,
       repositoryContext: r.repository_context,
       spawnedBy: r.spawned_by,
       idempotencyKey: r.idempotency_key,
@@ -1005,6 +1008,11 @@ export class AgentService {
     const out = await this.cancelTree(r, reason ?? 'cancelled by the owner on the dashboard', 'dashboard');
     this.d.audit.record({ actor: 'dashboard', action: 'agent_cancel', target: id, outcome: 'ok', details: { cancelled: out.cancelled } });
     return out;
+  }
+
+  /** Profile revisions pinned by live agents (kept in the gateway snapshot until they end, agent rule 3). */
+  pins(): Array<{ profileId: string; revision: number }> {
+    return [...this.live.values()].map((l) => ({ profileId: l.row.profile_id, revision: l.row.revision }));
   }
 
   /** For tests and the dashboard: live agents in this process. */

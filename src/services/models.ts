@@ -582,12 +582,24 @@ export class ModelService {
     return { status: row.status, revision: row.active_revision, body, provider: cred?.provider ?? null, credentialStatus: cred?.status ?? 'deleted' };
   }
 
-  /** Snapshot routes: the active revision of every active profile whose credential exists and is active. */
-  routes(): SnapshotRoute[] {
+  /**
+   * Snapshot routes: the active revision of every active profile whose credential exists and is
+   * active, plus `pinned` revisions (agents keep the revision they were spawned on until they end,
+   * agent rule 3) of profiles that are still active.
+   */
+  routes(pinned: Array<{ profileId: string; revision: number }> = []): SnapshotRoute[] {
     const out: SnapshotRoute[] = [];
     const rows = this.db.prepare("SELECT * FROM model_profiles WHERE status = 'active' AND active_revision IS NOT NULL").all() as ProfileRow[];
-    for (const row of rows) {
-      const b = this.revision(row.id, row.active_revision!);
+    const wanted: Array<{ row: ProfileRow; rev: number }> = rows.map((row) => ({ row, rev: row.active_revision! }));
+    const seen = new Set(wanted.map((w) => `${w.row.id}@${w.rev}`));
+    for (const p of pinned) {
+      const row = rows.find((r) => r.id === p.profileId);
+      if (!row || seen.has(`${p.profileId}@${p.revision}`)) continue;
+      seen.add(`${p.profileId}@${p.revision}`);
+      wanted.push({ row, rev: p.revision });
+    }
+    for (const { row, rev } of wanted) {
+      const b = this.revision(row.id, rev);
       const cred = this.db.prepare('SELECT * FROM provider_credentials WHERE id = ?').get(b.credentialId) as CredRow | undefined;
       if (!cred || cred.status !== 'active') continue;
       let key: string;
@@ -599,7 +611,7 @@ export class ModelService {
       }
       out.push({
         profileId: row.id,
-        revision: row.active_revision!,
+        revision: rev,
         provider: cred.provider,
         apiMode: b.apiMode,
         model: b.model,

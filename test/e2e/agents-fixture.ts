@@ -122,7 +122,7 @@ export function runtimeProcesses(): string[] {
   try {
     return execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' })
       .split('\n')
-      .filter((l) => l.includes('/opt/agent/dist/agent/runtime.js') && !l.includes('ps -eo'));
+      .filter((l) => /^\s*\d+ \/usr\/bin\/node .*\/opt\/agent\/dist\/agent\/runtime\.js/.test(l));
   } catch {
     return [];
   }
