@@ -102,7 +102,7 @@ export async function startAgentEnv(opts: { args?: string[]; env?: Record<string
       return text;
     },
     async makeProfile(id, apiMode, ops = OPS) {
-      const c = await rest('POST', '/api/v1/agent-model-profiles', { profileId: id, displayName: id, credentialId, model: 'agent-model', apiMode, pricing: PRICING, limits: LIMITS, maxProxyOperations: ops, idempotencyKey: `mk-${id}` });
+      const c = await rest('POST', '/api/v1/agent-model-profiles', { profileId: id, displayName: id, credentialId, model: 'agent-model', apiMode, pricing: PRICING, limits: LIMITS, maxProxyOperations: ops, idempotencyKey: `make-profile-${id}` });
       expect(c.status, JSON.stringify(c.body)).toBe(201);
       const a = await rest('POST', `/api/v1/agent-model-profiles/${id}/activate`, { expectedGeneration: c.body.profile.generation });
       expect(a.status, JSON.stringify(a.body)).toBe(200);

@@ -409,7 +409,7 @@ describe('bad input on every field', () => {
       expect(JSON.stringify(r.error), `${name} ${field}`).toContain(field);
     }
     // A disabled profile is refused; a deeply nested / huge proxyOperations list too.
-    const dis = await e.rest('POST', '/api/v1/agent-model-profiles', { profileId: 'off', displayName: 'off', credentialId: e.credentialId, model: 'm', apiMode: 'chat-completions', pricing: PRICING, limits: LIMITS, maxProxyOperations: ['files_read'], idempotencyKey: 'mk-off' });
+    const dis = await e.rest('POST', '/api/v1/agent-model-profiles', { profileId: 'off', displayName: 'off', credentialId: e.credentialId, model: 'm', apiMode: 'chat-completions', pricing: PRICING, limits: LIMITS, maxProxyOperations: ['files_read'], idempotencyKey: 'make-profile-off' });
     expect(dis.status, JSON.stringify(dis.body)).toBe(201);
     const off = await e.tool('agent_spawn', { ...base, profileId: 'off', idempotencyKey: 'bad-input-off' });
     expect(!off.ok && off.error.code).toBe('FAILED_PRECONDITION');
