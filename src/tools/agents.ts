@@ -95,7 +95,7 @@ export const agentMessage = defineTool({
   workspace: 'optional',
   idempotency: 'key',
   description:
-    'Send a message to a running agent: mode steer redirects the work it is doing now, mode followUp is delivered once its current turn ends. ' +
+    'Send a message to a running agent: mode steer redirects it at the next turn boundary (the tool call in flight finishes, the rest of that batch is skipped); mode followUp is queued and delivered when the agent would otherwise end, continuing it within its remaining budgets. A message to an ended or cancelling agent is refused with FAILED_PRECONDITION. ' +
     'The same idempotencyKey with the same input replays the first result.',
   input: {
     agentId: AGENTID,
