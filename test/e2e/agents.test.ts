@@ -107,6 +107,40 @@ const idOf = (r: Awaited<ReturnType<typeof spawn>>) => {
 const looping = (usage: { input: number; output: number }, delayMs = 0) => (c: { hasTools: boolean; step: number }) =>
   c.hasTools ? { calls: [{ name: 'files_read', args: { path: 'README.md' } }], usage, delayMs } : { text: 'SUMMARY: read README.md repeatedly; nothing is left', usage: { input: 50, output: 10 } };
 
+describe('hostile tool calls from the model', () => {
+  it('confines proxied calls to the workspace: .. paths, another workspace, a symlink out, bad arguments and unlisted tools come back as error results', async () => {
+    await e.ok('exec_run', { workspaceId: e.ws, command: 'ln -sf /etc/passwd link-out' });
+    e.fake.scripts.set('hostile', (c) => {
+      if (c.step === 0)
+        return {
+          calls: [
+            { name: 'files_read', args: { path: '../../../etc/passwd' } },
+            { name: 'files_read', args: { path: 'README.md', workspaceId: 'ws_someoneelse00000000000000' } },
+            { name: 'files_read', args: { path: 'link-out' } },
+            { name: 'files_read', args: { path: 'README.md', extra: { deep: [[[[[[1]]]]]] } } },
+            { name: 'agent_spawn', args: { prompt: 'x', idempotencyKey: 'hostile-spawn-1', profileId: 'coder-chat', proxyOperations: ['files_read'] } },
+            { name: 'workspace_close', args: {} },
+          ],
+        };
+      return { text: JSON.stringify(c.toolResults.map((t) => (JSON.parse(t).error?.code as string) ?? 'OK')) };
+    });
+    const id = idOf(await spawn({ profileId: 'coder-chat', prompt: '#agent=hostile escape', proxyOperations: ['files_read'], repositoryContext: 'none' }));
+    const end = await e.waitEnd(id);
+    expect(end.status).toBe('SUCCEEDED');
+    const codes = JSON.parse(end.summary) as string[];
+    expect(codes).toHaveLength(6);
+    expect(codes.every((c) => c !== 'OK')).toBe(true);
+    expect(codes[1]).toBe('PERMISSION_DENIED');
+    expect(codes[3]).toBe('INVALID_ARGUMENT');
+    expect(codes[4]).toBe('PERMISSION_DENIED');
+    expect(codes[5]).toBe('PERMISSION_DENIED');
+    const log = await e.logText(id);
+    expect(log).not.toContain('root:x:0:0');
+    expect((await e.ok('files_read', { workspaceId: e.ws, path: 'README.md' })).content).toContain('# demo'); // workspace_close was refused
+    expect((await e.ok('agent_list', { limit: 100 })).agents.some((a: any) => a.parentAgentId === id)).toBe(false);
+  }, 60_000);
+});
+
 describe('budgets, all hard', () => {
   it('each budget and the TTL end the agent with the right status and a summary', async () => {
     e.fake.scripts.set('loop-out', looping({ input: 100, output: 20 }));
