@@ -35,6 +35,7 @@ import { PackageService } from './services/packages.js';
 import { ROOT_DIR } from './core/version.js';
 import { RepoHostService } from './services/repohost/service.js';
 import { ExtensionService } from './services/extensions/index.js';
+import { AgentService } from './services/agents.js';
 
 export interface App {
   readonly config: Config;
@@ -74,6 +75,8 @@ export interface App {
   readonly repohost: RepoHostService;
   /** Repository extensions: skills, hooks, deployment targets (issue #19). */
   readonly extensions: ExtensionService;
+  /** Coding subagents: supervisor, logs, trees (issue #14). */
+  readonly agents: AgentService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -165,10 +168,12 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const spend = new SpendService(db);
   const gateway = new GatewayClient({ config, spend, log });
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
-  gateway.routeSource = () => models.routes();
   const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
   extensions = new ExtensionService({ db, audit, config, log, cursors, executor, workspaces, approvals, environments });
   workspaces.onClose(async (id) => extensions!.forgetWorkspace(id));
+  const agents = new AgentService({ db, config, log, audit, executor, gateway, spend, models, workspaces, environments });
+  // Running agents keep the revision they were spawned on (agent rule 3).
+  gateway.routeSource = () => models.routes(agents.pins());
   const app: App = {
     config,
     dataDir: config.dataDir,
@@ -197,6 +202,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     models,
     modelCatalog,
     modelChecks: new ConnectionChecks({ models, catalog: modelCatalog, audit }),
+    agents,
     firstRun,
     close() {
       try {

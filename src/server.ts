@@ -61,6 +61,8 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   const registry = new ToolRegistry(CATALOG);
   const stats: McpStats = { calls: new Map() };
   const mcp = createMcpEndpoint(app, registry, stats);
+  // Agents proxy tool calls through this same registry (same validation, confinement, redaction, audit).
+  app.agents.attachTools({ call: (name, args, cc) => registry.call(app, name, args, cc), list: registry.list });
   const guard = originGuard(app);
   let inflight = 0;
   let idleResolve: (() => void) | null = null;

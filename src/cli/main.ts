@@ -19,6 +19,7 @@ import { SPEND_SERVED_PATHS, spendRoutes } from '../dashboard/spend.js';
 import { MODELS_SERVED_PATHS, modelRoutes } from '../dashboard/models.js';
 import { SKILLS_FLAGS, skillsCommand } from './skills.js';
 import { skillRoutes } from '../dashboard/skills.js';
+import { agentRoutes } from '../dashboard/agents.js';
 import { VERSION } from '../core/version.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
@@ -115,6 +116,7 @@ async function serve(argv: string[]): Promise<void> {
     stopping = true;
     app.log.info({ signal }, 'shutting down');
     await server?.close();
+    await app.agents.shutdown().catch(() => undefined);
     await app.gateway.stop().catch(() => undefined);
     await app.commands.shutdown().catch(() => undefined);
     await app.workspaces.shutdown().catch(() => undefined);
@@ -137,7 +139,7 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     await app.workspaces.shutdown().catch(() => undefined);
     app.close();
@@ -148,6 +150,7 @@ async function serve(argv: string[]): Promise<void> {
   }
   try {
     await app.gateway.start().catch((e) => app.log.error({ err: (e as Error).message }, 'model gateway did not start; agent spawns answer UNAVAILABLE until it does'));
+    await app.agents.startup();
     announce(app, server, config, problems.length > 0);
   } catch (e) {
     // Nothing half-started stays behind: close the listener and the database, then report.

@@ -220,6 +220,24 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
       const { lease, token } = budget.issue({ ...b, budgets });
       return json(res, 201, { ...budget.info(lease), token });
     }
+    // Agent trees (docs/agents.md): a child's cost budget is carved out of its parent's lease, and what the child did not spend goes back.
+    const bm = /^\/admin\/leases\/([A-Za-z0-9_-]+)\/cost-budget$/.exec(path);
+    if (bm && m === 'POST') {
+      const l = budget.leasesById.get(bm[1]!);
+      let delta: unknown;
+      try {
+        delta = (JSON.parse((await readBody(req, 4096))?.toString('utf8') ?? '') as { deltaMicros?: unknown }).deltaMicros;
+      } catch {
+        return fail(res, 400, 'invalid_request', 'body: not JSON');
+      }
+      if (!Number.isSafeInteger(delta)) return fail(res, 400, 'invalid_request', 'deltaMicros must be an integer');
+      if (!l || l.revoked) return fail(res, 404, 'not_found', 'no such live lease');
+      const next = l.budgets.maxCostMicros + (delta as number);
+      const floor = l.usedCost + l.resCost;
+      if (next < floor) return fail(res, 409, 'budget_exceeded', `the lease has ${Math.max(0, l.budgets.maxCostMicros - floor)} micro-USD left`, { remainingMicros: Math.max(0, l.budgets.maxCostMicros - floor) });
+      l.budgets.maxCostMicros = next;
+      return json(res, 200, budget.info(l));
+    }
     const lm = /^\/admin\/leases\/([A-Za-z0-9_-]+)$/.exec(path);
     if (lm && (m === 'GET' || m === 'DELETE')) {
       const l = m === 'DELETE' ? budget.revoke(lm[1]!) : budget.leasesById.get(lm[1]!);

@@ -212,6 +212,30 @@ export class GatewayClient {
     return r.status === 200 ? r.body : null;
   }
 
+  /** A lease's live figures (null when the gateway no longer knows it). */
+  async leaseInfo(leaseId: string): Promise<LeaseInfo | null> {
+    const r = await this.call<LeaseInfo>('GET', `/admin/leases/${encodeURIComponent(leaseId)}`);
+    return r.status === 200 ? r.body : null;
+  }
+
+  /**
+   * Moves a live lease's cost budget by deltaMicros (agent trees: a child's budget is carved out
+   * of its parent's and the unspent part goes back). Refused (ok: false) when a cut would pass
+   * what the lease has left.
+   */
+  async adjustLeaseCost(leaseId: string, deltaMicros: number): Promise<{ ok: true; info: LeaseInfo } | { ok: false; remainingMicros: number | null }> {
+    const r = await this.call<LeaseInfo & { error?: { details?: { remainingMicros?: number } } }>('POST', `/admin/leases/${encodeURIComponent(leaseId)}/cost-budget`, { deltaMicros });
+    if (r.status === 200) return { ok: true, info: r.body };
+    return { ok: false, remainingMicros: r.body.error?.details?.remainingMicros ?? null };
+  }
+
+  /** Host and port of the gateway's agent endpoint (the runner relays each agent's socket to it). */
+  agentEndpoint(): { host: string; port: number } | null {
+    if (!this.url) return null;
+    const u = new URL(this.url);
+    return { host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || 80) };
+  }
+
   /** Pulls usage events into the ledger (serialised; a new boot closes the old boot's open reservations). */
   syncUsage(knownBoot?: string): Promise<void> {
     if (this.syncing) return this.syncing;

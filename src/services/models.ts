@@ -569,12 +569,37 @@ export class ModelService {
     return { deleted: true, profileId: id };
   }
 
-  /** Snapshot routes: the active revision of every active profile whose credential exists and is active. */
-  routes(): SnapshotRoute[] {
+  /**
+   * What an agent spawn pins (issue #14): the profile's status and its active revision with the
+   * provider of that revision's credential. Throws NOT_FOUND for an unknown profile.
+   */
+  pinnable(id: string): { status: 'active' | 'disabled'; revision: number | null; body: RevisionBody | null; provider: ProviderId | null; credentialStatus: string } {
+    const row = this.profileRow(id);
+    if (!row) throw new ServiceError('NOT_FOUND', `profileId: no profile ${id}`, { field: 'profileId', profileId: id });
+    if (!row.active_revision) return { status: row.status, revision: null, body: null, provider: null, credentialStatus: 'unknown' };
+    const body = this.revision(row.id, row.active_revision);
+    const cred = this.db.prepare('SELECT provider, status FROM provider_credentials WHERE id = ?').get(body.credentialId) as { provider: ProviderId; status: string } | undefined;
+    return { status: row.status, revision: row.active_revision, body, provider: cred?.provider ?? null, credentialStatus: cred?.status ?? 'deleted' };
+  }
+
+  /**
+   * Snapshot routes: the active revision of every active profile whose credential exists and is
+   * active, plus `pinned` revisions (agents keep the revision they were spawned on until they end,
+   * agent rule 3) of profiles that are still active.
+   */
+  routes(pinned: Array<{ profileId: string; revision: number }> = []): SnapshotRoute[] {
     const out: SnapshotRoute[] = [];
     const rows = this.db.prepare("SELECT * FROM model_profiles WHERE status = 'active' AND active_revision IS NOT NULL").all() as ProfileRow[];
-    for (const row of rows) {
-      const b = this.revision(row.id, row.active_revision!);
+    const wanted: Array<{ row: ProfileRow; rev: number }> = rows.map((row) => ({ row, rev: row.active_revision! }));
+    const seen = new Set(wanted.map((w) => `${w.row.id}@${w.rev}`));
+    for (const p of pinned) {
+      const row = rows.find((r) => r.id === p.profileId);
+      if (!row || seen.has(`${p.profileId}@${p.revision}`)) continue;
+      seen.add(`${p.profileId}@${p.revision}`);
+      wanted.push({ row, rev: p.revision });
+    }
+    for (const { row, rev } of wanted) {
+      const b = this.revision(row.id, rev);
       const cred = this.db.prepare('SELECT * FROM provider_credentials WHERE id = ?').get(b.credentialId) as CredRow | undefined;
       if (!cred || cred.status !== 'active') continue;
       let key: string;
@@ -586,7 +611,7 @@ export class ModelService {
       }
       out.push({
         profileId: row.id,
-        revision: row.active_revision!,
+        revision: rev,
         provider: cred.provider,
         apiMode: b.apiMode,
         model: b.model,

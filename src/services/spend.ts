@@ -141,6 +141,18 @@ export class SpendService {
     };
   }
 
+  /** An agent's spend in the ledger (all windows): settled, reserved by open runs, unreconciled. */
+  agentSpend(agentId: string): { settledMicros: number; reservedMicros: number; unreconciledMicros: number; totalMicros: number } {
+    const rows = this.db
+      .prepare(`SELECT state, COALESCE(SUM(reserved_micros), 0) AS reserved, COALESCE(SUM(cost_micros), 0) AS cost FROM spend_reservations WHERE agent_id = ? GROUP BY state`)
+      .all(agentId) as Array<{ state: string; reserved: number; cost: number }>;
+    const by = (s: string) => rows.find((r) => r.state === s);
+    const settled = by('settled')?.cost ?? 0;
+    const reserved = by('open')?.reserved ?? 0;
+    const unreconciled = by('unreconciled')?.cost ?? 0;
+    return { settledMicros: settled, reservedMicros: reserved, unreconciledMicros: unreconciled, totalMicros: settled + reserved + unreconciled };
+  }
+
   summary(period?: 'day' | 'month'): Record<string, unknown> {
     const periods: Array<'day' | 'month'> = period ? [period] : ['day', 'month'];
     const at = this.now();

@@ -16,9 +16,11 @@
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repo-credentials repo_credentials
+ *   services/agents       agents (logs on disk under <dataDir>/state/agents/)
  *   services/extensions   owner_skills, extension_workspaces, hook_activations, deployment_enrolments
  */
 import { m0007 } from './migrations/0007-approvals.js';
+import { m0010 } from './migrations/0010-agents.js';
 import { m0015 } from './migrations/0015-extensions.js';
 import { m0016 } from './migrations/0016-packages.js';
 
@@ -324,6 +326,7 @@ export const MIGRATIONS: Migration[] = [
     `,
   },
   m0007,
+  m0010,
   m0015,
   m0016,
 ];

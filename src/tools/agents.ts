@@ -47,6 +47,7 @@ export const agentSpawn = defineTool({
       .optional()
       .describe('Which client family\'s repository instruction files go with the task; omitted behaves as profile_a; none sends the task alone'),
   },
+  run: (a, ctx) => ctx.services.agents.spawn(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
 });
 
 export const agentStatus = defineTool({
@@ -62,6 +63,7 @@ export const agentStatus = defineTool({
     agentId: AGENTID.optional(),
     idempotencyKey: IDEM.optional().describe('The idempotencyKey of the agent_spawn call, to find the agent it started'),
   },
+  run: (a, ctx) => ctx.services.agents.status(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
 });
 
 export const agentLogs = defineTool({
@@ -82,6 +84,7 @@ export const agentLogs = defineTool({
       .describe('Decimal cursor string from a previous page ("0" = start of the log). Omit for the start.'),
     limitBytes: int(1024, 262144).default(65536).describe('Most bytes to return (1024-262144)'),
   },
+  run: (a, ctx) => ctx.services.agents.logs(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
 });
 
 export const agentMessage = defineTool({
@@ -92,7 +95,7 @@ export const agentMessage = defineTool({
   workspace: 'optional',
   idempotency: 'key',
   description:
-    'Send a message to a running agent: mode steer redirects the work it is doing now, mode followUp is delivered once its current turn ends. ' +
+    'Send a message to a running agent: mode steer redirects it at the next turn boundary (the tool call in flight finishes, the rest of that batch is skipped); mode followUp is queued and delivered when the agent would otherwise end, continuing it within its remaining budgets. A message to an ended or cancelling agent is refused with FAILED_PRECONDITION. ' +
     'The same idempotencyKey with the same input replays the first result.',
   input: {
     agentId: AGENTID,
@@ -100,6 +103,7 @@ export const agentMessage = defineTool({
     mode: z.enum(['steer', 'followUp']).describe('steer: change course now; followUp: deliver when the current turn ends'),
     message: z.string().min(1),
   },
+  run: (a, ctx) => ctx.services.agents.message(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
 });
 
 export const agentCancel = defineTool({
@@ -114,6 +118,7 @@ export const agentCancel = defineTool({
     agentId: AGENTID,
     reason: z.string().max(2000).optional().describe('Why the agent is cancelled (kept with the agent, max 2000 characters)'),
   },
+  run: (a, ctx) => ctx.services.agents.cancel(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
 });
 
 export const agentList = defineTool({
@@ -135,6 +140,7 @@ export const agentList = defineTool({
       .describe('Cursor from a previous page: decimal positive integer text. Omit for the first page.'),
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
   },
+  run: (a, ctx) => ctx.services.agents.list(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
 });
 
 export const tools = [agentSpawn, agentStatus, agentLogs, agentMessage, agentCancel, agentList];

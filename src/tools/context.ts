@@ -11,6 +11,7 @@ import type { ApprovalService } from '../services/approvals.js';
 import type { PackageService } from '../services/packages.js';
 import type { RepoHostService } from '../services/repohost/service.js';
 import type { ExtensionService } from '../services/extensions/index.js';
+import type { AgentService } from '../services/agents.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -32,6 +33,7 @@ export interface ToolServices {
   readonly repohost: RepoHostService;
   /** Repository extensions: skills, hooks, deployment targets (issue #19). */
   readonly extensions: ExtensionService;
+  readonly agents: AgentService;
 }
 
 export type { Actor } from '../core/audit.js';

@@ -1,0 +1,68 @@
+/**
+ * Wire contract between the runner's agent supervisor (src/services/agents.ts) and the agent
+ * runtime (src/agent/runtime.ts), which runs in its own sandbox and imports nothing of the runner.
+ *
+ * The runtime gets its start configuration as one JSON document on stdin, reaches the gateway
+ * through a Unix socket (GATEWAY_SOCKET) and talks to the runner over a second Unix socket
+ * (CONTROL_SOCKET) in newline-delimited JSON, both ways.
+ */
+
+/** Inside the agent sandbox. */
+export const AGENT_SOCKET_DIR = '/run/agent';
+export const GATEWAY_SOCKET = `${AGENT_SOCKET_DIR}/gateway.sock`;
+export const CONTROL_SOCKET = `${AGENT_SOCKET_DIR}/control.sock`;
+
+/** A tool as the MCP catalog publishes it. */
+export interface AgentTool {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+export interface AgentStartConfig {
+  agentId: string;
+  apiMode: 'chat-completions' | 'responses';
+  model: string;
+  /** The agent's only credential: its gateway lease token. */
+  leaseToken: string;
+  prompt: string;
+  /** Repository instruction files (repositoryContext), already formatted; empty for none. */
+  context: string;
+  tools: AgentTool[];
+  /** Bytes of a tool result fed back to the model (head and tail kept). */
+  toolResultCapBytes: number;
+  /** Output tokens asked for per model turn (the gateway clamps it to the budget). */
+  maxTurnOutputTokens: number;
+}
+
+/** Budget figures sent to the model every turn. */
+export interface BudgetView {
+  inputTokens: { budget: number; used: number; reserved: number; remaining: number };
+  outputTokens: { budget: number; used: number; reserved: number; remaining: number };
+  costMicros: { budget: number; used: number; reserved: number; remaining: number };
+  outputBytes: { budget: number; used: number; remaining: number };
+  ttlSeconds: { budget: number; remaining: number };
+}
+
+/** Runtime to runner. */
+export type RuntimeMessage =
+  | { t: 'hello'; agentId: string }
+  | { t: 'event'; event: Record<string, unknown> }
+  | { t: 'call'; id: number; name: string; args: Record<string, unknown> }
+  | { t: 'budget'; id: number }
+  /** The model answered without tool calls: `steersSeen` lets the runner spot a steer still on its way. */
+  | { t: 'final'; text: string; steersSeen: number }
+  /** The runtime ends early (budget, stop request, error) with a summary. */
+  | { t: 'ended'; status: 'LIMIT_EXCEEDED' | 'TIMED_OUT' | 'FAILED' | 'CANCELLED'; reason: string; summary: string };
+
+/** Runner to runtime. */
+export type RunnerMessage =
+  | { t: 'result'; id: number; result: { isError?: boolean; text: string } }
+  | { t: 'budget'; id: number; budget: BudgetView }
+  | { t: 'steer'; message: string }
+  /** Reply to final: follow-ups to continue with (possibly none when a steer is on its way), or end. */
+  | { t: 'continue'; messages: string[] }
+  | { t: 'end' }
+  /** Stop now with a summary: a budget of the runner's (ttl, output bytes) is running out. */
+  | { t: 'stop'; status: 'LIMIT_EXCEEDED' | 'TIMED_OUT'; reason: string }
+  | { t: 'cancel'; reason: string };

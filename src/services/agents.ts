@@ -1,0 +1,1027 @@
+/**
+ * Coding subagents (issue #14): the runner's agent service and supervisor. Owns the agents table
+ * and the per-agent logs under <dataDir>/state/agents/. Each agent runs the agent runtime
+ * (src/agent/runtime.ts) in a short-lived bubblewrap sandbox of its own (no network, no workspace
+ * files) with two Unix sockets bound in: one relayed to the gateway's agent endpoint, one to this
+ * supervisor (proxied tool calls through the same tool registry as MCP calls, events, budgets,
+ * messages). The supervisor ends agents on TTL, budget, output bytes, cancel (cascading down the
+ * tree) or runtime exit, revokes their leases and settles their spend. See docs/agents.md.
+ */
+import { appendFileSync, chmodSync, chownSync, existsSync, mkdirSync, openSync, readSync, closeSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { DB } from '../store/db.js';
+import type { Config } from '../core/config.js';
+import type { Logger } from '../core/log.js';
+import type { AuditLog, Actor } from '../core/audit.js';
+import { ServiceError, toErrorBody } from '../core/errors.js';
+import { newId } from '../core/ids.js';
+import type { Executor } from '../sandbox/executor.js';
+import type { GatewayClient } from './gateway-client.js';
+import type { SpendService } from './spend.js';
+import type { ModelService } from './models.js';
+import type { WorkspaceService } from './workspaces.js';
+import type { EnvironmentService } from './environments.js';
+import type { LeaseInfo } from '../gateway/types.js';
+import {
+  AGENT_SOCKET_DIR,
+  type AgentStartConfig,
+  type AgentTool,
+  type BudgetView,
+  type RunnerMessage,
+  type RuntimeMessage,
+} from '../contracts/agent.js';
+
+export const AGENT_STATUSES = ['SPAWNING', 'RUNNING', 'CANCELLING', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT', 'LIMIT_EXCEEDED', 'INTERRUPTED'] as const;
+export type AgentStatus = (typeof AGENT_STATUSES)[number];
+const TERMINAL = new Set<AgentStatus>(['SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT', 'LIMIT_EXCEEDED', 'INTERRUPTED']);
+const LIVE_STATUSES = "('SPAWNING', 'RUNNING', 'CANCELLING')";
+
+/** Tools an agent may never proxy even when a profile lists them: they act on the workspace as a whole or on the caller's session. */
+export const NEVER_PROXIED = new Set(['workspace_close', 'workspace_set_active', 'workspace_recover', 'workspace_open']);
+/** Bytes of one tool result fed back to the model (head and tail kept). */
+export const TOOL_RESULT_CAP_BYTES = 16_384;
+/** How long a cancelled or ending agent may drain before its sandbox is killed. */
+export const DRAIN_MS = 3_000;
+/** Log lines longer than this are cut (the log stays readable a page at a time). */
+const MAX_LOG_LINE = 16_384;
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+export interface AgentBudgets {
+  ttlSeconds: number;
+  maxOutputBytes: number;
+  maxInputTokens: number;
+  maxOutputTokens: number;
+  maxCostMicros: number;
+}
+
+export interface SpawnArgs extends AgentBudgets {
+  prompt: string;
+  idempotencyKey: string;
+  profileId: string;
+  parentAgentId?: string;
+  proxyOperations: string[];
+  repositoryContext?: 'all' | 'profile_a' | 'profile_b' | 'profile_c' | 'profile_d' | 'none';
+}
+
+export interface AgentCaller {
+  workspace: string;
+  actor: Actor;
+  principal: string;
+  owner: string;
+}
+
+/** How the service reaches the tool registry (set at composition by the server). */
+export interface ToolGateway {
+  call(name: string, args: Record<string, unknown>, cc: { principal: string; actor: Actor; signal: AbortSignal }): Promise<{ isError?: boolean; content: Array<{ type: 'text'; text: string }>; structuredContent?: Record<string, unknown> }>;
+  list: AgentTool[];
+}
+
+interface Row {
+  seq: number;
+  id: string;
+  owner_id: string;
+  principal: string;
+  spawned_by: string;
+  workspace_id: string;
+  parent_id: string | null;
+  root_id: string;
+  depth: number;
+  idempotency_key: string;
+  profile_id: string;
+  revision: number;
+  credential_id: string;
+  api_mode: 'chat-completions' | 'responses';
+  model: string;
+  status: AgentStatus;
+  prompt: string;
+  proxy_ops_json: string;
+  budgets_json: string;
+  repository_context: string;
+  lease_id: string | null;
+  carved_micros: number;
+  used_json: string | null;
+  log_bytes: number;
+  summary: string | null;
+  end_reason: string | null;
+  error_json: string | null;
+  cancel_reason: string | null;
+  created_at: string;
+  started_at: string | null;
+  ended_at: string | null;
+  expires_at: string;
+}
+
+interface Live {
+  id: string;
+  row: Row;
+  ops: Set<string>;
+  budgets: AgentBudgets;
+  deadlineMs: number;
+  sandbox: AbortController;
+  exited: Promise<void> | null;
+  sockDir: string | null;
+  servers: Server[];
+  conn: Socket | null;
+  leaseId: string | null;
+  logBytes: number;
+  outputCapped: boolean;
+  steersSent: number;
+  pendingSteers: string[];
+  followUps: string[];
+  cancelRequested: string | null;
+  ending: Promise<void> | null;
+  timers: NodeJS.Timeout[];
+  calls: Set<AbortController>;
+  lastLease: LeaseInfo | null;
+  runtimeStderr: string;
+}
+
+interface Deps {
+  db: DB;
+  config: Config;
+  log: Logger;
+  audit: AuditLog;
+  executor: Executor;
+  gateway: GatewayClient;
+  spend: SpendService;
+  models: ModelService;
+  workspaces: WorkspaceService;
+  environments: EnvironmentService;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class AgentService {
+  private readonly live = new Map<string, Live>();
+  private tools: ToolGateway | null = null;
+  private readonly logDir: string;
+  private readonly runDir: string;
+  private optDir: string | null = null;
+
+  constructor(private readonly d: Deps) {
+    this.logDir = join(d.config.dataDir, 'state', 'agents');
+    this.runDir = join(d.config.dataDir, 'run', 'agents');
+  }
+
+  /** Composition: the server hands over its tool registry (proxied calls run through it). */
+  attachTools(t: ToolGateway): void {
+    this.tools = t;
+  }
+
+  // ------------------------------------------------------------------ lifecycle
+
+  /** After a restart: agents that were running end INTERRUPTED, their leases revoked and spend settled or marked unreconciled. */
+  async startup(): Promise<void> {
+    mkdirSync(this.logDir, { recursive: true, mode: 0o700 });
+    rmSync(this.runDir, { recursive: true, force: true });
+    const rows = this.d.db.prepare(`SELECT * FROM agents WHERE status IN ${LIVE_STATUSES}`).all() as Row[];
+    for (const r of rows) {
+      if (r.lease_id) await this.d.gateway.revokeLease(r.lease_id).catch(() => null);
+      this.appendRaw(r.id, { type: 'status', status: 'INTERRUPTED', reason: 'the runner stopped while the agent ran' });
+      this.d.db
+        .prepare(`UPDATE agents SET status = 'INTERRUPTED', end_reason = ?, ended_at = ? WHERE id = ? AND status IN ${LIVE_STATUSES}`)
+        .run('the runner stopped while the agent ran; its lease was revoked and its open spend is settled or marked unreconciled', new Date().toISOString(), r.id);
+    }
+    if (rows.length) await this.d.gateway.syncUsage().catch(() => undefined);
+  }
+
+  /** Runner stop: every live agent ends INTERRUPTED (sandbox killed, lease revoked). */
+  async shutdown(): Promise<void> {
+    await Promise.all([...this.live.values()].map((l) => this.finish(l, 'INTERRUPTED', { reason: 'the runner stopped while the agent ran', drainMs: 0 })));
+  }
+
+  // ------------------------------------------------------------------ spawn
+
+  async spawn(a: SpawnArgs, c: AgentCaller): Promise<Record<string, unknown>> {
+    if (!this.tools) throw new ServiceError('UNAVAILABLE', 'the agent supervisor is not attached to the tool registry yet', {});
+    const callerAgent = c.actor.startsWith('agent_') ? this.row(c.actor) : null;
+    let parentId = a.parentAgentId;
+    if (callerAgent) {
+      if (parentId !== undefined && parentId !== callerAgent.id)
+        throw new ServiceError('PERMISSION_DENIED', `parentAgentId: an agent spawns its own children only (${callerAgent.id})`, { field: 'parentAgentId' });
+      parentId = callerAgent.id;
+    }
+    // The profile: active, pinned at its active revision and credential.
+    const pin = this.d.models.pinnable(a.profileId);
+    if (pin.status !== 'active' || !pin.body || pin.revision === null)
+      throw new ServiceError('FAILED_PRECONDITION', `profileId: profile ${a.profileId} is ${pin.status}; agent_spawn uses an active profile only (the owner activates it on the dashboard)`, { field: 'profileId', status: pin.status });
+    if (pin.credentialStatus !== 'active')
+      throw new ServiceError('FAILED_PRECONDITION', `profileId: the credential of profile ${a.profileId} is ${pin.credentialStatus}`, { field: 'profileId', credentialStatus: pin.credentialStatus });
+    const ops = this.checkOperations(a.proxyOperations, pin.body.maxProxyOperations, a.profileId);
+    // The parent: same workspace, live, and its tree carries agent_spawn and these operations.
+    let parent: Row | null = null;
+    if (parentId) {
+      const found = this.d.db.prepare('SELECT * FROM agents WHERE id = ?').get(parentId) as Row | undefined;
+      if (!found) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId}`, { field: 'parentAgentId' });
+      parent = found;
+      if (parent.workspace_id !== c.workspace) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId} in workspace ${c.workspace}`, { field: 'parentAgentId' });
+      if (TERMINAL.has(parent.status) || parent.status === 'CANCELLING')
+        throw new ServiceError('FAILED_PRECONDITION', `parentAgentId: agent ${parentId} is ${parent.status}; children are spawned under a live agent only`, { field: 'parentAgentId', status: parent.status });
+      const parentOps = new Set(JSON.parse(parent.proxy_ops_json) as string[]);
+      const wider = ops.filter((o) => !parentOps.has(o));
+      if (wider.length)
+        throw new ServiceError('PERMISSION_DENIED', `proxyOperations: a child may use only its parent's operations; not allowed: ${wider.join(', ')}`, { field: 'proxyOperations', operations: wider });
+    }
+    const ws = this.d.workspaces.get(c.workspace);
+    if (ws.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${c.workspace} is ${ws.state}`, { field: 'workspaceId', state: ws.state });
+
+    // Routing rule 8: push again when the gateway restarted or lost its profiles; UNAVAILABLE when unreachable.
+    await this.d.gateway.ensureReady();
+
+    const id = newId('agent');
+    // A child's cost budget is carved out of what its parent has left (atomically, on the parent's lease).
+    let carved = 0;
+    if (parent) {
+      const pl = parent.lease_id ? this.live.get(parent.id) : undefined;
+      if (!pl || !parent.lease_id) throw new ServiceError('FAILED_PRECONDITION', `parentAgentId: agent ${parent.id} holds no live lease yet; retry once it runs`, { field: 'parentAgentId', status: parent.status });
+      const r = await this.d.gateway.adjustLeaseCost(parent.lease_id, -a.maxCostMicros);
+      if (!r.ok)
+        throw new ServiceError('FAILED_PRECONDITION', `maxCostMicros: ${a.maxCostMicros} would pass what parent ${parent.id} has left of its cost budget (${r.remainingMicros ?? 'unknown'} micro-USD); a tree never spends more than its root was given`, { field: 'maxCostMicros', parentRemainingMicros: r.remainingMicros });
+      carved = a.maxCostMicros;
+    }
+    const now = Date.now();
+    const budgets: AgentBudgets = { ttlSeconds: a.ttlSeconds, maxOutputBytes: a.maxOutputBytes, maxInputTokens: a.maxInputTokens, maxOutputTokens: a.maxOutputTokens, maxCostMicros: a.maxCostMicros };
+    const row: Row = {
+      seq: 0,
+      id,
+      owner_id: c.owner,
+      principal: c.principal,
+      spawned_by: c.actor,
+      workspace_id: c.workspace,
+      parent_id: parent?.id ?? null,
+      root_id: parent?.root_id ?? id,
+      depth: parent ? parent.depth + 1 : 0,
+      idempotency_key: a.idempotencyKey,
+      profile_id: a.profileId,
+      revision: pin.revision,
+      credential_id: pin.body.credentialId,
+      api_mode: pin.body.apiMode,
+      model: pin.body.model,
+      status: 'SPAWNING',
+      prompt: a.prompt,
+      proxy_ops_json: JSON.stringify(ops),
+      budgets_json: JSON.stringify(budgets),
+      repository_context: a.repositoryContext ?? 'profile_a',
+      lease_id: null,
+      carved_micros: carved,
+      used_json: null,
+      log_bytes: 0,
+      summary: null,
+      end_reason: null,
+      error_json: null,
+      cancel_reason: null,
+      created_at: new Date(now).toISOString(),
+      started_at: null,
+      ended_at: null,
+      expires_at: new Date(now + a.ttlSeconds * 1000).toISOString(),
+    };
+    const cols = Object.keys(row).filter((k) => k !== 'seq');
+    this.d.db.prepare(`INSERT INTO agents (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`).run(...cols.map((k) => (row as unknown as Record<string, unknown>)[k]));
+    const stored = this.row(id);
+    const live: Live = {
+      id,
+      row: stored,
+      ops: new Set(ops),
+      budgets,
+      deadlineMs: now + a.ttlSeconds * 1000,
+      sandbox: new AbortController(),
+      exited: null,
+      sockDir: null,
+      servers: [],
+      conn: null,
+      leaseId: null,
+      logBytes: 0,
+      outputCapped: false,
+      steersSent: 0,
+      pendingSteers: [],
+      followUps: [],
+      cancelRequested: null,
+      ending: null,
+      timers: [],
+      calls: new Set(),
+      lastLease: null,
+      runtimeStderr: '',
+    };
+    this.live.set(id, live);
+    this.log(live, { type: 'status', status: 'SPAWNING', profileId: a.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, parentAgentId: row.parent_id });
+    void this.launch(live);
+    return { agentId: id, status: 'SPAWNING', workspaceId: c.workspace, parentAgentId: row.parent_id, profileId: a.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, expiresAt: row.expires_at };
+  }
+
+  /**
+   * proxyOperations must name proxyable catalog tools (INVALID_ARGUMENT otherwise) and lie within
+   * the pinned revision's maxProxyOperations (OWNER_APPROVAL_REQUIRED otherwise: only the owner
+   * can widen what a profile may proxy, see docs/agents.md).
+   */
+  private checkOperations(given: string[], allowed: string[], profileId: string): string[] {
+    const ops = [...new Set(given)];
+    const known = new Map(this.tools!.list.map((t) => [t.name, t]));
+    const unknown = ops.filter((o) => !known.has(o));
+    if (unknown.length) throw new ServiceError('INVALID_ARGUMENT', `proxyOperations: not tools of the catalog: ${unknown.join(', ')}`, { field: 'proxyOperations', operations: unknown });
+    const never = ops.filter((o) => NEVER_PROXIED.has(o) || !((known.get(o)!.inputSchema.properties as Record<string, unknown> | undefined) ?? {}).workspaceId);
+    if (never.length)
+      throw new ServiceError('INVALID_ARGUMENT', `proxyOperations: these tools cannot be proxied by an agent (they do not act inside one workspace or act on the caller's session): ${never.join(', ')}`, { field: 'proxyOperations', operations: never });
+    const allow = new Set(allowed);
+    const outside = ops.filter((o) => !allow.has(o));
+    if (outside.length)
+      throw new ServiceError(
+        'OWNER_APPROVAL_REQUIRED',
+        `proxyOperations: outside the maxProxyOperations of profile ${profileId}: ${outside.join(', ')}; only the owner can widen them (dashboard), nothing was started`,
+        { field: 'proxyOperations', operations: outside, maxProxyOperations: allowed },
+      );
+    return ops;
+  }
+
+  private async launch(live: Live): Promise<void> {
+    const row = live.row;
+    try {
+      const delay = Number(process.env.ATELIER_TEST_AGENT_LAUNCH_DELAY_MS ?? 0);
+      if (delay > 0) await sleep(Math.min(delay, 60_000));
+      if (live.cancelRequested) return await this.finish(live, 'CANCELLED', { reason: live.cancelRequested });
+      // Agent rule 2: check the gateway once more right before the lease; unreachable there, the agent is cancelled and ends FAILED once the gateway confirms cleanup.
+      let lease: Awaited<ReturnType<GatewayClient['issueLease']>>;
+      const contextP = this.repositoryContext(row).catch((e) => {
+        this.log(live, { type: 'warning', message: `repository context not sent: ${(e as Error).message}` });
+        return '';
+      });
+      try {
+        lease = await this.d.gateway.issueLease({
+          agentId: row.id,
+          profileId: row.profile_id,
+          revision: row.revision,
+          budgets: { maxInputTokens: live.budgets.maxInputTokens, maxOutputTokens: live.budgets.maxOutputTokens, maxCostMicros: live.budgets.maxCostMicros },
+          expiresAt: new Date(live.deadlineMs + 30_000).toISOString(),
+        });
+      } catch (e) {
+        if (e instanceof ServiceError && e.code === 'UNAVAILABLE') return await this.gatewayLost(live, e.message);
+        return await this.finish(live, 'FAILED', { reason: `the lease was refused: ${(e as Error).message}`, error: toErrorBody(e) });
+      }
+      if (live.ending) {
+        await this.d.gateway.revokeLease(lease.leaseId).catch(() => null);
+        return;
+      }
+      live.leaseId = lease.leaseId;
+      this.d.db.prepare('UPDATE agents SET lease_id = ? WHERE id = ?').run(lease.leaseId, row.id);
+      live.row.lease_id = lease.leaseId;
+      if (live.cancelRequested) return await this.finish(live, 'CANCELLED', { reason: live.cancelRequested });
+      const context = await contextP;
+      await this.openSockets(live);
+      if (live.ending) return;
+      const startedAt = new Date().toISOString();
+      this.d.db.prepare("UPDATE agents SET status = 'RUNNING', started_at = ? WHERE id = ? AND status = 'SPAWNING'").run(startedAt, row.id);
+      live.row.status = 'RUNNING';
+      this.log(live, { type: 'status', status: 'RUNNING', leaseId: lease.leaseId });
+      this.armTimers(live);
+      const cfg: AgentStartConfig = {
+        agentId: row.id,
+        apiMode: row.api_mode,
+        model: row.model,
+        leaseToken: lease.token,
+        prompt: row.prompt,
+        context,
+        tools: this.tools!.list.filter((t) => live.ops.has(t.name)).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema })),
+        toolResultCapBytes: TOOL_RESULT_CAP_BYTES,
+        maxTurnOutputTokens: Math.min(live.budgets.maxOutputTokens, 8192),
+      };
+      live.exited = this.runSandbox(live, cfg);
+    } catch (e) {
+      this.d.log.error({ agentId: row.id, err: (e as Error).message }, 'agent launch failed');
+      await this.finish(live, 'FAILED', { reason: `the agent could not start: ${(e as Error).message}`, error: toErrorBody(e) });
+    }
+  }
+
+  /** Agent rule 2: cancelled at once; FAILED once the gateway answers again (and so confirms no lease of this agent routes). */
+  private async gatewayLost(live: Live, why: string): Promise<void> {
+    this.setStatus(live, 'CANCELLING', `the gateway was unreachable at the final check before the lease (${why})`);
+    const until = live.deadlineMs;
+    while (Date.now() < until) {
+      try {
+        await this.d.gateway.status();
+        break;
+      } catch {
+        await sleep(500);
+      }
+    }
+    const confirmed = Date.now() < until;
+    await this.finish(live, 'FAILED', {
+      reason: `the gateway was unreachable at the final check before the lease was issued; ${confirmed ? 'it answered again and confirmed no lease of this agent exists' : 'it did not answer again within the agent TTL'}`,
+      error: { code: 'UNAVAILABLE', message: why, retryable: true, details: {} },
+    });
+  }
+
+  private async repositoryContext(row: Row): Promise<string> {
+    if (row.repository_context === 'none') return '';
+    const h = await this.d.workspaces.activeHandle(row.workspace_id);
+    const ov = (await this.d.executor.request(h, 'overview', { root: '/workspace', clientProfile: row.repository_context, include: ['instructions'], contentMode: 'excerpt', maxBytes: 32768 }, { timeoutMs: 15_000 })) as {
+      instructions?: Array<{ path: string; excerpt?: string; truncated?: boolean }>;
+    };
+    return (ov.instructions ?? [])
+      .map((f) => `--- ${f.path}${f.truncated ? ' (excerpt)' : ''} ---\n${f.excerpt ?? ''}`)
+      .join('\n')
+      .trim();
+  }
+
+  // ------------------------------------------------------------------ sandbox and sockets
+
+  private agentOptDir(): string {
+    if (this.optDir) return this.optDir;
+    const dir = join(this.d.config.dataDir, 'run', 'agent-opt');
+    mkdirSync(dir, { recursive: true, mode: 0o755 });
+    chmodSync(dir, 0o755);
+    writeFileSync(join(dir, 'package.json'), '{"type":"module","private":true}\n', { mode: 0o644 });
+    this.optDir = dir;
+    return dir;
+  }
+
+  private async openSockets(live: Live): Promise<void> {
+    const dir = join(this.runDir, live.id.slice(6, 22));
+    mkdirSync(this.runDir, { recursive: true, mode: 0o711 });
+    chmodSync(this.runDir, 0o711);
+    mkdirSync(dir, { recursive: true, mode: 0o711 });
+    chmodSync(dir, 0o711);
+    live.sockDir = dir;
+    const uid = this.d.config.sandboxUid;
+    const listen = (server: Server, file: string) =>
+      new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(file, () => {
+          chownSync(file, uid, uid);
+          chmodSync(file, 0o600);
+          resolve();
+        });
+      });
+    // Gateway relay: this agent's socket to the gateway's TCP endpoint (the lease token is the only credential passing through).
+    const gw = createServer((client) => {
+      const ep = this.d.gateway.agentEndpoint();
+      if (!ep) return client.destroy();
+      const up = connect(ep.port, ep.host);
+      client.pipe(up).pipe(client);
+      const end = () => {
+        client.destroy();
+        up.destroy();
+      };
+      client.on('error', end);
+      up.on('error', end);
+      client.on('close', end);
+      up.on('close', end);
+    });
+    const ctl = createServer((sock) => {
+      if (live.conn) return sock.destroy(); // one control connection per agent
+      live.conn = sock;
+      this.serveControl(live, sock);
+    });
+    live.servers.push(gw, ctl);
+    await listen(gw, join(dir, 'gateway.sock'));
+    await listen(ctl, join(dir, 'control.sock'));
+  }
+
+  private runSandbox(live: Live, cfg: AgentStartConfig): Promise<void> {
+    const opt = this.agentOptDir();
+    const spec = {
+      id: `agent-${live.id.slice(6, 30).replace(/[^A-Za-z0-9_-]/g, '_')}`,
+      argv: ['/usr/bin/node', '--max-old-space-size=128', '/opt/agent/dist/agent/runtime.js'],
+      stdin: JSON.stringify(cfg),
+      binds: [
+        { source: join(opt, 'package.json'), target: '/opt/agent/package.json', readOnly: true },
+        { source: join(ROOT, 'dist', 'agent'), target: '/opt/agent/dist/agent', readOnly: true },
+        { source: join(ROOT, 'dist', 'contracts'), target: '/opt/agent/dist/contracts', readOnly: true },
+        { source: join(ROOT, 'node_modules', 'openai'), target: '/opt/agent/node_modules/openai', readOnly: true },
+        { source: live.sockDir!, target: AGENT_SOCKET_DIR, readOnly: true },
+      ],
+      limits: { memoryBytes: 256 * 1024 * 1024, pidsMax: 64, cpuQuotaPercent: 100 },
+      network: 'none' as const,
+      cwd: '/',
+      timeoutMs: Math.max(1000, live.deadlineMs - Date.now()) + 15_000,
+      maxOutputBytes: 16_384,
+      signal: live.sandbox.signal,
+      onOutput: (stream: 'stdout' | 'stderr', chunk: Buffer) => {
+        if (stream === 'stderr' && live.runtimeStderr.length < 4096) live.runtimeStderr += chunk.toString('utf8');
+      },
+    };
+    return this.d.executor.runEphemeral(spec).then(
+      async (r) => {
+        if (live.ending) return;
+        const tail = this.d.environments.redact((r.stderr || live.runtimeStderr).slice(-1500));
+        await this.finish(live, 'FAILED', { reason: `the agent runtime exited (code ${r.exitCode}${r.signal ? `, signal ${r.signal}` : ''}) without ending the agent${tail ? `: ${tail}` : ''}` });
+      },
+      async (e) => {
+        if (live.ending) return;
+        await this.finish(live, 'FAILED', { reason: `the agent sandbox failed: ${(e as Error).message}`, error: toErrorBody(e) });
+      },
+    );
+  }
+
+  private armTimers(live: Live): void {
+    const ttlMs = live.budgets.ttlSeconds * 1000;
+    // The runtime is asked to stop and summarise a little before the TTL, so the summary fits in it; the TTL itself is hard.
+    const reserve = Math.min(30_000, Math.max(5_000, Math.floor(ttlMs * 0.1)));
+    const left = live.deadlineMs - Date.now();
+    live.timers.push(
+      setTimeout(() => this.send(live, { t: 'stop', status: 'TIMED_OUT', reason: `ttlSeconds (${live.budgets.ttlSeconds}) is running out` }), Math.max(0, left - reserve)),
+      setTimeout(() => void this.finish(live, 'TIMED_OUT', { reason: `ttlSeconds (${live.budgets.ttlSeconds}) ran out`, drainMs: 0 }), Math.max(0, left)),
+    );
+    for (const t of live.timers) t.unref();
+  }
+
+  private send(live: Live, m: RunnerMessage): void {
+    const s = live.conn;
+    if (s && !s.destroyed) s.write(JSON.stringify(m) + '\n');
+  }
+
+  private serveControl(live: Live, sock: Socket): void {
+    let buf = '';
+    sock.setEncoding('utf8');
+    sock.on('error', () => undefined);
+    sock.on('data', (d: string) => {
+      buf += d;
+      if (buf.length > 64 * 1024 * 1024) return sock.destroy();
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (!line) continue;
+        let m: RuntimeMessage;
+        try {
+          m = JSON.parse(line) as RuntimeMessage;
+        } catch {
+          continue;
+        }
+        void this.onRuntime(live, m).catch((e) => this.d.log.error({ agentId: live.id, err: (e as Error).message }, 'agent control message failed'));
+      }
+    });
+  }
+
+  private async onRuntime(live: Live, m: RuntimeMessage): Promise<void> {
+    switch (m.t) {
+      case 'hello':
+        for (const s of live.pendingSteers.splice(0)) this.deliverSteer(live, s);
+        return;
+      case 'event':
+        this.log(live, m.event && typeof m.event === 'object' ? m.event : { type: 'event' });
+        return;
+      case 'budget':
+        this.send(live, { t: 'budget', id: m.id, budget: await this.budgetView(live) });
+        return;
+      case 'call': {
+        const result = await this.proxyCall(live, String(m.name), m.args && typeof m.args === 'object' && !Array.isArray(m.args) ? m.args : {});
+        this.send(live, { t: 'result', id: m.id, result });
+        return;
+      }
+      case 'final': {
+        if (live.ending) return;
+        if (live.followUps.length) {
+          const messages = live.followUps.splice(0);
+          this.log(live, { type: 'followup_delivered', count: messages.length });
+          this.send(live, { t: 'continue', messages });
+          return;
+        }
+        if (live.steersSent > (Number(m.steersSeen) || 0)) {
+          this.send(live, { t: 'continue', messages: [] });
+          return;
+        }
+        this.send(live, { t: 'end' });
+        await this.finish(live, 'SUCCEEDED', { summary: String(m.text ?? ''), reason: 'the model answered without tool calls' });
+        return;
+      }
+      case 'ended': {
+        const st = (['LIMIT_EXCEEDED', 'TIMED_OUT', 'FAILED', 'CANCELLED'] as const).includes(m.status) ? m.status : 'FAILED';
+        await this.finish(live, live.cancelRequested ? 'CANCELLED' : st, { summary: String(m.summary ?? ''), reason: String(m.reason ?? '') });
+        return;
+      }
+    }
+  }
+
+  private async proxyCall(live: Live, name: string, raw: Record<string, unknown>): Promise<{ isError?: boolean; text: string }> {
+    const refuse = (code: 'PERMISSION_DENIED' | 'FAILED_PRECONDITION', message: string) => {
+      this.log(live, { type: 'tool_refused', name, code, message });
+      return { isError: true, text: JSON.stringify({ error: { code, message, retryable: false, details: { tool: name } } }) };
+    };
+    if (live.ending) return refuse('FAILED_PRECONDITION', 'the agent is ending');
+    if (!live.ops.has(name)) return refuse('PERMISSION_DENIED', `tool ${name} is not among this agent's proxyOperations (${[...live.ops].join(', ') || 'none'})`);
+    const args = { ...raw };
+    if (args.workspaceId !== undefined && args.workspaceId !== live.row.workspace_id)
+      return refuse('PERMISSION_DENIED', `workspaceId: this agent may act on its own workspace only (${live.row.workspace_id})`);
+    args.workspaceId = live.row.workspace_id;
+    if (name === 'agent_spawn') {
+      if (args.parentAgentId !== undefined && args.parentAgentId !== live.id) return refuse('PERMISSION_DENIED', `parentAgentId: an agent spawns its own children only (${live.id})`);
+      args.parentAgentId = live.id;
+    }
+    this.log(live, { type: 'tool_call', name, args: clip(JSON.stringify(args), 2048) });
+    const ac = new AbortController();
+    live.calls.add(ac);
+    const started = Date.now();
+    try {
+      const res = await this.tools!.call(name, args, { principal: live.row.principal, actor: live.id as Actor, signal: ac.signal });
+      const text = res.structuredContent ? JSON.stringify(res.structuredContent) : res.content.map((c) => c.text).join('\n');
+      this.log(live, { type: 'tool_result', name, isError: res.isError === true, bytes: Buffer.byteLength(text), ms: Date.now() - started, head: clip(text, 300) });
+      return { isError: res.isError === true, text };
+    } finally {
+      live.calls.delete(ac);
+    }
+  }
+
+  private async budgetView(live: Live): Promise<BudgetView> {
+    let l: LeaseInfo | null = live.lastLease;
+    if (live.leaseId) l = (await this.d.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? l;
+    live.lastLease = l;
+    const b = live.budgets;
+    const used = l?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
+    const res = l?.reserved ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
+    const costBudget = l?.budgets.maxCostMicros ?? b.maxCostMicros; // after carving children out
+    const fig = (budget: number, u: number, r: number) => ({ budget, used: u, reserved: r, remaining: Math.max(0, budget - u - r) });
+    return {
+      inputTokens: fig(l?.budgets.maxInputTokens ?? b.maxInputTokens, used.inputTokens, res.inputTokens),
+      outputTokens: fig(l?.budgets.maxOutputTokens ?? b.maxOutputTokens, used.outputTokens, res.outputTokens),
+      costMicros: fig(costBudget, used.costMicros, res.costMicros),
+      outputBytes: { budget: b.maxOutputBytes, used: live.logBytes, remaining: Math.max(0, b.maxOutputBytes - live.logBytes) },
+      ttlSeconds: { budget: b.ttlSeconds, remaining: Math.max(0, Math.floor((live.deadlineMs - Date.now()) / 1000)) },
+    };
+  }
+
+  private deliverSteer(live: Live, message: string): void {
+    live.steersSent++;
+    this.send(live, { t: 'steer', message });
+  }
+
+  // ------------------------------------------------------------------ ending
+
+  private setStatus(live: Live, status: AgentStatus, reason: string): void {
+    this.d.db.prepare(`UPDATE agents SET status = ?, end_reason = COALESCE(end_reason, ?) WHERE id = ?`).run(status, reason, live.id);
+    live.row.status = status;
+    this.log(live, { type: 'status', status, reason });
+  }
+
+  /**
+   * Ends an agent (once): lets the runtime drain for a bound, kills its sandbox, aborts proxied
+   * calls in flight, revokes the lease (requests in flight settle), pulls usage into the ledger,
+   * gives the unspent part of a child's carved budget back to its parent, then records the status.
+   */
+  private finish(live: Live, status: AgentStatus, o: { summary?: string; reason?: string; error?: unknown; drainMs?: number }): Promise<void> {
+    if (live.ending) return live.ending;
+    live.ending = (async () => {
+      for (const t of live.timers) clearTimeout(t);
+      if (status === 'CANCELLED' && live.row.status !== 'CANCELLING') this.setStatus(live, 'CANCELLING', o.reason ?? 'cancelled');
+      if (live.exited) {
+        const drain = o.drainMs ?? DRAIN_MS;
+        if (drain > 0) await Promise.race([live.exited, sleep(drain)]);
+        live.sandbox.abort();
+        await Promise.race([live.exited, sleep(5_000)]);
+      } else live.sandbox.abort();
+      for (const ac of live.calls) ac.abort();
+      let info: LeaseInfo | null = null;
+      if (live.leaseId) {
+        info = await this.d.gateway.revokeLease(live.leaseId).catch(() => null);
+        if (!info) info = live.lastLease;
+        await this.d.gateway.syncUsage().catch(() => undefined);
+      }
+      // Carving: what the child did not spend (nor hold reserved) goes back to a live parent.
+      if (live.row.carved_micros > 0 && live.row.parent_id) {
+        const spent = (info?.used.costMicros ?? 0) + (info?.reserved.costMicros ?? 0);
+        const back = live.row.carved_micros - Math.min(live.row.carved_micros, live.leaseId && !info ? live.row.carved_micros : spent);
+        const parent = this.live.get(live.row.parent_id);
+        if (back > 0 && parent?.leaseId && !parent.ending) await this.d.gateway.adjustLeaseCost(parent.leaseId, back).catch(() => undefined);
+      }
+      for (const s of live.servers) s.close();
+      live.conn?.destroy();
+      if (live.sockDir) rmSync(live.sockDir, { recursive: true, force: true });
+      const summary = o.summary ? this.d.environments.redact(o.summary).slice(0, 65_536) : null;
+      const used = info ? { used: info.used, reserved: info.reserved, budgets: info.budgets } : null;
+      this.d.db
+        .prepare('UPDATE agents SET status = ?, summary = COALESCE(?, summary), end_reason = ?, error_json = ?, used_json = COALESCE(?, used_json), log_bytes = ?, ended_at = ? WHERE id = ?')
+        .run(status, summary, o.reason ?? null, o.error ? JSON.stringify(o.error) : null, used ? JSON.stringify(used) : null, live.logBytes, new Date().toISOString(), live.id);
+      live.row.status = status;
+      this.appendRaw(live.id, { type: 'status', status, reason: o.reason ?? null, ...(summary ? { summary: clip(summary, 4096) } : {}) });
+      this.live.delete(live.id);
+      this.d.log.info({ agentId: live.id, status }, 'agent ended');
+    })();
+    return live.ending;
+  }
+
+  // ------------------------------------------------------------------ logs
+
+  private logFile(id: string): string {
+    return join(this.logDir, `${id}.log`);
+  }
+
+  /** Appends one event line (redacted, clipped); past maxOutputBytes nothing more is logged and the agent is stopped. */
+  private log(live: Live, event: Record<string, unknown>): void {
+    if (live.outputCapped) return;
+    const line = this.line(live.id, event);
+    if (live.logBytes + Buffer.byteLength(line) > live.budgets.maxOutputBytes) {
+      live.outputCapped = true;
+      this.appendRaw(live.id, { type: 'output_limit', maxOutputBytes: live.budgets.maxOutputBytes, message: 'maxOutputBytes reached: nothing more of this agent is logged' });
+      if (live.conn) this.send(live, { t: 'stop', status: 'LIMIT_EXCEEDED', reason: `maxOutputBytes (${live.budgets.maxOutputBytes}) reached` });
+      else void this.finish(live, 'LIMIT_EXCEEDED', { reason: `maxOutputBytes (${live.budgets.maxOutputBytes}) reached` });
+      // The runtime gets a bounded time to summarise.
+      const t = setTimeout(() => void this.finish(live, 'LIMIT_EXCEEDED', { reason: `maxOutputBytes (${live.budgets.maxOutputBytes}) reached` }), 30_000);
+      t.unref();
+      live.timers.push(t);
+      return;
+    }
+    mkdirSync(this.logDir, { recursive: true, mode: 0o700 });
+    appendFileSync(this.logFile(live.id), line, { mode: 0o600 });
+    live.logBytes += Buffer.byteLength(line);
+  }
+
+  private line(id: string, event: Record<string, unknown>): string {
+    let text = JSON.stringify(this.d.environments.redact({ at: new Date().toISOString(), agentId: id, ...event }));
+    if (text.length > MAX_LOG_LINE) text = JSON.stringify({ at: new Date().toISOString(), agentId: id, type: String(event.type ?? 'event'), clipped: true, text: clip(text, MAX_LOG_LINE - 200) });
+    return text + '\n';
+  }
+
+  /** Status lines: written whatever the output cap (bounded). */
+  private appendRaw(id: string, event: Record<string, unknown>): void {
+    mkdirSync(this.logDir, { recursive: true, mode: 0o700 });
+    appendFileSync(this.logFile(id), this.line(id, event), { mode: 0o600 });
+  }
+
+  // ------------------------------------------------------------------ queries
+
+  private row(id: string): Row {
+    const r = this.d.db.prepare('SELECT * FROM agents WHERE id = ?').get(id) as Row | undefined;
+    if (!r) throw new ServiceError('NOT_FOUND', `agentId: no agent ${id}`, { field: 'agentId' });
+    return r;
+  }
+
+  /** The agent as the caller may see it: in the caller's workspace, and for an agent caller only its own descendants. */
+  private visible(id: string, c: AgentCaller, field = 'agentId'): Row {
+    let r: Row;
+    try {
+      r = this.row(id);
+    } catch {
+      throw new ServiceError('NOT_FOUND', `${field}: no agent ${id}`, { field });
+    }
+    if (r.workspace_id !== c.workspace) throw new ServiceError('NOT_FOUND', `${field}: no agent ${id} in workspace ${c.workspace}`, { field });
+    if (c.actor.startsWith('agent_') && !this.isDescendant(r, c.actor)) throw new ServiceError('NOT_FOUND', `${field}: no agent ${id} among this agent's descendants`, { field });
+    return r;
+  }
+
+  private isDescendant(r: Row, ancestor: string): boolean {
+    let cur: Row | undefined = r;
+    for (let i = 0; cur && cur.parent_id && i < 1000; i++) {
+      if (cur.parent_id === ancestor) return true;
+      cur = this.d.db.prepare('SELECT * FROM agents WHERE id = ?').get(cur.parent_id) as Row | undefined;
+    }
+    return false;
+  }
+
+  private descendants(id: string): Row[] {
+    return this.d.db
+      .prepare(
+        `WITH RECURSIVE t(id) AS (SELECT id FROM agents WHERE parent_id = ? UNION ALL SELECT a.id FROM agents a JOIN t ON a.parent_id = t.id)
+         SELECT agents.* FROM agents JOIN t ON agents.id = t.id ORDER BY depth DESC, seq`,
+      )
+      .all(id) as Row[];
+  }
+
+  private async view(r: Row, withLive = true): Promise<Record<string, unknown>> {
+    const b = JSON.parse(r.budgets_json) as AgentBudgets;
+    const live = this.live.get(r.id);
+    let lease: { used: LeaseInfo['used']; reserved: LeaseInfo['reserved']; budgets: LeaseInfo['budgets'] } | null = r.used_json ? JSON.parse(r.used_json) : null;
+    if (live?.leaseId && withLive) {
+      const l = (await this.d.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? live.lastLease;
+      if (l) {
+        live.lastLease = l;
+        lease = l;
+      }
+    }
+    const used = lease?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
+    const reserved = lease && !TERMINAL.has(r.status) ? lease.reserved : { inputTokens: 0, outputTokens: 0, costMicros: 0 };
+    const carvedToChildren = (this.d.db.prepare('SELECT COALESCE(SUM(carved_micros), 0) FROM agents WHERE parent_id = ?').pluck().get(r.id) as number) ?? 0;
+    const fig = (budget: number, u: number, res: number) => ({ budget, used: u, reserved: res, remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, budget - u - res) });
+    const costRoom = lease?.budgets.maxCostMicros ?? b.maxCostMicros;
+    const logBytes = live ? live.logBytes : r.log_bytes;
+    const ended = r.ended_at ? Date.parse(r.ended_at) : Date.now();
+    return {
+      agentId: r.id,
+      status: r.status,
+      workspaceId: r.workspace_id,
+      parentAgentId: r.parent_id,
+      rootAgentId: r.root_id,
+      depth: r.depth,
+      profileId: r.profile_id,
+      revision: r.revision,
+      credentialId: r.credential_id,
+      model: r.model,
+      apiMode: r.api_mode,
+      proxyOperations: JSON.parse(r.proxy_ops_json),
+      leaseId: r.lease_id,
+      repositoryContext: r.repository_context,
+      spawnedBy: r.spawned_by,
+      idempotencyKey: r.idempotency_key,
+      createdAt: r.created_at,
+      startedAt: r.started_at,
+      endedAt: r.ended_at,
+      expiresAt: r.expires_at,
+      budgets: {
+        ttlSeconds: { budget: b.ttlSeconds, elapsedSeconds: Math.max(0, Math.floor((ended - Date.parse(r.created_at)) / 1000)), remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, Math.floor((Date.parse(r.expires_at) - Date.now()) / 1000)) },
+        maxOutputBytes: { budget: b.maxOutputBytes, used: logBytes, remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, b.maxOutputBytes - logBytes) },
+        maxInputTokens: fig(b.maxInputTokens, used.inputTokens, reserved.inputTokens),
+        maxOutputTokens: fig(b.maxOutputTokens, used.outputTokens, reserved.outputTokens),
+        maxCostMicros: { ...fig(b.maxCostMicros, used.costMicros, reserved.costMicros), carvedToChildren, remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, costRoom - used.costMicros - reserved.costMicros) },
+      },
+      spend: { ...this.d.spend.agentSpend(r.id), unit: 'micro-USD', estimate: true },
+      terminal: TERMINAL.has(r.status),
+      summary: r.summary,
+      endReason: r.end_reason,
+      error: r.error_json ? JSON.parse(r.error_json) : null,
+      cancelReason: r.cancel_reason,
+    };
+  }
+
+  async status(a: { agentId?: string; idempotencyKey?: string }, c: AgentCaller): Promise<Record<string, unknown>> {
+    if (!a.agentId && !a.idempotencyKey) throw new ServiceError('INVALID_ARGUMENT', 'agentId or idempotencyKey: give one of them', { field: 'agentId' });
+    let r: Row;
+    if (a.agentId) {
+      r = this.visible(a.agentId, c);
+      if (a.idempotencyKey && r.idempotency_key !== a.idempotencyKey)
+        throw new ServiceError('INVALID_ARGUMENT', `idempotencyKey: agent ${a.agentId} was not spawned with this key`, { field: 'idempotencyKey' });
+    } else {
+      const found = this.d.db.prepare('SELECT id FROM agents WHERE idempotency_key = ? AND workspace_id = ? ORDER BY seq DESC LIMIT 1').pluck().get(a.idempotencyKey, c.workspace) as string | undefined;
+      if (!found) throw new ServiceError('NOT_FOUND', `idempotencyKey: no agent spawned with this key in workspace ${c.workspace}`, { field: 'idempotencyKey' });
+      r = this.visible(found, c, 'idempotencyKey');
+    }
+    return this.view(r);
+  }
+
+  logs(a: { agentId: string; cursor?: string; limitBytes: number }, c: AgentCaller): Record<string, unknown> {
+    const r = this.visible(a.agentId, c);
+    const file = this.logFile(r.id);
+    const size = existsSync(file) ? statSync(file).size : 0;
+    const start = a.cursor === undefined ? 0 : Number(a.cursor);
+    if (!Number.isSafeInteger(start) || start < 0) throw new ServiceError('INVALID_ARGUMENT', 'cursor: must be a decimal byte offset from a previous page', { field: 'cursor' });
+    if (start > size) throw new ServiceError('INVALID_ARGUMENT', `cursor: ${start} is past the end of the log (${size} bytes)`, { field: 'cursor', size });
+    let buf = Buffer.alloc(0);
+    if (size > start) {
+      const fd = openSync(file, 'r');
+      try {
+        buf = Buffer.alloc(Math.min(a.limitBytes, size - start));
+        const n = readSync(fd, buf, 0, buf.length, start);
+        buf = buf.subarray(0, n);
+      } finally {
+        closeSync(fd);
+      }
+      if (start + buf.length < size) {
+        // Whole lines when one fits; otherwise cut on a UTF-8 character boundary.
+        const nl = buf.lastIndexOf(0x0a);
+        if (nl >= 0) buf = buf.subarray(0, nl + 1);
+        else {
+          let end = buf.length;
+          while (end > 0 && (buf[end]! & 0xc0) === 0x80) end--;
+          buf = buf.subarray(0, end);
+        }
+      }
+    }
+    const next = start + buf.length;
+    const terminal = TERMINAL.has(r.status);
+    return {
+      agentId: r.id,
+      status: r.status,
+      cursor: String(start),
+      nextCursor: String(next),
+      text: buf.toString('utf8'),
+      bytes: buf.length,
+      totalBytes: size,
+      eof: next >= size,
+      complete: terminal && next >= size,
+      format: 'one JSON event per line',
+    };
+  }
+
+  message(a: { agentId: string; mode: 'steer' | 'followUp'; message: string }, c: AgentCaller): Record<string, unknown> {
+    const r = this.visible(a.agentId, c);
+    const live = this.live.get(r.id);
+    if (TERMINAL.has(r.status) || r.status === 'CANCELLING' || !live || live.ending)
+      throw new ServiceError('FAILED_PRECONDITION', `agentId: agent ${r.id} is ${live?.ending && !TERMINAL.has(r.status) ? 'ending' : r.status}; messages go to a SPAWNING or RUNNING agent only`, { field: 'agentId', status: r.status });
+    const message = a.message;
+    if (a.mode === 'steer') {
+      if (live.conn) this.deliverSteer(live, message);
+      else live.pendingSteers.push(message);
+    } else live.followUps.push(message);
+    this.log(live, { type: 'message_received', mode: a.mode, from: c.actor, message: clip(message, 4096) });
+    return { agentId: r.id, mode: a.mode, accepted: true, status: live.row.status, delivery: a.mode === 'steer' ? 'at the next turn boundary' : 'when the agent would otherwise end' };
+  }
+
+  async cancel(a: { agentId: string; reason?: string }, c: AgentCaller): Promise<Record<string, unknown>> {
+    const r = this.visible(a.agentId, c);
+    return this.cancelTree(r, a.reason ?? `cancelled by ${c.actor}`, c.actor);
+  }
+
+  private async cancelTree(r: Row, reason: string, by: string): Promise<Record<string, unknown>> {
+    const targets = [...this.descendants(r.id), r]; // leaves first
+    const cancelled: string[] = [];
+    const alreadyEnded: Array<{ agentId: string; status: AgentStatus }> = [];
+    const ends: Promise<void>[] = [];
+    for (const t of targets) {
+      const live = this.live.get(t.id);
+      if (TERMINAL.has(t.status) || !live) {
+        if (TERMINAL.has(t.status)) alreadyEnded.push({ agentId: t.id, status: t.status });
+        continue;
+      }
+      cancelled.push(t.id);
+      this.d.db.prepare('UPDATE agents SET cancel_reason = COALESCE(cancel_reason, ?) WHERE id = ?').run(clip(reason, 2000), t.id);
+      if (!live.cancelRequested) live.cancelRequested = reason;
+      if (live.row.status !== 'CANCELLING' && !live.ending) this.setStatus(live, 'CANCELLING', `cancelled: ${clip(reason, 500)}`);
+      this.send(live, { t: 'cancel', reason });
+      if (live.ending) ends.push(live.ending);
+      else if (live.exited || live.row.status === 'CANCELLING') ends.push(this.finish(live, 'CANCELLED', { reason: `cancelled by ${by}: ${clip(reason, 500)}` }));
+    }
+    await Promise.race([Promise.all(ends), sleep(DRAIN_MS + 10_000)]);
+    // SPAWNING agents notice cancelRequested at their next launch step.
+    for (const id of cancelled) {
+      const l = this.live.get(id);
+      if (l && !l.ending && !l.exited) await Promise.race([new Promise<void>((res) => { const iv = setInterval(() => { if (!this.live.has(id)) { clearInterval(iv); res(); } }, 50); iv.unref(); }), sleep(10_000)]);
+    }
+    const statuses = Object.fromEntries(targets.map((t) => [t.id, this.row(t.id).status]));
+    return { agentId: r.id, status: this.row(r.id).status, cancelled, alreadyEnded, statuses, reason: clip(reason, 2000) };
+  }
+
+  async list(a: { parentAgentId?: string; status?: AgentStatus; cursor?: string; limit: number }, c: AgentCaller): Promise<Record<string, unknown>> {
+    let parent = a.parentAgentId;
+    if (c.actor.startsWith('agent_')) {
+      if (parent && parent !== c.actor) this.visible(parent, c, 'parentAgentId');
+      parent = parent ?? c.actor;
+    } else if (parent) this.visible(parent, c, 'parentAgentId');
+    const after = a.cursor ? Number(a.cursor) : 0;
+    const where = ['workspace_id = ?', 'seq > ?'];
+    const params: unknown[] = [c.workspace, after];
+    if (parent) {
+      where.push('parent_id = ?');
+      params.push(parent);
+    }
+    if (a.status) {
+      where.push('status = ?');
+      params.push(a.status);
+    }
+    const rows = this.d.db.prepare(`SELECT * FROM agents WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`).all(...params, a.limit + 1) as Row[];
+    const page = rows.slice(0, a.limit);
+    const agents = await Promise.all(page.map((r) => this.brief(r)));
+    return { agents, nextCursor: rows.length > a.limit ? String(page.at(-1)!.seq) : null };
+  }
+
+  private brief(r: Row): Record<string, unknown> {
+    return {
+      agentId: r.id,
+      status: r.status,
+      parentAgentId: r.parent_id,
+      rootAgentId: r.root_id,
+      depth: r.depth,
+      profileId: r.profile_id,
+      revision: r.revision,
+      model: r.model,
+      prompt: clip(r.prompt, 200),
+      createdAt: r.created_at,
+      endedAt: r.ended_at,
+      summary: r.summary ? clip(r.summary, 500) : null,
+    };
+  }
+
+  // ------------------------------------------------------------------ owner's view (dashboard REST)
+
+  /** Every agent (newest first, at most `limit`), with its tree links, status, budgets and spend. */
+  async ownerList(o: { status?: string; workspaceId?: string; limit?: number } = {}): Promise<Record<string, unknown>> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (o.status) {
+      if (!(AGENT_STATUSES as readonly string[]).includes(o.status)) throw new ServiceError('INVALID_ARGUMENT', `status: one of ${AGENT_STATUSES.join(', ')}`, { field: 'status' });
+      where.push('status = ?');
+      params.push(o.status);
+    }
+    if (o.workspaceId) {
+      where.push('workspace_id = ?');
+      params.push(o.workspaceId);
+    }
+    const limit = o.limit ?? 200;
+    const rows = this.d.db.prepare(`SELECT * FROM agents ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY seq DESC LIMIT ?`).all(...params, limit) as Row[];
+    const agents = await Promise.all(rows.map((r) => this.view(r)));
+    const counts = Object.fromEntries((this.d.db.prepare('SELECT status, COUNT(*) n FROM agents GROUP BY status').all() as Array<{ status: string; n: number }>).map((x) => [x.status, x.n]));
+    return { agents, counts, live: this.live.size };
+  }
+
+  async ownerCancel(id: string, reason?: string): Promise<Record<string, unknown>> {
+    if (!/^agent_[A-Za-z0-9_-]{20,80}$/.test(id)) throw new ServiceError('INVALID_ARGUMENT', 'agentId: an agent_ identifier', { field: 'agentId' });
+    if (reason !== undefined && (typeof reason !== 'string' || reason.length > 2000)) throw new ServiceError('INVALID_ARGUMENT', 'reason: a string of at most 2000 characters', { field: 'reason' });
+    const r = this.row(id);
+    const out = await this.cancelTree(r, reason ?? 'cancelled by the owner on the dashboard', 'dashboard');
+    this.d.audit.record({ actor: 'dashboard', action: 'agent_cancel', target: id, outcome: 'ok', details: { cancelled: out.cancelled } });
+    return out;
+  }
+
+  /** Profile revisions pinned by live agents (kept in the gateway snapshot until they end, agent rule 3). */
+  pins(): Array<{ profileId: string; revision: number }> {
+    return [...this.live.values()].map((l) => ({ profileId: l.row.profile_id, revision: l.row.revision }));
+  }
+
+  /** For tests and the dashboard: live agents in this process. */
+  liveCount(): number {
+    return this.live.size;
+  }
+}
+
+function clip(s: string, n: number): string {
+  return s.length <= n ? s : `${s.slice(0, n)}… [${s.length - n} more characters]`;
+}
+

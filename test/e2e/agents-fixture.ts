@@ -1,0 +1,129 @@
+/**
+ * Shared set-up for the agent tests: a git host with a small repository, `atelier serve` with
+ * provider_a pointed at the scripted fake agent provider, an owner credential and two active
+ * profiles (chat-completions and responses), an MCP client and an open workspace.
+ */
+import { expect } from 'vitest';
+import { execFileSync } from 'node:child_process';
+import { startGitHost, type GitHost } from '../fixtures/githost.js';
+import { startFakeAgentProvider, type FakeAgentProvider } from '../fixtures/fake-agent-provider.js';
+import { call, connectV2, dashboardLogin, httpRequest, type Service } from './harness.js';
+import { startWorkspaceService } from './workspace-fixture.js';
+
+export const PROVIDER_KEY = 'sk-agent-test-provider-key-0123456789abcdef';
+export const PRICING = { inputMicrosPerMillionTokens: 2_000_000, outputMicrosPerMillionTokens: 8_000_000, cachedReadMicrosPerMillionTokens: 500_000, cachedWriteMicrosPerMillionTokens: null };
+export const LIMITS = { maxInputTokens: 2_000_000, maxOutputTokens: 2_000_000, maxCostMicros: 1_000_000_000 };
+export const OPS = ['files_read', 'files_list', 'grep_search', 'files_apply_patch', 'files_write', 'exec_run', 'agent_spawn', 'agent_status', 'agent_list'];
+
+export const REPO = {
+  'README.md': '# demo\n',
+  'AGENTS.md': '# Agents\nAlways run the tests.\n',
+  'CLAUDE.md': '# Claude\nKeep changes small.\n',
+  'src/parser.js': 'export function parse(s) {\n  return s.split(",");\n}\n',
+  'test.sh': '#!/bin/sh\ngrep -q "trim" src/parser.js && echo "tests passed" || { echo "tests failed"; exit 1; }\n',
+};
+
+export interface AgentEnv {
+  host: GitHost;
+  svc: Service;
+  fake: FakeAgentProvider;
+  mcp: Awaited<ReturnType<typeof connectV2>>;
+  ws: string;
+  cookie: string;
+  csrf: string;
+  credentialId: string;
+  rest(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
+  tool(name: string, args: Record<string, unknown>): Promise<Awaited<ReturnType<typeof call>>>;
+  ok(name: string, args: Record<string, unknown>): Promise<Record<string, any>>;
+  waitFor(agentId: string, pred: (s: Record<string, any>) => boolean, ms?: number): Promise<Record<string, any>>;
+  waitEnd(agentId: string, ms?: number): Promise<Record<string, any>>;
+  logText(agentId: string): Promise<string>;
+  makeProfile(id: string, apiMode: 'chat-completions' | 'responses', ops?: string[]): Promise<void>;
+  dispose(): Promise<void>;
+}
+
+export async function startAgentEnv(opts: { args?: string[]; env?: Record<string, string>; dataDir?: string } = {}): Promise<AgentEnv> {
+  const host = await startGitHost();
+  const repoUrl = (await host.createRepo('approved/agents', REPO)).url;
+  const fake = await startFakeAgentProvider();
+  const svc = await startWorkspaceService(host, { config: { providers: { provider_a: { baseUrl: fake.url + '/v1' } } }, args: opts.args, env: opts.env, dataDir: opts.dataDir });
+  const { cookie, csrf } = await dashboardLogin(svc);
+  const mcp = await connectV2(svc);
+  const rest = async (method: string, path: string, body?: unknown) => {
+    const h: Record<string, string> = { cookie, 'x-csrf-token': csrf };
+    if (body !== undefined) h['content-type'] = 'application/json';
+    const r = await httpRequest(svc.url, method, path, h, body === undefined ? undefined : JSON.stringify(body));
+    return { status: r.status, body: JSON.parse(r.body || '{}') };
+  };
+  const cred = await rest('POST', '/api/v1/provider-credentials', { provider: 'provider_a', key: PROVIDER_KEY, label: 'agents' });
+  expect(cred.status).toBe(201);
+  const credentialId = cred.body.credential.id as string;
+  const tool = (name: string, args: Record<string, unknown>) => call(mcp, name, args);
+  const ok = async (name: string, args: Record<string, unknown>) => {
+    const r = await tool(name, args);
+    if (!r.ok) throw new Error(`${name} failed: ${r.text}`);
+    return r.result as Record<string, any>;
+  };
+  const opened = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: `open-agents-${Date.now()}` });
+  const ws = opened.workspaceId as string;
+  const waitFor = async (agentId: string, pred: (s: Record<string, any>) => boolean, ms = 60_000) => {
+    const until = Date.now() + ms;
+    let last: Record<string, any> = {};
+    while (Date.now() < until) {
+      last = await ok('agent_status', { agentId });
+      if (pred(last)) return last;
+      await new Promise((r) => setTimeout(r, 150));
+    }
+    throw new Error(`agent ${agentId} did not reach the expected state: ${JSON.stringify(last).slice(0, 2000)}`);
+  };
+  const env: AgentEnv = {
+    host,
+    svc,
+    fake,
+    mcp,
+    ws,
+    cookie,
+    csrf,
+    credentialId,
+    rest,
+    tool,
+    ok,
+    waitFor,
+    waitEnd: (agentId, ms) => waitFor(agentId, (s) => s.terminal === true, ms),
+    async logText(agentId) {
+      let cursor = '0';
+      let text = '';
+      for (let i = 0; i < 1000; i++) {
+        const page = await ok('agent_logs', { agentId, cursor, limitBytes: 262144 });
+        text += page.text;
+        if (page.eof) break;
+        cursor = page.nextCursor;
+      }
+      return text;
+    },
+    async makeProfile(id, apiMode, ops = OPS) {
+      const c = await rest('POST', '/api/v1/agent-model-profiles', { profileId: id, displayName: id, credentialId, model: 'agent-model', apiMode, pricing: PRICING, limits: LIMITS, maxProxyOperations: ops, idempotencyKey: `make-profile-${id}` });
+      expect(c.status, JSON.stringify(c.body)).toBe(201);
+      const a = await rest('POST', `/api/v1/agent-model-profiles/${id}/activate`, { expectedGeneration: c.body.profile.generation });
+      expect(a.status, JSON.stringify(a.body)).toBe(200);
+    },
+    async dispose() {
+      await mcp.close().catch(() => undefined);
+      await svc.dispose();
+      await fake.close();
+      await host.close();
+    },
+  };
+  return env;
+}
+
+/** Host processes running an agent runtime (none must be left). */
+export function runtimeProcesses(): string[] {
+  try {
+    return execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' })
+      .split('\n')
+      .filter((l) => /^\s*\d+ \/usr\/bin\/node .*\/opt\/agent\/dist\/agent\/runtime\.js/.test(l));
+  } catch {
+    return [];
+  }
+}
