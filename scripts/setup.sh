@@ -37,3 +37,9 @@ if [ ! -f dist/.built ] || [ -n "$(find src tsconfig.json package.json -newer di
   npx --no-install tsc -p .
   touch dist/.built
 fi
+
+# Dashboard front end (web/ -> dist/web/, bundled by esbuild; nothing fetched at run time).
+if [ ! -f dist/web/app.js ] || [ -n "$(find web scripts/build-web.mjs package.json -newer dist/web/app.js -print -quit)" ]; then
+  echo "setup: building the dashboard" >&2
+  node scripts/build-web.mjs
+fi

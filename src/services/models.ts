@@ -474,6 +474,7 @@ export class ModelService {
   save(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string): Record<string, unknown> {
     const p = this.plan(action, input, actor, principal);
     if (p.refused) {
+      this.opts.audit.record({ actor, principal, action: `model_profile_${action}`, target: input.profileId ?? null, outcome: 'refused', reason: 'OWNER_APPROVAL_REQUIRED', details: { escalations: p.escalations } });
       const priceNewRoute = p.escalations.some((e) => e.kind === 'price_unverified_for_new_route');
       throw new ServiceError('OWNER_APPROVAL_REQUIRED', `model_profile_${action}: needs owner approval on the dashboard, nothing was changed: ${p.escalations.map((e) => e.message).join('; ')}`, {
         escalations: p.escalations,
@@ -536,6 +537,13 @@ export class ModelService {
       ? this.db.prepare('SELECT * FROM model_profiles WHERE id = ?').all(profileId)
       : this.db.prepare('SELECT * FROM model_profiles ORDER BY id').all()) as ProfileRow[];
     return { profiles: rows.map((r) => this.view(r)) };
+  }
+
+  /** Every revision of a profile, oldest first, with who saved it (the dashboard's history and diff). */
+  revisions(id: string): Array<{ revision: number; actor: string; createdAt: string; body: RevisionBody }> {
+    if (!this.profileRow(id)) throw new ServiceError('NOT_FOUND', `profileId: no profile ${id}`, { field: 'profileId', profileId: id });
+    const rows = this.db.prepare('SELECT revision, actor, created_at FROM model_profile_revisions WHERE profile_id = ? ORDER BY revision').all(id) as Array<{ revision: number; actor: string; created_at: string }>;
+    return rows.map((r) => ({ revision: r.revision, actor: r.actor, createdAt: r.created_at, body: this.revision(id, r.revision) }));
   }
 
   /** Owner activation on the dashboard: approves the whole latest revision (or `revision`), which becomes the active one. */
