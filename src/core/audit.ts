@@ -36,7 +36,7 @@ export class AuditLog {
   }
 
   /** Newest first; `beforeSeq` pages backwards. */
-  list(opts: { limit: number; beforeSeq?: number; actor?: string; action?: string; outcome?: string; target?: string; reason?: string; since?: string; until?: string }): AuditRow[] {
+  list(opts: { limit: number; beforeSeq?: number; actor?: string; action?: string; outcome?: string; target?: string; reasonPrefix?: string; since?: string; until?: string }): AuditRow[] {
     const where: string[] = [];
     const params: unknown[] = [];
     if (opts.beforeSeq !== undefined) (where.push('seq < ?'), params.push(opts.beforeSeq));
@@ -44,7 +44,7 @@ export class AuditLog {
     if (opts.action) (where.push('action = ?'), params.push(opts.action));
     if (opts.outcome) (where.push('outcome = ?'), params.push(opts.outcome));
     if (opts.target) (where.push('target = ?'), params.push(opts.target));
-    if (opts.reason) (where.push('reason = ?'), params.push(opts.reason));
+    if (opts.reasonPrefix) (where.push('substr(reason, 1, ?) = ?'), params.push(opts.reasonPrefix.length, opts.reasonPrefix));
     if (opts.since) (where.push('at >= ?'), params.push(opts.since));
     if (opts.until) (where.push('at < ?'), params.push(opts.until));
     const sql = `SELECT * FROM audit_log ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY seq DESC LIMIT ?`;

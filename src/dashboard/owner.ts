@@ -66,7 +66,7 @@ export const ownerRoutes: ApiRegistrar = (api, app) => {
     await app.gateway.syncUsage().catch(() => undefined);
     const profiles = (app.models.list() as { profiles: Array<Record<string, unknown>> }).profiles;
     const drafts = profiles.filter((p) => p.pendingOwnerApproval === true).map((p) => ({ profileId: p.profileId, status: p.status, latestRevision: p.latestRevision, activeRevision: p.activeRevision, model: p.model }));
-    const refusals = app.audit.list({ limit: 20, outcome: 'refused', reason: 'OWNER_APPROVAL_REQUIRED', since });
+    const refusals = app.audit.list({ limit: 20, outcome: 'refused', reasonPrefix: 'OWNER_APPROVAL_REQUIRED', since });
     const pending = app.approvals.list({ state: 'pending' });
     const ws = app.workspaces.list(undefined, 100) as { workspaces: Array<Record<string, unknown>> };
     const p = app.gateway.push_;
@@ -198,8 +198,8 @@ export const ownerRoutes: ApiRegistrar = (api, app) => {
 
   // ---- profile history ----
   api.get<{ Params: { id: string } }>('/agent-model-profiles/:id/revisions', async (req) => {
-    const refusals = app.audit.list({ limit: 50, outcome: 'refused', reason: 'OWNER_APPROVAL_REQUIRED', target: req.params.id });
-    return { profileId: req.params.id, revisions: app.models.revisions(req.params.id), refusedEscalations: refusals.map((r) => ({ at: r.at, actor: r.actor, action: r.action, escalations: (r.details?.escalations as unknown[]) ?? [] })) };
+    const refusals = app.audit.list({ limit: 50, outcome: 'refused', reasonPrefix: 'OWNER_APPROVAL_REQUIRED', target: req.params.id });
+    return { profileId: req.params.id, revisions: app.models.revisions(req.params.id), refusedEscalations: refusals.map((r) => ({ at: r.at, actor: r.actor, principal: r.principal, action: r.action, reason: r.reason })) };
   });
 };
 

@@ -70,7 +70,7 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
   // script and style files, no inline script, no framing (see docs/dashboard.md).
   f.addHook('onSend', async (req, reply) => {
     if (req.url.startsWith('/api/') || req.url === '/mcp') return;
-    reply.header('content-security-policy', CSP).header('x-content-type-options', 'nosniff').header('x-frame-options', 'DENY').header('referrer-policy', 'no-referrer');
+    reply.header('content-security-policy', CSP).header('x-content-type-options', 'nosniff').header('x-frame-options', 'DENY').header('referrer-policy', 'same-origin');
   });
 
   registerAssets(f);
@@ -175,7 +175,7 @@ function esc(s: string): string {
 
 function page(title: string, body: string): string {
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>${esc(title)} · Atelier</title>
-<link rel="stylesheet" href="/assets/app.css"></head>
+<link rel="icon" href="data:,"><link rel="stylesheet" href="/assets/app.css"></head>
 <body class="plain"><main class="login"><h1>${esc(title)}</h1>${body}</main></body></html>`;
 }
 
@@ -192,6 +192,6 @@ function loginPage(hasPassword: boolean, failed: boolean): string {
 
 function appShell(): string {
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>Atelier</title>
-<link rel="stylesheet" href="/assets/app.css"><script type="module" src="/assets/app.js"></script></head>
+<link rel="icon" href="data:,"><link rel="stylesheet" href="/assets/app.css"><script type="module" src="/assets/app.js"></script></head>
 <body><div id="app"><noscript>The dashboard needs JavaScript; the REST API is under /api/v1.</noscript></div></body></html>`;
 }

@@ -474,7 +474,6 @@ export class ModelService {
   save(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string): Record<string, unknown> {
     const p = this.plan(action, input, actor, principal);
     if (p.refused) {
-      this.opts.audit.record({ actor, principal, action: `model_profile_${action}`, target: input.profileId ?? null, outcome: 'refused', reason: 'OWNER_APPROVAL_REQUIRED', details: { escalations: p.escalations } });
       const priceNewRoute = p.escalations.some((e) => e.kind === 'price_unverified_for_new_route');
       throw new ServiceError('OWNER_APPROVAL_REQUIRED', `model_profile_${action}: needs owner approval on the dashboard, nothing was changed: ${p.escalations.map((e) => e.message).join('; ')}`, {
         escalations: p.escalations,

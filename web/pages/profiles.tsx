@@ -55,7 +55,7 @@ function History(p: { profile: any; reload: () => Promise<void> }) {
           <ul>
             {data.refusedEscalations.map((r: any) => (
               <li>
-                {when(r.at)} {r.action}: {r.escalations.map((e: any) => `${e.kind} (${e.message})`).join('; ')}
+                {when(r.at)} <code>{r.action}</code> by {r.actor}: {String(r.reason ?? '').replace(/^OWNER_APPROVAL_REQUIRED: /, '')}
               </li>
             ))}
           </ul>
