@@ -76,6 +76,19 @@ async function sessionOf(c: BrowserContext): Promise<{ cookie: string; csrf: str
   return { cookie: h, csrf: s.csrfToken };
 }
 
+/** A gateway lease as the runner issues one for an agent, and a chat request under it. */
+async function gatewayLease(agentId: string, profileId: string, revision: number): Promise<(body: unknown) => Promise<Response>> {
+  const gwUrl = await until(() => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(svc.stderr())?.[1]);
+  const secret = readFileSync(join(svc.dataDir, 'state', 'gateway-admin.secret'), 'utf8').trim();
+  const lease = await fetch(gwUrl + '/admin/leases', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ agentId, profileId, revision, budgets: { maxInputTokens: 100_000, maxOutputTokens: 8_000, maxCostMicros: 2_000_000 }, expiresAt: new Date(Date.now() + 600_000).toISOString() }),
+  }).then((r) => r.json());
+  expect(lease.token).toMatch(/^atlg_/);
+  return (body) => fetch(gwUrl + '/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${lease.token}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+}
+
 beforeAll(async () => {
   fake = await startFakeProvider();
   host = await startGitHost();
@@ -187,16 +200,8 @@ describe('dashboard in a real browser', () => {
     await card.locator('.badge.ok:text-is("active")').first().waitFor();
 
     // The gateway now routes the profile (a lease as the runner issues for an agent).
-    const gwUrl = await until(() => /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(svc.stderr())?.[1]);
-    const secret = readFileSync(join(svc.dataDir, 'state', 'gateway-admin.secret'), 'utf8').trim();
-    const lease = await fetch(gwUrl + '/admin/leases', {
-      method: 'POST',
-      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ agentId: 'agent_' + 'd'.repeat(22), profileId: 'drafted', revision: 1, budgets: { maxInputTokens: 10000, maxOutputTokens: 100, maxCostMicros: 100000 }, expiresAt: new Date(Date.now() + 600_000).toISOString() }),
-    }).then((r) => r.json());
-    expect(lease.token).toMatch(/^atlg_/);
+    const chat = await gatewayLease('agent_' + 'd'.repeat(22), 'drafted', 1);
     fake.reset();
-    const chat = (body: unknown) => fetch(gwUrl + '/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${lease.token}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
     const ok = await chat({ model: 'x', messages: [{ role: 'user', content: 'hi' }] });
     expect(ok.status).toBe(200);
     expect(fake.requests.at(-1)!.body.model).toBe('model-d');
@@ -403,6 +408,22 @@ describe('dashboard in a real browser', () => {
   });
 
   it('every page renders without CSP violations; screenshots at laptop and phone widths', async () => {
+    // Something for every page to show: a pending privileged command, a second profile drafted over
+    // MCP (a revision awaiting activation, one escalation refused), spend by two more agents.
+    const pend = await call(mcp, 'exec_run', { workspaceId: ws, command: 'apt-get install -y --no-install-recommends jq && jq --version', privileged: true });
+    expect(pend.ok).toBe(false);
+    const credentialId = JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/provider-credentials', { cookie: (await sessionOf(ctx)).cookie })).body).credentials[0].id;
+    const rv = await call(mcp, 'model_profile_create', { profileId: 'reviewer', displayName: 'Code reviewer', credentialId, model: 'model-r', apiMode: 'chat-completions', pricing: PRICING, limits: LIMITS, maxProxyOperations: ['files_read'], idempotencyKey: 'dash-rev-1' });
+    expect(rv.ok).toBe(true);
+    const rv2 = await call(mcp, 'model_profile_update', { profileId: 'reviewer', expectedGeneration: 1, displayName: 'Code reviewer (small)', limits: { ...LIMITS, maxOutputTokens: 4_000 }, idempotencyKey: 'dash-rev-2' });
+    expect(rv2.ok).toBe(true);
+    const rv3 = await call(mcp, 'model_profile_update', { profileId: 'reviewer', expectedGeneration: 2, maxProxyOperations: ['files_read', 'exec_run'], idempotencyKey: 'dash-rev-3' });
+    expect(!rv3.ok && rv3.error.code).toBe('OWNER_APPROVAL_REQUIRED');
+    fake.usage = { input: 30_000, cached: 4_000, output: 2_500, reasoning: 300 };
+    for (const [agent, n] of [['agent_' + 'p'.repeat(22), 3], ['agent_' + 'q'.repeat(22), 2]] as const) {
+      const chat = await gatewayLease(agent, 'drafted', 1);
+      for (let i = 0; i < n; i++) expect((await chat({ model: 'x', messages: [{ role: 'user', content: 'work' }] })).status).toBe(200);
+    }
     const state = await ctx.storageState();
     for (const [label, w, h] of [['laptop', 1366, 900], ['phone', 390, 844]] as const) {
       const c = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: label === 'phone' ? 2 : 1, storageState: state });

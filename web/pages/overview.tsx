@@ -21,7 +21,7 @@ export function Meter(p: { win: Win; label: string }) {
       <div class="meter-h">
         <strong>{p.label}</strong>
         <span>
-          {usd(w.totalMicros)} <span class="muted">of {cap === null ? 'no cap' : usd(cap)}</span>
+          {usd(w.totalMicros)} <span class="muted">{cap === null ? '· no cap set' : `of ${usd(cap)} cap`}</span>
         </span>
       </div>
       {cap !== null ? (

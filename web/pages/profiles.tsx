@@ -15,6 +15,7 @@ function Diff(p: { a: any; b: any }) {
   const keys = [...new Set([...Object.keys(fa), ...Object.keys(fb)])].sort().filter((k) => fa[k] !== fb[k]);
   if (keys.length === 0) return <Empty>The two revisions are the same.</Empty>;
   return (
+    <div class="table-wrap">
     <table class="diff">
       <thead>
         <tr>
@@ -35,6 +36,7 @@ function Diff(p: { a: any; b: any }) {
         ))}
       </tbody>
     </table>
+    </div>
   );
 }
 
@@ -55,12 +57,13 @@ function History(p: { profile: any; reload: () => Promise<void> }) {
           <ul>
             {data.refusedEscalations.map((r: any) => (
               <li>
-                {when(r.at)} <code>{r.action}</code> by {r.actor}: {String(r.reason ?? '').replace(/^OWNER_APPROVAL_REQUIRED: /, '')}
+                {when(r.at)} <code>{r.action}</code> by {r.actor}: {String(r.reason ?? '').replace(/^OWNER_APPROVAL_REQUIRED: (.*?nothing was changed: )?/, '')}
               </li>
             ))}
           </ul>
         </div>
       ) : null}
+      <div class="table-wrap">
       <table>
         <thead>
           <tr>
@@ -99,6 +102,7 @@ function History(p: { profile: any; reload: () => Promise<void> }) {
             ))}
         </tbody>
       </table>
+      </div>
       {revs.length > 1 ? (
         <div>
           <div class="row">

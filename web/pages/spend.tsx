@@ -28,16 +28,29 @@ function Chart(p: { buckets: string[]; rows: Row[]; by: 'profileId' | 'agentId';
       p.buckets.map((b) => p.rows.filter((r) => r.bucket === b && (r[p.by] ?? '(none)') === g).reduce((s, r) => s + r.settledMicros + r.reservedMicros + r.unreconciledMicros, 0) / 1e6),
     );
     // Cumulative sums; drawn largest first so each group shows as its own band.
-    const cum = per.map((_, i) => p.buckets.map((__, j) => per.slice(0, i + 1).reduce((s, a) => s + a[j]!, 0)));
+    const cum = per.map((_, i) => p.buckets.map((__, j) => (per[i]![j]! === 0 ? null : per.slice(0, i + 1).reduce((s, a) => s + a[j]!, 0))));
     const order = groups.map((_, i) => i).reverse();
     const width = Math.max(280, el.current.clientWidth);
     const bars = uPlot.paths.bars!({ size: [0.7, 40], align: 0 });
     const opts: uPlot.Options = {
       width,
       height: 220,
-      legend: { show: true },
-      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(0.01, max * 1.1)] } },
-      axes: [{}, { values: (_u, v) => v.map((x) => `$${x.toFixed(x < 1 ? 2 : 0)}`), size: 56 }],
+      legend: { show: true, live: false },
+      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.15 : 0.01] } },
+      axes: [
+        { stroke: 'currentColor', grid: { stroke: '#8881', width: 1 }, ticks: { show: false } },
+        {
+          stroke: 'currentColor',
+          grid: { stroke: '#8882', width: 1 },
+          ticks: { show: false },
+          size: 64,
+          values: (_u, v) => {
+            const step = v.length > 1 ? Math.abs(v[1]! - v[0]!) : 1;
+            const dec = Math.min(6, Math.max(0, -Math.floor(Math.log10(step || 1))));
+            return v.map((x) => (x === 0 ? '$0' : `$${x.toFixed(dec)}`));
+          },
+        },
+      ],
       series: [
         { value: (_u, v) => (v === null ? '' : new Date(v * 1000).toISOString().slice(0, p.buckets[0]!.length)) },
         ...order.map((i) => ({
@@ -53,7 +66,7 @@ function Chart(p: { buckets: string[]; rows: Row[]; by: 'profileId' | 'agentId';
     const data = [p.buckets.map(bucketTime), ...order.map((i) => cum[i]!)] as uPlot.AlignedData;
     if (groups.length === 0) {
       opts.series = [opts.series[0]!, { label: 'no spend', stroke: '#999', paths: bars, points: { show: false } }];
-      (data as unknown[]).push(p.buckets.map(() => 0));
+      (data as unknown[]).push(p.buckets.map(() => null));
     }
     const u = new uPlot(opts, data, el.current);
     const onResize = () => u.setSize({ width: Math.max(280, el.current!.clientWidth), height: 220 });
