@@ -163,7 +163,7 @@ describe('dashboard in a real browser', () => {
     await c.close();
   });
 
-  it('adds a provider key on the page; the key is in no page, response body or log', async () => {
+  it('adds a provider key on the page (checks and rotates it there); the key is in no page, response body or log', async () => {
     await go(page, 'keys');
     await page.selectOption('form[data-testid=add-key] select[name=provider]', 'provider_a');
     await page.fill('form[data-testid=add-key] input[name=label]', 'main key');
@@ -171,6 +171,18 @@ describe('dashboard in a real browser', () => {
     await page.click('form[data-testid=add-key] button.primary');
     await page.waitForSelector('li[data-credential] >> text=main key');
     expect(await page.inputValue('form[data-testid=add-key] input[name=key]')).toBe('');
+    // A connection check from the page, with its probes.
+    const row = page.locator('li[data-credential]', { hasText: 'main key' });
+    await row.locator('button:has-text("Check connection")').click();
+    await row.locator('input[name=model]').fill('model-check');
+    await row.locator('button:has-text("Run check")').click();
+    await row.locator('.probes li').first().waitFor();
+    expect(await row.locator('.probes').textContent()).toMatch(/pass/);
+    // Rotate to the same key (a new key version); the field is cleared.
+    await row.locator('button:has-text("Rotate")').click();
+    await row.locator('input[name=key]').fill(PROVIDER_KEY);
+    await row.locator('form button.primary:has-text("Rotate")').click();
+    await row.locator('text=key version 2').waitFor();
     for (const id of PAGES) {
       await go(page, id);
       expect(await page.content()).not.toContain(PROVIDER_KEY);
@@ -442,9 +454,16 @@ describe('dashboard in a real browser', () => {
     }
     expect(cspViolations).toEqual([]);
     expect(readdirSync(ARTIFACTS).filter((f) => f.endsWith('.png')).length).toBeGreaterThanOrEqual(PAGES.length * 2);
+    // Last: the workspace is closed from its page.
+    await go(page, 'workspaces');
+    page.once('dialog', (d) => void d.accept());
+    await page.locator('tr', { hasText: ws }).locator('button:has-text("Close")').click();
+    await page.waitForSelector('text=No open workspaces.');
+    const st = await call(mcp, 'workspace_status', { workspaceId: ws });
+    expect(st.ok ? st.result.state : st.error.code).toMatch(/closed|NOT_FOUND|FAILED_PRECONDITION/);
     if (process.env.ATELIER_UPDATE_DOC_SCREENSHOTS === '1') {
       mkdirSync(DOCS_SHOTS, { recursive: true });
       for (const f of ['overview-laptop', 'approvals-laptop', 'profiles-laptop', 'spend-laptop', 'mcp-laptop', 'overview-phone', 'spend-phone']) copyFileSync(join(ARTIFACTS, `${f}.png`), join(DOCS_SHOTS, `${f}.png`));
     }
-  });
+  }, 240_000);
 });
