@@ -66,7 +66,7 @@ export function Audit() {
         <ErrorBox error={error} />
         {data && data.entries.length === 0 ? <Empty>No entries match.</Empty> : null}
         <div class="table-wrap">
-          <table class="audit">
+          <table class="audit stacked">
             <thead>
               <tr>
                 <th>when</th>

@@ -2,16 +2,20 @@ import { useState } from 'preact/hooks';
 import { Action, api, Badge, Empty, ErrorBox, formValues, Section, usePoll, when } from '../lib';
 
 function Probes(p: { check: any }) {
-  if (!p.check) return <span class="muted">never checked</span>;
+  if (!p.check) return <div class="muted small">no connection check since the key was added or rotated</div>;
   return (
     <div>
       {p.check.ok ? <Badge kind="ok">check passed</Badge> : <Badge kind="bad">check failed</Badge>} <span class="muted small">{when(p.check.checkedAt)} · {p.check.model}</span>
       <ul class="probes">
-        {(p.check.probes ?? []).map((x: any) => (
+        {(p.check.probes ?? []).map((raw: any) => {
+          // A fresh check answers probe objects; the stored last check keeps "name:status".
+          const x = typeof raw === 'string' ? { name: raw.split(':')[0], status: raw.split(':')[1] } : raw;
+          return (
           <li>
-            <Badge kind={x.status === 'pass' ? 'ok' : x.status === 'fail' ? 'bad' : 'muted'}>{x.status}</Badge> {x.name} {x.httpStatus ? `HTTP ${x.httpStatus}` : ''} {x.ms !== undefined ? `${x.ms} ms` : ''} <span class="muted small">{x.detail}</span>
+            <Badge kind={x.status === 'pass' ? 'ok' : x.status === 'fail' ? 'bad' : 'muted'}>{x.status}</Badge> {x.name} {x.httpStatus ? `HTTP ${x.httpStatus}` : ''} {x.ms !== undefined ? `${x.ms} ms` : ''} <span class="muted small">{x.detail ?? ''}</span>
           </li>
-        ))}
+          );
+        })}
       </ul>
     </div>
   );

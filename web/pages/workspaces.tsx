@@ -8,7 +8,7 @@ export function Workspaces() {
     <Section title={`Open workspaces (${list.length})`}>
       {list.length === 0 ? <Empty>No open workspaces.</Empty> : null}
       <div class="table-wrap">
-        <table>
+        <table class="stacked">
           <thead>
             <tr>
               <th>workspace</th>
