@@ -1,3 +1,4 @@
+import { useEffect, useState } from 'preact/hooks';
 import { api, Badge, Empty, ErrorBox, Section, usd, usePoll, when } from '../lib';
 
 const LAST_VISIT = 'atelier.overview.lastVisit';
@@ -37,7 +38,10 @@ export function Meter(p: { win: Win; label: string }) {
 }
 
 export function Overview() {
-  const since = localStorage.getItem(LAST_VISIT) ?? new Date(0).toISOString();
+  // "Since the last visit": the previous visit's time, fixed for the life of this page (refreshes
+  // keep showing the same refusals); this visit's time is stored for the next one.
+  const [since] = useState(() => localStorage.getItem(LAST_VISIT) ?? new Date(0).toISOString());
+  useEffect(() => localStorage.setItem(LAST_VISIT, new Date().toISOString()), []);
   const { data, error } = usePoll(
     async () => {
       const [o, status, agents] = await Promise.all([
@@ -50,8 +54,6 @@ export function Overview() {
     10_000,
   );
   if (!data) return error ? <ErrorBox error={error} /> : <p class="muted">Loading…</p>;
-  // Mark this visit once the page has shown what was new since the previous one.
-  setTimeout(() => localStorage.setItem(LAST_VISIT, data.o.asOf), 0);
   const { o, status, agents } = data;
   const att = o.attention;
   const waiting = att.approvals.length + att.profileDrafts.length + att.refusals.length;
