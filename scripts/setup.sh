@@ -54,3 +54,8 @@ if [ ${#sandbox_native[@]} -gt 0 ]; then
 fi
 node --input-type=module -e 'const m = await import("./dist/sandbox/native.js"); await m.buildNative(m.installNativeDir());'
 # --- end sandbox native pieces ---
+# Dashboard front end (web/ -> dist/web/, bundled by esbuild; nothing fetched at run time).
+if [ ! -f dist/web/app.js ] || [ -n "$(find web scripts/build-web.mjs package.json -newer dist/web/app.js -print -quit)" ]; then
+  echo "setup: building the dashboard" >&2
+  node scripts/build-web.mjs
+fi

@@ -36,13 +36,17 @@ export class AuditLog {
   }
 
   /** Newest first; `beforeSeq` pages backwards. */
-  list(opts: { limit: number; beforeSeq?: number; actor?: string; action?: string; outcome?: string }): AuditRow[] {
+  list(opts: { limit: number; beforeSeq?: number; actor?: string; action?: string; outcome?: string; target?: string; reasonPrefix?: string; since?: string; until?: string }): AuditRow[] {
     const where: string[] = [];
     const params: unknown[] = [];
     if (opts.beforeSeq !== undefined) (where.push('seq < ?'), params.push(opts.beforeSeq));
     if (opts.actor) (where.push('actor = ?'), params.push(opts.actor));
     if (opts.action) (where.push('action = ?'), params.push(opts.action));
     if (opts.outcome) (where.push('outcome = ?'), params.push(opts.outcome));
+    if (opts.target) (where.push('target = ?'), params.push(opts.target));
+    if (opts.reasonPrefix) (where.push('substr(reason, 1, ?) = ?'), params.push(opts.reasonPrefix.length, opts.reasonPrefix));
+    if (opts.since) (where.push('at >= ?'), params.push(opts.since));
+    if (opts.until) (where.push('at < ?'), params.push(opts.until));
     const sql = `SELECT * FROM audit_log ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY seq DESC LIMIT ?`;
     params.push(opts.limit);
     return (this.db.prepare(sql).all(...params) as Array<Record<string, unknown>>).map((r) => ({

@@ -9,6 +9,7 @@ import { ServiceError, toErrorBody } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
 import { SESSION_TTL_MS } from '../core/auth.js';
 import type { DashboardSession } from '../core/auth.js';
+import { CSP, registerAssets } from './assets.js';
 
 export const SESSION_COOKIE = 'atelier_session';
 
@@ -65,11 +66,21 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
 
   f.get('/healthz', async () => ({ status: 'ok' }));
 
+  // Every page and asset answers with a strict Content-Security-Policy: only this origin's own
+  // script and style files, no inline script, no framing (see docs/dashboard.md).
+  f.addHook('onSend', async (req, reply) => {
+    if (req.url.startsWith('/api/') || req.url === '/mcp') return;
+    reply.header('content-security-policy', CSP).header('x-content-type-options', 'nosniff').header('x-frame-options', 'DENY').header('referrer-policy', 'same-origin');
+  });
+
+  registerAssets(f);
+
   f.get('/', async (req, reply) => {
     const s = sessionOf(req);
     reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-store');
-    if (!s) return reply.send(loginPage(app.auth.hasPassword()));
-    return reply.send(homePage(s.csrf));
+    const failed = (req.query as Record<string, string | undefined>).login === 'failed';
+    if (!s) return reply.send(loginPage(app.auth.hasPassword(), failed));
+    return reply.send(appShell());
   });
 
   // One-time login link printed at start: consumes the link, starts a session, redirects home.
@@ -90,6 +101,7 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
     const password = typeof body.password === 'string' ? body.password : '';
     if (!password || !(await app.auth.checkPassword(password))) {
       app.audit.record({ actor: 'dashboard', action: 'login', outcome: 'refused', reason: 'wrong password or no password set' });
+      if ((req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded')) return reply.redirect('/?login=failed', 303);
       return sendError(reply, new ServiceError('UNAUTHENTICATED', 'wrong password, or no owner password is set (run `atelier owner set-password`)', { field: 'password' }));
     }
     const s = startSession(reply);
@@ -139,7 +151,14 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
         if (!Number.isInteger(limit) || limit < 1 || limit > 500) throw new ServiceError('INVALID_ARGUMENT', 'limit: must be an integer from 1 to 500', { field: 'limit' });
         let beforeSeq: number | undefined;
         if (q.cursor) beforeSeq = app.cursors.decode<{ s: number }>('audit', q.cursor).s;
-        const rows = app.audit.list({ limit, beforeSeq, actor: q.actor, action: q.action, outcome: q.outcome });
+        const time = (f: 'since' | 'until') => {
+          const v = q[f];
+          if (v === undefined || v === '') return undefined;
+          if (Number.isNaN(Date.parse(v))) throw new ServiceError('INVALID_ARGUMENT', `${f}: must be an ISO 8601 time`, { field: f });
+          return new Date(v).toISOString();
+        };
+        if (q.outcome && !['ok', 'refused', 'failed'].includes(q.outcome)) throw new ServiceError('INVALID_ARGUMENT', 'outcome: must be ok, refused or failed', { field: 'outcome' });
+        const rows = app.audit.list({ limit, beforeSeq, actor: q.actor || undefined, action: q.action || undefined, outcome: q.outcome || undefined, target: q.target || undefined, since: time('since'), until: time('until') });
         const last = rows[rows.length - 1];
         return { entries: rows, nextCursor: rows.length === limit && last ? app.cursors.encode('audit', { s: last.seq }) : null };
       });
@@ -156,24 +175,23 @@ function esc(s: string): string {
 
 function page(title: string, body: string): string {
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>${esc(title)} · Atelier</title>
-<style>body{font:15px/1.5 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;color:#222}input,button{font:inherit;padding:.4rem .6rem}</style></head>
-<body><h1>${esc(title)}</h1>${body}</body></html>`;
+<link rel="icon" href="data:,"><link rel="stylesheet" href="/assets/app.css"></head>
+<body class="plain"><main class="login"><h1>${esc(title)}</h1>${body}</main></body></html>`;
 }
 
-function loginPage(hasPassword: boolean): string {
+function loginPage(hasPassword: boolean, failed: boolean): string {
   const hint = hasPassword
     ? ''
-    : '<p>No owner password is set yet. Use the one-time login link printed when the service started, or run <code>atelier owner set-password</code>.</p>';
+    : '<p class="muted">No owner password is set yet. Use the one-time login link printed when the service started, or run <code>atelier owner set-password</code>.</p>';
+  const err = failed ? '<p class="error" role="alert">Wrong password, or no owner password is set.</p>' : '';
   return page(
-    'Atelier: owner login',
-    `${hint}<form method="post" action="/login"><label>Owner password <input type="password" name="password" autocomplete="current-password" required></label> <button type="submit">Log in</button></form>`,
+    'Atelier',
+    `${err}${hint}<form method="post" action="/login" class="stack"><label>Owner password <input type="password" name="password" autocomplete="current-password" required></label><button type="submit" class="primary">Log in</button></form>`,
   );
 }
 
-function homePage(csrf: string): string {
-  return page(
-    'Atelier',
-    `<p>You are logged in as the owner. The dashboard pages for keys, profiles, spend and approvals arrive with their features; the REST API is under <code>/api/v1</code>.</p>
-<form method="post" action="/logout"><input type="hidden" name="csrf" value="${esc(csrf)}"><button type="submit">Log out</button></form>`,
-  );
+function appShell(): string {
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>Atelier</title>
+<link rel="icon" href="data:,"><link rel="stylesheet" href="/assets/app.css"><script type="module" src="/assets/app.js"></script></head>
+<body><div id="app"><noscript>The dashboard needs JavaScript; the REST API is under /api/v1.</noscript></div></body></html>`;
 }

@@ -538,6 +538,13 @@ export class ModelService {
     return { profiles: rows.map((r) => this.view(r)) };
   }
 
+  /** Every revision of a profile, oldest first, with who saved it (the dashboard's history and diff). */
+  revisions(id: string): Array<{ revision: number; actor: string; createdAt: string; body: RevisionBody }> {
+    if (!this.profileRow(id)) throw new ServiceError('NOT_FOUND', `profileId: no profile ${id}`, { field: 'profileId', profileId: id });
+    const rows = this.db.prepare('SELECT revision, actor, created_at FROM model_profile_revisions WHERE profile_id = ? ORDER BY revision').all(id) as Array<{ revision: number; actor: string; created_at: string }>;
+    return rows.map((r) => ({ revision: r.revision, actor: r.actor, createdAt: r.created_at, body: this.revision(id, r.revision) }));
+  }
+
   /** Owner activation on the dashboard: approves the whole latest revision (or `revision`), which becomes the active one. */
   activate(id: string, opts: { revision?: number; expectedGeneration?: number } = {}): Record<string, unknown> {
     const row = this.profileRow(id);

@@ -169,3 +169,15 @@ export function editRepositorySettings(file: string, edit: (s: RepositorySetting
   renameSync(tmp, file);
   return current;
 }
+
+/** Edits the "repositories.extraCaCertificates" list of the config file atomically (dashboard). */
+export function editExtraCaCertificates(file: string, edit: (paths: string[]) => string[]): string[] {
+  const raw: Record<string, unknown> = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : {};
+  const current = existsSync(file) ? readRepositorySettings(file).extraCaCertificates : [];
+  const next = edit([...current]);
+  raw.repositories = { ...((raw.repositories as object) ?? {}), extraCaCertificates: next };
+  const tmp = `${file}.tmp-${process.pid}`;
+  writeFileSync(tmp, JSON.stringify(raw, null, 2) + '\n', { mode: 0o600 });
+  renameSync(tmp, file);
+  return next;
+}

@@ -24,6 +24,15 @@ export interface SpendWindow {
   policy: { capMicros: number | null; remainingMicros: number | null };
 }
 
+export interface SpendSeriesRow {
+  bucket: string;
+  profileId: string | null;
+  agentId: string | null;
+  settledMicros: number;
+  reservedMicros: number;
+  unreconciledMicros: number;
+}
+
 export interface PolicyRecord extends SpendPolicies {
   updatedAt: string | null;
 }
@@ -164,6 +173,41 @@ export class SpendService {
       estimate: true,
       note: SPEND_NOTE,
       asOf: new Date(at).toISOString(),
+    };
+  }
+
+  /**
+   * Spend per UTC day of the month holding `at` (range "month") or per UTC month of its year
+   * (range "year"), split by profile and agent, with settled, reserved (open) and unreconciled
+   * apart. Rows only for buckets with spend; the dashboard fills the gaps.
+   */
+  series(range: 'month' | 'year', at = this.now()): { range: 'month' | 'year'; key: string; buckets: string[]; rows: SpendSeriesRow[] } {
+    const { month } = windowKeys(at);
+    const d = new Date(at);
+    const year = String(d.getUTCFullYear());
+    const col = range === 'month' ? 'day' : 'month';
+    const key = range === 'month' ? month : year;
+    const buckets: string[] = [];
+    if (range === 'month') {
+      const days = new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 0)).getUTCDate();
+      for (let i = 1; i <= days; i++) buckets.push(`${month}-${String(i).padStart(2, '0')}`);
+    } else {
+      for (let i = 1; i <= 12; i++) buckets.push(`${year}-${String(i).padStart(2, '0')}`);
+    }
+    const rows = this.db
+      .prepare(
+        `SELECT ${col} AS bucket, profile_id, agent_id,
+                COALESCE(SUM(CASE WHEN state = 'settled' THEN cost_micros ELSE 0 END), 0) AS settled,
+                COALESCE(SUM(CASE WHEN state = 'open' THEN reserved_micros ELSE 0 END), 0) AS reserved,
+                COALESCE(SUM(CASE WHEN state = 'unreconciled' THEN cost_micros ELSE 0 END), 0) AS unreconciled
+           FROM spend_reservations WHERE ${col} >= ? AND ${col} <= ? GROUP BY ${col}, profile_id, agent_id ORDER BY ${col}`,
+      )
+      .all(buckets[0], buckets[buckets.length - 1]) as Array<{ bucket: string; profile_id: string | null; agent_id: string | null; settled: number; reserved: number; unreconciled: number }>;
+    return {
+      range,
+      key,
+      buckets,
+      rows: rows.map((r) => ({ bucket: r.bucket, profileId: r.profile_id, agentId: r.agent_id, settledMicros: r.settled, reservedMicros: r.reserved, unreconciledMicros: r.unreconciled })),
     };
   }
 }

@@ -1,0 +1,76 @@
+import { useState } from 'preact/hooks';
+import { Action, api, Badge, Copy, Empty, ErrorBox, Section, usePoll, when } from '../lib';
+
+const KIND: Record<string, string> = { privileged_command: 'Privileged command', package_plan: 'Package plan', skill_script: 'Skill script' };
+
+function Grant(p: { id: string; grant: any; onDone: () => void }) {
+  return (
+    <div class="notice ok" data-testid="grant" data-approval-grant={p.id}>
+      <strong>Request {p.id} approved. Grant issued, shown once.</strong> Give it to the client that asked (it calls again with <code>approvalGrantToken</code>); single use, bound to the exact content,
+      valid until {when(p.grant.expiresAt)}.
+      <Copy text={p.grant.approvalGrantToken} />
+      <button type="button" class="plain small" onClick={p.onDone}>
+        Done
+      </button>
+    </div>
+  );
+}
+
+function Request(p: { a: any; reload: () => Promise<void>; onGrant: (g: any) => void }) {
+  const a = p.a;
+  return (
+    <li class={`item ${a.state === 'pending' ? 'attention' : ''}`} data-approval={a.id}>
+      <div class="item-h">
+        <strong>{KIND[a.kind] ?? a.kind}</strong> <Badge kind={a.state === 'pending' ? 'warn' : a.state === 'approved' ? 'ok' : a.state === 'denied' ? 'bad' : 'muted'}>{a.state}</Badge>{' '}
+        <span class="muted small">
+          {a.workspaceId ? `workspace ${a.workspaceId}` : 'no workspace'} · asked by {a.requestedBy ?? 'unknown'} · {when(a.createdAt)}
+        </span>
+      </div>
+      <pre class="subject" data-testid="subject">{a.subject}</pre>
+      <div class="muted small digest">
+        SHA-256 <code>{a.subjectSha256}</code>
+      </div>
+      {Object.keys(a.details ?? {}).length ? <pre class="small">{JSON.stringify(a.details, null, 2)}</pre> : null}
+      {a.state === 'pending' ? (
+        <div class="row">
+          <Action label="Approve" kind="primary" testid="approve" run={async () => (p.onGrant(await api('POST', `/approvals/${a.id}/approve`)), p.reload())} />
+          <Action label="Deny" kind="danger" testid="deny" run={async () => (await api('POST', `/approvals/${a.id}/deny`), p.reload())} />
+        </div>
+      ) : (
+        <div class="muted small">
+          {a.decidedAt ? `decided ${when(a.decidedAt)}` : ''} {a.grantExpiresAt && a.state === 'approved' ? `· grant valid until ${when(a.grantExpiresAt)}, not used yet` : ''} {a.usedAt ? `· grant used ${when(a.usedAt)}` : ''}
+        </div>
+      )}
+    </li>
+  );
+}
+
+export function Approvals() {
+  const [showAll, setShowAll] = useState(false);
+  // Grants live here, not in the request's row: an approved request leaves the pending list at once.
+  const [grants, setGrants] = useState<Array<{ id: string; grant: any }>>([]);
+  const { data, error, reload } = usePoll(() => api('GET', showAll ? '/approvals' : '/approvals?state=pending'), 5_000, [showAll]);
+  const list = (data?.approvals as any[]) ?? [];
+  return (
+    <Section
+      title={showAll ? 'All requests' : `Pending (${list.length})`}
+      actions={
+        <button type="button" class="plain small" onClick={() => setShowAll(!showAll)}>
+          {showAll ? 'Pending only' : 'Show decided too'}
+        </button>
+      }
+    >
+      <p class="muted small">One queue for every kind of request. Each shows the full text the grant will be bound to: read it all before approving.</p>
+      {grants.map((g) => (
+        <Grant id={g.id} grant={g.grant} key={g.id} onDone={() => setGrants((gs) => gs.filter((x) => x.id !== g.id))} />
+      ))}
+      {error ? <ErrorBox error={error} /> : null}
+      {data && list.length === 0 ? <Empty>Nothing is waiting for your approval.</Empty> : null}
+      <ul class="items">
+        {list.map((a) => (
+          <Request a={a} reload={reload} key={a.id} onGrant={(g) => setGrants((gs) => [...gs, { id: a.id, grant: g }])} />
+        ))}
+      </ul>
+    </Section>
+  );
+}

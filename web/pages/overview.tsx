@@ -1,0 +1,126 @@
+import { useEffect, useState } from 'preact/hooks';
+import { api, Badge, Empty, ErrorBox, Section, usd, usePoll, when } from '../lib';
+
+const LAST_VISIT = 'atelier.overview.lastVisit';
+
+interface Win {
+  period: string;
+  key: string;
+  settledMicros: number;
+  reservedMicros: number;
+  unreconciledMicros: number;
+  totalMicros: number;
+  policy: { capMicros: number | null; remainingMicros: number | null };
+}
+
+export function Meter(p: { win: Win; label: string }) {
+  const w = p.win;
+  const cap = w.policy.capMicros;
+  const pct = cap ? Math.min(100, (w.totalMicros / cap) * 100) : 0;
+  return (
+    <div class="meter">
+      <div class="meter-h">
+        <strong>{p.label}</strong>
+        <span>
+          {usd(w.totalMicros)} <span class="muted">{cap === null ? '· no cap set' : `of ${usd(cap)} cap`}</span>
+        </span>
+      </div>
+      {cap !== null ? (
+        <div class={`bar ${pct >= 90 ? 'bad' : pct >= 70 ? 'warn' : ''}`}>
+          <span style={{ width: `${pct}%` }} />
+        </div>
+      ) : null}
+      <div class="muted small">
+        settled {usd(w.settledMicros)} · reserved {usd(w.reservedMicros)} · unreconciled {usd(w.unreconciledMicros)}
+      </div>
+    </div>
+  );
+}
+
+export function Overview() {
+  // "Since the last visit": the previous visit's time, fixed for the life of this page (refreshes
+  // keep showing the same refusals); this visit's time is stored for the next one.
+  const [since] = useState(() => localStorage.getItem(LAST_VISIT) ?? new Date(0).toISOString());
+  useEffect(() => localStorage.setItem(LAST_VISIT, new Date().toISOString()), []);
+  const { data, error } = usePoll(
+    async () => {
+      const [o, status, agents] = await Promise.all([
+        api('GET', `/overview?since=${encodeURIComponent(since)}`),
+        api('GET', '/agent-model-config-status').catch((e) => ({ error: e })),
+        api('GET', '/agents').catch(() => null),
+      ]);
+      return { o, status, agents };
+    },
+    10_000,
+  );
+  if (!data) return error ? <ErrorBox error={error} /> : <p class="muted">Loading…</p>;
+  const { o, status, agents } = data;
+  const att = o.attention;
+  const waiting = att.approvals.length + att.profileDrafts.length + att.refusals.length;
+  const running = agents && Array.isArray(agents.agents) ? agents.agents.filter((a: any) => a.status === 'running' || a.status === 'queued').length : null;
+  const day = o.spend.windows.find((w: Win) => w.period === 'day');
+  const month = o.spend.windows.find((w: Win) => w.period === 'month');
+  return (
+    <div class="grid">
+      <Section title={waiting ? `Waiting for you (${waiting})` : 'Nothing waits for you'} id="attention">
+        {waiting === 0 ? <Empty>No pending approvals, no profile drafts awaiting activation, no refusals since your last visit.</Empty> : null}
+        <ul class="list">
+          {att.approvals.map((a: any) => (
+            <li>
+              <Badge kind="warn">approval</Badge> <a href="#/approvals">{a.kind.replace('_', ' ')}</a> in {a.workspaceId || 'no workspace'}: <code class="clip">{a.subject}</code> <span class="muted small">{when(a.createdAt)}</span>
+            </li>
+          ))}
+          {att.profileDrafts.map((p: any) => (
+            <li>
+              <Badge kind="info">profile</Badge> <a href="#/profiles">{p.profileId}</a> revision {p.latestRevision} awaits activation ({p.model})
+            </li>
+          ))}
+          {att.refusals.map((r: any) => (
+            <li>
+              <Badge kind="bad">refused</Badge> {r.action} {r.target ?? ''}: owner approval required <span class="muted small">{when(r.at)}</span>
+            </li>
+          ))}
+        </ul>
+      </Section>
+      <Section title="Spend" actions={<a href="#/spend">Details</a>}>
+        {day ? <Meter win={day} label={`Today (${day.key})`} /> : null}
+        {month ? <Meter win={month} label={`This month (${month.key})`} /> : null}
+        <p class="muted small">{o.spend.note}</p>
+      </Section>
+      <Section title="Gateway">
+        {'error' in status ? (
+          <ErrorBox error={status.error} />
+        ) : (
+          <dl class="kv">
+            <dt>Gateway</dt>
+            <dd>{status.gateway.answered ? <Badge kind="ok">answering</Badge> : <Badge kind="bad">not answering</Badge>} {status.gateway.error ?? ''}</dd>
+            <dt>Routes</dt>
+            <dd>{status.routes.length} active route(s) {status.inSync ? <Badge kind="ok">in sync</Badge> : <Badge kind="warn">not in sync</Badge>}</dd>
+            <dt>Last push</dt>
+            <dd>
+              {when(status.push.lastAttemptAt)} {status.push.lastError ? <Badge kind="bad">{status.push.lastError}</Badge> : status.push.lastSuccessAt ? <Badge kind="ok">ok</Badge> : null}
+            </dd>
+          </dl>
+        )}
+      </Section>
+      <Section title="Running">
+        <dl class="kv">
+          <dt>Agents</dt>
+          <dd>{running === null ? <span class="muted">not available in this build</span> : <a href="#/agents">{running} running</a>}</dd>
+          <dt>Workspaces</dt>
+          <dd>
+            <a href="#/workspaces">{o.workspaces.active} active</a> <span class="muted">of {o.workspaces.total} open</span>
+          </dd>
+          <dt>Profiles</dt>
+          <dd>
+            <a href="#/profiles">{o.profiles.active} active</a> <span class="muted">of {o.profiles.total}</span>
+          </dd>
+          <dt>Provider keys</dt>
+          <dd>
+            <a href="#/keys">{o.providerCredentials}</a>
+          </dd>
+        </dl>
+      </Section>
+    </div>
+  );
+}
