@@ -298,6 +298,29 @@ describe('npm plans', () => {
   });
 });
 
+describe('plans of hostile specifiers', () => {
+  it('a version or a dependency that is not a registry package (remote tarball, git, file) is refused and never fetched by the runner', async () => {
+    const port = (trap.address() as { port: number }).port;
+    const before = trapHits;
+    for (const version of [`http://127.0.0.1:${port}/evil.tgz`, `git+http://127.0.0.1:${port}/evil.git`, 'file:/etc', 'file:../../..']) {
+      const e = await refused('packages_plan', { ecosystem: 'npm', name: 'evil-spec', version });
+      expect([e.code, e.details.field], version).toEqual(['INVALID_ARGUMENT', 'version']);
+    }
+    for (const name of ['../../etc', 'http://127.0.0.1/x.tgz', 'Evil Name']) {
+      const e = await refused('packages_plan', { ecosystem: 'npm', name });
+      expect([e.code, e.details.field], name).toEqual(['INVALID_ARGUMENT', 'name']);
+    }
+    await reg.publish({ name: 'remote-dep', version: '1.0.0', dependencies: { evil: `http://127.0.0.1:${port}/evil.tgz` } });
+    await reg.publish({ name: 'git-dep', version: '1.0.0', dependencies: { evil: `git+http://127.0.0.1:${port}/evil.git` } });
+    for (const name of ['remote-dep', 'git-dep']) {
+      const e = await refused('packages_plan', { ecosystem: 'npm', name });
+      expect(e.code, name).toBe('FAILED_PRECONDITION');
+      expect(e.message).toContain('evil');
+    }
+    expect(trapHits).toBe(before);
+  });
+});
+
 describe('toolkits', () => {
   it('a workspace opened with toolkits mounts only those, and its set is fixed unless changes are allowed', async () => {
     await install({ ecosystem: 'npm', name: 'left-helper' });
