@@ -21,6 +21,7 @@ import { createHash } from 'node:crypto';
 import { chmod, chown, lstat, mkdir, readdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
@@ -283,7 +284,7 @@ export class PackageService {
       if (!runtime) throw new ServiceError('FAILED_PRECONDITION', 'ecosystem: uv plans need Debian python3 on the runner and in workspaces; it is missing here', { field: 'ecosystem' });
       const caFile = this.deps.config.packagesCaFile || undefined;
       if (caFile) this.caPem();
-      const r = await resolvePip(input.name, input.version, { index: this.deps.config.packagesPythonIndex, caFile, python: runtime });
+      const r = await this.withIndexProxy(this.deps.config.packagesPythonIndex, (proxy) => resolvePip(input.name, input.version, { index: this.deps.config.packagesPythonIndex, caFile, python: runtime, proxy }));
       const root = r.wheels.find((w) => normalise(w.name) === normalise(r.name))!;
       core = {
         ecosystem: 'uv',
@@ -333,6 +334,44 @@ export class PackageService {
       .run(id, digest, input.ecosystem, core.name, core.version, scope.scope, scope.workspaceId, JSON.stringify({ ...body, approvalUnavailable }), JSON.stringify(build), approvalUnavailable ? 'unavailable' : 'required', approvalId, nowIso());
     this.deps.audit.record({ actor, principal, action: 'packages_plan', target: id, outcome: 'ok', details: { digest, name: core.name, version: core.version } });
     return this.describePlan(this.planRow(id));
+  }
+
+  /**
+   * pip resolves on the runner, outside any sandbox, and would fetch whatever a wheel's metadata
+   * names (a `name @ https://...` dependency): it runs with a proxy that reaches the index host
+   * (and, for PyPI, its file host) and nothing else. A loopback TCP port bridges to the egress proxy.
+   */
+  private async withIndexProxy<T>(index: string, fn: (proxy: string) => Promise<T>): Promise<T> {
+    const u = new URL(index);
+    const host = u.hostname.replace(/^\[|\]$/g, '');
+    const port = Number(u.port || 443);
+    const rules = [{ host, ports: [port], allowPrivate: isPrivateHost(u.hostname) }];
+    if (host === 'pypi.org') rules.push({ host: 'files.pythonhosted.org', ports: [443], allowPrivate: false });
+    const sock = join(this.root, 'cache', `resolve-${newId('packageResolution').slice(4)}.sock`);
+    const egress = await startEgressProxy({
+      socketPath: sock,
+      workspaceId: 'package-resolution',
+      rules,
+      onDecision: (d: EgressDecision) => (d.allowed ? undefined : this.deps.log.warn({ egress: d }, 'package resolution egress refused')),
+      socketMode: 0o600,
+    });
+    const conns = new Set<Socket>();
+    const bridge = createNetServer((c) => {
+      const up = connect(sock);
+      conns.add(c).add(up);
+      const end = () => (c.destroy(), up.destroy(), conns.delete(c), conns.delete(up));
+      c.on('error', end).on('close', end);
+      up.on('error', end).on('close', end);
+      c.pipe(up).pipe(c);
+    });
+    try {
+      await new Promise<void>((res, rej) => bridge.once('error', rej).listen(0, '127.0.0.1', () => res()));
+      return await fn(`http://127.0.0.1:${(bridge.address() as AddressInfo).port}`);
+    } finally {
+      for (const x of conns) x.destroy();
+      await new Promise<void>((res) => bridge.close(() => res()));
+      await egress.close();
+    }
   }
 
   private planRow(id: string): PlanRow {

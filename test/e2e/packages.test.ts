@@ -319,6 +319,17 @@ describe('plans of hostile specifiers', () => {
     }
     expect(trapHits).toBe(before);
   });
+
+  it('a wheel whose dependency is a direct URL is refused and the URL never fetched by the runner', async () => {
+    const port = (trap.address() as { port: number }).port;
+    const before = trapHits;
+    py.addWheel({ name: 'url-dep', version: '1.0', requires: [`evil-wheel @ http://127.0.0.1:${port}/evil_wheel-1.0-py3-none-any.whl`], files: { 'url_dep/__init__.py': '' } });
+    const r = await call(c, 'packages_plan', { ecosystem: 'uv', name: 'url-dep' });
+    expect(r.ok, JSON.stringify(r.ok ? r.result : r.error)).toBe(false);
+    const e = r.error as unknown as { code: string; message: string; details: R };
+    expect([e.code, e.details.field, e.details.dependency]).toEqual(['FAILED_PRECONDITION', 'name', 'evil-wheel']);
+    expect(trapHits).toBe(before);
+  });
 });
 
 describe('toolkits', () => {
