@@ -342,11 +342,7 @@ export class PackageService {
    * (and, for PyPI, its file host) and nothing else. A loopback TCP port bridges to the egress proxy.
    */
   private async withIndexProxy<T>(index: string, fn: (proxy: string) => Promise<T>): Promise<T> {
-    const u = new URL(index);
-    const host = u.hostname.replace(/^\[|\]$/g, '');
-    const port = Number(u.port || 443);
-    const rules = [{ host, ports: [port], allowPrivate: isPrivateHost(u.hostname) }];
-    if (host === 'pypi.org') rules.push({ host: 'files.pythonhosted.org', ports: [443], allowPrivate: false });
+    const rules = registryRules(index);
     const sock = join(this.root, 'cache', `resolve-${newId('packageResolution').slice(4)}.sock`);
     const egress = await startEgressProxy({
       socketPath: sock,
@@ -515,13 +511,12 @@ export class PackageService {
   private async builder(id: string, buildDir: string, work: string, build: BuildSpec): Promise<ExecResult> {
     const uid = this.deps.config.sandboxUid;
     const registry = new URL(build.ecosystem === 'npm' ? build.registry : build.index);
-    const port = Number(registry.port || 443);
     const sock = join(buildDir, 'p.sock');
     const proxy = await startEgressProxy({
       socketPath: sock,
       workspaceId: `build-${id}`,
       // The operator configured this registry: the one host a builder reaches (a private address only when the registry is one).
-      rules: [{ host: registry.hostname.replace(/^\[|\]$/g, ''), ports: [port], allowPrivate: isPrivateHost(registry.hostname) }],
+      rules: registryRules(registry.toString()),
       onDecision: (d: EgressDecision) => this.deps.log.info({ egress: d, applyId: id }, 'builder egress'),
       socketMode: 0o600,
     });
@@ -981,6 +976,15 @@ const safeDir = (name: string): string => name.replace(/^@/, '').replace(/[^A-Za
  */
 export const releaseTarget = (ecosystem: Ecosystem, name: string): string =>
   ecosystem === 'npm' ? `${PACKAGES_ROOT}/npm/${safeDir(name)}/node_modules` : `${PACKAGES_ROOT}/uv/${safeDir(name)}`;
+
+/** The hosts a registry's clients reach: its own host and port, and for PyPI its file host (where the index links wheels). */
+function registryRules(url: string): Array<{ host: string; ports: number[]; allowPrivate: boolean }> {
+  const u = new URL(url);
+  const host = u.hostname.replace(/^\[|\]$/g, '');
+  const rules = [{ host, ports: [Number(u.port || 443)], allowPrivate: isPrivateHost(u.hostname) }];
+  if (host === 'pypi.org') rules.push({ host: 'files.pythonhosted.org', ports: [443], allowPrivate: false });
+  return rules;
+}
 
 function isPrivateHost(h: string): boolean {
   const host = h.replace(/^\[|\]$/g, '');
