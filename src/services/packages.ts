@@ -306,10 +306,17 @@ export class PackageService {
     const scope = { scope: input.scope, workspaceId: input.scope === 'workspace' ? input.workspaceId! : null };
     const conflicts = this.conflictsOf(input.ecosystem, core.name as string, scope.scope, scope.workspaceId);
     const affected = this.affectedWorkspaces(input.ecosystem, core.name as string, scope.scope, scope.workspaceId);
-    const body = { ...core, ...scope, conflicts, affectedWorkspaces: affected, executorImage: image, build: sha256Hex(canonicalJson(build)) };
-    const digest = sha256Hex(canonicalJson(body));
-    const existing = this.deps.db.prepare('SELECT * FROM package_plans WHERE digest = ?').get(digest) as PlanRow | undefined;
-    if (existing) return this.describePlan(existing);
+    let body: Record<string, unknown> = { ...core, ...scope, conflicts, affectedWorkspaces: affected, executorImage: image, build: sha256Hex(canonicalJson(build)) };
+    let digest = sha256Hex(canonicalJson(body));
+    // The same resolution is the same plan, unless that plan is spent (its approval denied or
+    // expired, or its apply failed): then asking again is a new plan that says which it supersedes.
+    for (let i = 0; ; i++) {
+      const existing = this.deps.db.prepare('SELECT * FROM package_plans WHERE digest = ?').get(digest) as PlanRow | undefined;
+      if (!existing) break;
+      if (!this.spent(existing) || i >= 1000) return this.describePlan(existing);
+      body = { ...body, supersedes: existing.id };
+      digest = sha256Hex(canonicalJson(body));
+    }
     const id = newId('packagePlan');
     let approvalId: string | null = null;
     if (!approvalUnavailable) {
@@ -368,6 +375,15 @@ export class PackageService {
       await new Promise<void>((res) => bridge.close(() => res()));
       await egress.close();
     }
+  }
+
+  /** A plan that can never be applied any more: approval denied or expired, or its apply failed. */
+  private spent(p: PlanRow): boolean {
+    const apply = this.deps.db.prepare('SELECT state FROM package_applies WHERE plan_id = ?').pluck().get(p.id) as ApplyState | undefined;
+    if (apply) return apply === 'FAILED';
+    if (p.approval !== 'required' || !p.approval_id) return false;
+    const st = this.deps.approvals.get(p.approval_id).state;
+    return st === 'denied' || st === 'expired';
   }
 
   private planRow(id: string): PlanRow {

@@ -298,6 +298,26 @@ describe('npm plans', () => {
   });
 });
 
+describe('plans after a refusal', () => {
+  it('a denied plan can be asked again: planning the same package gives a new plan with a new approval request', async () => {
+    await reg.publish({ name: 'deny-me', version: '1.0.0' });
+    const first = await ok('packages_plan', { ecosystem: 'npm', name: 'deny-me' });
+    session ??= await dashboardLogin(svc);
+    const d = await httpRequest(svc.url, 'POST', `/api/v1/approvals/${first.approvalRequestId}/deny`, { cookie: session.cookie, 'x-csrf-token': session.csrf });
+    expect(d.status).toBe(200);
+    const no = await refused('packages_apply', { planId: first.planId, planDigest: first.planDigest });
+    expect([no.code, no.details.approvalState]).toEqual(['PERMISSION_DENIED', 'denied']);
+    expect(no.message).toContain('make a new plan');
+    const second = await ok('packages_plan', { ecosystem: 'npm', name: 'deny-me' });
+    expect(second.planId).not.toBe(first.planId);
+    expect(second.planDigest).not.toBe(first.planDigest);
+    expect([second.approvalState, second.supersedes]).toEqual(['pending', first.planId]);
+    expect(second.approvalRequestId).not.toBe(first.approvalRequestId);
+    // While it is pending, planning again is that same plan.
+    expect((await ok('packages_plan', { ecosystem: 'npm', name: 'deny-me' })).planId).toBe(second.planId);
+  });
+});
+
 describe('plans of hostile specifiers', () => {
   it('a version or a dependency that is not a registry package (remote tarball, git, file) is refused and never fetched by the runner', async () => {
     const port = (trap.address() as { port: number }).port;
