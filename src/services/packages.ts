@@ -21,6 +21,7 @@ import { createHash } from 'node:crypto';
 import { chmod, chown, lstat, mkdir, readdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
@@ -283,7 +284,7 @@ export class PackageService {
       if (!runtime) throw new ServiceError('FAILED_PRECONDITION', 'ecosystem: uv plans need Debian python3 on the runner and in workspaces; it is missing here', { field: 'ecosystem' });
       const caFile = this.deps.config.packagesCaFile || undefined;
       if (caFile) this.caPem();
-      const r = await resolvePip(input.name, input.version, { index: this.deps.config.packagesPythonIndex, caFile, python: runtime });
+      const r = await this.withIndexProxy(this.deps.config.packagesPythonIndex, (proxy) => resolvePip(input.name, input.version, { index: this.deps.config.packagesPythonIndex, caFile, python: runtime, proxy }));
       const root = r.wheels.find((w) => normalise(w.name) === normalise(r.name))!;
       core = {
         ecosystem: 'uv',
@@ -305,10 +306,17 @@ export class PackageService {
     const scope = { scope: input.scope, workspaceId: input.scope === 'workspace' ? input.workspaceId! : null };
     const conflicts = this.conflictsOf(input.ecosystem, core.name as string, scope.scope, scope.workspaceId);
     const affected = this.affectedWorkspaces(input.ecosystem, core.name as string, scope.scope, scope.workspaceId);
-    const body = { ...core, ...scope, conflicts, affectedWorkspaces: affected, executorImage: image, build: sha256Hex(canonicalJson(build)) };
-    const digest = sha256Hex(canonicalJson(body));
-    const existing = this.deps.db.prepare('SELECT * FROM package_plans WHERE digest = ?').get(digest) as PlanRow | undefined;
-    if (existing) return this.describePlan(existing);
+    let body: Record<string, unknown> = { ...core, ...scope, conflicts, affectedWorkspaces: affected, executorImage: image, build: sha256Hex(canonicalJson(build)) };
+    let digest = sha256Hex(canonicalJson(body));
+    // The same resolution is the same plan, unless that plan is spent (its approval denied or
+    // expired, or its apply failed): then asking again is a new plan that says which it supersedes.
+    for (let i = 0; ; i++) {
+      const existing = this.deps.db.prepare('SELECT * FROM package_plans WHERE digest = ?').get(digest) as PlanRow | undefined;
+      if (!existing) break;
+      if (!this.spent(existing) || i >= 1000) return this.describePlan(existing);
+      body = { ...body, supersedes: existing.id };
+      digest = sha256Hex(canonicalJson(body));
+    }
     const id = newId('packagePlan');
     let approvalId: string | null = null;
     if (!approvalUnavailable) {
@@ -333,6 +341,49 @@ export class PackageService {
       .run(id, digest, input.ecosystem, core.name, core.version, scope.scope, scope.workspaceId, JSON.stringify({ ...body, approvalUnavailable }), JSON.stringify(build), approvalUnavailable ? 'unavailable' : 'required', approvalId, nowIso());
     this.deps.audit.record({ actor, principal, action: 'packages_plan', target: id, outcome: 'ok', details: { digest, name: core.name, version: core.version } });
     return this.describePlan(this.planRow(id));
+  }
+
+  /**
+   * pip resolves on the runner, outside any sandbox, and would fetch whatever a wheel's metadata
+   * names (a `name @ https://...` dependency): it runs with a proxy that reaches the index host
+   * (and, for PyPI, its file host) and nothing else. A loopback TCP port bridges to the egress proxy.
+   */
+  private async withIndexProxy<T>(index: string, fn: (proxy: string) => Promise<T>): Promise<T> {
+    const rules = registryRules(index);
+    const sock = join(this.root, 'cache', `resolve-${newId('packageResolution').slice(4)}.sock`);
+    const egress = await startEgressProxy({
+      socketPath: sock,
+      workspaceId: 'package-resolution',
+      rules,
+      onDecision: (d: EgressDecision) => (d.allowed ? undefined : this.deps.log.warn({ egress: d }, 'package resolution egress refused')),
+      socketMode: 0o600,
+    });
+    const conns = new Set<Socket>();
+    const bridge = createNetServer((c) => {
+      const up = connect(sock);
+      conns.add(c).add(up);
+      const end = () => (c.destroy(), up.destroy(), conns.delete(c), conns.delete(up));
+      c.on('error', end).on('close', end);
+      up.on('error', end).on('close', end);
+      c.pipe(up).pipe(c);
+    });
+    try {
+      await new Promise<void>((res, rej) => bridge.once('error', rej).listen(0, '127.0.0.1', () => res()));
+      return await fn(`http://127.0.0.1:${(bridge.address() as AddressInfo).port}`);
+    } finally {
+      for (const x of conns) x.destroy();
+      await new Promise<void>((res) => bridge.close(() => res()));
+      await egress.close();
+    }
+  }
+
+  /** A plan that can never be applied any more: approval denied or expired, or its apply failed. */
+  private spent(p: PlanRow): boolean {
+    const apply = this.deps.db.prepare('SELECT state FROM package_applies WHERE plan_id = ?').pluck().get(p.id) as ApplyState | undefined;
+    if (apply) return apply === 'FAILED';
+    if (p.approval !== 'required' || !p.approval_id) return false;
+    const st = this.deps.approvals.get(p.approval_id).state;
+    return st === 'denied' || st === 'expired';
   }
 
   private planRow(id: string): PlanRow {
@@ -476,13 +527,12 @@ export class PackageService {
   private async builder(id: string, buildDir: string, work: string, build: BuildSpec): Promise<ExecResult> {
     const uid = this.deps.config.sandboxUid;
     const registry = new URL(build.ecosystem === 'npm' ? build.registry : build.index);
-    const port = Number(registry.port || 443);
     const sock = join(buildDir, 'p.sock');
     const proxy = await startEgressProxy({
       socketPath: sock,
       workspaceId: `build-${id}`,
       // The operator configured this registry: the one host a builder reaches (a private address only when the registry is one).
-      rules: [{ host: registry.hostname.replace(/^\[|\]$/g, ''), ports: [port], allowPrivate: isPrivateHost(registry.hostname) }],
+      rules: registryRules(registry.toString()),
       onDecision: (d: EgressDecision) => this.deps.log.info({ egress: d, applyId: id }, 'builder egress'),
       socketMode: 0o600,
     });
@@ -942,6 +992,15 @@ const safeDir = (name: string): string => name.replace(/^@/, '').replace(/[^A-Za
  */
 export const releaseTarget = (ecosystem: Ecosystem, name: string): string =>
   ecosystem === 'npm' ? `${PACKAGES_ROOT}/npm/${safeDir(name)}/node_modules` : `${PACKAGES_ROOT}/uv/${safeDir(name)}`;
+
+/** The hosts a registry's clients reach: its own host and port, and for PyPI its file host (where the index links wheels). */
+function registryRules(url: string): Array<{ host: string; ports: number[]; allowPrivate: boolean }> {
+  const u = new URL(url);
+  const host = u.hostname.replace(/^\[|\]$/g, '');
+  const rules = [{ host, ports: [Number(u.port || 443)], allowPrivate: isPrivateHost(u.hostname) }];
+  if (host === 'pypi.org') rules.push({ host: 'files.pythonhosted.org', ports: [443], allowPrivate: false });
+  return rules;
+}
 
 function isPrivateHost(h: string): boolean {
   const host = h.replace(/^\[|\]$/g, '');

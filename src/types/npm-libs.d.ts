@@ -25,3 +25,13 @@ declare module 'pacote' {
   };
   export default pacote;
 }
+declare module 'npm-package-arg' {
+  interface Spec {
+    type: 'git' | 'tag' | 'version' | 'range' | 'file' | 'directory' | 'remote' | 'alias';
+    name: string | null;
+    registry?: boolean;
+    rawSpec: string;
+  }
+  function npa(arg: string, where?: string): Spec;
+  export default npa;
+}

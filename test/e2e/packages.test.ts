@@ -298,6 +298,60 @@ describe('npm plans', () => {
   });
 });
 
+describe('plans after a refusal', () => {
+  it('a denied plan can be asked again: planning the same package gives a new plan with a new approval request', async () => {
+    await reg.publish({ name: 'deny-me', version: '1.0.0' });
+    const first = await ok('packages_plan', { ecosystem: 'npm', name: 'deny-me' });
+    session ??= await dashboardLogin(svc);
+    const d = await httpRequest(svc.url, 'POST', `/api/v1/approvals/${first.approvalRequestId}/deny`, { cookie: session.cookie, 'x-csrf-token': session.csrf });
+    expect(d.status).toBe(200);
+    const no = await refused('packages_apply', { planId: first.planId, planDigest: first.planDigest });
+    expect([no.code, no.details.approvalState]).toEqual(['PERMISSION_DENIED', 'denied']);
+    expect(no.message).toContain('make a new plan');
+    const second = await ok('packages_plan', { ecosystem: 'npm', name: 'deny-me' });
+    expect(second.planId).not.toBe(first.planId);
+    expect(second.planDigest).not.toBe(first.planDigest);
+    expect([second.approvalState, second.supersedes]).toEqual(['pending', first.planId]);
+    expect(second.approvalRequestId).not.toBe(first.approvalRequestId);
+    // While it is pending, planning again is that same plan.
+    expect((await ok('packages_plan', { ecosystem: 'npm', name: 'deny-me' })).planId).toBe(second.planId);
+  });
+});
+
+describe('plans of hostile specifiers', () => {
+  it('a version or a dependency that is not a registry package (remote tarball, git, file) is refused and never fetched by the runner', async () => {
+    const port = (trap.address() as { port: number }).port;
+    const before = trapHits;
+    for (const version of [`http://127.0.0.1:${port}/evil.tgz`, `git+http://127.0.0.1:${port}/evil.git`, 'file:/etc', 'file:../../..']) {
+      const e = await refused('packages_plan', { ecosystem: 'npm', name: 'evil-spec', version });
+      expect([e.code, e.details.field], version).toEqual(['INVALID_ARGUMENT', 'version']);
+    }
+    for (const name of ['../../etc', 'http://127.0.0.1/x.tgz', 'Evil Name']) {
+      const e = await refused('packages_plan', { ecosystem: 'npm', name });
+      expect([e.code, e.details.field], name).toEqual(['INVALID_ARGUMENT', 'name']);
+    }
+    await reg.publish({ name: 'remote-dep', version: '1.0.0', dependencies: { evil: `http://127.0.0.1:${port}/evil.tgz` } });
+    await reg.publish({ name: 'git-dep', version: '1.0.0', dependencies: { evil: `git+http://127.0.0.1:${port}/evil.git` } });
+    for (const name of ['remote-dep', 'git-dep']) {
+      const e = await refused('packages_plan', { ecosystem: 'npm', name });
+      expect(e.code, name).toBe('FAILED_PRECONDITION');
+      expect(e.message).toContain('evil');
+    }
+    expect(trapHits).toBe(before);
+  });
+
+  it('a wheel whose dependency is a direct URL is refused and the URL never fetched by the runner', async () => {
+    const port = (trap.address() as { port: number }).port;
+    const before = trapHits;
+    py.addWheel({ name: 'url-dep', version: '1.0', requires: [`evil-wheel @ http://127.0.0.1:${port}/evil_wheel-1.0-py3-none-any.whl`], files: { 'url_dep/__init__.py': '' } });
+    const r = await call(c, 'packages_plan', { ecosystem: 'uv', name: 'url-dep' });
+    expect(r.ok, JSON.stringify(r.ok ? r.result : r.error)).toBe(false);
+    const e = r.error as unknown as { code: string; message: string; details: R };
+    expect([e.code, e.details.field, e.details.dependency]).toEqual(['FAILED_PRECONDITION', 'name', 'evil-wheel']);
+    expect(trapHits).toBe(before);
+  });
+});
+
 describe('toolkits', () => {
   it('a workspace opened with toolkits mounts only those, and its set is fixed unless changes are allowed', async () => {
     await install({ ecosystem: 'npm', name: 'left-helper' });

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Arborist from '@npmcli/arborist';
 import pacote from 'pacote';
+import npa from 'npm-package-arg';
 import { ServiceError } from '../../core/errors.js';
 
 /** Lifecycle scripts npm runs on install. */
@@ -49,8 +50,39 @@ export interface NpmOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * Registry packages only, at every depth: a git, remote-tarball, file or directory specifier (the
+ * request's or any dependency's) is refused by Arborist before anything is fetched, so resolution
+ * (which runs on the runner, outside any sandbox) reaches nothing but the configured registry.
+ */
 function npmOpts(o: NpmOptions): Record<string, unknown> {
-  return { registry: o.registry, cache: o.cacheDir, ca: o.ca || undefined, ignoreScripts: true, audit: false, fund: false, preferOnline: true };
+  return {
+    registry: o.registry, cache: o.cacheDir, ca: o.ca || undefined, ignoreScripts: true, audit: false, fund: false, preferOnline: true,
+    allowGit: 'none', allowRemote: 'none', allowFile: 'none', allowDirectory: 'none',
+  };
+}
+
+const REGISTRY_SPEC_TYPES = new Set(['version', 'range', 'tag']);
+
+/** The request names a registry package by name and (optionally) a version, range or dist-tag; nothing else. */
+export function checkNpmRequest(name: string, spec: string | undefined): void {
+  let n: ReturnType<typeof npa> | undefined;
+  try {
+    n = npa(name);
+  } catch {
+    n = undefined;
+  }
+  if (!n || n.name !== name || n.type !== 'range' || !n.registry || (n.rawSpec !== '' && n.rawSpec !== '*'))
+    throw new ServiceError('INVALID_ARGUMENT', `name: ${JSON.stringify(name.slice(0, 214))} is not an npm package name (a registry name such as left-pad or @scope/pkg; no paths, URLs or versions)`, { field: 'name' });
+  if (spec === undefined) return;
+  let v: ReturnType<typeof npa> | undefined;
+  try {
+    v = npa(`${name}@${spec}`);
+  } catch {
+    v = undefined;
+  }
+  if (!v || v.name !== name || !REGISTRY_SPEC_TYPES.has(v.type) || !v.registry)
+    throw new ServiceError('INVALID_ARGUMENT', `version: ${JSON.stringify(spec.slice(0, 128))} is not a registry version, range or dist-tag (git, URL, file and alias specifiers are refused)`, { field: 'version' });
 }
 
 function asBin(bin: unknown, name: string): Record<string, string> {
@@ -61,6 +93,7 @@ function asBin(bin: unknown, name: string): Record<string, string> {
 
 /** Resolves `name@spec` into a pinned tree. Registry errors become clear service errors. */
 export async function resolveNpm(name: string, spec: string | undefined, o: NpmOptions): Promise<NpmResolution> {
+  checkNpmRequest(name, spec);
   const dir = await mkdtemp(join(tmpdir(), 'atelier-npm-plan-'));
   try {
     const manifest = { name: 'atelier-managed-package', version: '0.0.0', private: true };
@@ -119,8 +152,14 @@ export async function resolveNpm(name: string, spec: string | undefined, o: NpmO
 
 function registryError(e: unknown, name: string, spec: string | undefined): ServiceError {
   if (e instanceof ServiceError) return e;
-  const err = e as { code?: string; statusCode?: number; message?: string };
+  const err = e as { code?: string; statusCode?: number; message?: string; package?: string; requiredBy?: string };
   const what = spec ? `${name}@${spec}` : name;
+  if (/^EALLOW(GIT|REMOTE|FILE|DIRECTORY)$/.test(err.code ?? ''))
+    return new ServiceError(
+      'FAILED_PRECONDITION',
+      `name: ${what} depends on ${String(err.package ?? 'a package').slice(0, 300)}${err.requiredBy ? ` (required by ${err.requiredBy})` : ''}, which is not a registry package (${err.code!.slice(6).toLowerCase()}); plans take registry packages only, and nothing was fetched from it`,
+      { field: 'name', rule: 'registry packages only', dependency: String(err.package ?? '').slice(0, 300) },
+    );
   if (err.code === 'E404' || err.statusCode === 404) return new ServiceError('NOT_FOUND', `name: no package ${name} in the configured npm registry`, { field: 'name' });
   if (err.code === 'ETARGET') return new ServiceError('NOT_FOUND', `version: no version of ${name} matches ${JSON.stringify(spec)}`, { field: 'version' });
   if (err.code === 'EINVALIDTAGNAME' || err.code === 'EINVALIDPACKAGENAME' || err.code === 'EUNSUPPORTEDPROTOCOL')

@@ -36,6 +36,8 @@ export interface PipOptions {
   caFile?: string;
   /** The python version resolution targets (3.X or 3.X.Y). */
   python: string;
+  /** http://127.0.0.1:PORT of a proxy that reaches only the index (every request of pip goes through it). */
+  proxy?: string;
   signal?: AbortSignal;
 }
 
@@ -63,6 +65,7 @@ export async function resolvePip(name: string, version: string | undefined, o: P
     const args = ['-m', 'pip', 'install', '--dry-run', '--ignore-installed', '--disable-pip-version-check', '--no-input', '--quiet', '--report', report, '--only-binary=:all:', '--no-cache-dir',
       '--index-url', o.index, '--python-version', o.python, '--target', join(dir, 'target'), '-r', req];
     if (o.caFile) args.push('--cert', o.caFile);
+    if (o.proxy) args.push('--proxy', o.proxy);
     const { code, stderr } = await new Promise<{ code: number; stderr: string }>((resolve) => {
       const child = execFile(PIP_PYTHON, args, { timeout: 120_000, maxBuffer: 4 << 20, env: { PATH: '/usr/bin:/bin', HOME: dir, PIP_CONFIG_FILE: '/dev/null', LANG: 'C.UTF-8' } }, (err, _out, errText) =>
         resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr: String(errText) }),
@@ -76,6 +79,13 @@ export async function resolvePip(name: string, version: string | undefined, o: P
           throw new ServiceError('FAILED_PRECONDITION', `name: ${name} has no wheel for Python ${o.python}, only source distributions; uv plans take wheels only (an sdist would run its build code)`, { field: 'name', rule: 'wheels only' });
         throw new ServiceError('NOT_FOUND', `${version ? 'version' : 'name'}: no wheel of ${name}${version ? '==' + version : ''} for Python ${o.python} in the configured index`, { field: version ? 'version' : 'name' });
       }
+      const outside = /Could not install requirement (\S+?)@? (\S+) from \S+.* because of HTTP error 403/.exec(stderr);
+      if (outside)
+        throw new ServiceError('FAILED_PRECONDITION', `name: ${name} depends on ${outside[1]} from ${outside[2]!.slice(0, 300)}, outside the configured index; plans take wheels from the index only, and nothing was fetched from there`, {
+          field: 'name',
+          rule: 'index packages only',
+          dependency: outside[1],
+        });
       throw new ServiceError('UNAVAILABLE', `the Python index could not be read for ${name}: ${stderr.split('\n').filter(Boolean).slice(-1)[0]?.slice(0, 300) ?? 'pip failed'}`);
     }
     const parsed = JSON.parse(await readFile(report, 'utf8')) as { install?: Array<Record<string, unknown>> };
