@@ -17,6 +17,7 @@
  *   services/repo-credentials repo_credentials
  */
 import { m0007 } from './migrations/0007-approvals.js';
+import { m0009 } from './migrations/0009-spend-overruns.js';
 
 export interface Migration {
   version: number;
@@ -320,4 +321,5 @@ export const MIGRATIONS: Migration[] = [
     `,
   },
   m0007,
+  m0009,
 ];
