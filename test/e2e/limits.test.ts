@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -80,6 +80,20 @@ describe('the MCP body limit admits the largest valid request', () => {
       expect(f.result.sha256).toBe(sha(files[i]!.content));
     }
   });
+
+  // KNOWN DEFECT outside this module: the daemon protocol's line limit (MAX_LINE_BYTES, 32 MiB, in
+  // src/sandbox/daemon/protocol.ts) is below the largest valid batch as JSON (16 MiB of content, up
+  // to 96 MiB escaped), so the daemon drops the connection (UNAVAILABLE). Marked as an expected
+  // failure: when the limit is raised to cover MCP_MAX_BODY_BYTES this reports, and `.fails` goes.
+  it.fails('a batch of six files of 1048576 control characters (36 MiB of escaped JSON) is written', async () => {
+    const content = Array.from({ length: 1048576 }, (_, i) => String.fromCharCode(1 + (i % 7))).join('');
+    const files = Array.from({ length: 6 }, (_, i) => ({ path: `ctl/f${i}.bin`, content }));
+    const r = await call(c, 'files_write_batch', { workspaceId: ws, files });
+    if (!r.ok) throw new Error(r.text);
+    const f = await call(c, 'files_read', { workspaceId: ws, path: 'ctl/f5.bin', limit: 1 });
+    if (!f.ok) throw new Error(f.text);
+    expect(f.result.sha256).toBe(sha(content));
+  }, 120_000);
 
   it('a batch past the 16 MiB content bound reaches the tool and is refused naming files, not by the transport', async () => {
     const files = Array.from({ length: 17 }, (_, i) => ({ path: `big/f${i}.txt`, content: 'x'.repeat(1048576) }));
@@ -185,6 +199,42 @@ describe('workspace_open fields that have no meaning yet', () => {
     const list = await call(c, 'workspace_list', {});
     if (!list.ok) throw new Error(list.text);
     expect((list.result.workspaces as unknown[]).length).toBe(1); // nothing was opened by the refusals
+  });
+});
+
+describe('a configuration edited while running', () => {
+  it('answers FAILED_PRECONDITION naming the setting, never INTERNAL; fixing the file is enough', async () => {
+    const file = join(svc.dataDir, 'config.json');
+    const good = readFileSync(file, 'utf8');
+    const caCopy = join(svc.dataDir, 'extra-ca.pem');
+    try {
+      // An extra CA file that is removed after start-up.
+      copyFileSync(host.caCertPath, caCopy);
+      const cfg = JSON.parse(good);
+      cfg.repositories.extraCaCertificates = [caCopy];
+      writeFileSync(file, JSON.stringify(cfg));
+      rmSync(caCopy);
+      const gone = await call(c, 'workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'cfg-edit-1' });
+      expect(gone.ok).toBe(false);
+      if (!gone.ok) expect(gone.error).toMatchObject({ code: 'FAILED_PRECONDITION', details: { setting: 'repositories.extraCaCertificates' } });
+      // A file that is no longer JSON.
+      writeFileSync(file, good.slice(0, -5));
+      const broken = await call(c, 'workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'cfg-edit-2' });
+      expect(broken.ok).toBe(false);
+      if (!broken.ok) {
+        expect(broken.error.code).toBe('FAILED_PRECONDITION');
+        expect(broken.error.message).toMatch(/not valid JSON/);
+      }
+      // A rule that breaks its type.
+      writeFileSync(file, JSON.stringify({ ...JSON.parse(good), repositories: { allow: 'everything' } }));
+      const typed = await call(c, 'workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'cfg-edit-3' });
+      expect(typed.ok).toBe(false);
+      if (!typed.ok) expect(typed.error).toMatchObject({ code: 'FAILED_PRECONDITION', details: { setting: 'repositories.allow' } });
+    } finally {
+      writeFileSync(file, good);
+    }
+    const fixed = await call(c, 'workspace_status', { workspaceId: ws });
+    expect(fixed.ok).toBe(true);
   });
 });
 
