@@ -84,15 +84,10 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     return session ? app.auth.getSession(decodeURIComponent(session[1]!)) !== null : false;
   };
 
+  const limits = { requestTimeout: cfg.httpRequestTimeoutMs, headersTimeout: cfg.httpHeadersTimeoutMs, keepAliveTimeout: 65_000, connectionsCheckingInterval: Math.min(1000, cfg.httpHeadersTimeoutMs) };
+
   let fastify!: FastifyInstance;
-  const http: HttpServer = createServer(
-    {
-      requestTimeout: cfg.httpRequestTimeoutMs,
-      headersTimeout: cfg.httpHeadersTimeoutMs,
-      keepAliveTimeout: 65_000,
-      connectionsCheckingInterval: Math.min(1000, cfg.httpHeadersTimeoutMs),
-    },
-    (req, res) => {
+  const http: HttpServer = createServer(limits, (req, res) => {
     if (unauthenticated.has(req.socket) && authenticated(req)) {
       unauthenticated.delete(req.socket);
       req.socket.setTimeout(0);
