@@ -5,7 +5,7 @@
  * loopback names when bound to loopback, the configured public origin otherwise.
  */
 import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { App } from './app.js';
 import { isLoopback } from './core/config.js';
@@ -73,8 +73,27 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     res.end(JSON.stringify({ error: { code: 'PERMISSION_DENIED', message: why, retryable: false, details: {} } }));
   };
 
+  // Bounds on clients that hold connections: the whole request (headers and body) must arrive within
+  // httpRequestTimeoutMs, headers within httpHeadersTimeoutMs (then 408 and close); a connection that
+  // has not shown a valid token or session idles at most httpHeadersTimeoutMs, and past
+  // httpMaxUnauthenticatedConnections of those the oldest is closed (so they cannot crowd the owner out).
+  const cfg = app.config;
+  const unauthenticated = new Set<Socket>();
+  const authenticated = (req: IncomingMessage): boolean => {
+    const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+    if (bearer) return app.auth.verifyBearer(bearer[1]!) !== null;
+    const session = /(?:^|;\s*)atelier_session=([^;\s]+)/.exec(req.headers.cookie ?? '');
+    return session ? app.auth.getSession(decodeURIComponent(session[1]!)) !== null : false;
+  };
+
+  const limits = { requestTimeout: cfg.httpRequestTimeoutMs, headersTimeout: cfg.httpHeadersTimeoutMs, keepAliveTimeout: 65_000, connectionsCheckingInterval: Math.min(1000, cfg.httpHeadersTimeoutMs) };
+
   let fastify!: FastifyInstance;
-  const http: HttpServer = createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 65_000 }, (req, res) => {
+  const http: HttpServer = createServer(limits, (req, res) => {
+    if (unauthenticated.has(req.socket) && authenticated(req)) {
+      unauthenticated.delete(req.socket);
+      req.socket.setTimeout(0);
+    }
     const problem = guard(req);
     if (problem) return forbid(res, problem);
     inflight++;
@@ -92,6 +111,14 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
       return;
     }
     fastify.routing(req, res);
+  });
+  http.on('connection', (socket: Socket) => {
+    if (unauthenticated.size >= cfg.httpMaxUnauthenticatedConnections) unauthenticated.values().next().value?.destroy();
+    unauthenticated.add(socket);
+    socket.setTimeout(cfg.httpHeadersTimeoutMs, () => {
+      if (unauthenticated.has(socket)) socket.destroy();
+    });
+    socket.once('close', () => unauthenticated.delete(socket));
   });
 
   fastify = Fastify({

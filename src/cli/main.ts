@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { readRepositorySettings } from '../services/repos.js';
+import { PriceList } from '../services/price-list.js';
 import { createApp, type App } from '../app.js';
 import { ConfigError, SETTINGS, loadConfig, parseFlags } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
@@ -101,6 +102,7 @@ async function serve(argv: string[]): Promise<void> {
   const config = loadConfig(argv);
   // A bad "repositories" section (or the retired "repositories.credentials") stops start-up with its message.
   if (existsSync(config.configPath)) readRepositorySettings(config.configPath);
+  new PriceList(config.configPath).lookup('provider_a', ''); // a bad "prices" section stops start-up too
   const problems = await sandboxProblems(config.sandboxBwrapPath);
   if (problems.length > 0 && !config.unsafeNoSandbox) {
     throw new ConfigError(

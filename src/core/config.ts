@@ -7,12 +7,25 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
+import { isIP } from 'node:net';
+import { ServiceError } from './errors.js';
+import { resolveProviders } from './providers.js';
 
-export class ConfigError extends Error {
-  constructor(message: string) {
-    super(message);
+/**
+ * A setting or section of the configuration breaks its rule. At start-up it stops the service with
+ * its message; met while running (the config file was edited) it is a FAILED_PRECONDITION naming
+ * the setting (details.setting), never INTERNAL: the operator must fix the file.
+ */
+export class ConfigError extends ServiceError {
+  constructor(message: string, setting?: string) {
+    super('FAILED_PRECONDITION', message, { setting: setting ?? settingNamedIn(message) ?? 'config' });
     this.name = 'ConfigError';
   }
+}
+
+/** The first quoted dotted name in a message ("repositories.allow"), the setting it is about. */
+function settingNamedIn(message: string): string | undefined {
+  return /"([A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z0-9_*-]+)*)"/.exec(message)?.[1];
 }
 
 type Kind = 'string' | 'int' | 'bool' | 'list';
@@ -57,6 +70,9 @@ export const SETTINGS: Setting[] = [
   S({ key: 'outputMaxMb', flag: '--output-max-mb', env: 'ATELIER_OUTPUT_MAX_MB', kind: 'int', def: 16, rule: 'an integer from 1 to 4096', check: ((v: number) => v >= 1 && v <= 4096) as never, help: 'Output kept on disk per operation or task, MiB' }),
   S({ key: 'skillSuggestUrl', flag: '--skill-suggest-url', env: 'ATELIER_SKILL_SUGGEST_URL', kind: 'string', def: '', rule: 'an https URL (http only on loopback)', check: ((v: string) => v === '' || /^https:\/\/\S+$/.test(v) || /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(\/\S*)?$/.test(v)) as never, help: 'skill_suggest endpoint: the redacted prompt and the roster are POSTed there (needs --skill-suggest-key-file)' }),
   S({ key: 'skillSuggestKeyFile', flag: '--skill-suggest-key-file', env: 'ATELIER_SKILL_SUGGEST_KEY_FILE', kind: 'string', def: '', help: 'File holding the integration key sent to the skill_suggest endpoint (a secret)' }),
+  S({ key: 'httpRequestTimeoutMs', flag: '--http-request-timeout-ms', env: 'ATELIER_HTTP_REQUEST_TIMEOUT_MS', kind: 'int', def: 300000, rule: 'an integer from 1000 to 3600000', check: ((v: number) => v >= 1000 && v <= 3600000) as never, help: 'Time a client has to send a whole request (headers and body), ms; then 408 and the connection is closed' }),
+  S({ key: 'httpHeadersTimeoutMs', flag: '--http-headers-timeout-ms', env: 'ATELIER_HTTP_HEADERS_TIMEOUT_MS', kind: 'int', def: 30000, rule: 'an integer from 500 to 300000, at most --http-request-timeout-ms', check: ((v: number) => v >= 500 && v <= 300000) as never, help: 'Time a client has to send request headers, and the idle time allowed to a connection that has not authenticated, ms' }),
+  S({ key: 'httpMaxUnauthenticatedConnections', flag: '--http-max-unauthenticated-connections', env: 'ATELIER_HTTP_MAX_UNAUTHENTICATED_CONNECTIONS', kind: 'int', def: 64, rule: 'an integer from 1 to 100000', check: ((v: number) => v >= 1 && v <= 100000) as never, help: 'Open connections that have not yet shown a valid token or session; past it the oldest is closed' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
 ];
 
@@ -91,6 +107,9 @@ export interface Config {
   sandboxDiskMb: number;
   sandboxBwrapPath: string;
   outputMaxMb: number;
+  httpRequestTimeoutMs: number;
+  httpHeadersTimeoutMs: number;
+  httpMaxUnauthenticatedConnections: number;
   /** The config file that was read, or null when there was none. */
   configFile: string | null;
   /** Where the config file is (or would be): the CLI edits it, services re-read it. */
@@ -104,7 +123,7 @@ export function defaultDataDir(): string {
 
 function parseValue(s: Setting, raw: unknown, source: string): unknown {
   const name = `${s.flag} / ${s.env}${source === 'file' ? ` / "${s.key}" in the config file` : ''}`;
-  const fail = (rule: string) => new ConfigError(`invalid setting ${name}: must be ${rule} (got ${JSON.stringify(raw)})`);
+  const fail = (rule: string) => new ConfigError(`invalid setting ${name}: must be ${rule} (got ${JSON.stringify(raw)})`, s.key);
   let v: unknown;
   switch (s.kind) {
     case 'string':
@@ -180,6 +199,7 @@ export function loadConfig(argv: string[] = [], env: NodeJS.ProcessEnv = process
   } else if (flags['--config'] !== undefined || env.ATELIER_CONFIG !== undefined) {
     throw new ConfigError(`config file ${configFile} (--config / ATELIER_CONFIG) does not exist`);
   }
+  validateSections(fileValues, configFile);
   const cfg: Record<string, unknown> = {};
   for (const s of SETTINGS) {
     const given = raw[s.key];
@@ -201,7 +221,64 @@ export function loadConfig(argv: string[] = [], env: NodeJS.ProcessEnv = process
       `invalid setting --max-workspace-lifetime-seconds / ATELIER_MAX_WORKSPACE_LIFETIME_SECONDS: must be at least the idle lease (${c.idleLeaseSeconds} s)`,
     );
   }
+  if (c.httpHeadersTimeoutMs > c.httpRequestTimeoutMs) {
+    throw new ConfigError(`invalid setting --http-headers-timeout-ms / ATELIER_HTTP_HEADERS_TIMEOUT_MS: must be at most --http-request-timeout-ms (${c.httpRequestTimeoutMs})`, 'httpHeadersTimeoutMs');
+  }
   return c;
+}
+
+const HOST_LABEL = /^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$/;
+
+/** A host an egress rule may name: a DNS name, an IP literal, or "*.name" with two labels or more after it. */
+function egressHostProblem(host: string): string | null {
+  if (host.length === 0 || host.length > 255) return 'must have 1-255 characters';
+  const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+  if (isIP(bare)) return bare.includes('%') ? 'must not carry an IPv6 zone id' : null;
+  const wildcard = host.startsWith('*.');
+  const name = (wildcard ? host.slice(2) : host).replace(/\.$/, '');
+  const labels = name.split('.');
+  if (!labels.every((l) => HOST_LABEL.test(l))) return 'must be a host name (letters, digits, "-" and dots), an IP literal or "*.example.com"';
+  if (/^\d+$/.test(labels[labels.length - 1]!)) return 'must not end in a numeric label unless it is a dotted-decimal IPv4 address';
+  if (wildcard && labels.length < 2) return 'a wildcard needs at least two labels after "*."';
+  return null;
+}
+
+/**
+ * The structured sections the core can check without the services: "egress" (the workspace egress
+ * allow list) and "providers". A bad section stops start-up; it never falls back to defaults.
+ * ("repositories" and "prices" are checked at start-up by their services' readers.)
+ */
+export function validateSections(file: Record<string, unknown>, where: string): void {
+  if ('egress' in file) {
+    const e = file.egress;
+    if (typeof e !== 'object' || e === null || Array.isArray(e)) throw new ConfigError(`config file ${where}: "egress" must be an object such as {"allow": [{"host": "registry.npmjs.org", "ports": [443]}]}`, 'egress');
+    for (const k of Object.keys(e)) if (k !== 'allow') throw new ConfigError(`config file ${where}: "egress.${k}" is not a setting (known: allow)`, `egress.${k}`);
+    const allow = (e as { allow?: unknown }).allow;
+    if (allow !== undefined) {
+      if (!Array.isArray(allow)) throw new ConfigError(`config file ${where}: "egress.allow" must be a list of rules {host, ports?, allowPrivate?}`, 'egress.allow');
+      allow.forEach((rule: unknown, i) => {
+        const at = `egress.allow[${i}]`;
+        const bad = (rule: string, setting = at) => new ConfigError(`config file ${where}: "${setting}" ${rule}`, setting);
+        if (typeof rule !== 'object' || rule === null || Array.isArray(rule)) throw bad('must be an object {host, ports?, allowPrivate?}');
+        const r = rule as Record<string, unknown>;
+        for (const k of Object.keys(r)) if (!['host', 'ports', 'allowPrivate'].includes(k)) throw bad(`has an unknown key "${k}" (known: host, ports, allowPrivate)`);
+        if (typeof r.host !== 'string') throw bad('must be a string', `${at}.host`);
+        const problem = egressHostProblem(r.host);
+        if (problem) throw bad(`${problem} (got ${JSON.stringify(r.host)})`, `${at}.host`);
+        if (r.ports !== undefined && (!Array.isArray(r.ports) || r.ports.length === 0 || !r.ports.every((p) => Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535)))
+          throw bad('must be a non-empty list of integers 1-65535', `${at}.ports`);
+        if (r.allowPrivate !== undefined && typeof r.allowPrivate !== 'boolean') throw bad('must be true or false', `${at}.allowPrivate`);
+      });
+    }
+  }
+  if ('providers' in file) {
+    try {
+      resolveProviders((file.providers ?? {}) as never);
+    } catch (e) {
+      const msg = (e as Error).message;
+      throw new ConfigError(`config file ${where}: "${msg.split(':')[0]}"${msg.slice(msg.indexOf(':'))}`, msg.split(':')[0]);
+    }
+  }
 }
 
 export function isLoopback(host: string): boolean {

@@ -21,6 +21,7 @@ export const ERROR_CODES = {
   RESOURCE_EXHAUSTED: { retryable: true, http: 429 },
   DEADLINE_EXCEEDED: { retryable: true, http: 504 },
   NOT_IMPLEMENTED: { retryable: false, http: 501 },
+  CANCELLED: { retryable: true, http: 499 },
   INTERNAL: { retryable: true, http: 500 },
 } as const;
 
@@ -58,12 +59,19 @@ export class ServiceError extends Error {
 /** Any thrown value as an envelope body; unknown errors become INTERNAL without leaking their text. */
 export function toErrorBody(err: unknown): ErrorBody {
   if (err instanceof ServiceError) return err.toBody();
+  // A call cancelled by its client (or its transport closing) is not a fault of the service.
+  if (isAbort(err)) return { code: 'CANCELLED', message: 'the call was cancelled before it finished; effects already made are not rolled back', retryable: true, details: {} };
   return {
     code: 'INTERNAL',
     message: 'internal error; the service logged the cause',
     retryable: true,
     details: {},
   };
+}
+
+/** An AbortError (DOMException or Node's AbortError) from a cancelled signal. */
+export function isAbort(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && ((err as { name?: unknown }).name === 'AbortError' || (err as { code?: unknown }).code === 'ABORT_ERR');
 }
 
 export const notImplemented = (tool: string, issue: string): ServiceError =>

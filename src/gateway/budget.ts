@@ -14,7 +14,7 @@ import {
   type EffectivePrices,
   type Usage,
 } from '../core/pricing.js';
-import type { LeaseInfo, LeaseRequest, SpendPolicies, UsageEvent, WindowBaseline } from './types.js';
+import type { LeaseInfo, LeaseRequest, ProviderOverrun, SpendPolicies, UsageEvent, WindowBaseline } from './types.js';
 import { NO_POLICIES } from './types.js';
 
 export interface Lease {
@@ -26,6 +26,8 @@ export interface Lease {
   budgets: LeaseRequest['budgets'];
   expiresAtMs: number;
   revoked: boolean;
+  revokedReason: string | null;
+  overrunMicros: number;
   usedIn: number;
   usedOut: number;
   usedCost: number;
@@ -62,6 +64,19 @@ export class BudgetError extends Error {
   }
 }
 
+/**
+ * Input tokens allowed on top of the request's bytes for what the provider adds around them (chat
+ * template start and end tokens, a hidden preamble): a token is at least one byte of the text it
+ * encodes, and the JSON of a request spends far more bytes on keys and quoting than the template
+ * adds per message (16 more per message or input item are added too). An input that still passes
+ * the bound is a provider overrun: recorded at its true cost, shown, and the lease ends.
+ */
+export const INPUT_TEMPLATE_ALLOWANCE = 128;
+export const INPUT_PER_ITEM_ALLOWANCE = 16;
+
+/** Delta events allowed past the clamped output limit, per choice, before a stream is cut (role and finish chunks carry "delta" too). */
+export const STREAM_DELTA_SLACK = 8;
+
 /** The smallest answer worth sending: below it a request is refused instead of clamped. */
 export const MIN_OUTPUT_TOKENS = 16;
 const MAX_EVENTS = 200_000;
@@ -90,6 +105,8 @@ export class Budget {
       budgets: { ...req.budgets },
       expiresAtMs: Date.parse(req.expiresAt),
       revoked: false,
+      revokedReason: null,
+      overrunMicros: 0,
       usedIn: 0,
       usedOut: 0,
       usedCost: 0,
@@ -125,6 +142,8 @@ export class Budget {
       budgets: l.budgets,
       expiresAt: new Date(l.expiresAtMs).toISOString(),
       revoked: l.revoked,
+      revokedReason: l.revokedReason,
+      overrunMicros: l.overrunMicros,
       used: { inputTokens: l.usedIn, outputTokens: l.usedOut, costMicros: l.usedCost },
       reserved: { inputTokens: l.resIn, outputTokens: l.resOut, costMicros: l.resCost },
     };
@@ -201,12 +220,30 @@ export class Budget {
     return r;
   }
 
-  /** Settles a reservation with real (or, when unreconciled, estimated) usage and releases the rest. Idempotent. */
+  /**
+   * Settles a reservation with real (or, when unreconciled, estimated) usage and releases the rest. Idempotent.
+   * The true cost is always recorded, whatever the reservation was. When the usage passes the
+   * reservation (more input tokens than the input bound, more output than the clamped limit, or a
+   * cost above the reserved worst case) it is a provider overrun: the event says by how much and
+   * the lease is ended at once, so a provider that ignores the clamp cannot be asked again on it.
+   */
   settle(r: Reservation, usage: Usage, unreconciled: boolean, reason?: string): number {
     if (r.settled) return 0;
     r.settled = true;
     const cost = costMicros(usage, r.prices);
     const l = r.lease;
+    let overrun: ProviderOverrun | undefined;
+    const overIn = Math.max(0, usage.inputTokens - r.inputBound);
+    const overOut = Math.max(0, usage.outputTokens - r.outputLimit);
+    if (overIn > 0 || overOut > 0 || cost > r.micros) {
+      overrun = { micros: Math.max(0, cost - r.micros), inputTokens: overIn, outputTokens: overOut, leaseRevoked: true };
+      l.overrunMicros += overrun.micros;
+      if (!l.revoked) {
+        l.revoked = true;
+        l.revokedReason = `provider overrun on ${r.id}: ${overOut} output and ${overIn} input tokens past the reservation, ${overrun.micros} micro-USD past its worst case`;
+        this.leases.delete(l.tokenHash);
+      }
+    }
     l.resIn -= r.inputBound;
     l.resOut -= r.outputLimit;
     l.resCost -= r.micros;
@@ -220,8 +257,9 @@ export class Budget {
       w.spent += cost;
     }
     this.openReservations--;
-    if (l.revoked && l.resCost === 0) this.leasesById.delete(l.id);
-    this.push({ seq: 0, type: 'settle', at: new Date(this.now()).toISOString(), reservationId: r.id, costMicros: cost, usage, unreconciled, ...(reason ? { reason } : {}) });
+    // A lease the owner revoked goes when idle; one ended by an overrun stays visible (admin GET) until swept.
+    if (l.revoked && l.resCost === 0 && l.revokedReason === null) this.leasesById.delete(l.id);
+    this.push({ seq: 0, type: 'settle', at: new Date(this.now()).toISOString(), reservationId: r.id, costMicros: cost, usage, unreconciled, ...(reason ? { reason } : {}), ...(overrun ? { overrun } : {}) });
     return cost;
   }
 

@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { randomToken } from '../core/ids.js';
 import { effectivePrices, type EffectivePrices, type Usage } from '../core/pricing.js';
 import { authHeader, endpointFor, GATEWAY_USER_AGENT, PROVIDER_F_SESSION_HEADER, resolveProviders, type ApiMode, type ProviderInfo } from '../core/providers.js';
-import { Budget, BudgetError, type Lease, type Reservation } from './budget.js';
+import { Budget, BudgetError, INPUT_PER_ITEM_ALLOWANCE, INPUT_TEMPLATE_ALLOWANCE, STREAM_DELTA_SLACK, type Lease, type Reservation } from './budget.js';
 import type { GatewayStatus, LeaseRequest, Snapshot, SnapshotRoute, SpendPolicies } from './types.js';
 import { NO_POLICIES } from './types.js';
 import { eventEnd, findUsage, hasUsageKey, isUsageOnlyChunk } from './usage.js';
@@ -300,7 +300,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const opaque = (!chat && (body.previous_response_id != null || body.conversation != null || body.prompt != null)) || hasOpaqueInput(chat ? body.messages : body.input) || hasOpaqueInput(body.tools);
     const inRoom = lease.budgets.maxInputTokens - lease.usedIn - lease.resIn;
     const items = chat ? (Array.isArray(body.messages) ? body.messages.length : 0) : Array.isArray(body.input) ? body.input.length : 1;
-    const inputBound = opaque ? Math.max(1, inRoom) : raw.length + 1024 + 16 * items;
+    const inputBound = opaque ? Math.max(1, inRoom) : raw.length + INPUT_TEMPLATE_ALLOWANCE + INPUT_PER_ITEM_ALLOWANCE * items;
 
     let r: Reservation;
     try {
@@ -391,7 +391,17 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
           const parts: Buffer[] = [];
           for (let end = eventEnd(buf, 0); end > 0; end = eventEnd(buf, pos)) {
             const ev = buf.subarray(pos, end);
-            if (ev.indexOf('"delta"') >= 0) deltas++;
+            if (ev.indexOf('"delta"') >= 0 && ++deltas > r.outputLimit + STREAM_DELTA_SLACK * nChoices && !done) {
+              // The provider ignores the clamped output limit: stop relaying and stop paying (docs/spend.md).
+              if (pos > keepFrom) parts.push(buf.subarray(keepFrom, pos));
+              if (!clientGone) {
+                for (const p of parts) res.write(p);
+                res.end(overrunEvent(chat, r.outputLimit));
+              }
+              finish({ ...estimate(0), outputTokens: deltas }, true, `provider overran the output limit of ${r.outputLimit} tokens; the gateway cut the stream`);
+              ur.destroy();
+              return;
+            }
             if (hasUsageKey(ev)) {
               const u = findUsage(ev);
               if (u) {
@@ -451,6 +461,14 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
       }
     });
     up.end(out);
+  }
+
+  /** The last SSE event of a stream the gateway cut for a provider overrun: an error the openai client raises. */
+  function overrunEvent(chat: boolean, limit: number): string {
+    const message = `the provider passed the output limit of ${limit} tokens the gateway set; the stream was cut, the true cost recorded and this agent's lease ended`;
+    return chat
+      ? `data: ${JSON.stringify({ error: { message, type: 'provider_overrun', code: 'provider_overrun', param: null } })}\n\n`
+      : `event: error\ndata: ${JSON.stringify({ type: 'error', code: 'provider_overrun', message, param: null })}\n\n`;
   }
 
   // ---------------------------------------------------------------- server

@@ -74,6 +74,10 @@ export interface LeaseInfo {
   budgets: LeaseRequest['budgets'];
   expiresAt: string;
   revoked: boolean;
+  /** Why the gateway ended the lease itself, when it did (a provider overrun). */
+  revokedReason?: string | null;
+  /** Micro-USD settled past reservations by provider overruns on this lease (included in used.costMicros). */
+  overrunMicros?: number;
   used: { inputTokens: number; outputTokens: number; costMicros: number };
   reserved: { inputTokens: number; outputTokens: number; costMicros: number };
 }
@@ -115,4 +119,14 @@ export type UsageEvent =
       /** True when the usage is an estimate (stream cut or no usage reported). */
       unreconciled: boolean;
       reason?: string;
+      /** Set when the provider passed the reservation (docs/spend.md, "Provider overruns"); the lease was ended. */
+      overrun?: ProviderOverrun;
     };
+
+/** What a settlement passed its reservation by: cost (true cost - reserved worst case), and tokens past each bound. */
+export interface ProviderOverrun {
+  micros: number;
+  inputTokens: number;
+  outputTokens: number;
+  leaseRevoked: boolean;
+}

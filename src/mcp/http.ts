@@ -11,7 +11,14 @@ import type { App } from '../app.js';
 import type { ToolRegistry } from './registry.js';
 import { VERSION } from '../core/version.js';
 
-export const MCP_MAX_BODY_BYTES = 16 * 1024 * 1024;
+/**
+ * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
+ * "Limits"): a files_write_batch at the daemon's 16 MiB batch bound whose every byte is a control
+ * character, each escaped as \u00XX (6 bytes of JSON per byte: 96 MiB), plus 1000 entries' paths
+ * of 1024 escaped characters (6 MiB) and fields, keys and the JSON-RPC envelope (under 2 MiB).
+ * A files_write of 1048576 such characters is 6 MiB. Only an authenticated request is read.
+ */
+export const MCP_MAX_BODY_BYTES = 104 * 1024 * 1024;
 
 const INSTRUCTIONS =
   'Atelier gives you isolated coding workspaces on approved HTTPS repositories. Start with workspace_open ' +
@@ -55,6 +62,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
 
   const handler = createMcpHandler(factory, {
     legacy: 'stateless',
+    maxRequestBodySize: MCP_MAX_BODY_BYTES, // the SDK's own default is 4 MiB
     onerror: (err) => app.log.debug({ err: err.message }, 'mcp request rejected'),
   });
   const node = toNodeHandler(handler, {
@@ -68,7 +76,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     const principal = m ? app.auth.verifyBearer(m[1]!) : null;
     if (!principal) {
       const challenge = m ? 'Bearer realm="atelier", error="invalid_token", error_description="unknown or revoked token"' : 'Bearer realm="atelier"';
-      res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': challenge });
+      // No body of an unauthenticated request is read: answer and close, so a trickled body holds nothing.
+      res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': challenge, connection: 'close' });
       res.end(
         JSON.stringify({
           error: {

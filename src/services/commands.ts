@@ -87,12 +87,15 @@ export class CommandService {
       out = createWriteStream(file, { flags: 'a', mode: 0o600 });
       let final: { state: RunState; reason: string | null; exitCode: number | null; signal: string | null };
       try {
-        const r = await this.d.workspaces.exec(workspaceId, { command, cwd, timeoutMs, maxOutputBytes: 4096 }, (_s, c) => write(c), abort.signal);
+        // Async operations and tasks are background work: what they leave running is theirs to keep.
+        const r = await this.d.workspaces.exec(workspaceId, { command, cwd, timeoutMs, maxOutputBytes: 4096, keepBackground: true }, (_s, c) => write(c), abort.signal);
         const s = stateOf(r);
         final = { ...s, exitCode: r.exitCode, signal: r.signal };
       } catch (e) {
+        // 'interrupted' is kept for runs a restart or a lost sandbox cut short; a command that could
+        // not start (its cwd vanished, the workspace stopped) or failed otherwise ends 'failed'.
         const err = e as ServiceError;
-        const interrupted = err.code === 'UNAVAILABLE' || err.code === 'NOT_FOUND' || err.code === 'FAILED_PRECONDITION';
+        const interrupted = err.code === 'UNAVAILABLE';
         final = { state: abort.signal.aborted ? 'cancelled' : interrupted ? 'interrupted' : 'failed', reason: err.message ?? String(e), exitCode: null, signal: null };
       }
       if (this.stopping && final.state === 'cancelled') final = { ...final, state: 'interrupted', reason: 'interrupted by a service shutdown; output so far is kept' };
@@ -141,8 +144,25 @@ export class CommandService {
 
   // ---------- operations ----------
 
-  startOperation(workspaceId: string, tool: string, command: string, cwd: string, timeoutMs: number): Record<string, unknown> {
+  /**
+   * Checks a cwd at the call the way a synchronous exec does (the daemon resolves it under the
+   * workspace: outside, NUL, missing or not a directory is refused), so an async run or a task is
+   * refused at once with details.field = 'cwd' instead of failing later.
+   */
+  private async checkCwd(workspaceId: string, cwd: string, signal?: AbortSignal): Promise<void> {
+    try {
+      await this.d.workspaces.exec(workspaceId, { command: 'true', cwd, timeoutMs: 15_000, maxOutputBytes: 2 }, undefined, signal);
+    } catch (e) {
+      if (e instanceof ServiceError && /\bcwd\b/.test(e.message) && !('field' in (e.details ?? {}))) {
+        throw new ServiceError(e.code, e.message.startsWith('cwd') ? e.message : `cwd: ${e.message}`, { ...e.details, field: 'cwd' });
+      }
+      throw e;
+    }
+  }
+
+  async startOperation(workspaceId: string, tool: string, command: string, cwd: string, timeoutMs: number, signal?: AbortSignal): Promise<Record<string, unknown>> {
     this.d.workspaces.get(workspaceId); // exists
+    await this.checkCwd(workspaceId, cwd, signal);
     const id = newId('operation');
     this.d.db
       .prepare('INSERT INTO operations (id, workspace_id, tool, command, cwd, timeout_ms, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
@@ -221,10 +241,11 @@ export class CommandService {
     return r;
   }
 
-  runTask(workspaceId: string, a: { command: string; cwd: string; timeoutMs: number; dependsOn: string[] }): Record<string, unknown> {
+  async runTask(workspaceId: string, a: { command: string; cwd: string; timeoutMs: number; dependsOn: string[] }, signal?: AbortSignal): Promise<Record<string, unknown>> {
     this.d.workspaces.get(workspaceId);
     const deps = [...new Set(a.dependsOn)];
     for (const dep of deps) this.taskRow(workspaceId, dep, 'dependsOn'); // unknown ids refused
+    await this.checkCwd(workspaceId, a.cwd, signal);
     // A new task can depend only on tasks that already exist, so no cycle can ever form.
     const id = newId('task');
     this.d.db
@@ -284,6 +305,7 @@ export class CommandService {
   }
 
   listTasks(workspaceId: string, cursor: string | undefined, limit: number): Record<string, unknown> {
+    this.d.workspaces.get(workspaceId); // an unknown workspace is NOT_FOUND, as for every other tool
     const after = cursor ? this.d.cursors.decode<{ c: string; i: string }>('tasks_list', cursor) : null;
     const rows = this.d.db
       .prepare(`SELECT * FROM tasks WHERE workspace_id = ? ${after ? 'AND (created_at > ? OR (created_at = ? AND id > ?))' : ''} ORDER BY created_at, id LIMIT ?`)
@@ -297,6 +319,7 @@ export class CommandService {
   }
 
   graph(workspaceId: string): Record<string, unknown> {
+    this.d.workspaces.get(workspaceId);
     const rows = this.d.db.prepare('SELECT id, command, state, depends_on FROM tasks WHERE workspace_id = ? ORDER BY created_at, id').all(workspaceId) as Array<Record<string, string>>;
     return {
       workspaceId,
@@ -379,6 +402,7 @@ export class CommandService {
   }
 
   listSessions(workspaceId: string, cursor: string | undefined, limit: number): Record<string, unknown> {
+    this.d.workspaces.get(workspaceId);
     const after = cursor ? this.d.cursors.decode<{ c: string; i: string }>('sessions_list', cursor) : null;
     const rows = this.d.db
       .prepare(`SELECT * FROM terminals WHERE workspace_id = ? AND kind = 'session' ${after ? 'AND (created_at > ? OR (created_at = ? AND id > ?))' : ''} ORDER BY created_at, id LIMIT ?`)

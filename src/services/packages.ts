@@ -848,7 +848,9 @@ export class PackageService {
    * `uv:name` when both ecosystems bind the name); allowToolkitWorkspaceChanges needs toolkits.
    */
   validateToolkits(toolkits: string[], allowChanges: boolean): void {
-    this.requireEnabled();
+    const field = toolkits.length ? 'toolkits' : 'allowToolkitWorkspaceChanges';
+    if (!this.deps.config.packagesEnabled)
+      throw new ServiceError('FAILED_PRECONDITION', `${field}: toolkits are managed packages, which are off on this instance (the operator enables them with --packages-enabled); send [] or omit it`, { field, setting: 'packagesEnabled' });
     if (allowChanges && toolkits.length === 0)
       throw new ServiceError('INVALID_ARGUMENT', 'allowToolkitWorkspaceChanges: only meaningful with toolkits (without toolkits a workspace may always get workspace-scope packages)', { field: 'allowToolkitWorkspaceChanges' });
     const owner = this.deps.db.prepare("SELECT ecosystem, name FROM package_bindings WHERE scope = 'owner'").all() as Array<{ ecosystem: Ecosystem; name: string }>;

@@ -114,7 +114,14 @@ export class RepositoryPolicy {
   /** PEM text of the operator's extra CA certificates ('' when none). */
   extraCaPem(): string {
     return this.settings()
-      .extraCaCertificates.map((f) => readFileSync(f, 'utf8').trim() + '\n')
+      .extraCaCertificates.map((f) => {
+        try {
+          return readFileSync(f, 'utf8').trim() + '\n';
+        } catch (e) {
+          // Removed or unreadable since start-up: the operator must fix the file list, not an INTERNAL.
+          throw new ConfigError(`config file ${this.configFile}: "repositories.extraCaCertificates" names ${f}, which cannot be read (${(e as NodeJS.ErrnoException).code ?? 'error'}); restore it or remove it from the list`, 'repositories.extraCaCertificates');
+        }
+      })
       .join('');
   }
 }

@@ -21,6 +21,10 @@ export interface SpendWindow {
   reservedMicros: number;
   unreconciledMicros: number;
   totalMicros: number;
+  /** Micro-USD settled past reservations by providers that ignored the limits (included in the totals). */
+  overrunMicros: number;
+  /** Each provider overrun of the window, newest first (at most 100). */
+  overruns: SpendOverrun[];
   policy: { capMicros: number | null; remainingMicros: number | null };
 }
 
@@ -31,6 +35,23 @@ export interface SpendSeriesRow {
   settledMicros: number;
   reservedMicros: number;
   unreconciledMicros: number;
+}
+
+export interface SpendOverrun {
+  reservationId: string;
+  leaseId: string;
+  agentId: string;
+  profileId: string;
+  revision: number;
+  at: string;
+  costMicros: number;
+  reservedMicros: number;
+  overrunMicros: number;
+  inputTokensPastBound: number;
+  outputTokensPastLimit: number;
+  unreconciled: boolean;
+  leaseRevoked: boolean;
+  reason: string | null;
 }
 
 export interface PolicyRecord extends SpendPolicies {
@@ -61,10 +82,13 @@ export class SpendService {
         `INSERT OR IGNORE INTO spend_reservations (id, boot_id, lease_id, agent_id, profile_id, revision, day, month, reserved_micros, state, reserved_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)`,
       );
-      const upd = this.db.prepare(`UPDATE spend_reservations SET state = ?, cost_micros = ?, usage_json = ?, reason = ?, settled_at = ? WHERE id = ? AND state = 'open'`);
+      const upd = this.db.prepare(
+        `UPDATE spend_reservations SET state = ?, cost_micros = ?, usage_json = ?, reason = ?, settled_at = ?, overrun_micros = ?, overrun_json = ? WHERE id = ? AND state = 'open'`,
+      );
       for (const e of events) {
         if (e.type === 'reserve') ins.run(e.reservationId, bootId, e.leaseId, e.agentId, e.profileId, e.revision, e.day, e.month, e.reservedMicros, e.at);
-        else upd.run(e.unreconciled ? 'unreconciled' : 'settled', e.costMicros, JSON.stringify(e.usage), e.reason ?? null, e.at, e.reservationId);
+        else
+          upd.run(e.unreconciled ? 'unreconciled' : 'settled', e.costMicros, JSON.stringify(e.usage), e.reason ?? null, e.at, e.overrun ? e.overrun.micros : null, e.overrun ? JSON.stringify(e.overrun) : null, e.reservationId);
       }
       this.db.prepare('INSERT INTO spend_cursor (id, boot_id, seq) VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE SET boot_id = excluded.boot_id, seq = excluded.seq').run(bootId, lastSeq);
     });
@@ -137,6 +161,29 @@ export class SpendService {
     const pol = this.policies();
     const cap = period === 'day' ? pol.dailyCapMicros : pol.monthlyCapMicros;
     const total = settled + reserved + unreconciled;
+    const overrunRows = this.db
+      .prepare(`SELECT * FROM spend_reservations WHERE ${period} = ? AND overrun_json IS NOT NULL ORDER BY settled_at DESC, id LIMIT 100`)
+      .all(key) as Array<Record<string, unknown>>;
+    const overrunMicros = this.db.prepare(`SELECT COALESCE(SUM(overrun_micros), 0) FROM spend_reservations WHERE ${period} = ? AND overrun_json IS NOT NULL`).pluck().get(key) as number;
+    const overruns: SpendOverrun[] = overrunRows.map((r) => {
+      const o = JSON.parse(r.overrun_json as string) as { micros: number; inputTokens: number; outputTokens: number; leaseRevoked: boolean };
+      return {
+        reservationId: r.id as string,
+        leaseId: r.lease_id as string,
+        agentId: r.agent_id as string,
+        profileId: r.profile_id as string,
+        revision: r.revision as number,
+        at: r.settled_at as string,
+        costMicros: r.cost_micros as number,
+        reservedMicros: r.reserved_micros as number,
+        overrunMicros: o.micros,
+        inputTokensPastBound: o.inputTokens,
+        outputTokensPastLimit: o.outputTokens,
+        unreconciled: r.state === 'unreconciled',
+        leaseRevoked: o.leaseRevoked,
+        reason: (r.reason as string | null) ?? null,
+      };
+    });
     return {
       period,
       key,
@@ -146,6 +193,8 @@ export class SpendService {
       reservedMicros: reserved,
       unreconciledMicros: unreconciled,
       totalMicros: total,
+      overrunMicros,
+      overruns,
       policy: { capMicros: cap, remainingMicros: cap === null ? null : Math.max(0, cap - total) },
     };
   }

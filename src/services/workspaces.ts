@@ -13,7 +13,7 @@
 import { join } from 'node:path';
 import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { DB } from '../store/db.js';
-import type { Config } from '../core/config.js';
+import { ConfigError, validateSections, type Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { AuditLog } from '../core/audit.js';
 import type { PrincipalState } from '../core/principals.js';
@@ -257,14 +257,26 @@ export class WorkspaceService {
     return { proxySocket: join(this.d.config.dataDir, 'run', `eg-${id.slice(3, 15)}.sock`) };
   }
 
+  /**
+   * The egress allow list, read when a proxy starts. No file, or no "egress" section: the defaults.
+   * A file edited while running into something malformed is a ConfigError naming the setting
+   * (FAILED_PRECONDITION to the caller), never a silent fall back to the defaults.
+   */
   private egressRules(): EgressRule[] {
+    let text: string;
     try {
-      const raw = JSON.parse(readFileSync(this.d.config.configPath, 'utf8')) as { egress?: { allow?: EgressRule[] } };
-      if (raw.egress?.allow) return raw.egress.allow;
+      text = readFileSync(this.d.config.configPath, 'utf8');
     } catch {
-      // no config file: defaults
+      return DEFAULT_REGISTRY_RULES;
     }
-    return DEFAULT_REGISTRY_RULES;
+    let raw: Record<string, unknown>;
+    try {
+      raw = JSON.parse(text) as Record<string, unknown>;
+    } catch (e) {
+      throw new ConfigError(`config file ${this.d.config.configPath}: not valid JSON (${(e as Error).message})`, 'egress');
+    }
+    validateSections({ egress: raw.egress ?? {} }, this.d.config.configPath);
+    return (raw.egress as { allow?: EgressRule[] } | undefined)?.allow ?? DEFAULT_REGISTRY_RULES;
   }
 
   private logDecision = (d: EgressDecision) => {
@@ -565,7 +577,7 @@ export class WorkspaceService {
     const h = await this.activeHandle(id);
     // Streaming callers are the async operations and tasks (CommandService.launch): they keep what
     // their command leaves running. A foreground command's leftovers die with it.
-    return this.d.executor.exec(h, { ...req, keepBackground: req.keepBackground ?? onOutput !== undefined }, onOutput, signal);
+    return this.d.executor.exec(h, req, onOutput, signal);
   }
 
   async status(id: string): Promise<Record<string, unknown>> {

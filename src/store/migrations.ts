@@ -20,6 +20,7 @@
  *   services/extensions   owner_skills, extension_workspaces, hook_activations, deployment_enrolments
  */
 import { m0007 } from './migrations/0007-approvals.js';
+import { m0009 } from './migrations/0009-spend-overruns.js';
 import { m0010 } from './migrations/0010-agents.js';
 import { m0015 } from './migrations/0015-extensions.js';
 import { m0016 } from './migrations/0016-packages.js';
@@ -326,6 +327,7 @@ export const MIGRATIONS: Migration[] = [
     `,
   },
   m0007,
+  m0009,
   m0010,
   m0015,
   m0016,

@@ -30,7 +30,7 @@ export const execRun = defineTool({
       return { workspaceId: ws, privileged: true, ...(await ctx.services.commands.runPrivileged(ws, a.command, a.cwd, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
     }
     if (a.approvalGrantToken) throw new ServiceError('INVALID_ARGUMENT', 'approvalGrantToken: only meaningful with privileged true', { field: 'approvalGrantToken' });
-    if (a.async) return ctx.services.commands.startOperation(ws, 'exec_run', a.command, a.cwd, a.timeoutMs);
+    if (a.async) return ctx.services.commands.startOperation(ws, 'exec_run', a.command, a.cwd, a.timeoutMs, ctx.signal);
     const r = await ctx.services.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
     return { workspaceId: ws, ...r };
   },
@@ -60,7 +60,7 @@ export const bash = defineTool({
       return { target: 'toolbox', ...(await ctx.services.commands.runToolbox(a.command, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
     }
     const ws = ctx.workspaceId(a.workspaceId);
-    if (a.async) return ctx.services.commands.startOperation(ws, 'bash', a.command, a.cwd, a.timeoutMs);
+    if (a.async) return ctx.services.commands.startOperation(ws, 'bash', a.command, a.cwd, a.timeoutMs, ctx.signal);
     const r = await ctx.services.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
     return { target: 'workspace', workspaceId: ws, ...r };
   },

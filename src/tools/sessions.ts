@@ -87,7 +87,7 @@ export const tasksRun = defineTool({
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking: '#5 commands',
   workspace: 'optional',
-  run: (a, ctx) => ctx.services.commands.runTask(ctx.workspace, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, dependsOn: a.dependsOn }),
+  run: (a, ctx) => ctx.services.commands.runTask(ctx.workspace, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, dependsOn: a.dependsOn }, ctx.signal),
   idempotency: 'key',
   description:
     'Start a background command in the workspace that may run up to 24 hours (timeoutMs up to 86400000, default 15 minutes), optionally after other tasks (dependsOn); returns a taskId at once. ' +

@@ -109,12 +109,41 @@ export function inputSchemaOf(def: AnyToolDef): z.ZodObject {
   return z.strictObject({ ...ws, ...def.input });
 }
 
+/**
+ * Deepest nesting of arrays and objects accepted anywhere in a call's arguments (the arguments
+ * object itself is level 1). Deep nesting would overflow the stack of the schema walk, the JSON
+ * encoders and the store; no field of the catalog needs more than a handful of levels.
+ */
+export const MAX_ARGUMENT_DEPTH = 64;
+
+/** The path of the first value nested deeper than max levels, or null; iterative, so any depth is safe to walk. */
+export function tooDeep(value: unknown, max = MAX_ARGUMENT_DEPTH): PropertyKey[] | null {
+  const stack: Array<{ v: unknown; depth: number; path: PropertyKey[] }> = [{ v: value, depth: 1, path: [] }];
+  while (stack.length > 0) {
+    const { v, depth, path } = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > max) return path;
+    const entries: Array<[PropertyKey, unknown]> = Array.isArray(v) ? v.map((x, i) => [i, x]) : Object.entries(v as object);
+    for (const [k, x] of entries) if (x !== null && typeof x === 'object') stack.push({ v: x, depth: depth + 1, path: [...path, k] });
+  }
+  return null;
+}
+
 /** Validates and parses arguments against a definition; throws INVALID_ARGUMENT naming the field and the rule. */
 export function parseArgs(def: AnyToolDef, schema: z.ZodObject, raw: unknown): Record<string, unknown> {
   const args = raw ?? {};
   if (typeof args !== 'object' || Array.isArray(args)) throw validationError(def.name, [{ field: '(arguments)', rule: 'must be an object' }]);
   for (const [field, message] of Object.entries(def.retired ?? {})) {
     if (field in (args as object)) throw new ServiceError('INVALID_ARGUMENT', `${def.name}: ${message}`, { field, rule: 'retired' });
+  }
+  const deep = tooDeep(args);
+  if (deep) {
+    // Name the top-level field (and where the bound was passed, shortened): the full path can be thousands of levels.
+    const shown = deep.length <= 8 ? fieldOf(deep) : `${fieldOf(deep.slice(0, 4))}…(${deep.length} levels)`;
+    throw new ServiceError('INVALID_ARGUMENT', `${def.name}: invalid arguments: ${String(deep[0])} nests deeper than ${MAX_ARGUMENT_DEPTH} levels (at ${shown})`, {
+      field: String(deep[0]),
+      rule: `must not nest arrays and objects deeper than ${MAX_ARGUMENT_DEPTH} levels`,
+    });
   }
   const r = schema.safeParse(args);
   if (!r.success) throw validationError(def.name, r.error.issues.flatMap((i) => describeIssue(i, args)));

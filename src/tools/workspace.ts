@@ -10,6 +10,7 @@ export const workspaceOpen = defineTool({
   domain,
   badges: ['idempotent', 'openWorld'],
   tracking: '#3 workspaces',
+  // toolkits and allowToolkitWorkspaceChanges are managed-package bindings (docs/packages.md): checked by the packages service before anything is made.
   run: (a, ctx) => ctx.services.workspaces.open(a, ctx.principal, ctx.progress, ctx.signal),
   idempotency: 'key',
   description:

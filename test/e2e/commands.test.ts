@@ -2,7 +2,11 @@
  * Commands, operations, shells, sessions, tasks and privileged approvals, through the MCP client on
  * a real workspace.
  */
-import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect, createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, startService, type Service, httpRequest, dashboardLogin } from './harness.js';
@@ -26,6 +30,9 @@ function rssKb(pid: number): number {
   return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 }
 
+let ownerSession: { cookie: string; csrf: string } | undefined;
+/** The owner's dashboard session (the login link is single-use: log in once). */
+const owner = async () => (ownerSession ??= await dashboardLogin(svc));
 const rest = (method: string, path: string, headers: Record<string, string>, body?: string) => httpRequest(svc.url, method, path, headers, body);
 
 beforeAll(async () => {
@@ -49,7 +56,9 @@ describe('exec_run and bash', () => {
   it('reports exit codes, signals, separate streams and duration', async () => {
     const r = await sh('echo out; echo err >&2; exit 3');
     expect(r).toMatchObject({ exitCode: 3, signal: null, stdout: 'out\n', stderr: 'err\n', timedOut: false });
-    expect(r.durationMs).toBeGreaterThanOrEqual(0);
+    const timed = await sh('sleep 0.3');
+    expect(timed.durationMs).toBeGreaterThanOrEqual(300);
+    expect(timed.durationMs).toBeLessThan(10_000);
     const k = await sh('kill -9 $$');
     expect(k.exitCode).toBeNull();
     expect(k.signal).toBe('SIGKILL');
@@ -213,12 +222,78 @@ describe('tasks', () => {
     expect(!unknown.ok && unknown.error.details.field).toBe('dependsOn');
   }, 60_000);
 
-  it('cancel terminates a running task', async () => {
-    const t = await ok('tasks_run', { workspaceId: ws, command: 'echo working; sleep 300', idempotencyKey: 'task-cancel-1' });
-    await new Promise((r) => setTimeout(r, 500));
+  it('cancel terminates a running task: its shell and the child it started are gone', async () => {
+    await sh('rm -f task-sh.pid task-child.pid');
+    const t = await ok('tasks_run', { workspaceId: ws, command: 'echo $$ > task-sh.pid; sleep 300 & echo $! > task-child.pid; echo working; wait', idempotencyKey: 'task-cancel-1' });
+    for (let i = 0; i < 40 && !(await sh('cat task-child.pid 2>/dev/null')).stdout.trim(); i++) await new Promise((r) => setTimeout(r, 100));
+    const alive = "for p in $(cat task-sh.pid) $(cat task-child.pid); do if [ -e /proc/$p ] && ! grep -q ') Z' /proc/$p/stat; then echo alive $p; fi; done";
+    expect((await sh(alive)).stdout).toMatch(/alive \d+\nalive \d+\n/); // the probe sees them while they run
     const r = await ok('tasks_cancel', { workspaceId: ws, taskId: t.taskId });
     expect(r.state).toBe('cancelled');
     expect((await ok('tasks_status', { workspaceId: ws, taskId: t.taskId })).output).toContain('working');
+    let left = '';
+    for (let i = 0; i < 30; i++) {
+      left = (await sh(alive)).stdout;
+      if (left === '') break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(left).toBe('');
+  });
+
+  it('a task whose cwd vanished before it could start ends failed, not interrupted', async () => {
+    await sh('mkdir -p vanish');
+    const t1 = await ok('tasks_run', { workspaceId: ws, command: 'sleep 0.5; rmdir vanish', idempotencyKey: 'task-vanish-1' });
+    const t2 = await ok('tasks_run', { workspaceId: ws, command: 'echo never', cwd: 'vanish', dependsOn: [t1.taskId], idempotencyKey: 'task-vanish-2' });
+    let s: Record<string, unknown> = {};
+    for (let i = 0; i < 60; i++) {
+      s = await ok('tasks_status', { workspaceId: ws, taskId: t2.taskId });
+      if (!['pending', 'running'].includes(s.state as string)) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(s.state).toBe('failed');
+    expect(String(s.reason)).toContain('cwd');
+    expect(s.output).toBe('');
+  });
+});
+
+describe('cwd is checked at the call on every path that starts a command', () => {
+  const bad: Array<{ cwd: string; code: string }> = [
+    { cwd: '../..', code: 'INVALID_ARGUMENT' },
+    { cwd: '/etc', code: 'INVALID_ARGUMENT' },
+    { cwd: 'a\u0000b', code: 'INVALID_ARGUMENT' },
+    { cwd: 'no/such/dir', code: 'NOT_FOUND' },
+    { cwd: 'README.md', code: 'INVALID_ARGUMENT' },
+  ];
+  it('async exec_run, async bash and tasks_run answer at once as the synchronous exec does, with details.field cwd', async () => {
+    for (const { cwd } of bad) {
+      const sync = await call(c, 'exec_run', { workspaceId: ws, command: 'true', cwd });
+      expect(sync.ok, cwd).toBe(false);
+      const syncCode = !sync.ok ? sync.error.code : '';
+      const attempts = [
+        await call(c, 'exec_run', { workspaceId: ws, command: 'echo ran > ran.txt', cwd, async: true }),
+        await call(c, 'bash', { workspaceId: ws, command: 'echo ran > ran.txt', cwd, async: true }),
+        await call(c, 'tasks_run', { workspaceId: ws, command: 'echo ran > ran.txt', cwd, idempotencyKey: `task-badcwd-${bad.findIndex((b) => b.cwd === cwd)}` }),
+      ];
+      for (const r of attempts) {
+        expect(r.ok, cwd).toBe(false);
+        if (!r.ok) {
+          expect(r.error.code, cwd).toBe(syncCode);
+          expect(r.error.details.field, cwd).toBe('cwd');
+        }
+      }
+    }
+    expect(bad.map((b) => b.code)).toContain('NOT_FOUND');
+    const tasks = (await ok('tasks_list', { workspaceId: ws, limit: 500 })).tasks as Array<{ command: string }>;
+    expect(tasks.filter((t) => t.command === 'echo ran > ran.txt')).toEqual([]); // nothing was recorded
+  });
+
+  it('sessions_list, tasks_list and tasks_graph answer an unknown workspace with NOT_FOUND', async () => {
+    const unknown = 'ws_' + 'z'.repeat(24);
+    for (const tool of ['sessions_list', 'tasks_list', 'tasks_graph']) {
+      const r = await call(c, tool, { workspaceId: unknown });
+      expect(r.ok, tool).toBe(false);
+      if (!r.ok) expect(r.error, tool).toMatchObject({ code: 'NOT_FOUND', details: { field: 'workspaceId' } });
+    }
   });
 });
 
@@ -231,7 +306,7 @@ describe('privileged commands', () => {
     expect(refused.error.message).toContain('/api/v1/approvals/');
     const approvalId = refused.error.details.approvalRequestId as string;
     // The owner approves on the dashboard REST API.
-    const { cookie, csrf } = await dashboardLogin(svc);
+    const { cookie, csrf } = await owner();
     const pending = JSON.parse((await rest('GET', '/api/v1/approvals?state=pending', { cookie })).body).approvals as Array<{ id: string; command: string }>;
     expect(pending.find((a) => a.id === approvalId)?.command).toBe('id -u');
     const approved = await rest('POST', `/api/v1/approvals/${approvalId}/approve`, { cookie, 'x-csrf-token': csrf });
@@ -245,6 +320,68 @@ describe('privileged commands', () => {
     expect(!reuse.ok && reuse.error.code).toBe('PERMISSION_DENIED');
     // Root inside its own namespace only: the host stays out of reach.
     expect((await sh('id -u')).stdout.trim()).not.toBe('0');
+  });
+});
+
+describe('privileged commands: what the owner sees and what the run can reach', () => {
+  /** Asks for a privileged run, has the owner approve it on the dashboard, runs it with the grant. */
+  async function approveAndRun(command: string): Promise<{ shown: { command: string; commandSha256: string }; run: Exec }> {
+    const refused = await call(c, 'exec_run', { workspaceId: ws, command, privileged: true });
+    if (refused.ok) throw new Error('a privileged command ran without a grant');
+    const approvalId = refused.error.details.approvalRequestId as string;
+    const { cookie, csrf } = await owner();
+    const listed = JSON.parse((await rest('GET', '/api/v1/approvals?state=pending&kind=privileged_command', { cookie })).body).approvals as Array<{ id: string; command: string; commandSha256: string }>;
+    const shown = listed.find((a) => a.id === approvalId)!;
+    const approved = await rest('POST', `/api/v1/approvals/${approvalId}/approve`, { cookie, 'x-csrf-token': csrf });
+    expect(approved.status).toBe(200);
+    const run = (await ok('exec_run', { workspaceId: ws, command, privileged: true, approvalGrantToken: JSON.parse(approved.body).approvalGrantToken })) as unknown as Exec;
+    return { shown, run };
+  }
+
+  it('a command whose dangerous part lies past character 500 is shown whole, with its digest', async () => {
+    const command = `: ${'harmless-looking-padding '.repeat(24)}; echo the-hidden-tail > hidden-tail.txt`;
+    expect(command.length).toBeGreaterThan(600);
+    expect(command.indexOf('the-hidden-tail')).toBeGreaterThan(500);
+    const { shown, run } = await approveAndRun(command);
+    expect(shown.command).toBe(command);
+    expect(shown.commandSha256).toBe(createHash('sha256').update(command).digest('hex'));
+    expect(run.exitCode).toBe(0);
+    expect((await sh('cat hidden-tail.txt')).stdout).toBe('the-hidden-tail\n');
+  });
+
+  it('a privileged run reaches neither the host network nor host files', async () => {
+    let connections = 0;
+    const server = createServer((s) => {
+      connections++;
+      s.destroy();
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const port = (server.address() as AddressInfo).port;
+    const marker = mkdtempSync(join(tmpdir(), 'atelier-host-marker-'));
+    writeFileSync(join(marker, 'secret.txt'), 'host-only\n');
+    try {
+      const { run } = await approveAndRun(
+        [
+          `if (exec 3<>/dev/tcp/127.0.0.1/${port}) 2>/dev/null; then echo net-reached; else echo net-refused; fi`,
+          `if [ -e ${marker}/secret.txt ] || cat ${marker}/secret.txt 2>/dev/null; then echo host-seen; else echo host-hidden; fi`,
+          `if [ -e ${svc.dataDir} ]; then echo datadir-seen; else echo datadir-hidden; fi`,
+          `if (exec 3<>/dev/tcp/1.1.1.1/53) 2>/dev/null; then echo internet-reached; else echo internet-refused; fi`,
+          // Positive control: the same probe reaches a listener on the sandbox's own loopback.
+          `node -e "require('net').createServer((s) => s.end()).listen(${port + 1 > 65535 ? port - 1 : port + 1}, '127.0.0.1')" & sleep 1`,
+          `if (exec 3<>/dev/tcp/127.0.0.1/${port + 1 > 65535 ? port - 1 : port + 1}) 2>/dev/null; then echo inner-reached; else echo inner-refused; fi; kill %1`,
+          'id -u',
+        ].join('; '),
+      );
+      expect(run.stdout).toBe('net-refused\nhost-hidden\ndatadir-hidden\ninternet-refused\ninner-reached\n0\n');
+      expect(connections).toBe(0);
+      // The same probe from the test process does reach the listener: the check can fail.
+      await new Promise<void>((r, j) => connect(port, '127.0.0.1', () => r()).on('error', j));
+      for (let i = 0; i < 20 && connections === 0; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(connections).toBe(1);
+    } finally {
+      server.close();
+      rmSync(marker, { recursive: true, force: true });
+    }
   });
 });
 

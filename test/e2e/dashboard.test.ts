@@ -39,6 +39,7 @@ let ctx: BrowserContext;
 let page: Page;
 let mcp: Client;
 let ws = '';
+let spawnedAgent = '';
 const bodies: string[] = []; // every response body the browser received
 const cspViolations: string[] = [];
 
@@ -219,6 +220,21 @@ describe('dashboard in a real browser', () => {
     expect(fake.requests.at(-1)!.body.model).toBe('model-d');
     expect(fake.requests.at(-1)!.headers.authorization).toBe(`Bearer ${PROVIDER_KEY}`);
 
+    // And a real agent, spawned over MCP, routes through the profile the owner activated here.
+    fake.reset();
+    const spawned = await call(mcp, 'agent_spawn', { workspaceId: ws, prompt: 'Say hello.', profileId: 'drafted', proxyOperations: [], idempotencyKey: 'dash-agent-1', ttlSeconds: 60 });
+    if (!spawned.ok) throw new Error(spawned.text);
+    spawnedAgent = spawned.result.agentId as string;
+    let status = '';
+    for (let i = 0; i < 120 && !['SUCCEEDED', 'FAILED', 'LIMIT_EXCEEDED', 'TIMED_OUT', 'CANCELLED'].includes(status); i++) {
+      const st = await call(mcp, 'agent_status', { workspaceId: ws, agentId: spawnedAgent });
+      if (!st.ok) throw new Error(st.text);
+      status = st.result.status as string;
+      if (status !== 'SUCCEEDED') await new Promise((r) => setTimeout(r, 250));
+    }
+    expect(status).toBe('SUCCEEDED');
+    expect(fake.requests.some((r) => r.body.model === 'model-d' && r.headers.authorization === `Bearer ${PROVIDER_KEY}`)).toBe(true);
+
     // A spend policy set on the Spend page: the gateway refuses the next request by it.
     await go(page, 'spend');
     await page.waitForSelector('.chart .uplot');
@@ -294,11 +310,12 @@ describe('dashboard in a real browser', () => {
     await expect(connectV2(svc, token).then((c) => call(c, 'workspace_list', {}))).rejects.toThrow();
   });
 
-  it('shows workspaces, the agents placeholder, repositories, environments and the audit log with server-side filters', async () => {
+  it('shows workspaces, agents, repositories, environments and the audit log with server-side filters', async () => {
     await go(page, 'workspaces');
     await page.waitForSelector(`text=${ws}`);
     await go(page, 'agents');
-    await page.waitForSelector('text=Agents are not available in this build.');
+    await page.waitForSelector(`text=${spawnedAgent}`);
+    expect(await page.content()).toContain('SUCCEEDED');
     await go(page, 'repositories');
     await page.waitForSelector(`text=${host.url}/approved/*`);
     await page.waitForSelector('text=githost fixture');

@@ -10,15 +10,9 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import Database from 'better-sqlite3';
 import { startFakeProvider, type FakeProvider } from '../fixtures/fake-provider.js';
-import { BIN, call, connectV2, startService, type Service, httpRequest } from './harness.js';
-import { route, sleep, until } from './gateway-harness.js';
-import { migrate } from '../../src/store/db.js';
-import { SpendService } from '../../src/services/spend.js';
-import { GatewayClient } from '../../src/services/gateway-client.js';
-import { createLogger } from '../../src/core/log.js';
-import type { Config } from '../../src/core/config.js';
+import { BIN, call, connectV2, dashboardLogin, startService, type Service, httpRequest } from './harness.js';
+import { sleep, until } from './gateway-harness.js';
 
 let fake: FakeProvider;
 beforeAll(async () => {
@@ -45,7 +39,7 @@ async function freePort(): Promise<number> {
   return p;
 }
 
-describe('runner lease checks (routing rule 8) and the usage ledger, against an external gateway', () => {
+describe('the runner (atelier serve) against an external gateway: routing rule 8 and the usage ledger', () => {
   const dir = mkdtempSync(join(tmpdir(), 'atelier-gwc-'));
   const secretFile = join(dir, 'secret');
   writeFileSync(secretFile, 'a-very-long-shared-admin-secret\n', { mode: 0o600 });
@@ -76,49 +70,78 @@ describe('runner lease checks (routing rule 8) and the usage ledger, against an 
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('pushes on first use and after a restart, issues leases, reports UNAVAILABLE when unreachable, and ledgers usage', async () => {
+  let svc: Service | undefined;
+  afterAll(async () => {
+    await svc?.dispose();
+  });
+
+  it('atelier serve pushes its routes, ledgers usage, marks a dead boot unreconciled and pushes again after a restart', async () => {
     port = await freePort();
-    writeFileSync(configPath, JSON.stringify({ providers: { provider_a: { baseUrl: fake.url + '/v1' } } }));
     await startGw();
-    const db = new Database(':memory:');
-    migrate(db);
-    const spend = new SpendService(db);
-    const config = { gatewayUrl: `http://127.0.0.1:${port}`, gatewayAdminSecretFile: secretFile, configPath, dataDir: dir, modelGatewaySessionHeader: '' } as unknown as Config;
-    const gc = new GatewayClient({ config, spend, log: createLogger('silent') });
-    gc.routeSource = () => [route('prof', 'provider_a', 'chat-completions', 'KEY-A') as never];
-    await gc.start();
+    const gwUrl = `http://127.0.0.1:${port}`;
+    const dataDir = mkdtempSync(join(tmpdir(), 'atelier-gwc-serve-'));
+    writeFileSync(join(dataDir, 'config.json'), JSON.stringify({ providers: { provider_a: { baseUrl: fake.url + '/v1' } } }));
+    svc = await startService({ args: ['--unsafe-dev-no-sandbox', '--gateway-url', gwUrl, '--gateway-admin-secret-file', secretFile], dataDir });
+    const s = svc;
+    const disposeSvc = s.dispose.bind(s);
+    s.dispose = async () => {
+      await disposeSvc();
+      rmSync(dataDir, { recursive: true, force: true });
+    };
+    const admin = async (method: string, path: string, body?: unknown) => {
+      const r = await fetch(gwUrl + path, { method, headers: { authorization: 'Bearer a-very-long-shared-admin-secret', 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+      return { status: r.status, body: (await r.json()) as any };
+    };
+    const { cookie, csrf } = await dashboardLogin(s);
+    const rest = async (method: string, path: string, body?: unknown) => {
+      const r = await httpRequest(s.url, method, path, { cookie, 'x-csrf-token': csrf, ...(body === undefined ? {} : { 'content-type': 'application/json' }) }, body === undefined ? undefined : JSON.stringify(body));
+      return { status: r.status, body: JSON.parse(r.body || '{}') };
+    };
+    const spendDay = async () => (await rest('GET', '/api/v1/model-spend?period=day')).body.windows[0] as Record<string, number>;
+
+    // The owner makes a profile on the dashboard; activating it pushes the route to the external gateway.
+    const cred = await rest('POST', '/api/v1/provider-credentials', { provider: 'provider_a', key: 'KEY-RUNNER' });
+    expect(cred.status).toBe(201);
+    const PRICING = { inputMicrosPerMillionTokens: 2_000_000, outputMicrosPerMillionTokens: 8_000_000, cachedReadMicrosPerMillionTokens: 500_000, cachedWriteMicrosPerMillionTokens: null };
+    const made = await rest('POST', '/api/v1/agent-model-profiles', { profileId: 'prof', displayName: 'P', credentialId: cred.body.credential.id, model: 'm-1', apiMode: 'chat-completions', pricing: PRICING, limits: { maxInputTokens: 100000, maxOutputTokens: 1000, maxCostMicros: 1_000_000 }, maxProxyOperations: [], idempotencyKey: 'gwc-prof-1' });
+    expect(made.status, JSON.stringify(made.body)).toBe(201);
+    const act = await rest('POST', '/api/v1/agent-model-profiles/prof/activate', { expectedGeneration: 1 });
+    expect(act.body.gatewayPush).toEqual({ ok: true });
+    const st = (await admin('GET', '/admin/status')).body;
+    expect(st).toMatchObject({ noProfilesSinceRestart: false, profileCount: 1 });
+
+    // A lease as agent_spawn will issue it (the agent tools are not built yet: the test asks the gateway's admin API).
     const leaseReq = { agentId: 'agent_' + 'b'.repeat(22), profileId: 'prof', revision: 1, budgets: { maxInputTokens: 100000, maxOutputTokens: 1000, maxCostMicros: 1_000_000 }, expiresAt: new Date(Date.now() + 600_000).toISOString() };
-    const l1 = await gc.issueLease(leaseReq);
-    expect(l1.token).toMatch(/^atlg_/);
-    const c = new OpenAI({ baseURL: l1.gatewayUrl + '/v1', apiKey: l1.token, maxRetries: 0 });
+    const lease = (await admin('POST', '/admin/leases', leaseReq)).body as { token: string };
+    const c = new OpenAI({ baseURL: gwUrl + '/v1', apiKey: lease.token, maxRetries: 0 });
     await c.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
-    await gc.syncUsage();
-    expect(spend.window('day')).toMatchObject({ settledMicros: 450, reservedMicros: 0, unreconciledMicros: 0 });
+    expect(fake.requests.at(-1)!.headers.authorization).toBe('Bearer KEY-RUNNER');
+    // The runner pulls the gateway's usage into its ledger (every 2 s and before every summary).
+    await until(async () => (await spendDay()).settledMicros === 450, 10_000);
+    expect(await spendDay()).toMatchObject({ settledMicros: 450, reservedMicros: 0, unreconciledMicros: 0 });
 
     // An open reservation when the gateway dies becomes unreconciled at its reserved amount once a new boot is seen.
     const stream = await c.chat.completions.create({ model: 'm', stream: true, messages: [{ role: 'user', content: '#deltas=50 #deltaDelay=20' }] });
     const it = stream[Symbol.asyncIterator]();
     await it.next();
-    await gc.syncUsage();
-    expect(spend.window('day').reservedMicros).toBeGreaterThan(0);
+    await until(async () => (await spendDay()).reservedMicros > 0, 10_000);
     await stopGw();
-    await expect(gc.issueLease(leaseReq)).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+    // While it is down the runner says so.
+    await until(async () => (await rest('GET', '/api/v1/agent-model-config-status')).body.gateway?.answered === false, 10_000);
     await startGw();
-    const st = await gc.status();
-    expect(st.noProfilesSinceRestart).toBe(true);
-    const l2 = await gc.issueLease(leaseReq); // rule 8: pushed again first
-    expect(l2.token).toMatch(/^atlg_/);
-    expect((await gc.status()).noProfilesSinceRestart).toBe(false);
-    await gc.syncUsage();
-    const w = spend.window('day');
-    expect(w.reservedMicros).toBe(0);
+    // The runner's next pull sees the new boot and closes the dead boot's open reservation.
+    await until(async () => (await spendDay()).reservedMicros === 0, 15_000);
+    expect((await admin('GET', '/admin/status')).body).toMatchObject({ noProfilesSinceRestart: true, profileCount: 0 });
+    // Rule 8: the next push (here the owner saving a policy; agent_spawn pushes before its lease) restores the routes.
+    const saved = await rest('PUT', '/api/v1/spend-policies', { dailyCapMicros: 5_000_000 });
+    expect(saved.body.gatewayPush).toEqual({ ok: true });
+    expect((await admin('GET', '/admin/status')).body).toMatchObject({ noProfilesSinceRestart: false, profileCount: 1 });
+    const w = await spendDay();
     expect(w.settledMicros).toBe(450);
     expect(w.unreconciledMicros).toBeGreaterThan(0);
     // The pushed baseline carries the earlier boot's spend, so policies hold across the restart.
-    const win = await fetch(`http://127.0.0.1:${port}/admin/windows`, { headers: { authorization: 'Bearer a-very-long-shared-admin-secret' } }).then((r) => r.json());
-    expect(win.windows[0].baselineMicros).toBe(w.totalMicros);
-    await gc.stop();
-  });
+    await until(async () => (await admin('GET', '/admin/windows')).body.windows[0].baselineMicros === w.totalMicros, 10_000);
+  }, 120_000);
 });
 
 describe('atelier serve: the embedded gateway child, spend REST and model_spend_summary', () => {

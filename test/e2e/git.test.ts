@@ -413,7 +413,11 @@ describe('a malicious repository', () => {
   it('runs none of its hooks, fsmonitor, sshCommand or filter drivers from any git tool', async () => {
     const marker = join(tmpdir(), `atelier-pwned-${process.pid}`);
     rmSync(marker, { force: true });
-    const evil = (what: string) => `#!/bin/sh\necho ${what} >> /workspace/PWNED; echo ${what} >> ${marker}\ncat\n`;
+    // Each program leaves a mark wherever it runs: in the workspace sandbox (/workspace), on the host
+    // (a path the sandbox cannot see), and, whatever sandbox or directory the runner used, in the
+    // repository it ran for ($GIT_DIR, else .git under its working directory) and its working directory.
+    const evil = (what: string) =>
+      `#!/bin/sh\necho ${what} >> /workspace/PWNED; echo ${what} >> ${marker}; echo ${what} >> "\${GIT_DIR:-.git}/PWNED-gitdir"; echo ${what} >> ./PWNED-cwd\ncat\n`;
     const script = [
       'set -e',
       ...['pre-commit', 'post-commit', 'pre-push', 'post-checkout', 'reference-transaction', 'post-merge', 'pre-rebase', 'post-rewrite', 'commit-msg', 'prepare-commit-msg'].map(
@@ -461,6 +465,7 @@ describe('a malicious repository', () => {
     await ok('workspace_recover', { workspaceId: ws, mode: 'status' });
 
     expect((await sh('cat /workspace/PWNED 2>/dev/null || echo none')).stdout.trim()).toBe('none');
+    expect((await sh("find /workspace -name 'PWNED*' | sort")).stdout).toBe('');
     expect(existsSync(marker)).toBe(false);
     expect((await sh('git config --get-all remote.origin.url')).stdout.trim()).toBe(repoUrl);
     // The filter did not run on the committed content either.
@@ -469,7 +474,9 @@ describe('a malicious repository', () => {
     // sandbox), so the setup is effective; even then nothing reaches the host.
     await sh('git commit -q --allow-empty -m control || true');
     expect((await sh('cat /workspace/PWNED 2>/dev/null || echo none')).stdout).toContain('pre-commit');
+    // Every mark but the host's is made by a program that does run, so the checks above can fail.
+    expect((await sh('cat .git/PWNED-gitdir PWNED-cwd')).stdout).toMatch(/pre-commit[\s\S]*pre-commit/);
     expect(existsSync(marker)).toBe(false);
-    await sh('git config --unset core.hooksPath; rm -f .git/info/attributes PWNED; git reset -q --hard origin/main');
+    await sh('git config --unset core.hooksPath; rm -f .git/info/attributes PWNED .git/PWNED-gitdir PWNED-cwd; git reset -q --hard origin/main');
   }, 120_000);
 });

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { BIN, connectV2, runCli, startService } from './harness.js';
+import { BIN, call, connectV2, runCli, startService } from './harness.js';
+import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 
 function serveExpectingFailure(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve) => {
@@ -39,19 +40,34 @@ describe('start-up and shutdown', () => {
   });
 
   it('SIGTERM during a call lets it finish before the process exits', async () => {
-    const svc = await startService();
+    const host = await startGitHost();
+    const svc = await startWorkspaceService(host);
     try {
       const c = await connectV2(svc);
-      const pending = c.listTools();
+      const repoUrl = (await host.createRepo('approved/sigterm', REPO_FILES)).url;
+      const opened = await call(c, 'workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'sigterm-open-1' });
+      if (!opened.ok) throw new Error(opened.text);
+      const ws = opened.result.workspaceId as string;
+      // A call that is surely in flight when the signal arrives: it has written its marker and sleeps.
+      const pending = call(c, 'exec_run', { workspaceId: ws, command: 'echo started > started.txt; sleep 2; echo finished' });
+      const probe = await connectV2(svc);
+      for (let i = 0; i < 100; i++) {
+        const r = await call(probe, 'files_read', { workspaceId: ws, path: 'started.txt' });
+        if (r.ok) break;
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      await probe.close();
       svc.proc.kill('SIGTERM');
-      const r = await pending.catch((e) => e);
-      // Either the call completed, or it was never accepted: a call in flight is not cut off half-way.
-      if (!(r instanceof Error)) expect(r.tools).toHaveLength(107);
+      const r = await pending; // no catch: an error here fails the test
+      if (!r.ok) throw new Error(`the call in flight was cut off: ${r.text}`);
+      expect(r.result).toMatchObject({ exitCode: 0, stdout: 'finished\n' });
       expect(await svc.stop()).toBe(0);
+      await c.close().catch(() => undefined);
     } finally {
       await svc.dispose();
+      await host.close();
     }
-  });
+  }, 120_000);
 
   it('a bad setting stops start-up with a message naming the setting and the rule', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'atelier-bad-'));
@@ -77,6 +93,29 @@ describe('start-up and shutdown', () => {
       const file = await serveExpectingFailure(['--data-dir', dataDir]);
       expect(file.code).toBe(2);
       expect(file.stderr).toContain('"idleLeaseSeconds" in the config file');
+
+      // The structured sections are checked at start-up too, never silently replaced by defaults.
+      const sections: Array<[unknown, string]> = [
+        [{ egress: { allow: [{ host: 'registry.npmjs.org', ports: [0] }] } }, '"egress.allow[0].ports"'],
+        [{ egress: { allow: [{ host: 'bad host!' }] } }, '"egress.allow[0].host"'],
+        [{ egress: { allow: 'registry.npmjs.org' } }, '"egress.allow"'],
+        [{ egress: { allow: [{ host: '*.com' }] } }, '"egress.allow[0].host"'],
+        [{ egress: { allow: [{ host: 'a.example', allowPrivate: 'yes' }] } }, '"egress.allow[0].allowPrivate"'],
+        [{ egress: { deny: [] } }, '"egress.deny"'],
+        [{ providers: { provider_a: { baseUrl: 'ftp://x' } } }, '"providers.provider_a.baseUrl"'],
+        [{ prices: { provider_a: { m: { inputMicrosPerMillionTokens: -1 } } } }, '"prices"'],
+        [{ httpHeadersTimeoutMs: 60000, httpRequestTimeoutMs: 5000 }, '--http-headers-timeout-ms'],
+      ];
+      for (const [config, named] of sections) {
+        writeFileSync(join(dataDir, 'config.json'), JSON.stringify(config));
+        const r = await serveExpectingFailure(['--data-dir', dataDir]);
+        expect(r.code, JSON.stringify(config)).toBe(2);
+        expect(r.stderr, JSON.stringify(config)).toContain(named);
+      }
+      // A valid egress section starts.
+      writeFileSync(join(dataDir, 'config.json'), JSON.stringify({ egress: { allow: [{ host: '*.npmjs.org', ports: [443] }, { host: '10.0.0.1', allowPrivate: true }, { host: '::1' }] } }));
+      const good = await startService({ dataDir });
+      await good.stop();
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }

@@ -141,6 +141,7 @@ describe('model control plane', () => {
       }
     }
     const l = await tool('model_profile_list', { profileId: 'coder' });
+    expect(l.ok, l.ok ? '' : l.text).toBe(true);
     if (l.ok) expect((l.result.profiles as Array<Record<string, unknown>>)[0]).toMatchObject({ generation: 2, latestRevision: 2, credentialId: credA, model: 'model-a' });
     const audit = (await rest('GET', '/api/v1/audit-log?actor=mcp&outcome=refused&action=model_profile_update')).body.entries as Array<Record<string, unknown>>;
     expect(audit.filter((e) => String(e.reason).startsWith('OWNER_APPROVAL_REQUIRED')).length).toBeGreaterThanOrEqual(cases.length);
@@ -168,6 +169,7 @@ describe('model control plane', () => {
     const again = await tool('model_profile_create', mk('c-mcp2', U1, 'custom-mcp-3'));
     expect(!again.ok && again.error.code).toBe('OWNER_APPROVAL_REQUIRED');
     const v = await tool('model_profile_validate', { action: 'create', ...mk('c-mcp2', U1, 'x'), idempotencyKey: undefined });
+    expect(v.ok, v.ok ? '' : v.text).toBe(true);
     if (v.ok) expect(v.result.escalations).toEqual([expect.objectContaining({ kind: 'custom_url_unbound' })]);
   });
 

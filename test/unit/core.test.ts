@@ -103,3 +103,19 @@ describe('the registry', () => {
     expect(() => reg.parse('workspace_recover', { mode: 'export' })).toThrow(/targetBranch required when mode is export/);
   });
 });
+
+describe('known conditions are never INTERNAL (issue #12 item 8)', () => {
+  it('a cancelled call (DOMException or Node AbortError) is CANCELLED; a ConfigError is FAILED_PRECONDITION naming the setting', async () => {
+    const { toErrorBody, ServiceError } = await import('../../src/core/errors.js');
+    const ac = new AbortController();
+    ac.abort();
+    expect(toErrorBody(ac.signal.reason)).toMatchObject({ code: 'CANCELLED', retryable: true });
+    const nodeAbort = await import('node:timers/promises').then((t) => t.setTimeout(10, undefined, { signal: ac.signal }).catch((e) => e));
+    expect(toErrorBody(nodeAbort).code).toBe('CANCELLED');
+    const cfg = new ConfigError('config file x: "repositories.allow" must be a list of strings');
+    expect(cfg).toBeInstanceOf(ServiceError);
+    expect(toErrorBody(cfg)).toMatchObject({ code: 'FAILED_PRECONDITION', details: { setting: 'repositories.allow' } });
+    expect(toErrorBody(new ConfigError('bad', 'egress.allow[0].host')).details).toEqual({ setting: 'egress.allow[0].host' });
+    expect(toErrorBody(new TypeError('boom'))).toMatchObject({ code: 'INTERNAL', message: expect.not.stringContaining('boom') });
+  });
+});
