@@ -18,12 +18,16 @@ import { approvalRoutes } from '../dashboard/approvals.js';
 import { SPEND_SERVED_PATHS, spendRoutes } from '../dashboard/spend.js';
 import { MODELS_SERVED_PATHS, modelRoutes } from '../dashboard/models.js';
 import { VERSION } from '../core/version.js';
+import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../mcp/toolsets.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
 
 Usage:
   atelier serve [options]                 start the service (MCP at /mcp, dashboard at /)
-  atelier token create [--name NAME]      create an owner bearer token for MCP (shown once)
+  atelier token create [--name NAME] [--toolsets LIST] [--read-only]
+                                          create an owner bearer token for MCP (shown once); --toolsets narrows it
+                                          (e.g. code = workspace,files,commands,git; see docs/access.md), --read-only
+                                          allows only tools that change nothing
   atelier token list                      list tokens (never their values)
   atelier token revoke ID                 revoke a token by id
   atelier owner set-password              set the dashboard password (reads it from stdin)
@@ -43,7 +47,7 @@ ${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd
   --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
 `;
 
-const BOOLEAN_FLAGS = new Set(['--json', '--secret']);
+const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--read-only']);
 
 /** Splits off options every subcommand accepts (data dir, config, log level) from its own. */
 function splitCommon(argv: string[], own: string[]): { common: string[]; rest: Record<string, string | true> } {
@@ -170,15 +174,18 @@ function announce(app: App, server: Awaited<ReturnType<typeof startServer>>, con
 
 async function token(argv: string[]): Promise<void> {
   const sub = argv[0];
-  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json']);
+  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json', '--toolsets', '--read-only']);
   const json = rest['--json'] === true;
   if (sub === 'create') {
+    if (rest['--toolsets'] === true) throw new ConfigError(`--toolsets needs a value: a comma-separated list of toolsets or presets (${Object.keys(TOOLSETS).join(', ')}; presets ${Object.keys(PRESETS).join(', ')})`);
+    const toolsets = parseToolsets(rest['--toolsets'] as string | undefined, '--toolsets');
+    const readOnly = rest['--read-only'] === true;
     await withApp(common, (app) => {
       const name = typeof rest['--name'] === 'string' ? rest['--name'] : `token ${new Date().toISOString().slice(0, 19)}`;
-      const { token, info } = app.auth.createToken(name);
-      app.audit.record({ actor: 'cli', action: 'token_create', target: info.id, outcome: 'ok' });
+      const { token, info } = app.auth.createToken(name, { toolsets, readOnly });
+      app.audit.record({ actor: 'cli', action: 'token_create', target: info.id, outcome: 'ok', details: { access: describeAccess({ toolsets, readOnly }) } });
       if (json) process.stdout.write(JSON.stringify({ ...info, token }) + '\n');
-      else process.stdout.write(`${token}\n(id ${info.id}; shown once: store it now)\n`);
+      else process.stdout.write(`${token}\n(id ${info.id}; ${describeAccess({ toolsets, readOnly })}; shown once: store it now)\n`);
     });
   } else if (sub === 'list') {
     await withApp(common, (app) => {
@@ -186,7 +193,7 @@ async function token(argv: string[]): Promise<void> {
       if (json) return void process.stdout.write(JSON.stringify(list) + '\n');
       if (list.length === 0) return void process.stdout.write('no tokens\n');
       for (const t of list)
-        process.stdout.write(`${t.id}  ${t.prefix}…  ${t.revokedAt ? 'revoked ' + t.revokedAt : 'active'}  created ${t.createdAt}  last used ${t.lastUsedAt ?? 'never'}  ${t.name}\n`);
+        process.stdout.write(`${t.id}  ${t.prefix}…  ${t.revokedAt ? 'revoked ' + t.revokedAt : 'active'}  ${describeAccess(t)}  created ${t.createdAt}  last used ${t.lastUsedAt ?? 'never'}  ${t.name}\n`);
     });
   } else if (sub === 'revoke') {
     const id = rest['#0'];

@@ -15,8 +15,11 @@
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repo-credentials repo_credentials
+ *   core/auth       (0012) api_tokens.toolsets/read_only
+ *   mcp/oauth       oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
  */
 import { m0007 } from './migrations/0007-approvals.js';
+import { m0012 } from './migrations/0012-access.js';
 
 export interface Migration {
   version: number;
@@ -320,4 +323,5 @@ export const MIGRATIONS: Migration[] = [
     `,
   },
   m0007,
+  m0012,
 ];
