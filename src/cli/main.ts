@@ -27,7 +27,8 @@ Usage:
   atelier token create [--name NAME] [--toolsets LIST] [--read-only]
                                           create an owner bearer token for MCP (shown once); --toolsets narrows it
                                           (e.g. code = workspace,files,commands,git; see docs/access.md), --read-only
-                                          allows only tools that change nothing
+                                          allows only tools that change nothing; --allow-in-url (with --read-only) lets
+                                          clients that cannot send headers pass it as ?access_token= (conformance suite)
   atelier token list                      list tokens (never their values)
   atelier token revoke ID                 revoke a token by id
   atelier owner set-password              set the dashboard password (reads it from stdin)
@@ -47,7 +48,7 @@ ${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd
   --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
 `;
 
-const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--read-only']);
+const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--read-only', '--allow-in-url']);
 
 /** Splits off options every subcommand accepts (data dir, config, log level) from its own. */
 function splitCommon(argv: string[], own: string[]): { common: string[]; rest: Record<string, string | true> } {
@@ -174,15 +175,17 @@ function announce(app: App, server: Awaited<ReturnType<typeof startServer>>, con
 
 async function token(argv: string[]): Promise<void> {
   const sub = argv[0];
-  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json', '--toolsets', '--read-only']);
+  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json', '--toolsets', '--read-only', '--allow-in-url']);
   const json = rest['--json'] === true;
   if (sub === 'create') {
     if (rest['--toolsets'] === true) throw new ConfigError(`--toolsets needs a value: a comma-separated list of toolsets or presets (${Object.keys(TOOLSETS).join(', ')}; presets ${Object.keys(PRESETS).join(', ')})`);
     const toolsets = parseToolsets(rest['--toolsets'] as string | undefined, '--toolsets');
     const readOnly = rest['--read-only'] === true;
+    const allowInUrl = rest['--allow-in-url'] === true;
+    if (allowInUrl && !readOnly) throw new ConfigError('--allow-in-url needs --read-only: only a read-only token may travel in a URL (?access_token=…)');
     await withApp(common, (app) => {
       const name = typeof rest['--name'] === 'string' ? rest['--name'] : `token ${new Date().toISOString().slice(0, 19)}`;
-      const { token, info } = app.auth.createToken(name, { toolsets, readOnly });
+      const { token, info } = app.auth.createToken(name, { toolsets, readOnly, allowInUrl });
       app.audit.record({ actor: 'cli', action: 'token_create', target: info.id, outcome: 'ok', details: { access: describeAccess({ toolsets, readOnly }) } });
       if (json) process.stdout.write(JSON.stringify({ ...info, token }) + '\n');
       else process.stdout.write(`${token}\n(id ${info.id}; ${describeAccess({ toolsets, readOnly })}; shown once: store it now)\n`);

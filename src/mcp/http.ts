@@ -101,6 +101,21 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
 }
 
 /**
+ * A token in the `access_token` query parameter (RFC 6750 section 2.3), for clients that can send
+ * no header (the conformance suite 0.1.13): accepted only for tokens created with --read-only
+ * --allow-in-url, never for full tokens or OAuth tokens (URLs end up in logs and histories).
+ */
+function queryToken(app: App, req: IncomingMessage): { principal: string; access: Access } | 'refused' | null {
+  const q = (req.url ?? '').indexOf('?');
+  if (q < 0) return null;
+  const t = new URLSearchParams((req.url ?? '').slice(q + 1)).get('access_token');
+  if (!t) return null;
+  const v = app.auth.verifyBearerAccess(t);
+  if (!v || !v.access.allowInUrl || !v.access.readOnly) return 'refused';
+  return { principal: v.principal, access: { toolsets: v.access.toolsets, readOnly: true } };
+}
+
+/**
  * The auth gate of /mcp: an owner bearer token (atl_…) or an OAuth access token (atla_…) bound to
  * this resource; then the connection's own narrowing (X-MCP-Toolsets, X-MCP-Readonly), which can
  * only narrow what the token grants. Answers 401 with WWW-Authenticate naming the protected
@@ -113,6 +128,14 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
   let principal: string | null = null;
   let access: Access = FULL_ACCESS;
   let why = 'unknown or revoked token';
+  if (!header) {
+    const inUrl = queryToken(app, req);
+    if (inUrl === 'refused') why = 'this token may not be sent in a URL (only tokens made with --read-only --allow-in-url)';
+    else if (inUrl) {
+      principal = inUrl.principal;
+      access = inUrl.access;
+    }
+  }
   if (m) {
     const bearer = app.auth.verifyBearerAccess(m[1]!);
     if (bearer) {
@@ -129,7 +152,7 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
   }
   if (!principal) {
     const meta = `resource_metadata="${resourceMetadataUrl(issuer)}"`;
-    const challenge = m ? `Bearer realm="atelier", error="invalid_token", error_description="${why}", ${meta}` : `Bearer realm="atelier", ${meta}`;
+    const challenge = m || why !== 'unknown or revoked token' ? `Bearer realm="atelier", error="invalid_token", error_description="${why}", ${meta}` : `Bearer realm="atelier", ${meta}`;
     res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': challenge });
     res.end(
       JSON.stringify({

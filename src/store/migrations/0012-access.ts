@@ -11,6 +11,7 @@ export const m0012: Migration = {
   sql: `
     ALTER TABLE api_tokens ADD COLUMN toolsets TEXT;
     ALTER TABLE api_tokens ADD COLUMN read_only INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE api_tokens ADD COLUMN allow_in_url INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE oauth_clients (
       id TEXT PRIMARY KEY,
       name TEXT NOT NULL,
