@@ -6,11 +6,11 @@ import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { readRepositorySettings } from '../services/repos.js';
 import { createApp, type App } from '../app.js';
-import { ConfigError, SETTINGS, loadConfig, parseFlags } from '../core/config.js';
+import { ConfigError, SETTINGS, defaultDataDir, loadConfig, parseFlags } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
 import { startServer } from '../server.js';
 import { runDoctor, sandboxProblems } from './doctor.js';
-import { envCommand, reposCommand } from './admin.js';
+import { envCommand, reposCommand, requireServiceDataDir } from './admin.js';
 import { CREDENTIALS_FLAGS, credentialsCommand } from './credentials.js';
 import { repoCredentialRoutes } from '../dashboard/repo-credentials.js';
 import { environmentRoutes } from '../dashboard/environments.js';
@@ -34,6 +34,8 @@ Usage:
   atelier owner set-password              set the dashboard password (reads it from stdin)
   atelier repos allow|deny|remove RULE... approve (or deny) repositories: an exact https URL or a prefix ending in /*
   atelier repos list                      show the approved and denied repositories
+  atelier repos ca add FILE | list | remove FILE
+                                          extra CA certificates (PEM) trusted for repository hosts
   atelier env create NAME | list | show ENV | delete ENV
   atelier env set ENV|global NAME [--secret] [--description D]   value from stdin (or NAME=VALUE for variables)
   atelier env unset ENV|global NAME
@@ -43,8 +45,11 @@ Usage:
   atelier doctor                          check sandboxing, git, rg and ctags; say how to fix
   atelier --version | --help
 
+Commands other than serve work on the service's data directory and never create one: give them the
+service's --data-dir (or ATELIER_DATA_DIR) when it is not this user's default.
+
 Common options (also as ATELIER_* variables):
-${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd(38)} ${s.help} (${s.env}; default ${JSON.stringify(s.def) || '""'})`).join('\n')}
+${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd(38)} ${s.help} (${s.env}; default ${s.key === 'dataDir' ? `${defaultDataDir()} for this user` : JSON.stringify(s.def) || '""'})`).join('\n')}
   --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
 `;
 
@@ -90,6 +95,7 @@ async function readSecretFromStdin(prompt: string): Promise<string> {
 
 function withApp<T>(common: string[], fn: (app: App) => Promise<T> | T): Promise<T> {
   const config = loadConfig(common);
+  requireServiceDataDir(config);
   const app = createApp({ ...config, logLevel: 'warn' });
   return Promise.resolve(fn(app)).finally(() => app.close());
 }
