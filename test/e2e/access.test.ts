@@ -144,6 +144,20 @@ describe('read-only access', () => {
     await full.close();
   });
 
+  it('operation_wait sends progress while it waits, where the client sent a progress token', async () => {
+    const c = await connectV2(svc);
+    const op = await call(c, 'exec_run', { workspaceId: ws, command: 'sleep 3; echo done', async: true });
+    expect(op.ok, op.ok ? '' : op.text).toBe(true);
+    const progress: Array<{ progress: number; total?: number; message?: string }> = [];
+    const r = await c.callTool({ name: 'operation_wait', arguments: { operationId: (op as { result: Record<string, unknown> }).result.operationId, timeoutMs: 20_000 } }, { onprogress: (p) => void progress.push(p) });
+    expect(r.isError, JSON.stringify(r.content)).toBeFalsy();
+    expect((r.structuredContent as { ended: boolean }).ended).toBe(true);
+    expect(progress.length).toBeGreaterThanOrEqual(2);
+    expect(progress[0]!.total).toBe(20_000);
+    expect(progress[0]!.message).toMatch(/waiting for operation/);
+    await c.close();
+  }, 60_000);
+
   it('X-MCP-Readonly: true makes a full token read-only for that connection', async () => {
     const c = await connectWith(svc.token, { 'X-MCP-Readonly': 'true' });
     const r = await call(c, 'files_write', { workspaceId: ws, path: 'x.txt', content: 'x' });
