@@ -363,4 +363,35 @@ describe('OAuth refusals', () => {
     const consentUnknown = await httpRequest(svc.url, 'GET', '/oauth/consent?request=forged', { cookie: session.cookie });
     expect(consentUnknown.status).toBe(400);
   }, 60_000);
+
+  it('hostile input: markup in a client name is escaped, huge and deeply nested bodies are refused, token requests must be forms', async () => {
+    const reg = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: '<script>alert(1)</script><img src=x onerror=alert(2)>', redirect_uris: [REDIRECT] }));
+    expect(reg.status).toBe(201);
+    const id = JSON.parse(reg.body).client_id;
+    const { challenge } = pkce();
+    const a = await httpRequest(svc.url, 'GET', authorizePath(id, { code_challenge: challenge, code_challenge_method: 'S256' }));
+    const page = await httpRequest(svc.url, 'GET', String(a.headers.location), { cookie: session.cookie });
+    expect(page.body).not.toContain('<script>');
+    expect(page.body).not.toContain('<img');
+    expect(page.body).toContain('&lt;script&gt;');
+    const huge = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'x'.repeat(3 * 1024 * 1024), redirect_uris: [REDIRECT] }));
+    expect(huge.status).toBeGreaterThanOrEqual(400);
+    expect(huge.status).toBeLessThan(500);
+    const deep = '{"redirect_uris":["' + REDIRECT + '"],"x":' + '['.repeat(5000) + ']'.repeat(5000) + '}';
+    const d = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, deep);
+    expect(d.status).toBeLessThan(500);
+    const longName = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'n'.repeat(101), redirect_uris: [REDIRECT] }));
+    expect(JSON.parse(longName.body).error).toBe('invalid_client_metadata');
+    const badJson = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, '{not json');
+    expect(badJson.status).toBe(400);
+    const json = await httpRequest(svc.url, 'POST', '/oauth/token', { 'content-type': 'application/json' }, JSON.stringify({ grant_type: 'authorization_code', code: 'x', client_id: id }));
+    expect(json.status).toBe(400);
+    expect(JSON.parse(json.body).error).toBe('invalid_request');
+    const longState = await httpRequest(svc.url, 'GET', authorizePath(id, { code_challenge: challenge, code_challenge_method: 'S256', state: 's'.repeat(2000) }));
+    expect(new URL(String(longState.headers.location)).searchParams.get('error')).toBe('invalid_request');
+    // A forged consent POST without a session issues nothing.
+    const forged = await httpRequest(svc.url, 'POST', '/oauth/consent', FORM, form({ request: 'x', csrf: 'y', decision: 'approve' }));
+    expect(forged.status).toBe(401);
+    expect(forged.headers.location).toBeUndefined();
+  }, 60_000);
 });

@@ -119,7 +119,7 @@ function clientCredentials(req: FastifyRequest, body: Record<string, string>): {
 
 function formBody(req: FastifyRequest): Record<string, string> {
   const b = req.body;
-  if (!b || typeof b !== 'object') throw new OAuthFailure('invalid_request', 'send the parameters as application/x-www-form-urlencoded');
+  if (!(req.headers['content-type'] ?? '').toLowerCase().startsWith('application/x-www-form-urlencoded') || !b || typeof b !== 'object') throw new OAuthFailure('invalid_request', 'send the parameters as application/x-www-form-urlencoded');
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(b as Record<string, unknown>)) if (typeof v === 'string') out[k] = v;
   return out;
@@ -187,6 +187,8 @@ export function registerOAuthRoutes(f: FastifyInstance, app: App, store: OAuthSt
           return fail('invalid_client_metadata', (e as Error).message);
         }
       }
+      if (!store.registrationRoom())
+        return reply.code(429).header('retry-after', '3600').header('cache-control', 'no-store').send({ error: 'temporarily_unavailable', error_description: 'too many clients registered and not yet approved; try again later' });
       const name = (m.client_name ?? 'unnamed client').replace(/[\u0000-\u001f\u007f]/g, '');
       const metadata = {
         client_name: name,
@@ -245,6 +247,7 @@ export function registerOAuthRoutes(f: FastifyInstance, app: App, store: OAuthSt
       }
       if (state !== undefined && state.length > 1000) return back('invalid_request', 'state too long');
       const pending = store.savePending({ clientId: client.id, redirectUri: redirect, codeChallenge: challenge, state, scope: scopeStr, resource: resourceOf(issuer) });
+      if (!pending) return back('temporarily_unavailable', 'too many authorization requests waiting for the owner; try again later');
       return reply.redirect(`${OAUTH_PATHS.consent}?request=${encodeURIComponent(pending)}`, 303);
     });
 

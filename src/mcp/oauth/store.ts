@@ -19,6 +19,8 @@ export const REFRESH_PREFIX = 'atlr_';
 export const CODE_TTL_MS = 60_000;
 export const PENDING_TTL_MS = 10 * 60_000;
 export const REFRESH_TTL_MS = 30 * 24 * 3600_000;
+export const MAX_UNAPPROVED = 200;
+export const MAX_PENDING = 500;
 
 /** An OAuth error as RFC 6749 section 5.2 names them. */
 export class OAuthFailure extends Error {
@@ -87,6 +89,18 @@ export class OAuthStore {
 
   // ---- clients ----
 
+  /**
+   * Registration is open (RFC 7591, as MCP clients expect), so unapproved registrations are
+   * bounded: those never approved are forgotten after a day, and at most MAX_UNAPPROVED live.
+   */
+  registrationRoom(): boolean {
+    this.db
+      .prepare(`DELETE FROM oauth_clients WHERE revoked_at IS NULL AND created_at < ? AND id NOT IN (SELECT client_id FROM oauth_grants)`)
+      .run(new Date(Date.now() - 24 * 3600_000).toISOString());
+    const n = this.db.prepare('SELECT count(*) FROM oauth_clients WHERE revoked_at IS NULL AND id NOT IN (SELECT client_id FROM oauth_grants)').pluck().get() as number;
+    return n < MAX_UNAPPROVED;
+  }
+
   registerClient(name: string, redirectUris: string[], metadata: Record<string, unknown>, withSecret: boolean): { client: ClientRecord; secret?: string } {
     const id = 'oauthc_' + randomToken(24);
     const secret = withSecret ? 'atls_' + randomToken(40) : undefined;
@@ -149,9 +163,11 @@ export class OAuthStore {
 
   // ---- authorization requests and consent ----
 
-  savePending(req: PendingRequest): string {
+  savePending(req: PendingRequest): string | null {
     const id = randomToken(32);
     this.db.prepare('DELETE FROM oauth_pending WHERE expires_at <= ?').run(nowIso());
+    const n = this.db.prepare('SELECT count(*) FROM oauth_pending').pluck().get() as number;
+    if (n >= MAX_PENDING) return null;
     this.db
       .prepare('INSERT INTO oauth_pending (id_hash, client_id, request_json, created_at, expires_at) VALUES (?, ?, ?, ?, ?)')
       .run(sha256Hex(id), req.clientId, JSON.stringify(req), nowIso(), isoIn(PENDING_TTL_MS));
