@@ -181,6 +181,10 @@ describe('MCP logging and progress', () => {
     expect(progress.some((p) => /cloning/.test(p.message ?? ''))).toBe(true);
     expect(progress.at(-1)!.progress).toBe(progress.at(-1)!.total);
     expect(logs.some((l) => l.level === 'info' && /cloning/.test(JSON.stringify(l.data)))).toBe(true);
+    // Task milestones.
+    const t = await call(c, 'tasks_run', { workspaceId: (r.structuredContent as { workspaceId: string }).workspaceId, command: 'true', idempotencyKey: 'access-task-1' });
+    expect(t.ok, t.ok ? '' : t.text).toBe(true);
+    expect(logs.some((l) => /task task_\S+ (started|is )/.test(JSON.stringify(l.data)))).toBe(true);
     // A higher threshold silences info messages.
     await c.setLoggingLevel('error');
     logs.length = 0;
