@@ -58,6 +58,14 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       const principal = caller.principal;
       const progressToken = req.params._meta?.progressToken;
       const log = mcpLogger(ctx, logLevels.get(caller.logKey), req.params.name);
+      // Progress messages also go out as log messages, once per distinct message (not per tick).
+      let lastLogged = '';
+      const logStep = (message: string | undefined) => {
+        if (message && message !== lastLogged && !/^waiting for operation /.test(message)) {
+          lastLogged = message;
+          log('info', message);
+        }
+      };
       const result = await registry.call(app, req.params.name, req.params.arguments, {
         principal,
         actor: 'mcp',
@@ -66,14 +74,12 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
         log,
         progress:
           progressToken === undefined
-            ? (_p, _t, message) => {
-                if (message) log('info', message);
-              }
+            ? (_p, _t, message) => logStep(message)
             : (progress, total, message) => {
                 void ctx.mcpReq
                   .notify({ method: 'notifications/progress', params: { progressToken, progress, total, message } })
                   .catch(() => undefined);
-                if (message) log('info', message);
+                logStep(message);
               },
       });
       const key = `${req.params.name}|${result.isError ? (result.structuredContent?.error as { code: string }).code : 'ok'}`;
