@@ -16,6 +16,9 @@ import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
 import { pendingSpecPaths } from './dashboard/spec-paths.js';
 import { VERSION } from './core/version.js';
 import { ServiceError } from './core/errors.js';
+import { OAuthStore } from './mcp/oauth/store.js';
+import { OAUTH_CORS_PATHS, registerOAuthRoutes } from './mcp/oauth/routes.js';
+import { oauthClientRoutes, registerConsent } from './dashboard/oauth.js';
 
 export interface RunningServer {
   url: string;
@@ -57,13 +60,31 @@ export function originGuard(app: App): (req: IncomingMessage) => string | null {
   };
 }
 
+/**
+ * OAuth (issue #16): the authorization server's store, and a guard that lets browser-based clients
+ * (the MCP Inspector) call the cookie-less OAuth endpoints cross-origin; Host is still checked.
+ */
+function oauthSetup(app: App, guard: (req: IncomingMessage) => string | null) {
+  const store = new OAuthStore(app.db, () => app.config.oauthAccessTokenSeconds * 1000);
+  const oauthGuard = (req: IncomingMessage): string | null => {
+    const path = (req.url ?? '/').split('?')[0]!;
+    if (OAUTH_CORS_PATHS.has(path)) {
+      const { origin: _origin, ...rest } = req.headers;
+      return guard({ headers: rest } as IncomingMessage);
+    }
+    return guard(req);
+  };
+  return { store, guard: oauthGuard };
+}
+
 export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; servedSpecPaths?: string[] } = {}): Promise<RunningServer> {
   const registry = new ToolRegistry(CATALOG);
   const stats: McpStats = { calls: new Map() };
-  const mcp = createMcpEndpoint(app, registry, stats);
+  const oauth = oauthSetup(app, originGuard(app));
+  const mcp = createMcpEndpoint(app, registry, stats, oauth.store);
+  const guard = oauth.guard;
   // Agents proxy tool calls through this same registry (same validation, confinement, redaction, audit).
   app.agents.attachTools({ call: (name, args, cc) => registry.call(app, name, args, cc), list: registry.list });
-  const guard = originGuard(app);
   let inflight = 0;
   let idleResolve: (() => void) | null = null;
   const started = Date.now();
@@ -81,7 +102,8 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   const unauthenticated = new Set<Socket>();
   const authenticated = (req: IncomingMessage): boolean => {
     const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-    if (bearer) return app.auth.verifyBearer(bearer[1]!) !== null;
+    // Owner bearer tokens and OAuth access tokens alike (docs/access.md).
+    if (bearer) return app.auth.verifyBearer(bearer[1]!) !== null || oauth.store.verifyAccess(bearer[1]!) !== null;
     const session = /(?:^|;\s*)atelier_session=([^;\s]+)/.exec(req.headers.cookie ?? '');
     return session ? app.auth.getSession(decodeURIComponent(session[1]!)) !== null : false;
   };
@@ -140,7 +162,9 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(body as string)));
   });
-  registerDashboard(fastify, app, [...(opts.apiRoutes ?? []), pendingSpecPaths(new Set(opts.servedSpecPaths ?? []))]);
+  registerDashboard(fastify, app, [...(opts.apiRoutes ?? []), oauthClientRoutes(oauth.store), pendingSpecPaths(new Set(opts.servedSpecPaths ?? []))]);
+  registerOAuthRoutes(fastify, app, oauth.store);
+  registerConsent(fastify, app, oauth.store);
   fastify.get('/metrics', async (req, reply) => {
     const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
     if (!m || !app.auth.verifyBearer(m[1]!)) return reply.code(401).header('www-authenticate', 'Bearer realm="atelier"').send({ error: { code: 'UNAUTHENTICATED', message: 'bearer token required', retryable: false, details: {} } });

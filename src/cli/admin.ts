@@ -2,17 +2,94 @@
  * Operator commands: `atelier repos allow|deny|list|remove` (approved repositories, in the config
  * file) and `atelier env ...` (environments, variables and secrets, in the database).
  */
-import { ConfigError, loadConfig } from '../core/config.js';
+import { ConfigError, defaultDataDir, loadConfig, type Config } from '../core/config.js';
 import { createApp } from '../app.js';
 import { editRepositorySettings, readRepositorySettings, validateRule } from '../services/repos.js';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { X509Certificate } from 'node:crypto';
+import { resolve } from 'node:path';
 import { GLOBAL } from '../services/environments.js';
 
 export type Flags = Record<string, string | true>;
 
-export async function reposCommand(sub: string | undefined, positional: string[], common: string[], out: (s: string) => void): Promise<void> {
+/**
+ * CLI commands other than `serve` act on the service's data directory; they never create one.
+ * Run where the service's directory does not exist (another user, a systemd unit with its own
+ * ATELIER_DATA_DIR), they say which directory they looked at and how to point at the right one,
+ * instead of silently starting a second, empty Atelier.
+ */
+export function requireServiceDataDir(config: Pick<Config, 'dataDir'>): void {
+  // An existing directory is the operator's choice (a new one prepared before the first start too).
+  if (existsSync(config.dataDir)) return;
+  const isDefault = resolve(config.dataDir) === resolve(defaultDataDir());
+  throw new ConfigError(
+    `no Atelier data directory at ${config.dataDir}${isDefault ? ' (the default for this user)' : ''}: it does not exist, and this command does not create one.\n` +
+      'This command works on the data directory of the service. Point it there with --data-dir DIR or ATELIER_DATA_DIR=DIR ' +
+      '(the directory `atelier serve` printed as "Data directory" at start; for a systemd unit, its Environment=ATELIER_DATA_DIR), ' +
+      'and run it as the user the service runs as. To start a new instance here, run `atelier serve` first.',
+  );
+}
+
+/** `atelier repos ca add FILE | list | remove FILE`: extra CA certificates trusted for repository hosts. */
+export async function reposCaCommand(sub: string | undefined, positional: string[], common: string[], out: (s: string) => void): Promise<void> {
   const config = loadConfig(common);
   const file = config.configPath;
+  if (!existsSync(file) && !common.some((c) => c.startsWith('--config'))) requireServiceDataDir(config);
+  if (sub === 'list') {
+    const s = existsSync(file) ? readRepositorySettings(file) : { extraCaCertificates: [] as string[] };
+    out(`config file: ${file}\n`);
+    if (s.extraCaCertificates.length === 0) out('extra CA certificates: (none; the system trust store only)\n');
+    for (const ca of s.extraCaCertificates) {
+      try {
+        const cert = new X509Certificate(readFileSync(ca));
+        out(`  ${ca}\n    subject ${cert.subject.replace(/\n/g, ', ')}; valid until ${cert.validTo}\n`);
+      } catch (e) {
+        out(`  ${ca}\n    (unreadable: ${(e as Error).message})\n`);
+      }
+    }
+    return;
+  }
+  if (sub !== 'add' && sub !== 'remove') throw new ConfigError('usage: atelier repos ca add FILE | list | remove FILE');
+  const path = positional[0];
+  if (!path || positional.length > 1) throw new ConfigError(`usage: atelier repos ca ${sub} FILE (one PEM file)`);
+  const abs = resolve(path);
+  if (sub === 'add') {
+    if (!existsSync(abs) || !statSync(abs).isFile()) throw new ConfigError(`${abs}: no such file`);
+    if (statSync(abs).size > 1024 * 1024) throw new ConfigError(`${abs}: larger than 1 MiB, not a CA certificate file`);
+    const pem = readFileSync(abs, 'utf8');
+    const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+    if (blocks.length === 0) throw new ConfigError(`${abs}: no PEM certificate (-----BEGIN CERTIFICATE-----) in the file`);
+    const subjects: string[] = [];
+    for (const b of blocks) {
+      let cert: X509Certificate;
+      try {
+        cert = new X509Certificate(b);
+      } catch (e) {
+        throw new ConfigError(`${abs}: a certificate does not parse: ${(e as Error).message}`);
+      }
+      if (!cert.ca) throw new ConfigError(`${abs}: ${cert.subject.replace(/\n/g, ', ')} is not a CA certificate (basicConstraints CA:FALSE); add the CA that issued it`);
+      subjects.push(cert.subject.replace(/\n/g, ', '));
+    }
+    editRepositorySettings(file, (s) => {
+      s.extraCaCertificates = [...s.extraCaCertificates.filter((c) => c !== abs), abs];
+    });
+    out(`added CA certificate ${abs} (${subjects.join('; ')}) to repositories.extraCaCertificates in ${file}; a running service applies it at once\n`);
+    return;
+  }
+  let found = false;
+  editRepositorySettings(file, (s) => {
+    found = s.extraCaCertificates.includes(abs) || s.extraCaCertificates.includes(path);
+    s.extraCaCertificates = s.extraCaCertificates.filter((c) => c !== abs && c !== path);
+  });
+  if (!found) throw new ConfigError(`${abs} is not in repositories.extraCaCertificates (see atelier repos ca list)`);
+  out(`removed CA certificate ${abs} (in ${file})\n`);
+}
+
+export async function reposCommand(sub: string | undefined, positional: string[], common: string[], out: (s: string) => void): Promise<void> {
+  if (sub === 'ca') return reposCaCommand(positional[0], positional.slice(1), common, out);
+  const config = loadConfig(common);
+  const file = config.configPath;
+  if (!existsSync(file) && !common.some((c) => c.startsWith('--config'))) requireServiceDataDir(config);
   if (sub === 'list') {
     const s = existsSync(file) ? readRepositorySettings(file) : { allow: [], deny: [], extraCaCertificates: [] };
     out(`config file: ${file}\n`);
@@ -22,7 +99,7 @@ export async function reposCommand(sub: string | undefined, positional: string[]
     out('repository credentials: `atelier credentials list`\n');
     return;
   }
-  if (sub !== 'allow' && sub !== 'deny' && sub !== 'remove') throw new ConfigError('usage: atelier repos allow|deny|remove URL-or-PREFIX/* ... | atelier repos list');
+  if (sub !== 'allow' && sub !== 'deny' && sub !== 'remove') throw new ConfigError('usage: atelier repos allow|deny|remove URL-or-PREFIX/* ... | atelier repos list | atelier repos ca add|list|remove FILE');
   if (positional.length === 0) throw new ConfigError(`usage: atelier repos ${sub} URL-or-PREFIX/*`);
   for (const r of positional) validateRule(r, 'argument');
   editRepositorySettings(file, (s) => {
@@ -45,6 +122,7 @@ export async function envCommand(
   out: (s: string) => void,
 ): Promise<void> {
   const config = loadConfig(common);
+  requireServiceDataDir(config);
   const app = createApp({ ...config, logLevel: 'warn' });
   try {
     const envs = app.environments;

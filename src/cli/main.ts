@@ -7,11 +7,11 @@ import { createInterface } from 'node:readline';
 import { readRepositorySettings } from '../services/repos.js';
 import { PriceList } from '../services/price-list.js';
 import { createApp, type App } from '../app.js';
-import { ConfigError, SETTINGS, loadConfig, parseFlags } from '../core/config.js';
+import { ConfigError, SETTINGS, defaultDataDir, loadConfig, parseFlags } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
 import { startServer } from '../server.js';
 import { runDoctor, sandboxProblems } from './doctor.js';
-import { envCommand, reposCommand } from './admin.js';
+import { envCommand, reposCommand, requireServiceDataDir } from './admin.js';
 import { CREDENTIALS_FLAGS, credentialsCommand } from './credentials.js';
 import { repoCredentialRoutes } from '../dashboard/repo-credentials.js';
 import { environmentRoutes } from '../dashboard/environments.js';
@@ -23,17 +23,24 @@ import { skillRoutes } from '../dashboard/skills.js';
 import { agentRoutes } from '../dashboard/agents.js';
 import { ownerRoutes } from '../dashboard/owner.js';
 import { VERSION } from '../core/version.js';
+import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../mcp/toolsets.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
 
 Usage:
   atelier serve [options]                 start the service (MCP at /mcp, dashboard at /)
-  atelier token create [--name NAME]      create an owner bearer token for MCP (shown once)
+  atelier token create [--name NAME] [--toolsets LIST] [--read-only]
+                                          create an owner bearer token for MCP (shown once); --toolsets narrows it
+                                          (e.g. code = workspace,files,commands,git; see docs/access.md), --read-only
+                                          allows only tools that change nothing; --allow-in-url (with --read-only) lets
+                                          clients that cannot send headers pass it as ?access_token= (conformance suite)
   atelier token list                      list tokens (never their values)
   atelier token revoke ID                 revoke a token by id
   atelier owner set-password              set the dashboard password (reads it from stdin)
   atelier repos allow|deny|remove RULE... approve (or deny) repositories: an exact https URL or a prefix ending in /*
   atelier repos list                      show the approved and denied repositories
+  atelier repos ca add FILE | list | remove FILE
+                                          extra CA certificates (PEM) trusted for repository hosts
   atelier env create NAME | list | show ENV | delete ENV
   atelier env set ENV|global NAME [--secret] [--description D]   value from stdin (or NAME=VALUE for variables)
   atelier env unset ENV|global NAME
@@ -46,12 +53,15 @@ Usage:
   atelier doctor                          check sandboxing, git, rg and ctags; say how to fix
   atelier --version | --help
 
+Commands other than serve work on the service's data directory and never create one: give them the
+service's --data-dir (or ATELIER_DATA_DIR) when it is not this user's default.
+
 Common options (also as ATELIER_* variables):
-${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd(38)} ${s.help} (${s.env}; default ${JSON.stringify(s.def) || '""'})`).join('\n')}
+${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd(38)} ${s.help} (${s.env}; default ${s.key === 'dataDir' ? `${defaultDataDir()} for this user` : JSON.stringify(s.def) || '""'})`).join('\n')}
   --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
 `;
 
-const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--allow-private-hosts']);
+const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--allow-private-hosts', '--read-only', '--allow-in-url']);
 
 /** Splits off options every subcommand accepts (data dir, config, log level) from its own. */
 function splitCommon(argv: string[], own: string[]): { common: string[]; rest: Record<string, string | true> } {
@@ -93,6 +103,7 @@ async function readSecretFromStdin(prompt: string): Promise<string> {
 
 function withApp<T>(common: string[], fn: (app: App) => Promise<T> | T): Promise<T> {
   const config = loadConfig(common);
+  requireServiceDataDir(config);
   const app = createApp({ ...config, logLevel: 'warn' });
   return Promise.resolve(fn(app)).finally(() => app.close());
 }
@@ -191,15 +202,20 @@ function announce(app: App, server: Awaited<ReturnType<typeof startServer>>, con
 
 async function token(argv: string[]): Promise<void> {
   const sub = argv[0];
-  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json']);
+  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json', '--toolsets', '--read-only', '--allow-in-url']);
   const json = rest['--json'] === true;
   if (sub === 'create') {
+    if (rest['--toolsets'] === true) throw new ConfigError(`--toolsets needs a value: a comma-separated list of toolsets or presets (${Object.keys(TOOLSETS).join(', ')}; presets ${Object.keys(PRESETS).join(', ')})`);
+    const toolsets = parseToolsets(rest['--toolsets'] as string | undefined, '--toolsets');
+    const readOnly = rest['--read-only'] === true;
+    const allowInUrl = rest['--allow-in-url'] === true;
+    if (allowInUrl && !readOnly) throw new ConfigError('--allow-in-url needs --read-only: only a read-only token may travel in a URL (?access_token=…)');
     await withApp(common, (app) => {
       const name = typeof rest['--name'] === 'string' ? rest['--name'] : `token ${new Date().toISOString().slice(0, 19)}`;
-      const { token, info } = app.auth.createToken(name);
-      app.audit.record({ actor: 'cli', action: 'token_create', target: info.id, outcome: 'ok' });
+      const { token, info } = app.auth.createToken(name, { toolsets, readOnly, allowInUrl });
+      app.audit.record({ actor: 'cli', action: 'token_create', target: info.id, outcome: 'ok', details: { access: describeAccess({ toolsets, readOnly }) } });
       if (json) process.stdout.write(JSON.stringify({ ...info, token }) + '\n');
-      else process.stdout.write(`${token}\n(id ${info.id}; shown once: store it now)\n`);
+      else process.stdout.write(`${token}\n(id ${info.id}; ${describeAccess({ toolsets, readOnly })}; shown once: store it now)\n`);
     });
   } else if (sub === 'list') {
     await withApp(common, (app) => {
@@ -207,7 +223,7 @@ async function token(argv: string[]): Promise<void> {
       if (json) return void process.stdout.write(JSON.stringify(list) + '\n');
       if (list.length === 0) return void process.stdout.write('no tokens\n');
       for (const t of list)
-        process.stdout.write(`${t.id}  ${t.prefix}…  ${t.revokedAt ? 'revoked ' + t.revokedAt : 'active'}  created ${t.createdAt}  last used ${t.lastUsedAt ?? 'never'}  ${t.name}\n`);
+        process.stdout.write(`${t.id}  ${t.prefix}…  ${t.revokedAt ? 'revoked ' + t.revokedAt : 'active'}  ${describeAccess(t)}  created ${t.createdAt}  last used ${t.lastUsedAt ?? 'never'}  ${t.name}\n`);
     });
   } else if (sub === 'revoke') {
     const id = rest['#0'];

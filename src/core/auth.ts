@@ -22,6 +22,21 @@ export interface TokenInfo {
   createdAt: string;
   lastUsedAt: string | null;
   revokedAt: string | null;
+  /** Toolsets the token is limited to (null: every toolset); see src/mcp/toolsets.ts. */
+  toolsets: string[] | null;
+  readOnly: boolean;
+  allowInUrl: boolean;
+}
+
+/** A token's narrowing of MCP access (toolset names already validated by the caller). */
+export interface TokenAccess {
+  toolsets: string[] | null;
+  readOnly: boolean;
+  /**
+   * May be sent as the `access_token` query parameter (RFC 6750 section 2.3) for clients that
+   * cannot send headers (the conformance suite 0.1.13). Only read-only tokens may allow it.
+   */
+  allowInUrl?: boolean;
 }
 
 export interface DashboardSession {
@@ -47,25 +62,30 @@ export class AuthService {
 
   // ---- MCP bearer tokens ----
 
-  createToken(name: string): { token: string; info: TokenInfo } {
+  createToken(name: string, access: TokenAccess = { toolsets: null, readOnly: false }): { token: string; info: TokenInfo } {
     const trimmed = name.trim();
+    if (access.allowInUrl && !access.readOnly)
+      throw new ServiceError('INVALID_ARGUMENT', 'allowInUrl: only a read-only token may be sent in a URL (add --read-only)', { field: 'allowInUrl' });
     if (!/^[A-Za-z0-9 ._:@-]{1,80}$/.test(trimmed))
       throw new ServiceError('INVALID_ARGUMENT', 'name: must be 1-80 characters of letters, digits, space and . _ : @ -', { field: 'name' });
     const token = TOKEN_PREFIX + randomToken(40);
     const id = newId('token');
     const createdAt = nowIso();
     this.db
-      .prepare('INSERT INTO api_tokens (id, owner_id, name, token_hash, prefix, created_at) VALUES (?, ?, ?, ?, ?, ?)')
-      .run(id, this.ownerId, trimmed, sha256Hex(token), token.slice(0, 8), createdAt);
-    return { token, info: { id, name: trimmed, prefix: token.slice(0, 8), createdAt, lastUsedAt: null, revokedAt: null } };
+      .prepare('INSERT INTO api_tokens (id, owner_id, name, token_hash, prefix, created_at, toolsets, read_only, allow_in_url) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
+      .run(id, this.ownerId, trimmed, sha256Hex(token), token.slice(0, 8), createdAt, access.toolsets ? JSON.stringify(access.toolsets) : null, access.readOnly ? 1 : 0, access.allowInUrl ? 1 : 0);
+    return { token, info: { id, name: trimmed, prefix: token.slice(0, 8), createdAt, lastUsedAt: null, revokedAt: null, toolsets: access.toolsets, readOnly: access.readOnly, allowInUrl: !!access.allowInUrl } };
   }
 
   listTokens(): TokenInfo[] {
     return (
       this.db
-        .prepare('SELECT id, name, prefix, created_at, last_used_at, revoked_at FROM api_tokens ORDER BY created_at')
+        .prepare('SELECT id, name, prefix, created_at, last_used_at, revoked_at, toolsets, read_only, allow_in_url FROM api_tokens ORDER BY created_at')
         .all() as Array<Record<string, string | null>>
     ).map((r) => ({
+      toolsets: r.toolsets ? (JSON.parse(r.toolsets) as string[]) : null,
+      readOnly: Number(r.read_only) === 1,
+      allowInUrl: Number(r.allow_in_url) === 1,
       id: r.id!,
       name: r.name!,
       prefix: r.prefix!,
@@ -93,11 +113,16 @@ export class AuthService {
 
   /** Returns the token id (the principal) for a valid bearer token, or null. */
   verifyBearer(token: string): string | null {
+    return this.verifyBearerAccess(token)?.principal ?? null;
+  }
+
+  /** The principal and the token's access narrowing for a valid bearer token, or null. */
+  verifyBearerAccess(token: string): { principal: string; access: TokenAccess } | null {
     if (!token.startsWith(TOKEN_PREFIX) || token.length > 200) return null;
     const hash = sha256Hex(token);
     const row = this.db
-      .prepare('SELECT id, token_hash FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL')
-      .get(hash) as { id: string; token_hash: string } | undefined;
+      .prepare('SELECT id, token_hash, toolsets, read_only, allow_in_url FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL')
+      .get(hash) as { id: string; token_hash: string; toolsets: string | null; read_only: number; allow_in_url: number } | undefined;
     if (!row || !safeEqual(row.token_hash, hash)) return null;
     // last_used_at is informational: write it at most once a minute per token.
     const now = Date.now();
@@ -105,7 +130,7 @@ export class AuthService {
       this.lastTouch.set(row.id, now);
       this.db.prepare('UPDATE api_tokens SET last_used_at = ? WHERE id = ?').run(nowIso(), row.id);
     }
-    return row.id;
+    return { principal: row.id, access: { toolsets: row.toolsets ? (JSON.parse(row.toolsets) as string[]) : null, readOnly: row.read_only === 1, allowInUrl: row.allow_in_url === 1 } };
   }
 
   // ---- Dashboard ----

@@ -73,6 +73,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'httpRequestTimeoutMs', flag: '--http-request-timeout-ms', env: 'ATELIER_HTTP_REQUEST_TIMEOUT_MS', kind: 'int', def: 300000, rule: 'an integer from 1000 to 3600000', check: ((v: number) => v >= 1000 && v <= 3600000) as never, help: 'Time a client has to send a whole request (headers and body), ms; then 408 and the connection is closed' }),
   S({ key: 'httpHeadersTimeoutMs', flag: '--http-headers-timeout-ms', env: 'ATELIER_HTTP_HEADERS_TIMEOUT_MS', kind: 'int', def: 30000, rule: 'an integer from 500 to 300000, at most --http-request-timeout-ms', check: ((v: number) => v >= 500 && v <= 300000) as never, help: 'Time a client has to send request headers, and the idle time allowed to a connection that has not authenticated, ms' }),
   S({ key: 'httpMaxUnauthenticatedConnections', flag: '--http-max-unauthenticated-connections', env: 'ATELIER_HTTP_MAX_UNAUTHENTICATED_CONNECTIONS', kind: 'int', def: 64, rule: 'an integer from 1 to 100000', check: ((v: number) => v >= 1 && v <= 100000) as never, help: 'Open connections that have not yet shown a valid token or session; past it the oldest is closed' }),
+  S({ key: 'oauthAccessTokenSeconds', flag: '--oauth-access-token-seconds', env: 'ATELIER_OAUTH_ACCESS_TOKEN_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 5 to 86400', check: ((v: number) => v >= 5 && v <= 86400) as never, help: 'Lifetime of OAuth access tokens, seconds (refresh tokens rotate)' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
 ];
 
@@ -99,6 +100,7 @@ export interface Config {
   shutdownGraceMs: number;
   skillSuggestUrl: string;
   skillSuggestKeyFile: string;
+  oauthAccessTokenSeconds: number;
   sandboxUid: number;
   sandboxMemoryMb: number;
   sandboxPidsMax: number;

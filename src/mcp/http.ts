@@ -8,8 +8,13 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createMcpHandler, Server } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { App } from '../app.js';
-import type { ToolRegistry } from './registry.js';
+import { visibleTools, type ToolRegistry } from './registry.js';
 import { VERSION } from '../core/version.js';
+import { ServiceError } from '../core/errors.js';
+import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access } from './toolsets.js';
+import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
+import type { OAuthStore } from './oauth/store.js';
+import { McpLogLevels, mcpLogger } from './logging.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -30,27 +35,58 @@ export interface McpStats {
   calls: Map<string, number>;
 }
 
-export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpStats) {
+/** What the auth gate hands to the MCP handlers on AuthInfo.extra. */
+interface CallerExtra {
+  access: Access;
+  logKey: string;
+}
+
+function callerOf(authInfo: { clientId?: string; extra?: Record<string, unknown> } | undefined): { principal: string; access: Access; logKey: string } {
+  const extra = authInfo?.extra as CallerExtra | undefined;
+  return { principal: authInfo?.clientId ?? 'unknown', access: extra?.access ?? FULL_ACCESS, logKey: extra?.logKey ?? 'unknown' };
+}
+
+export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpStats, oauth?: OAuthStore) {
+  const logLevels = new McpLogLevels();
   const factory = () => {
     const server = new Server(
       { name: 'atelier', version: VERSION },
-      { capabilities: { tools: { listChanged: false } }, instructions: INSTRUCTIONS },
+      { capabilities: { tools: { listChanged: false }, logging: {} }, instructions: INSTRUCTIONS },
     );
-    server.setRequestHandler('tools/list', () => ({ tools: registry.list }));
+    // Stateless HTTP: each request gets a new Server, so the level lives per caller (token or OAuth
+    // client, and Mcp-Session-Id when the client sends one), not in the Server instance.
+    server.setRequestHandler('logging/setLevel', (req, ctx) => {
+      logLevels.set(callerOf(ctx.http?.authInfo).logKey, req.params.level);
+      return {};
+    });
+    server.setRequestHandler('tools/list', (_req, ctx) => ({ tools: visibleTools(registry, callerOf(ctx.http?.authInfo).access) }));
     server.setRequestHandler('tools/call', async (req, ctx) => {
-      const principal = ctx.http?.authInfo?.clientId ?? 'unknown';
+      const caller = callerOf(ctx.http?.authInfo);
+      const principal = caller.principal;
       const progressToken = req.params._meta?.progressToken;
+      const log = mcpLogger(ctx, logLevels.get(caller.logKey), req.params.name);
+      // Progress messages also go out as log messages, once per distinct message (not per tick).
+      let lastLogged = '';
+      const logStep = (message: string | undefined) => {
+        if (message && message !== lastLogged && !/^waiting for operation /.test(message)) {
+          lastLogged = message;
+          log('info', message);
+        }
+      };
       const result = await registry.call(app, req.params.name, req.params.arguments, {
         principal,
         actor: 'mcp',
         signal: ctx.mcpReq.signal,
+        access: caller.access,
+        log,
         progress:
           progressToken === undefined
-            ? undefined
+            ? (_p, _t, message) => logStep(message)
             : (progress, total, message) => {
                 void ctx.mcpReq
                   .notify({ method: 'notifications/progress', params: { progressToken, progress, total, message } })
                   .catch(() => undefined);
+                logStep(message);
               },
       });
       const key = `${req.params.name}|${result.isError ? (result.structuredContent?.error as { code: string }).code : 'ok'}`;
@@ -71,28 +107,95 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
   });
 
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const header = req.headers.authorization ?? '';
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    const principal = m ? app.auth.verifyBearer(m[1]!) : null;
-    if (!principal) {
-      const challenge = m ? 'Bearer realm="atelier", error="invalid_token", error_description="unknown or revoked token"' : 'Bearer realm="atelier"';
-      // No body of an unauthenticated request is read: answer and close, so a trickled body holds nothing.
-      res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': challenge, connection: 'close' });
-      res.end(
-        JSON.stringify({
-          error: {
-            code: 'UNAUTHENTICATED',
-            message: m
-              ? 'the bearer token is unknown or revoked; create one with `atelier token create`'
-              : 'an owner bearer token is required: send "Authorization: Bearer <token>" (create one with `atelier token create`)',
-            retryable: false,
-            details: {},
-          },
-        }),
-      );
-      return;
-    }
-    (req as IncomingMessage & { auth?: unknown }).auth = { token: '[redacted]', clientId: principal, scopes: ['owner'] };
+    const caller = authenticate(app, oauth, req, res);
+    if (!caller) return;
+    (req as IncomingMessage & { auth?: unknown }).auth = caller;
     await node(req as never, res as never);
   };
+}
+
+/**
+ * A token in the `access_token` query parameter (RFC 6750 section 2.3), for clients that can send
+ * no header (the conformance suite 0.1.13): accepted only for tokens created with --read-only
+ * --allow-in-url, never for full tokens or OAuth tokens (URLs end up in logs and histories).
+ */
+function queryToken(app: App, req: IncomingMessage): { principal: string; access: Access } | 'refused' | null {
+  const q = (req.url ?? '').indexOf('?');
+  if (q < 0) return null;
+  const t = new URLSearchParams((req.url ?? '').slice(q + 1)).get('access_token');
+  if (!t) return null;
+  const v = app.auth.verifyBearerAccess(t);
+  if (!v || !v.access.allowInUrl || !v.access.readOnly) return 'refused';
+  return { principal: v.principal, access: { toolsets: v.access.toolsets, readOnly: true } };
+}
+
+/**
+ * The auth gate of /mcp: an owner bearer token (atl_…) or an OAuth access token (atla_…) bound to
+ * this resource; then the connection's own narrowing (X-MCP-Toolsets, X-MCP-Readonly), which can
+ * only narrow what the token grants. Answers 401 with WWW-Authenticate naming the protected
+ * resource metadata (RFC 9728), or 400 for a bad narrowing header; returns the AuthInfo otherwise.
+ */
+export function authenticate(app: App, oauth: OAuthStore | undefined, req: IncomingMessage, res: ServerResponse): Record<string, unknown> | null {
+  const header = req.headers.authorization ?? '';
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  const issuer = issuerOf(app, req.headers.host);
+  let principal: string | null = null;
+  let access: Access = FULL_ACCESS;
+  let why = 'unknown or revoked token';
+  if (!header) {
+    const inUrl = queryToken(app, req);
+    if (inUrl === 'refused') why = 'this token may not be sent in a URL (only tokens made with --read-only --allow-in-url)';
+    else if (inUrl) {
+      principal = inUrl.principal;
+      access = inUrl.access;
+    }
+  }
+  if (m) {
+    const bearer = app.auth.verifyBearerAccess(m[1]!);
+    if (bearer) {
+      principal = bearer.principal;
+      access = bearer.access;
+    } else if (oauth) {
+      const v = oauth.verifyAccess(m[1]!);
+      if (v && v.resource === resourceOf(issuer)) {
+        principal = v.principal;
+        access = v.access;
+      } else if (v) why = 'the access token was issued for another resource';
+      else if (m[1]!.startsWith('atla_')) why = 'the access token is unknown, expired or revoked';
+    }
+  }
+  if (!principal) {
+    const meta = `resource_metadata="${resourceMetadataUrl(issuer)}"`;
+    const challenge = m || why !== 'unknown or revoked token' ? `Bearer realm="atelier", error="invalid_token", error_description="${why}", ${meta}` : `Bearer realm="atelier", ${meta}`;
+    // No body of an unauthenticated request is read: answer and close, so a trickled body holds nothing.
+    res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': challenge, connection: 'close' });
+    res.end(
+      JSON.stringify({
+        error: {
+          code: 'UNAUTHENTICATED',
+          message: m
+            ? `the bearer token is not accepted (${why}); create one with \`atelier token create\`, or connect again through OAuth`
+            : 'an owner bearer token is required: send "Authorization: Bearer <token>" (create one with `atelier token create`), or connect through OAuth (see docs/access.md)',
+          retryable: false,
+          details: {},
+        },
+      }),
+    );
+    return null;
+  }
+  try {
+    const conn: Access = {
+      toolsets: parseToolsets(req.headers['x-mcp-toolsets'] as string | undefined, 'X-MCP-Toolsets'),
+      readOnly: parseReadonlyHeader(req.headers['x-mcp-readonly']),
+    };
+    access = intersect(access, conn);
+  } catch (e) {
+    const err = e as ServiceError;
+    res.writeHead(400, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ error: err.toBody() }));
+    return null;
+  }
+  const session = req.headers['mcp-session-id'];
+  const extra: CallerExtra = { access, logKey: `${principal}|${typeof session === 'string' ? session.slice(0, 200) : ''}` };
+  return { token: '[redacted]', clientId: principal, scopes: ['owner'], extra };
 }

@@ -10,6 +10,8 @@ import type { AnyToolDef } from '../tools/define.js';
 import type { Actor, ToolContext, ToolServices } from '../tools/context.js';
 import { ToolParser, parseArgs, type PublishedTool } from '../tools/validate.js';
 import { ServiceError, notImplemented, toErrorBody, type ErrorBody } from '../core/errors.js';
+import { accessProblem, type Access } from './toolsets.js';
+import type { LogNotifier } from './logging.js';
 
 export type { PublishedTool } from '../tools/validate.js';
 export { validationError } from '../tools/validate.js';
@@ -26,6 +28,10 @@ export interface CallContext {
   actor: Actor;
   signal: AbortSignal;
   progress?: (progress: number, total?: number, message?: string) => void;
+  /** What this caller may see and call (toolsets, read-only); absent means everything. */
+  access?: Access;
+  /** MCP log notifications (notifications/message) where the client asked for them. */
+  log?: LogNotifier;
 }
 
 /** What the pipeline needs of the application besides the services it hands to handlers. */
@@ -65,6 +71,19 @@ export function requireImplemented(def: AnyToolDef): NonNullable<AnyToolDef['run
   return def.run;
 }
 
+/** Step: the caller's access (toolsets, read-only) allows the tool; enforced on every call, not only hidden from tools/list. */
+export function requireAccess(access: Access | undefined, def: AnyToolDef): void {
+  if (!access) return;
+  const problem = accessProblem(access, def);
+  if (problem) throw new ServiceError('PERMISSION_DENIED', problem, { tool: def.name, rule: access.readOnly && !def.badges.includes('readOnly') ? 'read-only access' : 'toolset not granted' });
+}
+
+/** The published tools this access shows in tools/list. */
+export function visibleTools(registry: ToolRegistry, access: Access | undefined): PublishedTool[] {
+  if (!access) return registry.list;
+  return registry.list.filter((t) => !accessProblem(access, registry.get(t.name)!));
+}
+
 /** Step: the workspace a call acts on: the given id, else the principal's active workspace. */
 export function resolveWorkspace(host: Pick<RegistryHost, 'principals'>, principal: string, given: string | undefined): string {
   if (given) return given;
@@ -88,6 +107,7 @@ export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyTool
     principal: cc.principal,
     signal: cc.signal,
     progress: cc.progress ?? (() => undefined),
+    log: cc.log ?? (() => undefined),
     get workspace(): string {
       if (workspace === undefined) throw new Error(`${def.name}: ctx.workspace read on a tool that declares no workspace`);
       return workspace;
@@ -162,6 +182,7 @@ export class ToolRegistry extends ToolParser {
     let args: Record<string, unknown> | undefined;
     const started = Date.now();
     try {
+      requireAccess(cc.access, c.def);
       args = parseArgs(c.def, c.schema, raw);
       const run = requireImplemented(c.def);
       const ctx = handlerContext(host, cc, c.def, args);

@@ -204,16 +204,22 @@ export class CommandService {
     return { ...this.describeRun(this.opRow(id), 'operationId'), output: out.output, nextCursor: out.cursor, moreOutput: out.more, outputNote: 'stdout and stderr merged in the order written', tool: r.tool };
   }
 
-  async operationWait(id: string, timeoutMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
+  async operationWait(id: string, timeoutMs: number, signal: AbortSignal, progress?: (p: number, t?: number, m?: string) => void): Promise<Record<string, unknown>> {
     this.opRow(id);
     const run = this.running.get(id);
     let waitedOut = false;
     if (run) {
+      // Progress (issue #16): a tick a second while waiting, where the client sent a progress token.
+      const started = Date.now();
+      const tick = progress ? setInterval(() => progress(Date.now() - started, timeoutMs, `waiting for operation ${id}: ${Math.round((Date.now() - started) / 1000)} s`), 1000) : undefined;
+      void run.done.finally(() => clearInterval(tick));
+      signal.addEventListener('abort', () => clearInterval(tick));
       await Promise.race([
         run.done,
         new Promise<void>((r) => {
           const t = setTimeout(() => {
             waitedOut = true;
+            clearInterval(tick);
             r();
           }, timeoutMs);
           signal.addEventListener('abort', () => (clearTimeout(t), r()));

@@ -161,7 +161,7 @@ export class ModelCatalog {
   }
 
   /** The listing: fresh cache, else a refill; when the refill fails, the last good copy marked stale. */
-  async listing(provider: ProviderId, credentialId: string | undefined, signal?: AbortSignal): Promise<{ entries: CatalogEntry[]; fetchedAt: string | null; stale: boolean; lastError: string | null; source: string; credentialId: string | null }> {
+  async listing(provider: ProviderId, credentialId: string | undefined, signal?: AbortSignal, progress?: (p: number, t?: number, m?: string) => void): Promise<{ entries: CatalogEntry[]; fetchedAt: string | null; stale: boolean; lastError: string | null; source: string; credentialId: string | null }> {
     const models = this.opts.models;
     const p = models.registry()[provider];
     if (p.catalogSource === 'none') return { entries: [], fetchedAt: null, stale: false, lastError: null, source: 'none', credentialId: null };
@@ -188,7 +188,9 @@ export class ModelCatalog {
       return { entries: JSON.parse(cached.entries_json), fetchedAt: cached.fetched_at, stale: false, lastError: null, source: p.catalogSource, credentialId: credId };
     const now = nowIso();
     try {
+      progress?.(0, 2, `refilling the ${provider} catalog from its source`);
       const r = await this.fetchListing(p, key, authMode, signal);
+      progress?.(1, 2, `the ${provider} catalog answered; reading it`);
       if (r.status < 200 || r.status > 299) throw new Error(`the catalog source answered HTTP ${r.status}`);
       const entries = this.parse(p, r.body, p.catalogSource === 'public-catalog' ? 'public_catalog' : 'listed_for_credential', now);
       this.opts.db
@@ -197,6 +199,7 @@ export class ModelCatalog {
            ON CONFLICT(cache_key) DO UPDATE SET entries_json = excluded.entries_json, fetched_at = excluded.fetched_at, last_error = NULL, last_attempt_at = excluded.last_attempt_at`,
         )
         .run(ck, provider, JSON.stringify(entries), now, now);
+      progress?.(2, 2, `the ${provider} catalog is refilled: ${entries.length} models`);
       return { entries, fetchedAt: now, stale: false, lastError: null, source: p.catalogSource, credentialId: credId };
     } catch (e) {
       let msg = (e as Error).message || 'fetch failed';
@@ -210,7 +213,7 @@ export class ModelCatalog {
     }
   }
 
-  async search(args: { provider: ProviderId; credentialId?: string; query?: string; cursor?: string; limit?: number; capability?: Capability }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async search(args: { provider: ProviderId; credentialId?: string; query?: string; cursor?: string; limit?: number; capability?: Capability }, signal?: AbortSignal, progress?: (p: number, t?: number, m?: string) => void): Promise<Record<string, unknown>> {
     const limit = args.limit ?? 25;
     const filterHash = sha256Hex(JSON.stringify([args.provider, args.credentialId ?? null, args.query ?? '', args.capability ?? null])).slice(0, 16);
     let offset = 0;
@@ -219,7 +222,7 @@ export class ModelCatalog {
       if (c.f !== filterHash) throw new ServiceError('INVALID_ARGUMENT', 'cursor: belongs to a search with other parameters', { field: 'cursor' });
       offset = c.o;
     }
-    const l = await this.listing(args.provider, args.credentialId, signal);
+    const l = await this.listing(args.provider, args.credentialId, signal, progress);
     const q = (args.query ?? '').toLowerCase();
     const all = l.entries
       .filter((e) => !q || e.providerModelId.toLowerCase().includes(q))

@@ -168,9 +168,14 @@ export function validateRule(rule: string, where = 'rule'): void {
 /** Edits the "repositories" section of the config file atomically (CLI). */
 export function editRepositorySettings(file: string, edit: (s: RepositorySettings) => void): RepositorySettings {
   const raw: Record<string, unknown> = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : {};
-  const current = existsSync(file) ? readRepositorySettings(file) : { ...EMPTY, allow: [], deny: [] };
+  const current = existsSync(file) ? readRepositorySettings(file) : { ...EMPTY, allow: [], deny: [], extraCaCertificates: [] };
   edit(current);
-  raw.repositories = { ...((raw.repositories as object) ?? {}), allow: current.allow, deny: current.deny };
+  raw.repositories = {
+    ...((raw.repositories as object) ?? {}),
+    allow: current.allow,
+    deny: current.deny,
+    ...(current.extraCaCertificates.length || (raw.repositories as Record<string, unknown> | undefined)?.extraCaCertificates ? { extraCaCertificates: current.extraCaCertificates } : {}),
+  };
   const tmp = `${file}.tmp-${process.pid}`;
   writeFileSync(tmp, JSON.stringify(raw, null, 2) + '\n', { mode: 0o600 });
   renameSync(tmp, file);

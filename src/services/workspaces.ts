@@ -408,7 +408,12 @@ export class WorkspaceService {
     const auth = /Authentication failed|could not read Username|401|terminal prompts disabled/i.test(tail);
     const notFound = /not found|Remote branch .* not found|couldn't find remote ref|does not appear to be a git repository/i.test(tail);
     const code = r.timedOut ? 'DEADLINE_EXCEEDED' : auth ? 'PERMISSION_DENIED' : notFound ? 'NOT_FOUND' : unreachable ? 'UNAVAILABLE' : 'FAILED_PRECONDITION';
-    return new ServiceError(code, `${step} failed: ${tail || `exit ${r.exitCode}`}`, { step, exitCode: r.exitCode, timedOut: r.timedOut });
+    // An unknown CA: name the setting that fixes it (issue #16).
+    const untrusted = /SSL certificate problem|server certificate verification failed|unable to get local issuer certificate|self[- ]signed certificate|certificate verify failed/i.test(tail);
+    const hint = untrusted
+      ? '\nThe repository host\'s TLS certificate is not trusted. The owner adds its CA certificate with `atelier repos ca add FILE` (the setting repositories.extraCaCertificates in the config file); a running service applies it at once.'
+      : '';
+    return new ServiceError(code, `${step} failed: ${tail || `exit ${r.exitCode}`}${hint}`, { step, exitCode: r.exitCode, timedOut: r.timedOut, ...(untrusted ? { setting: 'repositories.extraCaCertificates' } : {}) });
   }
 
   // ---------- lifecycle ----------

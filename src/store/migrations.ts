@@ -16,12 +16,15 @@
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repo-credentials repo_credentials
+ *   core/auth       (0012) api_tokens.toolsets/read_only
+ *   mcp/oauth       oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
  *   services/agents       agents (logs on disk under <dataDir>/state/agents/)
  *   services/extensions   owner_skills, extension_workspaces, hook_activations, deployment_enrolments
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
 import { m0010 } from './migrations/0010-agents.js';
+import { m0012 } from './migrations/0012-access.js';
 import { m0015 } from './migrations/0015-extensions.js';
 import { m0016 } from './migrations/0016-packages.js';
 
@@ -329,6 +332,7 @@ export const MIGRATIONS: Migration[] = [
   m0007,
   m0009,
   m0010,
+  m0012,
   m0015,
   m0016,
 ];

@@ -54,6 +54,11 @@ export interface ToolContext {
   /** Reports progress on long work (sent as MCP progress notifications when the client asked). */
   progress: (progress: number, total?: number, message?: string) => void;
   /**
+   * Milestones of long work as MCP log notifications (sent only when the client asked with
+   * logging/setLevel); e.g. ctx.log('info', 'task t_1 finished', { taskId, exitCode }).
+   */
+  log: (level: 'debug' | 'info' | 'notice' | 'warning' | 'error', message: string, data?: Record<string, unknown>) => void;
+  /**
    * The resolved workspace of a tool declared with `workspace: 'optional' | 'required'`: the
    * given workspaceId, or the caller's active workspace. Reading it on a tool that declares no
    * workspace is a programming error.

@@ -162,7 +162,7 @@ export const operationWait = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.services.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal),
+  run: (a, ctx) => ctx.services.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal, ctx.progress),
   description:
     'Wait up to timeoutMs (100-300000) for an asynchronous operation to finish and return its state; a timeout is not an error, the operation keeps running. ' +
     'Use operation_status for an immediate check or to page through output.',

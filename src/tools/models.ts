@@ -103,7 +103,7 @@ export const modelCatalogSearch = defineTool({
     limit: int(1, 100).default(25).describe('Page size (1-100)'),
     capability: z.enum(['tools', 'reasoning', 'vision']).optional().describe('Only models with this capability tag'),
   },
-  run: async (args, ctx) => ctx.services.modelCatalog.search(args, ctx.signal),
+  run: async (args, ctx) => ctx.services.modelCatalog.search(args, ctx.signal, ctx.progress),
 });
 
 export const modelConnectionVerify = defineTool({

@@ -87,7 +87,12 @@ export const tasksRun = defineTool({
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking: '#5 commands',
   workspace: 'optional',
-  run: (a, ctx) => ctx.services.commands.runTask(ctx.workspace, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, dependsOn: a.dependsOn }, ctx.signal),
+  run: async (a, ctx) => {
+    const r = await ctx.services.commands.runTask(ctx.workspace, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, dependsOn: a.dependsOn }, ctx.signal);
+    // A milestone for clients that asked for MCP log messages (logging/setLevel).
+    ctx.log('info', `task ${String(r.taskId)} ${r.state === 'running' ? 'started' : `is ${String(r.state)}`}${a.dependsOn.length ? ` (depends on ${a.dependsOn.join(', ')})` : ''}`, { taskId: r.taskId, state: r.state });
+    return r;
+  },
   idempotency: 'key',
   description:
     'Start a background command in the workspace that may run up to 24 hours (timeoutMs up to 86400000, default 15 minutes), optionally after other tasks (dependsOn); returns a taskId at once. ' +

@@ -32,7 +32,25 @@ export function annotationsOf(badges: Badge[]): PublishedTool['annotations'] {
 export function publishedSchema(schema: z.ZodObject): PublishedTool['inputSchema'] {
   const js = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any', target: 'draft-2020-12' }) as PublishedTool['inputSchema'];
   delete js.$schema;
-  return js;
+  return strictFriendly(js) as PublishedTool['inputSchema'];
+}
+
+/**
+ * Rewrites constructs strict JSON Schema consumers reject or misread (issue #16): zod publishes an
+ * open object as `properties: {}` plus `additionalProperties: {}`; the same meaning is written
+ * `additionalProperties: true` with no empty `properties`.
+ */
+export function strictFriendly(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(strictFriendly);
+  if (!node || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(node as Record<string, unknown>)) {
+    if (k === 'additionalProperties' && v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 0) out[k] = true;
+    else if (k === 'properties' && v && typeof v === 'object' && Object.keys(v).length === 0 && (node as Record<string, unknown>).additionalProperties !== false) continue;
+    else if (k === 'properties' && v && typeof v === 'object') out[k] = Object.fromEntries(Object.entries(v as Record<string, unknown>).map(([pk, pv]) => [pk, strictFriendly(pv)]));
+    else out[k] = strictFriendly(v);
+  }
+  return out;
 }
 
 // ---------- validation messages ----------

@@ -1,0 +1,321 @@
+/**
+ * The runner's OAuth 2.1 authorization server state for the single owner (issue #16): registered
+ * clients (RFC 7591), pending consents, one-time authorization codes bound to a PKCE S256
+ * challenge and an exact redirect URI, grants (what the owner approved: scope and resource), and
+ * opaque access and refresh tokens stored as SHA-256 hashes. Access tokens are short-lived and
+ * bound to one resource (RFC 8707); refresh tokens rotate on use, and presenting a used refresh
+ * token revokes the whole grant (replay detection, OAuth 2.1 section 4.3.1).
+ */
+import { createHash } from 'node:crypto';
+import type { DB } from '../../store/db.js';
+import { tx } from '../../store/db.js';
+import { safeEqual, sha256Hex } from '../../core/crypto.js';
+import { randomToken } from '../../core/ids.js';
+import { isoIn, nowIso } from '../../core/clock.js';
+import { accessFromScope, type Access } from '../toolsets.js';
+
+export const ACCESS_PREFIX = 'atla_';
+export const REFRESH_PREFIX = 'atlr_';
+export const CODE_TTL_MS = 60_000;
+export const PENDING_TTL_MS = 10 * 60_000;
+export const REFRESH_TTL_MS = 30 * 24 * 3600_000;
+export const MAX_UNAPPROVED = 200;
+export const MAX_PENDING = 500;
+
+/** An OAuth error as RFC 6749 section 5.2 names them. */
+export class OAuthFailure extends Error {
+  constructor(
+    readonly error: string,
+    readonly description: string,
+    readonly status = 400,
+  ) {
+    super(description);
+  }
+}
+
+export interface ClientRecord {
+  id: string;
+  name: string;
+  redirectUris: string[];
+  metadata: Record<string, unknown>;
+  hasSecret: boolean;
+  createdAt: string;
+  lastUsedAt: string | null;
+  revokedAt: string | null;
+}
+
+export interface PendingRequest {
+  clientId: string;
+  redirectUri: string;
+  codeChallenge: string;
+  state?: string;
+  scope: string;
+  resource: string;
+}
+
+export interface ConnectedClient extends ClientRecord {
+  grants: Array<{ id: string; scope: string; resource: string; createdAt: string }>;
+}
+
+export interface TokenSet {
+  access_token: string;
+  token_type: 'Bearer';
+  expires_in: number;
+  refresh_token: string;
+  scope?: string;
+}
+
+export interface VerifiedAccess {
+  principal: string;
+  clientId: string;
+  grantId: string;
+  resource: string;
+  access: Access;
+  expiresAt: number;
+}
+
+/** base64url(SHA-256(verifier)) per RFC 7636 section 4.6. */
+export function s256(verifier: string): string {
+  return createHash('sha256').update(verifier, 'ascii').digest('base64url');
+}
+
+const VERIFIER_RE = /^[A-Za-z0-9._~-]{43,128}$/;
+
+export class OAuthStore {
+  constructor(
+    private readonly db: DB,
+    private readonly accessTtlMs: () => number,
+  ) {}
+
+  // ---- clients ----
+
+  /**
+   * Registration is open (RFC 7591, as MCP clients expect), so unapproved registrations are
+   * bounded: those never approved are forgotten after a day, and at most MAX_UNAPPROVED live.
+   */
+  registrationRoom(): boolean {
+    this.db
+      .prepare(`DELETE FROM oauth_clients WHERE revoked_at IS NULL AND created_at < ? AND id NOT IN (SELECT client_id FROM oauth_grants)`)
+      .run(new Date(Date.now() - 24 * 3600_000).toISOString());
+    const n = this.db.prepare('SELECT count(*) FROM oauth_clients WHERE revoked_at IS NULL AND id NOT IN (SELECT client_id FROM oauth_grants)').pluck().get() as number;
+    return n < MAX_UNAPPROVED;
+  }
+
+  registerClient(name: string, redirectUris: string[], metadata: Record<string, unknown>, withSecret: boolean): { client: ClientRecord; secret?: string } {
+    const id = 'oauthc_' + randomToken(24);
+    const secret = withSecret ? 'atls_' + randomToken(40) : undefined;
+    const createdAt = nowIso();
+    this.db
+      .prepare('INSERT INTO oauth_clients (id, name, redirect_uris_json, metadata_json, secret_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)')
+      .run(id, name, JSON.stringify(redirectUris), JSON.stringify(metadata), secret ? sha256Hex(secret) : null, createdAt);
+    return { client: { id, name, redirectUris, metadata, hasSecret: !!secret, createdAt, lastUsedAt: null, revokedAt: null }, secret };
+  }
+
+  client(id: string): ClientRecord | null {
+    const r = this.db.prepare('SELECT * FROM oauth_clients WHERE id = ?').get(id) as Record<string, string | null> | undefined;
+    if (!r) return null;
+    return {
+      id: r.id!,
+      name: r.name!,
+      redirectUris: JSON.parse(r.redirect_uris_json!) as string[],
+      metadata: JSON.parse(r.metadata_json!) as Record<string, unknown>,
+      hasSecret: !!r.secret_hash,
+      createdAt: r.created_at!,
+      lastUsedAt: r.last_used_at,
+      revokedAt: r.revoked_at,
+    };
+  }
+
+  /** Authenticates a client at the token and revocation endpoints (public clients send no secret). */
+  authenticateClient(id: string | undefined, secret: string | undefined): ClientRecord {
+    if (!id) throw new OAuthFailure('invalid_client', 'client_id is required', 401);
+    const row = this.db.prepare('SELECT secret_hash, revoked_at FROM oauth_clients WHERE id = ?').get(id) as { secret_hash: string | null; revoked_at: string | null } | undefined;
+    if (!row || row.revoked_at) throw new OAuthFailure('invalid_client', 'unknown or revoked client', 401);
+    if (row.secret_hash) {
+      if (!secret || !safeEqual(sha256Hex(secret), row.secret_hash)) throw new OAuthFailure('invalid_client', 'wrong or missing client secret', 401);
+    } else if (secret) {
+      throw new OAuthFailure('invalid_client', 'this client was registered without a secret (token_endpoint_auth_method none)', 401);
+    }
+    return this.client(id)!;
+  }
+
+  /** Connected clients: not revoked, with their live grants. */
+  connectedClients(): ConnectedClient[] {
+    const rows = this.db.prepare('SELECT id FROM oauth_clients WHERE revoked_at IS NULL ORDER BY created_at').pluck().all() as string[];
+    return rows.map((id) => ({
+      ...this.client(id)!,
+      grants: (
+        this.db.prepare('SELECT id, scope, resource, created_at FROM oauth_grants WHERE client_id = ? AND revoked_at IS NULL ORDER BY created_at').all(id) as Array<Record<string, string>>
+      ).map((g) => ({ id: g.id!, scope: g.scope!, resource: g.resource!, createdAt: g.created_at! })),
+    }));
+  }
+
+  /** Revokes a client: its registration, every grant and every token. */
+  revokeClient(id: string): boolean {
+    return tx(this.db, () => {
+      const r = this.db.prepare('UPDATE oauth_clients SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL').run(nowIso(), id);
+      if (r.changes === 0) return false;
+      const grants = this.db.prepare('SELECT id FROM oauth_grants WHERE client_id = ?').pluck().all(id) as string[];
+      for (const g of grants) this.revokeGrant(g, 'client revoked by the owner');
+      return true;
+    });
+  }
+
+  // ---- authorization requests and consent ----
+
+  savePending(req: PendingRequest): string | null {
+    const id = randomToken(32);
+    this.db.prepare('DELETE FROM oauth_pending WHERE expires_at <= ?').run(nowIso());
+    const n = this.db.prepare('SELECT count(*) FROM oauth_pending').pluck().get() as number;
+    if (n >= MAX_PENDING) return null;
+    this.db
+      .prepare('INSERT INTO oauth_pending (id_hash, client_id, request_json, created_at, expires_at) VALUES (?, ?, ?, ?, ?)')
+      .run(sha256Hex(id), req.clientId, JSON.stringify(req), nowIso(), isoIn(PENDING_TTL_MS));
+    return id;
+  }
+
+  pending(id: string): PendingRequest | null {
+    const r = this.db.prepare('SELECT request_json FROM oauth_pending WHERE id_hash = ? AND expires_at > ?').get(sha256Hex(id), nowIso()) as { request_json: string } | undefined;
+    return r ? (JSON.parse(r.request_json) as PendingRequest) : null;
+  }
+
+  /** Consumes a pending request (approve or deny: either way it is gone). */
+  takePending(id: string): PendingRequest | null {
+    return tx(this.db, () => {
+      const p = this.pending(id);
+      this.db.prepare('DELETE FROM oauth_pending WHERE id_hash = ?').run(sha256Hex(id));
+      return p;
+    });
+  }
+
+  /** The owner approved: a grant and a one-time code for it. */
+  approve(p: PendingRequest): string {
+    const code = randomToken(43);
+    const grantId = 'grant_' + randomToken(24);
+    tx(this.db, () => {
+      this.db.prepare('INSERT INTO oauth_grants (id, client_id, scope, resource, created_at) VALUES (?, ?, ?, ?, ?)').run(grantId, p.clientId, p.scope, p.resource, nowIso());
+      this.db
+        .prepare('INSERT INTO oauth_codes (code_hash, client_id, grant_id, redirect_uri, code_challenge, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)')
+        .run(sha256Hex(code), p.clientId, grantId, p.redirectUri, p.codeChallenge, nowIso(), isoIn(CODE_TTL_MS));
+    });
+    return code;
+  }
+
+  // ---- token endpoint ----
+
+  // Not in a transaction: a refusal must not roll back the code's use or a replay's revocation
+  // (better-sqlite3 is synchronous, so nothing interleaves with these statements).
+  exchangeCode(client: ClientRecord, code: string, verifier: string | undefined, redirectUri: string | undefined, resource: string | undefined, expectedResource: string): TokenSet {
+    {
+      const row = this.db.prepare('SELECT * FROM oauth_codes WHERE code_hash = ?').get(sha256Hex(code)) as Record<string, string | null> | undefined;
+      if (!row || row.client_id !== client.id) throw new OAuthFailure('invalid_grant', 'unknown authorization code');
+      if (row.used_at) {
+        // A code presented twice: its grant (and whatever it issued) is revoked (RFC 6749 section 4.1.2).
+        this.revokeGrant(row.grant_id!, 'authorization code reused');
+        throw new OAuthFailure('invalid_grant', 'authorization code already used');
+      }
+      this.db.prepare('UPDATE oauth_codes SET used_at = ? WHERE code_hash = ?').run(nowIso(), row.code_hash);
+      if (row.expires_at! <= nowIso()) throw new OAuthFailure('invalid_grant', 'authorization code expired');
+      if (redirectUri !== row.redirect_uri) throw new OAuthFailure('invalid_grant', 'redirect_uri does not match the authorization request');
+      if (!verifier) throw new OAuthFailure('invalid_request', 'code_verifier is required (PKCE)');
+      if (!VERIFIER_RE.test(verifier)) throw new OAuthFailure('invalid_grant', 'code_verifier: must be 43-128 characters of A-Z a-z 0-9 - . _ ~');
+      if (!safeEqual(s256(verifier), row.code_challenge!)) throw new OAuthFailure('invalid_grant', 'code_verifier does not match the code_challenge');
+      const grant = this.liveGrant(row.grant_id!);
+      if (resource !== undefined && resource !== grant.resource) throw new OAuthFailure('invalid_target', 'resource does not match the authorization request');
+      if (grant.resource !== expectedResource) throw new OAuthFailure('invalid_target', `resource must be ${expectedResource}`);
+      this.touchClient(client.id);
+      return this.issue(grant.id, grant.scope);
+    }
+  }
+
+  refresh(client: ClientRecord, refreshToken: string, scope: string | undefined, resource: string | undefined): TokenSet {
+    {
+      const row = this.db
+        .prepare("SELECT t.token_hash, t.grant_id, t.expires_at, t.used_at, t.revoked_at, g.client_id FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = ? AND t.kind = 'refresh'")
+        .get(sha256Hex(refreshToken)) as Record<string, string | null> | undefined;
+      if (!row || row.client_id !== client.id) throw new OAuthFailure('invalid_grant', 'unknown refresh token');
+      if (row.used_at) {
+        this.revokeGrant(row.grant_id!, 'refresh token reused');
+        throw new OAuthFailure('invalid_grant', 'refresh token already used; the grant is revoked, authorize again');
+      }
+      if (row.revoked_at) throw new OAuthFailure('invalid_grant', 'refresh token revoked');
+      if (row.expires_at! <= nowIso()) throw new OAuthFailure('invalid_grant', 'refresh token expired');
+      const grant = this.liveGrant(row.grant_id!);
+      if (resource !== undefined && resource !== grant.resource) throw new OAuthFailure('invalid_target', 'resource does not match the grant');
+      let newScope = grant.scope;
+      if (scope !== undefined && scope !== grant.scope) {
+        // Narrowing only: every asked scope must be within the granted access.
+        const asked = accessFromScope(scope);
+        const granted = accessFromScope(grant.scope);
+        const within = (granted.toolsets === null || (asked.toolsets !== null && asked.toolsets.every((t) => granted.toolsets!.includes(t)))) && (!granted.readOnly || asked.readOnly);
+        if (!within) throw new OAuthFailure('invalid_scope', 'a refresh may only narrow the granted scope');
+        newScope = scope;
+      }
+      this.db.prepare('UPDATE oauth_tokens SET used_at = ? WHERE token_hash = ?').run(nowIso(), row.token_hash);
+      this.touchClient(client.id);
+      return this.issue(grant.id, newScope);
+    }
+  }
+
+  /** RFC 7009: revokes the token (either kind); unknown tokens are not an error. Revoking a refresh token ends its grant. */
+  revokeToken(client: ClientRecord, token: string): void {
+    const row = this.db
+      .prepare('SELECT t.token_hash, t.kind, t.grant_id, g.client_id FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = ?')
+      .get(sha256Hex(token)) as { token_hash: string; kind: string; grant_id: string; client_id: string } | undefined;
+    if (!row || row.client_id !== client.id) return;
+    if (row.kind === 'refresh') this.revokeGrant(row.grant_id, 'refresh token revoked by the client');
+    else this.db.prepare('UPDATE oauth_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE token_hash = ?').run(nowIso(), row.token_hash);
+  }
+
+  /** Verifies an OAuth access token; null when unknown, revoked, expired, or its grant/client is revoked. */
+  verifyAccess(token: string): VerifiedAccess | null {
+    if (!token.startsWith(ACCESS_PREFIX) || token.length > 200) return null;
+    const hash = sha256Hex(token);
+    const r = this.db
+      .prepare(
+        `SELECT t.token_hash, t.expires_at, g.id AS grant_id, g.client_id, g.scope, g.resource FROM oauth_tokens t
+         JOIN oauth_grants g ON g.id = t.grant_id JOIN oauth_clients c ON c.id = g.client_id
+         WHERE t.token_hash = ? AND t.kind = 'access' AND t.revoked_at IS NULL AND g.revoked_at IS NULL AND c.revoked_at IS NULL`,
+      )
+      .get(hash) as Record<string, string> | undefined;
+    if (!r || !safeEqual(r.token_hash!, hash) || r.expires_at! <= nowIso()) return null;
+    return {
+      principal: r.client_id!,
+      clientId: r.client_id!,
+      grantId: r.grant_id!,
+      resource: r.resource!,
+      access: accessFromScope(r.scope),
+      expiresAt: Math.floor(Date.parse(r.expires_at!) / 1000),
+    };
+  }
+
+  // ---- internals ----
+
+  private liveGrant(id: string): { id: string; scope: string; resource: string } {
+    const g = this.db.prepare('SELECT id, scope, resource, revoked_at FROM oauth_grants WHERE id = ?').get(id) as { id: string; scope: string; resource: string; revoked_at: string | null } | undefined;
+    if (!g || g.revoked_at) throw new OAuthFailure('invalid_grant', 'the grant was revoked; authorize again');
+    return g;
+  }
+
+  private revokeGrant(id: string, reason: string): void {
+    const now = nowIso();
+    this.db.prepare('UPDATE oauth_grants SET revoked_at = coalesce(revoked_at, ?), revoked_reason = coalesce(revoked_reason, ?) WHERE id = ?').run(now, reason, id);
+    this.db.prepare('UPDATE oauth_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE grant_id = ?').run(now, id);
+  }
+
+  private issue(grantId: string, scope: string): TokenSet {
+    const access = ACCESS_PREFIX + randomToken(43);
+    const refresh = REFRESH_PREFIX + randomToken(43);
+    const ttl = this.accessTtlMs();
+    const ins = this.db.prepare('INSERT INTO oauth_tokens (token_hash, grant_id, kind, created_at, expires_at) VALUES (?, ?, ?, ?, ?)');
+    tx(this.db, () => {
+      ins.run(sha256Hex(access), grantId, 'access', nowIso(), isoIn(ttl));
+      ins.run(sha256Hex(refresh), grantId, 'refresh', nowIso(), isoIn(REFRESH_TTL_MS));
+    });
+    return { access_token: access, token_type: 'Bearer', expires_in: Math.floor(ttl / 1000), refresh_token: refresh, ...(scope ? { scope } : {}) };
+  }
+
+  private touchClient(id: string): void {
+    this.db.prepare('UPDATE oauth_clients SET last_used_at = ? WHERE id = ?').run(nowIso(), id);
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * Toolsets: the tools grouped by the spec's domains under names a user would guess, plus presets
+ * (e.g. "code" = workspace, files, commands, git). An access grant (a bearer token, an OAuth grant,
+ * and per connection the X-MCP-Toolsets / X-MCP-Readonly headers) can only narrow what a caller
+ * sees and calls; the default is everything. Read-only exposes only tools badged readOnly, and the
+ * registry enforces it on every call (a read-only caller naming a destructive tool is refused).
+ */
+import type { AnyToolDef } from '../tools/define.js';
+import { ServiceError } from '../core/errors.js';
+
+/** Toolset name → the spec domain (src/tools/define.ts `domain`) it covers. */
+export const TOOLSETS: Record<string, string> = {
+  workspace: 'Workspace lifecycle',
+  files: 'Files and code intelligence',
+  commands: 'Commands and shells',
+  packages: 'Managed packages',
+  sessions: 'Sessions and tasks',
+  git: 'Git and worktrees',
+  repohost: 'Repository-host operations',
+  extensions: 'Repository extensions',
+  knowledge: 'Knowledge store',
+  artifacts: 'Retained artifacts',
+  models: 'Models and spend tools',
+  agents: 'Coding subagents',
+};
+
+/** Other names a user would guess for the same toolsets. */
+export const TOOLSET_ALIASES: Record<string, string> = {
+  workspaces: 'workspace',
+  file: 'files',
+  exec: 'commands',
+  shell: 'commands',
+  tasks: 'sessions',
+  github: 'repohost',
+  skills: 'extensions',
+  memories: 'extensions',
+  spend: 'models',
+  subagents: 'agents',
+};
+
+/** Presets: names for common selections. */
+export const PRESETS: Record<string, string[]> = {
+  all: Object.keys(TOOLSETS),
+  code: ['workspace', 'files', 'commands', 'git'],
+  dev: ['workspace', 'files', 'commands', 'git', 'packages', 'sessions', 'repohost', 'extensions'],
+  research: ['workspace', 'files', 'knowledge', 'extensions'],
+  delegate: ['workspace', 'agents', 'models'],
+};
+
+/** What a caller may see and call. `toolsets` null means every toolset. */
+export interface Access {
+  toolsets: string[] | null;
+  readOnly: boolean;
+}
+
+export const FULL_ACCESS: Access = { toolsets: null, readOnly: false };
+
+const MAX_NAMES = 40;
+
+/**
+ * Parses a comma (or space) separated list of toolset, alias and preset names into the sorted set
+ * of toolsets. Empty input is null (everything). Unknown names are refused naming the field.
+ */
+export function parseToolsets(input: string | string[] | undefined | null, field = 'toolsets'): string[] | null {
+  if (input === undefined || input === null) return null;
+  const names = (Array.isArray(input) ? input : input.split(/[\s,]+/)).map((s) => s.trim().toLowerCase()).filter(Boolean);
+  if (names.length === 0) return null;
+  if (names.length > MAX_NAMES) throw new ServiceError('INVALID_ARGUMENT', `${field}: at most ${MAX_NAMES} names`, { field });
+  const out = new Set<string>();
+  for (const n of names) {
+    if (n.length > 40) throw new ServiceError('INVALID_ARGUMENT', `${field}: name too long`, { field });
+    if (PRESETS[n]) {
+      PRESETS[n]!.forEach((t) => out.add(t));
+      continue;
+    }
+    const t = n in TOOLSETS ? n : TOOLSET_ALIASES[n];
+    if (!t)
+      throw new ServiceError(
+        'INVALID_ARGUMENT',
+        `${field}: unknown toolset ${JSON.stringify(n)}; toolsets: ${Object.keys(TOOLSETS).join(', ')}; presets: ${Object.keys(PRESETS).join(', ')}`,
+        { field, rule: 'known toolset or preset' },
+      );
+    out.add(t);
+  }
+  if (out.size === Object.keys(TOOLSETS).length) return null;
+  return [...out].sort();
+}
+
+/** Parses X-MCP-Readonly: true/1/yes or false/0/no (absent: false). */
+export function parseReadonlyHeader(v: string | string[] | undefined): boolean {
+  if (v === undefined) return false;
+  const s = (Array.isArray(v) ? v[0] ?? '' : v).trim().toLowerCase();
+  if (s === '' || s === 'false' || s === '0' || s === 'no') return false;
+  if (s === 'true' || s === '1' || s === 'yes') return true;
+  throw new ServiceError('INVALID_ARGUMENT', 'X-MCP-Readonly: must be true or false', { field: 'X-MCP-Readonly' });
+}
+
+/** Narrowing only: the intersection of two grants (null = everything). */
+export function intersect(a: Access, b: Access): Access {
+  let toolsets: string[] | null;
+  if (a.toolsets === null) toolsets = b.toolsets;
+  else if (b.toolsets === null) toolsets = a.toolsets;
+  else toolsets = a.toolsets.filter((t) => b.toolsets!.includes(t));
+  return { toolsets, readOnly: a.readOnly || b.readOnly };
+}
+
+export function toolsetOf(def: Pick<AnyToolDef, 'domain'>): string | undefined {
+  return Object.keys(TOOLSETS).find((k) => TOOLSETS[k] === def.domain);
+}
+
+/** Why `access` does not allow `def`, or null when it does. */
+export function accessProblem(access: Access, def: Pick<AnyToolDef, 'domain' | 'badges' | 'name'>): string | null {
+  if (access.readOnly && !def.badges.includes('readOnly'))
+    return `${def.name} changes state and this connection is read-only (token, OAuth grant or X-MCP-Readonly); use a token without --read-only`;
+  if (access.toolsets !== null) {
+    const ts = toolsetOf(def);
+    if (!ts || !access.toolsets.includes(ts))
+      return `${def.name} is in toolset ${ts ?? '(none)'}, which this connection does not include (allowed: ${access.toolsets.join(', ') || 'none'})`;
+  }
+  return null;
+}
+
+export function describeAccess(a: Access): string {
+  return `${a.toolsets === null ? 'all toolsets' : `toolsets ${a.toolsets.join(', ')}`}${a.readOnly ? ', read-only' : ''}`;
+}
+
+// ---- OAuth scopes ----
+// "mcp" (or no scope) is everything; "toolset:NAME" (a toolset or preset) narrows to those toolsets;
+// "readonly" makes the grant read-only. Only "mcp" is advertised in scopes_supported: MCP clients
+// ask for every advertised scope by default, and the default must stay everything. The narrowing
+// scopes are documented in docs/access.md.
+
+export const SCOPE_READONLY = 'readonly';
+
+export function scopesSupported(): string[] {
+  return ['mcp'];
+}
+
+/** Every scope the authorization server understands (documentation, tests). */
+export function scopesUnderstood(): string[] {
+  return ['mcp', ...Object.keys(TOOLSETS).map((t) => `toolset:${t}`), ...Object.keys(PRESETS).map((p) => `toolset:${p}`), SCOPE_READONLY];
+}
+
+/** Scope string → access; unknown scopes are refused (invalid_scope). */
+export function accessFromScope(scope: string | undefined): Access {
+  const parts = (scope ?? '').split(' ').filter(Boolean);
+  const names: string[] = [];
+  let readOnly = false;
+  for (const p of parts) {
+    if (p === SCOPE_READONLY) readOnly = true;
+    else if (p.startsWith('toolset:')) names.push(p.slice('toolset:'.length));
+    else if (p === 'mcp' || p === 'all') continue;
+    else throw new ServiceError('INVALID_ARGUMENT', `scope: unknown scope ${JSON.stringify(p)}`, { field: 'scope' });
+  }
+  return { toolsets: names.length ? parseToolsets(names, 'scope') : null, readOnly };
+}
+
+export function scopeFromAccess(a: Access): string {
+  return [...(a.toolsets ?? []).map((t) => `toolset:${t}`), ...(a.readOnly ? [SCOPE_READONLY] : [])].join(' ');
+}
