@@ -156,7 +156,7 @@ export class FileService {
   }
 
   write(workspaceId: string, a: { path: string; content: string; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    return this.call('files_write', workspaceId, 'fs.write', { path: a.path, content: a.content, expectedSha256: a.expectedSha256 }, signal);
+    return this.call('files_write', workspaceId, 'fs.write', { path: a.path, ...wireContent(a.content), expectedSha256: a.expectedSha256 }, signal);
   }
 
   writeBatch(
@@ -164,7 +164,8 @@ export class FileService {
     a: { files: Array<{ path: string; content: string; expectedSha256?: string }>; createParents: boolean; atomic: boolean },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    return this.call('files_write_batch', workspaceId, 'fs.writeBatch', { files: a.files, createParents: a.createParents, atomic: a.atomic }, signal);
+    const files = a.files.map(({ content, ...rest }) => ({ ...rest, ...wireContent(content) }));
+    return this.call('files_write_batch', workspaceId, 'fs.writeBatch', { files, createParents: a.createParents, atomic: a.atomic }, signal);
   }
 
   applyPatch(workspaceId: string, a: { path: string; oldText: string; newText: string; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
@@ -241,4 +242,19 @@ function searchResult(r: GrepReply, key: 'matches' | 'references'): Record<strin
     ...(r.skippedLongLines ? { skippedLongLines: r.skippedLongLines } : {}),
     durationMs: r.durationMs,
   };
+}
+
+/**
+ * Content as it crosses the daemon protocol: as is, or base64 of its UTF-8 bytes when JSON would
+ * escape enough of it (control characters, quotes, backslashes) to pass a third more than base64.
+ * The largest valid batch then fits one protocol line (docs/files.md, "Limits").
+ */
+export function wireContent(content: string): { content: string } | { contentBase64: string } {
+  if (content.length < 4096) return { content };
+  let escaped = 0;
+  for (let i = 0; i < content.length; i++) {
+    const c = content.charCodeAt(i);
+    if (c < 0x20 || c === 0x22 || c === 0x5c) escaped++;
+  }
+  return escaped * 5 > content.length / 3 ? { contentBase64: Buffer.from(content, 'utf8').toString('base64') } : { content };
 }

@@ -464,6 +464,18 @@ export function utf8Boundary(buf: Buffer): number {
   return n;
 }
 
+/**
+ * Write content may come as `contentBase64` (the UTF-8 bytes of the text, base64) instead of
+ * `content`: the runner sends that form when JSON escaping would make the text much larger (control
+ * characters become six bytes each), so the largest valid batch fits one protocol line.
+ */
+function unpackContent(p: Record<string, unknown>): Record<string, unknown> {
+  if (typeof p.contentBase64 !== 'string') return p;
+  if (p.content !== undefined) throw invalid('give content or contentBase64, not both', { field: 'content' });
+  const { contentBase64, ...rest } = p;
+  return { ...rest, content: Buffer.from(contentBase64 as string, 'base64').toString('utf8') };
+}
+
 /** The encoding rule: valid UTF-8 without NUL bytes is text, anything else base64. */
 export function encodeChunk(buf: Buffer): { encoding: 'utf-8' | 'base64'; content: string } {
   if (buf.indexOf(0) === -1 && isUtf8(buf)) return { encoding: 'utf-8', content: buf.toString('utf8') };
@@ -771,7 +783,7 @@ export function fileMethods(opts: FileMethodOptions): { methods: MethodTable; co
 
     'fs.write': (params) =>
       exclusive(async () => {
-        const p = obj(params);
+        const p = unpackContent(obj(params));
         const created: string[] = [];
         const pool = new DirPool();
         let w: PreparedWrite | undefined;
@@ -793,7 +805,7 @@ export function fileMethods(opts: FileMethodOptions): { methods: MethodTable; co
     'fs.writeBatch': (params) =>
       exclusive(async () => {
         const p = obj(params);
-        const files = p.files;
+        const files = Array.isArray(p.files) ? p.files.map((f) => (f !== null && typeof f === 'object' && !Array.isArray(f) ? unpackContent(f as Record<string, unknown>) : f)) : p.files;
         if (!Array.isArray(files) || files.length === 0) throw invalid('files must be a non-empty array', { field: 'files' });
         if (files.length > FILE_LIMITS.batchFiles) throw invalid(`files has ${files.length} entries; the limit is ${FILE_LIMITS.batchFiles}`, { field: 'files' });
         const createParents = p.createParents !== false;
