@@ -188,7 +188,9 @@ export class ToolRegistry extends ToolParser {
       const ctx = handlerContext(host, cc, c.def, args);
       const parsed = args;
       const key = c.def.idempotency === 'key' && typeof args.idempotencyKey === 'string' ? args.idempotencyKey : undefined;
-      const result = key ? await this.idempotent.run(host, name, key, args, () => run(parsed, ctx)) : await run(args, ctx);
+      // A key replays within the workspace it acted on: an omitted workspaceId is keyed as the one it resolved to.
+      const keyed = c.def.workspace ? { ...args, workspaceId: ctx.workspace } : args;
+      const result = key ? await this.idempotent.run(host, name, key, keyed, () => run(parsed, ctx)) : await run(args, ctx);
       if (!readOnly) auditCall(host, cc, name, args, 'ok');
       host.log.debug({ tool: name, ms: Date.now() - started }, 'tool call');
       // Secret values never leave in a result, whatever the tool.

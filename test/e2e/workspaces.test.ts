@@ -67,6 +67,18 @@ describe('opening', () => {
     expect(!conflict.ok && conflict.error.code).toBe('CONFLICT');
   });
 
+  it('an idempotency key never replays another workspace’s result when workspaceId is left to the active one', async () => {
+    const other = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'open-other-ws1' })).workspaceId as string;
+    await ok('workspace_set_active', { workspaceId: other });
+    const first = await ok('tasks_run', { command: 'true', idempotencyKey: 'task-key-across' });
+    await ok('workspace_set_active', { workspaceId: ws });
+    const second = await call(c, 'tasks_run', { command: 'true', idempotencyKey: 'task-key-across' });
+    // The same key and arguments, but another workspace: not the first workspace's task.
+    expect(second.ok && second.result.taskId).not.toBe(first.taskId);
+    expect(!second.ok && second.error.code).toBe('CONFLICT');
+    await ok('workspace_close', { workspaceId: other });
+  });
+
   it('honours fetchDepth 0 (full history), a depth, and ref', async () => {
     const full = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'open-full-1', fetchDepth: 0 });
     expect((await sh('git log --oneline | wc -l', full.workspaceId as string)).stdout.trim()).toBe('3');
