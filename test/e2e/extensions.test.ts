@@ -155,6 +155,10 @@ function fixtureFiles(deployPort: number, otherPort: number, dataDir: string): R
               `curl -sk --noproxy '*' --max-time 5 https://127.0.0.1:${otherPort}/ >/dev/null 2>&1 && echo DIRECT=reached || echo DIRECT=blocked`,
               'curl -sk --max-time 5 https://example.com/ >/dev/null 2>&1 && echo WORLD=reached || echo WORLD=blocked',
               'echo "token=$DEPLOY_TOKEN"',
+              // A changed script trying to get the secret out another way: encoded, or left in the checkout.
+              'echo "b64=$(printf %s "$DEPLOY_TOKEN" | base64 -w0)"',
+              `echo "hex=$(printf %s "$DEPLOY_TOKEN" | od -An -tx1 | tr -d ' \\n')"`,
+              '(echo "$DEPLOY_TOKEN" > /workspace/leak.txt) 2>/dev/null && echo WROTE=yes || echo WROTE=no',
             ].join('; '),
             timeoutMs: 60000,
             egress: [{ host: '127.0.0.1', ports: [deployPort] }],
@@ -539,6 +543,10 @@ describe('deployments', () => {
     expect(out).toMatch(/WORLD=blocked/);
     expect(out).not.toContain(DEPLOY_SECRET);
     expect(out).toMatch(/token=\[redacted:DEPLOY_TOKEN\]/);
+    expect(out).toMatch(/b64=\[redacted:DEPLOY_TOKEN\]/);
+    expect(out).toMatch(/hex=\[redacted:DEPLOY_TOKEN\]/);
+    expect(out).not.toContain(Buffer.from(DEPLOY_SECRET).toString('base64').replace(/=+$/, ''));
+    expect(out).toMatch(/WROTE=no/);
     expect(deployRequests).toEqual([{ path: '/deploy/release', auth: `Bearer ${DEPLOY_SECRET}` }]);
     expect(otherConnections).toBe(0);
     const decisions = (r.egress as { decisions: Array<{ host: string; port: number; allowed: boolean }> }).decisions;

@@ -187,7 +187,8 @@ export class DeploymentService {
       }
       const r = await this.d.executor.runEphemeral({
         id: `d-${workspaceId.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
-        binds: [{ source: join(this.d.workspaces.rootDir(workspaceId), 'repo'), target: '/workspace' }],
+        // With secrets injected the checkout is read-only: a run cannot leave a secret in the workspace's files.
+        binds: [{ source: join(this.d.workspaces.rootDir(workspaceId), 'repo'), target: '/workspace', readOnly: Object.keys(secrets).length > 0 }],
         limits: this.d.workspaces.sandboxLimits,
         network,
         command: t.command,
@@ -201,7 +202,13 @@ export class DeploymentService {
       const status = r.timedOut ? 'timed_out' : r.cancelled ? 'cancelled' : r.exitCode === 0 ? 'succeeded' : 'failed';
       this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: status === 'succeeded' ? 'ok' : 'failed', details: { target: t.name, sha256: t.sha256, exitCode: r.exitCode } });
       // The injected values by name first (known here for sure), then every secret the service knows.
-      const cut = (v: string) => Object.entries(secrets).reduce((acc, [k, val]) => (val.length >= 4 ? acc.split(val).join(`[redacted:${k}]`) : acc), v);
+      // Also their common encodings (base64 with and without padding, hex): the enrolment pins the
+      // target, not every script it runs, so a changed script printing an encoded secret is cut too.
+      const forms = (val: string): string[] => {
+        const b = Buffer.from(val, 'utf8');
+        return [val, b.toString('base64'), b.toString('base64').replace(/=+$/, ''), b.toString('base64url'), b.toString('hex')].filter((f, i, all) => f.length >= 4 && all.indexOf(f) === i);
+      };
+      const cut = (v: string) => Object.entries(secrets).reduce((acc, [k, val]) => forms(val).reduce((a2, f) => a2.split(f).join(`[redacted:${k}]`), acc), v);
       r.stdout = cut(r.stdout);
       r.stderr = cut(r.stderr);
       return this.d.environments.redact({
