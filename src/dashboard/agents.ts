@@ -1,6 +1,7 @@
 /**
  * Dashboard REST for coding subagents (owner session; CSRF on changes, see routes.ts):
  *   GET  /api/v1/agents[?status=S&workspaceId=W&limit=N]   every agent, newest first: tree links, status, budgets, spend
+ *   GET  /api/v1/agents/:id/log[?limitBytes=N]              the log's tail (256-65536 bytes, default 8192), whole lines, redacted
  *   POST /api/v1/agents/:id/cancel  { reason? }            cancel an agent and, in cascade, its descendants
  * Bodies are documented in docs/rest.md ("Agents").
  */
@@ -18,6 +19,13 @@ export const agentRoutes: ApiRegistrar = (api, app) => {
     if (q.workspaceId !== undefined && !/^ws_[A-Za-z0-9_-]{20,80}$/.test(q.workspaceId)) throw new ServiceError('INVALID_ARGUMENT', 'workspaceId: a ws_ identifier', { field: 'workspaceId' });
     await app.gateway.syncUsage().catch(() => undefined);
     return app.agents.ownerList({ status: q.status, workspaceId: q.workspaceId, limit });
+  });
+
+  api.get<{ Params: { id: string }; Querystring: { limitBytes?: string } }>('/agents/:id/log', async (req) => {
+    if (!/^agent_[A-Za-z0-9_-]{20,80}$/.test(req.params.id)) throw new ServiceError('INVALID_ARGUMENT', 'id: an agent_ identifier', { field: 'id' });
+    const lb = req.query.limitBytes;
+    if (lb !== undefined && (!/^[0-9]{1,6}$/.test(lb) || Number(lb) < 256 || Number(lb) > 65536)) throw new ServiceError('INVALID_ARGUMENT', 'limitBytes: an integer from 256 to 65536', { field: 'limitBytes' });
+    return app.agents.ownerLogTail(req.params.id, lb === undefined ? undefined : Number(lb));
   });
 
   api.post<{ Params: { id: string } }>('/agents/:id/cancel', async (req) => {

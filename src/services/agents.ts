@@ -1001,6 +1001,31 @@ export class AgentService {
     return { agents, counts, live: this.live.size };
   }
 
+  /** The owner's view of an agent's log: its last `limitBytes` bytes, whole lines, secrets redacted. */
+  ownerLogTail(id: string, limitBytes = 8192): Record<string, unknown> {
+    const r = this.d.db.prepare('SELECT id, status FROM agents WHERE id = ?').get(id) as { id: string; status: string } | undefined;
+    if (!r) throw new ServiceError('NOT_FOUND', `no agent ${id}`, { field: 'id' });
+    const file = this.logFile(r.id);
+    const size = existsSync(file) ? statSync(file).size : 0;
+    const start = Math.max(0, size - limitBytes);
+    let buf = Buffer.alloc(0);
+    if (size > 0) {
+      const fd = openSync(file, 'r');
+      try {
+        buf = Buffer.alloc(size - start);
+        buf = buf.subarray(0, readSync(fd, buf, 0, buf.length, start));
+      } finally {
+        closeSync(fd);
+      }
+      // Start at a whole line when the tail cut one.
+      if (start > 0) {
+        const nl = buf.indexOf(0x0a);
+        if (nl >= 0) buf = buf.subarray(nl + 1);
+      }
+    }
+    return { agentId: r.id, status: r.status, size, tail: this.d.environments.redact(buf.toString('utf8')) };
+  }
+
   async ownerCancel(id: string, reason?: string): Promise<Record<string, unknown>> {
     if (!/^agent_[A-Za-z0-9_-]{20,80}$/.test(id)) throw new ServiceError('INVALID_ARGUMENT', 'agentId: an agent_ identifier', { field: 'agentId' });
     if (reason !== undefined && (typeof reason !== 'string' || reason.length > 2000)) throw new ServiceError('INVALID_ARGUMENT', 'reason: a string of at most 2000 characters', { field: 'reason' });

@@ -5,6 +5,7 @@
  */
 import { expect } from 'vitest';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { startGitHost, type GitHost } from '../fixtures/githost.js';
 import { startFakeAgentProvider, type FakeAgentProvider } from '../fixtures/fake-agent-provider.js';
 import { call, connectV2, dashboardLogin, httpRequest, type Service } from './harness.js';
@@ -122,8 +123,24 @@ export function runtimeProcesses(): string[] {
   try {
     return execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' })
       .split('\n')
-      .filter((l) => /^\s*\d+ \/usr\/bin\/node .*\/opt\/agent\/dist\/agent\/runtime\.js/.test(l));
+      .filter((l) => /^\s*\d+ \/usr\/bin\/node .*\/opt\/agent\/dist\/agent\/runtime\.js/.test(l))
+      .filter((l) => descendsFromThisTest(Number(l.trim().split(' ')[0])));
   } catch {
     return [];
   }
+}
+
+/** Whether a process descends from this test process (the services it started): other test files run beside it. */
+function descendsFromThisTest(pid: number): boolean {
+  for (let p = pid, hops = 0; p > 1 && hops < 64; hops++) {
+    if (p === process.pid) return true;
+    try {
+      // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces, so read after the last ')'.
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+      p = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    } catch {
+      return false;
+    }
+  }
+  return false;
 }

@@ -144,15 +144,17 @@ describe('hostile tool calls from the model', () => {
 describe('budgets, all hard', () => {
   it('each budget and the TTL end the agent with the right status and a summary', async () => {
     e.fake.scripts.set('loop-out', looping({ input: 100, output: 20 }));
-    e.fake.scripts.set('loop-cost', looping({ input: 5000, output: 20 }));
-    e.fake.scripts.set('loop-in', looping({ input: 3000, output: 10 }));
+    // Reported input stays within what each request's bytes can carry: more would be a provider
+    // overrun, which ends the lease at once (docs/spend.md) instead of testing the budget.
+    e.fake.scripts.set('loop-cost', looping({ input: 1000, output: 20 }));
+    e.fake.scripts.set('loop-in', looping({ input: 1000, output: 10 }));
     e.fake.scripts.set('loop-bytes', looping({ input: 100, output: 10 }, 50));
     e.fake.scripts.set('loop-ttl', looping({ input: 100, output: 10 }, 1000));
     const ops = { proxyOperations: ['files_read'], profileId: 'coder-chat', repositoryContext: 'none' };
     const ids = {
       out: idOf(await spawn({ ...ops, prompt: '#agent=loop-out read', maxOutputTokens: 150 })),
-      cost: idOf(await spawn({ ...ops, prompt: '#agent=loop-cost read', maxCostMicros: 60_000 })),
-      input: idOf(await spawn({ ...ops, prompt: '#agent=loop-in read', maxInputTokens: 14_000 })),
+      cost: idOf(await spawn({ ...ops, prompt: '#agent=loop-cost read', maxCostMicros: 12_000 })),
+      input: idOf(await spawn({ ...ops, prompt: '#agent=loop-in read', maxInputTokens: 4_600 })),
       bytes: idOf(await spawn({ ...ops, prompt: '#agent=loop-bytes read', maxOutputBytes: 2048 })),
       ttl: idOf(await spawn({ ...ops, prompt: '#agent=loop-ttl read', ttlSeconds: 30 })),
     };
@@ -168,9 +170,9 @@ describe('budgets, all hard', () => {
       expect(s.spend.reservedMicros).toBe(0);
     }
     expect(cost.endReason).toMatch(/budget_exceeded/);
-    expect(cost.spend.totalMicros).toBeLessThanOrEqual(60_000);
+    expect(cost.spend.totalMicros).toBeLessThanOrEqual(12_000);
     expect(out.budgets.maxOutputTokens.used).toBeLessThanOrEqual(150);
-    expect(input.budgets.maxInputTokens.used).toBeLessThanOrEqual(14_000);
+    expect(input.budgets.maxInputTokens.used).toBeLessThanOrEqual(4_600);
     expect(bytes.budgets.maxOutputBytes.used).toBeLessThanOrEqual(2048);
     const ttl = await e.waitEnd(ids.ttl, 60_000);
     expect(ttl.status).toBe('TIMED_OUT');

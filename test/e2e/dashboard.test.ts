@@ -291,7 +291,9 @@ describe('dashboard in a real browser', () => {
     expect(setup).toContain(`claude mcp add --transport http atelier ${svc.url}/mcp`);
     expect(setup).toContain('[mcp_servers.atelier]');
     expect(setup).toContain(`url = "${svc.url}/mcp"`);
-    expect(setup).not.toContain('Connected OAuth clients'); // hidden while the path answers 404
+    // The OAuth section (GET /api/v1/oauth/clients, docs/access.md): no client has connected in this test.
+    expect(setup).toContain('Connected OAuth clients');
+    expect(setup).toContain('No OAuth client is connected.');
     await page.fill('form[data-testid=create-token] input[name=name]', 'browser test');
     await page.click('form[data-testid=create-token] button.primary');
     const token = (await page.locator('[data-testid=new-token] pre').textContent())!.trim();
@@ -315,7 +317,13 @@ describe('dashboard in a real browser', () => {
     await page.waitForSelector(`text=${ws}`);
     await go(page, 'agents');
     await page.waitForSelector(`text=${spawnedAgent}`);
-    expect(await page.content()).toContain('SUCCEEDED');
+    const agentRow = page.locator(`li[data-agent="${spawnedAgent}"]`);
+    expect(await agentRow.textContent()).toContain('SUCCEEDED');
+    expect(await agentRow.textContent()).toMatch(/cost \$[\d.]+ \/ \$/);
+    await agentRow.locator('button:has-text("Log tail")').click();
+    await page.locator(`[data-testid="log-${spawnedAgent}"]`).waitFor();
+    expect(await page.locator(`[data-testid="log-${spawnedAgent}"]`).textContent()).toMatch(/SUCCEEDED|status/);
+    expect(await page.content()).not.toContain(PROVIDER_KEY);
     await go(page, 'repositories');
     await page.waitForSelector(`text=${host.url}/approved/*`);
     await page.waitForSelector('text=githost fixture');
@@ -448,7 +456,8 @@ describe('dashboard in a real browser', () => {
     expect(rv2.ok).toBe(true);
     const rv3 = await call(mcp, 'model_profile_update', { profileId: 'reviewer', expectedGeneration: 2, maxProxyOperations: ['files_read', 'exec_run'], idempotencyKey: 'dash-rev-3' });
     expect(!rv3.ok && rv3.error.code).toBe('OWNER_APPROVAL_REQUIRED');
-    fake.usage = { input: 30_000, cached: 4_000, output: 2_500, reasoning: 300 };
+    // Input within what the request's bytes can carry (more would be a provider overrun that ends the lease).
+    fake.usage = { input: 150, cached: 40, output: 2_500, reasoning: 300 };
     for (const [agent, n] of [['agent_' + 'p'.repeat(22), 3], ['agent_' + 'q'.repeat(22), 2]] as const) {
       const chat = await gatewayLease(agent, 'drafted', 1);
       for (let i = 0; i < n; i++) expect((await chat({ model: 'x', messages: [{ role: 'user', content: 'work' }] })).status).toBe(200);

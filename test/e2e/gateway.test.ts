@@ -221,14 +221,17 @@ describe('pricing and budgets', () => {
     const l = await gw.lease({ agentId: AGENT, profileId: 'chat-a', budgets: { maxCostMicros: budget } });
     fakeA.reset();
     let ok = 0;
+    let spent = 0;
     const refusals: string[] = [];
     const c = client(l.token);
     await Promise.all(
       Array.from({ length: 64 }, async () => {
         for (;;) {
           try {
-            await c.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'go #delay=15' }], max_completion_tokens: 200 });
+            const r = await c.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'go #delay=15' }], max_completion_tokens: 200 });
             ok++;
+            // 450 micro-USD at the fake's 30 output tokens; fewer when the clamp stopped it earlier (8 per output token).
+            spent += 450 - (30 - r.usage!.completion_tokens) * 8;
           } catch (e: any) {
             refusals.push(e.code);
             return;
@@ -238,7 +241,7 @@ describe('pricing and budgets', () => {
     );
     const info = await gw.leaseInfo(l.leaseId);
     expect(info.reserved.costMicros).toBe(0);
-    expect(info.used.costMicros).toBe(ok * 450);
+    expect(info.used.costMicros).toBe(spent);
     expect(info.used.costMicros).toBeLessThanOrEqual(budget);
     expect(ok).toBeGreaterThan(5);
     expect(new Set(refusals)).toEqual(new Set(['budget_exceeded']));

@@ -59,7 +59,8 @@ describe('published schemas', () => {
       expect(JSON.stringify(t.inputSchema), t.name).not.toContain('"additionalProperties":{}');
     }
     const open = registry.list.find((t) => t.name === 'workspace_open')!.inputSchema as { properties: Record<string, Record<string, unknown>> };
-    expect(open.properties.skillOverrides).toMatchObject({ type: 'object', additionalProperties: true });
-    expect((open.properties.skillSets!.items as Record<string, unknown>).additionalProperties).toBe(true);
+    // Their real shapes (docs/extensions.md): named overrides of a closed shape, skill sets of a closed shape.
+    expect(open.properties.skillOverrides).toMatchObject({ type: 'object', propertyNames: { type: 'string' }, additionalProperties: { type: 'object', additionalProperties: false } });
+    expect((open.properties.skillSets!.items as Record<string, unknown>).additionalProperties).toBe(false);
   });
 });

@@ -57,7 +57,7 @@ export function Overview() {
   const { o, status, agents } = data;
   const att = o.attention;
   const waiting = att.approvals.length + att.profileDrafts.length + att.refusals.length;
-  const running = agents && Array.isArray(agents.agents) ? agents.agents.filter((a: any) => a.status === 'running' || a.status === 'queued').length : null;
+  const running = agents && typeof agents.live === 'number' ? agents.live : agents && Array.isArray(agents.agents) ? agents.agents.filter((a: any) => ['SPAWNING', 'RUNNING', 'CANCELLING'].includes(a.status)).length : null;
   const day = o.spend.windows.find((w: Win) => w.period === 'day');
   const month = o.spend.windows.find((w: Win) => w.period === 'month');
   return (
