@@ -472,7 +472,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   }
 
   // ---------------------------------------------------------------- server
-  const server: Server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 30_000, requestTimeout: 0 }, (req, res) => {
+  const server: Server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 30_000, requestTimeout: 300_000 }, (req, res) => {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);

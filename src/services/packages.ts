@@ -19,7 +19,7 @@
  */
 import { createHash } from 'node:crypto';
 import { chmod, chown, lstat, mkdir, readdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
-import { existsSync, readFileSync } from 'node:fs';
+import { createReadStream, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { DB } from '../store/db.js';
@@ -1047,8 +1047,7 @@ async function walkTree(dir: string, rel = ''): Promise<ReleaseFile[]> {
       out.push({ path: p, type: 'dir', mode: st.mode & 0o777 });
       out.push(...(await walkTree(dir, p)));
     } else if (st.isFile()) {
-      const data = await readFile(full);
-      out.push({ path: p, type: 'file', mode: st.mode & 0o111 ? 0o555 : 0o444, size: st.size, sha256: createHash('sha256').update(data).digest('hex') });
+      out.push({ path: p, type: 'file', mode: st.mode & 0o111 ? 0o555 : 0o444, size: st.size, sha256: await sha256OfFile(full) });
     } else throw new ApplyFailure('TREE_MISMATCH', `${p}: the install left a special file (not a file, directory or symlink)`, null);
   }
   return out;
@@ -1092,4 +1091,11 @@ async function npmBinaries(nm: string, _name: string): Promise<Array<{ name: str
 async function pythonBinaries(site: string): Promise<Array<{ name: string; rel: string }>> {
   const names = await readdir(join(site, 'bin')).catch(() => [] as string[]);
   return names.sort().map((n) => ({ name: n, rel: `bin/${n}` }));
+}
+
+/** SHA-256 of a file, streamed (a release may hold large files; none is held whole). */
+async function sha256OfFile(file: string): Promise<string> {
+  const h = createHash('sha256');
+  for await (const chunk of createReadStream(file)) h.update(chunk as Buffer);
+  return h.digest('hex');
 }

@@ -163,6 +163,8 @@ export const repohostAction = defineTool({
     targetUrl: URI.max(2048).optional().describe('URL a commit status links to'),
     inputs: z
       .record(str(1, 256), z.union([z.string().max(65536), z.number(), z.boolean()]))
+      // GitHub takes at most 25 workflow_dispatch inputs.
+      .refine((o) => Object.keys(o).length <= 25, { message: 'at most 25 inputs' })
       .optional()
       .describe('Workflow inputs for workflow_dispatch: input name to value'),
     idempotencyKey: IDEM.optional(),

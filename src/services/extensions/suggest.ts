@@ -157,9 +157,19 @@ export async function askEndpoint(cfg: EndpointConfig, prompt: string, roster: A
       redirect: 'error',
       signal: AbortSignal.timeout(timeoutMs),
     });
-    const body = await res.text();
     if (!res.ok) return { answer: null, error: `endpoint answered HTTP ${res.status}` };
-    if (body.length > 65536) return { answer: null, error: 'endpoint answer larger than 64 KiB' };
+    // Read at most 64 KiB: a larger answer is refused without being held whole.
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    for await (const chunk of res.body ?? []) {
+      size += (chunk as Uint8Array).byteLength;
+      if (size > 65536) {
+        await res.body?.cancel().catch(() => undefined);
+        return { answer: null, error: 'endpoint answer larger than 64 KiB' };
+      }
+      chunks.push(chunk as Uint8Array);
+    }
+    const body = Buffer.concat(chunks).toString('utf8');
     const j = JSON.parse(body) as { skill?: unknown };
     if (j.skill === null || j.skill === undefined) return { answer: null };
     if (typeof j.skill !== 'string') return { answer: null, error: 'endpoint answer has no string "skill"' };
