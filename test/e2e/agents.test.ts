@@ -41,9 +41,15 @@ describe('agent loop', () => {
         }
       });
       const before = e.fake.requests.length;
+      // The client asked for MCP log messages: the spawn is announced as a milestone.
+      const logs: Array<{ level: string; data: unknown }> = [];
+      e.mcp.setNotificationHandler('notifications/message', (n) => void logs.push(n.params as { level: string; data: unknown }));
+      await e.mcp.setLoggingLevel('info');
       const r = await spawn({ profileId, prompt: `#agent=${name} make the parser trim fields`, repositoryContext: 'profile_a' });
       expect(r.ok, JSON.stringify(r)).toBe(true);
       const id = (r as any).result.agentId as string;
+      expect(JSON.stringify(logs)).toContain(`agent ${id}`);
+      await e.mcp.setLoggingLevel('error');
       expect(id).toMatch(/^agent_[A-Za-z0-9_-]{20,80}$/);
       const end = await e.waitEnd(id);
       expect(end.status, JSON.stringify(end)).toBe('SUCCEEDED');
