@@ -31,6 +31,9 @@ import { PriceList } from './services/price-list.js';
 import { ModelCatalog } from './services/model-catalog.js';
 import { ConnectionChecks } from './services/model-checks.js';
 import { ApprovalService } from './services/approvals.js';
+import { MemoryService } from './services/memories.js';
+import { KnowledgeService, Embedder } from './services/knowledge.js';
+import { ArtifactService } from './services/artifacts.js';
 
 export interface App {
   readonly config: Config;
@@ -64,6 +67,12 @@ export interface App {
   readonly approvals: ApprovalService;
   /** Git and worktrees (issue #6). */
   readonly git: GitService;
+  /** Memory notes (issue #18). */
+  readonly memories: MemoryService;
+  /** Knowledge store with hybrid search (issue #18). */
+  readonly knowledge: KnowledgeService;
+  /** Retained artifacts (issue #18). */
+  readonly artifacts: ArtifactService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -134,6 +143,26 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const gateway = new GatewayClient({ config, spend, log });
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
   gateway.routeSource = () => models.routes();
+  const clock = { secondMs: config.retentionSecondMs };
+  const files = new FileService({ workspaces, executor, cursors });
+  const memories = new MemoryService({ db, cursors, workspaces, clock });
+  const knowledge = new KnowledgeService({
+    db,
+    cursors,
+    clock,
+    embedder: new Embedder({ enabled: config.knowledgeEmbeddings === 'on' }),
+    checkWorkspace: (id) => void workspaces.get(id),
+  });
+  const artifacts = new ArtifactService({
+    db,
+    cursors,
+    files,
+    workspaces,
+    clock,
+    root: join(config.dataDir, 'state', 'artifacts'),
+    maxBytes: config.artifactMaxMb * 1_048_576,
+    quotaBytes: config.artifactQuotaMb * 1_048_576,
+  });
   const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
   const app: App = {
     config,
@@ -151,7 +180,10 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     repoCredentials,
     executor,
     workspaces,
-    files: new FileService({ workspaces, executor, cursors }),
+    files,
+    memories,
+    knowledge,
+    artifacts,
     commands,
     approvals: new ApprovalService({ db, audit }),
     git: new GitService({ workspaces, cursors, repos, audit }),

@@ -51,6 +51,10 @@ export const SETTINGS: Setting[] = [
   S({ key: 'sandboxDiskMb', flag: '--sandbox-disk-mb', env: 'ATELIER_SANDBOX_DISK_MB', kind: 'int', def: 10240, rule: 'an integer from 0 to 16777216 (0 = no separate filesystem, no disk limit)', check: ((v: number) => v === 0 || (v >= 64 && v <= 16777216)) as never, help: 'Disk limit of one workspace (its own filesystem), MiB' }),
   S({ key: 'sandboxBwrapPath', flag: '--sandbox-bwrap-path', env: 'ATELIER_SANDBOX_BWRAP_PATH', kind: 'string', def: '/usr/bin/bwrap', rule: 'an absolute path', check: ((v: string) => v.startsWith('/')) as never, help: 'The bubblewrap binary' }),
   S({ key: 'outputMaxMb', flag: '--output-max-mb', env: 'ATELIER_OUTPUT_MAX_MB', kind: 'int', def: 16, rule: 'an integer from 1 to 4096', check: ((v: number) => v >= 1 && v <= 4096) as never, help: 'Output kept on disk per operation or task, MiB' }),
+  S({ key: 'retentionSecondMs', flag: '--retention-second-ms', env: 'ATELIER_RETENTION_SECOND_MS', kind: 'int', def: 1000, rule: 'an integer from 1 to 1000', check: ((v: number) => v >= 1 && v <= 1000) as never, help: 'TESTING ONLY: milliseconds one second of memory, knowledge and artifact retention lasts (1000 in production; tests shorten it)' }),
+  S({ key: 'knowledgeEmbeddings', flag: '--knowledge-embeddings', env: 'ATELIER_KNOWLEDGE_EMBEDDINGS', kind: 'string', def: 'on', rule: 'on or off', check: ((v: string) => v === 'on' || v === 'off') as never, help: 'Semantic half of knowledge_search (local embedding model); off answers lexically only' }),
+  S({ key: 'artifactMaxMb', flag: '--artifact-max-mb', env: 'ATELIER_ARTIFACT_MAX_MB', kind: 'int', def: 256, rule: 'an integer from 1 to 65536', check: ((v: number) => v >= 1 && v <= 65536) as never, help: 'Largest file artifacts_snapshot keeps, MiB' }),
+  S({ key: 'artifactQuotaMb', flag: '--artifact-quota-mb', env: 'ATELIER_ARTIFACT_QUOTA_MB', kind: 'int', def: 4096, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Total stored artifact bytes (distinct blobs), MiB' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
 ];
 
@@ -79,6 +83,10 @@ export interface Config {
   sandboxDiskMb: number;
   sandboxBwrapPath: string;
   outputMaxMb: number;
+  retentionSecondMs: number;
+  knowledgeEmbeddings: string;
+  artifactMaxMb: number;
+  artifactQuotaMb: number;
   /** The config file that was read, or null when there was none. */
   configFile: string | null;
   /** Where the config file is (or would be): the CLI edits it, services re-read it. */

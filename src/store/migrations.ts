@@ -15,8 +15,12 @@
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repo-credentials repo_credentials
+ *   services/memories     memory_notes
+ *   services/knowledge    knowledge_projects, knowledge_items, knowledge_fts, knowledge_links
+ *   services/artifacts    artifacts, artifact_blobs
  */
 import { m0007 } from './migrations/0007-approvals.js';
+import { m0014 } from './migrations/0014-knowledge.js';
 
 export interface Migration {
   version: number;
@@ -320,4 +324,5 @@ export const MIGRATIONS: Migration[] = [
     `,
   },
   m0007,
+  m0014,
 ];

@@ -8,6 +8,9 @@ import type { ConnectionChecks } from '../services/model-checks.js';
 import type { SpendService } from '../services/spend.js';
 import type { GatewayClient } from '../services/gateway-client.js';
 import type { ApprovalService } from '../services/approvals.js';
+import type { MemoryService } from '../services/memories.js';
+import type { KnowledgeService } from '../services/knowledge.js';
+import type { ArtifactService } from '../services/artifacts.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -25,6 +28,9 @@ export interface ToolServices {
   readonly spend: SpendService;
   readonly gateway: GatewayClient;
   readonly approvals: ApprovalService;
+  readonly memories: MemoryService;
+  readonly knowledge: KnowledgeService;
+  readonly artifacts: ArtifactService;
 }
 
 export type { Actor } from '../core/audit.js';
