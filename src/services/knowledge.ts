@@ -108,8 +108,17 @@ function sha(s: string): string {
 export function ftsQuery(text: string): string | null {
   const words = text.toLowerCase().match(/[\p{L}\p{N}_]+/gu);
   if (!words || words.length === 0) return null;
-  return [...new Set(words)].slice(0, 64).map((w) => `"${w}"`).join(' OR ');
+  // Function words carry no topic; dropped unless the query has nothing else.
+  const content = words.filter((w) => !STOPWORDS.has(w));
+  return [...new Set(content.length > 0 ? content : words)].slice(0, 64).map((w) => `"${w}"`).join(' OR ');
 }
+
+/** English function words left out of the lexical query (they would tie semantic hits in the fusion). */
+const STOPWORDS = new Set(
+  ('a an and are as at be been but by can could did do does doing for from had has have how i if in into is it its me my no not of on or our ' +
+    'should so than that the their them then there these they this those to too us was we were what when where which who whom why will with would you your')
+    .split(' '),
+);
 
 export class KnowledgeService {
   private sweeper: NodeJS.Timeout | undefined;
