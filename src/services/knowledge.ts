@@ -100,6 +100,10 @@ const EMBED_CHARS = 2000;
 function embedText(title: string, content: string): string {
   return `${title}\n${content}`.slice(0, EMBED_CHARS);
 }
+/** The hash an item's vector is stored under (storeEmbedding's textSha). */
+export function embeddingTextSha(title: string, content: string): string {
+  return sha(embedText(title, content));
+}
 function sha(s: string): string {
   return createHash('sha256').update(s).digest('hex');
 }
