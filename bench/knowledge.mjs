@@ -174,7 +174,7 @@ const summary = {
 console.log(`model: ${summary.model} (loaded in ${summary.modelLoadMs} ms)`);
 console.log(`corpus: ${SMALL} items, ${pairs.length} labelled paraphrase queries`);
 console.log(`write (knowledge_create, service): p50 ${f(pct(writeLat, 50))} ms, p99 ${f(pct(writeLat, 99))} ms`);
-console.log(`embed one note: p50 ${f(pct(one, 50))} ms; whole corpus ${Math.round(embedAllMs)} ms = ${summary.embedCorpusMsPerNote} ms per note in batches of 16`);
+console.log(`embed one note: p50 ${f(pct(one, 50))} ms; whole corpus ${Math.round(embedAllMs)} ms = ${summary.embedCorpusMsPerNote} ms per note in batches of 4`);
 console.log(`recall@10 at ${SMALL}: hybrid ${f(quality.hybrid.recallAt10)}  lexical ${f(quality.lexical.recallAt10)}  semantic ${f(quality.semantic.recallAt10)}`);
 console.log(`MRR at ${SMALL}:       hybrid ${f(quality.hybrid.mrr)}  lexical ${f(quality.lexical.mrr)}  semantic ${f(quality.semantic.mrr)}`);
 console.log(`recall@10 at ${LARGE}: hybrid ${f(quality20k.hybrid.recallAt10)}  lexical ${f(quality20k.lexical.recallAt10)}  semantic ${f(quality20k.semantic.recallAt10)}`);

@@ -88,8 +88,15 @@ export interface Filters {
   tagMatch: 'all' | 'any';
 }
 
-/** Reciprocal rank fusion constant (the customary 60). */
-export const RRF_K = 60;
+/**
+ * Reciprocal rank fusion: score = sum of weight / (RRF_K + rank). Tuned on the labelled queries of
+ * bench/knowledge.mjs (docs/knowledge.md): a smaller constant than the customary 60 lets a first
+ * place count, and the semantic list weighs more because paraphrased questions seldom share the
+ * words of the note they look for, while any shared word makes a lexical hit.
+ */
+export const RRF_K = 10;
+export const LEXICAL_WEIGHT = 1;
+export const SEMANTIC_WEIGHT = 1.5;
 /** Candidates each ranking contributes to the fusion. */
 const CANDIDATES = 200;
 /** A semantic candidate below this cosine similarity is not a match (measured in bench/knowledge.mjs). */
@@ -481,17 +488,16 @@ export class KnowledgeService {
       } else reason = this.d.embedder.reason;
     } else reason = 'lexical ranking requested';
     // Reciprocal rank fusion; relevance is the fused score over the best possible one, 0-100.
-    const lists = mode === 'hybrid' ? 2 : 1;
     const fused = new Map<string, { score: number; lexRank?: number; semRank?: number; similarity?: number }>();
-    lex.forEach((id, i) => fused.set(id, { score: 1 / (RRF_K + i + 1), lexRank: i + 1 }));
+    lex.forEach((id, i) => fused.set(id, { score: LEXICAL_WEIGHT / (RRF_K + i + 1), lexRank: i + 1 }));
     sem.forEach((s, i) => {
       const e = fused.get(s.id) ?? { score: 0 };
-      e.score += 1 / (RRF_K + i + 1);
+      e.score += SEMANTIC_WEIGHT / (RRF_K + i + 1);
       e.semRank = i + 1;
       e.similarity = s.similarity;
       fused.set(s.id, e);
     });
-    const best = lists / (RRF_K + 1);
+    const best = ((mode === 'semantic' ? 0 : LEXICAL_WEIGHT) + (mode === 'lexical' ? 0 : SEMANTIC_WEIGHT)) / (RRF_K + 1);
     const ranked = [...fused.entries()].sort((x, y) => y[1].score - x[1].score || (x[0] < y[0] ? -1 : 1));
     const page = ranked.slice(offset, offset + a.limit);
     const rows = new Map<string, ItemRow>();
@@ -704,7 +710,7 @@ export class KnowledgeService {
   }
 
   /** Embeds every item whose vector is missing or stale, a batch at a time; resolves when none is left. */
-  async embedPending(batch = 16): Promise<number> {
+  async embedPending(batch = 4): Promise<number> {
     let done = 0;
     for (;;) {
       if (this.stopped || this.d.embedder.state !== 'ready') return done;
