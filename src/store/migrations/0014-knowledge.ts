@@ -57,6 +57,7 @@ export const m0014: Migration = {
       embedding_sha TEXT
     );
     CREATE INDEX knowledge_items_live ON knowledge_items(deleted_at, seq);
+    CREATE INDEX knowledge_items_owner ON knowledge_items(owner_id, deleted_at);
     CREATE INDEX knowledge_items_expiry ON knowledge_items(expires_at_ms) WHERE expires_at_ms IS NOT NULL AND deleted_at IS NULL;
     CREATE VIRTUAL TABLE knowledge_fts USING fts5(title, content, tags, tokenize = 'unicode61 remove_diacritics 2');
     CREATE TABLE knowledge_links (
