@@ -36,6 +36,9 @@ import { ROOT_DIR } from './core/version.js';
 import { RepoHostService } from './services/repohost/service.js';
 import { ExtensionService } from './services/extensions/index.js';
 import { AgentService } from './services/agents.js';
+import { MemoryService } from './services/memories.js';
+import { KnowledgeService, Embedder } from './services/knowledge.js';
+import { ArtifactService } from './services/artifacts.js';
 
 export interface App {
   readonly config: Config;
@@ -77,6 +80,12 @@ export interface App {
   readonly extensions: ExtensionService;
   /** Coding subagents: supervisor, logs, trees (issue #14). */
   readonly agents: AgentService;
+  /** Memory notes (issue #18). */
+  readonly memories: MemoryService;
+  /** Knowledge store with hybrid search (issue #18). */
+  readonly knowledge: KnowledgeService;
+  /** Retained artifacts (issue #18). */
+  readonly artifacts: ArtifactService;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -168,9 +177,35 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const spend = new SpendService(db);
   const gateway = new GatewayClient({ config, spend, log });
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
+  const clock = { secondMs: config.retentionSecondMs };
+  const files = new FileService({ workspaces, executor, cursors });
+  const memories = new MemoryService({ db, cursors, workspaces, clock });
+  const knowledge = new KnowledgeService({
+    db,
+    cursors,
+    clock,
+    embedder: new Embedder({ enabled: config.knowledgeEmbeddings === 'on' }),
+    checkWorkspace: (id) => void workspaces.get(id),
+  });
+  const artifacts = new ArtifactService({
+    db,
+    cursors,
+    files,
+    workspaces,
+    clock,
+    root: join(config.dataDir, 'state', 'artifacts'),
+    maxBytes: config.artifactMaxMb * 1_048_576,
+    quotaBytes: config.artifactQuotaMb * 1_048_576,
+  });
   const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
   extensions = new ExtensionService({ db, audit, config, log, cursors, executor, workspaces, approvals, environments });
   workspaces.onClose(async (id) => extensions!.forgetWorkspace(id));
+  // skill_suggest ranks semantically too once the knowledge store's local model is ready (lexically until then).
+  extensions.setEmbedder(async (texts) => {
+    const vectors = await knowledge.embedTexts(texts);
+    if (!vectors) throw new Error('the embedding model is not ready');
+    return vectors;
+  });
   const agents = new AgentService({ db, config, log, audit, executor, gateway, spend, models, workspaces, environments });
   // Running agents keep the revision they were spawned on (agent rule 3).
   gateway.routeSource = () => models.routes(agents.pins());
@@ -190,7 +225,10 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     repoCredentials,
     executor,
     workspaces,
-    files: new FileService({ workspaces, executor, cursors }),
+    files,
+    memories,
+    knowledge,
+    artifacts,
     commands,
     approvals,
     packages,

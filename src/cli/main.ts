@@ -134,6 +134,9 @@ async function serve(argv: string[]): Promise<void> {
     await app.gateway.stop().catch(() => undefined);
     await app.commands.shutdown().catch(() => undefined);
     await app.workspaces.shutdown().catch(() => undefined);
+    app.memories.stop();
+    app.artifacts.stop();
+    await app.knowledge.stop().catch(() => undefined);
     app.close();
     app.log.info('stopped');
     app.log.flush?.();
@@ -163,6 +166,7 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
+    startRetention(app);
     await app.gateway.start().catch((e) => app.log.error({ err: (e as Error).message }, 'model gateway did not start; agent spawns answer UNAVAILABLE until it does'));
     await app.agents.startup();
     announce(app, server, config, problems.length > 0);
@@ -314,4 +318,13 @@ export async function main(argv: string[]): Promise<number> {
     }
     throw e;
   }
+}
+
+/** Retention sweeps of notes, knowledge items and artifacts (also applied on every read), and the embedding worker. */
+function startRetention(app: App): void {
+  // Every 30 retention-seconds at most (30 s in production; tests shorten the retention second).
+  const every = Math.max(200, Math.min(30_000, 30 * app.config.retentionSecondMs));
+  app.memories.start(every);
+  app.knowledge.start(every);
+  app.artifacts.start(every);
 }

@@ -74,6 +74,10 @@ export const SETTINGS: Setting[] = [
   S({ key: 'httpHeadersTimeoutMs', flag: '--http-headers-timeout-ms', env: 'ATELIER_HTTP_HEADERS_TIMEOUT_MS', kind: 'int', def: 30000, rule: 'an integer from 500 to 300000, at most --http-request-timeout-ms', check: ((v: number) => v >= 500 && v <= 300000) as never, help: 'Time a client has to send request headers, and the idle time allowed to a connection that has not authenticated, ms' }),
   S({ key: 'httpMaxUnauthenticatedConnections', flag: '--http-max-unauthenticated-connections', env: 'ATELIER_HTTP_MAX_UNAUTHENTICATED_CONNECTIONS', kind: 'int', def: 64, rule: 'an integer from 1 to 100000', check: ((v: number) => v >= 1 && v <= 100000) as never, help: 'Open connections that have not yet shown a valid token or session; past it the oldest is closed' }),
   S({ key: 'oauthAccessTokenSeconds', flag: '--oauth-access-token-seconds', env: 'ATELIER_OAUTH_ACCESS_TOKEN_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 5 to 86400', check: ((v: number) => v >= 5 && v <= 86400) as never, help: 'Lifetime of OAuth access tokens, seconds (refresh tokens rotate)' }),
+  S({ key: 'retentionSecondMs', flag: '--retention-second-ms', env: 'ATELIER_RETENTION_SECOND_MS', kind: 'int', def: 1000, rule: 'an integer from 1 to 1000', check: ((v: number) => v >= 1 && v <= 1000) as never, help: 'TESTING ONLY: milliseconds one second of memory, knowledge and artifact retention lasts (1000 in production; tests shorten it)' }),
+  S({ key: 'knowledgeEmbeddings', flag: '--knowledge-embeddings', env: 'ATELIER_KNOWLEDGE_EMBEDDINGS', kind: 'string', def: 'on', rule: 'on or off', check: ((v: string) => v === 'on' || v === 'off') as never, help: 'Semantic half of knowledge_search (local embedding model); off answers lexically only' }),
+  S({ key: 'artifactMaxMb', flag: '--artifact-max-mb', env: 'ATELIER_ARTIFACT_MAX_MB', kind: 'int', def: 256, rule: 'an integer from 1 to 65536', check: ((v: number) => v >= 1 && v <= 65536) as never, help: 'Largest file artifacts_snapshot keeps, MiB' }),
+  S({ key: 'artifactQuotaMb', flag: '--artifact-quota-mb', env: 'ATELIER_ARTIFACT_QUOTA_MB', kind: 'int', def: 4096, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Total stored artifact bytes (distinct blobs), MiB' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
 ];
 
@@ -112,6 +116,10 @@ export interface Config {
   httpRequestTimeoutMs: number;
   httpHeadersTimeoutMs: number;
   httpMaxUnauthenticatedConnections: number;
+  retentionSecondMs: number;
+  knowledgeEmbeddings: string;
+  artifactMaxMb: number;
+  artifactQuotaMb: number;
   /** The config file that was read, or null when there was none. */
   configFile: string | null;
   /** Where the config file is (or would be): the CLI edits it, services re-read it. */

@@ -20,11 +20,15 @@
  *   mcp/oauth       oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
  *   services/agents       agents (logs on disk under <dataDir>/state/agents/)
  *   services/extensions   owner_skills, extension_workspaces, hook_activations, deployment_enrolments
+ *   services/memories     memory_notes
+ *   services/knowledge    knowledge_projects, knowledge_items, knowledge_fts, knowledge_links
+ *   services/artifacts    artifacts, artifact_blobs
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
 import { m0010 } from './migrations/0010-agents.js';
 import { m0012 } from './migrations/0012-access.js';
+import { m0014 } from './migrations/0014-knowledge.js';
 import { m0015 } from './migrations/0015-extensions.js';
 import { m0016 } from './migrations/0016-packages.js';
 
@@ -333,6 +337,7 @@ export const MIGRATIONS: Migration[] = [
   m0009,
   m0010,
   m0012,
+  m0014,
   m0015,
   m0016,
 ];

@@ -27,6 +27,7 @@ export const artifactsSnapshot = defineTool({
     logicalName: LOGICAL_NAME,
     retentionSeconds: int(60, 2592000).optional().describe('Seconds to keep the artifact (60-2592000)'),
   },
+  run: (a, ctx) => ctx.services.artifacts.snapshot(ctx.owner, ctx.workspace, a, ctx.signal, ctx.progress),
 });
 
 export const artifactsList = defineTool({
@@ -39,6 +40,7 @@ export const artifactsList = defineTool({
     cursor: CUR.optional(),
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
   },
+  run: (a, ctx) => ctx.services.artifacts.list(ctx.owner, a),
 });
 
 export const artifactsRead = defineTool({
@@ -53,6 +55,7 @@ export const artifactsRead = defineTool({
     offset: INT.default(0).describe('Byte offset to start reading at'),
     limit: int(1, 1048576).default(65536).describe('Bytes to read (1-1048576)'),
   },
+  run: (a, ctx) => ctx.services.artifacts.read(ctx.owner, a),
 });
 
 export const artifactsRestore = defineTool({
@@ -69,6 +72,7 @@ export const artifactsRestore = defineTool({
     overwrite: z.boolean().default(false).describe('Replace a file that already exists at path'),
     expectedSha256: SHA.optional().describe('SHA-256 the existing file at path must have (guards overwrite)'),
   },
+  run: (a, ctx) => ctx.services.artifacts.restore(ctx.owner, ctx.workspace, a, ctx.signal, ctx.progress),
 });
 
 export const artifactsDelete = defineTool({
@@ -81,6 +85,7 @@ export const artifactsDelete = defineTool({
     artifactId: ARTID,
     expectedGeneration: INT.default(1).describe('Current generation of the artifact'),
   },
+  run: (a, ctx) => ctx.services.artifacts.delete(ctx.owner, a),
 });
 
 export const tools = [artifactsSnapshot, artifactsList, artifactsRead, artifactsRestore, artifactsDelete];

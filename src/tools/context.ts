@@ -12,6 +12,9 @@ import type { PackageService } from '../services/packages.js';
 import type { RepoHostService } from '../services/repohost/service.js';
 import type { ExtensionService } from '../services/extensions/index.js';
 import type { AgentService } from '../services/agents.js';
+import type { MemoryService } from '../services/memories.js';
+import type { KnowledgeService } from '../services/knowledge.js';
+import type { ArtifactService } from '../services/artifacts.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -34,6 +37,9 @@ export interface ToolServices {
   /** Repository extensions: skills, hooks, deployment targets (issue #19). */
   readonly extensions: ExtensionService;
   readonly agents: AgentService;
+  readonly memories: MemoryService;
+  readonly knowledge: KnowledgeService;
+  readonly artifacts: ArtifactService;
 }
 
 export type { Actor } from '../core/audit.js';

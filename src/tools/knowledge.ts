@@ -46,6 +46,8 @@ export const knowledgeCreate = defineTool({
   },
   check: (a) =>
     a.scope === 'project' && !a.projectId ? { field: 'projectId', message: 'required when scope is project' } : undefined,
+  idempotency: 'key',
+  run: (a, ctx) => ctx.services.knowledge.create(ctx.owner, ctx.workspace, a),
 });
 
 export const knowledgeRead = defineTool({
@@ -58,6 +60,7 @@ export const knowledgeRead = defineTool({
   input: {
     id: KNID,
   },
+  run: (a, ctx) => ctx.services.knowledge.read(ctx.owner, a.id),
 });
 
 export const knowledgeUpdate = defineTool({
@@ -79,6 +82,7 @@ export const knowledgeUpdate = defineTool({
     retentionSeconds: RETENTION.optional(),
     expectedGeneration: INT.describe('Current generation of the item'),
   },
+  run: (a, ctx) => ctx.services.knowledge.update(ctx.owner, a),
 });
 
 export const knowledgeDelete = defineTool({
@@ -92,6 +96,7 @@ export const knowledgeDelete = defineTool({
     id: KNID,
     expectedGeneration: INT.describe('Current generation of the item'),
   },
+  run: (a, ctx) => ctx.services.knowledge.delete(ctx.owner, a),
 });
 
 export const knowledgeList = defineTool({
@@ -112,6 +117,7 @@ export const knowledgeList = defineTool({
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
     cursor: CUR.optional(),
   },
+  run: (a, ctx) => ctx.services.knowledge.list(ctx.owner, ctx.workspace, a),
 });
 
 export const knowledgeSearch = defineTool({
@@ -133,6 +139,7 @@ export const knowledgeSearch = defineTool({
     limit: int(1, 50).default(20).describe('Page size (1-50)'),
     cursor: CUR.optional(),
   },
+  run: (a, ctx) => ctx.services.knowledge.search(ctx.owner, ctx.workspace, a),
 });
 
 export const knowledgeLink = defineTool({
@@ -149,6 +156,7 @@ export const knowledgeLink = defineTool({
     relation: RELATION.default('relates-to'),
     expectedGeneration: INT.default(0).describe('Compare-and-swap generation of the link: 0 creates'),
   },
+  run: (a, ctx) => ctx.services.knowledge.linkItems(ctx.owner, a),
 });
 
 export const knowledgeUnlink = defineTool({
@@ -170,6 +178,7 @@ export const knowledgeUnlink = defineTool({
       return { field: 'linkId', message: 'give linkId, or both sourceId and targetId' };
     return undefined;
   },
+  run: (a, ctx) => ctx.services.knowledge.unlink(ctx.owner, a),
 });
 
 export const knowledgeGraph = defineTool({
@@ -187,6 +196,7 @@ export const knowledgeGraph = defineTool({
     kinds: KINDS.optional().describe('Only these kinds (default: both)'),
     projectId: PRJID.optional(),
   },
+  run: (a, ctx) => ctx.services.knowledge.graph(ctx.owner, ctx.workspace, a),
 });
 
 export const tools = [

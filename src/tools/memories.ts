@@ -28,6 +28,7 @@ export const memoriesList = defineTool({
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
     cursor: CUR.optional(),
   },
+  run: (a, ctx) => ctx.services.memories.list(ctx.owner, ctx.workspace, a),
 });
 
 export const memoriesRead = defineTool({
@@ -47,6 +48,7 @@ export const memoriesRead = defineTool({
     if (a.memoryId !== undefined && a.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
     return undefined;
   },
+  run: (a, ctx) => ctx.services.memories.read(ctx.owner, ctx.workspace, a),
 });
 
 export const memoriesWrite = defineTool({
@@ -67,6 +69,8 @@ export const memoriesWrite = defineTool({
     expectedGeneration: INT.default(0).describe('Compare-and-swap: 0 creates; otherwise the note\'s current generation'),
     idempotencyKey: str(1, 256).optional().describe('Free-form key (1-256 characters) to make a retried write safe'),
   },
+  idempotency: 'key',
+  run: (a, ctx) => ctx.services.memories.write(ctx.owner, ctx.workspace, a),
 });
 
 export const memoriesSearch = defineTool({
@@ -86,6 +90,7 @@ export const memoriesSearch = defineTool({
     limit: int(1, 50).default(20).describe('Page size (1-50)'),
     cursor: CUR.optional(),
   },
+  run: (a, ctx) => ctx.services.memories.search(ctx.owner, ctx.workspace, a),
 });
 
 export const memoriesDelete = defineTool({
@@ -108,6 +113,7 @@ export const memoriesDelete = defineTool({
     if (a.memoryId !== undefined && a.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
     return undefined;
   },
+  run: (a, ctx) => ctx.services.memories.delete(ctx.owner, ctx.workspace, a),
 });
 
 export const tools = [memoriesList, memoriesRead, memoriesWrite, memoriesSearch, memoriesDelete];

@@ -1,0 +1,417 @@
+/**
+ * Retained artifacts (spec "Retained artifacts"): one workspace file, read through the workspace
+ * daemon (so the sandbox confines the path), kept as a principal-owned snapshot outside every
+ * workspace. Content is stored once per SHA-256 under <dataDir>/state/artifacts/blobs; a blob is
+ * deleted when no artifact refers to it. Restore writes through the sandbox (a command running as
+ * the workspace user), never as root on the host. Limits and decisions: docs/knowledge.md.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import type { DB } from '../store/db.js';
+import { tx } from '../store/db.js';
+import type { CursorCodec } from '../core/cursor.js';
+import { ServiceError } from '../core/errors.js';
+import { newId } from '../core/ids.js';
+import type { FileService } from './files.js';
+import type { WorkspaceService } from './workspaces.js';
+import type { RetentionClock } from './memories.js';
+
+export interface ArtifactServiceDeps {
+  db: DB;
+  cursors: CursorCodec;
+  files: FileService;
+  workspaces: WorkspaceService;
+  clock: RetentionClock;
+  /** <dataDir>/state/artifacts */
+  root: string;
+  /** Largest artifact, bytes. */
+  maxBytes: number;
+  /** Total bytes of distinct blobs, bytes. */
+  quotaBytes: number;
+}
+
+interface ArtifactRow {
+  seq: number;
+  id: string;
+  owner_id: string;
+  logical_name: string;
+  sha256: string;
+  size: number;
+  generation: number;
+  retention_seconds: number;
+  expires_at_ms: number;
+  source_workspace_id: string | null;
+  source_path: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** Default retention when none is given: the maximum, 30 days. */
+export const DEFAULT_ARTIFACT_RETENTION = 2_592_000;
+/** Bytes per daemon read while snapshotting (the daemon's per-call maximum). */
+const READ_CHUNK = 1_048_576;
+/** Bytes per in-sandbox write while restoring. */
+const WRITE_CHUNK = 4 * 1_048_576;
+
+/** Refuses `..`, absolute paths and NUL before anything reaches the daemon. */
+function checkPath(path: string, tool: string): string {
+  if (path.includes('\0')) throw new ServiceError('INVALID_ARGUMENT', `${tool}: path: must not contain NUL`, { field: 'path' });
+  if (path.startsWith('/')) throw new ServiceError('INVALID_ARGUMENT', `${tool}: path: must be relative to the workspace root (got an absolute path)`, { field: 'path', rule: 'relative path' });
+  const segs = path.split('/').filter((s) => s !== '' && s !== '.');
+  if (segs.includes('..')) throw new ServiceError('INVALID_ARGUMENT', `${tool}: path: must not contain ".." segments`, { field: 'path', rule: 'no ..' });
+  if (segs.length === 0) throw new ServiceError('INVALID_ARGUMENT', `${tool}: path: must name a file, not the workspace root`, { field: 'path' });
+  return segs.join('/');
+}
+
+export class ArtifactService {
+  private sweeper: NodeJS.Timeout | undefined;
+  constructor(private readonly d: ArtifactServiceDeps) {
+    mkdirSync(join(d.root, 'blobs'), { recursive: true, mode: 0o700 });
+    mkdirSync(join(d.root, 'tmp'), { recursive: true, mode: 0o700 });
+  }
+
+  private blobPath(sha: string): string {
+    return join(this.d.root, 'blobs', sha.slice(0, 2), sha);
+  }
+
+  private now(): number {
+    return Date.now();
+  }
+
+  private describe(r: ArtifactRow): Record<string, unknown> {
+    return {
+      artifactId: r.id,
+      logicalName: r.logical_name,
+      size: r.size,
+      sha256: r.sha256,
+      generation: r.generation,
+      retentionSeconds: r.retention_seconds,
+      expiresAt: new Date(r.expires_at_ms).toISOString(),
+      sourceWorkspaceId: r.source_workspace_id,
+      sourcePath: r.source_path,
+      createdAt: r.created_at,
+      updatedAt: r.updated_at,
+    };
+  }
+
+  private get(owner: string, id: string, tool: string): ArtifactRow {
+    const r = this.d.db.prepare('SELECT * FROM artifacts WHERE id = ? AND owner_id = ?').get(id, owner) as ArtifactRow | undefined;
+    if (!r || r.expires_at_ms <= this.now()) throw new ServiceError('NOT_FOUND', `${tool}: artifactId: no artifact ${id}${r ? ' (its retention ended)' : ''}`, { field: 'artifactId' });
+    return r;
+  }
+
+  usedBytes(): number {
+    return this.d.db.prepare('SELECT coalesce(sum(size), 0) FROM artifact_blobs').pluck().get() as number;
+  }
+
+  private checkLimits(size: number, sha: string | undefined, path: string): void {
+    if (size > this.d.maxBytes) {
+      throw new ServiceError('FAILED_PRECONDITION', `artifacts_snapshot: path: ${path} has ${size} bytes; an artifact may hold at most ${this.d.maxBytes} bytes (--artifact-max-mb)`, {
+        field: 'path',
+        size,
+        limit: this.d.maxBytes,
+      });
+    }
+    if (sha && this.d.db.prepare('SELECT 1 FROM artifact_blobs WHERE sha256 = ?').get(sha)) return;
+    const used = this.usedBytes();
+    if (used + size > this.d.quotaBytes) {
+      throw new ServiceError(
+        'RESOURCE_EXHAUSTED',
+        `artifacts_snapshot: the artifact store holds ${used} of ${this.d.quotaBytes} bytes (--artifact-quota-mb) and ${path} needs ${size} more; delete artifacts with artifacts_delete or let their retention end`,
+        { field: 'path', size, usedBytes: used, quotaBytes: this.d.quotaBytes },
+        false,
+      );
+    }
+  }
+
+  async snapshot(
+    owner: string,
+    workspaceId: string,
+    a: { path: string; logicalName: string; retentionSeconds?: number },
+    signal: AbortSignal,
+    progress: (p: number, t?: number, m?: string) => void,
+  ): Promise<Record<string, unknown>> {
+    const rel = checkPath(a.path, 'artifacts_snapshot');
+    const tmp = join(this.d.root, 'tmp', `snap-${randomBytes(8).toString('hex')}`);
+    const fd = openSync(tmp, 'wx', 0o600);
+    const hash = createHash('sha256');
+    let size = 0;
+    let sha = '';
+    let written = 0;
+    try {
+      let cursor: string | undefined;
+      for (;;) {
+        const r = (await this.d.files.read(workspaceId, { path: rel, offset: 0, limit: READ_CHUNK, cursor }, signal)) as {
+          realPath: string;
+          size: number;
+          sha256: string;
+          encoding: string;
+          content: string;
+          eof: boolean;
+          nextCursor: string | null;
+        };
+        if (cursor === undefined) {
+          // A symlink anywhere on the path resolves elsewhere: refused, so the name kept is the file read.
+          if (r.realPath !== rel) {
+            throw new ServiceError('INVALID_ARGUMENT', `artifacts_snapshot: path: ${rel} is or passes through a symbolic link (it resolves to ${r.realPath}); snapshot the file by its real path`, {
+              field: 'path',
+              rule: 'no symlinks',
+              realPath: r.realPath,
+            });
+          }
+          size = r.size;
+          sha = r.sha256;
+          this.checkLimits(size, sha, rel);
+        }
+        const buf = Buffer.from(r.content, r.encoding === 'base64' ? 'base64' : 'utf8');
+        hash.update(buf);
+        writeSync(fd, buf);
+        written += buf.length;
+        progress(written, size, 'bytes copied');
+        if (r.eof || !r.nextCursor) break;
+        cursor = r.nextCursor;
+      }
+    } catch (e) {
+      closeSync(fd);
+      rmSync(tmp, { force: true });
+      throw e;
+    }
+    closeSync(fd);
+    const got = hash.digest('hex');
+    if (got !== sha || written !== size) {
+      rmSync(tmp, { force: true });
+      throw new ServiceError('CONFLICT', `artifacts_snapshot: path: ${rel} changed while it was copied; retry`, { field: 'path' });
+    }
+    // Commit: synchronous from here, so no other artifact call interleaves (blob GC included).
+    try {
+      this.checkLimits(size, sha, rel);
+      const blob = this.blobPath(sha);
+      if (existsSync(blob)) rmSync(tmp, { force: true });
+      else {
+        mkdirSync(join(this.d.root, 'blobs', sha.slice(0, 2)), { recursive: true, mode: 0o700 });
+        renameSync(tmp, blob);
+      }
+    } catch (e) {
+      rmSync(tmp, { force: true });
+      throw e;
+    }
+    const retention = a.retentionSeconds ?? DEFAULT_ARTIFACT_RETENTION;
+    const now = this.now();
+    const iso = new Date(now).toISOString();
+    const { row, replaced, oldSha } = tx(this.d.db, () => {
+      this.d.db.prepare('INSERT OR IGNORE INTO artifact_blobs (sha256, size, created_at) VALUES (?, ?, ?)').run(sha, size, iso);
+      const cur = this.d.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, a.logicalName) as ArtifactRow | undefined;
+      const expires = now + retention * this.d.clock.secondMs;
+      let oldSha: string | undefined;
+      if (cur && cur.expires_at_ms > now) {
+        oldSha = cur.sha256;
+        this.d.db
+          .prepare('UPDATE artifacts SET sha256 = ?, size = ?, generation = generation + 1, retention_seconds = ?, expires_at_ms = ?, source_workspace_id = ?, source_path = ?, updated_at = ? WHERE seq = ?')
+          .run(sha, size, retention, expires, workspaceId, rel, iso, cur.seq);
+      } else {
+        if (cur) {
+          oldSha = cur.sha256;
+          this.d.db.prepare('DELETE FROM artifacts WHERE seq = ?').run(cur.seq);
+        }
+        this.d.db
+          .prepare('INSERT INTO artifacts (id, owner_id, logical_name, sha256, size, generation, retention_seconds, expires_at_ms, source_workspace_id, source_path, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)')
+          .run(newId('artifact'), owner, a.logicalName, sha, size, retention, expires, workspaceId, rel, iso, iso);
+      }
+      const row = this.d.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, a.logicalName) as ArtifactRow;
+      return { row, replaced: !!cur && cur.expires_at_ms > now, oldSha };
+    });
+    if (oldSha && oldSha !== sha) this.collect(oldSha);
+    return { ...this.describe(row), replaced, deduplicated: written > 0 && this.refCount(sha) > 1 };
+  }
+
+  private refCount(sha: string): number {
+    return this.d.db.prepare('SELECT count(*) FROM artifacts WHERE sha256 = ?').pluck().get(sha) as number;
+  }
+
+  /** Deletes a blob no artifact refers to. */
+  private collect(sha: string): void {
+    if (this.refCount(sha) > 0) return;
+    this.d.db.prepare('DELETE FROM artifact_blobs WHERE sha256 = ?').run(sha);
+    rmSync(this.blobPath(sha), { force: true });
+  }
+
+  list(owner: string, a: { cursor?: string; limit: number }): Record<string, unknown> {
+    this.sweep();
+    let before = Number.MAX_SAFE_INTEGER;
+    if (a.cursor) before = this.d.cursors.decode<{ b?: number }>('artifacts_list', a.cursor).b ?? before;
+    const rows = this.d.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND expires_at_ms > ? AND seq < ? ORDER BY seq DESC LIMIT ?').all(owner, this.now(), before, a.limit + 1) as ArtifactRow[];
+    const page = rows.slice(0, a.limit);
+    return {
+      artifacts: page.map((r) => this.describe(r)),
+      count: page.length,
+      usedBytes: this.usedBytes(),
+      quotaBytes: this.d.quotaBytes,
+      maxArtifactBytes: this.d.maxBytes,
+      nextCursor: rows.length > a.limit ? this.d.cursors.encode('artifacts_list', { b: page[page.length - 1]!.seq }) : null,
+    };
+  }
+
+  read(owner: string, a: { artifactId: string; offset: number; limit: number }): Record<string, unknown> {
+    const r = this.get(owner, a.artifactId, 'artifacts_read');
+    if (a.offset > r.size) throw new ServiceError('INVALID_ARGUMENT', `artifacts_read: offset: ${a.offset} is beyond the end of the artifact (${r.size} bytes)`, { field: 'offset', size: r.size });
+    const len = Math.min(a.limit, r.size - a.offset);
+    const buf = Buffer.alloc(len);
+    const fd = openSync(this.blobPath(r.sha256), 'r');
+    try {
+      let got = 0;
+      while (got < len) {
+        const n = readSync(fd, buf, got, len - got, a.offset + got);
+        if (n === 0) break;
+        got += n;
+      }
+      if (got !== len) throw new ServiceError('INTERNAL', 'artifacts_read: the stored blob is shorter than recorded');
+    } finally {
+      closeSync(fd);
+    }
+    const end = a.offset + len;
+    return {
+      artifactId: r.id,
+      logicalName: r.logical_name,
+      generation: r.generation,
+      size: r.size,
+      sha256: r.sha256,
+      offset: a.offset,
+      length: len,
+      encoding: 'base64',
+      content: buf.toString('base64'),
+      chunkSha256: createHash('sha256').update(buf).digest('hex'),
+      eof: end >= r.size,
+      nextOffset: end >= r.size ? null : end,
+    };
+  }
+
+  async restore(
+    owner: string,
+    workspaceId: string,
+    a: { artifactId: string; path: string; overwrite: boolean; expectedSha256?: string },
+    signal: AbortSignal,
+    progress: (p: number, t?: number, m?: string) => void,
+  ): Promise<Record<string, unknown>> {
+    const rel = checkPath(a.path, 'artifacts_restore');
+    const r = this.get(owner, a.artifactId, 'artifacts_restore');
+    const tmpName = `.atelier-restore-${randomBytes(6).toString('hex')}`;
+    const env = { ATL_DST: rel, ATL_TMP: tmpName, ATL_OVERWRITE: a.overwrite ? '1' : '0', ATL_EXPECT: a.expectedSha256 ?? '', ATL_SHA: r.sha256 };
+    // Runs inside the sandbox as the workspace user; the exit code says what was refused.
+    const guard = `
+      d=$(dirname -- "$ATL_DST")
+      case "$(realpath -m -- "$d")" in /workspace|/workspace/*) ;; *) exit 71;; esac
+      if [ -L "$ATL_DST" ]; then exit 72; fi
+      if [ -d "$ATL_DST" ]; then exit 73; fi
+      if [ -e "$ATL_DST" ]; then
+        [ "$ATL_OVERWRITE" = 1 ] || exit 74
+        if [ -n "$ATL_EXPECT" ]; then cur=$(sha256sum -- "$ATL_DST" | cut -d' ' -f1); [ "$cur" = "$ATL_EXPECT" ] || { echo "$cur"; exit 75; }; fi
+      elif [ -n "$ATL_EXPECT" ]; then exit 76
+      fi`;
+    const run = async (script: string, stdin?: Buffer) => {
+      const res = await this.d.workspaces.exec(workspaceId, { command: `set -e\n${script}`, env, stdin, timeoutMs: 120_000, maxOutputBytes: 4096 }, undefined, signal);
+      return res;
+    };
+    const refuse = (code: number | null, out: string): never => {
+      const d = { field: 'path', path: rel };
+      switch (code) {
+        case 71:
+          throw new ServiceError('INVALID_ARGUMENT', `artifacts_restore: path: ${rel} leads outside the workspace through a symbolic link`, { ...d, rule: 'inside the workspace' });
+        case 72:
+          throw new ServiceError('INVALID_ARGUMENT', `artifacts_restore: path: ${rel} is a symbolic link; restore to a regular file path`, { ...d, rule: 'no symlinks' });
+        case 73:
+          throw new ServiceError('FAILED_PRECONDITION', `artifacts_restore: path: ${rel} is a directory`, d);
+        case 74:
+          throw new ServiceError('CONFLICT', `artifacts_restore: path: ${rel} already exists; pass overwrite true to replace it`, { ...d, field: 'overwrite' });
+        case 75:
+          throw new ServiceError('CONFLICT', `artifacts_restore: expectedSha256: ${rel} has SHA-256 ${out.trim()}, not the expected one; nothing was written`, {
+            field: 'expectedSha256',
+            currentSha256: out.trim(),
+          });
+        case 76:
+          throw new ServiceError('CONFLICT', `artifacts_restore: expectedSha256: ${rel} does not exist, so it cannot have the expected hash`, { field: 'expectedSha256' });
+        default:
+          throw new ServiceError('INTERNAL', `artifacts_restore: writing ${rel} in the workspace failed (exit ${code}): ${out.slice(0, 300)}`, d);
+      }
+    };
+    let res = await run(`${guard}\nmkdir -p -- "$d"\n: > "$d/$ATL_TMP"`);
+    if (res.exitCode !== 0) refuse(res.exitCode, res.stdout + res.stderr);
+    try {
+      const fd = openSync(this.blobPath(r.sha256), 'r');
+      try {
+        const size = fstatSync(fd).size;
+        const buf = Buffer.alloc(Math.min(WRITE_CHUNK, Math.max(1, size)));
+        for (let off = 0; off < size; ) {
+          const n = readSync(fd, buf, 0, Math.min(buf.length, size - off), off);
+          if (n === 0) break;
+          res = await run('cat >> "$(dirname -- "$ATL_DST")/$ATL_TMP"', Buffer.from(buf.subarray(0, n)));
+          if (res.exitCode !== 0) refuse(res.exitCode, res.stdout + res.stderr);
+          off += n;
+          progress(off, size, 'bytes written');
+        }
+      } finally {
+        closeSync(fd);
+      }
+      res = await run(`${guard}\nt="$d/$ATL_TMP"\ngot=$(sha256sum -- "$t" | cut -d' ' -f1)\n[ "$got" = "$ATL_SHA" ] || { echo "$got"; exit 77; }\nmv -f -- "$t" "$ATL_DST"`);
+      if (res.exitCode === 77) throw new ServiceError('INTERNAL', `artifacts_restore: the written file has SHA-256 ${res.stdout.trim()}, not the artifact's ${r.sha256}`);
+      if (res.exitCode !== 0) refuse(res.exitCode, res.stdout + res.stderr);
+    } catch (e) {
+      await run('rm -f -- "$(dirname -- "$ATL_DST")/$ATL_TMP"').catch(() => undefined);
+      throw e;
+    }
+    return { artifactId: r.id, logicalName: r.logical_name, generation: r.generation, workspaceId, path: rel, size: r.size, sha256: r.sha256, restored: true };
+  }
+
+  delete(owner: string, a: { artifactId: string; expectedGeneration: number }): Record<string, unknown> {
+    const r = this.get(owner, a.artifactId, 'artifacts_delete');
+    if (r.generation !== a.expectedGeneration) {
+      throw new ServiceError('CONFLICT', `artifacts_delete: expectedGeneration: artifact ${r.id} is at generation ${r.generation}, not ${a.expectedGeneration}; nothing was deleted`, {
+        field: 'expectedGeneration',
+        currentGeneration: r.generation,
+      });
+    }
+    this.d.db.prepare('DELETE FROM artifacts WHERE seq = ?').run(r.seq);
+    this.collect(r.sha256);
+    return { artifactId: r.id, logicalName: r.logical_name, generation: r.generation, deleted: true };
+  }
+
+  /** Deletes expired artifacts and unreferenced blobs; returns how many artifacts. */
+  sweep(): number {
+    const gone = this.d.db.prepare('SELECT id, sha256 FROM artifacts WHERE expires_at_ms <= ?').all(this.now()) as Array<{ id: string; sha256: string }>;
+    for (const g of gone) {
+      this.d.db.prepare('DELETE FROM artifacts WHERE id = ?').run(g.id);
+      this.collect(g.sha256);
+    }
+    return gone.length;
+  }
+
+  /** At start: leftover temporary files and blobs nothing refers to (a crash between steps) go. */
+  private reconcile(): void {
+    const tmp = join(this.d.root, 'tmp');
+    for (const f of readdirSync(tmp)) rmSync(join(tmp, f), { force: true });
+    for (const sha of this.d.db.prepare('SELECT sha256 FROM artifact_blobs WHERE sha256 NOT IN (SELECT sha256 FROM artifacts)').pluck().all() as string[]) this.collect(sha);
+    const blobs = join(this.d.root, 'blobs');
+    for (const dir of readdirSync(blobs)) {
+      for (const f of readdirSync(join(blobs, dir))) {
+        if (!this.d.db.prepare('SELECT 1 FROM artifact_blobs WHERE sha256 = ?').get(f)) unlinkSync(join(blobs, dir, f));
+      }
+    }
+  }
+
+  start(intervalMs: number): void {
+    this.reconcile();
+    this.sweep();
+    this.sweeper = setInterval(() => {
+      try {
+        this.sweep();
+      } catch {
+        // the next round retries
+      }
+    }, intervalMs);
+    this.sweeper.unref();
+  }
+
+  stop(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+  }
+}

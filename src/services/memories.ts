@@ -1,0 +1,302 @@
+/**
+ * Memory notes (spec "Repository extensions", memories_*): named notes in the owner, repository or
+ * workspace scope. A repository note is keyed by the workspace's normalised repository URL, so it
+ * follows the repository into every new workspace. Decisions are in docs/knowledge.md.
+ */
+import { createHash } from 'node:crypto';
+import type { DB } from '../store/db.js';
+import { tx } from '../store/db.js';
+import type { CursorCodec } from '../core/cursor.js';
+import { ServiceError } from '../core/errors.js';
+import { newId } from '../core/ids.js';
+import type { WorkspaceService } from './workspaces.js';
+import { parseRepoUrl } from './repos.js';
+
+export type MemoryScope = 'owner' | 'repository' | 'workspace';
+const SCOPES: MemoryScope[] = ['owner', 'repository', 'workspace'];
+
+export interface RetentionClock {
+  /** Milliseconds one retention second lasts (1000 unless a test shortens it). */
+  secondMs: number;
+}
+
+export interface MemoryServiceDeps {
+  db: DB;
+  cursors: CursorCodec;
+  workspaces: WorkspaceService;
+  clock: RetentionClock;
+}
+
+interface NoteRow {
+  id: string;
+  owner_id: string;
+  scope: MemoryScope;
+  scope_key: string;
+  name: string;
+  content: string;
+  tags_json: string;
+  generation: number;
+  retention_seconds: number | null;
+  expires_at_ms: number | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** The repository key of a URL: scheme and host lowercased, default port, no trailing slash or ".git". */
+export function repositoryKey(url: string): string {
+  let u: string;
+  try {
+    u = parseRepoUrl(url).url;
+  } catch {
+    u = url.trim();
+  }
+  u = u.replace(/\/+$/, '');
+  return u.endsWith('.git') ? u.slice(0, -4) : u;
+}
+
+export function digest(v: unknown): string {
+  return createHash('sha256').update(JSON.stringify(v)).digest('base64url').slice(0, 12);
+}
+
+/** Tag filter: all = every tag present; any = at least one. */
+export function tagsMatch(have: string[], want: string[] | undefined, mode: 'all' | 'any'): boolean {
+  if (!want || want.length === 0) return true;
+  const set = new Set(have);
+  return mode === 'all' ? want.every((t) => set.has(t)) : want.some((t) => set.has(t));
+}
+
+export function uniqueTags(tags: string[]): string[] {
+  return [...new Set(tags)];
+}
+
+export class MemoryService {
+  private sweeper: NodeJS.Timeout | undefined;
+  constructor(private readonly d: MemoryServiceDeps) {}
+
+  /** The scope key of a scope as seen from a workspace. */
+  private scopeKey(scope: MemoryScope, workspaceId: string): string {
+    if (scope === 'owner') return '';
+    if (scope === 'workspace') {
+      this.d.workspaces.get(workspaceId);
+      return workspaceId;
+    }
+    return repositoryKey(this.d.workspaces.get(workspaceId).repositoryUrl);
+  }
+
+  /** (scope, key) pairs visible from a workspace: owner, its repository, itself. */
+  private visible(workspaceId: string, scope?: MemoryScope): Array<[MemoryScope, string]> {
+    const scopes = scope ? [scope] : SCOPES;
+    return scopes.map((s) => [s, this.scopeKey(s, workspaceId)]);
+  }
+
+  private now(): number {
+    return Date.now();
+  }
+
+  private expiresAt(retentionSeconds: number | undefined): number | null {
+    return retentionSeconds === undefined ? null : this.now() + retentionSeconds * this.d.clock.secondMs;
+  }
+
+  private describe(r: NoteRow, withContent: boolean): Record<string, unknown> {
+    const out: Record<string, unknown> = {
+      memoryId: r.id,
+      scope: r.scope,
+      name: r.name,
+      ...(r.scope === 'repository' ? { repository: r.scope_key } : {}),
+      ...(r.scope === 'workspace' ? { workspaceId: r.scope_key } : {}),
+      tags: JSON.parse(r.tags_json),
+      generation: r.generation,
+      size: r.content.length,
+      retentionSeconds: r.retention_seconds,
+      expiresAt: r.expires_at_ms === null ? null : new Date(r.expires_at_ms).toISOString(),
+      createdAt: r.created_at,
+      updatedAt: r.updated_at,
+    };
+    if (withContent) out.content = r.content;
+    return out;
+  }
+
+  /** Live rows of the visible scopes (expired ones are never returned, and are removed here). */
+  private rows(owner: string, pairs: Array<[MemoryScope, string]>): NoteRow[] {
+    this.sweep();
+    const where = pairs.map(() => '(scope = ? AND scope_key = ?)').join(' OR ');
+    return this.d.db
+      .prepare(`SELECT * FROM memory_notes WHERE owner_id = ? AND (${where}) AND (expires_at_ms IS NULL OR expires_at_ms > ?) ORDER BY name, scope, id`)
+      .all(owner, ...pairs.flat(), this.now()) as NoteRow[];
+  }
+
+  private find(owner: string, workspaceId: string, a: { memoryId?: string; name?: string; scope?: MemoryScope }, tool: string): NoteRow {
+    const now = this.now();
+    let r: NoteRow | undefined;
+    if (a.memoryId) {
+      r = this.d.db.prepare('SELECT * FROM memory_notes WHERE id = ? AND owner_id = ?').get(a.memoryId, owner) as NoteRow | undefined;
+      // A note of another workspace or repository is not visible from this one.
+      if (r && r.scope !== 'owner' && r.scope_key !== this.scopeKey(r.scope, workspaceId)) r = undefined;
+    } else {
+      // By name: the given scope, else the narrowest visible scope holding that name.
+      for (const [s, k] of this.visible(workspaceId, a.scope).reverse()) {
+        r = this.d.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, s, k, a.name) as NoteRow | undefined;
+        if (r && (r.expires_at_ms === null || r.expires_at_ms > now)) break;
+      }
+    }
+    if (!r || (r.expires_at_ms !== null && r.expires_at_ms <= now)) {
+      const what = a.memoryId ? `memoryId: no memory note ${a.memoryId}` : `name: no memory note named ${a.name}${a.scope ? ` in the ${a.scope} scope` : ' in any scope visible from this workspace'}`;
+      throw new ServiceError('NOT_FOUND', `${tool}: ${what}`, { field: a.memoryId ? 'memoryId' : 'name' });
+    }
+    return r;
+  }
+
+  list(owner: string, workspaceId: string, a: { scope?: MemoryScope; tags?: string[]; limit: number; cursor?: string }): Record<string, unknown> {
+    const filter = digest([a.scope ?? null, a.tags ?? null]);
+    let after: string | undefined;
+    if (a.cursor) {
+      const c = this.d.cursors.decode<{ f?: string; a?: string }>('memories_list', a.cursor);
+      if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for other filters; repeat the same scope and tags, or start without a cursor', { field: 'cursor' });
+      after = c.a;
+    }
+    const all = this.rows(owner, this.visible(workspaceId, a.scope)).filter((r) => tagsMatch(JSON.parse(r.tags_json), a.tags, 'all'));
+    const keyOf = (r: NoteRow) => `${r.name}\u0000${r.scope}\u0000${r.id}`;
+    const rest = after === undefined ? all : all.filter((r) => keyOf(r) > after!);
+    const page = rest.slice(0, a.limit);
+    const more = rest.length > page.length;
+    return {
+      notes: page.map((r) => this.describe(r, false)),
+      count: page.length,
+      nextCursor: more ? this.d.cursors.encode('memories_list', { f: filter, a: keyOf(page[page.length - 1]!) }) : null,
+    };
+  }
+
+  read(owner: string, workspaceId: string, a: { memoryId?: string; name?: string; scope?: MemoryScope }): Record<string, unknown> {
+    this.sweep();
+    return this.describe(this.find(owner, workspaceId, a, 'memories_read'), true);
+  }
+
+  write(
+    owner: string,
+    workspaceId: string,
+    a: { scope: MemoryScope; name: string; content: string; tags: string[]; retentionSeconds?: number; expectedGeneration: number },
+  ): Record<string, unknown> {
+    const key = this.scopeKey(a.scope, workspaceId);
+    const tags = uniqueTags(a.tags);
+    return tx(this.d.db, () => {
+      const now = this.now();
+      const iso = new Date(now).toISOString();
+      this.d.db.prepare('DELETE FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ? AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').run(owner, a.scope, key, a.name, now);
+      const cur = this.d.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, a.scope, key, a.name) as NoteRow | undefined;
+      const have = cur?.generation ?? 0;
+      if (have !== a.expectedGeneration) {
+        const msg = cur
+          ? `expectedGeneration: the note ${a.name} (${a.scope} scope) is at generation ${have}, not ${a.expectedGeneration}; read it again and retry with expectedGeneration ${have}`
+          : `expectedGeneration: no note ${a.name} exists in the ${a.scope} scope; pass expectedGeneration 0 to create it`;
+        throw new ServiceError('CONFLICT', `memories_write: ${msg}`, { field: 'expectedGeneration', currentGeneration: have, ...(cur ? { memoryId: cur.id } : {}) });
+      }
+      const expires = a.retentionSeconds !== undefined ? this.expiresAt(a.retentionSeconds) : null;
+      if (!cur) {
+        const id = newId('memory');
+        this.d.db
+          .prepare('INSERT INTO memory_notes (id, owner_id, scope, scope_key, name, content, tags_json, generation, retention_seconds, expires_at_ms, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)')
+          .run(id, owner, a.scope, key, a.name, a.content, JSON.stringify(tags), a.retentionSeconds ?? null, expires, iso, iso);
+      } else {
+        this.d.db
+          .prepare('UPDATE memory_notes SET content = ?, tags_json = ?, generation = generation + 1, retention_seconds = ?, expires_at_ms = ?, updated_at = ? WHERE id = ?')
+          .run(a.content, JSON.stringify(tags), a.retentionSeconds ?? null, expires, iso, cur.id);
+      }
+      const row = this.d.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, a.scope, key, a.name) as NoteRow;
+      return { ...this.describe(row, false), created: !cur };
+    });
+  }
+
+  search(
+    owner: string,
+    workspaceId: string,
+    a: { query: string; scope?: MemoryScope; tags?: string[]; tagMatch: 'all' | 'any'; limit: number; cursor?: string },
+  ): Record<string, unknown> {
+    const filter = digest([a.query, a.scope ?? null, a.tags ?? null, a.tagMatch]);
+    let offset = 0;
+    if (a.cursor) {
+      const c = this.d.cursors.decode<{ f?: string; o?: number }>('memories_search', a.cursor);
+      if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another query or filters; repeat the same query, scope and tags, or start without a cursor', { field: 'cursor' });
+      offset = c.o ?? 0;
+    }
+    const needle = a.query.toLowerCase();
+    const hits: Array<{ r: NoteRow; score: number; count: number; where: string[] }> = [];
+    for (const r of this.rows(owner, this.visible(workspaceId, a.scope))) {
+      const tags: string[] = JSON.parse(r.tags_json);
+      if (!tagsMatch(tags, a.tags, a.tagMatch)) continue;
+      const inName = r.name.toLowerCase().includes(needle);
+      const inTags = tags.some((t) => t.toLowerCase().includes(needle));
+      const count = occurrences(r.content.toLowerCase(), needle);
+      if (!inName && !inTags && count === 0) continue;
+      const where = [...(inName ? ['name'] : []), ...(inTags ? ['tags'] : []), ...(count > 0 ? ['content'] : [])];
+      // Ranking: a name hit first, then a tag hit, then how densely the content holds the text.
+      const score = (inName ? 1000 : 0) + (inTags ? 100 : 0) + Math.min(99, count) + (count > 0 ? Math.min(0.99, (count * needle.length) / Math.max(1, r.content.length)) : 0);
+      hits.push({ r, score, count, where });
+    }
+    hits.sort((x, y) => y.score - x.score || (x.r.updated_at < y.r.updated_at ? 1 : x.r.updated_at > y.r.updated_at ? -1 : 0) || (x.r.id < y.r.id ? -1 : 1));
+    const page = hits.slice(offset, offset + a.limit);
+    const next = offset + page.length;
+    return {
+      query: a.query,
+      results: page.map((h, i) => ({
+        ...this.describe(h.r, false),
+        rank: offset + i + 1,
+        matchedIn: h.where,
+        occurrences: h.count,
+        snippet: snippet(h.r.content, needle),
+      })),
+      count: page.length,
+      total: hits.length,
+      nextCursor: next < hits.length ? this.d.cursors.encode('memories_search', { f: filter, o: next }) : null,
+    };
+  }
+
+  delete(owner: string, workspaceId: string, a: { memoryId?: string; name?: string; scope?: MemoryScope; expectedGeneration: number }): Record<string, unknown> {
+    return tx(this.d.db, () => {
+      const r = this.find(owner, workspaceId, a, 'memories_delete');
+      if (r.generation !== a.expectedGeneration) {
+        throw new ServiceError(
+          'CONFLICT',
+          `memories_delete: expectedGeneration: the note ${r.name} is at generation ${r.generation}, not ${a.expectedGeneration}; nothing was deleted (read it again and retry with expectedGeneration ${r.generation})`,
+          { field: 'expectedGeneration', currentGeneration: r.generation, memoryId: r.id },
+        );
+      }
+      this.d.db.prepare('DELETE FROM memory_notes WHERE id = ?').run(r.id);
+      return { memoryId: r.id, scope: r.scope, name: r.name, deleted: true, generation: r.generation };
+    });
+  }
+
+  /** Removes expired notes; returns how many. */
+  sweep(): number {
+    return this.d.db.prepare('DELETE FROM memory_notes WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?').run(this.now()).changes;
+  }
+
+  start(intervalMs: number): void {
+    this.sweep();
+    this.sweeper = setInterval(() => {
+      try {
+        this.sweep();
+      } catch {
+        // the next round retries
+      }
+    }, intervalMs);
+    this.sweeper.unref();
+  }
+
+  stop(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+  }
+}
+
+function occurrences(hay: string, needle: string): number {
+  let n = 0;
+  for (let i = hay.indexOf(needle); i !== -1; i = hay.indexOf(needle, i + needle.length)) n++;
+  return n;
+}
+
+/** Up to 160 characters around the first hit in the content. */
+export function snippet(content: string, needleLower: string): string {
+  const at = content.toLowerCase().indexOf(needleLower);
+  if (at < 0) return content.slice(0, 160);
+  const start = Math.max(0, at - 60);
+  return (start > 0 ? '…' : '') + content.slice(start, start + 160) + (start + 160 < content.length ? '…' : '');
+}

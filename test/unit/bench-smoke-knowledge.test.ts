@@ -1,0 +1,25 @@
+/**
+ * bench/knowledge.mjs --smoke runs end to end (the real model in its worker, FTS5, fusion) with
+ * tiny counts, and reports every figure the benchmark promises. Needs `npx tsc -p .` first.
+ */
+import { execFile } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { expect, it } from 'vitest';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+
+it('bench/knowledge --smoke measures recall of the three modes, latency and embedding time', async () => {
+  const { stdout } = await promisify(execFile)(process.execPath, [join(ROOT, 'bench/knowledge.mjs'), '--smoke'], { timeout: 240_000, maxBuffer: 1 << 22 });
+  const summary = JSON.parse(stdout.trim().split('\n').pop()!);
+  expect(summary.smoke).toBe(true);
+  expect(summary.model).toMatch(/universal-sentence-encoder-lite/);
+  for (const mode of ['hybrid', 'lexical', 'semantic']) {
+    expect(summary.recallAt10[mode].recallAt10).toBeGreaterThanOrEqual(0);
+    expect(summary.recallAt10[mode].recallAt10).toBeLessThanOrEqual(1);
+  }
+  // The paraphrases share few words with their notes: the semantic half must find some of them.
+  expect(summary.recallAt10.semantic.recallAt10).toBeGreaterThan(summary.recallAt10.lexical.recallAt10);
+  expect(summary.embedOneNoteMs.p50).toBeGreaterThan(0);
+  for (const n of Object.keys(summary.latencyMs)) expect(summary.latencyMs[n].hybrid.p99).toBeGreaterThan(0);
+}, 260_000);
