@@ -110,8 +110,10 @@ describe('the MCP body limit admits the largest valid request', () => {
     expect(ok.text).toContain('"workspaces"');
     const over = Buffer.alloc(MCP_MAX_BODY_BYTES + 1, 0x20);
     over.write(call, 0, 'utf8');
-    const refused = await postMcp(over);
-    expect(refused.status).toBe(413);
+    // The server answers 413 and stops reading; a client still writing may meet the closed socket
+    // (EPIPE/ECONNRESET) before it reads the answer, which happens on a loaded machine.
+    const refused = await postMcp(over).catch((e: Error & { cause?: { code?: string } }) => ({ status: 0, text: String(e.cause?.code ?? e.message) }));
+    if (refused.status !== 413) expect(refused.text).toMatch(/EPIPE|ECONNRESET/);
   }, 120_000);
 
   it('an unauthenticated body is never read: 401 at once, whatever its size', async () => {
