@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, dashboardLogin, httpRequest, runCli, startService, type Service } from './harness.js';
+import { releaseDataDir } from './cleanup.js';
 import { REPO_FILES, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import { mountFakeGitHubApp, type FakeGitHubApp } from '../fixtures/fake-github-app.js';
@@ -88,6 +89,8 @@ afterAll(async () => {
   await c?.close();
   await svc?.dispose();
   await host?.close();
+  // The workspaces' disks stay mounted after the service stops: release them (the run's last check fails on leftovers).
+  if (dataDir) releaseDataDir(dataDir);
 });
 
 let pr1: number;
