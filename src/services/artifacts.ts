@@ -5,6 +5,7 @@
  * deleted when no artifact refers to it. Restore writes through the sandbox (a command running as
  * the workspace user), never as root on the host. Limits and decisions: docs/knowledge.md.
  */
+import { startSweeper, type Sweeper } from '../core/sweeper.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -65,7 +66,7 @@ function checkPath(path: string, tool: string): string {
 }
 
 export class ArtifactService {
-  private sweeper: NodeJS.Timeout | undefined;
+  private sweeper: Sweeper | undefined;
   constructor(private readonly d: ArtifactServiceDeps) {
     mkdirSync(join(d.root, 'blobs'), { recursive: true, mode: 0o700 });
     mkdirSync(join(d.root, 'tmp'), { recursive: true, mode: 0o700 });
@@ -400,18 +401,10 @@ export class ArtifactService {
 
   start(intervalMs: number): void {
     this.reconcile();
-    this.sweep();
-    this.sweeper = setInterval(() => {
-      try {
-        this.sweep();
-      } catch {
-        // the next round retries
-      }
-    }, intervalMs);
-    this.sweeper.unref();
+    this.sweeper = startSweeper(() => this.sweep(), intervalMs);
   }
 
   stop(): void {
-    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper?.stop();
   }
 }

@@ -5,6 +5,7 @@
  * rank fusion. Embedding runs in a worker thread off the request path; items not yet embedded are
  * still found lexically, and every answer says which mode answered. Decisions: docs/knowledge.md.
  */
+import { startSweeper, type Sweeper } from '../core/sweeper.js';
 import { createHash } from 'node:crypto';
 import type { DB } from '../store/db.js';
 import { tx } from '../store/db.js';
@@ -134,7 +135,7 @@ const STOPWORDS = new Set(
 );
 
 export class KnowledgeService {
-  private sweeper: NodeJS.Timeout | undefined;
+  private sweeper: Sweeper | undefined;
   private vectors: Map<string, CachedVector> | undefined;
   private embedding = false;
   private stopped = false;
@@ -754,21 +755,15 @@ export class KnowledgeService {
   start(intervalMs: number): void {
     this.d.embedder.start();
     void this.d.embedder.whenSettled(120_000).then(() => this.kick());
-    this.sweep();
-    this.sweeper = setInterval(() => {
-      try {
-        this.sweep();
-        this.kick();
-      } catch {
-        // the next round retries
-      }
+    this.sweeper = startSweeper(() => {
+      this.sweep();
+      this.kick();
     }, intervalMs);
-    this.sweeper.unref();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper?.stop();
     await this.d.embedder.stop();
   }
 }

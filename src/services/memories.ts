@@ -3,6 +3,7 @@
  * workspace scope. A repository note is keyed by the workspace's normalised repository URL, so it
  * follows the repository into every new workspace. Decisions are in docs/knowledge.md.
  */
+import { startSweeper, type Sweeper } from '../core/sweeper.js';
 import { createHash } from 'node:crypto';
 import type { DB } from '../store/db.js';
 import { tx } from '../store/db.js';
@@ -70,7 +71,7 @@ export function uniqueTags(tags: string[]): string[] {
 }
 
 export class MemoryService {
-  private sweeper: NodeJS.Timeout | undefined;
+  private sweeper: Sweeper | undefined;
   constructor(private readonly d: MemoryServiceDeps) {}
 
   /** The scope key of a scope as seen from a workspace. */
@@ -271,19 +272,11 @@ export class MemoryService {
   }
 
   start(intervalMs: number): void {
-    this.sweep();
-    this.sweeper = setInterval(() => {
-      try {
-        this.sweep();
-      } catch {
-        // the next round retries
-      }
-    }, intervalMs);
-    this.sweeper.unref();
+    this.sweeper = startSweeper(() => this.sweep(), intervalMs);
   }
 
   stop(): void {
-    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper?.stop();
   }
 }
 
