@@ -3,7 +3,7 @@
 // the in-memory exact vector scan and reciprocal rank fusion, called in-process (MCP overhead is
 // measured by bench/mcp-overhead.mjs).
 //
-// Corpus: the labelled notes of bench/knowledge-pairs.mjs (each with a paraphrased query written for
+// Corpus: the labelled notes of bench/data/knowledge-pairs.mjs (each with a paraphrased query written for
 // it) among generated engineering notes, 2,000 items in all. Measures recall@10 of hybrid,
 // lexical-only and semantic-only in the same run; search p50/p99 at 2,000 and at 20,000 items;
 // the time to embed one note; how fast a write returns.
@@ -13,7 +13,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PAIRS } from './knowledge-pairs.mjs';
+import { PAIRS } from './data/knowledge-pairs.mjs';
 import { pct } from './lib.mjs';
 
 const SMOKE = process.argv.includes('--smoke');

@@ -16,8 +16,10 @@ const BENCHES: Record<string, RegExp[]> = {
   workspace: [/open to first result: median [\d.]+ ms .*plain git clone --depth 1: median [\d.]+ ms; ratio [\d.]+x/, /trivial command: .*ratio [\d.]+x/],
   files: [/grep_search, rare pattern .*ratio [\d.]+x/, /symbols_search: cold index build [\d.]+ ms/, /files_read 1 MiB utf-8: median [\d.]+ ms .*ratio [\d.]+x/],
   gateway: [/added p99: atelier [\d.]+ ms vs portkey [\d.]+ ms/, /throughput at c64: atelier \d+ rps/, /metered on the bench lease: \d+ input/],
-  // Run with its own assertions on the figures in test/e2e/bench-smoke-agents.test.ts.
+  // Run with their own assertions on the figures in test/e2e/bench-smoke-agents.test.ts and
+  // test/unit/bench-smoke-knowledge.test.ts.
   agents: [],
+  knowledge: [],
 };
 /** Helpers of the benchmarks, not benchmarks. */
 const NOT_BENCHES = new Set(['lib', 'relay']);
