@@ -11,22 +11,22 @@ import { ROOT } from './harness.js';
 
 /** Each benchmark and what its output must say (a figure beside its baseline). */
 const BENCHES: Record<string, RegExp[]> = {
-  'mcp-overhead': [/bare node:http echo\s+p50 [\d.]+ ms/, /atelier MCP \(HTTP\)\s+p50 [\d.]+ ms .*ratio p50 [\d.]+x/],
-  exec: [/bare bwrap \/bin\/true\s+p50 [\d.]+ ms/, /MCP exec_run true\s+p50 [\d.]+ ms .*ratio p50 [\d.]+x/],
-  workspace: [/open to first result: median [\d.]+ ms .*plain git clone --depth 1: median [\d.]+ ms; ratio [\d.]+x/, /trivial command: .*ratio [\d.]+x/],
-  files: [/grep_search, rare pattern .*ratio [\d.]+x/, /symbols_search: cold index build [\d.]+ ms/, /files_read 1 MiB utf-8: median [\d.]+ ms .*ratio [\d.]+x/],
-  gateway: [/added p99: atelier [\d.]+ ms vs portkey [\d.]+ ms/, /throughput at c64: atelier \d+ rps/, /metered on the bench lease: \d+ input/],
+  'bench/mcp-overhead': [/bare node:http echo\s+p50 [\d.]+ ms/, /atelier MCP \(HTTP\)\s+p50 [\d.]+ ms .*ratio p50 [\d.]+x/],
+  'bench/exec': [/bare bwrap \/bin\/true\s+p50 [\d.]+ ms/, /MCP exec_run true\s+p50 [\d.]+ ms .*ratio p50 [\d.]+x/],
+  'bench/workspace': [/open to first result: median [\d.]+ ms .*plain git clone --depth 1: median [\d.]+ ms; ratio [\d.]+x/, /trivial command: .*ratio [\d.]+x/],
+  'bench/files': [/grep_search, rare pattern .*ratio [\d.]+x/, /symbols_search: cold index build [\d.]+ ms/, /files_read 1 MiB utf-8: median [\d.]+ ms .*ratio [\d.]+x/],
+  'bench/gateway': [/added p99: atelier [\d.]+ ms vs portkey [\d.]+ ms/, /throughput at c64: atelier \d+ rps/, /metered on the bench lease: \d+ input/],
   // Run with their own assertions on the figures in test/e2e/bench-smoke-agents.test.ts and
   // test/unit/bench-smoke-knowledge.test.ts.
-  agents: [],
-  knowledge: [],
+  'bench/agents': [],
+  'bench/knowledge': [],
 };
 /** Helpers of the benchmarks, not benchmarks. */
 const NOT_BENCHES = new Set(['lib', 'relay']);
 
 function runBench(name: string): Promise<{ code: number; out: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [join(ROOT, 'bench', `${name}.mjs`), '--smoke'], { cwd: ROOT, timeout: 170_000, maxBuffer: 8 << 20 }, (err, stdout, stderr) => {
+    execFile(process.execPath, [join(ROOT, `${name}.mjs`), '--smoke'], { cwd: ROOT, timeout: 170_000, maxBuffer: 8 << 20 }, (err, stdout, stderr) => {
       const code = err ? ((err as { code?: number }).code ?? 1) : 0;
       resolve({ code: typeof code === 'number' ? code : 1, out: stdout + stderr });
     });
@@ -38,15 +38,16 @@ describe('benchmarks in smoke mode', () => {
     const scripts = readdirSync(join(ROOT, 'bench'))
       .filter((f) => f.endsWith('.mjs'))
       .map((f) => f.slice(0, -4))
-      .filter((n) => !NOT_BENCHES.has(n));
+      .filter((n) => !NOT_BENCHES.has(n))
+      .map((n) => `bench/${n}`);
     expect(scripts.sort()).toEqual(Object.keys(BENCHES).sort());
   });
 
   for (const [name, lines] of Object.entries(BENCHES).filter(([, l]) => l.length > 0)) {
-    it(`bench/${name} runs and prints its figures`, { timeout: 180_000 }, async () => {
+    it(`${name} runs and prints its figures`, { timeout: 180_000 }, async () => {
       const { code, out } = await runBench(name);
       expect(code, out).toBe(0);
-      for (const re of lines) expect(out, `bench/${name} output`).toMatch(re);
+      for (const re of lines) expect(out, `${name} output`).toMatch(re);
     });
   }
 });
