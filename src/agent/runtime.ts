@@ -14,6 +14,7 @@
  * continues it). On a budget refusal from the gateway or a stop from the runner (TTL, output
  * bytes) it makes one last tool-less call for a summary, then ends. See docs/agents.md.
  */
+import { splice } from '../contracts/splice.js';
 import { connect, createServer, type Socket } from 'node:net';
 import OpenAI from 'openai';
 import {
@@ -57,18 +58,7 @@ async function readStdin(): Promise<string> {
 
 /** 127.0.0.1:<port> inside the sandbox, piped to the gateway socket. */
 async function gatewayBridge(): Promise<number> {
-  const server = createServer((client) => {
-    const up = connect(GATEWAY_SOCKET);
-    client.pipe(up).pipe(client);
-    const end = () => {
-      client.destroy();
-      up.destroy();
-    };
-    client.on('error', end);
-    up.on('error', end);
-    client.on('close', end);
-    up.on('close', end);
-  });
+  const server = createServer((client) => void splice(client, connect(GATEWAY_SOCKET)));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   server.unref();
   return (server.address() as { port: number }).port;

@@ -50,6 +50,7 @@
  * rules). setRules swaps a compiled snapshot: requests already being handled, and open tunnels,
  * keep the rules they started with.
  */
+import { splice } from '../contracts/splice.js';
 import { lookup } from 'node:dns/promises';
 import { lstat, chmod, unlink } from 'node:fs/promises';
 import net, { type Socket } from 'node:net';
@@ -728,18 +729,9 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     const up = upstream;
     up.on('error', () => {});
     decide(200, true, `allowed by rule ${rule.label}`, lastAddress);
-    const teardown = (): void => {
-      client.destroy();
-      up.destroy();
-    };
-    client.on('close', teardown);
-    up.on('close', teardown);
-    client.on('error', teardown);
-    up.on('error', teardown);
-    if (idleTimeoutMs > 0) client.setTimeout(idleTimeoutMs, teardown);
     client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-    client.pipe(up);
-    up.pipe(client);
+    const teardown = splice(client, up);
+    if (idleTimeoutMs > 0) client.setTimeout(idleTimeoutMs, teardown);
   };
 
   await clearStaleSocket(socketPath);

@@ -7,6 +7,7 @@
  * messages). The supervisor ends agents on TTL, budget, output bytes, cancel (cascading down the
  * tree) or runtime exit, revokes their leases and settles their spend. See docs/agents.md.
  */
+import { splice } from '../contracts/splice.js';
 import { appendFileSync, chmodSync, chownSync, existsSync, mkdirSync, openSync, readSync, closeSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -457,16 +458,7 @@ export class AgentService {
     const gw = createServer((client) => {
       const ep = this.d.gateway.agentEndpoint();
       if (!ep) return client.destroy();
-      const up = connect(ep.port, ep.host);
-      client.pipe(up).pipe(client);
-      const end = () => {
-        client.destroy();
-        up.destroy();
-      };
-      client.on('error', end);
-      up.on('error', end);
-      client.on('close', end);
-      up.on('close', end);
+      splice(client, connect(ep.port, ep.host));
     });
     const ctl = createServer((sock) => {
       if (live.conn) return sock.destroy(); // one control connection per agent
