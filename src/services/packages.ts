@@ -18,7 +18,7 @@
  *   was bound when its sandbox was first made and keeps it until it is recreated.
  */
 import { createHash } from 'node:crypto';
-import { chmod, chown, lstat, mkdir, readdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, chown, lchown, lstat, mkdir, readdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
 import { createReadStream, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
@@ -505,7 +505,7 @@ export class PackageService {
       const tree = build.ecosystem === 'npm' ? join(work, 'node_modules') : join(work, 'site');
       await this.verifyTree(build, work);
       const files = await walkTree(tree);
-      const bins = build.ecosystem === 'npm' ? await npmBinaries(tree, plan.name) : await pythonBinaries(tree);
+      const bins = build.ecosystem === 'npm' ? await npmBinaries(tree) : await pythonBinaries(tree);
       this.setApply(id, 'LAUNCH_CHECK', `starting each binary once with no network (${bins.length})`);
       for (const b of bins) await this.launchCheck(build.ecosystem, plan.name, tree, b);
       const digest = sha256Hex(canonicalJson({ ecosystem: build.ecosystem, name: plan.name, files }));
@@ -1011,7 +1011,6 @@ function isPrivateHost(h: string): boolean {
 
 /** chown -h every entry (no symlink is followed). Only used on trees no sandbox process is alive in. */
 async function chownTree(dir: string, uid: number): Promise<void> {
-  const { lchown } = await import('node:fs/promises');
   await lchown(dir, uid, uid);
   for (const e of await readdir(dir, { withFileTypes: true })) {
     const p = join(dir, e.name);
@@ -1081,7 +1080,7 @@ async function npmInventory(nm: string, prefix = 'node_modules'): Promise<Map<st
 }
 
 /** Binaries npm linked for the top level (node_modules/.bin), as paths relative to the tree. */
-async function npmBinaries(nm: string, _name: string): Promise<Array<{ name: string; rel: string }>> {
+async function npmBinaries(nm: string): Promise<Array<{ name: string; rel: string }>> {
   const bin = join(nm, '.bin');
   const names = await readdir(bin).catch(() => [] as string[]);
   return names.filter((n) => !n.startsWith('.')).sort().map((n) => ({ name: n, rel: `.bin/${n}` }));
