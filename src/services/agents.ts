@@ -162,9 +162,9 @@ export class AgentService {
   private readonly runDir: string;
   private optDir: string | null = null;
 
-  constructor(private readonly d: Deps) {
-    this.logDir = join(d.config.dataDir, 'state', 'agents');
-    this.runDir = join(d.config.dataDir, 'run', 'agents');
+  constructor(private readonly deps: Deps) {
+    this.logDir = join(deps.config.dataDir, 'state', 'agents');
+    this.runDir = join(deps.config.dataDir, 'run', 'agents');
   }
 
   /** Composition: the server hands over its tool registry (proxied calls run through it). */
@@ -178,15 +178,15 @@ export class AgentService {
   async startup(): Promise<void> {
     mkdirSync(this.logDir, { recursive: true, mode: 0o700 });
     rmSync(this.runDir, { recursive: true, force: true });
-    const rows = this.d.db.prepare(`SELECT * FROM agents WHERE status IN ${LIVE_STATUSES}`).all() as Row[];
+    const rows = this.deps.db.prepare(`SELECT * FROM agents WHERE status IN ${LIVE_STATUSES}`).all() as Row[];
     for (const r of rows) {
-      if (r.lease_id) await this.d.gateway.revokeLease(r.lease_id).catch(() => null);
+      if (r.lease_id) await this.deps.gateway.revokeLease(r.lease_id).catch(() => null);
       this.appendRaw(r.id, { type: 'status', status: 'INTERRUPTED', reason: 'the runner stopped while the agent ran' });
-      this.d.db
+      this.deps.db
         .prepare(`UPDATE agents SET status = 'INTERRUPTED', end_reason = ?, ended_at = ? WHERE id = ? AND status IN ${LIVE_STATUSES}`)
         .run('the runner stopped while the agent ran; its lease was revoked and its open spend is settled or marked unreconciled', new Date().toISOString(), r.id);
     }
-    if (rows.length) await this.d.gateway.syncUsage().catch(() => undefined);
+    if (rows.length) await this.deps.gateway.syncUsage().catch(() => undefined);
   }
 
   /** Runner stop: every live agent ends INTERRUPTED (sandbox killed, lease revoked). */
@@ -206,7 +206,7 @@ export class AgentService {
       parentId = callerAgent.id;
     }
     // The profile: active, pinned at its active revision and credential.
-    const pin = this.d.models.pinnable(a.profileId);
+    const pin = this.deps.models.pinnable(a.profileId);
     if (pin.status !== 'active' || !pin.body || pin.revision === null)
       throw new ServiceError('FAILED_PRECONDITION', `profileId: profile ${a.profileId} is ${pin.status}; agent_spawn uses an active profile only (the owner activates it on the dashboard)`, { field: 'profileId', status: pin.status });
     if (pin.credentialStatus !== 'active')
@@ -215,7 +215,7 @@ export class AgentService {
     // The parent: same workspace, live, and its tree carries agent_spawn and these operations.
     let parent: Row | null = null;
     if (parentId) {
-      const found = this.d.db.prepare('SELECT * FROM agents WHERE id = ?').get(parentId) as Row | undefined;
+      const found = this.deps.db.prepare('SELECT * FROM agents WHERE id = ?').get(parentId) as Row | undefined;
       if (!found) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId}`, { field: 'parentAgentId' });
       parent = found;
       if (parent.workspace_id !== c.workspace) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId} in workspace ${c.workspace}`, { field: 'parentAgentId' });
@@ -226,11 +226,11 @@ export class AgentService {
       if (wider.length)
         throw new ServiceError('PERMISSION_DENIED', `proxyOperations: a child may use only its parent's operations; not allowed: ${wider.join(', ')}`, { field: 'proxyOperations', operations: wider });
     }
-    const ws = this.d.workspaces.get(c.workspace);
+    const ws = this.deps.workspaces.get(c.workspace);
     if (ws.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${c.workspace} is ${ws.state}`, { field: 'workspaceId', state: ws.state });
 
     // Routing rule 8: push again when the gateway restarted or lost its profiles; UNAVAILABLE when unreachable.
-    await this.d.gateway.ensureReady();
+    await this.deps.gateway.ensureReady();
 
     const id = newId('agent');
     // A child's cost budget is carved out of what its parent has left (atomically, on the parent's lease).
@@ -238,7 +238,7 @@ export class AgentService {
     if (parent) {
       const pl = parent.lease_id ? this.live.get(parent.id) : undefined;
       if (!pl || !parent.lease_id) throw new ServiceError('FAILED_PRECONDITION', `parentAgentId: agent ${parent.id} holds no live lease yet; retry once it runs`, { field: 'parentAgentId', status: parent.status });
-      const r = await this.d.gateway.adjustLeaseCost(parent.lease_id, -a.maxCostMicros);
+      const r = await this.deps.gateway.adjustLeaseCost(parent.lease_id, -a.maxCostMicros);
       if (!r.ok)
         throw new ServiceError('FAILED_PRECONDITION', `maxCostMicros: ${a.maxCostMicros} would pass what parent ${parent.id} has left of its cost budget (${r.remainingMicros ?? 'unknown'} micro-USD); a tree never spends more than its root was given`, { field: 'maxCostMicros', parentRemainingMicros: r.remainingMicros });
       carved = a.maxCostMicros;
@@ -280,7 +280,7 @@ export class AgentService {
       expires_at: new Date(now + a.ttlSeconds * 1000).toISOString(),
     };
     const cols = Object.keys(row).filter((k) => k !== 'seq');
-    this.d.db.prepare(`INSERT INTO agents (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`).run(...cols.map((k) => (row as unknown as Record<string, unknown>)[k]));
+    this.deps.db.prepare(`INSERT INTO agents (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`).run(...cols.map((k) => (row as unknown as Record<string, unknown>)[k]));
     const stored = this.row(id);
     const live: Live = {
       id,
@@ -349,7 +349,7 @@ export class AgentService {
         return '';
       });
       try {
-        lease = await this.d.gateway.issueLease({
+        lease = await this.deps.gateway.issueLease({
           agentId: row.id,
           profileId: row.profile_id,
           revision: row.revision,
@@ -361,18 +361,18 @@ export class AgentService {
         return await this.finish(live, 'FAILED', { reason: `the lease was refused: ${(e as Error).message}`, error: toErrorBody(e) });
       }
       if (live.ending) {
-        await this.d.gateway.revokeLease(lease.leaseId).catch(() => null);
+        await this.deps.gateway.revokeLease(lease.leaseId).catch(() => null);
         return;
       }
       live.leaseId = lease.leaseId;
-      this.d.db.prepare('UPDATE agents SET lease_id = ? WHERE id = ?').run(lease.leaseId, row.id);
+      this.deps.db.prepare('UPDATE agents SET lease_id = ? WHERE id = ?').run(lease.leaseId, row.id);
       live.row.lease_id = lease.leaseId;
       if (live.cancelRequested) return await this.finish(live, 'CANCELLED', { reason: live.cancelRequested });
       const context = await contextP;
       await this.openSockets(live);
       if (live.ending) return;
       const startedAt = new Date().toISOString();
-      this.d.db.prepare("UPDATE agents SET status = 'RUNNING', started_at = ? WHERE id = ? AND status = 'SPAWNING'").run(startedAt, row.id);
+      this.deps.db.prepare("UPDATE agents SET status = 'RUNNING', started_at = ? WHERE id = ? AND status = 'SPAWNING'").run(startedAt, row.id);
       live.row.status = 'RUNNING';
       this.log(live, { type: 'status', status: 'RUNNING', leaseId: lease.leaseId });
       this.armTimers(live);
@@ -389,7 +389,7 @@ export class AgentService {
       };
       live.exited = this.runSandbox(live, cfg);
     } catch (e) {
-      this.d.log.error({ agentId: row.id, err: (e as Error).message }, 'agent launch failed');
+      this.deps.log.error({ agentId: row.id, err: (e as Error).message }, 'agent launch failed');
       await this.finish(live, 'FAILED', { reason: `the agent could not start: ${(e as Error).message}`, error: toErrorBody(e) });
     }
   }
@@ -400,7 +400,7 @@ export class AgentService {
     const until = live.deadlineMs;
     while (Date.now() < until) {
       try {
-        await this.d.gateway.status();
+        await this.deps.gateway.status();
         break;
       } catch {
         await sleep(500);
@@ -415,8 +415,8 @@ export class AgentService {
 
   private async repositoryContext(row: Row): Promise<string> {
     if (row.repository_context === 'none') return '';
-    const h = await this.d.workspaces.activeHandle(row.workspace_id);
-    const ov = (await this.d.executor.request(h, 'overview', { root: '/workspace', clientProfile: row.repository_context, include: ['instructions'], contentMode: 'excerpt', maxBytes: 32768 }, { timeoutMs: 15_000 })) as {
+    const h = await this.deps.workspaces.activeHandle(row.workspace_id);
+    const ov = (await this.deps.executor.request(h, 'overview', { root: '/workspace', clientProfile: row.repository_context, include: ['instructions'], contentMode: 'excerpt', maxBytes: 32768 }, { timeoutMs: 15_000 })) as {
       instructions?: Array<{ path: string; excerpt?: string; truncated?: boolean }>;
     };
     return (ov.instructions ?? [])
@@ -429,7 +429,7 @@ export class AgentService {
 
   private agentOptDir(): string {
     if (this.optDir) return this.optDir;
-    const dir = join(this.d.config.dataDir, 'run', 'agent-opt');
+    const dir = join(this.deps.config.dataDir, 'run', 'agent-opt');
     mkdirSync(dir, { recursive: true, mode: 0o755 });
     chmodSync(dir, 0o755);
     writeFileSync(join(dir, 'package.json'), '{"type":"module","private":true}\n', { mode: 0o644 });
@@ -444,7 +444,7 @@ export class AgentService {
     mkdirSync(dir, { recursive: true, mode: 0o711 });
     chmodSync(dir, 0o711);
     live.sockDir = dir;
-    const uid = this.d.config.sandboxUid;
+    const uid = this.deps.config.sandboxUid;
     const listen = (server: Server, file: string) =>
       new Promise<void>((resolve, reject) => {
         server.once('error', reject);
@@ -456,7 +456,7 @@ export class AgentService {
       });
     // Gateway relay: this agent's socket to the gateway's TCP endpoint (the lease token is the only credential passing through).
     const gw = createServer((client) => {
-      const ep = this.d.gateway.agentEndpoint();
+      const ep = this.deps.gateway.agentEndpoint();
       if (!ep) return client.destroy();
       splice(client, connect(ep.port, ep.host));
     });
@@ -493,10 +493,10 @@ export class AgentService {
         if (stream === 'stderr' && live.runtimeStderr.length < 4096) live.runtimeStderr += chunk.toString('utf8');
       },
     };
-    return this.d.executor.runEphemeral(spec).then(
+    return this.deps.executor.runEphemeral(spec).then(
       async (r) => {
         if (live.ending) return;
-        const tail = this.d.environments.redact((r.stderr || live.runtimeStderr).slice(-1500));
+        const tail = this.deps.environments.redact((r.stderr || live.runtimeStderr).slice(-1500));
         await this.finish(live, 'FAILED', { reason: `the agent runtime exited (code ${r.exitCode}${r.signal ? `, signal ${r.signal}` : ''}) without ending the agent${tail ? `: ${tail}` : ''}` });
       },
       async (e) => {
@@ -541,7 +541,7 @@ export class AgentService {
         } catch {
           continue;
         }
-        void this.onRuntime(live, m).catch((e) => this.d.log.error({ agentId: live.id, err: (e as Error).message }, 'agent control message failed'));
+        void this.onRuntime(live, m).catch((e) => this.deps.log.error({ agentId: live.id, err: (e as Error).message }, 'agent control message failed'));
       }
     });
   }
@@ -617,7 +617,7 @@ export class AgentService {
 
   private async budgetView(live: Live): Promise<BudgetView> {
     let l: LeaseInfo | null = live.lastLease;
-    if (live.leaseId) l = (await this.d.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? l;
+    if (live.leaseId) l = (await this.deps.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? l;
     live.lastLease = l;
     const b = live.budgets;
     const used = l?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
@@ -641,7 +641,7 @@ export class AgentService {
   // ------------------------------------------------------------------ ending
 
   private setStatus(live: Live, status: AgentStatus, reason: string): void {
-    this.d.db.prepare(`UPDATE agents SET status = ?, end_reason = COALESCE(end_reason, ?) WHERE id = ?`).run(status, reason, live.id);
+    this.deps.db.prepare(`UPDATE agents SET status = ?, end_reason = COALESCE(end_reason, ?) WHERE id = ?`).run(status, reason, live.id);
     live.row.status = status;
     this.log(live, { type: 'status', status, reason });
   }
@@ -665,29 +665,29 @@ export class AgentService {
       for (const ac of live.calls) ac.abort();
       let info: LeaseInfo | null = null;
       if (live.leaseId) {
-        info = await this.d.gateway.revokeLease(live.leaseId).catch(() => null);
+        info = await this.deps.gateway.revokeLease(live.leaseId).catch(() => null);
         if (!info) info = live.lastLease;
-        await this.d.gateway.syncUsage().catch(() => undefined);
+        await this.deps.gateway.syncUsage().catch(() => undefined);
       }
       // Carving: what the child did not spend (nor hold reserved) goes back to a live parent.
       if (live.row.carved_micros > 0 && live.row.parent_id) {
         const spent = (info?.used.costMicros ?? 0) + (info?.reserved.costMicros ?? 0);
         const back = live.row.carved_micros - Math.min(live.row.carved_micros, live.leaseId && !info ? live.row.carved_micros : spent);
         const parent = this.live.get(live.row.parent_id);
-        if (back > 0 && parent?.leaseId && !parent.ending) await this.d.gateway.adjustLeaseCost(parent.leaseId, back).catch(() => undefined);
+        if (back > 0 && parent?.leaseId && !parent.ending) await this.deps.gateway.adjustLeaseCost(parent.leaseId, back).catch(() => undefined);
       }
       for (const s of live.servers) s.close();
       live.conn?.destroy();
       if (live.sockDir) rmSync(live.sockDir, { recursive: true, force: true });
-      const summary = o.summary ? this.d.environments.redact(o.summary).slice(0, 65_536) : null;
+      const summary = o.summary ? this.deps.environments.redact(o.summary).slice(0, 65_536) : null;
       const used = info ? { used: info.used, reserved: info.reserved, budgets: info.budgets } : null;
-      this.d.db
+      this.deps.db
         .prepare('UPDATE agents SET status = ?, summary = COALESCE(?, summary), end_reason = ?, error_json = ?, used_json = COALESCE(?, used_json), log_bytes = ?, ended_at = ? WHERE id = ?')
         .run(status, summary, o.reason ?? null, o.error ? JSON.stringify(o.error) : null, used ? JSON.stringify(used) : null, live.logBytes, new Date().toISOString(), live.id);
       live.row.status = status;
       this.appendRaw(live.id, { type: 'status', status, reason: o.reason ?? null, ...(summary ? { summary: clip(summary, 4096) } : {}) });
       this.live.delete(live.id);
-      this.d.log.info({ agentId: live.id, status }, 'agent ended');
+      this.deps.log.info({ agentId: live.id, status }, 'agent ended');
     })();
     return live.ending;
   }
@@ -719,7 +719,7 @@ export class AgentService {
   }
 
   private line(id: string, event: Record<string, unknown>): string {
-    let text = JSON.stringify(this.d.environments.redact({ at: new Date().toISOString(), agentId: id, ...event }));
+    let text = JSON.stringify(this.deps.environments.redact({ at: new Date().toISOString(), agentId: id, ...event }));
     if (text.length > MAX_LOG_LINE) text = JSON.stringify({ at: new Date().toISOString(), agentId: id, type: String(event.type ?? 'event'), clipped: true, text: clip(text, MAX_LOG_LINE - 200) });
     return text + '\n';
   }
@@ -733,7 +733,7 @@ export class AgentService {
   // ------------------------------------------------------------------ queries
 
   private row(id: string): Row {
-    const r = this.d.db.prepare('SELECT * FROM agents WHERE id = ?').get(id) as Row | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM agents WHERE id = ?').get(id) as Row | undefined;
     if (!r) throw new ServiceError('NOT_FOUND', `agentId: no agent ${id}`, { field: 'agentId' });
     return r;
   }
@@ -755,13 +755,13 @@ export class AgentService {
     let cur: Row | undefined = r;
     for (let i = 0; cur && cur.parent_id && i < 1000; i++) {
       if (cur.parent_id === ancestor) return true;
-      cur = this.d.db.prepare('SELECT * FROM agents WHERE id = ?').get(cur.parent_id) as Row | undefined;
+      cur = this.deps.db.prepare('SELECT * FROM agents WHERE id = ?').get(cur.parent_id) as Row | undefined;
     }
     return false;
   }
 
   private descendants(id: string): Row[] {
-    return this.d.db
+    return this.deps.db
       .prepare(
         `WITH RECURSIVE t(id) AS (SELECT id FROM agents WHERE parent_id = ? UNION ALL SELECT a.id FROM agents a JOIN t ON a.parent_id = t.id)
          SELECT agents.* FROM agents JOIN t ON agents.id = t.id ORDER BY depth DESC, seq`,
@@ -774,7 +774,7 @@ export class AgentService {
     const live = this.live.get(r.id);
     let lease: { used: LeaseInfo['used']; reserved: LeaseInfo['reserved']; budgets: LeaseInfo['budgets'] } | null = r.used_json ? JSON.parse(r.used_json) : null;
     if (live?.leaseId && withLive) {
-      const l = (await this.d.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? live.lastLease;
+      const l = (await this.deps.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? live.lastLease;
       if (l) {
         live.lastLease = l;
         lease = l;
@@ -782,7 +782,7 @@ export class AgentService {
     }
     const used = lease?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
     const reserved = lease && !TERMINAL.has(r.status) ? lease.reserved : { inputTokens: 0, outputTokens: 0, costMicros: 0 };
-    const carvedToChildren = (this.d.db.prepare('SELECT COALESCE(SUM(carved_micros), 0) FROM agents WHERE parent_id = ?').pluck().get(r.id) as number) ?? 0;
+    const carvedToChildren = (this.deps.db.prepare('SELECT COALESCE(SUM(carved_micros), 0) FROM agents WHERE parent_id = ?').pluck().get(r.id) as number) ?? 0;
     const fig = (budget: number, u: number, res: number) => ({ budget, used: u, reserved: res, remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, budget - u - res) });
     const costRoom = lease?.budgets.maxCostMicros ?? b.maxCostMicros;
     const logBytes = live ? live.logBytes : r.log_bytes;
@@ -815,7 +815,7 @@ export class AgentService {
         maxOutputTokens: fig(b.maxOutputTokens, used.outputTokens, reserved.outputTokens),
         maxCostMicros: { ...fig(b.maxCostMicros, used.costMicros, reserved.costMicros), carvedToChildren, remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, costRoom - used.costMicros - reserved.costMicros) },
       },
-      spend: { ...this.d.spend.agentSpend(r.id), unit: 'micro-USD', estimate: true },
+      spend: { ...this.deps.spend.agentSpend(r.id), unit: 'micro-USD', estimate: true },
       terminal: TERMINAL.has(r.status),
       summary: r.summary,
       endReason: r.end_reason,
@@ -832,7 +832,7 @@ export class AgentService {
       if (a.idempotencyKey && r.idempotency_key !== a.idempotencyKey)
         throw new ServiceError('INVALID_ARGUMENT', `idempotencyKey: agent ${a.agentId} was not spawned with this key`, { field: 'idempotencyKey' });
     } else {
-      const found = this.d.db.prepare('SELECT id FROM agents WHERE idempotency_key = ? AND workspace_id = ? ORDER BY seq DESC LIMIT 1').pluck().get(a.idempotencyKey, c.workspace) as string | undefined;
+      const found = this.deps.db.prepare('SELECT id FROM agents WHERE idempotency_key = ? AND workspace_id = ? ORDER BY seq DESC LIMIT 1').pluck().get(a.idempotencyKey, c.workspace) as string | undefined;
       if (!found) throw new ServiceError('NOT_FOUND', `idempotencyKey: no agent spawned with this key in workspace ${c.workspace}`, { field: 'idempotencyKey' });
       r = this.visible(found, c, 'idempotencyKey');
     }
@@ -914,7 +914,7 @@ export class AgentService {
         continue;
       }
       cancelled.push(t.id);
-      this.d.db.prepare('UPDATE agents SET cancel_reason = COALESCE(cancel_reason, ?) WHERE id = ?').run(clip(reason, 2000), t.id);
+      this.deps.db.prepare('UPDATE agents SET cancel_reason = COALESCE(cancel_reason, ?) WHERE id = ?').run(clip(reason, 2000), t.id);
       if (!live.cancelRequested) live.cancelRequested = reason;
       if (live.row.status !== 'CANCELLING' && !live.ending) this.setStatus(live, 'CANCELLING', `cancelled: ${clip(reason, 500)}`);
       this.send(live, { t: 'cancel', reason });
@@ -948,7 +948,7 @@ export class AgentService {
       where.push('status = ?');
       params.push(a.status);
     }
-    const rows = this.d.db.prepare(`SELECT * FROM agents WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`).all(...params, a.limit + 1) as Row[];
+    const rows = this.deps.db.prepare(`SELECT * FROM agents WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`).all(...params, a.limit + 1) as Row[];
     const page = rows.slice(0, a.limit);
     const agents = await Promise.all(page.map((r) => this.brief(r)));
     return { agents, nextCursor: rows.length > a.limit ? String(page.at(-1)!.seq) : null };
@@ -987,15 +987,15 @@ export class AgentService {
       params.push(o.workspaceId);
     }
     const limit = o.limit ?? 200;
-    const rows = this.d.db.prepare(`SELECT * FROM agents ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY seq DESC LIMIT ?`).all(...params, limit) as Row[];
+    const rows = this.deps.db.prepare(`SELECT * FROM agents ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY seq DESC LIMIT ?`).all(...params, limit) as Row[];
     const agents = await Promise.all(rows.map((r) => this.view(r)));
-    const counts = Object.fromEntries((this.d.db.prepare('SELECT status, COUNT(*) n FROM agents GROUP BY status').all() as Array<{ status: string; n: number }>).map((x) => [x.status, x.n]));
+    const counts = Object.fromEntries((this.deps.db.prepare('SELECT status, COUNT(*) n FROM agents GROUP BY status').all() as Array<{ status: string; n: number }>).map((x) => [x.status, x.n]));
     return { agents, counts, live: this.live.size };
   }
 
   /** The owner's view of an agent's log: its last `limitBytes` bytes, whole lines, secrets redacted. */
   ownerLogTail(id: string, limitBytes = 8192): Record<string, unknown> {
-    const r = this.d.db.prepare('SELECT id, status FROM agents WHERE id = ?').get(id) as { id: string; status: string } | undefined;
+    const r = this.deps.db.prepare('SELECT id, status FROM agents WHERE id = ?').get(id) as { id: string; status: string } | undefined;
     if (!r) throw new ServiceError('NOT_FOUND', `no agent ${id}`, { field: 'id' });
     const file = this.logFile(r.id);
     const size = existsSync(file) ? statSync(file).size : 0;
@@ -1015,7 +1015,7 @@ export class AgentService {
         if (nl >= 0) buf = buf.subarray(nl + 1);
       }
     }
-    return { agentId: r.id, status: r.status, size, tail: this.d.environments.redact(buf.toString('utf8')) };
+    return { agentId: r.id, status: r.status, size, tail: this.deps.environments.redact(buf.toString('utf8')) };
   }
 
   async ownerCancel(id: string, reason?: string): Promise<Record<string, unknown>> {
@@ -1023,7 +1023,7 @@ export class AgentService {
     if (reason !== undefined && (typeof reason !== 'string' || reason.length > 2000)) throw new ServiceError('INVALID_ARGUMENT', 'reason: a string of at most 2000 characters', { field: 'reason' });
     const r = this.row(id);
     const out = await this.cancelTree(r, reason ?? 'cancelled by the owner on the dashboard', 'dashboard');
-    this.d.audit.record({ actor: 'dashboard', action: 'agent_cancel', target: id, outcome: 'ok', details: { cancelled: out.cancelled } });
+    this.deps.audit.record({ actor: 'dashboard', action: 'agent_cancel', target: id, outcome: 'ok', details: { cancelled: out.cancelled } });
     return out;
   }
 

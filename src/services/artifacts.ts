@@ -67,13 +67,13 @@ function checkPath(path: string, tool: string): string {
 
 export class ArtifactService {
   private sweeper: Sweeper | undefined;
-  constructor(private readonly d: ArtifactServiceDeps) {
-    mkdirSync(join(d.root, 'blobs'), { recursive: true, mode: 0o700 });
-    mkdirSync(join(d.root, 'tmp'), { recursive: true, mode: 0o700 });
+  constructor(private readonly deps: ArtifactServiceDeps) {
+    mkdirSync(join(deps.root, 'blobs'), { recursive: true, mode: 0o700 });
+    mkdirSync(join(deps.root, 'tmp'), { recursive: true, mode: 0o700 });
   }
 
   private blobPath(sha: string): string {
-    return join(this.d.root, 'blobs', sha.slice(0, 2), sha);
+    return join(this.deps.root, 'blobs', sha.slice(0, 2), sha);
   }
 
   private now(): number {
@@ -97,30 +97,30 @@ export class ArtifactService {
   }
 
   private get(owner: string, id: string, tool: string): ArtifactRow {
-    const r = this.d.db.prepare('SELECT * FROM artifacts WHERE id = ? AND owner_id = ?').get(id, owner) as ArtifactRow | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM artifacts WHERE id = ? AND owner_id = ?').get(id, owner) as ArtifactRow | undefined;
     if (!r || r.expires_at_ms <= this.now()) throw new ServiceError('NOT_FOUND', `${tool}: artifactId: no artifact ${id}${r ? ' (its retention ended)' : ''}`, { field: 'artifactId' });
     return r;
   }
 
   usedBytes(): number {
-    return this.d.db.prepare('SELECT coalesce(sum(size), 0) FROM artifact_blobs').pluck().get() as number;
+    return this.deps.db.prepare('SELECT coalesce(sum(size), 0) FROM artifact_blobs').pluck().get() as number;
   }
 
   private checkLimits(size: number, sha: string | undefined, path: string): void {
-    if (size > this.d.maxBytes) {
-      throw new ServiceError('FAILED_PRECONDITION', `artifacts_snapshot: path: ${path} has ${size} bytes; an artifact may hold at most ${this.d.maxBytes} bytes (--artifact-max-mb)`, {
+    if (size > this.deps.maxBytes) {
+      throw new ServiceError('FAILED_PRECONDITION', `artifacts_snapshot: path: ${path} has ${size} bytes; an artifact may hold at most ${this.deps.maxBytes} bytes (--artifact-max-mb)`, {
         field: 'path',
         size,
-        limit: this.d.maxBytes,
+        limit: this.deps.maxBytes,
       });
     }
-    if (sha && this.d.db.prepare('SELECT 1 FROM artifact_blobs WHERE sha256 = ?').get(sha)) return;
+    if (sha && this.deps.db.prepare('SELECT 1 FROM artifact_blobs WHERE sha256 = ?').get(sha)) return;
     const used = this.usedBytes();
-    if (used + size > this.d.quotaBytes) {
+    if (used + size > this.deps.quotaBytes) {
       throw new ServiceError(
         'RESOURCE_EXHAUSTED',
-        `artifacts_snapshot: the artifact store holds ${used} of ${this.d.quotaBytes} bytes (--artifact-quota-mb) and ${path} needs ${size} more; delete artifacts with artifacts_delete or let their retention end`,
-        { field: 'path', size, usedBytes: used, quotaBytes: this.d.quotaBytes },
+        `artifacts_snapshot: the artifact store holds ${used} of ${this.deps.quotaBytes} bytes (--artifact-quota-mb) and ${path} needs ${size} more; delete artifacts with artifacts_delete or let their retention end`,
+        { field: 'path', size, usedBytes: used, quotaBytes: this.deps.quotaBytes },
         false,
       );
     }
@@ -134,7 +134,7 @@ export class ArtifactService {
     progress: (p: number, t?: number, m?: string) => void,
   ): Promise<Record<string, unknown>> {
     const rel = checkPath(a.path, 'artifacts_snapshot');
-    const tmp = join(this.d.root, 'tmp', `snap-${randomBytes(8).toString('hex')}`);
+    const tmp = join(this.deps.root, 'tmp', `snap-${randomBytes(8).toString('hex')}`);
     const fd = openSync(tmp, 'wx', 0o600);
     const hash = createHash('sha256');
     let size = 0;
@@ -143,7 +143,7 @@ export class ArtifactService {
     try {
       let cursor: string | undefined;
       for (;;) {
-        const r = (await this.d.files.read(workspaceId, { path: rel, offset: 0, limit: READ_CHUNK, cursor }, signal)) as {
+        const r = (await this.deps.files.read(workspaceId, { path: rel, offset: 0, limit: READ_CHUNK, cursor }, signal)) as {
           realPath: string;
           size: number;
           sha256: string;
@@ -190,7 +190,7 @@ export class ArtifactService {
       const blob = this.blobPath(sha);
       if (existsSync(blob)) rmSync(tmp, { force: true });
       else {
-        mkdirSync(join(this.d.root, 'blobs', sha.slice(0, 2)), { recursive: true, mode: 0o700 });
+        mkdirSync(join(this.deps.root, 'blobs', sha.slice(0, 2)), { recursive: true, mode: 0o700 });
         renameSync(tmp, blob);
       }
     } catch (e) {
@@ -200,26 +200,26 @@ export class ArtifactService {
     const retention = a.retentionSeconds ?? DEFAULT_ARTIFACT_RETENTION;
     const now = this.now();
     const iso = new Date(now).toISOString();
-    const { row, replaced, oldSha } = tx(this.d.db, () => {
-      this.d.db.prepare('INSERT OR IGNORE INTO artifact_blobs (sha256, size, created_at) VALUES (?, ?, ?)').run(sha, size, iso);
-      const cur = this.d.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, a.logicalName) as ArtifactRow | undefined;
-      const expires = now + retention * this.d.clock.secondMs;
+    const { row, replaced, oldSha } = tx(this.deps.db, () => {
+      this.deps.db.prepare('INSERT OR IGNORE INTO artifact_blobs (sha256, size, created_at) VALUES (?, ?, ?)').run(sha, size, iso);
+      const cur = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, a.logicalName) as ArtifactRow | undefined;
+      const expires = now + retention * this.deps.clock.secondMs;
       let oldSha: string | undefined;
       if (cur && cur.expires_at_ms > now) {
         oldSha = cur.sha256;
-        this.d.db
+        this.deps.db
           .prepare('UPDATE artifacts SET sha256 = ?, size = ?, generation = generation + 1, retention_seconds = ?, expires_at_ms = ?, source_workspace_id = ?, source_path = ?, updated_at = ? WHERE seq = ?')
           .run(sha, size, retention, expires, workspaceId, rel, iso, cur.seq);
       } else {
         if (cur) {
           oldSha = cur.sha256;
-          this.d.db.prepare('DELETE FROM artifacts WHERE seq = ?').run(cur.seq);
+          this.deps.db.prepare('DELETE FROM artifacts WHERE seq = ?').run(cur.seq);
         }
-        this.d.db
+        this.deps.db
           .prepare('INSERT INTO artifacts (id, owner_id, logical_name, sha256, size, generation, retention_seconds, expires_at_ms, source_workspace_id, source_path, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)')
           .run(newId('artifact'), owner, a.logicalName, sha, size, retention, expires, workspaceId, rel, iso, iso);
       }
-      const row = this.d.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, a.logicalName) as ArtifactRow;
+      const row = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, a.logicalName) as ArtifactRow;
       return { row, replaced: !!cur && cur.expires_at_ms > now, oldSha };
     });
     if (oldSha && oldSha !== sha) this.collect(oldSha);
@@ -227,29 +227,29 @@ export class ArtifactService {
   }
 
   private refCount(sha: string): number {
-    return this.d.db.prepare('SELECT count(*) FROM artifacts WHERE sha256 = ?').pluck().get(sha) as number;
+    return this.deps.db.prepare('SELECT count(*) FROM artifacts WHERE sha256 = ?').pluck().get(sha) as number;
   }
 
   /** Deletes a blob no artifact refers to. */
   private collect(sha: string): void {
     if (this.refCount(sha) > 0) return;
-    this.d.db.prepare('DELETE FROM artifact_blobs WHERE sha256 = ?').run(sha);
+    this.deps.db.prepare('DELETE FROM artifact_blobs WHERE sha256 = ?').run(sha);
     rmSync(this.blobPath(sha), { force: true });
   }
 
   list(owner: string, a: { cursor?: string; limit: number }): Record<string, unknown> {
     this.sweep();
     let before = Number.MAX_SAFE_INTEGER;
-    if (a.cursor) before = this.d.cursors.decode<{ b?: number }>('artifacts_list', a.cursor).b ?? before;
-    const rows = this.d.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND expires_at_ms > ? AND seq < ? ORDER BY seq DESC LIMIT ?').all(owner, this.now(), before, a.limit + 1) as ArtifactRow[];
+    if (a.cursor) before = this.deps.cursors.decode<{ b?: number }>('artifacts_list', a.cursor).b ?? before;
+    const rows = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND expires_at_ms > ? AND seq < ? ORDER BY seq DESC LIMIT ?').all(owner, this.now(), before, a.limit + 1) as ArtifactRow[];
     const page = rows.slice(0, a.limit);
     return {
       artifacts: page.map((r) => this.describe(r)),
       count: page.length,
       usedBytes: this.usedBytes(),
-      quotaBytes: this.d.quotaBytes,
-      maxArtifactBytes: this.d.maxBytes,
-      nextCursor: rows.length > a.limit ? this.d.cursors.encode('artifacts_list', { b: page[page.length - 1]!.seq }) : null,
+      quotaBytes: this.deps.quotaBytes,
+      maxArtifactBytes: this.deps.maxBytes,
+      nextCursor: rows.length > a.limit ? this.deps.cursors.encode('artifacts_list', { b: page[page.length - 1]!.seq }) : null,
     };
   }
 
@@ -310,7 +310,7 @@ export class ArtifactService {
       elif [ -n "$ATL_EXPECT" ]; then exit 76
       fi`;
     const run = async (script: string, stdin?: Buffer) => {
-      const res = await this.d.workspaces.exec(workspaceId, { command: `set -e\n${script}`, env, stdin, timeoutMs: 120_000, maxOutputBytes: 4096 }, undefined, signal);
+      const res = await this.deps.workspaces.exec(workspaceId, { command: `set -e\n${script}`, env, stdin, timeoutMs: 120_000, maxOutputBytes: 4096 }, undefined, signal);
       return res;
     };
     const refuse = (code: number | null, out: string): never => {
@@ -371,16 +371,16 @@ export class ArtifactService {
         currentGeneration: r.generation,
       });
     }
-    this.d.db.prepare('DELETE FROM artifacts WHERE seq = ?').run(r.seq);
+    this.deps.db.prepare('DELETE FROM artifacts WHERE seq = ?').run(r.seq);
     this.collect(r.sha256);
     return { artifactId: r.id, logicalName: r.logical_name, generation: r.generation, deleted: true };
   }
 
   /** Deletes expired artifacts and unreferenced blobs; returns how many artifacts. */
   sweep(): number {
-    const gone = this.d.db.prepare('SELECT id, sha256 FROM artifacts WHERE expires_at_ms <= ?').all(this.now()) as Array<{ id: string; sha256: string }>;
+    const gone = this.deps.db.prepare('SELECT id, sha256 FROM artifacts WHERE expires_at_ms <= ?').all(this.now()) as Array<{ id: string; sha256: string }>;
     for (const g of gone) {
-      this.d.db.prepare('DELETE FROM artifacts WHERE id = ?').run(g.id);
+      this.deps.db.prepare('DELETE FROM artifacts WHERE id = ?').run(g.id);
       this.collect(g.sha256);
     }
     return gone.length;
@@ -388,13 +388,13 @@ export class ArtifactService {
 
   /** At start: leftover temporary files and blobs nothing refers to (a crash between steps) go. */
   private reconcile(): void {
-    const tmp = join(this.d.root, 'tmp');
+    const tmp = join(this.deps.root, 'tmp');
     for (const f of readdirSync(tmp)) rmSync(join(tmp, f), { force: true });
-    for (const sha of this.d.db.prepare('SELECT sha256 FROM artifact_blobs WHERE sha256 NOT IN (SELECT sha256 FROM artifacts)').pluck().all() as string[]) this.collect(sha);
-    const blobs = join(this.d.root, 'blobs');
+    for (const sha of this.deps.db.prepare('SELECT sha256 FROM artifact_blobs WHERE sha256 NOT IN (SELECT sha256 FROM artifacts)').pluck().all() as string[]) this.collect(sha);
+    const blobs = join(this.deps.root, 'blobs');
     for (const dir of readdirSync(blobs)) {
       for (const f of readdirSync(join(blobs, dir))) {
-        if (!this.d.db.prepare('SELECT 1 FROM artifact_blobs WHERE sha256 = ?').get(f)) unlinkSync(join(blobs, dir, f));
+        if (!this.deps.db.prepare('SELECT 1 FROM artifact_blobs WHERE sha256 = ?').get(f)) unlinkSync(join(blobs, dir, f));
       }
     }
   }

@@ -53,12 +53,12 @@ export class CommandService {
   private readonly outDir: string;
   private stopping = false;
 
-  constructor(private readonly d: Deps) {
-    this.outDir = join(d.config.dataDir, 'state', 'output');
+  constructor(private readonly deps: Deps) {
+    this.outDir = join(deps.config.dataDir, 'state', 'output');
   }
 
   private get outputCap(): number {
-    return this.d.config.outputMaxMb * 1024 * 1024;
+    return this.deps.config.outputMaxMb * 1024 * 1024;
   }
 
   // ---------- shared: running a command with output on disk ----------
@@ -88,7 +88,7 @@ export class CommandService {
       let final: { state: RunState; reason: string | null; exitCode: number | null; signal: string | null };
       try {
         // Async operations and tasks are background work: what they leave running is theirs to keep.
-        const r = await this.d.workspaces.exec(workspaceId, { command, cwd, timeoutMs, maxOutputBytes: 4096, keepBackground: true }, (_s, c) => write(c), abort.signal);
+        const r = await this.deps.workspaces.exec(workspaceId, { command, cwd, timeoutMs, maxOutputBytes: 4096, keepBackground: true }, (_s, c) => write(c), abort.signal);
         const s = stateOf(r);
         final = { ...s, exitCode: r.exitCode, signal: r.signal };
       } catch (e) {
@@ -100,25 +100,25 @@ export class CommandService {
       }
       if (this.stopping && final.state === 'cancelled') final = { ...final, state: 'interrupted', reason: 'interrupted by a service shutdown; output so far is kept' };
       await new Promise<void>((r) => out!.end(r));
-      this.d.db
+      this.deps.db
         .prepare(`UPDATE ${table} SET state = ?, reason = ?, exit_code = ?, signal = ?, output_bytes = ?, output_truncated = ?, ended_at = ? WHERE id = ?`)
         .run(final.state, final.reason, final.exitCode, final.signal, bytes, truncated ? 1 : 0, nowIso(), id);
       this.running.delete(id);
       if (table === 'tasks') this.schedule(workspaceId);
-    })().catch((e) => this.d.log.error({ err: e, id }, 'run bookkeeping failed'));
+    })().catch((e) => this.deps.log.error({ err: e, id }, 'run bookkeeping failed'));
     this.running.set(id, { abort, done });
   }
 
   /** A page of a record's output log from a cursor. */
   private async readOutput(kind: string, id: string, cursor: string | undefined): Promise<{ output: string; cursor: string | null; more: boolean }> {
-    const from = cursor ? this.d.cursors.decode<{ o: number; i: string }>(kind, cursor) : { o: 0, i: id };
+    const from = cursor ? this.deps.cursors.decode<{ o: number; i: string }>(kind, cursor) : { o: 0, i: id };
     if (from.i !== id) throw new ServiceError('INVALID_ARGUMENT', 'cursor: belongs to another record', { field: 'cursor' });
     const file = join(this.outDir, `${id}.log`);
     let size = 0;
     try {
       size = (await stat(file)).size;
     } catch {
-      return { output: '', cursor: this.d.cursors.encode(kind, { o: from.o, i: id }), more: false };
+      return { output: '', cursor: this.deps.cursors.encode(kind, { o: from.o, i: id }), more: false };
     }
     const fh = await open(file, 'r');
     try {
@@ -136,7 +136,7 @@ export class CommandService {
         }
       }
       const next = from.o + end;
-      return { output: buf.subarray(0, end).toString('utf8'), cursor: this.d.cursors.encode(kind, { o: next, i: id }), more: next < size };
+      return { output: buf.subarray(0, end).toString('utf8'), cursor: this.deps.cursors.encode(kind, { o: next, i: id }), more: next < size };
     } finally {
       await fh.close();
     }
@@ -151,7 +151,7 @@ export class CommandService {
    */
   private async checkCwd(workspaceId: string, cwd: string, signal?: AbortSignal): Promise<void> {
     try {
-      await this.d.workspaces.exec(workspaceId, { command: 'true', cwd, timeoutMs: 15_000, maxOutputBytes: 2 }, undefined, signal);
+      await this.deps.workspaces.exec(workspaceId, { command: 'true', cwd, timeoutMs: 15_000, maxOutputBytes: 2 }, undefined, signal);
     } catch (e) {
       if (e instanceof ServiceError && /\bcwd\b/.test(e.message) && !('field' in (e.details ?? {}))) {
         throw new ServiceError(e.code, e.message.startsWith('cwd') ? e.message : `cwd: ${e.message}`, { ...e.details, field: 'cwd' });
@@ -161,10 +161,10 @@ export class CommandService {
   }
 
   async startOperation(workspaceId: string, tool: string, command: string, cwd: string, timeoutMs: number, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    this.d.workspaces.get(workspaceId); // exists
+    this.deps.workspaces.get(workspaceId); // exists
     await this.checkCwd(workspaceId, cwd, signal);
     const id = newId('operation');
-    this.d.db
+    this.deps.db
       .prepare('INSERT INTO operations (id, workspace_id, tool, command, cwd, timeout_ms, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
       .run(id, workspaceId, tool, command, cwd, timeoutMs, 'running', nowIso());
     this.launch('operations', id, workspaceId, command, cwd, timeoutMs);
@@ -172,7 +172,7 @@ export class CommandService {
   }
 
   private opRow(id: string): Record<string, unknown> {
-    const r = this.d.db.prepare('SELECT * FROM operations WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM operations WHERE id = ?').get(id) as Record<string, unknown> | undefined;
     if (!r) throw new ServiceError('NOT_FOUND', `operationId: no operation ${id}`, { field: 'operationId' });
     return r;
   }
@@ -242,19 +242,19 @@ export class CommandService {
   // ---------- tasks ----------
 
   private taskRow(workspaceId: string, id: string, field = 'taskId'): Record<string, unknown> {
-    const r = this.d.db.prepare('SELECT * FROM tasks WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM tasks WHERE id = ?').get(id) as Record<string, unknown> | undefined;
     if (!r || r.workspace_id !== workspaceId) throw new ServiceError('NOT_FOUND', `${field}: no task ${id} in workspace ${workspaceId}`, { field });
     return r;
   }
 
   async runTask(workspaceId: string, a: { command: string; cwd: string; timeoutMs: number; dependsOn: string[] }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    this.d.workspaces.get(workspaceId);
+    this.deps.workspaces.get(workspaceId);
     const deps = [...new Set(a.dependsOn)];
     for (const dep of deps) this.taskRow(workspaceId, dep, 'dependsOn'); // unknown ids refused
     await this.checkCwd(workspaceId, a.cwd, signal);
     // A new task can depend only on tasks that already exist, so no cycle can ever form.
     const id = newId('task');
-    this.d.db
+    this.deps.db
       .prepare('INSERT INTO tasks (id, workspace_id, command, cwd, timeout_ms, depends_on, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
       .run(id, workspaceId, a.command, a.cwd, a.timeoutMs, JSON.stringify(deps), 'pending', nowIso());
     this.schedule(workspaceId);
@@ -263,22 +263,22 @@ export class CommandService {
 
   /** Starts pending tasks whose dependencies all succeeded; fails those with a failed dependency. */
   private schedule(workspaceId: string): void {
-    const pending = this.d.db.prepare("SELECT * FROM tasks WHERE workspace_id = ? AND state = 'pending' ORDER BY created_at").all(workspaceId) as Array<Record<string, unknown>>;
+    const pending = this.deps.db.prepare("SELECT * FROM tasks WHERE workspace_id = ? AND state = 'pending' ORDER BY created_at").all(workspaceId) as Array<Record<string, unknown>>;
     let changed = true;
     while (changed) {
       changed = false;
       for (const t of pending) {
         if (t.state !== 'pending') continue;
         const deps = JSON.parse(t.depends_on as string) as string[];
-        const states = deps.map((d) => (this.d.db.prepare('SELECT state FROM tasks WHERE id = ?').pluck().get(d) as RunState));
+        const states = deps.map((d) => (this.deps.db.prepare('SELECT state FROM tasks WHERE id = ?').pluck().get(d) as RunState));
         const bad = deps.find((_, i) => ['failed', 'timed_out', 'cancelled', 'dependency_failed', 'interrupted'].includes(states[i]!));
         if (bad) {
-          const reason = `dependency ${bad} ended ${this.d.db.prepare('SELECT state FROM tasks WHERE id = ?').pluck().get(bad)}; this task did not run`;
-          this.d.db.prepare("UPDATE tasks SET state = 'dependency_failed', reason = ?, ended_at = ? WHERE id = ?").run(reason, nowIso(), t.id);
+          const reason = `dependency ${bad} ended ${this.deps.db.prepare('SELECT state FROM tasks WHERE id = ?').pluck().get(bad)}; this task did not run`;
+          this.deps.db.prepare("UPDATE tasks SET state = 'dependency_failed', reason = ?, ended_at = ? WHERE id = ?").run(reason, nowIso(), t.id);
           t.state = 'dependency_failed';
           changed = true;
         } else if (states.every((s) => s === 'succeeded')) {
-          this.d.db.prepare("UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?").run(nowIso(), t.id);
+          this.deps.db.prepare("UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?").run(nowIso(), t.id);
           t.state = 'running';
           this.launch('tasks', t.id as string, workspaceId, t.command as string, t.cwd as string, t.timeout_ms as number);
         }
@@ -299,7 +299,7 @@ export class CommandService {
   async taskCancel(workspaceId: string, id: string): Promise<Record<string, unknown>> {
     const r = this.taskRow(workspaceId, id);
     if (r.state === 'pending') {
-      this.d.db.prepare("UPDATE tasks SET state = 'cancelled', reason = 'cancelled before it started', ended_at = ? WHERE id = ?").run(nowIso(), id);
+      this.deps.db.prepare("UPDATE tasks SET state = 'cancelled', reason = 'cancelled before it started', ended_at = ? WHERE id = ?").run(nowIso(), id);
       this.schedule(workspaceId);
       return { taskId: id, state: 'cancelled', alreadyEnded: false };
     }
@@ -311,22 +311,22 @@ export class CommandService {
   }
 
   listTasks(workspaceId: string, cursor: string | undefined, limit: number): Record<string, unknown> {
-    this.d.workspaces.get(workspaceId); // an unknown workspace is NOT_FOUND, as for every other tool
-    const after = cursor ? this.d.cursors.decode<{ c: string; i: string }>('tasks_list', cursor) : null;
-    const rows = this.d.db
+    this.deps.workspaces.get(workspaceId); // an unknown workspace is NOT_FOUND, as for every other tool
+    const after = cursor ? this.deps.cursors.decode<{ c: string; i: string }>('tasks_list', cursor) : null;
+    const rows = this.deps.db
       .prepare(`SELECT * FROM tasks WHERE workspace_id = ? ${after ? 'AND (created_at > ? OR (created_at = ? AND id > ?))' : ''} ORDER BY created_at, id LIMIT ?`)
       .all(workspaceId, ...(after ? [after.c, after.c, after.i] : []), limit + 1) as Array<Record<string, unknown>>;
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
     return {
       tasks: page.map((r) => this.describeTask(r)),
-      nextCursor: rows.length > limit && last ? this.d.cursors.encode('tasks_list', { c: last.created_at, i: last.id }) : null,
+      nextCursor: rows.length > limit && last ? this.deps.cursors.encode('tasks_list', { c: last.created_at, i: last.id }) : null,
     };
   }
 
   graph(workspaceId: string): Record<string, unknown> {
-    this.d.workspaces.get(workspaceId);
-    const rows = this.d.db.prepare('SELECT id, command, state, depends_on FROM tasks WHERE workspace_id = ? ORDER BY created_at, id').all(workspaceId) as Array<Record<string, string>>;
+    this.deps.workspaces.get(workspaceId);
+    const rows = this.deps.db.prepare('SELECT id, command, state, depends_on FROM tasks WHERE workspace_id = ? ORDER BY created_at, id').all(workspaceId) as Array<Record<string, string>>;
     return {
       workspaceId,
       nodes: rows.map((r) => ({ taskId: r.id, state: r.state, command: r.command!.length > 200 ? r.command!.slice(0, 200) + '…' : r.command })),
@@ -337,7 +337,7 @@ export class CommandService {
   // ---------- terminals: shells and sessions ----------
 
   private termRow(workspaceId: string, id: string, kind: 'shell' | 'session'): Record<string, unknown> {
-    const r = this.d.db.prepare('SELECT * FROM terminals WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM terminals WHERE id = ?').get(id) as Record<string, unknown> | undefined;
     const field = kind === 'shell' ? 'shellId' : 'sessionId';
     if (!r || r.workspace_id !== workspaceId || r.kind !== kind) throw new ServiceError('NOT_FOUND', `${field}: no ${kind} ${id} in workspace ${workspaceId}`, { field });
     return r;
@@ -350,13 +350,13 @@ export class CommandService {
 
   async openTerminal(workspaceId: string, kind: 'shell' | 'session', cwd: string, name?: string): Promise<Record<string, unknown>> {
     if (kind === 'session' && name) {
-      const existing = this.d.db.prepare("SELECT * FROM terminals WHERE workspace_id = ? AND kind = 'session' AND name = ? AND state = 'open'").get(workspaceId, name) as Record<string, unknown> | undefined;
+      const existing = this.deps.db.prepare("SELECT * FROM terminals WHERE workspace_id = ? AND kind = 'session' AND name = ? AND state = 'open'").get(workspaceId, name) as Record<string, unknown> | undefined;
       if (existing) return { ...this.describeTerm(existing), reattached: true };
     }
-    const h = await this.d.workspaces.activeHandle(workspaceId);
-    const pty = await this.d.executor.request<{ ptyId: string }>(h, 'pty.open', { cwd }, { timeoutMs: 15_000 });
+    const h = await this.deps.workspaces.activeHandle(workspaceId);
+    const pty = await this.deps.executor.request<{ ptyId: string }>(h, 'pty.open', { cwd }, { timeoutMs: 15_000 });
     const id = newId(kind === 'shell' ? 'shell' : 'session');
-    this.d.db
+    this.deps.db
       .prepare("INSERT INTO terminals (id, workspace_id, kind, name, cwd, state, pty_id, created_at) VALUES (?, ?, ?, ?, ?, 'open', ?, ?)")
       .run(id, workspaceId, kind, name ?? null, cwd, pty.ptyId, nowIso());
     return { ...this.describeTerm(this.termRow(workspaceId, id, kind)), reattached: false };
@@ -365,12 +365,12 @@ export class CommandService {
   async terminalIo(workspaceId: string, kind: 'shell' | 'session', id: string, input: string | undefined, cursor: string | undefined, waitMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
     const r = this.termRow(workspaceId, id, kind);
     if (r.state !== 'open') throw new ServiceError('FAILED_PRECONDITION', `${kind} ${id} is ${r.state}${r.reason ? ` (${r.reason})` : ''}; open a new one`, { state: r.state });
-    const from = cursor ? this.d.cursors.decode<{ o: number; i: string }>('term_output', cursor) : null;
+    const from = cursor ? this.deps.cursors.decode<{ o: number; i: string }>('term_output', cursor) : null;
     if (from && from.i !== id) throw new ServiceError('INVALID_ARGUMENT', 'cursor: belongs to another terminal', { field: 'cursor' });
-    const h = await this.d.workspaces.activeHandle(workspaceId);
+    const h = await this.deps.workspaces.activeHandle(workspaceId);
     let res: { output: string; cursor: number; droppedBytes: number; exited: boolean; exitCode: number | null; more: boolean };
     try {
-      res = await this.d.executor.request(h, 'pty.io', { ptyId: r.pty_id, input, cursor: from?.o, waitMs }, { signal, timeoutMs: waitMs + 15_000 });
+      res = await this.deps.executor.request(h, 'pty.io', { ptyId: r.pty_id, input, cursor: from?.o, waitMs }, { signal, timeoutMs: waitMs + 15_000 });
     } catch (e) {
       if (e instanceof ServiceError && e.code === 'NOT_FOUND') {
         this.endTerminal(id, 'interrupted', 'the terminal ended with its sandbox (the workspace expired, was resumed or the service restarted)');
@@ -382,7 +382,7 @@ export class CommandService {
     return {
       [kind === 'shell' ? 'shellId' : 'sessionId']: id,
       output: res.output,
-      nextCursor: this.d.cursors.encode('term_output', { o: res.cursor, i: id }),
+      nextCursor: this.deps.cursors.encode('term_output', { o: res.cursor, i: id }),
       moreOutput: res.more,
       droppedBytes: res.droppedBytes,
       exited: res.exited,
@@ -391,45 +391,45 @@ export class CommandService {
   }
 
   private endTerminal(id: string, state: 'ended' | 'closed' | 'interrupted', reason: string): void {
-    this.d.db.prepare("UPDATE terminals SET state = ?, reason = ?, closed_at = coalesce(closed_at, ?) WHERE id = ? AND state = 'open'").run(state, reason, nowIso(), id);
+    this.deps.db.prepare("UPDATE terminals SET state = ?, reason = ?, closed_at = coalesce(closed_at, ?) WHERE id = ? AND state = 'open'").run(state, reason, nowIso(), id);
   }
 
   async closeTerminal(workspaceId: string, kind: 'shell' | 'session', id: string): Promise<Record<string, unknown>> {
     const r = this.termRow(workspaceId, id, kind);
     if (r.state !== 'open') return { ...this.describeTerm(r), alreadyClosed: true };
     try {
-      const h = await this.d.workspaces.activeHandle(workspaceId);
-      await this.d.executor.request(h, 'pty.close', { ptyId: r.pty_id }, { timeoutMs: 10_000 });
+      const h = await this.deps.workspaces.activeHandle(workspaceId);
+      await this.deps.executor.request(h, 'pty.close', { ptyId: r.pty_id }, { timeoutMs: 10_000 });
     } catch (e) {
-      this.d.log.debug({ err: e, id }, 'terminal close: sandbox gone');
+      this.deps.log.debug({ err: e, id }, 'terminal close: sandbox gone');
     }
     this.endTerminal(id, 'closed', 'closed by the client');
     return { ...this.describeTerm(this.termRow(workspaceId, id, kind)), alreadyClosed: false };
   }
 
   listSessions(workspaceId: string, cursor: string | undefined, limit: number): Record<string, unknown> {
-    this.d.workspaces.get(workspaceId);
-    const after = cursor ? this.d.cursors.decode<{ c: string; i: string }>('sessions_list', cursor) : null;
-    const rows = this.d.db
+    this.deps.workspaces.get(workspaceId);
+    const after = cursor ? this.deps.cursors.decode<{ c: string; i: string }>('sessions_list', cursor) : null;
+    const rows = this.deps.db
       .prepare(`SELECT * FROM terminals WHERE workspace_id = ? AND kind = 'session' ${after ? 'AND (created_at > ? OR (created_at = ? AND id > ?))' : ''} ORDER BY created_at, id LIMIT ?`)
       .all(workspaceId, ...(after ? [after.c, after.c, after.i] : []), limit + 1) as Array<Record<string, unknown>>;
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
-    return { sessions: page.map((r) => this.describeTerm(r)), nextCursor: rows.length > limit && last ? this.d.cursors.encode('sessions_list', { c: last.created_at, i: last.id }) : null };
+    return { sessions: page.map((r) => this.describeTerm(r)), nextCursor: rows.length > limit && last ? this.deps.cursors.encode('sessions_list', { c: last.created_at, i: last.id }) : null };
   }
 
   /** Runs an approved privileged command: uid 0 in its own user namespace, workspace bound, no network. */
   async runPrivileged(workspaceId: string, command: string, cwd: string, timeoutMs: number, maxOutputBytes: number, signal: AbortSignal): Promise<ExecResult> {
-    await this.d.workspaces.activeHandle(workspaceId);
-    const root = this.d.workspaces.rootDir(workspaceId);
+    await this.deps.workspaces.activeHandle(workspaceId);
+    const root = this.deps.workspaces.rootDir(workspaceId);
     const rel = cwd.replace(/^\.\/?/, '');
     if (rel.split('/').includes('..') || cwd.startsWith('/')) throw new ServiceError('PERMISSION_DENIED', `cwd: ${cwd} leaves the workspace`, { field: 'cwd' });
-    return this.d.executor.runEphemeral({
+    return this.deps.executor.runEphemeral({
       binds: [
         { source: join(root, 'repo'), target: '/workspace' },
         { source: join(root, 'home'), target: '/home/user' },
       ],
-      limits: this.d.workspaces.sandboxLimits,
+      limits: this.deps.workspaces.sandboxLimits,
       network: 'none',
       command,
       cwd: rel ? `/workspace/${rel}` : '/workspace',
@@ -442,13 +442,13 @@ export class CommandService {
 
   /** The bash toolbox target: a disposable sandbox with no network, checkout, secrets or workspace. */
   async runToolbox(command: string, timeoutMs: number, maxOutputBytes: number, signal: AbortSignal): Promise<ExecResult> {
-    if (!this.d.config.packagesEnabled)
+    if (!this.deps.config.packagesEnabled)
       throw new ServiceError('FAILED_PRECONDITION', 'target: the toolbox exists only when the operator enables managed packages (--packages-enabled / ATELIER_PACKAGES_ENABLED); use target workspace', { field: 'target' });
     // The owner-bound managed-package releases, read-only, their binaries on PATH.
-    const pkgs = (await this.d.packages?.mountsFor(null)) ?? { mounts: [], env: {} };
-    return this.d.executor.runEphemeral({
+    const pkgs = (await this.deps.packages?.mountsFor(null)) ?? { mounts: [], env: {} };
+    return this.deps.executor.runEphemeral({
       binds: pkgs.mounts,
-      limits: this.d.workspaces.sandboxLimits,
+      limits: this.deps.workspaces.sandboxLimits,
       network: 'none',
       command,
       env: pkgs.env,
@@ -464,18 +464,18 @@ export class CommandService {
   /** After a restart: what was running is interrupted (its output so far stays readable). */
   startup(): void {
     const why = 'interrupted by a service restart; output so far is kept';
-    this.d.db.prepare("UPDATE operations SET state = 'interrupted', reason = ?, ended_at = ? WHERE state = 'running'").run(why, nowIso());
-    this.d.db.prepare("UPDATE tasks SET state = 'interrupted', reason = ?, ended_at = ? WHERE state = 'running'").run(why, nowIso());
-    this.d.db.prepare("UPDATE terminals SET state = 'interrupted', reason = ?, closed_at = ? WHERE state = 'open'").run('the terminal ended with the service restart', nowIso());
-    const ws = this.d.db.prepare("SELECT DISTINCT workspace_id FROM tasks WHERE state = 'pending'").pluck().all() as string[];
+    this.deps.db.prepare("UPDATE operations SET state = 'interrupted', reason = ?, ended_at = ? WHERE state = 'running'").run(why, nowIso());
+    this.deps.db.prepare("UPDATE tasks SET state = 'interrupted', reason = ?, ended_at = ? WHERE state = 'running'").run(why, nowIso());
+    this.deps.db.prepare("UPDATE terminals SET state = 'interrupted', reason = ?, closed_at = ? WHERE state = 'open'").run('the terminal ended with the service restart', nowIso());
+    const ws = this.deps.db.prepare("SELECT DISTINCT workspace_id FROM tasks WHERE state = 'pending'").pluck().all() as string[];
     for (const w of ws) this.schedule(w);
   }
 
   /** When a workspace closes: stop what runs and remove its output files. */
   async forgetWorkspace(workspaceId: string): Promise<void> {
     const ids = [
-      ...(this.d.db.prepare('SELECT id FROM operations WHERE workspace_id = ?').pluck().all(workspaceId) as string[]),
-      ...(this.d.db.prepare('SELECT id FROM tasks WHERE workspace_id = ?').pluck().all(workspaceId) as string[]),
+      ...(this.deps.db.prepare('SELECT id FROM operations WHERE workspace_id = ?').pluck().all(workspaceId) as string[]),
+      ...(this.deps.db.prepare('SELECT id FROM tasks WHERE workspace_id = ?').pluck().all(workspaceId) as string[]),
     ];
     for (const id of ids) this.running.get(id)?.abort.abort();
     for (const id of ids) await rm(join(this.outDir, `${id}.log`), { force: true });

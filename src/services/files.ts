@@ -67,7 +67,7 @@ function normalize(p: string): string {
 }
 
 export class FileService {
-  constructor(private readonly d: FileServiceDeps) {}
+  constructor(private readonly deps: FileServiceDeps) {}
 
   /** Binds a cursor to one workspace and one path without carrying the path (cursors are short). */
   private pathKey(workspaceId: string, path: string): string {
@@ -83,9 +83,9 @@ export class FileService {
     timeoutMs = FS_TIMEOUT_MS,
     onEvent?: (event: string, data: unknown) => void,
   ): Promise<T> {
-    const h = await this.d.workspaces.activeHandle(workspaceId);
+    const h = await this.deps.workspaces.activeHandle(workspaceId);
     try {
-      return await this.d.executor.request<T>(h, method, params, { signal, timeoutMs, onEvent });
+      return await this.deps.executor.request<T>(h, method, params, { signal, timeoutMs, onEvent });
     } catch (err) {
       if (err instanceof ServiceError) {
         const { daemonCode: _drop, ...details } = err.details;
@@ -99,7 +99,7 @@ export class FileService {
     const key = this.pathKey(workspaceId, a.path);
     const params: Record<string, unknown> = { path: a.path, limit: a.limit };
     if (a.cursor) {
-      const s = this.d.cursors.decode<{ k?: string; a?: string; i?: number }>('files_list', a.cursor);
+      const s = this.deps.cursors.decode<{ k?: string; a?: string; i?: number }>('files_list', a.cursor);
       if (s.k !== key) throw new ServiceError('INVALID_ARGUMENT', 'files_list: cursor was issued for another directory or workspace; list from the start without a cursor', { field: 'cursor' });
       if (typeof s.a === 'string') params.after = s.a;
       else params.index = s.i ?? 0;
@@ -110,11 +110,11 @@ export class FileService {
       // After the last name returned (stable when entries come and go); by position when the name
       // is too long for a 256-character cursor.
       try {
-        nextCursor = r.last !== null ? this.d.cursors.encode('files_list', { k: key, a: r.last }) : null;
+        nextCursor = r.last !== null ? this.deps.cursors.encode('files_list', { k: key, a: r.last }) : null;
       } catch {
         nextCursor = null;
       }
-      nextCursor ??= this.d.cursors.encode('files_list', { k: key, i: r.nextIndex });
+      nextCursor ??= this.deps.cursors.encode('files_list', { k: key, i: r.nextIndex });
     }
     return { path: r.path, entries: r.entries, count: r.entries.length, total: r.total, nextCursor };
   }
@@ -128,7 +128,7 @@ export class FileService {
     let offset = a.offset;
     let expect: string | undefined;
     if (a.cursor) {
-      const s = this.d.cursors.decode<{ k?: string; o?: number; h?: string }>('files_read', a.cursor);
+      const s = this.deps.cursors.decode<{ k?: string; o?: number; h?: string }>('files_read', a.cursor);
       if (s.k !== key) throw new ServiceError('INVALID_ARGUMENT', 'files_read: cursor was issued for another file or workspace; pass the same path the cursor came from', { field: 'cursor' });
       if (a.offset !== 0 && a.offset !== s.o) throw new ServiceError('INVALID_ARGUMENT', 'files_read: give offset or cursor, not both', { field: 'offset' });
       offset = s.o ?? 0;
@@ -136,7 +136,7 @@ export class FileService {
     }
     const limit = a.readAll ? READ_LIMIT : a.limit;
     const r = await this.call<ReadReply>('files_read', workspaceId, 'fs.read', { path: a.path, offset, limit, expectSha256Prefix: expect }, signal);
-    const nextCursor = r.eof ? null : this.d.cursors.encode('files_read', { k: key, o: r.nextOffset, h: r.sha256.slice(0, 16) });
+    const nextCursor = r.eof ? null : this.deps.cursors.encode('files_read', { k: key, o: r.nextOffset, h: r.sha256.slice(0, 16) });
     const out: Record<string, unknown> = {
       path: r.path,
       realPath: r.realPath,

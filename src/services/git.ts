@@ -144,7 +144,7 @@ const IN_PROGRESS = `if [ -e "$(git rev-parse --git-path MERGE_HEAD)" ]; then ec
 export class GitService {
   private readonly locks = new Map<string, Promise<unknown>>();
 
-  constructor(private readonly d: Deps) {}
+  constructor(private readonly deps: Deps) {}
 
   // ---------- helpers ----------
 
@@ -156,7 +156,7 @@ export class GitService {
         return await fn();
       } finally {
         await this.head(id)
-          .then((h) => this.d.workspaces.noteHead(id, h.branch, h.oid))
+          .then((h) => this.deps.workspaces.noteHead(id, h.branch, h.oid))
           .catch(() => undefined);
       }
     });
@@ -174,7 +174,7 @@ export class GitService {
     args: string[],
     o: { env?: Record<string, string>; stdin?: string; cwd?: string; timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<ExecResult> {
-    return this.d.workspaces.exec(
+    return this.deps.workspaces.exec(
       ws,
       { argv: ['bash', '-c', `${NEUTRALISE}exec git "$@"`, 'git', ...args], env: { ...RUNNER_ENV, ...o.env }, stdin: o.stdin, cwd: o.cwd ?? '.', timeoutMs: o.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
       undefined,
@@ -184,7 +184,7 @@ export class GitService {
 
   /** A short script in the workspace sandbox; values arrive as environment variables. */
   private sh(ws: string, script: string, env: Record<string, string> = {}, o: { stdin?: string; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<ExecResult> {
-    return this.d.workspaces.exec(
+    return this.deps.workspaces.exec(
       ws,
       { command: NEUTRALISE + script, env: { ...RUNNER_ENV, ...env }, stdin: o.stdin, timeoutMs: o.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
       undefined,
@@ -291,7 +291,7 @@ export class GitService {
     const pathKey = a.path ? createHash('sha256').update(a.path).digest('hex').slice(0, 12) : '';
     let offset = 0;
     if (a.cursor) {
-      const c = this.d.cursors.decode<{ o: number; h: string; w: string; s: boolean; p: string }>('git_diff', a.cursor);
+      const c = this.deps.cursors.decode<{ o: number; h: string; w: string; s: boolean; p: string }>('git_diff', a.cursor);
       if (c.w !== ws || c.s !== a.staged || c.p !== pathKey) throw new ServiceError('INVALID_ARGUMENT', 'cursor: made for another workspace, path or staged setting', { field: 'cursor' });
       if (c.h !== hash) throw new ServiceError('CONFLICT', 'cursor: the diff changed since this cursor was made; start again without a cursor', { field: 'cursor' });
       offset = c.o;
@@ -309,7 +309,7 @@ export class GitService {
       files,
       empty: full.length === 0,
       truncated: r.stdoutTruncated,
-      nextCursor: end < full.length ? this.d.cursors.encode('git_diff', { o: end, h: hash, w: ws, s: a.staged, p: pathKey }) : null,
+      nextCursor: end < full.length ? this.deps.cursors.encode('git_diff', { o: end, h: hash, w: ws, s: a.staged, p: pathKey }) : null,
     };
   }
 
@@ -317,7 +317,7 @@ export class GitService {
     let start: string;
     let skip = 0;
     if (a.cursor) {
-      const c = this.d.cursors.decode<{ h: string; o: number; w: string }>('git_log', a.cursor);
+      const c = this.deps.cursors.decode<{ h: string; o: number; w: string }>('git_log', a.cursor);
       if (c.w !== ws) throw new ServiceError('INVALID_ARGUMENT', 'cursor: made for another workspace', { field: 'cursor' });
       start = c.h;
       skip = c.o;
@@ -347,7 +347,7 @@ export class GitService {
       headOid: start,
       commits: page,
       shallow,
-      nextCursor: more ? this.d.cursors.encode('git_log', { h: start, o: skip + a.limit, w: ws }) : null,
+      nextCursor: more ? this.deps.cursors.encode('git_log', { h: start, o: skip + a.limit, w: ws }) : null,
     };
   }
 
@@ -412,7 +412,7 @@ export class GitService {
       }
       const now = await this.head(ws);
       // Repository hooks (issue #19): activated post_checkout hooks run; their result is reported, never undone.
-      const hooks = await this.d.hooks?.fire(ws, 'post_checkout');
+      const hooks = await this.deps.hooks?.fire(ws, 'post_checkout');
       return { workspaceId: ws, ref: a.ref, created: a.create, branch: now.branch, detached: now.branch === null, headOid: now.oid, previousHeadOid: prev.oid, previousBranch: prev.branch, ...(hooks ? { hooks: [hooks] } : {}) };
     });
   }
@@ -451,7 +451,7 @@ export class GitService {
     return this.locked(ws, async () => {
       const { env, author } = await this.identityEnv(ws, a.authorName, a.authorEmail);
       // Repository hooks (issue #19): a failing activated pre_commit hook stops the commit.
-      const preCommit = await this.d.hooks?.fire(ws, 'pre_commit');
+      const preCommit = await this.deps.hooks?.fire(ws, 'pre_commit');
       if (preCommit?.failed)
         throw new ServiceError('FAILED_PRECONDITION', `nothing was committed: ${preCommit.message}`, { step: 'pre_commit', hooks: [preCommit] });
       // Check HEAD and commit in one script so nothing runs in between.
@@ -477,7 +477,7 @@ export class GitService {
       const [parents, subject] = info.stdout.trim().split('\x1f');
       const stat = await this.git(ws, ['diff-tree', '--no-commit-id', '--name-only', '-r', '-z', '--root', oid]);
       const h = await this.head(ws);
-      const postCommit = await this.d.hooks?.fire(ws, 'post_commit');
+      const postCommit = await this.deps.hooks?.fire(ws, 'post_commit');
       return {
         ...(preCommit || postCommit ? { hooks: [preCommit, postCommit].filter(Boolean) } : {}),
         workspaceId: ws,
@@ -495,14 +495,14 @@ export class GitService {
   // ---------- network ----------
 
   private repoOf(ws: string) {
-    const w = this.d.workspaces.get(ws);
-    this.d.repos.approve(w.repositoryUrl);
+    const w = this.deps.workspaces.get(ws);
+    this.deps.repos.approve(w.repositoryUrl);
     return { w, repo: parseRepoUrl(w.repositoryUrl) };
   }
 
   /** Runs a script in the short-lived network sandbox that reaches only the repository host. */
   private async net(ws: string, script: string, env: Record<string, string>, signal?: AbortSignal): Promise<ExecResult> {
-    await this.d.workspaces.activeHandle(ws); // refuses expired/closed workspaces clearly; refreshes the lease
+    await this.deps.workspaces.activeHandle(ws); // refuses expired/closed workspaces clearly; refreshes the lease
     const { repo } = this.repoOf(ws);
     // origin is pinned to the approved URL whatever the workspace wrote into its config; ephemeralGit
     // itself prefixes the repository-driver neutralisation (src/services/git-safety.ts).
@@ -510,7 +510,7 @@ export class GitService {
       'if ! git config --get remote.origin.url >/dev/null; then git remote add origin "$ATELIER_REPO" || exit 90; ' +
       'elif [ "$(git config --get-all remote.origin.url)" != "$ATELIER_REPO" ]; then git config --replace-all remote.origin.url "$ATELIER_REPO" || exit 90; fi; ' +
       'git config --unset-all remote.origin.pushurl 2>/dev/null; ';
-    return this.d.workspaces.ephemeralGit({ id: ws }, NET_EXTRA + pin + script, { repo, env: { LC_ALL: 'C', ...env, ATELIER_REPO: repo.url }, timeoutMs: 600_000, signal });
+    return this.deps.workspaces.ephemeralGit({ id: ws }, NET_EXTRA + pin + script, { repo, env: { LC_ALL: 'C', ...env, ATELIER_REPO: repo.url }, timeoutMs: 600_000, signal });
   }
 
   private static readonly REFS = `git for-each-ref --format='%(objectname) %(refname)' refs/remotes/origin refs/tags`;
@@ -528,7 +528,7 @@ export class GitService {
         `${GitService.REFS}; echo @@FETCH; git fetch -q --no-write-fetch-head --prune origin ${opts} ${a.refspec ? '"$REFSPEC"' : ''} || exit $?; echo @@AFTER; ${GitService.REFS}; ` +
         `echo "@@SHALLOW $(git rev-parse --is-shallow-repository)"`;
       const r = await this.net(ws, script, { DEPTH: String(a.depth ?? ''), SINCE: a.shallowSince ?? '', REFSPEC: a.refspec ?? '' }, signal);
-      if (r.exitCode !== 0) throw this.d.workspaces.gitFailure('fetch', r);
+      if (r.exitCode !== 0) throw this.deps.workspaces.gitFailure('fetch', r);
       const [beforeText, rest] = r.stdout.split('@@FETCH');
       const afterText = (rest ?? '').split('@@AFTER')[1] ?? '';
       const toMap = (t: string) => new Map(t.split('\n').filter((l) => /^[0-9a-f]{40,64} /.test(l)).map((l) => [l.slice(l.indexOf(' ') + 1), l.slice(0, l.indexOf(' '))] as const));
@@ -560,7 +560,7 @@ export class GitService {
       const check = await this.git(ws, ['check-ref-format', '--branch', branch]);
       if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `branch: ${branch} is not a valid branch name`, { field: 'branch' });
       const f = await this.net(ws, 'git fetch -q --no-write-fetch-head origin "+refs/heads/$B:refs/remotes/origin/$B"', { B: branch }, signal);
-      if (f.exitCode !== 0) throw this.d.workspaces.gitFailure('pull fetch', f);
+      if (f.exitCode !== 0) throw this.deps.workspaces.gitFailure('pull fetch', f);
       const upstream = `refs/remotes/origin/${branch}`;
       const counts = await this.git(ws, ['rev-list', '--left-right', '--count', `HEAD...${upstream}`]);
       const [ahead, behind] = counts.stdout.trim().split(/\s+/).map(Number);
@@ -667,7 +667,7 @@ export class GitService {
         const remoteMsg = r.stderr.split('\n').filter((l) => l.startsWith('remote:')).map((l) => l.slice(7).trim()).filter(Boolean).join('\n');
         throw new ServiceError('FAILED_PRECONDITION', `push rejected by the server: ${remoteMsg || summary || tail(r.stderr, 3)}`, { step: 'push', ref: dst, remoteOid, remoteMessage: remoteMsg || null });
       }
-      throw this.d.workspaces.gitFailure('push', r);
+      throw this.deps.workspaces.gitFailure('push', r);
     }
     return {
       workspaceId: ws,
@@ -816,7 +816,7 @@ export class GitService {
         `if [ "$tree" = "$(git rev-parse 'HEAD^{tree}')" ]; then echo @@NOTHING; exit 5; fi; ` +
         `git commit-tree "$tree" -p HEAD -F -`;
       const cleanup = () => this.git(ws, ['rev-parse', '--git-path', FINALIZE_INDEX]).then((p) => this.sh(ws, 'rm -f "$IDX"', { IDX: p.stdout.trim() })).catch(() => undefined);
-      const staged = await this.d.workspaces.exec(
+      const staged = await this.deps.workspaces.exec(
         ws,
         { argv: ['bash', '-c', NEUTRALISE + stageScript, 'finalize', ...(a.all ? [] : a.paths!)], env: { ...RUNNER_ENV, ...env, IDX: idx }, stdin: a.commitMessage, timeoutMs: 120_000, maxOutputBytes: MAX_OUT },
         undefined,
@@ -831,7 +831,7 @@ export class GitService {
       // 2. preflights, in order, in the workspace.
       const preflights: Array<Record<string, unknown>> = [];
       for (const p of a.preflight?.commands ?? []) {
-        const r = await this.d.workspaces.exec(ws, { command: p.command, cwd: p.cwd ?? '.', timeoutMs: p.timeoutMs, maxOutputBytes: 65536 }, undefined, signal);
+        const r = await this.deps.workspaces.exec(ws, { command: p.command, cwd: p.cwd ?? '.', timeoutMs: p.timeoutMs, maxOutputBytes: 65536 }, undefined, signal);
         const rec = { name: p.name, exitCode: r.exitCode, timedOut: r.timedOut, durationMs: r.durationMs, stdoutTail: tail(r.stdout, 20), stderrTail: tail(r.stderr, 20) };
         preflights.push(rec);
         if (r.exitCode !== 0) {
@@ -840,7 +840,7 @@ export class GitService {
         }
       }
       // Repository hooks (issue #19): a failing activated pre_commit hook stops here, before anything is pushed.
-      const preCommit = await this.d.hooks?.fire(ws, 'pre_commit', signal);
+      const preCommit = await this.deps.hooks?.fire(ws, 'pre_commit', signal);
       if (preCommit?.failed) {
         await cleanup();
         throw failed('pre_commit', `${preCommit.message}; nothing was pushed`, { hooks: [preCommit], preflights });
@@ -871,7 +871,7 @@ export class GitService {
         });
       }
       const files = await this.git(ws, ['diff-tree', '--no-commit-id', '--name-only', '-r', '-z', commitOid]);
-      const postCommit = await this.d.hooks?.fire(ws, 'post_commit', signal);
+      const postCommit = await this.deps.hooks?.fire(ws, 'post_commit', signal);
       return {
         ...(preCommit || postCommit ? { hooks: [preCommit, postCommit].filter(Boolean) } : {}),
         workspaceId: ws,

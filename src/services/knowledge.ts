@@ -141,17 +141,17 @@ export class KnowledgeService {
   private stopped = false;
   private readonly queryCache = new Map<string, Float32Array>();
 
-  constructor(private readonly d: KnowledgeServiceDeps) {}
+  constructor(private readonly deps: KnowledgeServiceDeps) {}
 
   get embedder(): Embedder {
-    return this.d.embedder;
+    return this.deps.embedder;
   }
 
   /** Unit vectors for texts with the local model (for other services, e.g. skill_suggest); null when it is not ready. */
   async embedTexts(texts: string[]): Promise<Float32Array[] | null> {
-    if (this.d.embedder.state !== 'ready') return null;
+    if (this.deps.embedder.state !== 'ready') return null;
     try {
-      return await this.d.embedder.embed(texts);
+      return await this.deps.embedder.embed(texts);
     } catch {
       return null;
     }
@@ -166,7 +166,7 @@ export class KnowledgeService {
   }
 
   private item(owner: string, id: string, field = 'id', tool = 'knowledge'): ItemRow {
-    const r = this.d.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(id, owner) as ItemRow | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(id, owner) as ItemRow | undefined;
     if (!r || !this.live(r)) throw new ServiceError('NOT_FOUND', `${tool}: ${field}: no knowledge item ${id}${r && r.deleted_at ? ' (it was deleted)' : ''}`, { field });
     return r;
   }
@@ -194,7 +194,7 @@ export class KnowledgeService {
   }
 
   private ensureProject(owner: string, projectId: string): void {
-    this.d.db.prepare('INSERT OR IGNORE INTO knowledge_projects (id, owner_id, created_at) VALUES (?, ?, ?)').run(projectId, owner, new Date().toISOString());
+    this.deps.db.prepare('INSERT OR IGNORE INTO knowledge_projects (id, owner_id, created_at) VALUES (?, ?, ?)').run(projectId, owner, new Date().toISOString());
   }
 
   private checkJournal(kind: Kind, journalType: JournalType | undefined | null, tool: string): void {
@@ -204,8 +204,8 @@ export class KnowledgeService {
   }
 
   private indexFts(r: { seq: number; title: string; content: string; tags_json: string }): void {
-    this.d.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(r.seq);
-    this.d.db.prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)').run(r.seq, r.title, r.content, (JSON.parse(r.tags_json) as string[]).join(' '));
+    this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(r.seq);
+    this.deps.db.prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)').run(r.seq, r.title, r.content, (JSON.parse(r.tags_json) as string[]).join(' '));
   }
 
   create(
@@ -232,15 +232,15 @@ export class KnowledgeService {
     }
     this.checkJournal(a.kind, a.journalType, 'knowledge_create');
     if (a.scope === 'project' && !a.projectId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_create: projectId: required when scope is project', { field: 'projectId' });
-    if (a.scope === 'workspace') this.d.checkWorkspace?.(workspaceId);
+    if (a.scope === 'workspace') this.deps.checkWorkspace?.(workspaceId);
     const now = this.now();
     const iso = new Date(now).toISOString();
     const id = newId('knowledge');
     const tags = uniqueTags(a.tags);
     const journalType = a.kind === 'journal' ? (a.journalType ?? 'engineering-log') : null;
-    const row = tx(this.d.db, () => {
+    const row = tx(this.deps.db, () => {
       if (a.projectId) this.ensureProject(owner, a.projectId);
-      const info = this.d.db
+      const info = this.deps.db
         .prepare(
           `INSERT INTO knowledge_items (id, owner_id, kind, scope, workspace_id, project_id, title, content, journal_type, occurred_at, tags_json, generation,
              retention_seconds, expires_at_ms, created_at, updated_at, embed_text_sha) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
@@ -258,12 +258,12 @@ export class KnowledgeService {
           a.occurredAt ?? now,
           JSON.stringify(tags),
           a.retentionSeconds ?? null,
-          a.retentionSeconds === undefined ? null : now + a.retentionSeconds * this.d.clock.secondMs,
+          a.retentionSeconds === undefined ? null : now + a.retentionSeconds * this.deps.clock.secondMs,
           iso,
           iso,
           sha(embedText(a.title, a.content)),
         );
-      const r = this.d.db.prepare('SELECT * FROM knowledge_items WHERE seq = ?').get(info.lastInsertRowid) as ItemRow;
+      const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE seq = ?').get(info.lastInsertRowid) as ItemRow;
       this.indexFts(r);
       return r;
     });
@@ -274,14 +274,14 @@ export class KnowledgeService {
   read(owner: string, id: string): Record<string, unknown> {
     this.sweep();
     const r = this.item(owner, id, 'id', 'knowledge_read');
-    const links = (this.d.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id').all(id, id) as LinkRow[]).filter(
+    const links = (this.deps.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id').all(id, id) as LinkRow[]).filter(
       (l) => this.isLive(owner, l.source_id === id ? l.target_id : l.source_id),
     );
     return { ...this.describe(r, true), links: links.map((l) => this.link(l, id)) };
   }
 
   private isLive(owner: string, id: string): boolean {
-    const r = this.d.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(id, owner) as ItemRow | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(id, owner) as ItemRow | undefined;
     return this.live(r);
   }
 
@@ -301,7 +301,7 @@ export class KnowledgeService {
     owner: string,
     a: { id: string; title?: string; content?: string; journalType?: JournalType; occurredAt?: number; tags?: string[]; retentionSeconds?: number; expectedGeneration: number },
   ): Record<string, unknown> {
-    const row = tx(this.d.db, () => {
+    const row = tx(this.deps.db, () => {
       const r = this.item(owner, a.id, 'id', 'knowledge_update');
       if (r.generation !== a.expectedGeneration) {
         throw new ServiceError('CONFLICT', `knowledge_update: expectedGeneration: item ${r.id} is at generation ${r.generation}, not ${a.expectedGeneration}; nothing was changed (read it again)`, {
@@ -314,7 +314,7 @@ export class KnowledgeService {
       const content = a.content ?? r.content;
       const tags = a.tags ? uniqueTags(a.tags) : JSON.parse(r.tags_json);
       const now = this.now();
-      this.d.db
+      this.deps.db
         .prepare(
           `UPDATE knowledge_items SET title = ?, content = ?, journal_type = ?, occurred_at = ?, tags_json = ?, retention_seconds = ?, expires_at_ms = ?,
              generation = generation + 1, updated_at = ?, embed_text_sha = ? WHERE seq = ?`,
@@ -326,12 +326,12 @@ export class KnowledgeService {
           a.occurredAt ?? r.occurred_at,
           JSON.stringify(tags),
           a.retentionSeconds ?? r.retention_seconds,
-          a.retentionSeconds !== undefined ? now + a.retentionSeconds * this.d.clock.secondMs : r.expires_at_ms,
+          a.retentionSeconds !== undefined ? now + a.retentionSeconds * this.deps.clock.secondMs : r.expires_at_ms,
           new Date(now).toISOString(),
           sha(embedText(title, content)),
           r.seq,
         );
-      const n = this.d.db.prepare('SELECT * FROM knowledge_items WHERE seq = ?').get(r.seq) as ItemRow;
+      const n = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE seq = ?').get(r.seq) as ItemRow;
       this.indexFts(n);
       return n;
     });
@@ -342,8 +342,8 @@ export class KnowledgeService {
   }
 
   delete(owner: string, a: { id: string; expectedGeneration: number }, reason = 'deleted'): Record<string, unknown> {
-    return tx(this.d.db, () => {
-      const r = this.d.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(a.id, owner) as ItemRow | undefined;
+    return tx(this.deps.db, () => {
+      const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(a.id, owner) as ItemRow | undefined;
       if (r && r.deleted_at !== null && r.generation === a.expectedGeneration && r.deleted_at) {
         return { id: r.id, deleted: true, alreadyDeleted: true, generation: r.generation, deletedAt: r.deleted_at };
       }
@@ -362,10 +362,10 @@ export class KnowledgeService {
   /** Marks an item deleted (row kept for the audit), removes it from the index and its links with it. */
   private softDelete(r: ItemRow, reason: string): number {
     const iso = new Date().toISOString();
-    this.d.db.prepare('UPDATE knowledge_items SET deleted_at = ?, deleted_reason = ?, embedding = NULL WHERE seq = ?').run(iso, reason, r.seq);
-    this.d.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(r.seq);
+    this.deps.db.prepare('UPDATE knowledge_items SET deleted_at = ?, deleted_reason = ?, embedding = NULL WHERE seq = ?').run(iso, reason, r.seq);
+    this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(r.seq);
     this.vectors?.delete(r.id);
-    return this.d.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?)').run(iso, r.id, r.id).changes;
+    return this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?)').run(iso, r.id, r.id).changes;
   }
 
   /** SQL conditions (on alias i) for the items visible from a workspace under the filters. */
@@ -408,17 +408,17 @@ export class KnowledgeService {
     const filter = digest([f.kinds ?? null, f.scope ?? null, f.projectId ?? null, f.journalType ?? null, f.tags ?? null, f.tagMatch]);
     let before = Number.MAX_SAFE_INTEGER;
     if (a.cursor) {
-      const c = this.d.cursors.decode<{ f?: string; b?: number }>('knowledge_list', a.cursor);
+      const c = this.deps.cursors.decode<{ f?: string; b?: number }>('knowledge_list', a.cursor);
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for other filters; repeat the same filters, or start without a cursor', { field: 'cursor' });
       before = c.b ?? before;
     }
     const w = this.where(owner, workspaceId, f);
-    const rows = this.d.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} AND i.seq < ? ORDER BY i.seq DESC LIMIT ?`).all(...w.params, before, a.limit + 1) as ItemRow[];
+    const rows = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} AND i.seq < ? ORDER BY i.seq DESC LIMIT ?`).all(...w.params, before, a.limit + 1) as ItemRow[];
     const page = rows.slice(0, a.limit);
     return {
       items: page.map((r) => this.describe(r, false)),
       count: page.length,
-      nextCursor: rows.length > a.limit ? this.d.cursors.encode('knowledge_list', { f: filter, b: page[page.length - 1]!.seq }) : null,
+      nextCursor: rows.length > a.limit ? this.deps.cursors.encode('knowledge_list', { f: filter, b: page[page.length - 1]!.seq }) : null,
     };
   }
 
@@ -429,7 +429,7 @@ export class KnowledgeService {
     const w = this.where(owner, workspaceId, f);
     // BM25 over the index alone first (the best LEXICAL_POOL matches), then the filters on the
     // items: joining every match to its row before ranking cost ~20x at 20,000 items.
-    return this.d.db
+    return this.deps.db
       .prepare(
         `SELECT i.id FROM (SELECT rowid AS r, bm25(knowledge_fts, 4.0, 1.0, 2.0) AS s FROM knowledge_fts WHERE knowledge_fts MATCH ? ORDER BY s LIMIT ?) m
            JOIN knowledge_items i ON i.seq = m.r WHERE ${w.sql} ORDER BY m.s, i.seq DESC LIMIT ?`,
@@ -461,7 +461,7 @@ export class KnowledgeService {
   private async queryVector(query: string): Promise<Float32Array> {
     const hit = this.queryCache.get(query);
     if (hit) return hit;
-    const [v] = await this.d.embedder.embed([query], 5_000);
+    const [v] = await this.deps.embedder.embed([query], 5_000);
     this.queryCache.set(query, v!);
     if (this.queryCache.size > 256) this.queryCache.delete(this.queryCache.keys().next().value!);
     return v!;
@@ -477,7 +477,7 @@ export class KnowledgeService {
     const filter = digest([a.query, a.kinds ?? null, a.scope ?? null, a.projectId ?? null, a.journalType ?? null, a.tags ?? null, a.tagMatch]);
     let offset = 0;
     if (a.cursor) {
-      const c = this.d.cursors.decode<{ f?: string; o?: number }>('knowledge_search', a.cursor);
+      const c = this.deps.cursors.decode<{ f?: string; o?: number }>('knowledge_search', a.cursor);
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another query or filters; repeat the same query and filters, or start without a cursor', { field: 'cursor' });
       offset = c.o ?? 0;
     }
@@ -486,14 +486,14 @@ export class KnowledgeService {
     let mode: SearchMode = 'lexical';
     let reason: string | undefined;
     if (force !== 'lexical') {
-      if (this.d.embedder.state === 'ready') {
+      if (this.deps.embedder.state === 'ready') {
         try {
           sem = this.semantic(owner, workspaceId, await this.queryVector(a.query), a);
           mode = force === 'semantic' ? 'semantic' : 'hybrid';
         } catch (e) {
           reason = `semantic ranking failed for this query: ${(e as Error).message}`;
         }
-      } else reason = this.d.embedder.reason;
+      } else reason = this.deps.embedder.reason;
     } else reason = 'lexical ranking requested';
     // Reciprocal rank fusion; relevance is the fused score over the best possible one, 0-100.
     const fused = new Map<string, { score: number; lexRank?: number; semRank?: number; similarity?: number }>();
@@ -510,7 +510,7 @@ export class KnowledgeService {
     const page = ranked.slice(offset, offset + a.limit);
     const rows = new Map<string, ItemRow>();
     if (page.length > 0) {
-      const got = this.d.db.prepare(`SELECT * FROM knowledge_items WHERE id IN (${page.map(() => '?').join(',')})`).all(...page.map((p) => p[0])) as ItemRow[];
+      const got = this.deps.db.prepare(`SELECT * FROM knowledge_items WHERE id IN (${page.map(() => '?').join(',')})`).all(...page.map((p) => p[0])) as ItemRow[];
       for (const r of got) rows.set(r.id, r);
     }
     const needle = (a.query.toLowerCase().match(/[\p{L}\p{N}_]+/gu) ?? [a.query.toLowerCase()]).sort((x, y) => y.length - x.length)[0]!;
@@ -520,7 +520,7 @@ export class KnowledgeService {
       query: a.query,
       mode,
       ...(reason && mode !== 'hybrid' ? { modeReason: reason } : {}),
-      model: { ...EMBEDDING_MODEL, label: MODEL_LABEL, state: this.d.embedder.state },
+      model: { ...EMBEDDING_MODEL, label: MODEL_LABEL, state: this.deps.embedder.state },
       notYetEmbedded: pending,
       results: page
         .filter(([id]) => rows.has(id))
@@ -538,16 +538,16 @@ export class KnowledgeService {
         }),
       count: page.length,
       total: ranked.length,
-      nextCursor: next < ranked.length ? this.d.cursors.encode('knowledge_search', { f: filter, o: next }) : null,
+      nextCursor: next < ranked.length ? this.deps.cursors.encode('knowledge_search', { f: filter, o: next }) : null,
     };
   }
 
   linkItems(owner: string, a: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }): Record<string, unknown> {
-    return tx(this.d.db, () => {
+    return tx(this.deps.db, () => {
       this.item(owner, a.sourceId, 'sourceId', 'knowledge_link');
       this.item(owner, a.targetId, 'targetId', 'knowledge_link');
       if (a.sourceId === a.targetId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_link: targetId: an item cannot be linked to itself', { field: 'targetId' });
-      const cur = this.d.db.prepare('SELECT * FROM knowledge_links WHERE source_id = ? AND target_id = ? AND relation = ? AND deleted_at IS NULL').get(a.sourceId, a.targetId, a.relation) as LinkRow | undefined;
+      const cur = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE source_id = ? AND target_id = ? AND relation = ? AND deleted_at IS NULL').get(a.sourceId, a.targetId, a.relation) as LinkRow | undefined;
       const have = cur?.generation ?? 0;
       if (have !== a.expectedGeneration) {
         throw new ServiceError(
@@ -560,18 +560,18 @@ export class KnowledgeService {
       }
       if (cur) return { ...this.link(cur), created: false };
       const id = newId('knowledgeLink');
-      this.d.db
+      this.deps.db
         .prepare('INSERT INTO knowledge_links (id, owner_id, source_id, target_id, relation, generation, created_at) VALUES (?, ?, ?, ?, ?, 1, ?)')
         .run(id, owner, a.sourceId, a.targetId, a.relation, new Date().toISOString());
-      return { ...this.link(this.d.db.prepare('SELECT * FROM knowledge_links WHERE id = ?').get(id) as LinkRow), created: true };
+      return { ...this.link(this.deps.db.prepare('SELECT * FROM knowledge_links WHERE id = ?').get(id) as LinkRow), created: true };
     });
   }
 
   unlink(owner: string, a: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }): Record<string, unknown> {
-    return tx(this.d.db, () => {
+    return tx(this.deps.db, () => {
       let l: LinkRow | undefined;
       if (a.linkId) {
-        l = this.d.db.prepare('SELECT * FROM knowledge_links WHERE id = ? AND owner_id = ?').get(a.linkId, owner) as LinkRow | undefined;
+        l = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE id = ? AND owner_id = ?').get(a.linkId, owner) as LinkRow | undefined;
         if (!l) throw new ServiceError('NOT_FOUND', `knowledge_unlink: linkId: no link ${a.linkId}`, { field: 'linkId' });
         if (l.deleted_at) return { ...this.link(l), removed: true, alreadyRemoved: true };
         for (const k of ['sourceId', 'targetId', 'relation'] as const) {
@@ -580,7 +580,7 @@ export class KnowledgeService {
           if (want !== undefined && want !== have) throw new ServiceError('INVALID_ARGUMENT', `knowledge_unlink: ${k}: link ${a.linkId} has ${k} ${have}, not ${want}`, { field: k });
         }
       } else {
-        const found = this.d.db
+        const found = this.deps.db
           .prepare(`SELECT * FROM knowledge_links WHERE owner_id = ? AND source_id = ? AND target_id = ? AND deleted_at IS NULL${a.relation ? ' AND relation = ?' : ''}`)
           .all(owner, a.sourceId, a.targetId, ...(a.relation ? [a.relation] : [])) as LinkRow[];
         if (found.length === 0) throw new ServiceError('NOT_FOUND', `knowledge_unlink: sourceId: no ${a.relation ? a.relation + ' ' : ''}link from ${a.sourceId} to ${a.targetId}`, { field: 'sourceId' });
@@ -598,7 +598,7 @@ export class KnowledgeService {
           currentGeneration: l.generation,
         });
       }
-      this.d.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE id = ?').run(new Date().toISOString(), l.id);
+      this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE id = ?').run(new Date().toISOString(), l.id);
       return { ...this.link(l), removed: true };
     });
   }
@@ -607,14 +607,14 @@ export class KnowledgeService {
     this.sweep();
     const f: Filters = { kinds: a.kinds, projectId: a.projectId, tagMatch: 'all' };
     const w = this.where(owner, workspaceId, f);
-    const matches = this.d.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} AND i.id = ?`);
+    const matches = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} AND i.id = ?`);
     const nodes = new Map<string, { row: ItemRow; depth: number }>();
     let truncated = false;
     if (a.rootId) {
       const root = this.item(owner, a.rootId, 'rootId', 'knowledge_graph');
       nodes.set(root.id, { row: root, depth: 0 });
       let frontier = [root.id];
-      const linksOf = this.d.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id');
+      const linksOf = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id');
       for (let hop = 1; hop <= a.depth && frontier.length > 0 && !truncated; hop++) {
         const next: string[] = [];
         for (const id of frontier) {
@@ -636,7 +636,7 @@ export class KnowledgeService {
         frontier = next;
       }
     } else {
-      const rows = this.d.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} ORDER BY i.seq DESC LIMIT ?`).all(...w.params, a.maxNodes + 1) as ItemRow[];
+      const rows = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} ORDER BY i.seq DESC LIMIT ?`).all(...w.params, a.maxNodes + 1) as ItemRow[];
       truncated = rows.length > a.maxNodes;
       for (const r of rows.slice(0, a.maxNodes)) nodes.set(r.id, { row: r, depth: 0 });
     }
@@ -645,7 +645,7 @@ export class KnowledgeService {
     const edges: Record<string, unknown>[] = [];
     if (ids.length > 0) {
       const inList = ids.map(() => '?').join(',');
-      const ls = this.d.db
+      const ls = this.deps.db
         .prepare(`SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND source_id IN (${inList}) AND target_id IN (${inList}) ORDER BY created_at, id`)
         .all(...ids, ...ids) as LinkRow[];
       for (const l of ls) edges.push(this.link(l));
@@ -666,7 +666,7 @@ export class KnowledgeService {
   private loadVectors(): Map<string, CachedVector> {
     if (this.vectors) return this.vectors;
     const m = new Map<string, CachedVector>();
-    const rows = this.d.db
+    const rows = this.deps.db
       .prepare('SELECT * FROM knowledge_items WHERE deleted_at IS NULL AND embedding IS NOT NULL AND embedding_sha = embed_text_sha AND embedding_model = ?')
       .all(MODEL_LABEL) as Array<ItemRow & { embedding: Buffer }>;
     for (const r of rows) m.set(r.id, this.cached(r, fromBlob(r.embedding)));
@@ -691,7 +691,7 @@ export class KnowledgeService {
 
   /** Live items of the owner without a current vector (an index count less the vectors in memory). */
   pendingCount(owner: string): number {
-    const live = this.d.db.prepare('SELECT count(*) FROM knowledge_items WHERE owner_id = ? AND deleted_at IS NULL').pluck().get(owner) as number;
+    const live = this.deps.db.prepare('SELECT count(*) FROM knowledge_items WHERE owner_id = ? AND deleted_at IS NULL').pluck().get(owner) as number;
     let have = 0;
     for (const v of this.loadVectors().values()) if (v.owner === owner) have++;
     return Math.max(0, live - have);
@@ -699,11 +699,11 @@ export class KnowledgeService {
 
   /** Stores a vector computed for an item's text (ignored if the item changed meanwhile). */
   storeEmbedding(id: string, textSha: string, vec: Float32Array): boolean {
-    const ok = this.d.db
+    const ok = this.deps.db
       .prepare('UPDATE knowledge_items SET embedding = ?, embedding_sha = ?, embedding_model = ? WHERE id = ? AND embed_text_sha = ? AND deleted_at IS NULL')
       .run(toBlob(vec), textSha, MODEL_LABEL, id, textSha).changes;
     if (ok && this.vectors) {
-      const r = this.d.db.prepare('SELECT * FROM knowledge_items WHERE id = ?').get(id) as ItemRow;
+      const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ?').get(id) as ItemRow;
       this.vectors.set(id, this.cached(r, vec));
     }
     return ok > 0;
@@ -711,7 +711,7 @@ export class KnowledgeService {
 
   /** Starts the background embedding loop if it is not running. */
   kick(): void {
-    if (this.embedding || this.stopped || this.d.embedder.state !== 'ready') return;
+    if (this.embedding || this.stopped || this.deps.embedder.state !== 'ready') return;
     this.embedding = true;
     void this.embedPending().finally(() => {
       this.embedding = false;
@@ -722,14 +722,14 @@ export class KnowledgeService {
   async embedPending(batch = 4): Promise<number> {
     let done = 0;
     for (;;) {
-      if (this.stopped || this.d.embedder.state !== 'ready') return done;
-      const rows = this.d.db
+      if (this.stopped || this.deps.embedder.state !== 'ready') return done;
+      const rows = this.deps.db
         .prepare('SELECT id, title, content, embed_text_sha FROM knowledge_items WHERE deleted_at IS NULL AND (embedding_sha IS NULL OR embedding_sha != embed_text_sha OR embedding_model IS NOT ?) ORDER BY seq LIMIT ?')
         .all(MODEL_LABEL, batch) as Array<{ id: string; title: string; content: string; embed_text_sha: string }>;
       if (rows.length === 0) return done;
       let vecs: Float32Array[];
       try {
-        vecs = await this.d.embedder.embed(rows.map((r) => embedText(r.title, r.content)));
+        vecs = await this.deps.embedder.embed(rows.map((r) => embedText(r.title, r.content)));
       } catch {
         return done;
       }
@@ -744,17 +744,17 @@ export class KnowledgeService {
 
   /** Soft-deletes expired items (reason "retention"); returns how many. */
   sweep(): number {
-    const rows = this.d.db.prepare('SELECT * FROM knowledge_items WHERE deleted_at IS NULL AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').all(this.now()) as ItemRow[];
+    const rows = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE deleted_at IS NULL AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').all(this.now()) as ItemRow[];
     if (rows.length === 0) return 0;
-    tx(this.d.db, () => {
+    tx(this.deps.db, () => {
       for (const r of rows) this.softDelete(r, 'retention');
     });
     return rows.length;
   }
 
   start(intervalMs: number): void {
-    this.d.embedder.start();
-    void this.d.embedder.whenSettled(120_000).then(() => this.kick());
+    this.deps.embedder.start();
+    void this.deps.embedder.whenSettled(120_000).then(() => this.kick());
     this.sweeper = startSweeper(() => {
       this.sweep();
       this.kick();
@@ -764,6 +764,6 @@ export class KnowledgeService {
   async stop(): Promise<void> {
     this.stopped = true;
     this.sweeper?.stop();
-    await this.d.embedder.stop();
+    await this.deps.embedder.stop();
   }
 }

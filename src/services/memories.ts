@@ -72,16 +72,16 @@ export function uniqueTags(tags: string[]): string[] {
 
 export class MemoryService {
   private sweeper: Sweeper | undefined;
-  constructor(private readonly d: MemoryServiceDeps) {}
+  constructor(private readonly deps: MemoryServiceDeps) {}
 
   /** The scope key of a scope as seen from a workspace. */
   private scopeKey(scope: MemoryScope, workspaceId: string): string {
     if (scope === 'owner') return '';
     if (scope === 'workspace') {
-      this.d.workspaces.get(workspaceId);
+      this.deps.workspaces.get(workspaceId);
       return workspaceId;
     }
-    return repositoryKey(this.d.workspaces.get(workspaceId).repositoryUrl);
+    return repositoryKey(this.deps.workspaces.get(workspaceId).repositoryUrl);
   }
 
   /** (scope, key) pairs visible from a workspace: owner, its repository, itself. */
@@ -95,7 +95,7 @@ export class MemoryService {
   }
 
   private expiresAt(retentionSeconds: number | undefined): number | null {
-    return retentionSeconds === undefined ? null : this.now() + retentionSeconds * this.d.clock.secondMs;
+    return retentionSeconds === undefined ? null : this.now() + retentionSeconds * this.deps.clock.secondMs;
   }
 
   private describe(r: NoteRow, withContent: boolean): Record<string, unknown> {
@@ -121,7 +121,7 @@ export class MemoryService {
   private rows(owner: string, pairs: Array<[MemoryScope, string]>): NoteRow[] {
     this.sweep();
     const where = pairs.map(() => '(scope = ? AND scope_key = ?)').join(' OR ');
-    return this.d.db
+    return this.deps.db
       .prepare(`SELECT * FROM memory_notes WHERE owner_id = ? AND (${where}) AND (expires_at_ms IS NULL OR expires_at_ms > ?) ORDER BY name, scope, id`)
       .all(owner, ...pairs.flat(), this.now()) as NoteRow[];
   }
@@ -130,13 +130,13 @@ export class MemoryService {
     const now = this.now();
     let r: NoteRow | undefined;
     if (a.memoryId) {
-      r = this.d.db.prepare('SELECT * FROM memory_notes WHERE id = ? AND owner_id = ?').get(a.memoryId, owner) as NoteRow | undefined;
+      r = this.deps.db.prepare('SELECT * FROM memory_notes WHERE id = ? AND owner_id = ?').get(a.memoryId, owner) as NoteRow | undefined;
       // A note of another workspace or repository is not visible from this one.
       if (r && r.scope !== 'owner' && r.scope_key !== this.scopeKey(r.scope, workspaceId)) r = undefined;
     } else {
       // By name: the given scope, else the narrowest visible scope holding that name.
       for (const [s, k] of this.visible(workspaceId, a.scope).reverse()) {
-        r = this.d.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, s, k, a.name) as NoteRow | undefined;
+        r = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, s, k, a.name) as NoteRow | undefined;
         if (r && (r.expires_at_ms === null || r.expires_at_ms > now)) break;
       }
     }
@@ -151,7 +151,7 @@ export class MemoryService {
     const filter = digest([a.scope ?? null, a.tags ?? null]);
     let after: string | undefined;
     if (a.cursor) {
-      const c = this.d.cursors.decode<{ f?: string; a?: string }>('memories_list', a.cursor);
+      const c = this.deps.cursors.decode<{ f?: string; a?: string }>('memories_list', a.cursor);
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for other filters; repeat the same scope and tags, or start without a cursor', { field: 'cursor' });
       after = c.a;
     }
@@ -163,7 +163,7 @@ export class MemoryService {
     return {
       notes: page.map((r) => this.describe(r, false)),
       count: page.length,
-      nextCursor: more ? this.d.cursors.encode('memories_list', { f: filter, a: keyOf(page[page.length - 1]!) }) : null,
+      nextCursor: more ? this.deps.cursors.encode('memories_list', { f: filter, a: keyOf(page[page.length - 1]!) }) : null,
     };
   }
 
@@ -179,11 +179,11 @@ export class MemoryService {
   ): Record<string, unknown> {
     const key = this.scopeKey(a.scope, workspaceId);
     const tags = uniqueTags(a.tags);
-    return tx(this.d.db, () => {
+    return tx(this.deps.db, () => {
       const now = this.now();
       const iso = new Date(now).toISOString();
-      this.d.db.prepare('DELETE FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ? AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').run(owner, a.scope, key, a.name, now);
-      const cur = this.d.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, a.scope, key, a.name) as NoteRow | undefined;
+      this.deps.db.prepare('DELETE FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ? AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').run(owner, a.scope, key, a.name, now);
+      const cur = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, a.scope, key, a.name) as NoteRow | undefined;
       const have = cur?.generation ?? 0;
       if (have !== a.expectedGeneration) {
         const msg = cur
@@ -194,15 +194,15 @@ export class MemoryService {
       const expires = a.retentionSeconds !== undefined ? this.expiresAt(a.retentionSeconds) : null;
       if (!cur) {
         const id = newId('memory');
-        this.d.db
+        this.deps.db
           .prepare('INSERT INTO memory_notes (id, owner_id, scope, scope_key, name, content, tags_json, generation, retention_seconds, expires_at_ms, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)')
           .run(id, owner, a.scope, key, a.name, a.content, JSON.stringify(tags), a.retentionSeconds ?? null, expires, iso, iso);
       } else {
-        this.d.db
+        this.deps.db
           .prepare('UPDATE memory_notes SET content = ?, tags_json = ?, generation = generation + 1, retention_seconds = ?, expires_at_ms = ?, updated_at = ? WHERE id = ?')
           .run(a.content, JSON.stringify(tags), a.retentionSeconds ?? null, expires, iso, cur.id);
       }
-      const row = this.d.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, a.scope, key, a.name) as NoteRow;
+      const row = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, a.scope, key, a.name) as NoteRow;
       return { ...this.describe(row, false), created: !cur };
     });
   }
@@ -215,7 +215,7 @@ export class MemoryService {
     const filter = digest([a.query, a.scope ?? null, a.tags ?? null, a.tagMatch]);
     let offset = 0;
     if (a.cursor) {
-      const c = this.d.cursors.decode<{ f?: string; o?: number }>('memories_search', a.cursor);
+      const c = this.deps.cursors.decode<{ f?: string; o?: number }>('memories_search', a.cursor);
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another query or filters; repeat the same query, scope and tags, or start without a cursor', { field: 'cursor' });
       offset = c.o ?? 0;
     }
@@ -247,12 +247,12 @@ export class MemoryService {
       })),
       count: page.length,
       total: hits.length,
-      nextCursor: next < hits.length ? this.d.cursors.encode('memories_search', { f: filter, o: next }) : null,
+      nextCursor: next < hits.length ? this.deps.cursors.encode('memories_search', { f: filter, o: next }) : null,
     };
   }
 
   delete(owner: string, workspaceId: string, a: { memoryId?: string; name?: string; scope?: MemoryScope; expectedGeneration: number }): Record<string, unknown> {
-    return tx(this.d.db, () => {
+    return tx(this.deps.db, () => {
       const r = this.find(owner, workspaceId, a, 'memories_delete');
       if (r.generation !== a.expectedGeneration) {
         throw new ServiceError(
@@ -261,14 +261,14 @@ export class MemoryService {
           { field: 'expectedGeneration', currentGeneration: r.generation, memoryId: r.id },
         );
       }
-      this.d.db.prepare('DELETE FROM memory_notes WHERE id = ?').run(r.id);
+      this.deps.db.prepare('DELETE FROM memory_notes WHERE id = ?').run(r.id);
       return { memoryId: r.id, scope: r.scope, name: r.name, deleted: true, generation: r.generation };
     });
   }
 
   /** Removes expired notes; returns how many. */
   sweep(): number {
-    return this.d.db.prepare('DELETE FROM memory_notes WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?').run(this.now()).changes;
+    return this.deps.db.prepare('DELETE FROM memory_notes WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?').run(this.now()).changes;
   }
 
   start(intervalMs: number): void {

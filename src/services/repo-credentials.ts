@@ -172,7 +172,7 @@ export class RepoCredentialStore {
   private readonly installations = new Map<string, { atMs: number; value: { credentialId: string; installationId: string; permissions: Record<string, string> } }>();
 
   constructor(
-    private readonly d: {
+    private readonly deps: {
       db: DB;
       secrets: SecretBox;
       audit: AuditLog;
@@ -183,12 +183,12 @@ export class RepoCredentialStore {
   ) {}
 
   private now(): number {
-    return (this.d.now ?? Date.now)();
+    return (this.deps.now ?? Date.now)();
   }
 
   /** TLS trust for the runner's own HTTPS calls: the system CAs plus the operator's extra CAs. */
   private caOption(): { ca?: string[] } {
-    const extra = this.d.extraCaPem();
+    const extra = this.deps.extraCaPem();
     return extra ? { ca: [...rootCertificates, extra] } : {};
   }
 
@@ -212,13 +212,13 @@ export class RepoCredentialStore {
   }
 
   private row(id: string, field = 'id'): Row {
-    const r = this.d.db.prepare('SELECT * FROM repo_credentials WHERE id = ?').get(id) as Row | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM repo_credentials WHERE id = ?').get(id) as Row | undefined;
     if (!r) throw new ServiceError('NOT_FOUND', `${field}: no repository credential ${id}; \`atelier credentials list\` lists them`, { field, id });
     return r;
   }
 
   list(): RepoCredentialMeta[] {
-    return (this.d.db.prepare('SELECT * FROM repo_credentials ORDER BY prefix').all() as Row[]).map((r) => this.meta(r));
+    return (this.deps.db.prepare('SELECT * FROM repo_credentials ORDER BY prefix').all() as Row[]).map((r) => this.meta(r));
   }
 
   get(id: string): RepoCredentialMeta {
@@ -226,17 +226,17 @@ export class RepoCredentialStore {
   }
 
   private insert(actor: Actor, r: Omit<Row, 'id' | 'secret_version' | 'secret_sealed' | 'created_at' | 'updated_at' | 'last_used_at' | 'last_error'>, secret: string): RepoCredentialMeta {
-    const existing = this.d.db.prepare('SELECT id FROM repo_credentials WHERE prefix = ?').get(r.prefix) as { id: string } | undefined;
+    const existing = this.deps.db.prepare('SELECT id FROM repo_credentials WHERE prefix = ?').get(r.prefix) as { id: string } | undefined;
     if (existing)
       throw new ServiceError('CONFLICT', `prefix: ${r.prefix} already has credential ${existing.id}; rotate its secret or remove it first`, { field: 'prefix', id: existing.id });
     const id = newId('repoCredential');
     const now = nowIso();
-    this.d.db
+    this.deps.db
       .prepare(
         'INSERT INTO repo_credentials (id, prefix, kind, label, username, app_id, installation_id, api_url, secret_version, secret_sealed, fingerprint, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)',
       )
-      .run(id, r.prefix, r.kind, r.label, r.username, r.app_id, r.installation_id, r.api_url, this.d.secrets.seal(secret, aadOf(id, 1)), r.fingerprint, now, now);
-    this.d.audit.record({ actor, action: 'repo_credential_create', target: id, outcome: 'ok', details: { prefix: r.prefix, kind: r.kind, fingerprint: r.fingerprint } });
+      .run(id, r.prefix, r.kind, r.label, r.username, r.app_id, r.installation_id, r.api_url, this.deps.secrets.seal(secret, aadOf(id, 1)), r.fingerprint, now, now);
+    this.deps.audit.record({ actor, action: 'repo_credential_create', target: id, outcome: 'ok', details: { prefix: r.prefix, kind: r.kind, fingerprint: r.fingerprint } });
     return this.get(id);
   }
 
@@ -285,19 +285,19 @@ export class RepoCredentialStore {
       plain = secret as string;
     }
     const v = r.secret_version + 1;
-    this.d.db
+    this.deps.db
       .prepare('UPDATE repo_credentials SET secret_version = ?, secret_sealed = ?, fingerprint = ?, updated_at = ?, last_error = NULL WHERE id = ?')
-      .run(v, this.d.secrets.seal(plain, aadOf(id, v)), fingerprint, nowIso(), id);
+      .run(v, this.deps.secrets.seal(plain, aadOf(id, v)), fingerprint, nowIso(), id);
     this.forget(id);
-    this.d.audit.record({ actor, action: 'repo_credential_rotate', target: id, outcome: 'ok', details: { secretVersion: v, fingerprint } });
+    this.deps.audit.record({ actor, action: 'repo_credential_rotate', target: id, outcome: 'ok', details: { secretVersion: v, fingerprint } });
     return this.get(id);
   }
 
   remove(id: string, actor: Actor): { deleted: true; id: string; prefix: string } {
     const r = this.row(id);
-    this.d.db.prepare('DELETE FROM repo_credentials WHERE id = ?').run(id);
+    this.deps.db.prepare('DELETE FROM repo_credentials WHERE id = ?').run(id);
     this.forget(id);
-    this.d.audit.record({ actor, action: 'repo_credential_delete', target: id, outcome: 'ok', details: { prefix: r.prefix } });
+    this.deps.audit.record({ actor, action: 'repo_credential_delete', target: id, outcome: 'ok', details: { prefix: r.prefix } });
     return { deleted: true, id, prefix: r.prefix };
   }
 
@@ -307,7 +307,7 @@ export class RepoCredentialStore {
   }
 
   private matchRow(repo: ParsedRepoUrl): Row | null {
-    const rows = this.d.db.prepare('SELECT * FROM repo_credentials WHERE prefix LIKE ?').all(`https://${repo.authority}/%`) as Row[];
+    const rows = this.deps.db.prepare('SELECT * FROM repo_credentials WHERE prefix LIKE ?').all(`https://${repo.authority}/%`) as Row[];
     return rows.filter((r) => prefixCovers(r.prefix, repo)).sort((a, b) => b.prefix.length - a.prefix.length)[0] ?? null;
   }
 
@@ -325,16 +325,16 @@ export class RepoCredentialStore {
   async resolve(repo: ParsedRepoUrl): Promise<ResolvedCredential | null> {
     const r = this.matchRow(repo);
     if (!r) return null;
-    const secret = this.d.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
-    this.d.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), r.id);
+    const secret = this.deps.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
+    this.deps.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), r.id);
     if (r.kind === 'token') return { username: r.username ?? 'x-access-token', token: secret, credentialId: r.id, kind: 'token' };
     try {
       const t = await this.installationToken(r, secret, repo);
-      if (r.last_error) this.d.db.prepare('UPDATE repo_credentials SET last_error = NULL WHERE id = ?').run(r.id);
+      if (r.last_error) this.deps.db.prepare('UPDATE repo_credentials SET last_error = NULL WHERE id = ?').run(r.id);
       return { username: 'x-access-token', token: t.token, credentialId: r.id, kind: 'github_app', expiresAt: t.expiresAt };
     } catch (e) {
       const msg = (e as Error).message;
-      this.d.db.prepare('UPDATE repo_credentials SET last_error = ? WHERE id = ?').run(msg.slice(0, 500), r.id);
+      this.deps.db.prepare('UPDATE repo_credentials SET last_error = ? WHERE id = ?').run(msg.slice(0, 500), r.id);
       throw e;
     }
   }
@@ -364,7 +364,7 @@ export class RepoCredentialStore {
     const cacheKey = `${r.id}:${r.secret_version}:${on[0]}/${on[1]}`;
     const hit = this.installations.get(cacheKey);
     if (hit && hit.atMs > this.now() - 60_000) return hit.value;
-    const pem = this.d.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
+    const pem = this.deps.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
     const jwt = appJwt(r.app_id!, createPrivateKey(pem), this.now());
     const inst = await this.api(r.api_url!, 'GET', `/repos/${encodeURIComponent(on[0])}/${encodeURIComponent(on[1])}/installation`, jwt);
     if (inst.status === 404) throw new ServiceError('PERMISSION_DENIED', `${who}: the app is not installed on ${on[0]}/${on[1]} (GitHub answered 404); install it on the repository or its owner`, { credentialId: r.id, missing: 'installation' });
@@ -388,8 +388,8 @@ export class RepoCredentialStore {
   async apiToken(repo: ParsedRepoUrl, permissions: Record<string, 'read' | 'write'>): Promise<{ token: string; credentialId: string; kind: RepoCredentialKind; apiUrl: string } | null> {
     const r = this.matchRow(repo);
     if (!r) return null;
-    const secret = this.d.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
-    this.d.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), r.id);
+    const secret = this.deps.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
+    this.deps.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), r.id);
     const apiUrl = this.apiBase(repo, this.meta(r));
     if (r.kind === 'token') return { token: secret, credentialId: r.id, kind: 'token', apiUrl };
     const t = await this.installationToken(r, secret, repo, { ...permissions, metadata: 'read' });
@@ -423,7 +423,7 @@ export class RepoCredentialStore {
     const expiresAtMs = Date.parse(expiresAt) || this.now() + 3600_000;
     const t = { token: res.body.token as string, expiresAtMs, expiresAt: new Date(expiresAtMs).toISOString() };
     this.minted.set(cacheKey, t);
-    this.d.audit.record({ actor: 'system', action: 'repo_token_mint', target: r.id, outcome: 'ok', details: { repository: `${on[0]}/${on[1]}`, installationId, expiresAt: t.expiresAt, ...(permissions ? { permissions } : {}) } });
+    this.deps.audit.record({ actor: 'system', action: 'repo_token_mint', target: r.id, outcome: 'ok', details: { repository: `${on[0]}/${on[1]}`, installationId, expiresAt: t.expiresAt, ...(permissions ? { permissions } : {}) } });
     return t;
   }
 

@@ -168,7 +168,7 @@ export class WorkspaceService {
   /** Sandboxes found dead and restarted, for workspace_status. */
   private readonly deaths = new Map<string, { at: string; restarts: number }>();
 
-  constructor(private readonly d: Deps) {}
+  constructor(private readonly deps: Deps) {}
 
   /** Other services clean up their records of a workspace when it is removed. */
   onClose(hook: (id: string) => Promise<void>): void {
@@ -179,29 +179,29 @@ export class WorkspaceService {
 
   /** The operator's per-workspace limits; every sandbox of a workspace (long-lived or short-lived) gets them. */
   get sandboxLimits(): SandboxLimits {
-    const c = this.d.config;
+    const c = this.deps.config;
     return { memoryBytes: c.sandboxMemoryMb * 1024 * 1024, pidsMax: c.sandboxPidsMax, cpuQuotaPercent: c.sandboxCpuPercent, cpus: c.sandboxCpus || undefined };
   }
 
   rootDir(id: string): string {
-    return join(this.d.config.dataDir, 'workspaces', id);
+    return join(this.deps.config.dataDir, 'workspaces', id);
   }
 
   private get ids() {
-    return { uid: this.d.config.sandboxUid, gid: this.d.config.sandboxUid };
+    return { uid: this.deps.config.sandboxUid, gid: this.deps.config.sandboxUid };
   }
 
   /** Makes sure the workspace's own filesystem is mounted and its directories exist. */
   private async ensureDisk(id: string): Promise<void> {
     const root = this.rootDir(id);
-    if (this.d.config.sandboxDiskMb > 0) await ensureWorkspaceDisk({ dataDir: this.d.config.dataDir, sizeMb: this.d.config.sandboxDiskMb, ...this.ids }, id, root);
+    if (this.deps.config.sandboxDiskMb > 0) await ensureWorkspaceDisk({ dataDir: this.deps.config.dataDir, sizeMb: this.deps.config.sandboxDiskMb, ...this.ids }, id, root);
     await prepareRootDir(root, this.ids);
   }
 
   /** Deletes every file of a workspace (its filesystem, or its directory tree). */
   private async removeFiles(id: string): Promise<void> {
     const root = this.rootDir(id);
-    if (this.d.config.sandboxDiskMb > 0) await releaseWorkspaceDisk({ dataDir: this.d.config.dataDir }, id, root);
+    if (this.deps.config.sandboxDiskMb > 0) await releaseWorkspaceDisk({ dataDir: this.deps.config.dataDir }, id, root);
     await removeSandboxRoot(root, this.ids).catch((e) => {
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
     });
@@ -220,29 +220,29 @@ export class WorkspaceService {
 
   /** The managed-package toolkits a workspace was opened with (workspace_open's toolkits, allowToolkitWorkspaceChanges). */
   toolkitsOf(id: string): { toolkits: string[]; allowChanges: boolean } {
-    const r = this.d.db.prepare('SELECT options_json FROM workspaces WHERE id = ?').get(id) as { options_json: string } | undefined;
+    const r = this.deps.db.prepare('SELECT options_json FROM workspaces WHERE id = ?').get(id) as { options_json: string } | undefined;
     const o = JSON.parse(r?.options_json || '{}') as { toolkits?: string[]; allowToolkitWorkspaceChanges?: boolean };
     return { toolkits: o.toolkits ?? [], allowChanges: o.allowToolkitWorkspaceChanges === true };
   }
 
   /** Ids of every workspace that is not closed (its files are retained). */
   retainedIds(): string[] {
-    return this.d.db.prepare("SELECT id FROM workspaces WHERE state != 'closed'").pluck().all() as string[];
+    return this.deps.db.prepare("SELECT id FROM workspaces WHERE state != 'closed'").pluck().all() as string[];
   }
 
   get(id: string): WorkspaceRow {
-    const r = this.d.db.prepare('SELECT * FROM workspaces WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    const r = this.deps.db.prepare('SELECT * FROM workspaces WHERE id = ?').get(id) as Record<string, unknown> | undefined;
     if (!r) throw new ServiceError('NOT_FOUND', `workspaceId: no workspace ${id}`, { field: 'workspaceId' });
     return rowOf(r);
   }
 
   private update(id: string, fields: Record<string, unknown>): void {
     const keys = Object.keys(fields);
-    this.d.db.prepare(`UPDATE workspaces SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ?`).run(...keys.map((k) => fields[k]), id);
+    this.deps.db.prepare(`UPDATE workspaces SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ?`).run(...keys.map((k) => fields[k]), id);
   }
 
   private setOption(id: string, key: string, value: unknown): void {
-    const r = this.d.db.prepare('SELECT options_json FROM workspaces WHERE id = ?').get(id) as { options_json: string };
+    const r = this.deps.db.prepare('SELECT options_json FROM workspaces WHERE id = ?').get(id) as { options_json: string };
     const opts = JSON.parse(r.options_json || '{}');
     opts[key] = value;
     this.update(id, { options_json: JSON.stringify(opts) });
@@ -254,7 +254,7 @@ export class WorkspaceService {
 
   private network(id: string, profile: NetworkProfile): SandboxNetwork {
     if (profile === 'network-none') return 'none';
-    return { proxySocket: join(this.d.config.dataDir, 'run', `eg-${id.slice(3, 15)}.sock`) };
+    return { proxySocket: join(this.deps.config.dataDir, 'run', `eg-${id.slice(3, 15)}.sock`) };
   }
 
   /**
@@ -265,7 +265,7 @@ export class WorkspaceService {
   private egressRules(): EgressRule[] {
     let text: string;
     try {
-      text = readFileSync(this.d.config.configPath, 'utf8');
+      text = readFileSync(this.deps.config.configPath, 'utf8');
     } catch {
       return DEFAULT_REGISTRY_RULES;
     }
@@ -273,14 +273,14 @@ export class WorkspaceService {
     try {
       raw = JSON.parse(text) as Record<string, unknown>;
     } catch (e) {
-      throw new ConfigError(`config file ${this.d.config.configPath}: not valid JSON (${(e as Error).message})`, 'egress');
+      throw new ConfigError(`config file ${this.deps.config.configPath}: not valid JSON (${(e as Error).message})`, 'egress');
     }
-    validateSections({ egress: raw.egress ?? {} }, this.d.config.configPath);
+    validateSections({ egress: raw.egress ?? {} }, this.deps.config.configPath);
     return (raw.egress as { allow?: EgressRule[] } | undefined)?.allow ?? DEFAULT_REGISTRY_RULES;
   }
 
   private logDecision = (d: EgressDecision) => {
-    this.d.log.info({ egress: d }, d.allowed ? 'egress allowed' : 'egress refused');
+    this.deps.log.info({ egress: d }, d.allowed ? 'egress allowed' : 'egress refused');
   };
 
   private async startWorkspaceProxy(id: string, profile: NetworkProfile): Promise<SandboxNetwork> {
@@ -298,9 +298,9 @@ export class WorkspaceService {
   private async specFor(w: WorkspaceRow, network: SandboxNetwork): Promise<SandboxSpec> {
     const env: Record<string, string> = {};
     // Managed-package releases bound when this workspace's sandbox was first made (kept until it is recreated).
-    const pkgs = (await this.d.packages?.mountsFor(w.id)) ?? { mounts: [], env: {} };
+    const pkgs = (await this.deps.packages?.mountsFor(w.id)) ?? { mounts: [], env: {} };
     Object.assign(env, pkgs.env);
-    if (w.envInjected && w.environmentId) Object.assign(env, this.d.environments.injection(w.environmentId));
+    if (w.envInjected && w.environmentId) Object.assign(env, this.deps.environments.injection(w.environmentId));
     return { id: w.id, rootDir: this.rootDir(w.id), limits: this.sandboxLimits, network, env, mounts: pkgs.mounts };
   }
 
@@ -308,8 +308,8 @@ export class WorkspaceService {
     await this.ensureDisk(w.id);
     const network = await this.startWorkspaceProxy(w.id, w.networkProfile);
     const spec = await this.specFor(w, network);
-    const recovered = await this.d.executor.recover(spec);
-    const h = recovered ?? (await this.d.executor.create(spec));
+    const recovered = await this.deps.executor.recover(spec);
+    const h = recovered ?? (await this.deps.executor.create(spec));
     this.handles.set(w.id, h);
     this.update(w.id, { sandbox_json: JSON.stringify(h) });
     return h;
@@ -319,9 +319,9 @@ export class WorkspaceService {
     const h = this.handles.get(id) ?? this.storedHandle(id);
     if (h) {
       try {
-        await this.d.executor.destroy(h);
+        await this.deps.executor.destroy(h);
       } catch (e) {
-        this.d.log.warn({ err: e, workspace: id }, 'sandbox destroy failed');
+        this.deps.log.warn({ err: e, workspace: id }, 'sandbox destroy failed');
       }
     }
     this.handles.delete(id);
@@ -330,7 +330,7 @@ export class WorkspaceService {
   }
 
   private storedHandle(id: string): SandboxHandle | null {
-    const r = this.d.db.prepare('SELECT sandbox_json FROM workspaces WHERE id = ?').get(id) as { sandbox_json: string | null } | undefined;
+    const r = this.deps.db.prepare('SELECT sandbox_json FROM workspaces WHERE id = ?').get(id) as { sandbox_json: string | null } | undefined;
     return r?.sandbox_json ? (JSON.parse(r.sandbox_json) as SandboxHandle) : null;
   }
 
@@ -349,7 +349,7 @@ export class WorkspaceService {
     let tmp: string | undefined;
     try {
       if (opts.repo) {
-        const runDir = join(this.d.config.dataDir, 'run');
+        const runDir = join(this.deps.config.dataDir, 'run');
         tmp = await mkdtemp(join(runDir, 'g-'));
         // Root-owned (0711): the sandbox user may use the socket inside, never change the directory.
         await chmod(tmp, 0o711);
@@ -367,12 +367,12 @@ export class WorkspaceService {
         broker = await startCredentialBroker({
           runDir,
           repo: opts.repo,
-          credential: await this.d.repoCredentials.resolve(opts.repo),
-          uid: this.d.config.sandboxUid,
-          gid: this.d.config.sandboxUid,
+          credential: await this.deps.repoCredentials.resolve(opts.repo),
+          uid: this.deps.config.sandboxUid,
+          gid: this.deps.config.sandboxUid,
         });
         binds.push({ source: broker.dir, target: CRED_SOCKET_DIR, readOnly: true });
-        const ca = this.d.repos.extraCaPem();
+        const ca = this.deps.repos.extraCaPem();
         if (ca) {
           const bundle = join(tmp, 'ca.pem');
           await writeFile(bundle, readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8') + '\n' + ca, { mode: 0o644 });
@@ -381,7 +381,7 @@ export class WorkspaceService {
         }
         extraConfig.push(['credential.helper', '!/usr/bin/node /opt/atelier/daemon/credhelper.js'], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
       }
-      return await this.d.executor.runEphemeral({
+      return await this.deps.executor.runEphemeral({
         id: `g-${w.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
         binds,
         limits: this.sandboxLimits,
@@ -419,16 +419,16 @@ export class WorkspaceService {
   // ---------- lifecycle ----------
 
   async open(a: OpenArgs, principal: string, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<Record<string, unknown>> {
-    if (this.d.sandboxDisabledReason)
-      throw new ServiceError('FAILED_PRECONDITION', `workspaces are disabled: the service runs in unsafe development mode (${this.d.sandboxDisabledReason}); see atelier doctor`, {});
-    const repo = this.d.repos.approve(a.repositoryUrl);
+    if (this.deps.sandboxDisabledReason)
+      throw new ServiceError('FAILED_PRECONDITION', `workspaces are disabled: the service runs in unsafe development mode (${this.deps.sandboxDisabledReason}); see atelier doctor`, {});
+    const repo = this.deps.repos.approve(a.repositoryUrl);
     if (a.toolkits.length || a.allowToolkitWorkspaceChanges) {
-      if (!this.d.packages) throw new ServiceError('FAILED_PRECONDITION', 'toolkits: managed packages are not available in this build', { field: 'toolkits' });
-      this.d.packages.validateToolkits(a.toolkits, a.allowToolkitWorkspaceChanges === true);
+      if (!this.deps.packages) throw new ServiceError('FAILED_PRECONDITION', 'toolkits: managed packages are not available in this build', { field: 'toolkits' });
+      this.deps.packages.validateToolkits(a.toolkits, a.allowToolkitWorkspaceChanges === true);
     }
     let envId: string | null = null;
     if (a.environmentId) {
-      envId = this.d.environments.resolve(a.environmentId);
+      envId = this.deps.environments.resolve(a.environmentId);
       if (a.confirmEnvironmentInjection !== true)
         throw new ServiceError(
           'INVALID_ARGUMENT',
@@ -439,9 +439,9 @@ export class WorkspaceService {
     const profile: NetworkProfile = a.networkProfile ?? 'network-none';
     const id = newId('workspace');
     const now = Date.now();
-    const hard = new Date(now + this.d.config.maxWorkspaceLifetimeSeconds * 1000).toISOString();
-    const lease = this.leaseEnd(now, this.d.config.idleLeaseSeconds, hard);
-    this.d.db
+    const hard = new Date(now + this.deps.config.maxWorkspaceLifetimeSeconds * 1000).toISOString();
+    const lease = this.leaseEnd(now, this.deps.config.idleLeaseSeconds, hard);
+    this.deps.db
       .prepare(
         `INSERT INTO workspaces (id, owner_id, repository_url, ref, fetch_depth, shallow_since, network_profile, environment_id, env_injected, options_json, state, created_at, last_activity_at, lease_expires_at, hard_expires_at)
          VALUES (?, 'owner', ?, ?, ?, ?, ?, ?, ?, ?, 'opening', ?, ?, ?, ?)`,
@@ -457,19 +457,19 @@ export class WorkspaceService {
         const w = this.get(id);
         const h = await this.startSandbox(w);
         progress(2, 3, 'reading the checkout');
-        const info = await this.d.executor.exec(h, { command: 'git rev-parse HEAD; git symbolic-ref --short -q HEAD || echo "(detached)"', env: gitConfigEnv(), timeoutMs: 30_000 });
+        const info = await this.deps.executor.exec(h, { command: 'git rev-parse HEAD; git symbolic-ref --short -q HEAD || echo "(detached)"', env: gitConfigEnv(), timeoutMs: 30_000 });
         const [head, branch] = info.stdout.trim().split('\n');
         this.update(id, { state: 'active', head_oid: head ?? null, branch: branch === '(detached)' ? null : (branch ?? null) });
         this.setOption(id, 'cloneOid', head ?? null);
-        this.d.principals.setActiveWorkspace(principal, id);
+        this.deps.principals.setActiveWorkspace(principal, id);
         // Repository extensions (issue #19): the workspace's skill configuration, then activated on_workspace_open hooks (reported, never fatal).
-        const hooks = await this.d.hooks?.opened(id, { repositoryUrl: repo.url, skillSets: a.skillSets, skillOverrides: a.skillOverrides }, signal);
+        const hooks = await this.deps.hooks?.opened(id, { repositoryUrl: repo.url, skillSets: a.skillSets, skillOverrides: a.skillOverrides }, signal);
         progress(3, 3, 'ready');
         return { ...this.describe(this.get(id)), ...(hooks ? { hooks: [hooks] } : {}) };
       } catch (err) {
         await this.stopSandbox(id);
-        await this.removeFiles(id).catch((e) => this.d.log.error({ err: e, workspace: id }, 'cleanup after a failed open failed'));
-        this.d.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
+        await this.removeFiles(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'cleanup after a failed open failed'));
+        this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
         throw err;
       }
     });
@@ -508,15 +508,15 @@ export class WorkspaceService {
 
   list(cursor: string | undefined, limit: number): Record<string, unknown> {
     let after: { c: string; i: string } | null = null;
-    if (cursor) after = this.d.cursors.decode<{ c: string; i: string }>('workspace_list', cursor);
-    const rows = this.d.db
+    if (cursor) after = this.deps.cursors.decode<{ c: string; i: string }>('workspace_list', cursor);
+    const rows = this.deps.db
       .prepare(
         `SELECT * FROM workspaces WHERE state != 'closed' ${after ? 'AND (created_at < ? OR (created_at = ? AND id < ?))' : ''} ORDER BY created_at DESC, id DESC LIMIT ?`,
       )
       .all(...(after ? [after.c, after.c, after.i] : []), limit + 1) as Array<Record<string, unknown>>;
     const page = rows.slice(0, limit).map((r) => this.describe(rowOf(r)));
     const last = rows.length > limit ? rowOf(rows[limit - 1]!) : null;
-    return { workspaces: page, nextCursor: last ? this.d.cursors.encode('workspace_list', { c: last.createdAt, i: last.id }) : null };
+    return { workspaces: page, nextCursor: last ? this.deps.cursors.encode('workspace_list', { c: last.createdAt, i: last.id }) : null };
   }
 
   /** The live handle of an active workspace; refreshes its idle lease. Refuses other states clearly. */
@@ -528,7 +528,7 @@ export class WorkspaceService {
     if (w.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is ${w.state}`, { workspaceId: id, state: w.state });
     this.touch(w);
     const h = this.handles.get(id);
-    if (h && (await this.d.executor.alive(h))) return h;
+    if (h && (await this.deps.executor.alive(h))) return h;
     return this.restartSandbox(id, h ? 'the sandbox daemon had died' : 'no sandbox was running');
   }
 
@@ -543,12 +543,12 @@ export class WorkspaceService {
     const p = (async () => {
       const old = this.handles.get(id) ?? this.storedHandle(id);
       this.handles.delete(id);
-      if (old) await this.d.executor.stop(old).catch((e) => this.d.log.warn({ err: e, workspace: id }, 'stopping a dead sandbox failed'));
+      if (old) await this.deps.executor.stop(old).catch((e) => this.deps.log.warn({ err: e, workspace: id }, 'stopping a dead sandbox failed'));
       if (old) {
         const prev = this.deaths.get(id);
         this.deaths.set(id, { at: nowIso(), restarts: (prev?.restarts ?? 0) + 1 });
-        this.d.log.warn({ workspace: id, why }, 'workspace sandbox restarted');
-        this.d.audit.record({ actor: 'system', action: 'workspace_sandbox_restart', target: id, outcome: 'ok', reason: why });
+        this.deps.log.warn({ workspace: id, why }, 'workspace sandbox restarted');
+        this.deps.audit.record({ actor: 'system', action: 'workspace_sandbox_restart', target: id, outcome: 'ok', reason: why });
       }
       return this.startSandbox(this.get(id));
     })();
@@ -562,7 +562,7 @@ export class WorkspaceService {
   private async sandboxState(id: string): Promise<'running' | 'died' | 'stopped'> {
     const h = this.handles.get(id);
     if (!h) return 'stopped';
-    return (await this.d.executor.alive(h)) ? 'running' : 'died';
+    return (await this.deps.executor.alive(h)) ? 'running' : 'died';
   }
 
   /** Activity moves the idle lease (at most one write per 5 s per workspace). */
@@ -570,7 +570,7 @@ export class WorkspaceService {
     const now = Date.now();
     if ((this.lastTouch.get(w.id) ?? 0) > now - 5_000) return;
     this.lastTouch.set(w.id, now);
-    this.update(w.id, { last_activity_at: new Date(now).toISOString(), lease_expires_at: this.leaseEnd(now, this.d.config.idleLeaseSeconds, w.hardExpiresAt) });
+    this.update(w.id, { last_activity_at: new Date(now).toISOString(), lease_expires_at: this.leaseEnd(now, this.deps.config.idleLeaseSeconds, w.hardExpiresAt) });
   }
 
   /** The git tools record the live branch and HEAD after changing them (workspace_status, workspace_context). */
@@ -582,7 +582,7 @@ export class WorkspaceService {
     const h = await this.activeHandle(id);
     // Streaming callers are the async operations and tasks (CommandService.launch): they keep what
     // their command leaves running. A foreground command's leftovers die with it.
-    return this.d.executor.exec(h, req, onOutput, signal);
+    return this.deps.executor.exec(h, req, onOutput, signal);
   }
 
   async status(id: string): Promise<Record<string, unknown>> {
@@ -605,7 +605,7 @@ export class WorkspaceService {
   capabilities(id: string): Record<string, unknown> {
     const w = this.get(id);
     const repo = parseRepoUrl(w.repositoryUrl);
-    const cred = this.d.repoCredentials.match(repo);
+    const cred = this.deps.repoCredentials.match(repo);
     const hasCredential = cred !== null;
     return {
       workspaceId: id,
@@ -614,7 +614,7 @@ export class WorkspaceService {
       network: { profile: w.networkProfile, egress: w.networkProfile === 'dependency-access' ? 'configured package registries only, through the egress proxy' : 'none (loopback only)' },
       git: { fetch: true, push: hasCredential, credentialSource: cred ? `broker (${cred.kind === 'github_app' ? 'GitHub App installation token, minted per operation' : 'owner-managed token'})` : 'none: the owner has no repository credential covering this repository (atelier credentials add-token|add-github-app); pushes will be refused by the host' },
       commands: { exec: true, privileged: 'approval required (approvalGrantToken from the owner)' },
-      packages: { enabled: this.d.config.packagesEnabled },
+      packages: { enabled: this.deps.config.packagesEnabled },
       environment: { id: w.environmentId, injected: w.envInjected },
       repohostActions: [] as string[],
       repohost: { available: false, reason: 'repository-host operations (issues, pull requests, reviews) are not available in this build: see docs/STATUS.md' },
@@ -629,9 +629,9 @@ export class WorkspaceService {
   ): Promise<Record<string, unknown>> {
     const h = await this.activeHandle(id);
     const w = this.get(id);
-    const ident = await this.d.executor.exec(h, { command: 'git config --get user.name; echo ---; git config --get user.email', env: gitConfigEnv(), timeoutMs: 10_000 });
+    const ident = await this.deps.executor.exec(h, { command: 'git config --get user.name; echo ---; git config --get user.email', env: gitConfigEnv(), timeoutMs: 10_000 });
     const [name, email] = ident.stdout.split('---').map((x) => x.trim());
-    const overview = (await this.d.executor.request(h, 'overview', {
+    const overview = (await this.deps.executor.request(h, 'overview', {
       root: '/workspace',
       clientProfile: a.clientProfile,
       include: a.include,
@@ -650,12 +650,12 @@ export class WorkspaceService {
       if (!a.include.includes(inc)) continue;
       for (const item of (overview[key] as unknown[] | undefined) ?? []) entries.push({ section: key, item });
     }
-    const start = a.cursor ? this.d.cursors.decode<{ o: number; w: string }>('workspace_context', a.cursor).o : 0;
+    const start = a.cursor ? this.deps.cursors.decode<{ o: number; w: string }>('workspace_context', a.cursor).o : 0;
     const page = entries.slice(start, start + a.limit);
     const repositoryOverview: Record<string, unknown[]> = {};
     for (const [inc, key] of sections) if (a.include.includes(inc)) repositoryOverview[key] = [];
     for (const e of page) repositoryOverview[e.section]!.push(e.item);
-    const next = start + a.limit < entries.length ? this.d.cursors.encode('workspace_context', { o: start + a.limit, w: id }) : null;
+    const next = start + a.limit < entries.length ? this.deps.cursors.encode('workspace_context', { o: start + a.limit, w: id }) : null;
     return {
       activeWorkspaceId: id,
       repositoryUrl: w.repositoryUrl,
@@ -678,12 +678,12 @@ export class WorkspaceService {
   secretsList(workspaceId: string | undefined, a: { environmentId?: string; query?: string; cursor?: string; limit: number }): Record<string, unknown> {
     let envId = a.environmentId ?? null;
     if (!envId && workspaceId) envId = this.get(workspaceId).environmentId;
-    const offset = a.cursor ? this.d.cursors.decode<{ o: number }>('secrets_list', a.cursor).o : 0;
-    const { items, more } = this.d.environments.listSecrets(envId, a.query, offset, a.limit);
+    const offset = a.cursor ? this.deps.cursors.decode<{ o: number }>('secrets_list', a.cursor).o : 0;
+    const { items, more } = this.deps.environments.listSecrets(envId, a.query, offset, a.limit);
     return {
       environmentId: envId,
       secrets: items.map((i) => ({ name: i.name, scope: i.scope === 'global' ? 'global' : 'environment', description: i.description })),
-      nextCursor: more ? this.d.cursors.encode('secrets_list', { o: offset + a.limit }) : null,
+      nextCursor: more ? this.deps.cursors.encode('secrets_list', { o: offset + a.limit }) : null,
       note: 'values are never shown; commands see injected secrets as environment variables of the same name',
     };
   }
@@ -691,7 +691,7 @@ export class WorkspaceService {
   setActive(principal: string, id: string): Record<string, unknown> {
     const w = this.get(id);
     if (w.state === 'closed') throw new ServiceError('FAILED_PRECONDITION', `workspaceId: workspace ${id} is closed`, { field: 'workspaceId' });
-    this.d.principals.setActiveWorkspace(principal, id);
+    this.deps.principals.setActiveWorkspace(principal, id);
     return { activeWorkspaceId: id, state: w.state };
   }
 
@@ -700,7 +700,7 @@ export class WorkspaceService {
       const w = this.get(id);
       if (w.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed`, { workspaceId: id });
       if (w.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
-      const ext = extensionSeconds ?? this.d.config.idleLeaseSeconds;
+      const ext = extensionSeconds ?? this.deps.config.idleLeaseSeconds;
       const now = Date.now();
       const requested = new Date(now + ext * 1000).toISOString();
       const capped = Date.parse(requested) > Date.parse(w.hardExpiresAt);
@@ -736,17 +736,17 @@ export class WorkspaceService {
   }
 
   private async removeEverything(id: string, reason: string): Promise<void> {
-    for (const hook of this.closeHooks) await hook(id).catch((e) => this.d.log.error({ err: e, workspace: id }, 'close hook failed'));
+    for (const hook of this.closeHooks) await hook(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'close hook failed'));
     await this.stopSandbox(id);
     await this.removeFiles(id);
-    this.d.principals.forgetWorkspace(id);
+    this.deps.principals.forgetWorkspace(id);
     this.update(id, { state: 'closed', state_reason: reason, closed_at: nowIso(), sandbox_json: null });
   }
 
   private async expire(id: string): Promise<void> {
     await this.stopSandbox(id);
     this.update(id, { state: 'expired_recoverable', state_reason: 'idle lease lapsed; processes stopped, files kept' });
-    this.d.audit.record({ actor: 'system', action: 'workspace_expire', target: id, outcome: 'ok', reason: 'idle lease lapsed' });
+    this.deps.audit.record({ actor: 'system', action: 'workspace_expire', target: id, outcome: 'ok', reason: 'idle lease lapsed' });
   }
 
   // ---------- recovery ----------
@@ -767,7 +767,7 @@ export class WorkspaceService {
     if (w.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
     if (mode === 'resume') {
       const r = await this.renew(id, undefined);
-      this.d.principals.setActiveWorkspace(principal, id);
+      this.deps.principals.setActiveWorkspace(principal, id);
       return { mode, ...r };
     }
     return this.locked(id, async () => {
@@ -801,11 +801,11 @@ export class WorkspaceService {
       const check = await this.ephemeralGit(w, 'git check-ref-format --branch "$B"', { env: { B: targetBranch } });
       if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `targetBranch: ${targetBranch} is not a valid branch name`, { field: 'targetBranch' });
       const repo = parseRepoUrl(w.repositoryUrl);
-      this.d.repos.approve(w.repositoryUrl);
+      this.deps.repos.approve(w.repositoryUrl);
       const r = await this.ephemeralGit(w, `set -e; ${snapshot}; git push -q origin "$snap:refs/heads/$B"; echo "$snap"`, { repo, env: { B: targetBranch } });
       if (r.exitCode !== 0) throw this.gitFailure('export push', r);
       const pushedOid = r.stdout.trim().split('\n').pop() ?? null;
-      this.d.audit.record({ actor: 'mcp', principal, action: 'workspace_recover_export', target: id, outcome: 'ok', details: { targetBranch, pushedOid } });
+      this.deps.audit.record({ actor: 'mcp', principal, action: 'workspace_recover_export', target: id, outcome: 'ok', details: { targetBranch, pushedOid } });
       return { mode, workspaceId: id, targetBranch, pushedOid, remote: w.repositoryUrl };
     });
   }
@@ -815,42 +815,42 @@ export class WorkspaceService {
   /** Expires idle workspaces and removes those past their hard deadline. */
   async reap(): Promise<void> {
     const now = nowIso();
-    const hard = this.d.db.prepare("SELECT id FROM workspaces WHERE state != 'closed' AND state != 'opening' AND hard_expires_at <= ?").pluck().all(now) as string[];
+    const hard = this.deps.db.prepare("SELECT id FROM workspaces WHERE state != 'closed' AND state != 'opening' AND hard_expires_at <= ?").pluck().all(now) as string[];
     for (const id of hard) {
       await this.locked(id, async () => {
         await this.removeEverything(id, 'hard expiry: maximum workspace lifetime reached');
-        this.d.audit.record({ actor: 'system', action: 'workspace_hard_expire', target: id, outcome: 'ok' });
-      }).catch((e) => this.d.log.error({ err: e, workspace: id }, 'hard expiry failed'));
+        this.deps.audit.record({ actor: 'system', action: 'workspace_hard_expire', target: id, outcome: 'ok' });
+      }).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'hard expiry failed'));
     }
     // Keep a connection to every live daemon: a daemon with no runner connection for its orphan
     // grace period exits (the bound for sandboxes whose runner never comes back, docs/sandbox.md),
     // so a dropped connection is re-made here, long before that.
     for (const [id, h] of this.handles) {
-      await this.d.executor.request(h, 'ping', {}, { timeoutMs: 5_000 }).catch(() => this.d.log.debug({ workspace: id }, 'sandbox daemon did not answer the keep-alive ping'));
+      await this.deps.executor.request(h, 'ping', {}, { timeoutMs: 5_000 }).catch(() => this.deps.log.debug({ workspace: id }, 'sandbox daemon did not answer the keep-alive ping'));
     }
-    const idle = this.d.db.prepare("SELECT id FROM workspaces WHERE state = 'active' AND lease_expires_at <= ?").pluck().all(now) as string[];
+    const idle = this.deps.db.prepare("SELECT id FROM workspaces WHERE state = 'active' AND lease_expires_at <= ?").pluck().all(now) as string[];
     for (const id of idle) {
       await this.locked(id, async () => {
         const w = this.get(id);
         if (w.state === 'active' && Date.parse(w.leaseExpiresAt) <= Date.now()) await this.expire(id);
-      }).catch((e) => this.d.log.error({ err: e, workspace: id }, 'expiry failed'));
+      }).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'expiry failed'));
     }
   }
 
   /** After a (re)start: active workspaces work again; half-opened ones are cleaned up. */
   async startup(): Promise<void> {
-    const opening = this.d.db.prepare("SELECT id FROM workspaces WHERE state = 'opening'").pluck().all() as string[];
+    const opening = this.deps.db.prepare("SELECT id FROM workspaces WHERE state = 'opening'").pluck().all() as string[];
     for (const id of opening) {
-      await this.removeFiles(id).catch((e) => this.d.log.error({ err: e, workspace: id }, 'cleanup of a half-opened workspace failed'));
-      this.d.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
+      await this.removeFiles(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'cleanup of a half-opened workspace failed'));
+      this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
     }
     await this.reap();
-    const active = this.d.db.prepare("SELECT id FROM workspaces WHERE state = 'active'").pluck().all() as string[];
+    const active = this.deps.db.prepare("SELECT id FROM workspaces WHERE state = 'active'").pluck().all() as string[];
     for (const id of active) {
-      await this.locked(id, () => this.startSandbox(this.get(id))).catch((e) => this.d.log.error({ err: e, workspace: id }, 'could not restart workspace sandbox'));
+      await this.locked(id, () => this.startSandbox(this.get(id))).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'could not restart workspace sandbox'));
     }
-    const every = Math.max(1000, Math.min(15_000, (this.d.config.idleLeaseSeconds * 1000) / 4));
-    this.reaper = setInterval(() => void this.reap().catch((e) => this.d.log.error({ err: e }, 'reaper failed')), every);
+    const every = Math.max(1000, Math.min(15_000, (this.deps.config.idleLeaseSeconds * 1000) / 4));
+    this.reaper = setInterval(() => void this.reap().catch((e) => this.deps.log.error({ err: e }, 'reaper failed')), every);
     this.reaper.unref();
   }
 
@@ -860,7 +860,7 @@ export class WorkspaceService {
     await Promise.all([...this.locks.values()].map((p) => p.catch(() => undefined)));
     for (const id of [...this.handles.keys()]) {
       const h = this.handles.get(id)!;
-      await this.d.executor.stop(h).catch(() => undefined);
+      await this.deps.executor.stop(h).catch(() => undefined);
     }
     for (const p of this.proxies.values()) await p.close().catch(() => undefined);
     this.proxies.clear();

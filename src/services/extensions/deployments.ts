@@ -49,15 +49,15 @@ export interface Enrolment {
 const SHA_RE = /^[0-9a-f]{64}$/;
 
 export class DeploymentService {
-  constructor(private readonly d: Deps) {}
+  constructor(private readonly deps: Deps) {}
 
   // ---------- owner enrolments (CLI and dashboard) ----------
 
   enrolments(repositoryUrl?: string): Enrolment[] {
     const rows = (
       repositoryUrl
-        ? this.d.db.prepare('SELECT * FROM deployment_enrolments WHERE repository_url = ? ORDER BY target').all(repositoryUrl)
-        : this.d.db.prepare('SELECT * FROM deployment_enrolments ORDER BY repository_url, target').all()
+        ? this.deps.db.prepare('SELECT * FROM deployment_enrolments WHERE repository_url = ? ORDER BY target').all(repositoryUrl)
+        : this.deps.db.prepare('SELECT * FROM deployment_enrolments ORDER BY repository_url, target').all()
     ) as Array<Record<string, unknown>>;
     return rows.map((r) => ({
       repositoryUrl: r.repository_url as string,
@@ -80,28 +80,28 @@ export class DeploymentService {
     if (!/^[A-Za-z0-9._-]{1,120}$/.test(a.target)) throw new ServiceError('INVALID_ARGUMENT', 'target: 1-120 characters of A-Z a-z 0-9 . _ -', { field: 'target' });
     const sha = a.targetSha256.toLowerCase();
     if (!SHA_RE.test(sha)) throw new ServiceError('INVALID_ARGUMENT', 'targetSha256: 64 hexadecimal characters (from deployments_list)', { field: 'targetSha256' });
-    const env = a.environmentId ? this.d.environments.resolve(a.environmentId, 'environmentId') : null;
-    this.d.db
+    const env = a.environmentId ? this.deps.environments.resolve(a.environmentId, 'environmentId') : null;
+    this.deps.db
       .prepare(
         `INSERT INTO deployment_enrolments (repository_url, target, target_sha256, environment_id, allow_private, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT(repository_url, target) DO UPDATE SET target_sha256 = excluded.target_sha256, environment_id = excluded.environment_id, allow_private = excluded.allow_private, created_at = excluded.created_at, created_by = excluded.created_by`,
       )
       .run(a.repositoryUrl, a.target, sha, env, a.allowPrivateHosts ? 1 : 0, nowIso(), actor);
-    this.d.audit.record({ actor, action: 'deployment_enrol', target: `${a.repositoryUrl}#${a.target}`, outcome: 'ok', details: { targetSha256: sha, environmentId: env, allowPrivateHosts: !!a.allowPrivateHosts } });
+    this.deps.audit.record({ actor, action: 'deployment_enrol', target: `${a.repositoryUrl}#${a.target}`, outcome: 'ok', details: { targetSha256: sha, environmentId: env, allowPrivateHosts: !!a.allowPrivateHosts } });
     return this.enrolments(a.repositoryUrl).find((e) => e.target === a.target)!;
   }
 
   revoke(repositoryUrl: string, target: string, actor: Actor): Record<string, unknown> {
-    const r = this.d.db.prepare('DELETE FROM deployment_enrolments WHERE repository_url = ? AND target = ?').run(repositoryUrl, target);
+    const r = this.deps.db.prepare('DELETE FROM deployment_enrolments WHERE repository_url = ? AND target = ?').run(repositoryUrl, target);
     if (r.changes === 0) throw new ServiceError('NOT_FOUND', `no enrolment of target ${target} for ${repositoryUrl}`, { field: 'target' });
-    this.d.audit.record({ actor, action: 'deployment_revoke', target: `${repositoryUrl}#${target}`, outcome: 'ok' });
+    this.deps.audit.record({ actor, action: 'deployment_revoke', target: `${repositoryUrl}#${target}`, outcome: 'ok' });
     return { repositoryUrl, target, revoked: true };
   }
 
   // ---------- tools ----------
 
   private async manifest(workspaceId: string, signal?: AbortSignal): Promise<Manifest<DeployTarget> | null> {
-    const b = await this.d.skills.readWorkspaceFile(workspaceId, DEPLOY_MANIFEST, signal);
+    const b = await this.deps.skills.readWorkspaceFile(workspaceId, DEPLOY_MANIFEST, signal);
     return b ? parseDeployManifest(b.toString('utf8')) : null;
   }
 
@@ -110,7 +110,7 @@ export class DeploymentService {
   }
 
   async listTool(workspaceId: string, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const repo = this.d.workspaces.get(workspaceId).repositoryUrl;
+    const repo = this.deps.workspaces.get(workspaceId).repositoryUrl;
     const m = await this.manifest(workspaceId, signal);
     const enr = this.enrolments(repo);
     return {
@@ -136,7 +136,7 @@ export class DeploymentService {
   }
 
   async runTool(workspaceId: string, a: { name: string; timeoutMs: number }, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const w = this.d.workspaces.get(workspaceId);
+    const w = this.deps.workspaces.get(workspaceId);
     const m = await this.manifest(workspaceId, signal);
     if (!m) throw new ServiceError('NOT_FOUND', `name: the checkout has no deployment manifest at ${DEPLOY_MANIFEST}`, { field: 'name' });
     if (m.problems.length) throw new ServiceError('FAILED_PRECONDITION', `${DEPLOY_MANIFEST} is malformed: ${m.problems.join('; ')}`, { problems: m.problems });
@@ -144,7 +144,7 @@ export class DeploymentService {
     if (!t) throw new ServiceError('NOT_FOUND', `name: no deployment target ${a.name} (targets: ${m.items.map((x) => x.name).join(', ') || 'none'})`, { field: 'name' });
     const e = this.enrolments(w.repositoryUrl).find((x) => x.target === t.name);
     if (!e || e.targetSha256 !== t.sha256) {
-      this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: 'refused', reason: e ? 'target changed since enrolment' : 'not enrolled', details: { target: t.name, sha256: t.sha256 } });
+      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: 'refused', reason: e ? 'target changed since enrolment' : 'not enrolled', details: { target: t.name, sha256: t.sha256 } });
       throw new ServiceError(
         'PERMISSION_DENIED',
         e
@@ -156,12 +156,12 @@ export class DeploymentService {
     const secrets: Record<string, string> = {};
     if (t.secrets.length) {
       if (!e.environmentId) throw new ServiceError('FAILED_PRECONDITION', `name: target ${t.name} needs secrets (${t.secrets.join(', ')}) but its enrolment names no environment; the owner enrols it again with --environment ENV`, { field: 'name' });
-      const all = this.d.environments.injection(e.environmentId);
+      const all = this.deps.environments.injection(e.environmentId);
       const missing = t.secrets.filter((s) => all[s] === undefined);
       if (missing.length) throw new ServiceError('FAILED_PRECONDITION', `name: environment ${e.environmentId} has no ${missing.join(', ')} (needed by target ${t.name})`, { field: 'name', missing });
       for (const s of t.secrets) secrets[s] = all[s]!;
     }
-    await this.d.workspaces.activeHandle(workspaceId); // active workspace, mounted disk, lease refreshed
+    await this.deps.workspaces.activeHandle(workspaceId); // active workspace, mounted disk, lease refreshed
     const timeoutMs = Math.min(a.timeoutMs, t.timeoutMs);
     const decisions: EgressDecision[] = [];
     let proxy: { close(): Promise<void> } | undefined;
@@ -169,8 +169,8 @@ export class DeploymentService {
     let network: SandboxNetwork = 'none';
     try {
       if (t.egress.length) {
-        tmp = await mkdtemp(join(this.d.config.dataDir, 'run', 'd-'));
-        await chown(tmp, this.d.config.sandboxUid, this.d.config.sandboxUid);
+        tmp = await mkdtemp(join(this.deps.config.dataDir, 'run', 'd-'));
+        await chown(tmp, this.deps.config.sandboxUid, this.deps.config.sandboxUid);
         const socketPath = join(tmp, 'p.sock');
         proxy = await startEgressProxy({
           socketPath,
@@ -178,18 +178,18 @@ export class DeploymentService {
           rules: t.egress.map((h) => ({ host: h.host, ports: h.ports, allowPrivate: e.allowPrivateHosts })),
           onDecision: (dd) => {
             decisions.push(dd);
-            this.d.log.info({ egress: dd, deployment: t.name }, dd.allowed ? 'deployment egress allowed' : 'deployment egress refused');
+            this.deps.log.info({ egress: dd, deployment: t.name }, dd.allowed ? 'deployment egress allowed' : 'deployment egress refused');
           },
           socketMode: 0o600,
         });
-        await chown(socketPath, this.d.config.sandboxUid, this.d.config.sandboxUid);
+        await chown(socketPath, this.deps.config.sandboxUid, this.deps.config.sandboxUid);
         network = { proxySocket: socketPath };
       }
-      const r = await this.d.executor.runEphemeral({
+      const r = await this.deps.executor.runEphemeral({
         id: `d-${workspaceId.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
         // With secrets injected the checkout is read-only: a run cannot leave a secret in the workspace's files.
-        binds: [{ source: join(this.d.workspaces.rootDir(workspaceId), 'repo'), target: '/workspace', readOnly: Object.keys(secrets).length > 0 }],
-        limits: this.d.workspaces.sandboxLimits,
+        binds: [{ source: join(this.deps.workspaces.rootDir(workspaceId), 'repo'), target: '/workspace', readOnly: Object.keys(secrets).length > 0 }],
+        limits: this.deps.workspaces.sandboxLimits,
         network,
         command: t.command,
         cwd: '/workspace',
@@ -200,7 +200,7 @@ export class DeploymentService {
         signal,
       });
       const status = r.timedOut ? 'timed_out' : r.cancelled ? 'cancelled' : r.exitCode === 0 ? 'succeeded' : 'failed';
-      this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: status === 'succeeded' ? 'ok' : 'failed', details: { target: t.name, sha256: t.sha256, exitCode: r.exitCode } });
+      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: status === 'succeeded' ? 'ok' : 'failed', details: { target: t.name, sha256: t.sha256, exitCode: r.exitCode } });
       // The injected values by name first (known here for sure), then every secret the service knows.
       // Also their common encodings (base64 with and without padding, hex): the enrolment pins the
       // target, not every script it runs, so a changed script printing an encoded secret is cut too.
@@ -211,7 +211,7 @@ export class DeploymentService {
       const cut = (v: string) => Object.entries(secrets).reduce((acc, [k, val]) => forms(val).reduce((a2, f) => a2.split(f).join(`[redacted:${k}]`), acc), v);
       r.stdout = cut(r.stdout);
       r.stderr = cut(r.stderr);
-      return this.d.environments.redact({
+      return this.deps.environments.redact({
         workspaceId,
         name: t.name,
         sha256: t.sha256,

@@ -37,21 +37,21 @@ interface Activation {
 }
 
 export class HookService {
-  constructor(private readonly d: Deps) {}
+  constructor(private readonly deps: Deps) {}
 
   private repo(workspaceId: string): string {
-    return this.d.workspaces.get(workspaceId).repositoryUrl;
+    return this.deps.workspaces.get(workspaceId).repositoryUrl;
   }
 
   private activations(repositoryUrl: string): Activation[] {
-    this.d.db.prepare('DELETE FROM hook_activations WHERE expires_at <= ?').run(nowIso());
-    const rows = this.d.db.prepare('SELECT event, manifest_sha256, activated_at, expires_at FROM hook_activations WHERE repository_url = ?').all(repositoryUrl) as Array<Record<string, string>>;
+    this.deps.db.prepare('DELETE FROM hook_activations WHERE expires_at <= ?').run(nowIso());
+    const rows = this.deps.db.prepare('SELECT event, manifest_sha256, activated_at, expires_at FROM hook_activations WHERE repository_url = ?').all(repositoryUrl) as Array<Record<string, string>>;
     return rows.map((r) => ({ event: r.event as HookEvent, manifestSha256: r.manifest_sha256!, activatedAt: r.activated_at!, expiresAt: r.expires_at! }));
   }
 
   /** The current manifest, or null when the checkout has none. */
   async manifest(workspaceId: string, signal?: AbortSignal): Promise<Manifest<HookDef> | null> {
-    const b = await this.d.skills.readWorkspaceFile(workspaceId, HOOK_MANIFEST, signal);
+    const b = await this.deps.skills.readWorkspaceFile(workspaceId, HOOK_MANIFEST, signal);
     return b ? parseHookManifest(b.toString('utf8')) : null;
   }
 
@@ -73,7 +73,7 @@ export class HookService {
     const f = `${a.event ?? ''}|${a.includeInactive}`;
     let start = 0;
     if (a.cursor) {
-      const cur = this.d.cursors.decode<{ o: number; w: string; f?: string }>('hooks_list', a.cursor);
+      const cur = this.deps.cursors.decode<{ o: number; w: string; f?: string }>('hooks_list', a.cursor);
       if (cur.w !== workspaceId || cur.f !== f) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
       start = cur.o;
     }
@@ -83,7 +83,7 @@ export class HookService {
       activations: acts.map((x) => ({ ...x, current: m ? x.manifestSha256 === m.sha256 : false })),
       hooks: rows.slice(start, start + a.limit),
       total: rows.length,
-      nextCursor: start + a.limit < rows.length ? this.d.cursors.encode('hooks_list', { o: start + a.limit, w: workspaceId, f }) : null,
+      nextCursor: start + a.limit < rows.length ? this.deps.cursors.encode('hooks_list', { o: start + a.limit, w: workspaceId, f }) : null,
     };
   }
 
@@ -100,13 +100,13 @@ export class HookService {
     const expiresAt = isoIn(retention * 1000);
     const repo = this.repo(workspaceId);
     const now = nowIso();
-    const put = this.d.db.prepare(
+    const put = this.deps.db.prepare(
       'INSERT INTO hook_activations (repository_url, event, manifest_sha256, activated_at, expires_at, activated_by) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(repository_url, event) DO UPDATE SET manifest_sha256 = excluded.manifest_sha256, activated_at = excluded.activated_at, expires_at = excluded.expires_at, activated_by = excluded.activated_by',
     );
-    this.d.db.transaction(() => {
+    this.deps.db.transaction(() => {
       for (const e of events) put.run(repo, e, want, now, expiresAt, who.principal);
     })();
-    this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_activate', target: workspaceId, outcome: 'ok', details: { repositoryUrl: repo, manifestSha256: want, events, expiresAt } });
+    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_activate', target: workspaceId, outcome: 'ok', details: { repositoryUrl: repo, manifestSha256: want, events, expiresAt } });
     return {
       workspaceId,
       repositoryUrl: repo,
@@ -124,17 +124,17 @@ export class HookService {
     const repo = this.repo(workspaceId);
     const list = events ? [...new Set(events)] : [...HOOK_EVENTS];
     const before = this.activations(repo).map((x) => x.event);
-    const del = this.d.db.prepare('DELETE FROM hook_activations WHERE repository_url = ? AND event = ?');
-    this.d.db.transaction(() => {
+    const del = this.deps.db.prepare('DELETE FROM hook_activations WHERE repository_url = ? AND event = ?');
+    this.deps.db.transaction(() => {
       for (const e of list) del.run(repo, e);
     })();
     const removed = list.filter((e) => before.includes(e));
-    this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_deactivate', target: workspaceId, outcome: 'ok', details: { repositoryUrl: repo, events: list, removed } });
+    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_deactivate', target: workspaceId, outcome: 'ok', details: { repositoryUrl: repo, events: list, removed } });
     return { workspaceId, repositoryUrl: repo, deactivated: removed, remaining: this.activations(repo).map((x) => x.event) };
   }
 
   private async runOne(workspaceId: string, h: HookDef, event: string, timeoutMs: number, signal?: AbortSignal): Promise<HookRunRecord> {
-    const r = await this.d.workspaces.exec(
+    const r = await this.deps.workspaces.exec(
       workspaceId,
       { command: h.command, cwd: '.', timeoutMs, maxOutputBytes: HOOK_OUTPUT_BYTES, env: { ATELIER_HOOK_NAME: h.name, ATELIER_HOOK_EVENT: event } },
       undefined,
@@ -169,7 +169,7 @@ export class HookService {
         { field: 'name', manifestSha256: m.sha256, activatedSha256: act?.manifestSha256 ?? null },
       );
     const rec = await this.runOne(workspaceId, h, h.event, Math.min(a.timeoutMs, h.timeoutMs), signal);
-    this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_run', target: workspaceId, outcome: 'ok', details: { hook: h.name, event: h.event, exitCode: rec.exitCode } });
+    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_run', target: workspaceId, outcome: 'ok', details: { hook: h.name, event: h.event, exitCode: rec.exitCode } });
     return { workspaceId, manifestSha256: m.sha256, sha256: h.sha256, ...rec, timeoutMs: Math.min(a.timeoutMs, h.timeoutMs) };
   }
 
@@ -181,7 +181,7 @@ export class HookService {
       const m = await this.manifest(workspaceId, signal);
       if (!m || m.sha256 !== act.manifestSha256 || m.problems.length) {
         const skipped = !m ? `no manifest at ${HOOK_MANIFEST}` : m.problems.length ? `the manifest is malformed` : `the manifest changed since activation (activated ${act.manifestSha256}, now ${m.sha256}); nothing of it ran`;
-        this.d.audit.record({ actor: 'system', action: 'hooks_fire', target: workspaceId, outcome: 'refused', reason: skipped, details: { event } });
+        this.deps.audit.record({ actor: 'system', action: 'hooks_fire', target: workspaceId, outcome: 'refused', reason: skipped, details: { event } });
         return { event, ran: [], failed: null, skipped };
       }
       const ran: HookRunRecord[] = [];
@@ -194,10 +194,10 @@ export class HookService {
           if (event === 'pre_commit') break;
         }
       }
-      this.d.audit.record({ actor: 'system', action: 'hooks_fire', target: workspaceId, outcome: failed ? 'failed' : 'ok', details: { event, hooks: ran.map((r) => ({ name: r.name, exitCode: r.exitCode })) } });
+      this.deps.audit.record({ actor: 'system', action: 'hooks_fire', target: workspaceId, outcome: failed ? 'failed' : 'ok', details: { event, hooks: ran.map((r) => ({ name: r.name, exitCode: r.exitCode })) } });
       return { event, ran, failed, ...(failed ? { message: failureMessage(failed) } : {}) };
     } catch (e) {
-      this.d.log.warn({ err: (e as Error).message, workspace: workspaceId, event }, 'repository hooks could not run');
+      this.deps.log.warn({ err: (e as Error).message, workspace: workspaceId, event }, 'repository hooks could not run');
       // A pre_commit that cannot be checked must not let the commit through.
       const rec: HookRunRecord = { name: '(hooks)', event, exitCode: null, signal: null, timedOut: false, durationMs: 0, stdout: '', stderr: `hooks could not run: ${(e as Error).message}`, stdoutTruncated: false, stderrTruncated: false };
       return event === 'pre_commit' ? { event, ran: [], failed: rec, message: rec.stderr } : { event, ran: [], failed: null, skipped: rec.stderr };

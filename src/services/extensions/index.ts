@@ -37,10 +37,10 @@ export class ExtensionService implements HookRunner {
   readonly hooks: HookService;
   readonly deployments: DeploymentService;
 
-  constructor(private readonly d: ExtensionDeps) {
-    this.skills = new SkillService(d);
-    this.hooks = new HookService({ ...d, skills: this.skills });
-    this.deployments = new DeploymentService({ ...d, skills: this.skills });
+  constructor(private readonly deps: ExtensionDeps) {
+    this.skills = new SkillService(deps);
+    this.hooks = new HookService({ ...deps, skills: this.skills });
+    this.deployments = new DeploymentService({ ...deps, skills: this.skills });
   }
 
   fire(workspaceId: string, event: FiredEvent, signal?: AbortSignal): Promise<HookFiring | undefined> {
@@ -76,12 +76,12 @@ export class ExtensionService implements HookRunner {
         local = await hybridSuggestion(prompt, roster, this.embedder);
         ranking = 'lexical+semantic';
       } catch (e) {
-        this.d.log.warn({ err: (e as Error).message }, 'skill_suggest: the embedding function failed; lexical ranking only');
+        this.deps.log.warn({ err: (e as Error).message }, 'skill_suggest: the embedding function failed; lexical ranking only');
       }
     }
     const top = local.ranked.slice(0, 3).filter((r) => r.score > 0).map((r) => ({ name: r.name, score: Math.round(r.score * 1000) / 1000, matched: r.matched }));
     const base = { workspaceId: workspaceId ?? null, rosterSize: roster.length };
-    const cfg = this.d.config;
+    const cfg = this.deps.config;
     if (cfg.skillSuggestUrl && cfg.skillSuggestKeyFile && roster.length > 0) {
       let key = '';
       try {
@@ -89,10 +89,10 @@ export class ExtensionService implements HookRunner {
       } catch {
         key = '';
       }
-      const red = redactPrompt(prompt, (s) => this.d.environments.redact(s), [key]);
+      const red = redactPrompt(prompt, (s) => this.deps.environments.redact(s), [key]);
       const r = await askEndpoint({ url: cfg.skillSuggestUrl, keyFile: cfg.skillSuggestKeyFile }, red.text, roster.map((s) => ({ name: s.name, description: s.description })));
       const inRoster = r.answer !== null && roster.some((s) => s.name === r.answer);
-      this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_suggest_endpoint', target: workspaceId ?? null, outcome: r.error ? 'failed' : inRoster || r.answer === null ? 'ok' : 'refused', reason: r.error ?? (r.answer !== null && !inRoster ? 'answer outside the roster' : undefined), details: { redactions: red.redactions } });
+      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_suggest_endpoint', target: workspaceId ?? null, outcome: r.error ? 'failed' : inRoster || r.answer === null ? 'ok' : 'refused', reason: r.error ?? (r.answer !== null && !inRoster ? 'answer outside the roster' : undefined), details: { redactions: red.redactions } });
       if (!r.error && (inRoster || r.answer === null)) {
         const s = roster.find((x) => x.name === r.answer);
         return { ...base, skill: r.answer, source: s?.source ?? null, mode: 'endpoint', redactions: red.redactions };

@@ -104,23 +104,23 @@ type Contents = Map<string, Buffer>;
 export class SkillService {
   private builtinCache: Array<{ skill: Skill; contents: Contents }> | null = null;
 
-  constructor(private readonly d: Deps) {}
+  constructor(private readonly deps: Deps) {}
 
   // ---------- workspace configuration (skillSets, skillOverrides) ----------
 
   setWorkspaceConfig(workspaceId: string, repositoryUrl: string, cfg: WorkspaceSkillConfig): void {
-    this.d.db
+    this.deps.db
       .prepare('INSERT OR REPLACE INTO extension_workspaces (workspace_id, repository_url, skill_sets_json, skill_overrides_json, created_at) VALUES (?, ?, ?, ?, ?)')
       .run(workspaceId, repositoryUrl, JSON.stringify(cfg.skillSets), JSON.stringify(cfg.skillOverrides), nowIso());
   }
 
   forgetWorkspace(workspaceId: string): void {
-    this.d.db.prepare('DELETE FROM extension_workspaces WHERE workspace_id = ?').run(workspaceId);
+    this.deps.db.prepare('DELETE FROM extension_workspaces WHERE workspace_id = ?').run(workspaceId);
   }
 
   workspaceConfig(workspaceId: string | undefined): WorkspaceSkillConfig {
     if (!workspaceId) return { skillSets: [], skillOverrides: {} };
-    const r = this.d.db.prepare('SELECT skill_sets_json, skill_overrides_json FROM extension_workspaces WHERE workspace_id = ?').get(workspaceId) as
+    const r = this.deps.db.prepare('SELECT skill_sets_json, skill_overrides_json FROM extension_workspaces WHERE workspace_id = ?').get(workspaceId) as
       | { skill_sets_json: string; skill_overrides_json: string }
       | undefined;
     if (!r) return { skillSets: [], skillOverrides: {} };
@@ -131,7 +131,7 @@ export class SkillService {
 
   private builtins(): Array<{ skill: Skill; contents: Contents }> {
     if (this.builtinCache) return this.builtinCache;
-    const dir = this.d.builtinDir ?? BUILTIN_SKILLS_DIR;
+    const dir = this.deps.builtinDir ?? BUILTIN_SKILLS_DIR;
     const out: Array<{ skill: Skill; contents: Contents }> = [];
     let names: string[] = [];
     try {
@@ -159,7 +159,7 @@ export class SkillService {
   }
 
   private ownerSkills(): Array<{ skill: Skill; contents: Contents }> {
-    const rows = this.d.db.prepare('SELECT name, files_json FROM owner_skills ORDER BY name').all() as Array<{ name: string; files_json: string }>;
+    const rows = this.deps.db.prepare('SELECT name, files_json FROM owner_skills ORDER BY name').all() as Array<{ name: string; files_json: string }>;
     return rows.map((r) => {
       const contents: Contents = new Map(Object.entries(JSON.parse(r.files_json) as Record<string, string>).map(([p, b]) => [p, Buffer.from(b, 'base64')]));
       return { skill: this.assemble('owner', `owner:${r.name}`, r.name, contents, []), contents };
@@ -182,8 +182,8 @@ export class SkillService {
   }
 
   private async daemon<T>(workspaceId: string, method: string, params: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
-    const h = await this.d.workspaces.activeHandle(workspaceId);
-    return this.d.executor.request<T>(h, method, params, { signal, timeoutMs: 60_000 });
+    const h = await this.deps.workspaces.activeHandle(workspaceId);
+    return this.deps.executor.request<T>(h, method, params, { signal, timeoutMs: 60_000 });
   }
 
   private async list(workspaceId: string, path: string, signal?: AbortSignal): Promise<DaemonEntry[] | null> {
@@ -328,7 +328,7 @@ export class SkillService {
 
   /** Every skill the workspace can see, by source order, with the workspace's skill sets applied. */
   async all(workspaceId: string | undefined, signal?: AbortSignal, only?: { name: string; source?: SkillSource }, notes: string[] = []): Promise<Array<{ skill: Skill; contents?: Contents }>> {
-    if (workspaceId) await this.d.workspaces.activeHandle(workspaceId); // an unknown, closed or expired workspace says so
+    if (workspaceId) await this.deps.workspaces.activeHandle(workspaceId); // an unknown, closed or expired workspace says so
     const cfg = this.workspaceConfig(workspaceId);
     const sets = cfg.skillSets.length ? cfg.skillSets : SHADOW_ORDER.map((name) => ({ name }) as SkillSetSel);
     const want = (s: SkillSource) => (!only?.source || only.source === s) && sets.some((x) => x.name === s);
@@ -382,7 +382,7 @@ export class SkillService {
     const f = String(a.includeShadowed);
     let start = 0;
     if (a.cursor) {
-      const cur = this.d.cursors.decode<{ o: number; w: string; f?: string }>('skills_list', a.cursor);
+      const cur = this.deps.cursors.decode<{ o: number; w: string; f?: string }>('skills_list', a.cursor);
       if (cur.w !== workspaceId || cur.f !== f) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
       start = cur.o;
     }
@@ -414,7 +414,7 @@ export class SkillService {
       total: listed.length,
       partial: notes.length > 0,
       ...(notes.length ? { notes } : {}),
-      nextCursor: start + a.limit < listed.length ? this.d.cursors.encode('skills_list', { o: start + a.limit, w: workspaceId, f }) : null,
+      nextCursor: start + a.limit < listed.length ? this.deps.cursors.encode('skills_list', { o: start + a.limit, w: workspaceId, f }) : null,
     };
   }
 
@@ -520,7 +520,7 @@ export class SkillService {
         `Run script ${a.script} of the ${skill.source} skill ${skill.name} (${skill.location}) in workspace ${workspaceId}\n` +
         `args: ${JSON.stringify(a.args)}\nscript SHA-256: ${scriptSha}\nskill SHA-256: ${digest}\nfiles:\n${files.map((f) => `  ${f.sha256}  ${f.path}`).join('\n')}\n` +
         `--- ${scriptPath} ---\n${body.toString('utf8')}`;
-      approvalId = this.d.approvals.consume(
+      approvalId = this.deps.approvals.consume(
         { kind: 'skill_script', workspaceId, text, digest: sha256(canonical(subject)), details: subject },
         a.approvalGrantToken,
         who.principal,
@@ -531,7 +531,7 @@ export class SkillService {
       throw new ServiceError('INVALID_ARGUMENT', `approvalGrantToken: ${skill.source} skills run without approval; leave it out`, { field: 'approvalGrantToken' });
     }
     const r = await this.stageAndRun(workspaceId, contents, a.script, a.args, a.timeoutMs, { SKILL_NAME: skill.name, SKILL_SOURCE: skill.source }, signal);
-    this.d.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_script_run', target: workspaceId, outcome: 'ok', details: { skill: skill.name, source: skill.source, script: a.script, scriptSha256: scriptSha, exitCode: r.exitCode, approvalId } });
+    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_script_run', target: workspaceId, outcome: 'ok', details: { skill: skill.name, source: skill.source, script: a.script, scriptSha256: scriptSha, exitCode: r.exitCode, approvalId } });
     return { workspaceId, skill: { name: skill.name, source: skill.source, location: skill.location, sha256: digest }, script: a.script, scriptSha256: scriptSha, approvalId, ...r };
   }
 
@@ -557,7 +557,7 @@ export class SkillService {
       '"$d/scripts/$ATELIER_SKILL_SCRIPT" "$@" < /dev/null',
       'exit $?',
     ].join('\n');
-    return this.d.workspaces.exec(
+    return this.deps.workspaces.exec(
       workspaceId,
       { argv: ['bash', '-c', wrapper, 'skills_run', ...args], stdin: lines.join('\n') + '\n', env: { ...env, ATELIER_SKILL_SCRIPT: script }, cwd: '.', timeoutMs, maxOutputBytes: 262144 },
       undefined,
@@ -591,19 +591,19 @@ export class SkillService {
     const name = meta.name!;
     const stored = JSON.stringify(Object.fromEntries(paths.sort().map((p) => [p, files[p]!.toString('base64')])));
     const now = nowIso();
-    const existed = this.d.db.prepare('SELECT 1 FROM owner_skills WHERE name = ?').get(name) !== undefined;
-    this.d.db
+    const existed = this.deps.db.prepare('SELECT 1 FROM owner_skills WHERE name = ?').get(name) !== undefined;
+    this.deps.db
       .prepare('INSERT INTO owner_skills (name, files_json, created_at, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET files_json = excluded.files_json, updated_at = excluded.updated_at')
       .run(name, stored, now, now);
     const skill = this.ownerSkills().find((s) => s.skill.name === name)!.skill;
-    this.d.audit.record({ actor, action: existed ? 'owner_skill_replace' : 'owner_skill_add', target: name, outcome: 'ok', details: { sha256: skill.sha256 } });
+    this.deps.audit.record({ actor, action: existed ? 'owner_skill_replace' : 'owner_skill_add', target: name, outcome: 'ok', details: { sha256: skill.sha256 } });
     return { name, source: 'owner', sha256: skill.sha256, files: skill.files, scripts: skill.scripts, problems: skill.problems, replaced: existed };
   }
 
   ownerRemove(name: string, actor: Actor): Record<string, unknown> {
-    const r = this.d.db.prepare('DELETE FROM owner_skills WHERE name = ?').run(name);
+    const r = this.deps.db.prepare('DELETE FROM owner_skills WHERE name = ?').run(name);
     if (r.changes === 0) throw new ServiceError('NOT_FOUND', `name: no owner skill ${name}`, { field: 'name' });
-    this.d.audit.record({ actor, action: 'owner_skill_remove', target: name, outcome: 'ok' });
+    this.deps.audit.record({ actor, action: 'owner_skill_remove', target: name, outcome: 'ok' });
     return { name, removed: true };
   }
 }

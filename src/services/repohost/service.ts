@@ -74,7 +74,7 @@ export class RepoHostService {
   private readonly maxRateWait: number;
 
   constructor(
-    private readonly d: {
+    private readonly deps: {
       workspaces: Pick<WorkspaceService, 'get'>;
       repos: RepositoryPolicy;
       credentials: RepoCredentialStore;
@@ -84,16 +84,16 @@ export class RepoHostService {
       maxRateWaitSeconds?: number;
     },
   ) {
-    this.fetch = httpsFetch(() => d.repos.extraCaPem());
-    this.maxRateWait = d.maxRateWaitSeconds ?? (Number(process.env.ATELIER_REPOHOST_MAX_RATE_WAIT_SECONDS) || DEFAULT_MAX_RATE_WAIT);
+    this.fetch = httpsFetch(() => deps.repos.extraCaPem());
+    this.maxRateWait = deps.maxRateWaitSeconds ?? (Number(process.env.ATELIER_REPOHOST_MAX_RATE_WAIT_SECONDS) || DEFAULT_MAX_RATE_WAIT);
   }
 
   // ---------- target, credential, permissions ----------
 
   private target(workspaceId: string): Target {
-    const w = this.d.workspaces.get(workspaceId);
+    const w = this.deps.workspaces.get(workspaceId);
     if (w.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${workspaceId} was closed`, { workspaceId, state: w.state });
-    const repo = this.d.repos.approve(w.repositoryUrl);
+    const repo = this.deps.repos.approve(w.repositoryUrl);
     const on = ownerAndName(repo);
     if (!on) throw new ServiceError('FAILED_PRECONDITION', `${repo.url} is not an owner/name repository, so it has no repository-host API`, { repository: repo.url });
     return { workspaceId, repo, owner: on[0], name: on[1] };
@@ -106,7 +106,7 @@ export class RepoHostService {
    */
   private client(token: string, apiUrl: string, signal?: AbortSignal, retries = 2): Client {
     const max = this.maxRateWait;
-    const log = this.d.log;
+    const log = this.deps.log;
     return new OctokitWithPlugins({
       auth: token,
       baseUrl: apiUrl,
@@ -133,7 +133,7 @@ export class RepoHostService {
    * OAuth scopes GitHub reports for it. Cached for a minute.
    */
   private async grantsOf(t: Target): Promise<Grants> {
-    const meta = this.d.credentials.match(t.repo);
+    const meta = this.deps.credentials.match(t.repo);
     if (!meta)
       throw new ServiceError('PERMISSION_DENIED', `no repository credential covers ${t.repo.url}; the owner adds one with \`atelier credentials add-token|add-github-app\``, {
         repository: t.repo.url,
@@ -144,7 +144,7 @@ export class RepoHostService {
     if (hit && hit.at > Date.now() - GRANTS_TTL_MS) return hit;
     let g: Grants;
     if (meta.kind === 'github_app') {
-      const inst = (await this.d.credentials.installationPermissions(t.repo))!;
+      const inst = (await this.deps.credentials.installationPermissions(t.repo))!;
       const granted: Needs = {};
       for (const p of ['contents', 'issues', 'pull_requests', 'statuses', 'checks', 'actions'] as Perm[]) {
         const v = inst.permissions[p];
@@ -153,7 +153,7 @@ export class RepoHostService {
       }
       g = { at: Date.now(), kind: 'github_app', credentialId: meta.id, granted, source: `GitHub App installation ${inst.installationId} permissions` };
     } else {
-      const tok = (await this.d.credentials.apiToken(t.repo, {}))!;
+      const tok = (await this.deps.credentials.apiToken(t.repo, {}))!;
       let res;
       try {
         res = await this.client(tok.token, tok.apiUrl).request('GET /repos/{owner}/{repo}', { owner: t.owner, repo: t.name });
@@ -193,7 +193,7 @@ export class RepoHostService {
         repohost: {
           available: actions.length > 0,
           repository: `${t.owner}/${t.name}`,
-          apiUrl: this.d.credentials.apiBase(t.repo),
+          apiUrl: this.deps.credentials.apiBase(t.repo),
           credentialKind: g.kind,
           source: g.source,
           permissions: g.granted,
@@ -220,13 +220,13 @@ export class RepoHostService {
         missing,
         credentialId: g.credentialId,
       });
-    const tok = (await this.d.credentials.apiToken(t.repo, spec.needs as Record<string, 'read' | 'write'>))!;
+    const tok = (await this.deps.credentials.apiToken(t.repo, spec.needs as Record<string, 'read' | 'write'>))!;
     const o = this.client(tok.token, tok.apiUrl, signal, spec.group === 'write' ? 0 : 2);
     const ctx = { o, owner: t.owner, repo: t.name, args, limit: (args.limit as number | undefined) ?? DEFAULT_LIMIT };
     let result: Out;
     const audit = (outcome: 'ok' | 'refused' | 'failed', reason?: string) => {
       if (spec.group !== 'write') return;
-      this.d.audit.record({ actor: who?.actor ?? 'system', principal: who?.principal ?? null, action: `repohost.${action}`, target: `${t.owner}/${t.name}`, outcome, reason: reason ?? null, details: { workspaceId, credentialId: g.credentialId, ...numbersOf(args) } });
+      this.deps.audit.record({ actor: who?.actor ?? 'system', principal: who?.principal ?? null, action: `repohost.${action}`, target: `${t.owner}/${t.name}`, outcome, reason: reason ?? null, details: { workspaceId, credentialId: g.credentialId, ...numbersOf(args) } });
     };
     const budget = { left: RESULT_TEXT_MAX, exhausted: false };
     try {
