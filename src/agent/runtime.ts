@@ -16,6 +16,7 @@
  */
 import { splice } from '../contracts/splice.js';
 import { connect, createServer, type Socket } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import OpenAI from 'openai';
 import {
   CONTROL_SOCKET,
@@ -50,10 +51,34 @@ class Stop extends Error {
 const SUMMARY_REQUEST =
   'Stop working now: a budget of yours has run out. In at most 150 words, summarise what you did, what changed in the workspace, and what is left to do. Do not call tools.';
 
-async function readStdin(): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const c of process.stdin) chunks.push(c as Buffer);
-  return Buffer.concat(chunks).toString('utf8');
+/**
+ * Pre-started runtimes (`--warm`) run one streaming request of each API mode against a stub on
+ * 127.0.0.1 inside the sandbox before saying ready, so the `openai` client's and fetch's code is
+ * loaded and compiled before a job arrives. No agent data and no credential is involved.
+ */
+async function warmUp(): Promise<void> {
+  const chunk = { id: 'w', object: 'chat.completion.chunk', created: 0, model: 'w', choices: [{ index: 0, delta: { content: 'w' }, finish_reason: 'stop' }] };
+  const done = { type: 'response.completed', sequence_number: 0, response: { id: 'w', object: 'response', output: [], usage: null } };
+  const server = createHttpServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(req.url?.includes('/responses') ? `event: response.completed\ndata: ${JSON.stringify(done)}\n\n` : `data: ${JSON.stringify(chunk)}\n\ndata: [DONE]\n\n`);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const port = (server.address() as { port: number }).port;
+  const client = new OpenAI({ apiKey: 'warm-up', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 10_000 });
+  const tools = [{ type: 'function' as const, function: { name: 'w', description: 'w', parameters: { type: 'object', properties: {} } } }];
+  try {
+    for await (const _ of await client.chat.completions.create({ model: 'w', messages: [{ role: 'user', content: 'w' }], tools, stream: true, stream_options: { include_usage: true } })) void _;
+    for await (const _ of await client.responses.create({ model: 'w', input: [{ role: 'user', content: 'w' }], stream: true, store: false })) void _;
+  } catch {
+    // A warm-up failure only costs speed.
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
 }
 
 /** 127.0.0.1:<port> inside the sandbox, piped to the gateway socket. */
@@ -69,6 +94,7 @@ class Control {
   private nextId = 1;
   private readonly waiting = new Map<number, (m: RunnerMessage) => void>();
   private finalWaiter: ((m: RunnerMessage) => void) | null = null;
+  private jobWaiter: ((c: AgentStartConfig | null) => void) | null = null;
   readonly steers: string[] = [];
   steersSeen = 0;
   stop: Stop | null = null;
@@ -91,6 +117,12 @@ class Control {
 
   private onMessage(m: RunnerMessage): void {
     switch (m.t) {
+      case 'job': {
+        const w = this.jobWaiter;
+        this.jobWaiter = null; // one job per runtime: a second one is ignored
+        w?.(m.config);
+        return;
+      }
       case 'result':
       case 'budget': {
         const w = this.waiting.get(m.id);
@@ -125,6 +157,15 @@ class Control {
     const fw = this.finalWaiter;
     this.finalWaiter = null;
     fw?.({ t: 'end' });
+    const jw = this.jobWaiter;
+    this.jobWaiter = null;
+    jw?.(null);
+  }
+
+  /** Waits for the one job (null when the runner closes the channel or stops the runtime first). */
+  job(): Promise<AgentStartConfig | null> {
+    if (this.stop) return Promise.resolve(null);
+    return new Promise((resolve) => (this.jobWaiter = resolve));
   }
 
   onStop(l: (s: Stop) => void): void {
@@ -197,7 +238,8 @@ function isBudgetRefusal(e: unknown): string | null {
 }
 
 async function main(): Promise<void> {
-  const cfg = JSON.parse(await readStdin()) as AgentStartConfig;
+  const loadedMs = performance.now();
+  if (process.argv.includes('--warm')) await warmUp();
   const port = await gatewayBridge();
   const sock = connect(CONTROL_SOCKET);
   await new Promise<void>((resolve, reject) => {
@@ -205,9 +247,19 @@ async function main(): Promise<void> {
     sock.once('error', reject);
   });
   const ctl = new Control(sock);
+  // Idle until the runner hands over the one job: nothing of any agent is held before this.
+  ctl.send({ t: 'ready', timing: { loadedMs, readyMs: performance.now() } });
+  const cfg = await ctl.job();
+  if (!cfg) {
+    sock.destroy();
+    process.exit(0);
+  }
+  const jobAt = performance.now();
   ctl.send({ t: 'hello', agentId: cfg.agentId });
   const client = new OpenAI({ apiKey: cfg.leaseToken, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 600_000 });
   let turnAbort = new AbortController();
+  let firstRequestMs: number | null = null;
+  let firstTurnMs: number | null = null;
   ctl.onStop(() => turnAbort.abort());
 
   const system =
@@ -227,6 +279,7 @@ async function main(): Promise<void> {
     const signal = turnAbort.signal;
     let text = '';
     const calls: ToolCall[] = [];
+    firstRequestMs ??= Math.round(performance.now() - jobAt);
     if (chat) {
       const stream = await client.chat.completions.create(
         {
@@ -294,6 +347,10 @@ async function main(): Promise<void> {
       }
     }
     if (text) ctl.event({ type: 'model_text', text });
+    if (firstTurnMs === null) {
+      firstTurnMs = Math.round(performance.now() - jobAt);
+      ctl.event({ type: 'timing', msFromJobToFirstRequest: firstRequestMs, msFromJobToFirstAnswer: firstTurnMs });
+    }
     return { text, calls };
   };
 
@@ -337,7 +394,8 @@ async function main(): Promise<void> {
   try {
     for (;;) {
       if (ctl.stop) throw ctl.stop;
-      const budget = await ctl.budget();
+      // The first turn uses the figures sent with the job (the lease was just issued).
+      const budget = turnNo === 0 && cfg.budget ? cfg.budget : await ctl.budget();
       // Keep enough output tokens for the summary: with fewer than this left, summarise now.
       if (budget && budget.outputTokens.remaining < 64) throw new Stop('LIMIT_EXCEEDED', `maxOutputTokens: ${budget.outputTokens.remaining} output tokens left`, true);
       if (budget && budget.inputTokens.remaining < 1024) throw new Stop('LIMIT_EXCEEDED', `maxInputTokens: ${budget.inputTokens.remaining} input tokens left`, true);

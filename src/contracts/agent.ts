@@ -2,9 +2,11 @@
  * Wire contract between the runner's agent supervisor (src/services/agents.ts) and the agent
  * runtime (src/agent/runtime.ts), which runs in its own sandbox and imports nothing of the runner.
  *
- * The runtime gets its start configuration as one JSON document on stdin, reaches the gateway
- * through a Unix socket (GATEWAY_SOCKET) and talks to the runner over a second Unix socket
- * (CONTROL_SOCKET) in newline-delimited JSON, both ways.
+ * The runtime starts with nothing of any agent: it connects to the runner over a Unix socket
+ * (CONTROL_SOCKET, newline-delimited JSON both ways), says `ready`, and gets its one job (the
+ * start configuration, lease token included) as a `job` message; it reaches the gateway through a
+ * second Unix socket (GATEWAY_SOCKET) that the runner relays only once the job is assigned. A
+ * runtime runs one job and exits (pre-started pool: docs/agents.md).
  */
 
 /** Inside the agent sandbox. */
@@ -33,6 +35,8 @@ export interface AgentStartConfig {
   toolResultCapBytes: number;
   /** Output tokens asked for per model turn (the gateway clamps it to the budget). */
   maxTurnOutputTokens: number;
+  /** Budget figures at assignment (the first turn uses them instead of asking the runner). */
+  budget?: BudgetView | null;
 }
 
 /** Budget figures sent to the model every turn. */
@@ -46,6 +50,8 @@ export interface BudgetView {
 
 /** Runtime to runner. */
 export type RuntimeMessage =
+  /** Loaded and idle, holding nothing of any agent; timing in ms since the process started. */
+  | { t: 'ready'; timing?: { loadedMs: number; readyMs: number } }
   | { t: 'hello'; agentId: string }
   | { t: 'event'; event: Record<string, unknown> }
   | { t: 'call'; id: number; name: string; args: Record<string, unknown> }
@@ -57,6 +63,8 @@ export type RuntimeMessage =
 
 /** Runner to runtime. */
 export type RunnerMessage =
+  /** The runtime's one job (sent once, after `ready`). */
+  | { t: 'job'; config: AgentStartConfig }
   | { t: 'result'; id: number; result: { isError?: boolean; text: string } }
   | { t: 'budget'; id: number; budget: BudgetView }
   | { t: 'steer'; message: string }

@@ -7,11 +7,10 @@
  * messages). The supervisor ends agents on TTL, budget, output bytes, cancel (cascading down the
  * tree) or runtime exit, revokes their leases and settles their spend. See docs/agents.md.
  */
-import { splice } from '../contracts/splice.js';
-import { appendFileSync, chmodSync, chownSync, existsSync, mkdirSync, openSync, readSync, closeSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import { appendFileSync, existsSync, mkdirSync, openSync, readSync, closeSync, rmSync, statSync } from 'node:fs';
+import type { Server, Socket } from 'node:net';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { AgentRuntimePool, SLOT_READY_MS, type RuntimeSlot } from './agent-pool.js';
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
@@ -26,7 +25,6 @@ import type { WorkspaceService } from './workspaces.js';
 import type { EnvironmentService } from './environments.js';
 import type { LeaseInfo } from '../gateway/types.js';
 import {
-  AGENT_SOCKET_DIR,
   type AgentStartConfig,
   type AgentTool,
   type BudgetView,
@@ -48,7 +46,6 @@ export const DRAIN_MS = 3_000;
 /** Log lines longer than this are cut (the log stays readable a page at a time). */
 const MAX_LOG_LINE = 16_384;
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 export interface AgentBudgets {
   ttlSeconds: number;
@@ -137,7 +134,12 @@ interface Live {
   timers: NodeJS.Timeout[];
   calls: Set<AbortController>;
   lastLease: LeaseInfo | null;
-  runtimeStderr: string;
+  slot: RuntimeSlot | null;
+  /** Whether the pool was told this agent no longer needs the CPUs to itself (pool.release, once). */
+  released: boolean;
+  /** Launch timing (ms since spawn accepted), logged at debug level once the first model turn starts. */
+  t0: number;
+  marks: Record<string, number>;
 }
 
 interface Deps {
@@ -160,11 +162,43 @@ export class AgentService {
   private tools: ToolGateway | null = null;
   private readonly logDir: string;
   private readonly runDir: string;
-  private optDir: string | null = null;
+  private pool_: AgentRuntimePool | null = null;
+  private poolTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly deps: Deps) {
     this.logDir = join(deps.config.dataDir, 'state', 'agents');
     this.runDir = join(deps.config.dataDir, 'run', 'agents');
+  }
+
+  /** Agent runtimes: pre-started idle ones (agentPoolSize) and those started on demand (src/services/agent-pool.ts). */
+  private get pool(): AgentRuntimePool {
+    this.pool_ ??= new AgentRuntimePool({
+      executor: this.deps.executor,
+      log: this.deps.log,
+      sandboxUid: this.deps.config.sandboxUid,
+      runDir: this.runDir,
+      optDir: join(this.deps.config.dataDir, 'run', 'agent-opt'),
+      gatewayEndpoint: () => this.deps.gateway.agentEndpoint(),
+      size: this.deps.config.agentPoolSize ?? 1,
+    });
+    return this.pool_;
+  }
+
+  /** Idle runtimes are kept only while an agent profile is active (no profile, no agent, no pool). */
+  private tendPool(): void {
+    if (!(this.deps.config.agentPoolSize > 0)) return;
+    let active = false;
+    try {
+      active = ((this.deps.models.list().profiles as Array<{ status?: string }>) ?? []).some((p) => p.status === 'active');
+    } catch {
+      active = false;
+    }
+    this.pool.want(active);
+  }
+
+  /** For the dashboard and tests: the pool's figures. */
+  poolStats(): { size: number; idle: number; ready: number; running: number } {
+    return this.pool_?.stats() ?? { size: this.deps.config.agentPoolSize ?? 0, idle: 0, ready: 0, running: 0 };
   }
 
   /** Composition: the server hands over its tool registry (proxied calls run through it). */
@@ -187,11 +221,17 @@ export class AgentService {
         .run('the runner stopped while the agent ran; its lease was revoked and its open spend is settled or marked unreconciled', new Date().toISOString(), r.id);
     }
     if (rows.length) await this.deps.gateway.syncUsage().catch(() => undefined);
+    this.tendPool();
+    this.poolTimer = setInterval(() => this.tendPool(), 2_000);
+    this.poolTimer.unref();
   }
 
   /** Runner stop: every live agent ends INTERRUPTED (sandbox killed, lease revoked). */
   async shutdown(): Promise<void> {
+    if (this.poolTimer) clearInterval(this.poolTimer);
+    const pool = this.pool_?.close();
     await Promise.all([...this.live.values()].map((l) => this.finish(l, 'INTERRUPTED', { reason: 'the runner stopped while the agent ran', drainMs: 0 })));
+    await pool;
   }
 
   // ------------------------------------------------------------------ spawn
@@ -304,7 +344,10 @@ export class AgentService {
       timers: [],
       calls: new Set(),
       lastLease: null,
-      runtimeStderr: '',
+      slot: null,
+      released: false,
+      t0: performance.now(),
+      marks: {},
     };
     this.live.set(id, live);
     this.log(live, { type: 'status', status: 'SPAWNING', profileId: a.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, parentAgentId: row.parent_id });
@@ -342,9 +385,17 @@ export class AgentService {
       const delay = Number(process.env.ATELIER_TEST_AGENT_LAUNCH_DELAY_MS ?? 0);
       if (delay > 0) await sleep(Math.min(delay, 60_000));
       if (live.cancelRequested) return await this.finish(live, 'CANCELLED', { reason: live.cancelRequested });
+      // The runtime: a pre-started idle one, or one started now (in parallel with the lease).
+      const slot = this.pool.take();
+      live.slot = slot;
+      live.sandbox = slot.abort;
+      live.servers = slot.servers;
+      live.sockDir = slot.dir;
+      this.mark(live, slot.isReady ? 'runtime_taken_ready' : 'runtime_taken_starting');
       // Agent rule 2: check the gateway once more right before the lease; unreachable there, the agent is cancelled and ends FAILED once the gateway confirms cleanup.
       let lease: Awaited<ReturnType<GatewayClient['issueLease']>>;
-      const contextP = this.repositoryContext(row).catch((e) => {
+      this.mark(live, 'launch');
+      const contextP = this.repositoryContext(row).then((c) => (this.mark(live, 'context'), c)).catch((e) => {
         this.log(live, { type: 'warning', message: `repository context not sent: ${(e as Error).message}` });
         return '';
       });
@@ -364,17 +415,39 @@ export class AgentService {
         await this.deps.gateway.revokeLease(lease.leaseId).catch(() => null);
         return;
       }
+      this.mark(live, 'lease');
       live.leaseId = lease.leaseId;
       this.deps.db.prepare('UPDATE agents SET lease_id = ? WHERE id = ?').run(lease.leaseId, row.id);
       live.row.lease_id = lease.leaseId;
       if (live.cancelRequested) return await this.finish(live, 'CANCELLED', { reason: live.cancelRequested });
       const context = await contextP;
-      await this.openSockets(live);
+      const ready = await Promise.race([slot.ready, sleep(SLOT_READY_MS).then(() => false)]);
+      this.mark(live, 'runtime_ready');
       if (live.ending) return;
+      if (!ready) {
+        const tail = this.deps.environments.redact(slot.stderr.slice(-1500));
+        return await this.finish(live, 'FAILED', { reason: `the agent runtime did not start${tail ? `: ${tail}` : ''}` });
+      }
+      if (live.cancelRequested) return await this.finish(live, 'CANCELLED', { reason: live.cancelRequested });
+      // Assignment: the slot's sockets are named after the agent, its control messages and its gateway relay become this agent's.
+      this.pool.rename(slot, live.id.slice(6, 22));
+      live.sockDir = slot.dir;
+      live.conn = slot.conn;
+      slot.owner = {
+        onMessage: (m) => void this.onRuntime(live, m).catch((e) => this.deps.log.error({ agentId: live.id, err: (e as Error).message }, 'agent control message failed')),
+        relayOpen: () => !live.ending,
+        onRelay: () => {
+          if (live.marks.first_relay === undefined) {
+            this.mark(live, 'first_relay');
+            live.timers.push(setTimeout(() => this.releaseSlot(live), 150).unref());
+            this.deps.log.debug({ agentId: live.id, ms: live.marks, runtime: { slot: slot.id, pooled: slot.warm, ...slot.readyTiming } }, 'agent launch timing');
+          }
+        },
+      };
       const startedAt = new Date().toISOString();
       this.deps.db.prepare("UPDATE agents SET status = 'RUNNING', started_at = ? WHERE id = ? AND status = 'SPAWNING'").run(startedAt, row.id);
       live.row.status = 'RUNNING';
-      this.log(live, { type: 'status', status: 'RUNNING', leaseId: lease.leaseId });
+      this.log(live, { type: 'status', status: 'RUNNING', leaseId: lease.leaseId, runtime: { id: slot.id, pooled: slot.warm } });
       this.armTimers(live);
       const cfg: AgentStartConfig = {
         agentId: row.id,
@@ -386,8 +459,16 @@ export class AgentService {
         tools: this.tools!.list.filter((t) => live.ops.has(t.name)).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema })),
         toolResultCapBytes: TOOL_RESULT_CAP_BYTES,
         maxTurnOutputTokens: Math.min(live.budgets.maxOutputTokens, 8192),
+        budget: await this.budgetView(live, leaseFigures(lease)),
       };
-      live.exited = this.runSandbox(live, cfg);
+      live.exited = slot.exited.then(async (r) => {
+        if (live.ending) return;
+        if (r instanceof Error) return await this.finish(live, 'FAILED', { reason: `the agent sandbox failed: ${r.message}`, error: toErrorBody(r) });
+        const tail = this.deps.environments.redact((r.stderr || slot.stderr).slice(-1500));
+        await this.finish(live, 'FAILED', { reason: `the agent runtime exited (code ${r.exitCode}${r.signal ? `, signal ${r.signal}` : ''}) without ending the agent${tail ? `: ${tail}` : ''}` });
+      });
+      this.send(live, { t: 'job', config: cfg });
+      this.mark(live, 'job_sent');
     } catch (e) {
       this.deps.log.error({ agentId: row.id, err: (e as Error).message }, 'agent launch failed');
       await this.finish(live, 'FAILED', { reason: `the agent could not start: ${(e as Error).message}`, error: toErrorBody(e) });
@@ -427,85 +508,6 @@ export class AgentService {
 
   // ------------------------------------------------------------------ sandbox and sockets
 
-  private agentOptDir(): string {
-    if (this.optDir) return this.optDir;
-    const dir = join(this.deps.config.dataDir, 'run', 'agent-opt');
-    mkdirSync(dir, { recursive: true, mode: 0o755 });
-    chmodSync(dir, 0o755);
-    writeFileSync(join(dir, 'package.json'), '{"type":"module","private":true}\n', { mode: 0o644 });
-    this.optDir = dir;
-    return dir;
-  }
-
-  private async openSockets(live: Live): Promise<void> {
-    const dir = join(this.runDir, live.id.slice(6, 22));
-    mkdirSync(this.runDir, { recursive: true, mode: 0o711 });
-    chmodSync(this.runDir, 0o711);
-    mkdirSync(dir, { recursive: true, mode: 0o711 });
-    chmodSync(dir, 0o711);
-    live.sockDir = dir;
-    const uid = this.deps.config.sandboxUid;
-    const listen = (server: Server, file: string) =>
-      new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(file, () => {
-          chownSync(file, uid, uid);
-          chmodSync(file, 0o600);
-          resolve();
-        });
-      });
-    // Gateway relay: this agent's socket to the gateway's TCP endpoint (the lease token is the only credential passing through).
-    const gw = createServer((client) => {
-      const ep = this.deps.gateway.agentEndpoint();
-      if (!ep) return client.destroy();
-      splice(client, connect(ep.port, ep.host));
-    });
-    const ctl = createServer((sock) => {
-      if (live.conn) return sock.destroy(); // one control connection per agent
-      live.conn = sock;
-      this.serveControl(live, sock);
-    });
-    live.servers.push(gw, ctl);
-    await listen(gw, join(dir, 'gateway.sock'));
-    await listen(ctl, join(dir, 'control.sock'));
-  }
-
-  private runSandbox(live: Live, cfg: AgentStartConfig): Promise<void> {
-    const opt = this.agentOptDir();
-    const spec = {
-      id: `agent-${live.id.slice(6, 30).replace(/[^A-Za-z0-9_-]/g, '_')}`,
-      argv: ['/usr/bin/node', '--max-old-space-size=128', '/opt/agent/dist/agent/runtime.js'],
-      stdin: JSON.stringify(cfg),
-      binds: [
-        { source: join(opt, 'package.json'), target: '/opt/agent/package.json', readOnly: true },
-        { source: join(ROOT, 'dist', 'agent'), target: '/opt/agent/dist/agent', readOnly: true },
-        { source: join(ROOT, 'dist', 'contracts'), target: '/opt/agent/dist/contracts', readOnly: true },
-        { source: join(ROOT, 'node_modules', 'openai'), target: '/opt/agent/node_modules/openai', readOnly: true },
-        { source: live.sockDir!, target: AGENT_SOCKET_DIR, readOnly: true },
-      ],
-      limits: { memoryBytes: 256 * 1024 * 1024, pidsMax: 64, cpuQuotaPercent: 100 },
-      network: 'none' as const,
-      cwd: '/',
-      timeoutMs: Math.max(1000, live.deadlineMs - Date.now()) + 15_000,
-      maxOutputBytes: 16_384,
-      signal: live.sandbox.signal,
-      onOutput: (stream: 'stdout' | 'stderr', chunk: Buffer) => {
-        if (stream === 'stderr' && live.runtimeStderr.length < 4096) live.runtimeStderr += chunk.toString('utf8');
-      },
-    };
-    return this.deps.executor.runEphemeral(spec).then(
-      async (r) => {
-        if (live.ending) return;
-        const tail = this.deps.environments.redact((r.stderr || live.runtimeStderr).slice(-1500));
-        await this.finish(live, 'FAILED', { reason: `the agent runtime exited (code ${r.exitCode}${r.signal ? `, signal ${r.signal}` : ''}) without ending the agent${tail ? `: ${tail}` : ''}` });
-      },
-      async (e) => {
-        if (live.ending) return;
-        await this.finish(live, 'FAILED', { reason: `the agent sandbox failed: ${(e as Error).message}`, error: toErrorBody(e) });
-      },
-    );
-  }
-
   private armTimers(live: Live): void {
     const ttlMs = live.budgets.ttlSeconds * 1000;
     // The runtime is asked to stop and summarise a little before the TTL, so the summary fits in it; the TTL itself is hard.
@@ -523,32 +525,12 @@ export class AgentService {
     if (s && !s.destroyed) s.write(JSON.stringify(m) + '\n');
   }
 
-  private serveControl(live: Live, sock: Socket): void {
-    let buf = '';
-    sock.setEncoding('utf8');
-    sock.on('error', () => undefined);
-    sock.on('data', (d: string) => {
-      buf += d;
-      if (buf.length > 64 * 1024 * 1024) return sock.destroy();
-      let nl: number;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        if (!line) continue;
-        let m: RuntimeMessage;
-        try {
-          m = JSON.parse(line) as RuntimeMessage;
-        } catch {
-          continue;
-        }
-        void this.onRuntime(live, m).catch((e) => this.deps.log.error({ agentId: live.id, err: (e as Error).message }, 'agent control message failed'));
-      }
-    });
-  }
-
   private async onRuntime(live: Live, m: RuntimeMessage): Promise<void> {
     switch (m.t) {
       case 'hello':
+        this.mark(live, 'hello');
+        // The pool refills once this agent's first model request is on its way (or after a bound): starting a runtime beside it would slow that request.
+        live.timers.push(setTimeout(() => this.releaseSlot(live), 3_000).unref());
         for (const s of live.pendingSteers.splice(0)) this.deliverSteer(live, s);
         return;
       case 'event':
@@ -615,9 +597,9 @@ export class AgentService {
     }
   }
 
-  private async budgetView(live: Live): Promise<BudgetView> {
-    let l: LeaseInfo | null = live.lastLease;
-    if (live.leaseId) l = (await this.deps.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? l;
+  private async budgetView(live: Live, fresh?: LeaseInfo): Promise<BudgetView> {
+    let l: LeaseInfo | null = fresh ?? live.lastLease;
+    if (live.leaseId && !fresh) l = (await this.deps.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? l;
     live.lastLease = l;
     const b = live.budgets;
     const used = l?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
@@ -631,6 +613,17 @@ export class AgentService {
       outputBytes: { budget: b.maxOutputBytes, used: live.logBytes, remaining: Math.max(0, b.maxOutputBytes - live.logBytes) },
       ttlSeconds: { budget: b.ttlSeconds, remaining: Math.max(0, Math.floor((live.deadlineMs - Date.now()) / 1000)) },
     };
+  }
+
+  private releaseSlot(live: Live): void {
+    if (live.slot && !live.released) {
+      live.released = true;
+      this.pool.release();
+    }
+  }
+
+  private mark(live: Live, what: string): void {
+    live.marks[what] = Math.round((performance.now() - live.t0) * 10) / 10;
   }
 
   private deliverSteer(live: Live, message: string): void {
@@ -654,6 +647,7 @@ export class AgentService {
   private finish(live: Live, status: AgentStatus, o: { summary?: string; reason?: string; error?: unknown; drainMs?: number }): Promise<void> {
     if (live.ending) return live.ending;
     live.ending = (async () => {
+      this.releaseSlot(live);
       for (const t of live.timers) clearTimeout(t);
       if (status === 'CANCELLED' && live.row.status !== 'CANCELLING') this.setStatus(live, 'CANCELLING', o.reason ?? 'cancelled');
       if (live.exited) {
@@ -661,7 +655,10 @@ export class AgentService {
         if (drain > 0) await Promise.race([live.exited, sleep(drain)]);
         live.sandbox.abort();
         await Promise.race([live.exited, sleep(5_000)]);
-      } else live.sandbox.abort();
+      } else {
+        live.sandbox.abort();
+        if (live.slot) await Promise.race([live.slot.exited, sleep(5_000)]);
+      }
       for (const ac of live.calls) ac.abort();
       let info: LeaseInfo | null = null;
       if (live.leaseId) {
@@ -990,7 +987,7 @@ export class AgentService {
     const rows = this.deps.db.prepare(`SELECT * FROM agents ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY seq DESC LIMIT ?`).all(...params, limit) as Row[];
     const agents = await Promise.all(rows.map((r) => this.view(r)));
     const counts = Object.fromEntries((this.deps.db.prepare('SELECT status, COUNT(*) n FROM agents GROUP BY status').all() as Array<{ status: string; n: number }>).map((x) => [x.status, x.n]));
-    return { agents, counts, live: this.live.size };
+    return { agents, counts, live: this.live.size, pool: this.poolStats() };
   }
 
   /** The owner's view of an agent's log: its last `limitBytes` bytes, whole lines, secrets redacted. */
@@ -1036,6 +1033,12 @@ export class AgentService {
   liveCount(): number {
     return this.live.size;
   }
+}
+
+/** A lease answer without its token (kept as the last known figures). */
+function leaseFigures(l: LeaseInfo & { token?: string; gatewayUrl?: string }): LeaseInfo {
+  const { token: _token, gatewayUrl: _url, ...info } = l;
+  return info as LeaseInfo;
 }
 
 function clip(s: string, n: number): string {

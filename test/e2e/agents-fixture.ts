@@ -118,8 +118,24 @@ export async function startAgentEnv(opts: { args?: string[]; env?: Record<string
   return env;
 }
 
-/** Host processes running an agent runtime (none must be left). */
+/**
+ * Host processes running an agent runtime for an agent (none must be left). Idle pre-started
+ * runtimes of the pool (docs/agents.md) run no agent and are listed by idleRuntimes() instead:
+ * their socket directory is <dataDir>/run/agents/idle-<slot> until a job is assigned, when the
+ * runner renames it after the agent.
+ */
 export function runtimeProcesses(): string[] {
+  return allRuntimeProcesses().filter((l) => !isIdle(l));
+}
+
+/** Idle pre-started runtimes of the pool, as { pid, slot, line }. */
+export function idleRuntimes(): Array<{ pid: number; slot: string; line: string }> {
+  return allRuntimeProcesses()
+    .map((line) => ({ line, pid: Number(line.trim().split(/\s+/)[0]), slot: idleSlot(line) }))
+    .filter((r): r is { line: string; pid: number; slot: string } => r.slot !== null);
+}
+
+function allRuntimeProcesses(): string[] {
   try {
     return execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' })
       .split('\n')
@@ -128,6 +144,19 @@ export function runtimeProcesses(): string[] {
   } catch {
     return [];
   }
+}
+
+function idleSlot(line: string): string | null {
+  try {
+    const m = /\/run\/agents\/idle-([0-9a-f]{16}) \/run\/agent /.exec(readFileSync(`/proc/${line.trim().split(/\s+/)[0]}/mountinfo`, 'utf8'));
+    return m ? m[1]! : null;
+  } catch {
+    return null;
+  }
+}
+
+function isIdle(line: string): boolean {
+  return idleSlot(line) !== null;
 }
 
 /** Whether a process descends from this test process (the services it started): other test files run beside it. */
