@@ -1,8 +1,10 @@
 // bench/agents: coding subagents through the real `atelier serve`, its embedded gateway and the
 // scripted fake provider on loopback.
 //  1. spawn to first request: agent_spawn sent over MCP until the first model request reaches the
-//     provider (goal: p50 under 150 ms), beside an MCP exec_run of `true` (a sandboxed process
-//     through the workspace daemon) measured in the same run.
+//     provider with a pre-started runtime ready in the pool (goal: p50 under 150 ms), beside an MCP
+//     exec_run of `true` (a sandboxed process through the workspace daemon) measured in the same
+//     run; also, for information, a spawn right after another (the pool empty, the runtime
+//     starting on demand).
 //  2. proxied tool call overhead: one files_read proxied by an agent (runtime -> control socket ->
 //     tool registry -> back), derived from the gap between model turns with a batch of K calls
 //     and with one call, beside the same files_read called directly over MCP (goal: overhead
@@ -43,7 +45,7 @@ writeFileSync(join(dataDir, 'config.json'), JSON.stringify({
 }));
 const bin = join(ROOT, 'bin/atelier');
 execFileSync(process.execPath, [bin, 'credentials', 'add-token', `${host.url}/`, '--username', 'x-access-token', '--label', 'bench', '--data-dir', dataDir], { input: host.token + '\n' });
-const proc = spawn(process.execPath, [bin, 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
+const proc = spawn(process.execPath, [bin, 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', process.env.BENCH_LOG_LEVEL ?? 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
 let out = '';
 await new Promise((resolve, reject) => {
   proc.stdout.on('data', (d) => {
@@ -92,16 +94,35 @@ try {
   const spawnAgent = (script, extra = {}) => callTool('agent_spawn', { workspaceId: ws, idempotencyKey: `bench-${Date.now()}-${n++}`, profileId: 'bench', prompt: `#agent=${script}`, proxyOperations: ['files_read'], repositoryContext: 'none', ...extra });
 
   // 1. Spawn to first provider request, against an MCP exec_run of `true`.
-  fake.scripts.set('first', () => ({ text: 'ok' }));
-  const spawnLat = [];
-  for (let i = 0; i < SPAWNS + 1; i++) {
-    const name = `first${i}`;
+  const poolReady = async () => {
+    for (let i = 0; i < 600; i++) {
+      const p = (await rest('GET', '/api/v1/agents?limit=1')).pool;
+      if (p.ready >= 1) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error('the agent runtime pool did not get a ready runtime within 60 s');
+  };
+  const timeSpawn = async (name) => {
     fake.scripts.set(name, () => ({ text: 'ok' }));
     const t0 = performance.now();
     const a = await spawnAgent(name);
     const t1 = await fake.firstRequest(name);
-    if (i > 0) spawnLat.push(t1 - t0); // the first one warms the page cache
-    await waitEnd(a.agentId);
+    return { ms: t1 - t0, agentId: a.agentId };
+  };
+  const spawnLat = [];
+  const coldLat = [];
+  for (let i = 0; i < SPAWNS + 1; i++) {
+    await poolReady();
+    const warm = await timeSpawn(`first${i}`);
+    // Right after it, the pool is empty: this runtime starts on demand (or is the refill, still starting).
+    const cold = await timeSpawn(`cold${i}`);
+    if (i > 0) {
+      // the first round warms the page cache
+      spawnLat.push(warm.ms);
+      coldLat.push(cold.ms);
+    }
+    await waitEnd(warm.agentId);
+    await waitEnd(cold.agentId);
   }
   const execLat = [];
   for (let i = 0; i < SPAWNS + 5; i++) {
@@ -110,12 +131,14 @@ try {
     if (i >= 5) execLat.push(performance.now() - t0);
   }
   spawnLat.sort((a, b) => a - b);
+  coldLat.sort((a, b) => a - b);
   execLat.sort((a, b) => a - b);
 
   // 2. Proxied files_read against a direct MCP files_read.
   const gapFor = async (calls) => {
     const name = `batch${calls}-${n++}`;
-    fake.scripts.set(name, (c) => (c.step === 0 ? { calls: Array.from({ length: calls }, () => ({ name: 'files_read', args: { path: 'README.md' } })) } : { text: 'done' }));
+    // The model "thinks" until the pool has its runtime back, so refilling it does not share the CPUs with the calls measured.
+    fake.scripts.set(name, async (c) => (c.step === 0 ? (await poolReady(), { calls: Array.from({ length: calls }, () => ({ name: 'files_read', args: { path: 'README.md' } })) }) : { text: 'done' }));
     const a = await spawnAgent(name);
     await waitEnd(a.agentId);
     const reqs = fake.requests.filter((q) => q.script === name);
@@ -138,13 +161,17 @@ try {
   await client.close();
 
   const f = (x) => `${x.toFixed(2)} ms`;
+  const met = (ok) => (ok ? 'goal MET' : 'goal NOT met');
+  const spawnP50 = pct(spawnLat, 50);
+  const overhead = pct(perCall, 50) - pct(direct, 50);
   console.log(`bench/agents (node ${process.versions.node}${smoke ? ', smoke' : ''})`);
-  console.log(`spawn to first provider request (${spawnLat.length} spawns):  p50 ${f(pct(spawnLat, 50))}  p99 ${f(pct(spawnLat, 99))}   goal p50 < 150 ms`);
-  console.log(`  baseline: MCP exec_run true (${execLat.length} calls):       p50 ${f(pct(execLat, 50))}  p99 ${f(pct(execLat, 99))}   ratio ${(pct(spawnLat, 50) / pct(execLat, 50)).toFixed(1)}x`);
+  console.log(`spawn to first provider request, pool ready (${spawnLat.length} spawns): p50 ${f(spawnP50)}  p99 ${f(pct(spawnLat, 99))}   goal p50 < 150 ms: ${met(spawnP50 < 150)}`);
+  console.log(`  baseline: MCP exec_run true (${execLat.length} calls):       p50 ${f(pct(execLat, 50))}  p99 ${f(pct(execLat, 99))}   ratio ${(spawnP50 / pct(execLat, 50)).toFixed(2)}x`);
+  console.log(`  for information, pool empty (runtime starting on demand, ${coldLat.length} spawns): p50 ${f(pct(coldLat, 50))}  p99 ${f(pct(coldLat, 99))}   ratio ${(pct(coldLat, 50) / pct(execLat, 50)).toFixed(2)}x`);
   console.log(`proxied files_read per call (${perCall.length} rounds of ${K} vs 1): p50 ${f(pct(perCall, 50))}`);
   console.log(`  baseline: direct MCP files_read (${direct.length} calls):   p50 ${f(pct(direct, 50))}  p99 ${f(pct(direct, 99))}`);
-  console.log(`  overhead of a proxied call over a direct MCP call:          p50 ${f(pct(perCall, 50) - pct(direct, 50))}   goal < 2 ms`);
-  console.log('RESULT ' + JSON.stringify({ spawnP50: pct(spawnLat, 50), execP50: pct(execLat, 50), proxiedP50: pct(perCall, 50), directP50: pct(direct, 50) }));
+  console.log(`  overhead of a proxied call over a direct MCP call:          p50 ${f(overhead)}   goal < 2 ms: ${met(overhead < 2)}`);
+  console.log('RESULT ' + JSON.stringify({ spawnP50, spawnGoalMet: spawnP50 < 150, coldSpawnP50: pct(coldLat, 50), execP50: pct(execLat, 50), proxiedP50: pct(perCall, 50), directP50: pct(direct, 50), overheadP50: overhead, overheadGoalMet: overhead < 2 }));
 } catch (e) {
   console.error(e);
   status = 1;

@@ -12,8 +12,14 @@ describe('bench/agents --smoke', () => {
     expect(out).toContain('spawn to first provider request');
     expect(out).toContain('baseline: MCP exec_run true');
     expect(out).toContain('baseline: direct MCP files_read');
+    // Each goal is printed as met or not beside its same-run baseline.
+    expect(out).toMatch(/spawn to first provider request, pool ready .* goal p50 < 150 ms: goal (MET|NOT met)/);
+    expect(out).toMatch(/overhead of a proxied call over a direct MCP call: .* goal < 2 ms: goal (MET|NOT met)/);
+    expect(out).toContain('pool empty (runtime starting on demand');
     const result = JSON.parse(/RESULT (\{.*\})/.exec(out)![1]!);
-    for (const k of ['spawnP50', 'execP50', 'proxiedP50', 'directP50']) {
+    expect(typeof result.spawnGoalMet).toBe('boolean');
+    expect(typeof result.overheadGoalMet).toBe('boolean');
+    for (const k of ['spawnP50', 'coldSpawnP50', 'execP50', 'proxiedP50', 'directP50']) {
       expect(Number.isFinite(result[k]), k).toBe(true);
       expect(result[k], k).toBeGreaterThan(0);
     }
