@@ -12,8 +12,8 @@ import { randomToken } from '../core/ids.js';
 import { effectivePrices, type EffectivePrices, type Usage } from '../core/pricing.js';
 import { authHeader, endpointFor, GATEWAY_USER_AGENT, PROVIDER_F_SESSION_HEADER, resolveProviders, type ApiMode, type ProviderInfo } from '../core/providers.js';
 import { Budget, BudgetError, INPUT_PER_ITEM_ALLOWANCE, INPUT_TEMPLATE_ALLOWANCE, STREAM_DELTA_SLACK, type Lease, type Reservation } from './budget.js';
-import type { GatewayStatus, LeaseRequest, Snapshot, SnapshotRoute, SpendPolicies } from './types.js';
-import { NO_POLICIES } from './types.js';
+import type { GatewayStatus, LeaseRequest, Snapshot, SnapshotRoute, SpendPolicies } from '../contracts/gateway.js';
+import { NO_POLICIES } from '../contracts/gateway.js';
 import { eventEnd, findUsage, hasUsageKey, isUsageOnlyChunk } from './usage.js';
 
 export interface GatewayOptions {
