@@ -56,6 +56,8 @@
  *   egress/http.ts     reading one request head, error answers
  *   egress/connect.ts  CONNECT: slot, lookup, address check, connect in order, the tunnel
  *   egress/server.ts   the Unix-socket server wiring (startEgressProxy)
+ *   egress/workspace.ts  what workspaces need: the allow list from the config file, a proxy per
+ *                      dependency-access workspace, the one-host proxy of a network git operation
  */
 export { isPrivateAddress } from './egress/address.js';
 export { DEFAULT_REGISTRY_RULES, type EgressRule } from './egress/policy.js';
