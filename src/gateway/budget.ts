@@ -14,8 +14,8 @@ import {
   type EffectivePrices,
   type Usage,
 } from '../core/pricing.js';
-import type { LeaseInfo, LeaseRequest, ProviderOverrun, SpendPolicies, UsageEvent, WindowBaseline } from './types.js';
-import { NO_POLICIES } from './types.js';
+import type { LeaseInfo, LeaseRequest, ProviderOverrun, SpendPolicies, UsageEvent, WindowBaseline } from '../contracts/gateway.js';
+import { NO_POLICIES } from '../contracts/gateway.js';
 
 export interface Lease {
   id: string;

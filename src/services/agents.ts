@@ -23,7 +23,7 @@ import type { SpendService } from './spend.js';
 import type { ModelService } from './models.js';
 import type { WorkspaceService } from './workspaces.js';
 import type { EnvironmentService } from './environments.js';
-import type { LeaseInfo } from '../gateway/types.js';
+import type { LeaseInfo } from '../contracts/gateway.js';
 import {
   type AgentStartConfig,
   type AgentTool,

@@ -14,7 +14,7 @@ import type { Config } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
 import type { Logger } from '../core/log.js';
 import { readProviderOverrides, type ProviderOverrides } from '../core/providers.js';
-import type { GatewayStatus, LeaseInfo, LeaseRequest, Snapshot, SnapshotRoute, UsageEvent } from '../gateway/types.js';
+import type { GatewayStatus, LeaseInfo, LeaseRequest, Snapshot, SnapshotRoute, UsageEvent } from '../contracts/gateway.js';
 import type { SpendService } from './spend.js';
 
 export interface PushState {

@@ -4,8 +4,8 @@
  * Local operations run git as the workspace user inside the workspace's own sandbox, with the
  * runner's neutralising config (gitConfigEnv: no hooks, no fsmonitor, no external diff, no
  * system or global config). Network operations (fetch, the fetch of pull, push) run through
- * WorkspaceService.ephemeralGit: a short-lived sandbox that reaches only the repository host,
- * with the broker's credential. Values never get spliced into shell scripts: they travel as
+ * WorkspaceService.ephemeralGit (src/services/git-ephemeral.ts): a short-lived sandbox that
+ * reaches only the repository host, with the broker's credential. Values never get spliced into shell scripts: they travel as
  * environment variables or argv. Decisions and result shapes: docs/git.md.
  */
 import { posix } from 'node:path';
@@ -14,9 +14,10 @@ import { ServiceError } from '../core/errors.js';
 import type { CursorCodec } from '../core/cursor.js';
 import type { AuditLog } from '../core/audit.js';
 import type { ExecResult } from '../sandbox/executor.js';
-import { gitConfigEnv, type WorkspaceService } from './workspaces.js';
+import type { WorkspaceService } from './workspaces.js';
+import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
+import { gitFailure } from './git-ephemeral.js';
 import { parseRepoUrl, type RepositoryPolicy } from './repos.js';
-import { NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
 import type { HookRunner } from './extensions/hook-runner.js';
 
 interface Deps {
@@ -528,7 +529,7 @@ export class GitService {
         `${GitService.REFS}; echo @@FETCH; git fetch -q --no-write-fetch-head --prune origin ${opts} ${a.refspec ? '"$REFSPEC"' : ''} || exit $?; echo @@AFTER; ${GitService.REFS}; ` +
         `echo "@@SHALLOW $(git rev-parse --is-shallow-repository)"`;
       const r = await this.net(ws, script, { DEPTH: String(a.depth ?? ''), SINCE: a.shallowSince ?? '', REFSPEC: a.refspec ?? '' }, signal);
-      if (r.exitCode !== 0) throw this.deps.workspaces.gitFailure('fetch', r);
+      if (r.exitCode !== 0) throw gitFailure('fetch', r);
       const [beforeText, rest] = r.stdout.split('@@FETCH');
       const afterText = (rest ?? '').split('@@AFTER')[1] ?? '';
       const toMap = (t: string) => new Map(t.split('\n').filter((l) => /^[0-9a-f]{40,64} /.test(l)).map((l) => [l.slice(l.indexOf(' ') + 1), l.slice(0, l.indexOf(' '))] as const));
@@ -560,7 +561,7 @@ export class GitService {
       const check = await this.git(ws, ['check-ref-format', '--branch', branch]);
       if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `branch: ${branch} is not a valid branch name`, { field: 'branch' });
       const f = await this.net(ws, 'git fetch -q --no-write-fetch-head origin "+refs/heads/$B:refs/remotes/origin/$B"', { B: branch }, signal);
-      if (f.exitCode !== 0) throw this.deps.workspaces.gitFailure('pull fetch', f);
+      if (f.exitCode !== 0) throw gitFailure('pull fetch', f);
       const upstream = `refs/remotes/origin/${branch}`;
       const counts = await this.git(ws, ['rev-list', '--left-right', '--count', `HEAD...${upstream}`]);
       const [ahead, behind] = counts.stdout.trim().split(/\s+/).map(Number);
@@ -667,7 +668,7 @@ export class GitService {
         const remoteMsg = r.stderr.split('\n').filter((l) => l.startsWith('remote:')).map((l) => l.slice(7).trim()).filter(Boolean).join('\n');
         throw new ServiceError('FAILED_PRECONDITION', `push rejected by the server: ${remoteMsg || summary || tail(r.stderr, 3)}`, { step: 'push', ref: dst, remoteOid, remoteMessage: remoteMsg || null });
       }
-      throw this.deps.workspaces.gitFailure('push', r);
+      throw gitFailure('push', r);
     }
     return {
       workspaceId: ws,

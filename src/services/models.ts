@@ -26,7 +26,7 @@ import {
   type ProviderId,
   type ProviderInfo,
 } from '../core/providers.js';
-import type { SnapshotRoute } from '../gateway/types.js';
+import type { SnapshotRoute } from '../contracts/gateway.js';
 
 export type { Actor } from '../core/audit.js';
 import type { Actor } from '../core/audit.js';

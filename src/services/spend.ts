@@ -7,7 +7,7 @@ import type { DB } from '../store/db.js';
 import { tx } from '../store/db.js';
 import { ServiceError } from '../core/errors.js';
 import { windowKeys } from '../core/pricing.js';
-import type { SpendPolicies, UsageEvent, WindowBaseline } from '../gateway/types.js';
+import type { SpendPolicies, UsageEvent, WindowBaseline } from '../contracts/gateway.js';
 
 export const SPEND_NOTE = 'Figures are estimates from pinned profile prices, not provider invoices.';
 export const MAX_CAP_MICROS = 1_000_000_000_000; // one million USD

@@ -11,9 +11,8 @@
  * hooks, fsmonitor and other config that executes programs.
  */
 import { join } from 'node:path';
-import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { DB } from '../store/db.js';
-import { ConfigError, validateSections, type Config } from '../core/config.js';
+import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { AuditLog } from '../core/audit.js';
 import type { PrincipalState } from '../core/principals.js';
@@ -24,14 +23,14 @@ import { nowIso } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
 import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
 import { ensureWorkspaceDisk, releaseWorkspaceDisk } from '../sandbox/disk.js';
-import { startEgressProxy, DEFAULT_REGISTRY_RULES, type EgressRule, type EgressDecision } from '../sandbox/egress.js';
+import type { EgressDecision } from '../sandbox/egress.js';
+import { loadEgressRules, WorkspaceEgress } from '../sandbox/egress/workspace.js';
 import type { RepositoryPolicy, ParsedRepoUrl } from './repos.js';
 import { parseRepoUrl } from './repos.js';
 import type { EnvironmentService } from './environments.js';
-import { startCredentialBroker, CRED_SOCKET_DIR } from './broker.js';
 import type { RepoCredentialStore } from './repo-credentials.js';
-import { readFileSync } from 'node:fs';
-import { NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
+import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
+import { gitFailure, runEphemeralGit, type EphemeralGitOptions } from './git-ephemeral.js';
 import type { HookRunner } from './extensions/hook-runner.js';
 
 export type WorkspaceState = 'opening' | 'active' | 'expired_recoverable' | 'closed';
@@ -95,42 +94,8 @@ interface Deps {
 }
 
 const GIT_BIN = '/usr/bin/git';
-/** Config applied to every git command the runner starts (through GIT_CONFIG_COUNT). */
-export const SAFE_GIT_CONFIG: Array<[string, string]> = [
-  ['core.hooksPath', '/dev/null'],
-  ['core.fsmonitor', 'false'],
-  ['core.sshCommand', '/bin/false'],
-  ['core.askPass', ''],
-  ['core.editor', '/bin/true'],
-  ['core.pager', 'cat'],
-  ['protocol.allow', 'never'],
-  ['protocol.https.allow', 'always'],
-  ['protocol.file.allow', 'never'],
-  ['http.followRedirects', 'false'],
-  ['credential.helper', ''],
-  ['diff.external', ''],
-  ['submodule.recurse', 'false'],
-  ['uploadpack.packObjectsHook', ''],
-  ['gc.auto', '0'],
-  ['maintenance.auto', 'false'],
-  ['safe.directory', '*'],
-];
-
-export function gitConfigEnv(extra: Array<[string, string]> = []): Record<string, string> {
-  const all = [...SAFE_GIT_CONFIG, ...extra];
-  const env: Record<string, string> = {
-    GIT_CONFIG_NOSYSTEM: '1',
-    GIT_CONFIG_GLOBAL: '/dev/null',
-    GIT_TERMINAL_PROMPT: '0',
-    GIT_CONFIG_COUNT: String(all.length),
-  };
-  all.forEach(([k, v], i) => {
-    env[`GIT_CONFIG_KEY_${i}`] = k;
-    env[`GIT_CONFIG_VALUE_${i}`] = v;
-  });
-  return env;
-}
-
+/** Moved to ./git-safety.ts (re-exported for existing importers). */
+export { SAFE_GIT_CONFIG, gitConfigEnv } from './git-safety.js';
 const SHA_RE = /^[0-9a-f]{7,64}$/;
 
 function rowOf(r: Record<string, unknown>): WorkspaceRow {
@@ -158,7 +123,8 @@ function rowOf(r: Record<string, unknown>): WorkspaceRow {
 
 export class WorkspaceService {
   private readonly handles = new Map<string, SandboxHandle>();
-  private readonly proxies = new Map<string, { close(): Promise<void> }>();
+  /** The egress proxies of dependency-access workspaces and of network git operations (sandbox layer). */
+  private readonly egress: WorkspaceEgress;
   /** Serialises lifecycle changes per workspace (open, renew, recover, close, reaping). */
   private readonly locks = new Map<string, Promise<unknown>>();
   private reaper: NodeJS.Timeout | undefined;
@@ -168,7 +134,15 @@ export class WorkspaceService {
   /** Sandboxes found dead and restarted, for workspace_status. */
   private readonly deaths = new Map<string, { at: string; restarts: number }>();
 
-  constructor(private readonly deps: Deps) {}
+  constructor(private readonly deps: Deps) {
+    this.egress = new WorkspaceEgress({
+      runDir: join(deps.config.dataDir, 'run'),
+      uid: deps.config.sandboxUid,
+      gid: deps.config.sandboxUid,
+      rules: () => loadEgressRules(deps.config.configPath),
+      onDecision: this.logDecision,
+    });
+  }
 
   /** Other services clean up their records of a workspace when it is removed. */
   onClose(hook: (id: string) => Promise<void>): void {
@@ -252,47 +226,14 @@ export class WorkspaceService {
     return new Date(Math.min(fromMs + seconds * 1000, Date.parse(hardIso))).toISOString();
   }
 
-  private network(id: string, profile: NetworkProfile): SandboxNetwork {
-    if (profile === 'network-none') return 'none';
-    return { proxySocket: join(this.deps.config.dataDir, 'run', `eg-${id.slice(3, 15)}.sock`) };
-  }
-
-  /**
-   * The egress allow list, read when a proxy starts. No file, or no "egress" section: the defaults.
-   * A file edited while running into something malformed is a ConfigError naming the setting
-   * (FAILED_PRECONDITION to the caller), never a silent fall back to the defaults.
-   */
-  private egressRules(): EgressRule[] {
-    let text: string;
-    try {
-      text = readFileSync(this.deps.config.configPath, 'utf8');
-    } catch {
-      return DEFAULT_REGISTRY_RULES;
-    }
-    let raw: Record<string, unknown>;
-    try {
-      raw = JSON.parse(text) as Record<string, unknown>;
-    } catch (e) {
-      throw new ConfigError(`config file ${this.deps.config.configPath}: not valid JSON (${(e as Error).message})`, 'egress');
-    }
-    validateSections({ egress: raw.egress ?? {} }, this.deps.config.configPath);
-    return (raw.egress as { allow?: EgressRule[] } | undefined)?.allow ?? DEFAULT_REGISTRY_RULES;
-  }
-
   private logDecision = (d: EgressDecision) => {
     this.deps.log.info({ egress: d }, d.allowed ? 'egress allowed' : 'egress refused');
   };
 
+  /** The sandbox network of a profile: dependency-access (re)starts the workspace's egress proxy (src/sandbox/egress/workspace.ts). */
   private async startWorkspaceProxy(id: string, profile: NetworkProfile): Promise<SandboxNetwork> {
-    const net = this.network(id, profile);
-    if (net === 'none') return net;
-    await this.proxies.get(id)?.close();
-    await rm(net.proxySocket, { force: true });
-    const proxy = await startEgressProxy({ socketPath: net.proxySocket, workspaceId: id, rules: this.egressRules(), onDecision: this.logDecision, socketMode: 0o600 });
-    // Only the workspace's own uid may connect (the bridge inside runs as that uid).
-    await chown(net.proxySocket, this.ids.uid, this.ids.gid);
-    this.proxies.set(id, proxy);
-    return net;
+    if (profile === 'network-none') return 'none';
+    return { proxySocket: await this.egress.start(id) };
   }
 
   private async specFor(w: WorkspaceRow, network: SandboxNetwork): Promise<SandboxSpec> {
@@ -325,8 +266,7 @@ export class WorkspaceService {
       }
     }
     this.handles.delete(id);
-    await this.proxies.get(id)?.close();
-    this.proxies.delete(id);
+    await this.egress.stop(id);
   }
 
   private storedHandle(id: string): SandboxHandle | null {
@@ -334,86 +274,23 @@ export class WorkspaceService {
     return r?.sandbox_json ? (JSON.parse(r.sandbox_json) as SandboxHandle) : null;
   }
 
-  /** Runs git (or a short script) on a workspace's repository in a short-lived sandbox (also used by GitService for fetch, pull and push). */
-  async ephemeralGit(
-    w: { id: string },
-    command: string,
-    opts: { repo?: ParsedRepoUrl; env?: Record<string, string>; timeoutMs?: number; onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void; signal?: AbortSignal } = {},
-  ): Promise<ExecResult> {
+  /**
+   * Runs git (or a short script) on a workspace's repository in a short-lived sandbox (also used by
+   * GitService for fetch, pull and push); with a repository, its one-host network and credential
+   * (src/services/git-ephemeral.ts).
+   */
+  async ephemeralGit(w: { id: string }, command: string, opts: EphemeralGitOptions = {}): Promise<ExecResult> {
     await this.ensureDisk(w.id);
-    const binds: EphemeralBind[] = [{ source: join(this.rootDir(w.id), 'repo'), target: '/workspace' }];
-    const extraConfig: Array<[string, string]> = [];
-    let network: SandboxNetwork = 'none';
-    let broker: Awaited<ReturnType<typeof startCredentialBroker>> | undefined;
-    let proxy: { close(): Promise<void> } | undefined;
-    let tmp: string | undefined;
-    try {
-      if (opts.repo) {
-        const runDir = join(this.deps.config.dataDir, 'run');
-        tmp = await mkdtemp(join(runDir, 'g-'));
-        // Root-owned (0711): the sandbox user may use the socket inside, never change the directory.
-        await chmod(tmp, 0o711);
-        const proxySocket = join(tmp, 'p.sock');
-        proxy = await startEgressProxy({
-          socketPath: proxySocket,
-          workspaceId: w.id,
-          // The operator approved this repository host: the one place a private address may be reached.
-          rules: [{ host: opts.repo.host, ports: [opts.repo.port], allowPrivate: true }],
-          onDecision: this.logDecision,
-          socketMode: 0o600,
-        });
-        await chown(proxySocket, this.ids.uid, this.ids.gid);
-        network = { proxySocket };
-        broker = await startCredentialBroker({
-          runDir,
-          repo: opts.repo,
-          credential: await this.deps.repoCredentials.resolve(opts.repo),
-          uid: this.deps.config.sandboxUid,
-          gid: this.deps.config.sandboxUid,
-        });
-        binds.push({ source: broker.dir, target: CRED_SOCKET_DIR, readOnly: true });
-        const ca = this.deps.repos.extraCaPem();
-        if (ca) {
-          const bundle = join(tmp, 'ca.pem');
-          await writeFile(bundle, readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8') + '\n' + ca, { mode: 0o644 });
-          binds.push({ source: bundle, target: '/run/atelier-ca.pem', readOnly: true });
-          extraConfig.push(['http.sslCAInfo', '/run/atelier-ca.pem']);
-        }
-        extraConfig.push(['credential.helper', '!/usr/bin/node /opt/atelier/daemon/credhelper.js'], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
-      }
-      return await this.deps.executor.runEphemeral({
-        id: `g-${w.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
-        binds,
-        limits: this.sandboxLimits,
-        network,
-        command: NEUTRALISE_REPO_DRIVERS + command,
-        cwd: '/workspace',
-        // With a repository host, every connection goes through its one-host proxy: no exceptions.
-        env: { ...gitConfigEnv(extraConfig), ...(opts.repo ? { NO_PROXY: '', no_proxy: '' } : {}), ...opts.env },
-        timeoutMs: opts.timeoutMs ?? 600_000,
-        maxOutputBytes: 1_048_576,
-        onOutput: opts.onOutput,
-        signal: opts.signal,
-      });
-    } finally {
-      await broker?.close();
-      await proxy?.close();
-      if (tmp) await rm(tmp, { recursive: true, force: true });
-    }
+    return runEphemeralGit(
+      { executor: this.deps.executor, egress: this.egress, repoCredentials: this.deps.repoCredentials, repos: this.deps.repos, runDir: join(this.deps.config.dataDir, 'run'), ...this.ids },
+      { id: w.id, repoDir: join(this.rootDir(w.id), 'repo'), limits: this.sandboxLimits },
+      command,
+      opts,
+    );
   }
 
   gitFailure(step: string, r: ExecResult): ServiceError {
-    const tail = `${r.stderr}`.trim().split('\n').slice(-6).join('\n');
-    const unreachable = /Could not resolve|Failed to connect|Connection refused|timed out|Proxy CONNECT aborted|CONNECT tunnel failed|403 Forbidden/i.test(tail);
-    const auth = /Authentication failed|could not read Username|401|terminal prompts disabled/i.test(tail);
-    const notFound = /not found|Remote branch .* not found|couldn't find remote ref|does not appear to be a git repository/i.test(tail);
-    const code = r.timedOut ? 'DEADLINE_EXCEEDED' : auth ? 'PERMISSION_DENIED' : notFound ? 'NOT_FOUND' : unreachable ? 'UNAVAILABLE' : 'FAILED_PRECONDITION';
-    // An unknown CA: name the setting that fixes it (issue #16).
-    const untrusted = /SSL certificate problem|server certificate verification failed|unable to get local issuer certificate|self[- ]signed certificate|certificate verify failed/i.test(tail);
-    const hint = untrusted
-      ? '\nThe repository host\'s TLS certificate is not trusted. The owner adds its CA certificate with `atelier repos ca add FILE` (the setting repositories.extraCaCertificates in the config file); a running service applies it at once.'
-      : '';
-    return new ServiceError(code, `${step} failed: ${tail || `exit ${r.exitCode}`}${hint}`, { step, exitCode: r.exitCode, timedOut: r.timedOut, ...(untrusted ? { setting: 'repositories.extraCaCertificates' } : {}) });
+    return gitFailure(step, r);
   }
 
   // ---------- lifecycle ----------
@@ -862,7 +739,6 @@ export class WorkspaceService {
       const h = this.handles.get(id)!;
       await this.deps.executor.stop(h).catch(() => undefined);
     }
-    for (const p of this.proxies.values()) await p.close().catch(() => undefined);
-    this.proxies.clear();
+    await this.egress.stopAll();
   }
 }

@@ -1,8 +1,9 @@
 /**
- * Wire types of the gateway's admin API: the snapshot the runner pushes (PUT /admin/snapshot), the
- * leases it issues (POST /admin/leases) and the usage events it pulls (GET /admin/usage). The
- * control plane (issue #7) produces snapshots from profiles; until then tests push them directly.
- * See docs/gateway.md.
+ * Wire contract between the runner (src/services/gateway-client.ts, spend.ts, models.ts, agents.ts)
+ * and the model gateway (src/gateway/*), which imports nothing of the runner: the snapshot the
+ * runner pushes (PUT /admin/snapshot), the leases it issues (POST /admin/leases), the status it
+ * reads (GET /admin/status) and the usage events it pulls (GET /admin/usage). Both sides import
+ * these types from here, so neither imports the other. See docs/gateway.md.
  */
 import type { Pricing, Usage } from '../core/pricing.js';
 import type { ApiMode, AuthHeaderMode, ProviderId, ProviderOverrides } from '../core/providers.js';

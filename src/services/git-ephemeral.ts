@@ -1,0 +1,124 @@
+/**
+ * Ephemeral git: a git command (or a short script) on a workspace's repository in a short-lived
+ * sandbox. Without a repository it has no network. With one (clone, fetch, pull, push, recover
+ * export) it gets, for this operation only: an egress proxy that reaches only the repository
+ * host:port (WorkspaceEgress.startRepositoryHostOnly), the credential broker's socket (the
+ * temporary credential goes from the runner's memory to git's, never to a file or the
+ * workspace), the operator's extra CA bundle, and git config pointing at both. Everything is
+ * removed when the command ends. Used by WorkspaceService (clone, recover) and GitService
+ * (fetch, pull, push) through WorkspaceService.ephemeralGit. Also: classifying a failed git
+ * network command into an error code (gitFailure).
+ */
+import { readFileSync } from 'node:fs';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { ServiceError } from '../core/errors.js';
+import type { WorkspaceEgress } from '../sandbox/egress/workspace.js';
+import type { EgressProxy } from '../sandbox/egress.js';
+import type { EphemeralBind, Executor, ExecResult, SandboxLimits, SandboxNetwork } from '../sandbox/executor.js';
+import { CRED_SOCKET_DIR, startCredentialBroker } from './broker.js';
+import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
+import type { RepoCredentialStore } from './repo-credentials.js';
+import type { ParsedRepoUrl, RepositoryPolicy } from './repos.js';
+
+export interface EphemeralGitOptions {
+  /** The approved repository: gives the sandbox its one-host network and credential. */
+  repo?: ParsedRepoUrl;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+  onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void;
+  signal?: AbortSignal;
+}
+
+export interface EphemeralGitDeps {
+  executor: Executor;
+  egress: WorkspaceEgress;
+  repoCredentials: RepoCredentialStore;
+  repos: Pick<RepositoryPolicy, 'extraCaPem'>;
+  /** <dataDir>/run: the operation's root-owned temporary directory is made here. */
+  runDir: string;
+  /** The sandbox user (the broker's socket belongs to it). */
+  uid: number;
+  gid: number;
+}
+
+/** Where the extra CA bundle is mounted in the short-lived sandbox. */
+const CA_IN_SANDBOX = '/run/atelier-ca.pem';
+const SYSTEM_CA = '/etc/ssl/certs/ca-certificates.crt';
+
+/**
+ * Runs `command` (prefixed with the repository-driver neutralisation) in /workspace = `repoDir`,
+ * with the runner's safe git config and, given a repository, its one-host network and credential.
+ */
+export async function runEphemeralGit(
+  d: EphemeralGitDeps,
+  w: { id: string; repoDir: string; limits: SandboxLimits },
+  command: string,
+  opts: EphemeralGitOptions = {},
+): Promise<ExecResult> {
+  const binds: EphemeralBind[] = [{ source: w.repoDir, target: '/workspace' }];
+  const extraConfig: Array<[string, string]> = [];
+  let network: SandboxNetwork = 'none';
+  let broker: Awaited<ReturnType<typeof startCredentialBroker>> | undefined;
+  let proxy: EgressProxy | undefined;
+  let tmp: string | undefined;
+  try {
+    if (opts.repo) {
+      tmp = await mkdtemp(join(d.runDir, 'g-'));
+      // Root-owned (0711): the sandbox user may use the socket inside, never change the directory.
+      await chmod(tmp, 0o711);
+      const proxySocket = join(tmp, 'p.sock');
+      proxy = await d.egress.startRepositoryHostOnly(proxySocket, w.id, opts.repo.host, opts.repo.port);
+      network = { proxySocket };
+      broker = await startCredentialBroker({
+        runDir: d.runDir,
+        repo: opts.repo,
+        credential: await d.repoCredentials.resolve(opts.repo),
+        uid: d.uid,
+        gid: d.gid,
+      });
+      binds.push({ source: broker.dir, target: CRED_SOCKET_DIR, readOnly: true });
+      const ca = d.repos.extraCaPem();
+      if (ca) {
+        const bundle = join(tmp, 'ca.pem');
+        await writeFile(bundle, readFileSync(SYSTEM_CA, 'utf8') + '\n' + ca, { mode: 0o644 });
+        binds.push({ source: bundle, target: CA_IN_SANDBOX, readOnly: true });
+        extraConfig.push(['http.sslCAInfo', CA_IN_SANDBOX]);
+      }
+      extraConfig.push(['credential.helper', '!/usr/bin/node /opt/atelier/daemon/credhelper.js'], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
+    }
+    return await d.executor.runEphemeral({
+      id: `g-${w.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
+      binds,
+      limits: w.limits,
+      network,
+      command: NEUTRALISE_REPO_DRIVERS + command,
+      cwd: '/workspace',
+      // With a repository host, every connection goes through its one-host proxy: no exceptions.
+      env: { ...gitConfigEnv(extraConfig), ...(opts.repo ? { NO_PROXY: '', no_proxy: '' } : {}), ...opts.env },
+      timeoutMs: opts.timeoutMs ?? 600_000,
+      maxOutputBytes: 1_048_576,
+      onOutput: opts.onOutput,
+      signal: opts.signal,
+    });
+  } finally {
+    await broker?.close();
+    await proxy?.close();
+    if (tmp) await rm(tmp, { recursive: true, force: true });
+  }
+}
+
+/** A failed git command as a ServiceError: the code from its stderr's tail (timeout, auth, not found, unreachable), naming the CA setting when TLS trust failed. */
+export function gitFailure(step: string, r: ExecResult): ServiceError {
+  const tail = `${r.stderr}`.trim().split('\n').slice(-6).join('\n');
+  const unreachable = /Could not resolve|Failed to connect|Connection refused|timed out|Proxy CONNECT aborted|CONNECT tunnel failed|403 Forbidden/i.test(tail);
+  const auth = /Authentication failed|could not read Username|401|terminal prompts disabled/i.test(tail);
+  const notFound = /not found|Remote branch .* not found|couldn't find remote ref|does not appear to be a git repository/i.test(tail);
+  const code = r.timedOut ? 'DEADLINE_EXCEEDED' : auth ? 'PERMISSION_DENIED' : notFound ? 'NOT_FOUND' : unreachable ? 'UNAVAILABLE' : 'FAILED_PRECONDITION';
+  // An unknown CA: name the setting that fixes it (issue #16).
+  const untrusted = /SSL certificate problem|server certificate verification failed|unable to get local issuer certificate|self[- ]signed certificate|certificate verify failed/i.test(tail);
+  const hint = untrusted
+    ? '\nThe repository host\'s TLS certificate is not trusted. The owner adds its CA certificate with `atelier repos ca add FILE` (the setting repositories.extraCaCertificates in the config file); a running service applies it at once.'
+    : '';
+  return new ServiceError(code, `${step} failed: ${tail || `exit ${r.exitCode}`}${hint}`, { step, exitCode: r.exitCode, timedOut: r.timedOut, ...(untrusted ? { setting: 'repositories.extraCaCertificates' } : {}) });
+}
