@@ -7,8 +7,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { App } from '../app.js';
 import { ServiceError, toErrorBody } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
-import { SESSION_TTL_MS } from '../core/auth.js';
-import type { DashboardSession } from '../core/auth.js';
+import { SESSION_TTL_MS } from '../services/auth.js';
+import type { DashboardSession } from '../services/auth.js';
 import { CSP, registerAssets } from './assets.js';
 
 export const SESSION_COOKIE = 'atelier_session';

@@ -16,7 +16,7 @@ import type { DB } from '../store/db.js';
 import { ConfigError, validateSections, type Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { AuditLog } from '../core/audit.js';
-import type { PrincipalState } from '../core/principals.js';
+import type { PrincipalState } from './principals.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
