@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
-import type { AuditLog, Actor } from '../core/audit.js';
+import type { AuditLog, Actor } from './audit.js';
 import { ServiceError, toErrorBody } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import type { Executor } from '../sandbox/executor.js';

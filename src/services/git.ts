@@ -12,7 +12,7 @@ import { posix } from 'node:path';
 import { createHash } from 'node:crypto';
 import { ServiceError } from '../core/errors.js';
 import type { CursorCodec } from '../core/cursor.js';
-import type { AuditLog } from '../core/audit.js';
+import type { AuditLog } from './audit.js';
 import type { ExecResult } from '../sandbox/executor.js';
 import { gitConfigEnv, type WorkspaceService } from './workspaces.js';
 import { parseRepoUrl, type RepositoryPolicy } from './repos.js';

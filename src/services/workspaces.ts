@@ -15,7 +15,7 @@ import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { DB } from '../store/db.js';
 import { ConfigError, validateSections, type Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
-import type { AuditLog } from '../core/audit.js';
+import type { AuditLog } from './audit.js';
 import type { PrincipalState } from './principals.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';

@@ -2,8 +2,8 @@
  * Numbered migrations. Never edit a released migration: add the next number.
  * Table ownership (only the owner reads or writes a table):
  *   services/auth   owner, api_tokens, dashboard_sessions, login_links
- *   core/idempotency idempotency
- *   core/audit      audit_log
+ *   services/idempotency idempotency
+ *   services/audit  audit_log
  *   services/principals principal_state
  *   services/environments environments, env_entries
  *   services/workspaces   workspaces

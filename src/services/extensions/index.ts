@@ -5,7 +5,7 @@
  * extension_workspaces, hook_activations, deployment_enrolments. Decisions: docs/extensions.md.
  */
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../../core/audit.js';
+import type { AuditLog, Actor } from '../audit.js';
 import type { Config } from '../../core/config.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import type { Logger } from '../../core/log.js';
