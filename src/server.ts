@@ -16,7 +16,7 @@ import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
 import { pendingSpecPaths } from './dashboard/spec-paths.js';
 import { VERSION } from './core/version.js';
 import { ServiceError } from './core/errors.js';
-import { OAuthStore } from './mcp/oauth/store.js';
+import { OAuthStore } from './services/oauth.js';
 import { OAUTH_CORS_PATHS, registerOAuthRoutes } from './mcp/oauth/routes.js';
 import { oauthClientRoutes, registerConsent } from './dashboard/oauth.js';
 

@@ -11,9 +11,9 @@ import type { App } from '../app.js';
 import { visibleTools, type ToolRegistry } from './registry.js';
 import { VERSION } from '../core/version.js';
 import { ServiceError } from '../core/errors.js';
-import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access } from './toolsets.js';
+import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access } from '../core/toolsets.js';
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
-import type { OAuthStore } from './oauth/store.js';
+import type { OAuthStore } from '../services/oauth.js';
 import { McpLogLevels, mcpLogger } from './logging.js';
 
 /**

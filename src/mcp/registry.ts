@@ -10,7 +10,7 @@ import type { AnyToolDef } from '../tools/define.js';
 import type { Actor, ToolContext, ToolServices } from '../tools/context.js';
 import { ToolParser, parseArgs, type PublishedTool } from '../tools/validate.js';
 import { ServiceError, notImplemented, toErrorBody, type ErrorBody } from '../core/errors.js';
-import { accessProblem, type Access } from './toolsets.js';
+import { accessProblem, type Access } from '../core/toolsets.js';
 import type { LogNotifier } from './logging.js';
 
 export type { PublishedTool } from '../tools/validate.js';

@@ -17,7 +17,7 @@
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repo-credentials repo_credentials
  *   services/auth   (0012) api_tokens.toolsets/read_only
- *   mcp/oauth       oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
+ *   services/oauth  oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
  *   services/agents       agents (logs on disk under <dataDir>/state/agents/)
  *   services/extensions   owner_skills, extension_workspaces, hook_activations, deployment_enrolments
  *   services/memories     memory_notes
