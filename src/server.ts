@@ -15,7 +15,7 @@ import { CATALOG } from './tools/index.js';
 import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
 import { pendingSpecPaths } from './dashboard/spec-paths.js';
 import { VERSION } from './core/version.js';
-import { ServiceError } from './core/errors.js';
+import { ServiceError, errorEnvelope } from './core/errors.js';
 import { OAuthStore } from './services/oauth.js';
 import { OAUTH_CORS_PATHS, registerOAuthRoutes } from './mcp/oauth/routes.js';
 import { oauthClientRoutes, registerConsent } from './dashboard/oauth.js';
@@ -90,8 +90,9 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   const started = Date.now();
 
   const forbid = (res: ServerResponse, why: string) => {
-    res.writeHead(403, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ error: { code: 'PERMISSION_DENIED', message: why, retryable: false, details: {} } }));
+    const { status, body } = errorEnvelope(new ServiceError('PERMISSION_DENIED', why));
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
   };
 
   // Bounds on clients that hold connections: the whole request (headers and body) must arrive within
@@ -127,8 +128,9 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     if (path === '/mcp') {
       mcp(req, res).catch((err) => {
         app.log.error({ err }, 'mcp endpoint failure');
-        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ error: { code: 'INTERNAL', message: 'internal error', retryable: true, details: {} } }));
+        const { status, body } = errorEnvelope(err);
+        if (!res.headersSent) res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(body));
       });
       return;
     }
@@ -167,7 +169,10 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   registerConsent(fastify, app, oauth.store);
   fastify.get('/metrics', async (req, reply) => {
     const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
-    if (!m || !app.auth.verifyBearer(m[1]!)) return reply.code(401).header('www-authenticate', 'Bearer realm="atelier"').send({ error: { code: 'UNAUTHENTICATED', message: 'bearer token required', retryable: false, details: {} } });
+    if (!m || !app.auth.verifyBearer(m[1]!)) {
+      const { status, body } = errorEnvelope(new ServiceError('UNAUTHENTICATED', 'bearer token required'));
+      return reply.code(status).header('www-authenticate', 'Bearer realm="atelier"').send(body);
+    }
     const lines = [
       '# HELP atelier_info Build information',
       '# TYPE atelier_info gauge',

@@ -16,7 +16,7 @@ import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { AuditLog, Actor } from './audit.js';
-import { ServiceError, toErrorBody } from '../core/errors.js';
+import { ServiceError, errorEnvelope, toErrorBody } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import type { Executor } from '../sandbox/executor.js';
 import type { GatewayClient } from './gateway-client.js';
@@ -409,7 +409,7 @@ export class AgentService {
     const confirmed = Date.now() < until;
     await this.finish(live, 'FAILED', {
       reason: `the gateway was unreachable at the final check before the lease was issued; ${confirmed ? 'it answered again and confirmed no lease of this agent exists' : 'it did not answer again within the agent TTL'}`,
-      error: { code: 'UNAVAILABLE', message: why, retryable: true, details: {} },
+      error: errorEnvelope(new ServiceError('UNAVAILABLE', why)).body.error,
     });
   }
 
@@ -589,7 +589,7 @@ export class AgentService {
   private async proxyCall(live: Live, name: string, raw: Record<string, unknown>): Promise<{ isError?: boolean; text: string }> {
     const refuse = (code: 'PERMISSION_DENIED' | 'FAILED_PRECONDITION', message: string) => {
       this.log(live, { type: 'tool_refused', name, code, message });
-      return { isError: true, text: JSON.stringify({ error: { code, message, retryable: false, details: { tool: name } } }) };
+      return { isError: true, text: JSON.stringify(errorEnvelope(new ServiceError(code, message, { tool: name })).body) };
     };
     if (live.ending) return refuse('FAILED_PRECONDITION', 'the agent is ending');
     if (!live.ops.has(name)) return refuse('PERMISSION_DENIED', `tool ${name} is not among this agent's proxyOperations (${[...live.ops].join(', ') || 'none'})`);
