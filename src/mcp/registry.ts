@@ -167,17 +167,21 @@ export class IdempotentRunner {
 }
 
 export class ToolRegistry extends ToolParser {
-  readonly list: PublishedTool[];
   private readonly idempotent = new IdempotentRunner();
+  private published: PublishedTool[] | undefined;
 
   constructor(defs: AnyToolDef[]) {
     super(defs);
-    this.list = [...this.compiled.values()].map((c) => c.published);
+  }
+
+  /** Every tool's published form (compiled on first use; the server reads it at start). */
+  get list(): PublishedTool[] {
+    return (this.published ??= this.names().map((n) => this.compiled(n)!.published));
   }
 
   /** The pipeline: parse, implemented, context (workspace), idempotent run, redact, audit, log. */
   async call(host: RegistryHost, name: string, raw: unknown, cc: CallContext): Promise<CallToolResult> {
-    const c = this.compiled.get(name);
+    const c = this.compiled(name);
     if (!c) return errorResult(errorEnvelope(new ServiceError('NOT_FOUND', `unknown tool ${name}; tools/list names every tool`, { tool: name })));
     const readOnly = c.def.badges.includes('readOnly');
     let args: Record<string, unknown> | undefined;

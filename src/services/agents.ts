@@ -151,13 +151,18 @@ interface Deps {
   models: ModelService;
   workspaces: WorkspaceService;
   environments: EnvironmentService;
+  /**
+   * The tool registry, through which proxied calls run (same validation, confinement, redaction,
+   * audit). The registry is built by the composition root before this service; its calls need the
+   * App, so this is a callback (docs/architecture.md, "Composition").
+   */
+  tools: ToolGateway;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class AgentService {
   private readonly live = new Map<string, Live>();
-  private tools: ToolGateway | null = null;
   private readonly logDir: string;
   private readonly runDir: string;
   private optDir: string | null = null;
@@ -165,11 +170,6 @@ export class AgentService {
   constructor(private readonly deps: Deps) {
     this.logDir = join(deps.config.dataDir, 'state', 'agents');
     this.runDir = join(deps.config.dataDir, 'run', 'agents');
-  }
-
-  /** Composition: the server hands over its tool registry (proxied calls run through it). */
-  attachTools(t: ToolGateway): void {
-    this.tools = t;
   }
 
   // ------------------------------------------------------------------ lifecycle
@@ -197,7 +197,6 @@ export class AgentService {
   // ------------------------------------------------------------------ spawn
 
   async spawn(a: SpawnArgs, c: AgentCaller): Promise<Record<string, unknown>> {
-    if (!this.tools) throw new ServiceError('UNAVAILABLE', 'the agent supervisor is not attached to the tool registry yet', {});
     const callerAgent = c.actor.startsWith('agent_') ? this.row(c.actor) : null;
     let parentId = a.parentAgentId;
     if (callerAgent) {
@@ -319,7 +318,7 @@ export class AgentService {
    */
   private checkOperations(given: string[], allowed: string[], profileId: string): string[] {
     const ops = [...new Set(given)];
-    const known = new Map(this.tools!.list.map((t) => [t.name, t]));
+    const known = new Map(this.deps.tools.list.map((t) => [t.name, t]));
     const unknown = ops.filter((o) => !known.has(o));
     if (unknown.length) throw new ServiceError('INVALID_ARGUMENT', `proxyOperations: not tools of the catalog: ${unknown.join(', ')}`, { field: 'proxyOperations', operations: unknown });
     const never = ops.filter((o) => NEVER_PROXIED.has(o) || !((known.get(o)!.inputSchema.properties as Record<string, unknown> | undefined) ?? {}).workspaceId);
@@ -383,7 +382,7 @@ export class AgentService {
         leaseToken: lease.token,
         prompt: row.prompt,
         context,
-        tools: this.tools!.list.filter((t) => live.ops.has(t.name)).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema })),
+        tools: this.deps.tools.list.filter((t) => live.ops.has(t.name)).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema })),
         toolResultCapBytes: TOOL_RESULT_CAP_BYTES,
         maxTurnOutputTokens: Math.min(live.budgets.maxOutputTokens, 8192),
       };
@@ -606,7 +605,7 @@ export class AgentService {
     live.calls.add(ac);
     const started = Date.now();
     try {
-      const res = await this.tools!.call(name, args, { principal: live.row.principal, actor: live.id as Actor, signal: ac.signal });
+      const res = await this.deps.tools.call(name, args, { principal: live.row.principal, actor: live.id as Actor, signal: ac.signal });
       const text = res.structuredContent ? JSON.stringify(res.structuredContent) : res.content.map((c) => c.text).join('\n');
       this.log(live, { type: 'tool_result', name, isError: res.isError === true, bytes: Buffer.byteLength(text), ms: Date.now() - started, head: clip(text, 300) });
       return { isError: res.isError === true, text };

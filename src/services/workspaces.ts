@@ -92,6 +92,8 @@ interface Deps {
   };
   /** Repository extensions (issue #19): records skillSets/skillOverrides and fires on_workspace_open hooks. */
   hooks?: HookRunner;
+  /** Other services clean up their records of a workspace when it is removed (run in order, failures logged). */
+  onClose?: Array<(id: string) => Promise<void>>;
 }
 
 const GIT_BIN = '/usr/bin/git';
@@ -163,17 +165,11 @@ export class WorkspaceService {
   private readonly locks = new Map<string, Promise<unknown>>();
   private reaper: NodeJS.Timeout | undefined;
   private readonly lastTouch = new Map<string, number>();
-  private readonly closeHooks: Array<(id: string) => Promise<void>> = [];
   private readonly restarting = new Map<string, Promise<SandboxHandle>>();
   /** Sandboxes found dead and restarted, for workspace_status. */
   private readonly deaths = new Map<string, { at: string; restarts: number }>();
 
   constructor(private readonly deps: Deps) {}
-
-  /** Other services clean up their records of a workspace when it is removed. */
-  onClose(hook: (id: string) => Promise<void>): void {
-    this.closeHooks.push(hook);
-  }
 
   // ---------- helpers ----------
 
@@ -736,7 +732,7 @@ export class WorkspaceService {
   }
 
   private async removeEverything(id: string, reason: string): Promise<void> {
-    for (const hook of this.closeHooks) await hook(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'close hook failed'));
+    for (const hook of this.deps.onClose ?? []) await hook(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'close hook failed'));
     await this.stopSandbox(id);
     await this.removeFiles(id);
     this.deps.principals.forgetWorkspace(id);
