@@ -45,6 +45,7 @@ import { ArtifactService } from './services/artifacts.js';
 import { OAuthStore } from './services/oauth.js';
 import { ToolRegistry } from './mcp/registry.js';
 import { CATALOG } from './tools/index.js';
+import { WorkspaceLocks } from './core/locks.js';
 
 export interface App {
   readonly config: Config;
@@ -94,6 +95,8 @@ export interface App {
   readonly artifacts: ArtifactService;
   /** The OAuth authorization server's clients, grants and tokens (issue #16). */
   readonly oauth: OAuthStore;
+  /** The one per-workspace lock (lifecycle, git) and per-idempotency-key lock (core/locks.ts). */
+  readonly locks: WorkspaceLocks;
   /** Every tool, and the call pipeline every transport (and agents' proxied calls) goes through. */
   readonly registry: ToolRegistry;
   /** True when the database was created by this start (first run). */
@@ -160,6 +163,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     bwrapPath: config.sandboxBwrapPath,
   });
   const approvals = new ApprovalService({ db, audit });
+  const locks = new WorkspaceLocks();
   // Cycles, each broken by a callback to a service built later in this function (called only
   // after createApp returns): packages ⇄ workspaces, workspaces/git → extensions (repository
   // hooks) → workspaces, workspaces → commands/packages/extensions (close clean-up), gateway ⇄
@@ -186,7 +190,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     opened: (...a: Parameters<ExtensionService['opened']>) => extensions.opened(...a),
   };
   const workspaces = new WorkspaceService({
-    db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks,
+    db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks, locks,
     onClose: [(id) => commands.forgetWorkspace(id), (id) => packages.forgetWorkspace(id), async (id) => extensions.forgetWorkspace(id)],
   });
   const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces, packages });
@@ -224,7 +228,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       return vectors;
     },
   });
-  const registry = new ToolRegistry(CATALOG);
+  const registry = new ToolRegistry(CATALOG, locks);
   // Agents proxy tool calls through this same registry (same validation, confinement, redaction, audit).
   const agents = new AgentService({
     db, config, log, audit, executor, gateway, spend, models, workspaces, environments,
@@ -258,7 +262,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     commands,
     approvals,
     packages,
-    git: new GitService({ workspaces, cursors, repos, audit, hooks }),
+    git: new GitService({ workspaces, cursors, repos, audit, hooks, locks }),
     repohost: new RepoHostService({ workspaces, repos, credentials: repoCredentials, log, audit }),
     extensions,
     spend,
@@ -268,6 +272,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     modelChecks: new ConnectionChecks({ models, catalog: modelCatalog, audit }),
     agents,
     oauth: new OAuthStore(db, () => config.oauthAccessTokenSeconds * 1000),
+    locks,
     registry,
     firstRun,
     close() {

@@ -11,6 +11,7 @@ import type { Actor, ToolContext, ToolServices } from '../tools/context.js';
 import { ToolParser, parseArgs, type PublishedTool } from '../tools/validate.js';
 import { ServiceError, errorEnvelope, notImplemented, type ErrorEnvelope } from '../core/errors.js';
 import { accessProblem, type Access } from '../core/toolsets.js';
+import { WorkspaceLocks } from '../core/locks.js';
 import type { LogNotifier } from './logging.js';
 
 export type { PublishedTool } from '../tools/validate.js';
@@ -137,7 +138,8 @@ export function auditCall(host: Pick<RegistryHost, 'audit' | 'log'>, cc: CallCon
 
 /** Step: replay by idempotency key (same input: first result with replayed:true; different input: CONFLICT). */
 export class IdempotentRunner {
-  private readonly inflight = new Map<string, Promise<unknown>>();
+  /** Concurrent calls with one key run one at a time (core/locks.ts), so the second one replays the first. */
+  constructor(private readonly locks: WorkspaceLocks = new WorkspaceLocks()) {}
 
   async run(
     host: Pick<RegistryHost, 'idempotency'>,
@@ -147,31 +149,24 @@ export class IdempotentRunner {
     run: () => Promise<Record<string, unknown>> | Record<string, unknown>,
   ): Promise<Record<string, unknown>> {
     const scope = `tool:${tool}`;
-    const lockKey = `${scope}\u0000${key}`;
-    // Concurrent calls with one key run one at a time, so the second one replays the first.
-    while (this.inflight.has(lockKey)) await this.inflight.get(lockKey)!.catch(() => undefined);
-    const replay = host.idempotency.lookup(scope, key, args);
-    if (replay) return { ...replay.result, replayed: true };
-    const p = (async () => {
+    return this.locks.idempotencyKey(`${scope}\u0000${key}`, async () => {
+      const replay = host.idempotency.lookup(scope, key, args);
+      if (replay) return { ...replay.result, replayed: true };
       const result = await run();
       host.idempotency.save(scope, key, args, result);
       return result;
-    })();
-    this.inflight.set(lockKey, p);
-    try {
-      return await p;
-    } finally {
-      this.inflight.delete(lockKey);
-    }
+    });
   }
 }
 
 export class ToolRegistry extends ToolParser {
-  private readonly idempotent = new IdempotentRunner();
+  private readonly idempotent: IdempotentRunner;
   private published: PublishedTool[] | undefined;
 
-  constructor(defs: AnyToolDef[]) {
+  /** `locks`: the runner's one lock module (the idempotency keys share it with the workspaces' locks). */
+  constructor(defs: AnyToolDef[], locks: WorkspaceLocks = new WorkspaceLocks()) {
     super(defs);
+    this.idempotent = new IdempotentRunner(locks);
   }
 
   /** Every tool's published form (compiled on first use; the server reads it at start). */

@@ -17,6 +17,7 @@ import { ConfigError, validateSections, type Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { AuditLog } from './audit.js';
 import type { PrincipalState } from './principals.js';
+import type { WorkspaceLocks } from '../core/locks.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
@@ -92,6 +93,8 @@ interface Deps {
   };
   /** Repository extensions (issue #19): records skillSets/skillOverrides and fires on_workspace_open hooks. */
   hooks?: HookRunner;
+  /** The per-workspace lock shared with the git tools (core/locks.ts). */
+  locks: WorkspaceLocks;
   /** Other services clean up their records of a workspace when it is removed (run in order, failures logged). */
   onClose?: Array<(id: string) => Promise<void>>;
 }
@@ -161,8 +164,6 @@ function rowOf(r: Record<string, unknown>): WorkspaceRow {
 export class WorkspaceService {
   private readonly handles = new Map<string, SandboxHandle>();
   private readonly proxies = new Map<string, { close(): Promise<void> }>();
-  /** Serialises lifecycle changes per workspace (open, renew, recover, close, reaping). */
-  private readonly locks = new Map<string, Promise<unknown>>();
   private reaper: NodeJS.Timeout | undefined;
   private readonly lastTouch = new Map<string, number>();
   private readonly restarting = new Map<string, Promise<SandboxHandle>>();
@@ -203,15 +204,9 @@ export class WorkspaceService {
     });
   }
 
-  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.locks.get(id) ?? Promise.resolve();
-    const p = prev.catch(() => undefined).then(fn);
-    this.locks.set(id, p);
-    try {
-      return await p;
-    } finally {
-      if (this.locks.get(id) === p) this.locks.delete(id);
-    }
+  /** Serialises lifecycle changes per workspace (open, renew, recover, close, reaping), and against the mutating git tools. */
+  private locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.deps.locks.workspace(id, 'lifecycle', fn);
   }
 
   /** The managed-package toolkits a workspace was opened with (workspace_open's toolkits, allowToolkitWorkspaceChanges). */
@@ -853,7 +848,7 @@ export class WorkspaceService {
   /** On shutdown: stop the reaper and the proxies; sandboxes end with the runner. */
   async shutdown(): Promise<void> {
     if (this.reaper) clearInterval(this.reaper);
-    await Promise.all([...this.locks.values()].map((p) => p.catch(() => undefined)));
+    await this.deps.locks.settled('lifecycle');
     for (const id of [...this.handles.keys()]) {
       const h = this.handles.get(id)!;
       await this.deps.executor.stop(h).catch(() => undefined);
