@@ -105,7 +105,8 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
 
   const limits = { requestTimeout: cfg.httpRequestTimeoutMs, headersTimeout: cfg.httpHeadersTimeoutMs, keepAliveTimeout: 65_000, connectionsCheckingInterval: Math.min(1000, cfg.httpHeadersTimeoutMs) };
 
-  let fastify!: FastifyInstance;
+  // fastify serves through this server (serverFactory) and this server hands fastify what is not
+  // /mcp: a true cycle, broken by the handler reaching `fastify` (built next) only per request.
   const http: HttpServer = createServer(limits, (req, res) => {
     if (unauthenticated.has(req.socket) && authenticated(req)) {
       unauthenticated.delete(req.socket);
@@ -139,7 +140,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     socket.once('close', () => unauthenticated.delete(socket));
   });
 
-  fastify = Fastify({
+  const fastify: FastifyInstance = Fastify({
     serverFactory: () => http,
     logger: false,
     bodyLimit: 2 * 1024 * 1024,
