@@ -9,7 +9,7 @@ import type { App } from '../app.js';
 import type { AnyToolDef } from '../tools/define.js';
 import type { Actor, ToolContext, ToolServices } from '../tools/context.js';
 import { ToolParser, parseArgs, type PublishedTool } from '../tools/validate.js';
-import { ServiceError, errorEnvelope, notImplemented, type ErrorEnvelope } from '../core/errors.js';
+import { ServiceError, errorEnvelope, notImplemented, type ErrorBody } from '../core/errors.js';
 import { accessProblem, type Access } from '../core/toolsets.js';
 import { WorkspaceLocks } from '../core/locks.js';
 import type { LogNotifier } from './logging.js';
@@ -54,8 +54,8 @@ export function okResult(structured: Record<string, unknown>): CallToolResult {
   return { content: [{ type: 'text', text }], structuredContent: structured };
 }
 
-/** A failed call as MCP carries it: the envelope as structuredContent, and "<code>: <message>" as text. */
-export function errorResult({ body: { error: body } }: ErrorEnvelope): CallToolResult {
+/** A failed call as MCP carries it: the envelope (built by errorEnvelope) as structuredContent, and "<code>: <message>" as text. */
+export function errorResult(body: ErrorBody): CallToolResult {
   return {
     isError: true,
     content: [{ type: 'text', text: `${body.code}: ${body.message}` }],
@@ -177,7 +177,7 @@ export class ToolRegistry extends ToolParser {
   /** The pipeline: parse, implemented, context (workspace), idempotent run, redact, audit, log. */
   async call(host: RegistryHost, name: string, raw: unknown, cc: CallContext): Promise<CallToolResult> {
     const c = this.compiled(name);
-    if (!c) return errorResult(errorEnvelope(new ServiceError('NOT_FOUND', `unknown tool ${name}; tools/list names every tool`, { tool: name })));
+    if (!c) return errorResult(errorEnvelope(new ServiceError('NOT_FOUND', `unknown tool ${name}; tools/list names every tool`, { tool: name })).body.error);
     const readOnly = c.def.badges.includes('readOnly');
     let args: Record<string, unknown> | undefined;
     const started = Date.now();
@@ -196,14 +196,13 @@ export class ToolRegistry extends ToolParser {
       // Secret values never leave in a result, whatever the tool.
       return okResult(host.environments.redact(result));
     } catch (err) {
-      const envelope = errorEnvelope(err, (b) => host.environments.redact(b));
-      const body = envelope.body.error;
+      const body = errorEnvelope(err, (b) => host.environments.redact(b)).body.error;
       if (!(err instanceof ServiceError)) host.log.error({ tool: name, err }, 'tool handler failed');
       else host.log.info({ tool: name, code: body.code, ms: Date.now() - started }, 'tool call refused');
       if (!readOnly || body.code === 'PERMISSION_DENIED' || body.code === 'OWNER_APPROVAL_REQUIRED') {
         auditCall(host, cc, name, args ?? {}, body.code === 'INTERNAL' ? 'failed' : 'refused', `${body.code}: ${body.message}`);
       }
-      return errorResult(envelope);
+      return errorResult(body);
     }
   }
 }
