@@ -1,6 +1,9 @@
 /**
  * Composition root: opens the data directory, the database and the master key, and builds the
- * services. Transports (MCP, dashboard, CLI) receive an App and call its services.
+ * services, each with its dependencies at construction, in dependency order; nothing is wired by
+ * assignment afterwards. Where two services need each other (a true cycle) the later one is reached
+ * through a small callback passed to the earlier one's constructor (docs/architecture.md,
+ * "Composition"). Transports (MCP, dashboard, CLI) receive an App and call its services.
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
@@ -11,10 +14,10 @@ import { openDatabase, type DB } from './store/db.js';
 import { createLogger, type Logger } from './core/log.js';
 import { CursorCodec } from './core/cursor.js';
 import { SecretBox } from './core/crypto.js';
-import { AuthService } from './core/auth.js';
-import { IdempotencyStore } from './core/idempotency.js';
-import { AuditLog } from './core/audit.js';
-import { PrincipalState } from './core/principals.js';
+import { AuthService } from './services/auth.js';
+import { IdempotencyStore } from './services/idempotency.js';
+import { AuditLog } from './services/audit.js';
+import { PrincipalState } from './services/principals.js';
 import { EnvironmentService } from './services/environments.js';
 import { RepositoryPolicy } from './services/repos.js';
 import { RepoCredentialStore } from './services/repo-credentials.js';
@@ -39,6 +42,10 @@ import { AgentService } from './services/agents.js';
 import { MemoryService } from './services/memories.js';
 import { KnowledgeService, Embedder } from './services/knowledge.js';
 import { ArtifactService } from './services/artifacts.js';
+import { OAuthStore } from './services/oauth.js';
+import { ToolRegistry } from './mcp/registry.js';
+import { CATALOG } from './tools/index.js';
+import { WorkspaceLocks } from './core/locks.js';
 
 export interface App {
   readonly config: Config;
@@ -86,6 +93,12 @@ export interface App {
   readonly knowledge: KnowledgeService;
   /** Retained artifacts (issue #18). */
   readonly artifacts: ArtifactService;
+  /** The OAuth authorization server's clients, grants and tokens (issue #16). */
+  readonly oauth: OAuthStore;
+  /** The one per-workspace lock (lifecycle, git) and per-idempotency-key lock (core/locks.ts). */
+  readonly locks: WorkspaceLocks;
+  /** Every tool, and the call pipeline every transport (and agents' proxied calls) goes through. */
+  readonly registry: ToolRegistry;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
   close(): void;
@@ -150,6 +163,11 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     bwrapPath: config.sandboxBwrapPath,
   });
   const approvals = new ApprovalService({ db, audit });
+  const locks = new WorkspaceLocks();
+  // Cycles, each broken by a callback to a service built later in this function (called only
+  // after createApp returns): packages ⇄ workspaces, workspaces/git → extensions (repository
+  // hooks) → workspaces, workspaces → commands/packages/extensions (close clean-up), gateway ⇄
+  // agents (the routes agents pin), agents → the tool registry → the App.
   const packages = new PackageService({
     db,
     config,
@@ -159,7 +177,6 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     executor,
     installRoot: ROOT_DIR,
     sandboxDisabledReason: opts.sandboxDisabledReason,
-    // The workspace service is built next; the packages service reads it only after construction.
     workspaces: () => ({
       exists: (id) => workspaces.retainedIds().includes(id),
       retained: () => workspaces.retainedIds(),
@@ -167,16 +184,20 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       toolkits: (id) => workspaces.toolkitsOf(id),
     }),
   });
-  // Repository hooks fire from the workspace lifecycle and the git tools (issue #19); the runner is built after the workspace service it uses.
-  let extensions: ExtensionService | undefined;
-  const hookRunner = { fire: (...a: Parameters<ExtensionService['fire']>) => extensions!.fire(...a), opened: (...a: Parameters<ExtensionService['opened']>) => extensions!.opened(...a) };
-  const workspaces = new WorkspaceService({ db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks: hookRunner });
+  // Repository hooks fire from the workspace lifecycle and the git tools (issue #19).
+  const hooks = {
+    fire: (...a: Parameters<ExtensionService['fire']>) => extensions.fire(...a),
+    opened: (...a: Parameters<ExtensionService['opened']>) => extensions.opened(...a),
+  };
+  const workspaces = new WorkspaceService({
+    db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks, locks,
+    onClose: [(id) => commands.forgetWorkspace(id), (id) => packages.forgetWorkspace(id), async (id) => extensions.forgetWorkspace(id)],
+  });
   const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces, packages });
-  workspaces.onClose((id) => commands.forgetWorkspace(id));
-  workspaces.onClose((id) => packages.forgetWorkspace(id));
   const spend = new SpendService(db);
-  const gateway = new GatewayClient({ config, spend, log });
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
+  // Running agents keep the revision they were spawned on (agent rule 3).
+  const gateway = new GatewayClient({ config, spend, log, routeSource: () => models.routes(agents.pins()) });
   const clock = { secondMs: config.retentionSecondMs };
   const files = new FileService({ workspaces, executor, cursors });
   const memories = new MemoryService({ db, cursors, workspaces, clock });
@@ -198,17 +219,26 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     quotaBytes: config.artifactQuotaMb * 1_048_576,
   });
   const modelCatalog = new ModelCatalog({ db, cursors, models, prices: new PriceList(config.configPath) });
-  extensions = new ExtensionService({ db, audit, config, log, cursors, executor, workspaces, approvals, environments });
-  workspaces.onClose(async (id) => extensions!.forgetWorkspace(id));
-  // skill_suggest ranks semantically too once the knowledge store's local model is ready (lexically until then).
-  extensions.setEmbedder(async (texts) => {
-    const vectors = await knowledge.embedTexts(texts);
-    if (!vectors) throw new Error('the embedding model is not ready');
-    return vectors;
+  const extensions = new ExtensionService({
+    db, audit, config, log, cursors, executor, workspaces, approvals, environments,
+    // skill_suggest ranks semantically too once the knowledge store's local model is ready (lexically until then).
+    embedder: async (texts) => {
+      const vectors = await knowledge.embedTexts(texts);
+      if (!vectors) throw new Error('the embedding model is not ready');
+      return vectors;
+    },
   });
-  const agents = new AgentService({ db, config, log, audit, executor, gateway, spend, models, workspaces, environments });
-  // Running agents keep the revision they were spawned on (agent rule 3).
-  gateway.routeSource = () => models.routes(agents.pins());
+  const registry = new ToolRegistry(CATALOG, locks);
+  // Agents proxy tool calls through this same registry (same validation, confinement, redaction, audit).
+  const agents = new AgentService({
+    db, config, log, audit, executor, gateway, spend, models, workspaces, environments,
+    tools: {
+      call: (name, args, cc) => registry.call(app, name, args, cc),
+      get list() {
+        return registry.list;
+      },
+    },
+  });
   const app: App = {
     config,
     dataDir: config.dataDir,
@@ -232,7 +262,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     commands,
     approvals,
     packages,
-    git: new GitService({ workspaces, cursors, repos, audit, hooks: hookRunner }),
+    git: new GitService({ workspaces, cursors, repos, audit, hooks, locks }),
     repohost: new RepoHostService({ workspaces, repos, credentials: repoCredentials, log, audit }),
     extensions,
     spend,
@@ -241,6 +271,9 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     modelCatalog,
     modelChecks: new ConnectionChecks({ models, catalog: modelCatalog, audit }),
     agents,
+    oauth: new OAuthStore(db, () => config.oauthAccessTokenSeconds * 1000),
+    locks,
+    registry,
     firstRun,
     close() {
       try {

@@ -10,13 +10,11 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { App } from './app.js';
 import { isLoopback } from './core/config.js';
 import { createMcpEndpoint, type McpStats } from './mcp/http.js';
-import { ToolRegistry } from './mcp/registry.js';
-import { CATALOG } from './tools/index.js';
+import type { ToolRegistry } from './mcp/registry.js';
 import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
 import { pendingSpecPaths } from './dashboard/spec-paths.js';
 import { VERSION } from './core/version.js';
-import { ServiceError } from './core/errors.js';
-import { OAuthStore } from './mcp/oauth/store.js';
+import { ServiceError, errorEnvelope } from './core/errors.js';
 import { OAUTH_CORS_PATHS, registerOAuthRoutes } from './mcp/oauth/routes.js';
 import { oauthClientRoutes, registerConsent } from './dashboard/oauth.js';
 
@@ -61,12 +59,11 @@ export function originGuard(app: App): (req: IncomingMessage) => string | null {
 }
 
 /**
- * OAuth (issue #16): the authorization server's store, and a guard that lets browser-based clients
- * (the MCP Inspector) call the cookie-less OAuth endpoints cross-origin; Host is still checked.
+ * OAuth (issue #16): a guard that lets browser-based clients (the MCP Inspector) call the
+ * cookie-less OAuth endpoints cross-origin; Host is still checked.
  */
-function oauthSetup(app: App, guard: (req: IncomingMessage) => string | null) {
-  const store = new OAuthStore(app.db, () => app.config.oauthAccessTokenSeconds * 1000);
-  const oauthGuard = (req: IncomingMessage): string | null => {
+function oauthGuard(guard: (req: IncomingMessage) => string | null) {
+  return (req: IncomingMessage): string | null => {
     const path = (req.url ?? '/').split('?')[0]!;
     if (OAUTH_CORS_PATHS.has(path)) {
       const { origin: _origin, ...rest } = req.headers;
@@ -74,24 +71,22 @@ function oauthSetup(app: App, guard: (req: IncomingMessage) => string | null) {
     }
     return guard(req);
   };
-  return { store, guard: oauthGuard };
 }
 
 export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; servedSpecPaths?: string[] } = {}): Promise<RunningServer> {
-  const registry = new ToolRegistry(CATALOG);
+  const registry = app.registry;
+  void registry.list; // compile every tool now, not on the first call
   const stats: McpStats = { calls: new Map() };
-  const oauth = oauthSetup(app, originGuard(app));
-  const mcp = createMcpEndpoint(app, registry, stats, oauth.store);
-  const guard = oauth.guard;
-  // Agents proxy tool calls through this same registry (same validation, confinement, redaction, audit).
-  app.agents.attachTools({ call: (name, args, cc) => registry.call(app, name, args, cc), list: registry.list });
+  const mcp = createMcpEndpoint(app, registry, stats, app.oauth);
+  const guard = oauthGuard(originGuard(app));
   let inflight = 0;
   let idleResolve: (() => void) | null = null;
   const started = Date.now();
 
   const forbid = (res: ServerResponse, why: string) => {
-    res.writeHead(403, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ error: { code: 'PERMISSION_DENIED', message: why, retryable: false, details: {} } }));
+    const { status, body } = errorEnvelope(new ServiceError('PERMISSION_DENIED', why));
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
   };
 
   // Bounds on clients that hold connections: the whole request (headers and body) must arrive within
@@ -103,14 +98,15 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   const authenticated = (req: IncomingMessage): boolean => {
     const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
     // Owner bearer tokens and OAuth access tokens alike (docs/access.md).
-    if (bearer) return app.auth.verifyBearer(bearer[1]!) !== null || oauth.store.verifyAccess(bearer[1]!) !== null;
+    if (bearer) return app.auth.verifyBearer(bearer[1]!) !== null || app.oauth.verifyAccess(bearer[1]!) !== null;
     const session = /(?:^|;\s*)atelier_session=([^;\s]+)/.exec(req.headers.cookie ?? '');
     return session ? app.auth.getSession(decodeURIComponent(session[1]!)) !== null : false;
   };
 
   const limits = { requestTimeout: cfg.httpRequestTimeoutMs, headersTimeout: cfg.httpHeadersTimeoutMs, keepAliveTimeout: 65_000, connectionsCheckingInterval: Math.min(1000, cfg.httpHeadersTimeoutMs) };
 
-  let fastify!: FastifyInstance;
+  // fastify serves through this server (serverFactory) and this server hands fastify what is not
+  // /mcp: a true cycle, broken by the handler reaching `fastify` (built next) only per request.
   const http: HttpServer = createServer(limits, (req, res) => {
     if (unauthenticated.has(req.socket) && authenticated(req)) {
       unauthenticated.delete(req.socket);
@@ -127,8 +123,9 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     if (path === '/mcp') {
       mcp(req, res).catch((err) => {
         app.log.error({ err }, 'mcp endpoint failure');
-        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ error: { code: 'INTERNAL', message: 'internal error', retryable: true, details: {} } }));
+        const { status, body } = errorEnvelope(err);
+        if (!res.headersSent) res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(body));
       });
       return;
     }
@@ -143,7 +140,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     socket.once('close', () => unauthenticated.delete(socket));
   });
 
-  fastify = Fastify({
+  const fastify: FastifyInstance = Fastify({
     serverFactory: () => http,
     logger: false,
     bodyLimit: 2 * 1024 * 1024,
@@ -162,12 +159,15 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   fastify.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(body as string)));
   });
-  registerDashboard(fastify, app, [...(opts.apiRoutes ?? []), oauthClientRoutes(oauth.store), pendingSpecPaths(new Set(opts.servedSpecPaths ?? []))]);
-  registerOAuthRoutes(fastify, app, oauth.store);
-  registerConsent(fastify, app, oauth.store);
+  registerDashboard(fastify, app, [...(opts.apiRoutes ?? []), oauthClientRoutes(app.oauth), pendingSpecPaths(new Set(opts.servedSpecPaths ?? []))]);
+  registerOAuthRoutes(fastify, app, app.oauth);
+  registerConsent(fastify, app, app.oauth);
   fastify.get('/metrics', async (req, reply) => {
     const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
-    if (!m || !app.auth.verifyBearer(m[1]!)) return reply.code(401).header('www-authenticate', 'Bearer realm="atelier"').send({ error: { code: 'UNAUTHENTICATED', message: 'bearer token required', retryable: false, details: {} } });
+    if (!m || !app.auth.verifyBearer(m[1]!)) {
+      const { status, body } = errorEnvelope(new ServiceError('UNAUTHENTICATED', 'bearer token required'));
+      return reply.code(status).header('www-authenticate', 'Bearer realm="atelier"').send(body);
+    }
     const lines = [
       '# HELP atelier_info Build information',
       '# TYPE atelier_info gauge',

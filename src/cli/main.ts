@@ -23,7 +23,7 @@ import { skillRoutes } from '../dashboard/skills.js';
 import { agentRoutes } from '../dashboard/agents.js';
 import { ownerRoutes } from '../dashboard/owner.js';
 import { VERSION } from '../core/version.js';
-import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../mcp/toolsets.js';
+import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
 

@@ -1,6 +1,8 @@
 /**
- * The one error type every layer throws. The MCP registry and the REST router turn it into
- * the envelope described in docs/errors.md: { code, message, retryable, details }.
+ * The one error type every layer throws, and the one place its public form is built:
+ * `errorEnvelope` turns any thrown value into the envelope of docs/errors.md
+ * ({ error: { code, message, retryable, details } } and its HTTP status). Every transport (the MCP
+ * tool results, the /mcp auth gate, the HTTP front, the dashboard REST API) sends what it returns.
  */
 
 export const ERROR_CODES = {
@@ -67,6 +69,22 @@ export function toErrorBody(err: unknown): ErrorBody {
     retryable: true,
     details: {},
   };
+}
+
+/** The public error envelope and the HTTP status it travels with (docs/errors.md). */
+export interface ErrorEnvelope {
+  status: number;
+  body: { error: ErrorBody };
+}
+
+/**
+ * Any thrown value as the public envelope: a ServiceError as it is, a cancelled call as CANCELLED,
+ * anything else as INTERNAL without its text (the caller logs the cause). `redact` removes secret
+ * values (EnvironmentService.redact) from the body before it leaves.
+ */
+export function errorEnvelope(err: unknown, redact: (body: ErrorBody) => ErrorBody = (body) => body): ErrorEnvelope {
+  const body = redact(toErrorBody(err));
+  return { status: ERROR_CODES[body.code]?.http ?? 500, body: { error: body } };
 }
 
 /** An AbortError (DOMException or Node's AbortError) from a cancelled signal. */

@@ -8,9 +8,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { App } from '../app.js';
 import { ServiceError } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
-import { accessFromScope, describeAccess, intersect, scopeFromAccess, TOOLSETS, type Access } from '../mcp/toolsets.js';
-import { OAUTH_PATHS } from '../mcp/oauth/routes.js';
-import type { OAuthStore, PendingRequest } from '../mcp/oauth/store.js';
+import { accessFromScope, describeAccess, intersect, scopeFromAccess, TOOLSETS, type Access } from '../core/toolsets.js';
+import { OAUTH_PATHS, type OAuthStore, type PendingRequest } from '../services/oauth.js';
 import { parseCookies, SESSION_COOKIE, type ApiRegistrar } from './routes.js';
 
 function esc(s: string): string {

@@ -5,10 +5,10 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { App } from '../app.js';
-import { ServiceError, toErrorBody } from '../core/errors.js';
+import { ServiceError, errorEnvelope } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
-import { SESSION_TTL_MS } from '../core/auth.js';
-import type { DashboardSession } from '../core/auth.js';
+import { SESSION_TTL_MS } from '../services/auth.js';
+import type { DashboardSession } from '../services/auth.js';
 import { CSP, registerAssets } from './assets.js';
 
 export const SESSION_COOKIE = 'atelier_session';
@@ -36,9 +36,8 @@ declare module 'fastify' {
 }
 
 export function sendError(reply: FastifyReply, err: unknown): FastifyReply {
-  const body = toErrorBody(err);
-  const status = err instanceof ServiceError ? err.httpStatus : 500;
-  return reply.code(status).header('content-type', 'application/json').send({ error: body });
+  const { status, body } = errorEnvelope(err);
+  return reply.code(status).header('content-type', 'application/json').send(body);
 }
 
 const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);

@@ -10,10 +10,10 @@ import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { App } from '../app.js';
 import { visibleTools, type ToolRegistry } from './registry.js';
 import { VERSION } from '../core/version.js';
-import { ServiceError } from '../core/errors.js';
-import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access } from './toolsets.js';
+import { ServiceError, errorEnvelope } from '../core/errors.js';
+import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access } from '../core/toolsets.js';
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
-import type { OAuthStore } from './oauth/store.js';
+import type { OAuthStore } from '../services/oauth.js';
 import { McpLogLevels, mcpLogger } from './logging.js';
 
 /**
@@ -169,18 +169,10 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
     const challenge = m || why !== 'unknown or revoked token' ? `Bearer realm="atelier", error="invalid_token", error_description="${why}", ${meta}` : `Bearer realm="atelier", ${meta}`;
     // No body of an unauthenticated request is read: answer and close, so a trickled body holds nothing.
     res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': challenge, connection: 'close' });
-    res.end(
-      JSON.stringify({
-        error: {
-          code: 'UNAUTHENTICATED',
-          message: m
-            ? `the bearer token is not accepted (${why}); create one with \`atelier token create\`, or connect again through OAuth`
-            : 'an owner bearer token is required: send "Authorization: Bearer <token>" (create one with `atelier token create`), or connect through OAuth (see docs/access.md)',
-          retryable: false,
-          details: {},
-        },
-      }),
-    );
+    const message = m
+      ? `the bearer token is not accepted (${why}); create one with \`atelier token create\`, or connect again through OAuth`
+      : 'an owner bearer token is required: send "Authorization: Bearer <token>" (create one with `atelier token create`), or connect through OAuth (see docs/access.md)';
+    res.end(JSON.stringify(errorEnvelope(new ServiceError('UNAUTHENTICATED', message)).body));
     return null;
   }
   try {
@@ -190,9 +182,9 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
     };
     access = intersect(access, conn);
   } catch (e) {
-    const err = e as ServiceError;
-    res.writeHead(400, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ error: err.toBody() }));
+    const { status, body } = errorEnvelope(e);
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
     return null;
   }
   const session = req.headers['mcp-session-id'];

@@ -9,8 +9,9 @@ import type { App } from '../app.js';
 import type { AnyToolDef } from '../tools/define.js';
 import type { Actor, ToolContext, ToolServices } from '../tools/context.js';
 import { ToolParser, parseArgs, type PublishedTool } from '../tools/validate.js';
-import { ServiceError, notImplemented, toErrorBody, type ErrorBody } from '../core/errors.js';
-import { accessProblem, type Access } from './toolsets.js';
+import { ServiceError, errorEnvelope, notImplemented, type ErrorBody } from '../core/errors.js';
+import { accessProblem, type Access } from '../core/toolsets.js';
+import { WorkspaceLocks } from '../core/locks.js';
 import type { LogNotifier } from './logging.js';
 
 export type { PublishedTool } from '../tools/validate.js';
@@ -53,6 +54,7 @@ export function okResult(structured: Record<string, unknown>): CallToolResult {
   return { content: [{ type: 'text', text }], structuredContent: structured };
 }
 
+/** A failed call as MCP carries it: the envelope (built by errorEnvelope) as structuredContent, and "<code>: <message>" as text. */
 export function errorResult(body: ErrorBody): CallToolResult {
   return {
     isError: true,
@@ -136,7 +138,8 @@ export function auditCall(host: Pick<RegistryHost, 'audit' | 'log'>, cc: CallCon
 
 /** Step: replay by idempotency key (same input: first result with replayed:true; different input: CONFLICT). */
 export class IdempotentRunner {
-  private readonly inflight = new Map<string, Promise<unknown>>();
+  /** Concurrent calls with one key run one at a time (core/locks.ts), so the second one replays the first. */
+  constructor(private readonly locks: WorkspaceLocks = new WorkspaceLocks()) {}
 
   async run(
     host: Pick<RegistryHost, 'idempotency'>,
@@ -146,38 +149,35 @@ export class IdempotentRunner {
     run: () => Promise<Record<string, unknown>> | Record<string, unknown>,
   ): Promise<Record<string, unknown>> {
     const scope = `tool:${tool}`;
-    const lockKey = `${scope}\u0000${key}`;
-    // Concurrent calls with one key run one at a time, so the second one replays the first.
-    while (this.inflight.has(lockKey)) await this.inflight.get(lockKey)!.catch(() => undefined);
-    const replay = host.idempotency.lookup(scope, key, args);
-    if (replay) return { ...replay.result, replayed: true };
-    const p = (async () => {
+    return this.locks.idempotencyKey(`${scope}\u0000${key}`, async () => {
+      const replay = host.idempotency.lookup(scope, key, args);
+      if (replay) return { ...replay.result, replayed: true };
       const result = await run();
       host.idempotency.save(scope, key, args, result);
       return result;
-    })();
-    this.inflight.set(lockKey, p);
-    try {
-      return await p;
-    } finally {
-      this.inflight.delete(lockKey);
-    }
+    });
   }
 }
 
 export class ToolRegistry extends ToolParser {
-  readonly list: PublishedTool[];
-  private readonly idempotent = new IdempotentRunner();
+  private readonly idempotent: IdempotentRunner;
+  private published: PublishedTool[] | undefined;
 
-  constructor(defs: AnyToolDef[]) {
+  /** `locks`: the runner's one lock module (the idempotency keys share it with the workspaces' locks). */
+  constructor(defs: AnyToolDef[], locks: WorkspaceLocks = new WorkspaceLocks()) {
     super(defs);
-    this.list = [...this.compiled.values()].map((c) => c.published);
+    this.idempotent = new IdempotentRunner(locks);
+  }
+
+  /** Every tool's published form (compiled on first use; the server reads it at start). */
+  get list(): PublishedTool[] {
+    return (this.published ??= this.names().map((n) => this.compiled(n)!.published));
   }
 
   /** The pipeline: parse, implemented, context (workspace), idempotent run, redact, audit, log. */
   async call(host: RegistryHost, name: string, raw: unknown, cc: CallContext): Promise<CallToolResult> {
-    const c = this.compiled.get(name);
-    if (!c) return errorResult(new ServiceError('NOT_FOUND', `unknown tool ${name}; tools/list names every tool`, { tool: name }).toBody());
+    const c = this.compiled(name);
+    if (!c) return errorResult(errorEnvelope(new ServiceError('NOT_FOUND', `unknown tool ${name}; tools/list names every tool`, { tool: name })).body.error);
     const readOnly = c.def.badges.includes('readOnly');
     let args: Record<string, unknown> | undefined;
     const started = Date.now();
@@ -196,13 +196,13 @@ export class ToolRegistry extends ToolParser {
       // Secret values never leave in a result, whatever the tool.
       return okResult(host.environments.redact(result));
     } catch (err) {
-      const body = toErrorBody(err);
+      const body = errorEnvelope(err, (b) => host.environments.redact(b)).body.error;
       if (!(err instanceof ServiceError)) host.log.error({ tool: name, err }, 'tool handler failed');
       else host.log.info({ tool: name, code: body.code, ms: Date.now() - started }, 'tool call refused');
       if (!readOnly || body.code === 'PERMISSION_DENIED' || body.code === 'OWNER_APPROVAL_REQUIRED') {
         auditCall(host, cc, name, args ?? {}, body.code === 'INTERNAL' ? 'failed' : 'refused', `${body.code}: ${body.message}`);
       }
-      return errorResult(host.environments.redact(body));
+      return errorResult(body);
     }
   }
 }

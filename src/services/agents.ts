@@ -14,8 +14,8 @@ import { AgentRuntimePool, SLOT_READY_MS, type RuntimeSlot } from './agent-pool.
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
-import type { AuditLog, Actor } from '../core/audit.js';
-import { ServiceError, toErrorBody } from '../core/errors.js';
+import type { AuditLog, Actor } from './audit.js';
+import { ServiceError, errorEnvelope, toErrorBody } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import type { Executor } from '../sandbox/executor.js';
 import type { GatewayClient } from './gateway-client.js';
@@ -153,13 +153,18 @@ interface Deps {
   models: ModelService;
   workspaces: WorkspaceService;
   environments: EnvironmentService;
+  /**
+   * The tool registry, through which proxied calls run (same validation, confinement, redaction,
+   * audit). The registry is built by the composition root before this service; its calls need the
+   * App, so this is a callback (docs/architecture.md, "Composition").
+   */
+  tools: ToolGateway;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class AgentService {
   private readonly live = new Map<string, Live>();
-  private tools: ToolGateway | null = null;
   private readonly logDir: string;
   private readonly runDir: string;
   private pool_: AgentRuntimePool | null = null;
@@ -201,11 +206,6 @@ export class AgentService {
     return this.pool_?.stats() ?? { size: this.deps.config.agentPoolSize ?? 0, idle: 0, ready: 0, running: 0 };
   }
 
-  /** Composition: the server hands over its tool registry (proxied calls run through it). */
-  attachTools(t: ToolGateway): void {
-    this.tools = t;
-  }
-
   // ------------------------------------------------------------------ lifecycle
 
   /** After a restart: agents that were running end INTERRUPTED, their leases revoked and spend settled or marked unreconciled. */
@@ -237,7 +237,6 @@ export class AgentService {
   // ------------------------------------------------------------------ spawn
 
   async spawn(a: SpawnArgs, c: AgentCaller): Promise<Record<string, unknown>> {
-    if (!this.tools) throw new ServiceError('UNAVAILABLE', 'the agent supervisor is not attached to the tool registry yet', {});
     const callerAgent = c.actor.startsWith('agent_') ? this.row(c.actor) : null;
     let parentId = a.parentAgentId;
     if (callerAgent) {
@@ -362,7 +361,7 @@ export class AgentService {
    */
   private checkOperations(given: string[], allowed: string[], profileId: string): string[] {
     const ops = [...new Set(given)];
-    const known = new Map(this.tools!.list.map((t) => [t.name, t]));
+    const known = new Map(this.deps.tools.list.map((t) => [t.name, t]));
     const unknown = ops.filter((o) => !known.has(o));
     if (unknown.length) throw new ServiceError('INVALID_ARGUMENT', `proxyOperations: not tools of the catalog: ${unknown.join(', ')}`, { field: 'proxyOperations', operations: unknown });
     const never = ops.filter((o) => NEVER_PROXIED.has(o) || !((known.get(o)!.inputSchema.properties as Record<string, unknown> | undefined) ?? {}).workspaceId);
@@ -456,7 +455,7 @@ export class AgentService {
         leaseToken: lease.token,
         prompt: row.prompt,
         context,
-        tools: this.tools!.list.filter((t) => live.ops.has(t.name)).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema })),
+        tools: this.deps.tools.list.filter((t) => live.ops.has(t.name)).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema })),
         toolResultCapBytes: TOOL_RESULT_CAP_BYTES,
         maxTurnOutputTokens: Math.min(live.budgets.maxOutputTokens, 8192),
         budget: await this.budgetView(live, leaseFigures(lease)),
@@ -490,7 +489,7 @@ export class AgentService {
     const confirmed = Date.now() < until;
     await this.finish(live, 'FAILED', {
       reason: `the gateway was unreachable at the final check before the lease was issued; ${confirmed ? 'it answered again and confirmed no lease of this agent exists' : 'it did not answer again within the agent TTL'}`,
-      error: { code: 'UNAVAILABLE', message: why, retryable: true, details: {} },
+      error: errorEnvelope(new ServiceError('UNAVAILABLE', why)).body.error,
     });
   }
 
@@ -571,7 +570,7 @@ export class AgentService {
   private async proxyCall(live: Live, name: string, raw: Record<string, unknown>): Promise<{ isError?: boolean; text: string }> {
     const refuse = (code: 'PERMISSION_DENIED' | 'FAILED_PRECONDITION', message: string) => {
       this.log(live, { type: 'tool_refused', name, code, message });
-      return { isError: true, text: JSON.stringify({ error: { code, message, retryable: false, details: { tool: name } } }) };
+      return { isError: true, text: JSON.stringify(errorEnvelope(new ServiceError(code, message, { tool: name })).body) };
     };
     if (live.ending) return refuse('FAILED_PRECONDITION', 'the agent is ending');
     if (!live.ops.has(name)) return refuse('PERMISSION_DENIED', `tool ${name} is not among this agent's proxyOperations (${[...live.ops].join(', ') || 'none'})`);
@@ -588,7 +587,7 @@ export class AgentService {
     live.calls.add(ac);
     const started = Date.now();
     try {
-      const res = await this.tools!.call(name, args, { principal: live.row.principal, actor: live.id as Actor, signal: ac.signal });
+      const res = await this.deps.tools.call(name, args, { principal: live.row.principal, actor: live.id as Actor, signal: ac.signal });
       const text = res.structuredContent ? JSON.stringify(res.structuredContent) : res.content.map((c) => c.text).join('\n');
       this.log(live, { type: 'tool_result', name, isError: res.isError === true, bytes: Buffer.byteLength(text), ms: Date.now() - started, head: clip(text, 300) });
       return { isError: res.isError === true, text };

@@ -9,8 +9,8 @@
  * cut: a client must not hide the dangerous part past some length). Every step is audited.
  */
 import type { DB } from '../store/db.js';
-import type { AuditLog } from '../core/audit.js';
-import type { Actor } from '../core/audit.js';
+import type { AuditLog } from './audit.js';
+import type { Actor } from './audit.js';
 import { ServiceError } from '../core/errors.js';
 import { newId, randomToken } from '../core/ids.js';
 import { isoIn, nowIso } from '../core/clock.js';

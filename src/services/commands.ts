@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
-import type { AuditLog } from '../core/audit.js';
+import type { AuditLog } from './audit.js';
 import type { CursorCodec } from '../core/cursor.js';
 import type { EphemeralBind, Executor, ExecResult } from '../sandbox/executor.js';
 import type { WorkspaceService } from './workspaces.js';

@@ -35,12 +35,16 @@ export class GatewayClient {
   private restarts = 0;
   private pollTimer: NodeJS.Timeout | null = null;
   private syncing: Promise<void> | null = null;
-  /** Routes of the snapshot; the control plane (issue #7) installs the real source. */
-  routeSource: () => SnapshotRoute[] = () => [];
   readonly push_: PushState = { lastAttemptAt: null, lastSuccessAt: null, lastError: null, generation: 0, bootId: null };
 
   constructor(
-    private readonly opts: { config: Config; spend: SpendService; log: Logger },
+    private readonly opts: {
+      config: Config;
+      spend: SpendService;
+      log: Logger;
+      /** Routes of the snapshot (the model control plane, issue #7); none when absent. */
+      routeSource?: () => SnapshotRoute[];
+    },
   ) {
     this.url = opts.config.gatewayUrl ? opts.config.gatewayUrl.replace(/\/+$/, '') : null;
   }
@@ -173,7 +177,7 @@ export class GatewayClient {
       const { updatedAt: _u, ...policies } = this.opts.spend.policies();
       const snapshot: Snapshot = {
         generation: ++this.push_.generation,
-        routes: this.routeSource(),
+        routes: this.opts.routeSource?.() ?? [],
         providers: this.providers(),
         policies,
         windows: this.opts.spend.baselines(st.bootId),

@@ -12,7 +12,8 @@ import { posix } from 'node:path';
 import { createHash } from 'node:crypto';
 import { ServiceError } from '../core/errors.js';
 import type { CursorCodec } from '../core/cursor.js';
-import type { AuditLog } from '../core/audit.js';
+import type { WorkspaceLocks } from '../core/locks.js';
+import type { AuditLog } from './audit.js';
 import type { ExecResult } from '../sandbox/executor.js';
 import type { WorkspaceService } from './workspaces.js';
 import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
@@ -27,6 +28,8 @@ interface Deps {
   audit: AuditLog;
   /** Repository hooks activated by manifest digest (issue #19); absent = none fire. */
   hooks?: HookRunner;
+  /** The per-workspace lock shared with the workspace lifecycle (core/locks.ts). */
+  locks: WorkspaceLocks;
 }
 
 /** Where worktrees live, relative to the workspace root (/workspace). */
@@ -143,16 +146,16 @@ const PUSH_FLAG: Record<string, string> = { ' ': 'fast-forward', '+': 'forced', 
 const IN_PROGRESS = `if [ -e "$(git rev-parse --git-path MERGE_HEAD)" ]; then echo merge; elif [ -d "$(git rev-parse --git-path rebase-merge)" ] || [ -d "$(git rev-parse --git-path rebase-apply)" ]; then echo rebase; else echo none; fi`;
 
 export class GitService {
-  private readonly locks = new Map<string, Promise<unknown>>();
-
   constructor(private readonly deps: Deps) {}
 
   // ---------- helpers ----------
 
-  /** Serialises the mutating git tools per workspace; afterwards the workspace record gets the live branch and HEAD. */
-  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.locks.get(id) ?? Promise.resolve();
-    const p = prev.catch(() => undefined).then(async () => {
+  /**
+   * Serialises the mutating git tools per workspace, and against its lifecycle (one lock, core/locks.ts);
+   * afterwards the workspace record gets the live branch and HEAD.
+   */
+  private locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.deps.locks.workspace(id, 'git', async () => {
       try {
         return await fn();
       } finally {
@@ -161,12 +164,6 @@ export class GitService {
           .catch(() => undefined);
       }
     });
-    this.locks.set(id, p);
-    try {
-      return await p;
-    } finally {
-      if (this.locks.get(id) === p) this.locks.delete(id);
-    }
   }
 
   /** git with argv in the workspace sandbox, as the workspace user, hooks and program-running config neutralised. */

@@ -6,7 +6,7 @@
  * attaches only to the next save by the same principal, within DRAFT_CHECK_TTL_MS, with the
  * identical route. Models served only on native protocols fail with unsupported_protocol.
  */
-import type { AuditLog } from '../core/audit.js';
+import type { AuditLog } from './audit.js';
 import { ServiceError } from '../core/errors.js';
 import { nowIso } from '../core/clock.js';
 import { authHeader, endpointFor, type ApiMode, type ProviderInfo } from '../core/providers.js';

@@ -9,12 +9,12 @@
 import type { DB } from '../store/db.js';
 import type { SecretBox } from '../core/crypto.js';
 import { sha256Hex } from '../core/crypto.js';
-import type { AuditLog } from '../core/audit.js';
+import type { AuditLog } from './audit.js';
 import type { Logger } from '../core/log.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { nowIso } from '../core/clock.js';
-import { canonicalJson } from '../core/idempotency.js';
+import { canonicalJson } from '../core/canonical-json.js';
 import type { Pricing } from '../core/pricing.js';
 import {
   PROVIDER_IDS,
@@ -28,8 +28,8 @@ import {
 } from '../core/providers.js';
 import type { SnapshotRoute } from '../contracts/gateway.js';
 
-export type { Actor } from '../core/audit.js';
-import type { Actor } from '../core/audit.js';
+export type { Actor } from './audit.js';
+import type { Actor } from './audit.js';
 
 /** Draft connection checks attach only to a save within this many ms (routing rule 6; spec: "a short expiry"). */
 export const DRAFT_CHECK_TTL_MS = 15 * 60 * 1000;

@@ -25,7 +25,7 @@ import { connect, createServer as createNetServer, type AddressInfo, type Socket
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
-import type { AuditLog, Actor } from '../core/audit.js';
+import type { AuditLog, Actor } from './audit.js';
 import type { Executor, EphemeralBind, ExecResult, SandboxLimits } from '../sandbox/executor.js';
 import type { ApprovalService } from './approvals.js';
 import { startEgressProxy, type EgressDecision } from '../sandbox/egress.js';
@@ -33,7 +33,7 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { nowIso } from '../core/clock.js';
 import { sha256Hex } from '../core/crypto.js';
-import { canonicalJson } from '../core/idempotency.js';
+import { canonicalJson } from '../core/canonical-json.js';
 import { resolveNpm, type PlannedPackage } from './packages/npm.js';
 import { PIP_PYTHON, normalise, pipAvailable, resolvePip, runtimePython, type PlannedWheel } from './packages/pip.js';
 import { riskSignals } from './packages/risk.js';

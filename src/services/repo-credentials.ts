@@ -11,7 +11,7 @@ import { request as httpsRequest } from 'node:https';
 import { rootCertificates } from 'node:tls';
 import type { DB } from '../store/db.js';
 import type { SecretBox } from '../core/crypto.js';
-import type { AuditLog } from '../core/audit.js';
+import type { AuditLog } from './audit.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { nowIso } from '../core/clock.js';

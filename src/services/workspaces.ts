@@ -14,8 +14,9 @@ import { join } from 'node:path';
 import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
-import type { AuditLog } from '../core/audit.js';
-import type { PrincipalState } from '../core/principals.js';
+import type { AuditLog } from './audit.js';
+import type { PrincipalState } from './principals.js';
+import type { WorkspaceLocks } from '../core/locks.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
@@ -91,6 +92,10 @@ interface Deps {
   };
   /** Repository extensions (issue #19): records skillSets/skillOverrides and fires on_workspace_open hooks. */
   hooks?: HookRunner;
+  /** The per-workspace lock shared with the git tools (core/locks.ts). */
+  locks: WorkspaceLocks;
+  /** Other services clean up their records of a workspace when it is removed (run in order, failures logged). */
+  onClose?: Array<(id: string) => Promise<void>>;
 }
 
 const GIT_BIN = '/usr/bin/git';
@@ -125,11 +130,8 @@ export class WorkspaceService {
   private readonly handles = new Map<string, SandboxHandle>();
   /** The egress proxies of dependency-access workspaces and of network git operations (sandbox layer). */
   private readonly egress: WorkspaceEgress;
-  /** Serialises lifecycle changes per workspace (open, renew, recover, close, reaping). */
-  private readonly locks = new Map<string, Promise<unknown>>();
   private reaper: NodeJS.Timeout | undefined;
   private readonly lastTouch = new Map<string, number>();
-  private readonly closeHooks: Array<(id: string) => Promise<void>> = [];
   private readonly restarting = new Map<string, Promise<SandboxHandle>>();
   /** Sandboxes found dead and restarted, for workspace_status. */
   private readonly deaths = new Map<string, { at: string; restarts: number }>();
@@ -142,11 +144,6 @@ export class WorkspaceService {
       rules: () => loadEgressRules(deps.config.configPath),
       onDecision: this.logDecision,
     });
-  }
-
-  /** Other services clean up their records of a workspace when it is removed. */
-  onClose(hook: (id: string) => Promise<void>): void {
-    this.closeHooks.push(hook);
   }
 
   // ---------- helpers ----------
@@ -181,15 +178,9 @@ export class WorkspaceService {
     });
   }
 
-  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.locks.get(id) ?? Promise.resolve();
-    const p = prev.catch(() => undefined).then(fn);
-    this.locks.set(id, p);
-    try {
-      return await p;
-    } finally {
-      if (this.locks.get(id) === p) this.locks.delete(id);
-    }
+  /** Serialises lifecycle changes per workspace (open, renew, recover, close, reaping), and against the mutating git tools. */
+  private locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.deps.locks.workspace(id, 'lifecycle', fn);
   }
 
   /** The managed-package toolkits a workspace was opened with (workspace_open's toolkits, allowToolkitWorkspaceChanges). */
@@ -613,7 +604,7 @@ export class WorkspaceService {
   }
 
   private async removeEverything(id: string, reason: string): Promise<void> {
-    for (const hook of this.closeHooks) await hook(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'close hook failed'));
+    for (const hook of this.deps.onClose ?? []) await hook(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'close hook failed'));
     await this.stopSandbox(id);
     await this.removeFiles(id);
     this.deps.principals.forgetWorkspace(id);
@@ -734,7 +725,7 @@ export class WorkspaceService {
   /** On shutdown: stop the reaper and the proxies; sandboxes end with the runner. */
   async shutdown(): Promise<void> {
     if (this.reaper) clearInterval(this.reaper);
-    await Promise.all([...this.locks.values()].map((p) => p.catch(() => undefined)));
+    await this.deps.locks.settled('lifecycle');
     for (const id of [...this.handles.keys()]) {
       const h = this.handles.get(id)!;
       await this.deps.executor.stop(h).catch(() => undefined);

@@ -1,10 +1,10 @@
 /**
  * Numbered migrations. Never edit a released migration: add the next number.
  * Table ownership (only the owner reads or writes a table):
- *   core/auth       owner, api_tokens, dashboard_sessions, login_links
- *   core/idempotency idempotency
- *   core/audit      audit_log
- *   core/principals principal_state
+ *   services/auth   owner, api_tokens, dashboard_sessions, login_links
+ *   services/idempotency idempotency
+ *   services/audit  audit_log
+ *   services/principals principal_state
  *   services/environments environments, env_entries
  *   services/workspaces   workspaces
  *   services/spend        spend_reservations, spend_policies, spend_cursor
@@ -16,8 +16,8 @@
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
  *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repo-credentials repo_credentials
- *   core/auth       (0012) api_tokens.toolsets/read_only
- *   mcp/oauth       oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
+ *   services/auth   (0012) api_tokens.toolsets/read_only
+ *   services/oauth  oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
  *   services/agents       agents (logs on disk under <dataDir>/state/agents/)
  *   services/extensions   owner_skills, extension_workspaces, hook_activations, deployment_enrolments
  *   services/memories     memory_notes

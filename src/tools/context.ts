@@ -42,8 +42,8 @@ export interface ToolServices {
   readonly artifacts: ArtifactService;
 }
 
-export type { Actor } from '../core/audit.js';
-import type { Actor } from '../core/audit.js';
+export type { Actor } from '../services/audit.js';
+import type { Actor } from '../services/audit.js';
 
 /** What a tool handler gets besides its validated arguments. */
 export interface ToolContext {

@@ -171,29 +171,45 @@ export function parseArgs(def: AnyToolDef, schema: z.ZodObject, raw: unknown): R
   return parsed;
 }
 
-/** Definitions compiled once: strict schema and published form; parse by tool name. */
+/**
+ * Definitions compiled once, each on first use (so building a parser costs nothing until a tool is
+ * called or listed): strict schema and published form; parse by tool name.
+ */
 export class ToolParser {
-  protected readonly compiled = new Map<string, { def: AnyToolDef; schema: z.ZodObject; published: PublishedTool }>();
+  private readonly defs = new Map<string, AnyToolDef>();
+  private readonly compiledTools = new Map<string, { def: AnyToolDef; schema: z.ZodObject; published: PublishedTool }>();
 
   constructor(defs: AnyToolDef[]) {
     for (const def of defs) {
-      if (this.compiled.has(def.name)) throw new Error(`duplicate tool ${def.name}`);
-      const schema = inputSchemaOf(def);
-      this.compiled.set(def.name, {
-        def,
-        schema,
-        published: { name: def.name, description: def.description, inputSchema: publishedSchema(schema), annotations: annotationsOf(def.badges) },
-      });
+      if (this.defs.has(def.name)) throw new Error(`duplicate tool ${def.name}`);
+      this.defs.set(def.name, def);
     }
   }
 
+  /** The compiled form of a tool (strict schema, published form), undefined for an unknown name. */
+  protected compiled(name: string): { def: AnyToolDef; schema: z.ZodObject; published: PublishedTool } | undefined {
+    let c = this.compiledTools.get(name);
+    if (c) return c;
+    const def = this.defs.get(name);
+    if (!def) return undefined;
+    const schema = inputSchemaOf(def);
+    c = { def, schema, published: { name: def.name, description: def.description, inputSchema: publishedSchema(schema), annotations: annotationsOf(def.badges) } };
+    this.compiledTools.set(name, c);
+    return c;
+  }
+
+  /** Every tool name, in definition order. */
+  protected names(): string[] {
+    return [...this.defs.keys()];
+  }
+
   get(name: string): AnyToolDef | undefined {
-    return this.compiled.get(name)?.def;
+    return this.defs.get(name);
   }
 
   /** Validates and parses arguments; throws INVALID_ARGUMENT naming the field and the rule. */
   parse(name: string, raw: unknown): Record<string, unknown> {
-    const c = this.compiled.get(name);
+    const c = this.compiled(name);
     if (!c) throw new ServiceError('NOT_FOUND', `unknown tool ${name}`, { tool: name });
     return parseArgs(c.def, c.schema, raw);
   }

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { CATALOG } from '../../src/tools/index.js';
 import { ToolRegistry } from '../../src/mcp/registry.js';
-import { accessFromScope, accessProblem, intersect, parseReadonlyHeader, parseToolsets, PRESETS, scopeFromAccess, TOOLSETS, toolsetOf } from '../../src/mcp/toolsets.js';
+import { accessFromScope, accessProblem, intersect, parseReadonlyHeader, parseToolsets, PRESETS, scopeFromAccess, TOOLSETS, toolsetOf } from '../../src/core/toolsets.js';
 
 const registry = new ToolRegistry(CATALOG);
 

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { editDistance, riskSignals, similarPopular } from '../../src/services/packages/risk.js';
 import { openDatabase } from '../../src/store/db.js';
-import { AuditLog } from '../../src/core/audit.js';
+import { AuditLog } from '../../src/services/audit.js';
 import { ApprovalService } from '../../src/services/approvals.js';
 import { PackageService } from '../../src/services/packages.js';
 import { createLogger } from '../../src/core/log.js';

@@ -11,7 +11,7 @@ import { appJwt, normalisePrefix, ownerAndName, prefixCovers, RepoCredentialStor
 import { parseRepoUrl, readRepositorySettings } from '../../src/services/repos.js';
 import { openDatabase, migrate } from '../../src/store/db.js';
 import { SecretBox } from '../../src/core/crypto.js';
-import { AuditLog } from '../../src/core/audit.js';
+import { AuditLog } from '../../src/services/audit.js';
 import { ServiceError } from '../../src/core/errors.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'atelier-rcred-'));

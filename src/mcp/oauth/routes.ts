@@ -13,16 +13,8 @@ import { buildOAuthProtectedResourceMetadata, getOAuthProtectedResourceMetadataU
 import { z } from 'zod';
 import type { App } from '../../app.js';
 import { ServiceError } from '../../core/errors.js';
-import { accessFromScope, scopesSupported, scopeFromAccess } from '../toolsets.js';
-import { OAuthFailure, type OAuthStore } from './store.js';
-
-export const OAUTH_PATHS = {
-  authorize: '/oauth/authorize',
-  token: '/oauth/token',
-  register: '/oauth/register',
-  revoke: '/oauth/revoke',
-  consent: '/oauth/consent',
-};
+import { accessFromScope, scopesSupported, scopeFromAccess } from '../../core/toolsets.js';
+import { OAUTH_PATHS, OAuthFailure, type OAuthStore } from '../../services/oauth.js';
 
 /** Paths a browser-based client (the MCP Inspector) calls cross-origin: no cookies, CORS open. */
 export const OAUTH_CORS_PATHS = new Set([

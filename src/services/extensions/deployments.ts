@@ -14,7 +14,7 @@
 import { chown, mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../../core/audit.js';
+import type { AuditLog, Actor } from '../audit.js';
 import type { Config } from '../../core/config.js';
 import type { Logger } from '../../core/log.js';
 import { ServiceError } from '../../core/errors.js';

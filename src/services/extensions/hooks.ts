@@ -7,7 +7,7 @@
  * digest differs from the activated one runs nothing. Git's own hooks stay off.
  */
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../../core/audit.js';
+import type { AuditLog, Actor } from '../audit.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import type { Logger } from '../../core/log.js';
 import { ServiceError } from '../../core/errors.js';

@@ -5,7 +5,7 @@
  * extension_workspaces, hook_activations, deployment_enrolments. Decisions: docs/extensions.md.
  */
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../../core/audit.js';
+import type { AuditLog, Actor } from '../audit.js';
 import type { Config } from '../../core/config.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import type { Logger } from '../../core/log.js';
@@ -30,6 +30,8 @@ export interface ExtensionDeps {
   approvals: ApprovalService;
   environments: EnvironmentService;
   builtinDir?: string;
+  /** The knowledge store's embedding function, for semantic ranking in skill_suggest; without it the ranking is lexical. */
+  embedder?: Embedder;
 }
 
 export class ExtensionService implements HookRunner {
@@ -52,16 +54,6 @@ export class ExtensionService implements HookRunner {
     return this.hooks.fire(workspaceId, 'on_workspace_open', signal);
   }
 
-  private embedder: Embedder | undefined;
-
-  /**
-   * Wires an embedding function (the knowledge store's model) for semantic ranking in
-   * skill_suggest; without one the ranking is lexical. Nothing here depends on it.
-   */
-  setEmbedder(embed: Embedder | undefined): void {
-    this.embedder = embed;
-  }
-
   forgetWorkspace(workspaceId: string): void {
     this.skills.forgetWorkspace(workspaceId);
   }
@@ -71,9 +63,9 @@ export class ExtensionService implements HookRunner {
     const roster = (await this.skills.roster(workspaceId, signal)).map((s) => ({ name: s.name, description: s.meta.description ?? '', source: s.source }));
     let local: { name: string | null; ranked: ReturnType<typeof localSuggestion>['ranked'] } = localSuggestion(prompt, roster);
     let ranking = 'lexical';
-    if (this.embedder) {
+    if (this.deps.embedder) {
       try {
-        local = await hybridSuggestion(prompt, roster, this.embedder);
+        local = await hybridSuggestion(prompt, roster, this.deps.embedder);
         ranking = 'lexical+semantic';
       } catch (e) {
         this.deps.log.warn({ err: (e as Error).message }, 'skill_suggest: the embedding function failed; lexical ranking only');

@@ -13,7 +13,7 @@ import { readdirSync, readFileSync, lstatSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../../core/audit.js';
+import type { AuditLog, Actor } from '../audit.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import { ServiceError } from '../../core/errors.js';
 import { nowIso } from '../../core/clock.js';

@@ -11,7 +11,7 @@ import { Octokit } from '@octokit/rest';
 import { retry } from '@octokit/plugin-retry';
 import { throttling } from '@octokit/plugin-throttling';
 import type { Logger } from '../../core/log.js';
-import type { Actor, AuditLog } from '../../core/audit.js';
+import type { Actor, AuditLog } from '../audit.js';
 import { ServiceError } from '../../core/errors.js';
 import type { WorkspaceService } from '../workspaces.js';
 import type { RepositoryPolicy, ParsedRepoUrl } from '../repos.js';

@@ -1,6 +1,6 @@
 /** Per-caller preferences (the active workspace). A caller is one bearer token. */
 import type { DB } from '../store/db.js';
-import { nowIso } from './clock.js';
+import { nowIso } from '../core/clock.js';
 
 export class PrincipalState {
   constructor(private readonly db: DB) {}

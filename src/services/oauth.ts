@@ -7,12 +7,21 @@
  * token revokes the whole grant (replay detection, OAuth 2.1 section 4.3.1).
  */
 import { createHash } from 'node:crypto';
-import type { DB } from '../../store/db.js';
-import { tx } from '../../store/db.js';
-import { safeEqual, sha256Hex } from '../../core/crypto.js';
-import { randomToken } from '../../core/ids.js';
-import { isoIn, nowIso } from '../../core/clock.js';
-import { accessFromScope, type Access } from '../toolsets.js';
+import type { DB } from '../store/db.js';
+import { tx } from '../store/db.js';
+import { safeEqual, sha256Hex } from '../core/crypto.js';
+import { randomToken } from '../core/ids.js';
+import { isoIn, nowIso } from '../core/clock.js';
+import { accessFromScope, type Access } from '../core/toolsets.js';
+
+/** The authorization server's paths (served by src/mcp/oauth/routes.ts; the consent page by src/dashboard/oauth.ts). */
+export const OAUTH_PATHS = {
+  authorize: '/oauth/authorize',
+  token: '/oauth/token',
+  register: '/oauth/register',
+  revoke: '/oauth/revoke',
+  consent: '/oauth/consent',
+};
 
 export const ACCESS_PREFIX = 'atla_';
 export const REFRESH_PREFIX = 'atlr_';

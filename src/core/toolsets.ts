@@ -5,8 +5,14 @@
  * sees and calls; the default is everything. Read-only exposes only tools badged readOnly, and the
  * registry enforces it on every call (a read-only caller naming a destructive tool is refused).
  */
-import type { AnyToolDef } from '../tools/define.js';
-import { ServiceError } from '../core/errors.js';
+import { ServiceError } from './errors.js';
+
+/** What access control reads of a tool definition (src/tools/define.ts): its name, domain and badges. */
+export interface ToolFacts {
+  name: string;
+  domain: string;
+  badges: readonly string[];
+}
 
 /** Toolset name → the spec domain (src/tools/define.ts `domain`) it covers. */
 export const TOOLSETS: Record<string, string> = {
@@ -104,12 +110,12 @@ export function intersect(a: Access, b: Access): Access {
   return { toolsets, readOnly: a.readOnly || b.readOnly };
 }
 
-export function toolsetOf(def: Pick<AnyToolDef, 'domain'>): string | undefined {
+export function toolsetOf(def: Pick<ToolFacts, 'domain'>): string | undefined {
   return Object.keys(TOOLSETS).find((k) => TOOLSETS[k] === def.domain);
 }
 
 /** Why `access` does not allow `def`, or null when it does. */
-export function accessProblem(access: Access, def: Pick<AnyToolDef, 'domain' | 'badges' | 'name'>): string | null {
+export function accessProblem(access: Access, def: ToolFacts): string | null {
   if (access.readOnly && !def.badges.includes('readOnly'))
     return `${def.name} changes state and this connection is read-only (token, OAuth grant or X-MCP-Readonly); use a token without --read-only`;
   if (access.toolsets !== null) {

@@ -4,27 +4,12 @@
  * different tools apart.
  */
 import type { DB } from '../store/db.js';
-import { sha256Hex } from './crypto.js';
-import { ServiceError } from './errors.js';
-import { isoIn, nowIso } from './clock.js';
+import { sha256Hex } from '../core/crypto.js';
+import { ServiceError } from '../core/errors.js';
+import { isoIn, nowIso } from '../core/clock.js';
+import { canonicalJson } from '../core/canonical-json.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000;
-
-/** Canonical JSON (sorted keys) so equal inputs hash equally whatever their key order. */
-export function canonicalJson(v: unknown): string {
-  if (v === null || typeof v !== 'object') return JSON.stringify(v) ?? 'null';
-  if (Array.isArray(v)) return '[' + v.map(canonicalJson).join(',') + ']';
-  const o = v as Record<string, unknown>;
-  return (
-    '{' +
-    Object.keys(o)
-      .filter((k) => o[k] !== undefined)
-      .sort()
-      .map((k) => JSON.stringify(k) + ':' + canonicalJson(o[k]))
-      .join(',') +
-    '}'
-  );
-}
 
 export interface IdemRecord {
   result: Record<string, unknown>;

@@ -1,7 +1,7 @@
 /** The audit log: who did what to what, with which outcome and why. Readable by the owner. */
 import type { DB } from '../store/db.js';
-import { newId } from './ids.js';
-import { nowIso } from './clock.js';
+import { newId } from '../core/ids.js';
+import { nowIso } from '../core/clock.js';
 
 export type AuditOutcome = 'ok' | 'refused' | 'failed';
 

@@ -6,10 +6,10 @@
  */
 import type { DB } from '../store/db.js';
 import { tx } from '../store/db.js';
-import { hashPassword, safeEqual, sha256Hex, verifyPassword } from './crypto.js';
-import { ServiceError } from './errors.js';
-import { newId, randomToken } from './ids.js';
-import { isoIn, nowIso } from './clock.js';
+import { hashPassword, safeEqual, sha256Hex, verifyPassword } from '../core/crypto.js';
+import { ServiceError } from '../core/errors.js';
+import { newId, randomToken } from '../core/ids.js';
+import { isoIn, nowIso } from '../core/clock.js';
 
 export const TOKEN_PREFIX = 'atl_';
 export const SESSION_TTL_MS = 12 * 3600 * 1000;
@@ -22,7 +22,7 @@ export interface TokenInfo {
   createdAt: string;
   lastUsedAt: string | null;
   revokedAt: string | null;
-  /** Toolsets the token is limited to (null: every toolset); see src/mcp/toolsets.ts. */
+  /** Toolsets the token is limited to (null: every toolset); see src/core/toolsets.ts. */
   toolsets: string[] | null;
   readOnly: boolean;
   allowInUrl: boolean;
