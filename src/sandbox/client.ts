@@ -12,7 +12,10 @@ import {
   encodeMessage,
   type DaemonErrorBody,
   type DaemonMessage,
+  type DaemonMethod,
+  type ParamsOf,
   type PingResult,
+  type ReplyOf,
 } from './daemon/protocol.js';
 
 export interface RequestOptions {
@@ -54,8 +57,15 @@ export class DaemonClient {
     this.cancelGraceMs = opts.cancelGraceMs ?? 10_000;
   }
 
-  /** Sends one request and resolves with its result. Daemon errors reject as ServiceError. */
-  async request<T>(method: string, params?: unknown, opts: RequestOptions = {}): Promise<T> {
+  /**
+   * Sends one request and resolves with its result. Daemon errors reject as ServiceError. The
+   * method name, its params and its reply are checked against DaemonMethods (protocol.ts).
+   */
+  async request<M extends DaemonMethod>(method: M, params: ParamsOf<M>, opts: RequestOptions = {}): Promise<ReplyOf<M>> {
+    return this.send<ReplyOf<M>>(method, params, opts);
+  }
+
+  private async send<T>(method: string, params: unknown, opts: RequestOptions): Promise<T> {
     opts.signal?.throwIfAborted();
     const socket = await this.connection();
     const id = this.nextId++;
@@ -70,7 +80,7 @@ export class DaemonClient {
         cleanup();
         reject(err);
       };
-      const sendCancel = (): void => this.send({ id: this.nextId++, method: 'cancel', params: { id } });
+      const sendCancel = (): void => this.write({ id: this.nextId++, method: 'cancel', params: { id } });
       let cancelError: unknown;
       const onAbort = (): void => {
         if (cancelError !== undefined) return;
@@ -102,7 +112,7 @@ export class DaemonClient {
   }
 
   ping(timeoutMs = 2_000): Promise<PingResult> {
-    return this.request<PingResult>('ping', undefined, { timeoutMs });
+    return this.request('ping', undefined, { timeoutMs });
   }
 
   /** Closes the connection; requests in flight fail with UNAVAILABLE. */
@@ -111,7 +121,7 @@ export class DaemonClient {
     this.socket = undefined;
   }
 
-  private send(msg: { id: number; method: string; params?: unknown }): void {
+  private write(msg: { id: number; method: string; params?: unknown }): void {
     if (this.socket && !this.socket.destroyed) this.socket.write(encodeMessage(msg));
   }
 

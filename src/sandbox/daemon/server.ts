@@ -10,6 +10,8 @@ import {
   LineSplitter,
   encodeMessage,
   type DaemonMessage,
+  type DaemonMethod,
+  type ReplyOf,
   type RequestId,
 } from './protocol.js';
 
@@ -26,6 +28,17 @@ export interface CallContext {
 
 export type MethodHandler = (params: unknown, ctx: CallContext) => unknown;
 export type MethodTable = Record<string, MethodHandler>;
+
+/**
+ * Handlers of some of the methods in protocol.ts's DaemonMethods: each must reply with its
+ * method's reply type. Params arrive as `unknown` (they come off a socket) and are validated by
+ * the handler. main.ts serves `Handlers<ServedMethod>`, so a declared method without a handler, or
+ * a handler replying with the wrong shape, does not compile.
+ */
+export type Handlers<K extends DaemonMethod> = { [M in K]: (params: unknown, ctx: CallContext) => ReplyOf<M> | Promise<ReplyOf<M>> };
+
+/** Every method but `cancel`, which the server answers itself. */
+export type ServedMethod = Exclude<DaemonMethod, 'cancel'>;
 
 /**
  * Listens on `socketPath` (replacing a stale socket file) and serves `methods`.
