@@ -8,7 +8,8 @@
 import { connect, type Socket } from 'node:net';
 import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
 import {
-  LineSplitter,
+  FrameReader,
+  decodeBody,
   encodeMessage,
   type DaemonErrorBody,
   type DaemonMessage,
@@ -155,16 +156,16 @@ export class DaemonClient {
 
   private attach(socket: Socket): void {
     this.socket = socket;
-    const splitter = new LineSplitter();
+    const reader = new FrameReader();
     socket.on('data', (chunk: Buffer) => {
-      let lines: string[];
+      let messages: Array<{ line: string; body?: Buffer }>;
       try {
-        lines = splitter.push(chunk);
+        messages = reader.push(chunk);
       } catch {
         socket.destroy();
         return;
       }
-      for (const line of lines) this.handle(line);
+      for (const m of messages) this.handle(m.line, m.body);
     });
     socket.on('error', () => socket.destroy());
     socket.on('close', () => {
@@ -174,7 +175,7 @@ export class DaemonClient {
     });
   }
 
-  private handle(line: string): void {
+  private handle(line: string, body?: Buffer): void {
     let msg: DaemonMessage;
     try {
       msg = JSON.parse(line) as DaemonMessage;
@@ -186,7 +187,11 @@ export class DaemonClient {
     if (!pending) return; // a reply to a cancel, or to a request that already gave up
     if ('event' in msg) pending.onEvent?.(msg.event, msg.data);
     else if ('error' in msg) pending.reject(toServiceError(msg.error));
-    else pending.resolve(msg.result);
+    else {
+      // A raw body (fs.read's content) is decoded once, here, into the field it belongs to.
+      if (body && msg.body && msg.result && typeof msg.result === 'object') (msg.result as Record<string, unknown>)[msg.body.field] = decodeBody(body, msg.body.encoding);
+      pending.resolve(msg.result);
+    }
   }
 }
 

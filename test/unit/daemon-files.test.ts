@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fileMethods } from '../../src/sandbox/daemon/files/index.js';
-import { DaemonError, type DaemonMethod, type ParamsOf, type ReplyOf } from '../../src/sandbox/daemon/protocol.js';
+import { DaemonError, FrameReader, ReplyWithBody, bodyHeader, type DaemonMethod, type ParamsOf, type ReplyOf } from '../../src/sandbox/daemon/protocol.js';
 import type { CallContext } from '../../src/sandbox/daemon/server.js';
 
 const sha = (s: string | Buffer) => createHash('sha256').update(s).digest('hex');
@@ -25,7 +25,9 @@ const ctx = (): CallContext => ({ signal: new AbortController().signal, emit: ()
 
 /** Calls one file method as the server would: params as plain data, reply type from the protocol. */
 async function call<M extends DaemonMethod & keyof typeof methods>(method: M, params: ParamsOf<M>): Promise<ReplyOf<M>> {
-  return (await methods[method](params, ctx())) as ReplyOf<M>;
+  const reply = await methods[method](params, ctx());
+  // fs.read sends its bytes as a raw body frame; decoded() is the reply as the runner's client sees it.
+  return (reply instanceof ReplyWithBody ? reply.decoded() : reply) as ReplyOf<M>;
 }
 
 /** The DaemonError a call fails with. */
@@ -259,5 +261,32 @@ describe('hostile paths', () => {
     writeFileSync(join(root, 'mib.txt'), 'a'.repeat(1_048_576 + 10));
     const r = await call('fs.read', { path: 'mib.txt', limit: 1_048_576 });
     expect(r).toMatchObject({ length: 1_048_576, eof: false, nextOffset: 1_048_576, size: 1_048_586 });
+  });
+});
+
+describe('body frames on the daemon socket', () => {
+  it('reassembles raw bodies and their reply lines whatever the chunking, and refuses oversized frames', () => {
+    const body = Buffer.from('x\n#42\n{"not":"a line"}\n' + 'é'.repeat(1000));
+    const wire = Buffer.concat([
+      Buffer.from('{"id":1,"event":"progress","data":{}}\n'),
+      Buffer.from(bodyHeader(body.length)),
+      body,
+      Buffer.from('{"id":2,"result":{"content":""},"body":{"field":"content","encoding":"utf-8"}}\n{"id":3,"result":null}\n'),
+      Buffer.from(bodyHeader(0)),
+      Buffer.from('{"id":4,"result":{}}\n'),
+    ]);
+    for (const size of [1, 2, 7, 64, wire.length]) {
+      const reader = new FrameReader();
+      const got: Array<{ line: string; body?: Buffer }> = [];
+      for (let i = 0; i < wire.length; i += size) got.push(...reader.push(wire.subarray(i, i + size)));
+      expect(got.map((m) => JSON.parse(m.line).id)).toEqual([1, 2, 3, 4]);
+      expect(got[1]!.body!.equals(body)).toBe(true);
+      expect(got[0]!.body).toBeUndefined();
+      expect(got[2]!.body).toBeUndefined();
+      expect(got[3]!.body!.length).toBe(0);
+    }
+    expect(() => new FrameReader(100).push(Buffer.from(bodyHeader(101)))).toThrow(/body frame/);
+    expect(() => new FrameReader().push(Buffer.from('#-1\n'))).toThrow(/body frame/);
+    expect(() => new FrameReader().push(Buffer.from('#12abc\n'))).toThrow(/body frame/);
   });
 });

@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { globToRegExp } from '../../src/sandbox/daemon/glob.js';
 import { analyseRepository } from '../../src/sandbox/daemon/overview/index.js';
-import { DaemonError, type DaemonMethod, type ParamsOf, type ReplyOf } from '../../src/sandbox/daemon/protocol.js';
+import { DaemonError, ReplyWithBody, type DaemonMethod, type ParamsOf, type ReplyOf } from '../../src/sandbox/daemon/protocol.js';
 import { workspaceFileMethods } from '../../src/sandbox/daemon/search/index.js';
 import type { CallContext } from '../../src/sandbox/daemon/server.js';
 
@@ -21,7 +21,9 @@ let methods: ReturnType<typeof workspaceFileMethods>;
 const ctx = (): CallContext => ({ signal: new AbortController().signal, emit: () => true, drained: async () => undefined });
 
 async function call<M extends DaemonMethod & keyof typeof methods>(method: M, params: ParamsOf<M>): Promise<ReplyOf<M>> {
-  return (await methods[method](params, ctx())) as ReplyOf<M>;
+  const reply = await methods[method](params, ctx());
+  // fs.read sends its bytes as a raw body frame; decoded() is the reply as the runner's client sees it.
+  return (reply instanceof ReplyWithBody ? reply.decoded() : reply) as ReplyOf<M>;
 }
 
 async function refusal<M extends DaemonMethod & keyof typeof methods>(method: M, params: ParamsOf<M>): Promise<DaemonError> {

@@ -8,14 +8,22 @@
  *          or {"id": 7, "error": {"code": "INVALID_ARGUMENT", "message": "...", "details": {}}}
  *
  * `data` is a base64 string for the byte-stream events (stdout, stderr) and a JSON object for
- * every other event. A request is cancelled with {"id": 8, "method": "cancel", "params": {"id": 7}};
+ * every other event.
+ *
+ * A reply may carry one body of raw bytes (a file's content), so that big content is never
+ * escaped into JSON, base64-inflated or parsed on this hop:
+ *
+ *   body      #1048576\n<1048576 raw bytes>{"id": 7, "result": {..., "content": ""}, "body": {"field": "content", "encoding": "utf-8"}}\n
+ *
+ * The `#<n>` line announces n bytes that belong to the next message; the client decodes them as
+ * `encoding` into result[field] (utf-8 text, or base64 for binary). Only the daemon sends bodies. A request is cancelled with {"id": 8, "method": "cancel", "params": {"id": 7}};
  * the cancelled request still gets exactly one reply (a partial result or a CANCELLED error).
  *
  * This module is shared by the daemon and the runner-side client, so it imports node built-ins only.
  */
 
-/** Bumped whenever the daemon's methods or message shapes change incompatibly (2: sandboxes with seccomp, a locked socket and the orphan bound; a runner replaces older ones at recovery). */
-export const DAEMON_VERSION = '2';
+/** Bumped whenever the daemon's methods or message shapes change incompatibly (2: sandboxes with seccomp, a locked socket and the orphan bound; 3: raw body frames for fs.read; a runner replaces older ones at recovery). */
+export const DAEMON_VERSION = '3';
 
 /** Longest accepted line, in bytes, in either direction. */
 export const MAX_LINE_BYTES = 32 * 1024 * 1024;
@@ -34,8 +42,14 @@ export interface DaemonErrorBody {
   details?: Record<string, unknown>;
 }
 
+/** Where a reply's raw body goes: result[field], decoded as encoding. */
+export interface BodySpec {
+  field: string;
+  encoding: 'utf-8' | 'base64';
+}
+
 export type DaemonReply =
-  | { id: RequestId; result: unknown }
+  | { id: RequestId; result: unknown; body?: BodySpec }
   | { id: RequestId | null; error: DaemonErrorBody };
 
 export interface DaemonEvent {
@@ -108,6 +122,94 @@ export class LineSplitter {
       this.pending.push(rest);
     }
     return lines;
+  }
+}
+
+/**
+ * A handler's reply whose `field` is sent as a raw body frame instead of inside the JSON line (the
+ * JSON carries the field as ''). `decoded()` gives the reply as the client sees it.
+ */
+export class ReplyWithBody<T extends object> {
+  constructor(
+    readonly result: T,
+    readonly field: keyof T & string,
+    readonly bytes: Buffer,
+    readonly encoding: BodySpec['encoding'],
+  ) {}
+
+  decoded(): T {
+    return { ...this.result, [this.field]: decodeBody(this.bytes, this.encoding) };
+  }
+}
+
+export function decodeBody(bytes: Buffer, encoding: BodySpec['encoding']): string {
+  return encoding === 'base64' ? bytes.toString('base64') : bytes.toString('utf8');
+}
+
+/** The header line of a body frame. */
+export function bodyHeader(bytes: number): string {
+  return `#${bytes}\n`;
+}
+
+/**
+ * Splits the daemon's output into messages: lines, each with the raw body announced just before it
+ * (see the module comment). Never holds more than maxBytes of an unfinished line or body; throws
+ * past it (the caller then drops the connection).
+ */
+export class FrameReader {
+  private readonly lines: LineSplitter;
+  private bodyWant = -1;
+  private bodyParts: Buffer[] = [];
+  private bodyHave = 0;
+  private body: Buffer | undefined;
+
+  constructor(private readonly maxBytes = MAX_LINE_BYTES) {
+    this.lines = new LineSplitter(maxBytes);
+  }
+
+  push(chunk: Buffer): Array<{ line: string; body?: Buffer }> {
+    const out: Array<{ line: string; body?: Buffer }> = [];
+    let rest: Buffer | undefined = chunk;
+    while (rest && rest.length > 0) {
+      if (this.bodyWant >= 0) {
+        const take = Math.min(this.bodyWant - this.bodyHave, rest.length);
+        this.bodyParts.push(rest.subarray(0, take));
+        this.bodyHave += take;
+        rest = rest.subarray(take);
+        if (this.bodyHave === this.bodyWant) {
+          this.body = this.bodyParts.length === 1 ? this.bodyParts[0]! : Buffer.concat(this.bodyParts, this.bodyHave);
+          this.bodyParts = [];
+          this.bodyWant = -1;
+        }
+        continue;
+      }
+      // Lines up to the next body header (a line starting with '#'), handled one at a time.
+      const nl = rest.indexOf(10);
+      if (nl === -1) {
+        for (const line of this.lines.push(rest)) out.push(this.take(line));
+        break;
+      }
+      for (const line of this.lines.push(rest.subarray(0, nl + 1))) {
+        if (line.startsWith('#')) {
+          const n = Number(line.slice(1));
+          if (!Number.isSafeInteger(n) || n < 0 || n > this.maxBytes) throw new Error('bad body frame');
+          this.bodyWant = n;
+          this.bodyHave = 0;
+          if (n === 0) {
+            this.body = Buffer.alloc(0);
+            this.bodyWant = -1;
+          }
+        } else out.push(this.take(line));
+      }
+      rest = rest.subarray(nl + 1);
+    }
+    return out;
+  }
+
+  private take(line: string): { line: string; body?: Buffer } {
+    const body = this.body;
+    this.body = undefined;
+    return body ? { line, body } : { line };
   }
 }
 

@@ -105,9 +105,8 @@ export function unpackContent(p: Record<string, unknown>): Record<string, unknow
 }
 
 /** The encoding rule: valid UTF-8 without NUL bytes is text, anything else base64. */
-export function encodeChunk(buf: Buffer): { encoding: 'utf-8' | 'base64'; content: string } {
-  if (buf.indexOf(0) === -1 && isUtf8(buf)) return { encoding: 'utf-8', content: buf.toString('utf8') };
-  return { encoding: 'base64', content: buf.toString('base64') };
+export function encodingOf(buf: Buffer): 'utf-8' | 'base64' {
+  return buf.indexOf(0) === -1 && isUtf8(buf) ? 'utf-8' : 'base64';
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-/** fs.read: a range of a regular file with the whole file's SHA-256 (cached), cut on a UTF-8 boundary. */
+/** fs.read: a range of a regular file with the whole file's SHA-256 (cached), cut on a UTF-8 boundary, its bytes sent as a raw body. */
 import { isUtf8 } from 'node:buffer';
 import { closeSync } from 'node:fs';
 import { FILE_LIMITS, conflict, intParam, invalid, modeString, obj } from './common.js';
-import { encodeChunk, hashFd, readRange, utf8Boundary } from './content.js';
+import { encodingOf, hashFd, readRange, utf8Boundary } from './content.js';
+import { ReplyWithBody } from '../protocol.js';
 import type { Handlers } from '../server.js';
 import type { FileContext } from './context.js';
 
@@ -36,8 +37,10 @@ export function readMethods(fc: FileContext): Handlers<'fs.read'> {
             end = offset + cut;
           }
         }
-        const { encoding, content } = encodeChunk(buf);
-        return {
+        // The bytes go to the runner as a raw body frame (protocol.ts): never escaped into JSON
+        // here nor parsed there; the runner decodes them once, as `encoding` says.
+        const encoding = encodingOf(buf);
+        return new ReplyWithBody({
           path: shown,
           realPath: f.rel,
           size,
@@ -46,10 +49,10 @@ export function readMethods(fc: FileContext): Handlers<'fs.read'> {
           offset,
           length: buf.length,
           encoding,
-          content,
+          content: '',
           eof: end >= size,
           nextOffset: end,
-        };
+        }, 'content', buf, encoding);
       } finally {
         closeSync(f.fd);
       }
