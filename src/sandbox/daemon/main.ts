@@ -41,7 +41,7 @@ async function main(): Promise<void> {
     ...ptyMethods({ workspaceRoot: values.workspace!, baseEnv }),
     // The root is the daemon's, never the caller's.
     overview: (params) => analyseRepository({ ...(params as OverviewOptions), root: values.workspace! }),
-    // fs.* and search.* (files.ts, search.ts): confined to the workspace root.
+    // fs.* and search.* (files/, search/): confined to the workspace root.
     ...(await import('./search/index.js')).workspaceFileMethods(values.workspace!),
   };
   await startServer(values.socket, methods, {

@@ -2,7 +2,7 @@
  * Search methods of the daemon: search.grep and search.references (ripgrep) and search.symbols (an
  * in-memory index of definitions built with Universal Ctags and kept fresh incrementally).
  *
- * Confinement (see files.ts and docs/files.md):
+ * Confinement (see ../files/confinement.ts and docs/files.md):
  *  - the search root is resolved like any file path, opened, and ripgrep runs with its working
  *    directory set to `/proc/<daemon pid>/fd/<fd>`, i.e. exactly the directory that was checked;
  *    ripgrep never follows symlinks while walking;
@@ -17,7 +17,9 @@
  * Searches run in child processes, so a long one never blocks other methods; results stop at
  * maxResults (ripgrep is killed at once), and a cancelled request kills its ripgrep.
  *
- * Imports node built-ins and sibling daemon files only.
+ * Modules: grep.ts (ripgrep runs and their verification), symbols.ts (the index), ctags.ts (the
+ * ctags workers), common.ts (limits, parameters, search roots). Imports node built-ins and sibling
+ * daemon files only.
  */
 import { Confinement, FILE_LIMITS, fileMethods } from '../files/index.js';
 import type { CallContext, Handlers } from '../server.js';
