@@ -9,7 +9,9 @@ import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DaemonClient } from '../../src/sandbox/client.js';
 import { fileMethods } from '../../src/sandbox/daemon/files/index.js';
+import { startServer } from '../../src/sandbox/daemon/server.js';
 import { DaemonError, FrameReader, ReplyWithBody, bodyHeader, type DaemonMethod, type ParamsOf, type ReplyOf } from '../../src/sandbox/daemon/protocol.js';
 import type { CallContext } from '../../src/sandbox/daemon/server.js';
 
@@ -288,5 +290,36 @@ describe('body frames on the daemon socket', () => {
     expect(() => new FrameReader(100).push(Buffer.from(bodyHeader(101)))).toThrow(/body frame/);
     expect(() => new FrameReader().push(Buffer.from('#-1\n'))).toThrow(/body frame/);
     expect(() => new FrameReader().push(Buffer.from('#12abc\n'))).toThrow(/body frame/);
+  });
+});
+
+describe('fs.read over the daemon socket', () => {
+  it('delivers text and binary bodies byte for byte to the runner client, interleaved with other replies', async () => {
+    const text = ('0123456789abcdef'.repeat(4) + '\n').repeat(16384).slice(0, 1_048_576);
+    const bin = Buffer.alloc(1_048_576);
+    for (let i = 0; i < bin.length; i++) bin[i] = (i * 7919) & 0xff;
+    writeFileSync(join(root, 'big.txt'), text);
+    writeFileSync(join(root, 'big.bin'), bin);
+    const server = await startServer(join(base, 'd.sock'), methods);
+    const client = new DaemonClient(join(base, 'd.sock'));
+    try {
+      const [t, b, l, missing, small] = await Promise.all([
+        client.request('fs.read', { path: 'big.txt', limit: 1_048_576 }),
+        client.request('fs.read', { path: 'big.bin', limit: 1_048_576 }),
+        client.request('fs.list', { path: '.' }),
+        client.request('fs.read', { path: 'nope.txt' }).catch((e: unknown) => e),
+        client.request('fs.read', { path: 'big.txt', offset: 1_048_570, limit: 3 }),
+      ]);
+      expect(t).toMatchObject({ encoding: 'utf-8', length: 1_048_576, sha256: sha(text) });
+      expect(t.content === text).toBe(true);
+      expect(b.encoding).toBe('base64');
+      expect(Buffer.from(b.content, 'base64').equals(bin)).toBe(true);
+      expect(l.entries.map((e) => e.name)).toEqual(['big.bin', 'big.txt']);
+      expect(missing).toMatchObject({ code: 'NOT_FOUND' });
+      expect(small).toMatchObject({ content: text.slice(1_048_570, 1_048_573), length: 3 });
+    } finally {
+      client.close();
+      await new Promise((r) => server.close(r));
+    }
   });
 });
