@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { globToRegExp } from '../../src/sandbox/daemon/glob.js';
+import { compileGlob, globToRegExp } from '../../src/sandbox/daemon/glob.js';
 import { analyseRepository } from '../../src/sandbox/daemon/overview/index.js';
 import { DaemonError, ReplyWithBody, type DaemonMethod, type ParamsOf, type ReplyOf } from '../../src/sandbox/daemon/protocol.js';
 import { workspaceFileMethods } from '../../src/sandbox/daemon/search/index.js';
@@ -75,6 +75,41 @@ describe('the glob dialect', () => {
     expect(m('a\\*b', 'a*b')).toBe(true);
     expect(m('a\\*b', 'axb')).toBe(false);
     expect(m('a.b', 'axb')).toBe(false);
+  });
+
+  it('has one meaning whichever compiler: the backtracking-free matcher agrees with the RegExp form', () => {
+    const m = (glob: string, path: string) => compileGlob(glob).test(path);
+    expect(m('**/*.ts', 'src/x/y/a.ts')).toBe(true);
+    expect(m('*.ts', 'src/a.ts')).toBe(false);
+    expect(m('docs/**', 'docs')).toBe(false);
+    expect(m('docs/**', 'docs/a/b.md')).toBe(true);
+    expect(m('**', 'a/b')).toBe(true);
+    expect(m('a/**/b', 'a/b')).toBe(true);
+    expect(m('[a-c]x', 'bx')).toBe(true);
+    expect(m('[!a-c]x', 'bx')).toBe(false);
+    expect(m('a\\*b', 'a*b')).toBe(true);
+    // Random short patterns and paths over a small alphabet: both compilers give the same answer.
+    let seed = 42;
+    const rnd = (n: number) => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) % n);
+    const atoms = ['a', 'b', '*', '?', '/', '**/', '[ab]', '[a-b]', '**'];
+    let compared = 0;
+    for (let i = 0; i < 3000; i++) {
+      const glob = Array.from({ length: 1 + rnd(6) }, () => atoms[rnd(atoms.length)]).join('');
+      if (glob.includes('//') || glob.startsWith('/') || glob.endsWith('/')) continue;
+      const path = Array.from({ length: 1 + rnd(4) }, () => Array.from({ length: 1 + rnd(3) }, () => 'ab'[rnd(2)]).join('')).join('/');
+      expect([glob, path, compileGlob(glob).test(path)]).toEqual([glob, path, globToRegExp(glob).test(path)]);
+      compared++;
+    }
+    expect(compared).toBeGreaterThan(1000);
+  });
+
+  it('matches hostile .gitignore-style patterns in bounded time (no backtracking blow-up)', () => {
+    const started = Date.now();
+    const nested = compileGlob('*a'.repeat(60) + '*b');
+    expect(nested.test('a'.repeat(250))).toBe(false);
+    const deep = compileGlob('**/'.repeat(200) + '*a*a*a*a*a*a*a*a*b');
+    expect(deep.test(('a'.repeat(30) + '/').repeat(60) + 'a'.repeat(200))).toBe(false);
+    expect(Date.now() - started).toBeLessThan(2000);
   });
 
   it('compiles hostile patterns in linear time', () => {

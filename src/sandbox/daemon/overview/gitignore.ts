@@ -1,5 +1,5 @@
 /** The root .gitignore (its patterns compiled with the daemon's one glob dialect, ../glob.ts). */
-import { globToRegExp } from '../glob.js';
+import { compileGlob, type GlobMatcher } from '../glob.js';
 import { OVERVIEW_LIMITS } from './rules.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -7,7 +7,7 @@ import { OVERVIEW_LIMITS } from './rules.js';
 // ---------------------------------------------------------------------------------------------
 
 export interface IgnoreRule {
-  re: RegExp;
+  re: GlobMatcher;
   negate: boolean;
   dirOnly: boolean;
 }
@@ -43,7 +43,7 @@ export function parseGitignore(text: string): IgnoreRule[] {
     if (line.startsWith('/')) line = line.replace(/^\/+/, '');
     if (line === '') continue;
     try {
-      rules.push({ re: globToRegExp(anchored ? line : `**/${line}`), negate, dirOnly });
+      rules.push({ re: compileGlob(anchored ? line : `**/${line}`), negate, dirOnly });
     } catch {
       // A pattern that does not compile is ignored.
     }

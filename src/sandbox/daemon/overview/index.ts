@@ -33,7 +33,7 @@ import { detectTestCommands } from './test-commands.js';
 import { discoverSkills } from './skills.js';
 
 export * from './rules.js';
-export { globToRegExp } from '../glob.js';
+export { compileGlob, globToRegExp } from '../glob.js';
 export { parseGitignore } from './gitignore.js';
 export { justRecipes, makeTargets, taskfileTasks } from './test-commands.js';
 export { SKILL_ROOTS, parseFrontMatter } from './skills.js';

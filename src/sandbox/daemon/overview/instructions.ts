@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto';
 import { closeSync } from 'node:fs';
 import { CLIENT_PROFILES, CONCRETE_PROFILES, OVERVIEW_LIMITS, type ConcreteProfile, type InstructionFile, type Ctx, type ValidOptions } from './rules.js';
-import { GLOB_CHARS, globToRegExp } from '../glob.js';
+import { GLOB_CHARS, compileGlob, type GlobMatcher } from '../glob.js';
 import { lstatInside, openInside, readAt, utf8Boundary, truncateUtf8, decoder } from './access.js';
 import { walkSubtree } from './walk.js';
 
@@ -16,11 +16,11 @@ export interface PatternPlan {
   /** Basenames honoured at any depth ("**\/NAME"), found by the main walk. */
   nestedNames: Set<string>;
   /** Patterns with a fixed directory prefix, found by walking under the prefix. */
-  prefixed: Array<{ prefix: string; re: RegExp }>;
+  prefixed: Array<{ prefix: string; re: GlobMatcher }>;
   /** Any other pattern, tested against every walked path. */
-  general: RegExp[];
+  general: GlobMatcher[];
   /** Compiled patterns of every concrete profile, to fill in `profiles`. */
-  byProfile: Array<{ profile: ConcreteProfile; patterns: Array<{ re: RegExp; repoWide: boolean }> }>;
+  byProfile: Array<{ profile: ConcreteProfile; patterns: Array<{ re: GlobMatcher; repoWide: boolean }> }>;
 }
 
 export function planPatterns(selected: readonly ConcreteProfile[]): PatternPlan {
@@ -28,7 +28,7 @@ export function planPatterns(selected: readonly ConcreteProfile[]): PatternPlan 
   const seen = new Set<string>();
   for (const profile of CONCRETE_PROFILES) {
     const patterns = CLIENT_PROFILES[profile].instructionFiles.map((p) => ({
-      re: globToRegExp(p),
+      re: compileGlob(p),
       // "**/NAME" patterns are directory-scoped once nested; everything else applies repository-wide.
       repoWide: !p.startsWith('**/'),
     }));
@@ -43,8 +43,8 @@ export function planPatterns(selected: readonly ConcreteProfile[]): PatternPlan 
       else if (firstGlob === 0 && segs[0] === '**' && segs.length === 2 && !GLOB_CHARS.test(segs[1]!)) {
         plan.nestedNames.add(segs[1]!);
         plan.fixed.add(segs[1]!);
-      } else if (firstGlob > 0) plan.prefixed.push({ prefix: segs.slice(0, firstGlob).join('/'), re: globToRegExp(p) });
-      else plan.general.push(globToRegExp(p));
+      } else if (firstGlob > 0) plan.prefixed.push({ prefix: segs.slice(0, firstGlob).join('/'), re: compileGlob(p) });
+      else plan.general.push(compileGlob(p));
     }
   }
   return plan;
@@ -61,7 +61,7 @@ export async function collectInstructions(
     const st = lstatInside(ctx, rel);
     if (st && (st.isFile() || st.isSymbolicLink())) candidates.add(rel);
   }
-  const byPrefix = new Map<string, RegExp[]>();
+  const byPrefix = new Map<string, GlobMatcher[]>();
   for (const { prefix, re } of plan.prefixed) byPrefix.set(prefix, [...(byPrefix.get(prefix) ?? []), re]);
   for (const [prefix, res] of byPrefix) {
     await walkSubtree(ctx, prefix, (e) => {
