@@ -49,7 +49,7 @@ import { ServiceError } from '../core/errors.js';
 import { CgroupManager, type SandboxCgroup } from './cgroups.js';
 import { DaemonClient } from './client.js';
 import { HeadTailCapture } from './daemon/output.js';
-import { DAEMON_VERSION, type ExecParams, type ExecResult, type ExecStarted } from './daemon/protocol.js';
+import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type ParamsOf, type ReplyOf } from './daemon/protocol.js';
 import type {
   EphemeralBind,
   EphemeralSpec,
@@ -228,14 +228,14 @@ export class BwrapExecutor implements Executor {
     return handle;
   }
 
-  request<T>(
+  request<M extends DaemonMethod>(
     h: SandboxHandle,
-    method: string,
-    params: unknown,
+    method: M,
+    params: ParamsOf<M>,
     opts: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void } = {},
-  ): Promise<T> {
+  ): Promise<ReplyOf<M>> {
     if (method === 'exec' || method === 'release') throw new ServiceError('INVALID_ARGUMENT', `use exec() for ${method}: it places the command in its cgroup`);
-    return this.client(h).request<T>(method, params, opts);
+    return this.client(h).request(method, params, opts);
   }
 
   async exec(
@@ -281,7 +281,7 @@ export class BwrapExecutor implements Executor {
     const safetyMs = (req.timeoutMs ?? 60_000) + (req.killGraceMs ?? 0) + 30_000;
     let result: ExecResult | undefined;
     try {
-      result = await client.request<ExecResult>('exec', params, { onEvent, signal, timeoutMs: safetyMs });
+      result = await client.request('exec', params, { onEvent, signal, timeoutMs: safetyMs });
     } finally {
       await placement;
       if (cg && execGroup) {
@@ -616,7 +616,11 @@ export class BwrapExecutor implements Executor {
    * install path appears in the sandbox's /proc/self/mountinfo.
    */
   private optData(p: RunPaths, withNodump: boolean): { source: string; target: string }[] {
-    this.daemonFiles ??= readdirSync(this.daemonDir).filter((f) => f.endsWith('.js'));
+    // The daemon's modules, its subdirectories (files/, search/, overview/) included; shallower first
+    // so that each directory is made before the ones inside it.
+    this.daemonFiles ??= (readdirSync(this.daemonDir, { recursive: true }) as string[])
+      .filter((f) => f.endsWith('.js'))
+      .sort((a, b) => a.split('/').length - b.split('/').length || (a < b ? -1 : a > b ? 1 : 0));
     return [
       { source: path.join(p.opt, 'package.json'), target: `${IN_OPT}/package.json` },
       { source: path.join(p.opt, 'env.json'), target: `${IN_OPT}/env.json` },

@@ -8,11 +8,15 @@
 import { connect, type Socket } from 'node:net';
 import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
 import {
-  LineSplitter,
+  FrameReader,
+  decodeBody,
   encodeMessage,
   type DaemonErrorBody,
   type DaemonMessage,
+  type DaemonMethod,
+  type ParamsOf,
   type PingResult,
+  type ReplyOf,
 } from './daemon/protocol.js';
 
 export interface RequestOptions {
@@ -54,8 +58,15 @@ export class DaemonClient {
     this.cancelGraceMs = opts.cancelGraceMs ?? 10_000;
   }
 
-  /** Sends one request and resolves with its result. Daemon errors reject as ServiceError. */
-  async request<T>(method: string, params?: unknown, opts: RequestOptions = {}): Promise<T> {
+  /**
+   * Sends one request and resolves with its result. Daemon errors reject as ServiceError. The
+   * method name, its params and its reply are checked against DaemonMethods (protocol.ts).
+   */
+  async request<M extends DaemonMethod>(method: M, params: ParamsOf<M>, opts: RequestOptions = {}): Promise<ReplyOf<M>> {
+    return this.send<ReplyOf<M>>(method, params, opts);
+  }
+
+  private async send<T>(method: string, params: unknown, opts: RequestOptions): Promise<T> {
     opts.signal?.throwIfAborted();
     const socket = await this.connection();
     const id = this.nextId++;
@@ -70,7 +81,7 @@ export class DaemonClient {
         cleanup();
         reject(err);
       };
-      const sendCancel = (): void => this.send({ id: this.nextId++, method: 'cancel', params: { id } });
+      const sendCancel = (): void => this.write({ id: this.nextId++, method: 'cancel', params: { id } });
       let cancelError: unknown;
       const onAbort = (): void => {
         if (cancelError !== undefined) return;
@@ -102,7 +113,7 @@ export class DaemonClient {
   }
 
   ping(timeoutMs = 2_000): Promise<PingResult> {
-    return this.request<PingResult>('ping', undefined, { timeoutMs });
+    return this.request('ping', undefined, { timeoutMs });
   }
 
   /** Closes the connection; requests in flight fail with UNAVAILABLE. */
@@ -111,7 +122,7 @@ export class DaemonClient {
     this.socket = undefined;
   }
 
-  private send(msg: { id: number; method: string; params?: unknown }): void {
+  private write(msg: { id: number; method: string; params?: unknown }): void {
     if (this.socket && !this.socket.destroyed) this.socket.write(encodeMessage(msg));
   }
 
@@ -145,16 +156,16 @@ export class DaemonClient {
 
   private attach(socket: Socket): void {
     this.socket = socket;
-    const splitter = new LineSplitter();
+    const reader = new FrameReader();
     socket.on('data', (chunk: Buffer) => {
-      let lines: string[];
+      let messages: Array<{ line: string; body?: Buffer }>;
       try {
-        lines = splitter.push(chunk);
+        messages = reader.push(chunk);
       } catch {
         socket.destroy();
         return;
       }
-      for (const line of lines) this.handle(line);
+      for (const m of messages) this.handle(m.line, m.body);
     });
     socket.on('error', () => socket.destroy());
     socket.on('close', () => {
@@ -164,7 +175,7 @@ export class DaemonClient {
     });
   }
 
-  private handle(line: string): void {
+  private handle(line: string, body?: Buffer): void {
     let msg: DaemonMessage;
     try {
       msg = JSON.parse(line) as DaemonMessage;
@@ -176,7 +187,11 @@ export class DaemonClient {
     if (!pending) return; // a reply to a cancel, or to a request that already gave up
     if ('event' in msg) pending.onEvent?.(msg.event, msg.data);
     else if ('error' in msg) pending.reject(toServiceError(msg.error));
-    else pending.resolve(msg.result);
+    else {
+      // A raw body (fs.read's content) is decoded once, here, into the field it belongs to.
+      if (body && msg.body && msg.result && typeof msg.result === 'object') (msg.result as Record<string, unknown>)[msg.body.field] = decodeBody(body, msg.body.encoding);
+      pending.resolve(msg.result);
+    }
   }
 }
 

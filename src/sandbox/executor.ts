@@ -5,7 +5,7 @@
  * Handles are plain data ({ id, socketPath, pid }) so they can be stored and survive a runner
  * restart; `recover(spec)` turns a spec back into a live handle when the sandbox is still running.
  */
-import type { ExecResult } from './daemon/protocol.js';
+import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from './daemon/protocol.js';
 
 export type { ExecResult } from './daemon/protocol.js';
 
@@ -135,5 +135,5 @@ export interface Executor {
    * Calls any other daemon method (files, search, overview, PTYs as they are added); daemon errors
    * reject as ServiceError with the daemon's code.
    */
-  request<T>(h: SandboxHandle, method: string, params: unknown, opts?: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void }): Promise<T>;
+  request<M extends DaemonMethod>(h: SandboxHandle, method: M, params: ParamsOf<M>, opts?: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void }): Promise<ReplyOf<M>>;
 }

@@ -18,6 +18,7 @@ import type { AuditLog, Actor } from './audit.js';
 import { ServiceError, errorEnvelope, toErrorBody } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import type { Executor } from '../sandbox/executor.js';
+import type { ClientProfile } from '../sandbox/daemon/protocol.js';
 import type { GatewayClient } from './gateway-client.js';
 import type { SpendService } from './spend.js';
 import type { ModelService } from './models.js';
@@ -496,7 +497,7 @@ export class AgentService {
   private async repositoryContext(row: Row): Promise<string> {
     if (row.repository_context === 'none') return '';
     const h = await this.deps.workspaces.activeHandle(row.workspace_id);
-    const ov = (await this.deps.executor.request(h, 'overview', { root: '/workspace', clientProfile: row.repository_context, include: ['instructions'], contentMode: 'excerpt', maxBytes: 32768 }, { timeoutMs: 15_000 })) as {
+    const ov = (await this.deps.executor.request(h, 'overview', { root: '/workspace', clientProfile: row.repository_context as ClientProfile, include: ['instructions'], contentMode: 'excerpt', maxBytes: 32768 }, { timeoutMs: 15_000 })) as {
       instructions?: Array<{ path: string; excerpt?: string; truncated?: boolean }>;
     };
     return (ov.instructions ?? [])

@@ -354,7 +354,7 @@ export class CommandService {
       if (existing) return { ...this.describeTerm(existing), reattached: true };
     }
     const h = await this.deps.workspaces.activeHandle(workspaceId);
-    const pty = await this.deps.executor.request<{ ptyId: string }>(h, 'pty.open', { cwd }, { timeoutMs: 15_000 });
+    const pty = await this.deps.executor.request(h, 'pty.open', { cwd }, { timeoutMs: 15_000 });
     const id = newId(kind === 'shell' ? 'shell' : 'session');
     this.deps.db
       .prepare("INSERT INTO terminals (id, workspace_id, kind, name, cwd, state, pty_id, created_at) VALUES (?, ?, ?, ?, ?, 'open', ?, ?)")
@@ -370,7 +370,7 @@ export class CommandService {
     const h = await this.deps.workspaces.activeHandle(workspaceId);
     let res: { output: string; cursor: number; droppedBytes: number; exited: boolean; exitCode: number | null; more: boolean };
     try {
-      res = await this.deps.executor.request(h, 'pty.io', { ptyId: r.pty_id, input, cursor: from?.o, waitMs }, { signal, timeoutMs: waitMs + 15_000 });
+      res = await this.deps.executor.request(h, 'pty.io', { ptyId: r.pty_id as string, input, cursor: from?.o, waitMs }, { signal, timeoutMs: waitMs + 15_000 });
     } catch (e) {
       if (e instanceof ServiceError && e.code === 'NOT_FOUND') {
         this.endTerminal(id, 'interrupted', 'the terminal ended with its sandbox (the workspace expired, was resumed or the service restarted)');
@@ -399,7 +399,7 @@ export class CommandService {
     if (r.state !== 'open') return { ...this.describeTerm(r), alreadyClosed: true };
     try {
       const h = await this.deps.workspaces.activeHandle(workspaceId);
-      await this.deps.executor.request(h, 'pty.close', { ptyId: r.pty_id }, { timeoutMs: 10_000 });
+      await this.deps.executor.request(h, 'pty.close', { ptyId: r.pty_id as string }, { timeoutMs: 10_000 });
     } catch (e) {
       this.deps.log.debug({ err: e, id }, 'terminal close: sandbox gone');
     }

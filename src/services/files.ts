@@ -10,6 +10,7 @@
 import { createHash } from 'node:crypto';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
+import type { DaemonMethod, GrepReply, ParamsOf, ReplyOf } from '../sandbox/daemon/protocol.js';
 import type { Executor } from '../sandbox/executor.js';
 import type { WorkspaceService } from './workspaces.js';
 
@@ -28,39 +29,6 @@ const SEARCH_TIMEOUT_MS = 110_000;
 /** The first symbols_search of a large workspace builds the index; give it time. */
 const SYMBOLS_TIMEOUT_MS = 280_000;
 
-interface ReadReply {
-  path: string;
-  realPath: string;
-  size: number;
-  sha256: string;
-  mode: string;
-  offset: number;
-  length: number;
-  encoding: 'utf-8' | 'base64';
-  content: string;
-  eof: boolean;
-  nextOffset: number;
-}
-
-interface ListReply {
-  path: string;
-  entries: Array<Record<string, unknown>>;
-  total: number;
-  nextIndex: number;
-  last: string | null;
-  hasMore: boolean;
-}
-
-interface GrepReply {
-  path: string;
-  results: Array<Record<string, unknown>>;
-  count: number;
-  skippedLongLines?: number;
-  truncated: boolean;
-  timedOut: boolean;
-  durationMs: number;
-}
-
 /** A workspace path as the daemon reads it: '.' segments and empty segments dropped. */
 function normalize(p: string): string {
   return p.split('/').filter((s) => s !== '' && s !== '.').join('/') || '.';
@@ -74,18 +42,18 @@ export class FileService {
     return createHash('sha256').update(`${workspaceId}\0${normalize(path)}`).digest().subarray(0, 9).toString('base64url');
   }
 
-  private async call<T>(
+  private async call<M extends DaemonMethod>(
     tool: string,
     workspaceId: string,
-    method: string,
-    params: Record<string, unknown>,
+    method: M,
+    params: ParamsOf<M>,
     signal: AbortSignal | undefined,
     timeoutMs = FS_TIMEOUT_MS,
     onEvent?: (event: string, data: unknown) => void,
-  ): Promise<T> {
+  ): Promise<ReplyOf<M>> {
     const h = await this.deps.workspaces.activeHandle(workspaceId);
     try {
-      return await this.deps.executor.request<T>(h, method, params, { signal, timeoutMs, onEvent });
+      return await this.deps.executor.request(h, method, params, { signal, timeoutMs, onEvent });
     } catch (err) {
       if (err instanceof ServiceError) {
         const { daemonCode: _drop, ...details } = err.details;
@@ -104,7 +72,7 @@ export class FileService {
       if (typeof s.a === 'string') params.after = s.a;
       else params.index = s.i ?? 0;
     }
-    const r = await this.call<ListReply>('files_list', workspaceId, 'fs.list', params, signal);
+    const r = await this.call('files_list', workspaceId, 'fs.list', params, signal);
     let nextCursor: string | null = null;
     if (r.hasMore) {
       // After the last name returned (stable when entries come and go); by position when the name
@@ -135,7 +103,7 @@ export class FileService {
       expect = s.h;
     }
     const limit = a.readAll ? READ_LIMIT : a.limit;
-    const r = await this.call<ReadReply>('files_read', workspaceId, 'fs.read', { path: a.path, offset, limit, expectSha256Prefix: expect }, signal);
+    const r = await this.call('files_read', workspaceId, 'fs.read', { path: a.path, offset, limit, expectSha256Prefix: expect }, signal);
     const nextCursor = r.eof ? null : this.deps.cursors.encode('files_read', { k: key, o: r.nextOffset, h: r.sha256.slice(0, 16) });
     const out: Record<string, unknown> = {
       path: r.path,
@@ -185,7 +153,7 @@ export class FileService {
   }
 
   async grep(workspaceId: string, a: { pattern: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const r = await this.call<GrepReply>(
+    const r = await this.call(
       'grep_search',
       workspaceId,
       'search.grep',
@@ -203,7 +171,7 @@ export class FileService {
     signal?: AbortSignal,
     progress?: (progress: number, total?: number, message?: string) => void,
   ): Promise<Record<string, unknown>> {
-    const r = await this.call<Record<string, unknown>>(
+    const r = await this.call(
       'symbols_search',
       workspaceId,
       'search.symbols',
@@ -219,7 +187,7 @@ export class FileService {
   }
 
   async references(workspaceId: string, a: { symbol: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const r = await this.call<GrepReply>(
+    const r = await this.call(
       'symbols_references',
       workspaceId,
       'search.references',

@@ -22,6 +22,7 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { nowIso } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
+import type { ClientProfile, OverviewSection } from '../sandbox/daemon/protocol.js';
 import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
 import { ensureWorkspaceDisk, releaseWorkspaceDisk } from '../sandbox/disk.js';
 import type { EgressDecision } from '../sandbox/egress.js';
@@ -501,8 +502,8 @@ export class WorkspaceService {
     const [name, email] = ident.stdout.split('---').map((x) => x.trim());
     const overview = (await this.deps.executor.request(h, 'overview', {
       root: '/workspace',
-      clientProfile: a.clientProfile,
-      include: a.include,
+      clientProfile: a.clientProfile as ClientProfile,
+      include: a.include as OverviewSection[],
       contentMode: a.contentMode,
       maxBytes: a.maxBytes,
     }, { signal, timeoutMs: 30_000 })) as Record<string, unknown>;

@@ -14,7 +14,7 @@ import {
   taskfileTasks,
   type ClientProfile,
   type OverviewOptions,
-} from '../../src/sandbox/daemon/overview.js';
+} from '../../src/sandbox/daemon/overview/index.js';
 import { DaemonError } from '../../src/sandbox/daemon/protocol.js';
 
 const dirs: string[] = [];

@@ -18,7 +18,7 @@ import path from 'node:path';
 import { HeadTailCapture } from './output.js';
 import { signalTree } from './proc.js';
 import { DaemonError, type ExecParams, type ExecResult, type ExecStarted } from './protocol.js';
-import type { CallContext, MethodTable } from './server.js';
+import type { CallContext, Handlers } from './server.js';
 
 const DEFAULT_TIMEOUT_MS = 60_000;
 const MAX_TIMEOUT_MS = 86_400_000;
@@ -57,7 +57,7 @@ export interface ExecOptions {
   baseEnv: Record<string, string>;
 }
 
-export function execMethods(opts: ExecOptions): MethodTable {
+export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'kill'> {
   const running = new Map<string, RunningExec>();
   const shell = existsSync('/bin/bash') ? '/bin/bash' : '/bin/sh';
   let seq = 0;

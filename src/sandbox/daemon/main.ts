@@ -15,9 +15,9 @@ import { startEgressBridge } from './bridge.js';
 import { readEnvFile } from './env.js';
 import { execMethods } from './exec.js';
 import { ptyMethods } from './pty.js';
-import { analyseRepository, type OverviewOptions } from './overview.js';
+import { analyseRepository, type OverviewOptions } from './overview/index.js';
 import { DAEMON_VERSION, type PingResult } from './protocol.js';
-import { startServer, type MethodTable } from './server.js';
+import { startServer, type Handlers, type ServedMethod } from './server.js';
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -35,14 +35,14 @@ async function main(): Promise<void> {
   const baseEnv = values['env-file'] ? readEnvFile(values['env-file']) : {};
 
   process.umask(0o077);
-  const methods: MethodTable = {
+  const methods: Handlers<ServedMethod> = {
     ping: (): PingResult => ({ pid: process.pid, uid: process.getuid?.() ?? -1, version: DAEMON_VERSION }),
     ...execMethods({ workspaceRoot: values.workspace, baseEnv }),
     ...ptyMethods({ workspaceRoot: values.workspace!, baseEnv }),
     // The root is the daemon's, never the caller's.
     overview: (params) => analyseRepository({ ...(params as OverviewOptions), root: values.workspace! }),
-    // fs.* and search.* (files.ts, search.ts): confined to the workspace root.
-    ...(await import('./search.js')).workspaceFileMethods(values.workspace!),
+    // fs.* and search.* (files/, search/): confined to the workspace root.
+    ...(await import('./search/index.js')).workspaceFileMethods(values.workspace!),
   };
   await startServer(values.socket, methods, {
     orphanGraceMs: Number(values['orphan-grace-ms']),

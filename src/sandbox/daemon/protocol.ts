@@ -8,14 +8,22 @@
  *          or {"id": 7, "error": {"code": "INVALID_ARGUMENT", "message": "...", "details": {}}}
  *
  * `data` is a base64 string for the byte-stream events (stdout, stderr) and a JSON object for
- * every other event. A request is cancelled with {"id": 8, "method": "cancel", "params": {"id": 7}};
+ * every other event.
+ *
+ * A reply may carry one body of raw bytes (a file's content), so that big content is never
+ * escaped into JSON, base64-inflated or parsed on this hop:
+ *
+ *   body      #1048576\n<1048576 raw bytes>{"id": 7, "result": {..., "content": ""}, "body": {"field": "content", "encoding": "utf-8"}}\n
+ *
+ * The `#<n>` line announces n bytes that belong to the next message; the client decodes them as
+ * `encoding` into result[field] (utf-8 text, or base64 for binary). Only the daemon sends bodies. A request is cancelled with {"id": 8, "method": "cancel", "params": {"id": 7}};
  * the cancelled request still gets exactly one reply (a partial result or a CANCELLED error).
  *
  * This module is shared by the daemon and the runner-side client, so it imports node built-ins only.
  */
 
-/** Bumped whenever the daemon's methods or message shapes change incompatibly (2: sandboxes with seccomp, a locked socket and the orphan bound; a runner replaces older ones at recovery). */
-export const DAEMON_VERSION = '2';
+/** Bumped whenever the daemon's methods or message shapes change incompatibly (2: sandboxes with seccomp, a locked socket and the orphan bound; 3: raw body frames for fs.read; a runner replaces older ones at recovery). */
+export const DAEMON_VERSION = '3';
 
 /** Longest accepted line, in bytes, in either direction. */
 export const MAX_LINE_BYTES = 32 * 1024 * 1024;
@@ -34,8 +42,14 @@ export interface DaemonErrorBody {
   details?: Record<string, unknown>;
 }
 
+/** Where a reply's raw body goes: result[field], decoded as encoding. */
+export interface BodySpec {
+  field: string;
+  encoding: 'utf-8' | 'base64';
+}
+
 export type DaemonReply =
-  | { id: RequestId; result: unknown }
+  | { id: RequestId; result: unknown; body?: BodySpec }
   | { id: RequestId | null; error: DaemonErrorBody };
 
 export interface DaemonEvent {
@@ -111,6 +125,94 @@ export class LineSplitter {
   }
 }
 
+/**
+ * A handler's reply whose `field` is sent as a raw body frame instead of inside the JSON line (the
+ * JSON carries the field as ''). `decoded()` gives the reply as the client sees it.
+ */
+export class ReplyWithBody<T extends object> {
+  constructor(
+    readonly result: T,
+    readonly field: keyof T & string,
+    readonly bytes: Buffer,
+    readonly encoding: BodySpec['encoding'],
+  ) {}
+
+  decoded(): T {
+    return { ...this.result, [this.field]: decodeBody(this.bytes, this.encoding) };
+  }
+}
+
+export function decodeBody(bytes: Buffer, encoding: BodySpec['encoding']): string {
+  return encoding === 'base64' ? bytes.toString('base64') : bytes.toString('utf8');
+}
+
+/** The header line of a body frame. */
+export function bodyHeader(bytes: number): string {
+  return `#${bytes}\n`;
+}
+
+/**
+ * Splits the daemon's output into messages: lines, each with the raw body announced just before it
+ * (see the module comment). Never holds more than maxBytes of an unfinished line or body; throws
+ * past it (the caller then drops the connection).
+ */
+export class FrameReader {
+  private readonly lines: LineSplitter;
+  private bodyWant = -1;
+  private bodyParts: Buffer[] = [];
+  private bodyHave = 0;
+  private body: Buffer | undefined;
+
+  constructor(private readonly maxBytes = MAX_LINE_BYTES) {
+    this.lines = new LineSplitter(maxBytes);
+  }
+
+  push(chunk: Buffer): Array<{ line: string; body?: Buffer }> {
+    const out: Array<{ line: string; body?: Buffer }> = [];
+    let rest: Buffer | undefined = chunk;
+    while (rest && rest.length > 0) {
+      if (this.bodyWant >= 0) {
+        const take = Math.min(this.bodyWant - this.bodyHave, rest.length);
+        this.bodyParts.push(rest.subarray(0, take));
+        this.bodyHave += take;
+        rest = rest.subarray(take);
+        if (this.bodyHave === this.bodyWant) {
+          this.body = this.bodyParts.length === 1 ? this.bodyParts[0]! : Buffer.concat(this.bodyParts, this.bodyHave);
+          this.bodyParts = [];
+          this.bodyWant = -1;
+        }
+        continue;
+      }
+      // Lines up to the next body header (a line starting with '#'), handled one at a time.
+      const nl = rest.indexOf(10);
+      if (nl === -1) {
+        for (const line of this.lines.push(rest)) out.push(this.take(line));
+        break;
+      }
+      for (const line of this.lines.push(rest.subarray(0, nl + 1))) {
+        if (line.startsWith('#')) {
+          const n = Number(line.slice(1));
+          if (!Number.isSafeInteger(n) || n < 0 || n > this.maxBytes) throw new Error('bad body frame');
+          this.bodyWant = n;
+          this.bodyHave = 0;
+          if (n === 0) {
+            this.body = Buffer.alloc(0);
+            this.bodyWant = -1;
+          }
+        } else out.push(this.take(line));
+      }
+      rest = rest.subarray(nl + 1);
+    }
+    return out;
+  }
+
+  private take(line: string): { line: string; body?: Buffer } {
+    const body = this.body;
+    this.body = undefined;
+    return body ? { line, body } : { line };
+  }
+}
+
 /** One message as a protocol line. */
 export function encodeMessage(msg: DaemonMessage | DaemonRequest): string {
   return JSON.stringify(msg) + '\n';
@@ -169,3 +271,363 @@ export interface ExecStarted {
   /** Pid inside the sandbox's pid namespace. */
   pid: number;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Methods: every method's params and reply, shared by the daemon (each handler's reply type is
+// checked against DaemonMethods, see server.ts `Handlers`) and the runner (DaemonClient.request and
+// Executor.request take a method name and check its params and reply).
+// ---------------------------------------------------------------------------------------------
+
+/** Kinds of directory entries, as fs.list reports them. */
+export type EntryType = 'file' | 'directory' | 'symlink' | 'fifo' | 'socket' | 'char-device' | 'block-device' | 'other';
+
+export type FsListParams = {
+  /** Workspace-relative directory (default '.'). */
+  path?: string;
+  limit?: number;
+  /** Resume after this name (names sort bytewise), or at `index`. */
+  after?: string;
+  index?: number;
+};
+
+export type FsListEntry = {
+  name: string;
+  path: string;
+  type: EntryType;
+  size: number;
+  mode: string;
+  mtime: string;
+  linkTarget?: string;
+};
+
+export type FsListReply = {
+  path: string;
+  entries: FsListEntry[];
+  total: number;
+  nextIndex: number;
+  last: string | null;
+  hasMore: boolean;
+};
+
+export type FsReadParams = {
+  path: string;
+  offset?: number;
+  limit?: number;
+  /** CONFLICT when the file's SHA-256 no longer starts with this (a cursor's guard). */
+  expectSha256Prefix?: string;
+};
+
+export type FsReadReply = {
+  path: string;
+  realPath: string;
+  size: number;
+  sha256: string;
+  mode: string;
+  offset: number;
+  length: number;
+  encoding: 'utf-8' | 'base64';
+  content: string;
+  eof: boolean;
+  nextOffset: number;
+};
+
+/** One file to write: `content`, or `contentBase64` (its UTF-8 bytes) when JSON escaping would bloat it. */
+export type FsWriteFile = {
+  path: string;
+  content?: string;
+  contentBase64?: string;
+  expectedSha256?: string;
+};
+
+export type FsWriteParams = FsWriteFile;
+
+export type WriteResult = {
+  path: string;
+  realPath: string;
+  sha256: string;
+  size: number;
+  created: boolean;
+  mode: string;
+};
+
+export type FsWriteBatchParams = {
+  files: FsWriteFile[];
+  createParents?: boolean;
+  atomic?: boolean;
+};
+
+export type FsWriteBatchReply =
+  | { atomic: true; written: number; failed: 0; files: WriteResult[] }
+  | { atomic: false; written: number; failed: number; files: Array<({ ok: true } & WriteResult) | { ok: false; path: string; error: DaemonErrorBody }> };
+
+export type FsPatchParams = {
+  path: string;
+  oldText: string;
+  newText: string;
+  expectedSha256?: string;
+};
+
+export type FsPatchReply = WriteResult & {
+  previousSha256: string;
+  replacements: 1;
+  line: number;
+  column: number;
+};
+
+export type FsDeleteParams = {
+  path: string;
+  expectedSha256?: string;
+  recursive?: boolean;
+};
+
+export type FsDeleteReply = {
+  path: string;
+  realPath: string;
+  type: EntryType;
+  deleted: true;
+  removedEntries: number;
+};
+
+export type FsMoveParams = {
+  source: string;
+  destination: string;
+  overwrite?: boolean;
+};
+
+export type FsMoveReply = {
+  source: string;
+  destination: string;
+  realSource: string;
+  realDestination: string;
+  type: EntryType;
+  overwritten: boolean;
+  moved: true;
+};
+
+export type FsMkdirParams = {
+  path: string;
+  recursive?: boolean;
+};
+
+export type FsMkdirReply = {
+  path: string;
+  realPath: string;
+  created: boolean;
+  createdDirectories: string[];
+};
+
+export type GrepParams = {
+  /** A ripgrep regular expression. */
+  pattern: string;
+  path?: string;
+  /** A ripgrep glob (gitignore dialect: `*` stays within a path segment, `**` crosses them). */
+  glob?: string;
+  maxResults?: number;
+  timeoutMs?: number;
+};
+
+export type GrepMatch = {
+  file: string;
+  line: number;
+  /** 1-based byte column of the first match on the line (ripgrep's convention). */
+  column: number;
+  /** The line without its line ending; a long line is cut to a window around the match. */
+  text: string;
+  /** Present (true) when text is only part of the line. */
+  textTruncated?: boolean;
+  /** With textTruncated: the 1-based byte column of the line where text starts. */
+  textColumn?: number;
+};
+
+export type GrepReply = {
+  path: string;
+  results: GrepMatch[];
+  count: number;
+  skippedLongLines?: number;
+  truncated: boolean;
+  timedOut: boolean;
+  durationMs: number;
+};
+
+export type ReferencesParams = Omit<GrepParams, 'pattern'> & {
+  /** Whole-word, literal occurrences of this text. */
+  symbol: string;
+};
+
+export type ReferencesReply = GrepReply & {
+  symbol: string;
+};
+
+export type SymbolsParams = {
+  query: string;
+  path?: string;
+  language?: string;
+  maxResults?: number;
+};
+
+export type SymbolHit = {
+  name: string;
+  kind: string;
+  language: string;
+  file: string;
+  line: number;
+  scope?: string;
+  scopeKind?: string;
+  signature?: string;
+};
+
+export type SymbolsReply = {
+  symbols: SymbolHit[];
+  count: number;
+  total: number;
+  truncated: boolean;
+  index: {
+    files: number;
+    symbols: number;
+    partial: boolean;
+    freshness: 'inotify' | 'rescan-per-query';
+    watchedDirectories: number;
+    refresh: { reindexed: number; removed: number; full: boolean; ms: number };
+  };
+};
+
+/** Data of a search.symbols `progress` event while the index is built. */
+export type SymbolsProgress = {
+  done: number;
+  total: number;
+};
+
+export type ClientProfile = 'all' | 'profile_a' | 'profile_b' | 'profile_c' | 'profile_d';
+export type ConcreteProfile = Exclude<ClientProfile, 'all'>;
+export type OverviewSection = 'instructions' | 'languages' | 'test_commands' | 'skills';
+
+export type OverviewOptions = {
+  /** Repository directory (the workspace checkout, /workspace in the sandbox). Absolute. */
+  root: string;
+  clientProfile: ClientProfile;
+  include: OverviewSection[];
+  contentMode: 'none' | 'excerpt';
+  /** 4096..131072: total bytes (UTF-8) of excerpted text across all instruction files. */
+  maxBytes: number;
+  /** Cap on files walked; default 200000. */
+  maxFiles?: number;
+  /** Stop walking after this many milliseconds (default 5000) and report partial. */
+  deadlineMs?: number;
+};
+
+export type LanguageShare = {
+  language: string;
+  files: number;
+  /** Share of the counted source files, 0..1, rounded to 3 decimals. */
+  share: number;
+};
+
+export type TestCommand = {
+  command: string;
+  /** Where it was found, e.g. "package.json scripts.test". */
+  source: string;
+  /** npm, pnpm, yarn, bun, make, just, task, pytest, tox, nox, cargo, go, maven, gradle, ... */
+  kind: string;
+};
+
+export type InstructionFile = {
+  /** Path relative to the root, '/'-separated (the link's path when the file is a symlink). */
+  path: string;
+  /** Every concrete profile that honours this file (not only the requested one). */
+  profiles: ConcreteProfile[];
+  bytes: number;
+  sha256: string;
+  /** contentMode excerpt only: the first bytes of the file, cut on a UTF-8 character boundary. */
+  excerpt?: string;
+  /** contentMode excerpt only: true when the excerpt is shorter than the file. */
+  truncated?: boolean;
+};
+
+export type RepositorySkill = {
+  name: string;
+  /** Directory holding SKILL.md, relative to the root. */
+  path: string;
+  description?: string;
+};
+
+export type RepositoryOverview = {
+  languages?: LanguageShare[];
+  testCommands?: TestCommand[];
+  instructions?: InstructionFile[];
+  skills?: RepositorySkill[];
+  partial: boolean;
+  filesScanned: number;
+};
+
+/** The overview's params: the root is always the daemon's own workspace root. */
+export type OverviewParams = Omit<OverviewOptions, 'root'> & { root?: string };
+
+export type PtyOpenParams = {
+  cwd?: string;
+  cols?: number;
+  rows?: number;
+  env?: Record<string, string>;
+};
+
+export type PtyOpenReply = {
+  ptyId: string;
+  pid: number | undefined;
+  cols: number;
+  rows: number;
+};
+
+export type PtyIoParams = {
+  ptyId: string;
+  /** Text written to the terminal first. */
+  input?: string;
+  /** Where to read from (a previous reply's cursor); absent: the oldest output kept. */
+  cursor?: number;
+  waitMs?: number;
+  maxBytes?: number;
+};
+
+export type PtyIoReply = {
+  output: string;
+  cursor: number;
+  droppedBytes: number;
+  exited: boolean;
+  exitCode: number | null;
+  signal: string | null;
+  more: boolean;
+};
+
+export type PtyListReply = {
+  terminals: Array<{ ptyId: string; pid: number | undefined; exited: boolean; bytes: number; createdAt: string }>;
+};
+
+/**
+ * Every method of the daemon: its params (what the runner sends; the daemon still validates them,
+ * they come off a socket) and its reply.
+ */
+export type DaemonMethods = {
+  ping: { params: Record<string, never> | undefined; reply: PingResult };
+  cancel: { params: { id: RequestId }; reply: { cancelled: boolean } };
+  exec: { params: ExecParams; reply: ExecResult };
+  release: { params: { execId: string }; reply: { released: true } };
+  kill: { params: { execId: string; signal?: NodeJS.Signals }; reply: { signalled: true } };
+  'pty.open': { params: PtyOpenParams; reply: PtyOpenReply };
+  'pty.io': { params: PtyIoParams; reply: PtyIoReply };
+  'pty.close': { params: { ptyId: string }; reply: { closed: true; alreadyClosed: boolean } };
+  'pty.list': { params: Record<string, never> | undefined; reply: PtyListReply };
+  overview: { params: OverviewParams; reply: RepositoryOverview };
+  'fs.list': { params: FsListParams; reply: FsListReply };
+  'fs.read': { params: FsReadParams; reply: FsReadReply };
+  'fs.write': { params: FsWriteParams; reply: WriteResult };
+  'fs.writeBatch': { params: FsWriteBatchParams; reply: FsWriteBatchReply };
+  'fs.patch': { params: FsPatchParams; reply: FsPatchReply };
+  'fs.delete': { params: FsDeleteParams; reply: FsDeleteReply };
+  'fs.move': { params: FsMoveParams; reply: FsMoveReply };
+  'fs.mkdir': { params: FsMkdirParams; reply: FsMkdirReply };
+  'search.grep': { params: GrepParams; reply: GrepReply };
+  'search.references': { params: ReferencesParams; reply: ReferencesReply };
+  'search.symbols': { params: SymbolsParams; reply: SymbolsReply };
+};
+
+export type DaemonMethod = keyof DaemonMethods;
+export type ParamsOf<M extends DaemonMethod> = DaemonMethods[M]['params'];
+export type ReplyOf<M extends DaemonMethod> = DaemonMethods[M]['reply'];

@@ -7,7 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { DaemonError } from './protocol.js';
-import type { MethodTable } from './server.js';
+import type { Handlers } from './server.js';
 import { resolveCwd } from './exec.js';
 import { signalTree } from './proc.js';
 
@@ -77,7 +77,7 @@ function readFrom(t: Terminal, from: number, max: number): { text: string; next:
   return { text: slice.toString('utf8'), next: from + slice.length };
 }
 
-export function ptyMethods(opts: PtyOptions): MethodTable {
+export function ptyMethods(opts: PtyOptions): Handlers<'pty.open' | 'pty.io' | 'pty.close' | 'pty.list'> {
   const terms = new Map<string, Terminal>();
 
   const get = (id: unknown): Terminal => {

@@ -8,8 +8,12 @@ import { unlink } from 'node:fs/promises';
 import {
   DaemonError,
   LineSplitter,
+  ReplyWithBody,
+  bodyHeader,
   encodeMessage,
   type DaemonMessage,
+  type DaemonMethod,
+  type ReplyOf,
   type RequestId,
 } from './protocol.js';
 
@@ -26,6 +30,20 @@ export interface CallContext {
 
 export type MethodHandler = (params: unknown, ctx: CallContext) => unknown;
 export type MethodTable = Record<string, MethodHandler>;
+
+/**
+ * Handlers of some of the methods in protocol.ts's DaemonMethods: each must reply with its
+ * method's reply type. Params arrive as `unknown` (they come off a socket) and are validated by
+ * the handler. main.ts serves `Handlers<ServedMethod>`, so a declared method without a handler, or
+ * a handler replying with the wrong shape, does not compile.
+ */
+export type Handlers<K extends DaemonMethod> = { [M in K]: (params: unknown, ctx: CallContext) => Reply<ReplyOf<M>> | Promise<Reply<ReplyOf<M>>> };
+
+/** A reply, or a reply with one field sent as a raw body frame (protocol.ts). */
+export type Reply<T> = T | (T extends object ? ReplyWithBody<T> : never);
+
+/** Every method but `cancel`, which the server answers itself. */
+export type ServedMethod = Exclude<DaemonMethod, 'cancel'>;
 
 /**
  * Listens on `socketPath` (replacing a stale socket file) and serves `methods`.
@@ -112,7 +130,16 @@ function serveConnection(socket: Socket, methods: MethodTable): void {
         drained,
       };
       const result = await handler(params, ctx);
-      send({ id, result: result ?? null });
+      if (result instanceof ReplyWithBody) {
+        // Header, raw bytes and the reply line go out together (nothing can come between them).
+        if (!socket.destroyed) {
+          socket.write(bodyHeader(result.bytes.length));
+          socket.write(result.bytes);
+        }
+        send({ id, result: { ...result.result, [result.field]: '' }, body: { field: result.field, encoding: result.encoding } });
+      } else {
+        send({ id, result: result ?? null });
+      }
     } catch (err) {
       send({ id, error: toErrorBody(err, ctl.signal.aborted, params) });
     } finally {

@@ -18,6 +18,7 @@ import type { CursorCodec } from '../../core/cursor.js';
 import { ServiceError } from '../../core/errors.js';
 import { nowIso } from '../../core/clock.js';
 import type { Executor, ExecResult } from '../../sandbox/executor.js';
+import type { DaemonMethod, ParamsOf, ReplyOf } from '../../sandbox/daemon/protocol.js';
 import type { WorkspaceService } from '../workspaces.js';
 import type { ApprovalService } from '../approvals.js';
 import {
@@ -181,14 +182,14 @@ export class SkillService {
     return { name, source, location, meta, files, sha256: skillDigest(files), scripts, problems: allProblems, usable: meta.usable && !problems.some((p) => p.startsWith('!')) };
   }
 
-  private async daemon<T>(workspaceId: string, method: string, params: Record<string, unknown>, signal?: AbortSignal): Promise<T> {
+  private async daemon<M extends DaemonMethod>(workspaceId: string, method: M, params: ParamsOf<M>, signal?: AbortSignal): Promise<ReplyOf<M>> {
     const h = await this.deps.workspaces.activeHandle(workspaceId);
-    return this.deps.executor.request<T>(h, method, params, { signal, timeoutMs: 60_000 });
+    return this.deps.executor.request(h, method, params, { signal, timeoutMs: 60_000 });
   }
 
   private async list(workspaceId: string, path: string, signal?: AbortSignal): Promise<DaemonEntry[] | null> {
     try {
-      const r = await this.daemon<{ entries: DaemonEntry[] }>(workspaceId, 'fs.list', { path, limit: 500 }, signal);
+      const r = await this.daemon(workspaceId, 'fs.list', { path, limit: 500 }, signal);
       return r.entries;
     } catch (e) {
       if (isNotThere(e)) return null;
@@ -312,7 +313,7 @@ export class SkillService {
         files.push({ path: f.rel, size: md.length, sha256: sha256(md) });
       } else {
         try {
-          const r = await this.daemon<{ sha256: string; size: number }>(workspaceId, 'fs.read', { path: f.path, offset: 0, limit: 1 }, signal);
+          const r = await this.daemon(workspaceId, 'fs.read', { path: f.path, offset: 0, limit: 1 }, signal);
           files.push({ path: f.rel, size: r.size, sha256: r.sha256 });
         } catch (e) {
           if (!isNotThere(e)) throw e;
