@@ -15,6 +15,7 @@ import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
 import type { OAuthStore } from './oauth/store.js';
 import { McpLogLevels, mcpLogger } from './logging.js';
+import { directPath } from './node-transport.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -24,6 +25,9 @@ import { McpLogLevels, mcpLogger } from './logging.js';
  * A files_write of 1048576 such characters is 6 MiB. Only an authenticated request is read.
  */
 export const MCP_MAX_BODY_BYTES = 104 * 1024 * 1024;
+
+/** A call still running after this long gets an SSE stream and a keep-alive comment this often (the SDK's own default). */
+const SSE_KEEP_ALIVE_MS = 15_000;
 
 const INSTRUCTIONS =
   'Atelier gives you isolated coding workspaces on approved HTTPS repositories. Start with workspace_open ' +
@@ -106,11 +110,15 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     onerror: (err) => app.log.error({ err }, 'mcp adapter failure'),
   });
 
+  // The 2025-era POST of one request is served directly on node:http (src/mcp/node-transport.ts);
+  // everything else goes through the SDK's handler.
+  const serve = directPath({ factory, sdk: node as never, maxBodyBytes: MCP_MAX_BODY_BYTES, keepAliveMs: SSE_KEEP_ALIVE_MS });
+
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const caller = authenticate(app, oauth, req, res);
     if (!caller) return;
     (req as IncomingMessage & { auth?: unknown }).auth = caller;
-    await node(req as never, res as never);
+    await serve(req, res);
   };
 }
 
