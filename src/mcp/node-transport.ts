@@ -95,7 +95,11 @@ export class NodeResponseTransport implements Transport {
       this.res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length });
       this.res.end(body);
     }
-    queueMicrotask(() => void this.close());
+    // The exchange is over and nothing of it is pending (one request, answered), so the per-request
+    // Server is simply dropped: closing it would only build a ConnectionClosed error to reject
+    // nothing, measured at a few percent of a call. A close before the answer (the client gone,
+    // shutdown) still runs the Protocol's close, which aborts the handler.
+    this.closed = true;
   }
 
   async close(): Promise<void> {
