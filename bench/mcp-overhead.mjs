@@ -9,6 +9,8 @@
 // the pooled rounds. Judge by the ratio, not the milliseconds.
 //
 // Goal (issue #21 item 5): at concurrency 32, the MCP call within 1.5x the echo at p50.
+// Wall time of a full run: several minutes (2 x 4 cases x 2000 calls).
+import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { SMOKE, count, fmt, measure, pct, startAtelier } from './lib.mjs';
@@ -27,7 +29,34 @@ const N = Number(process.env.BENCH_N ?? count(2000, 20));
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (SMOKE ? 1 : 4));
 const GOAL_C32_P50 = 1.5;
 
-const echo = createServer((req, res) => {
+// The echo: the same handler in its own process (the baseline: like the service, it is another
+// process the client must wake), and in the bench process itself (the baseline of earlier runs, printed
+// for comparison: it skips the cross-process wake-up at concurrency 1 but shares one thread with the
+// client at 32).
+const ECHO_SRC = `
+  const { createServer } = require('node:http');
+  const s = createServer((req, res) => {
+    let b = '';
+    req.on('data', (d) => (b += d));
+    req.on('end', () => {
+      const msg = JSON.parse(b);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ jsonrpc: '2.0', id: msg.id, result: { content: [{ type: 'text', text: '{}' }], structuredContent: {} } }));
+    });
+  });
+  s.listen(0, '127.0.0.1', () => process.stdout.write(String(s.address().port) + '\\n'));
+`;
+const echoProc = spawn(process.execPath, ['-e', ECHO_SRC], { stdio: ['ignore', 'pipe', 'inherit'] });
+const echoPort = await new Promise((resolve, reject) => {
+  let out = '';
+  echoProc.stdout.on('data', (d) => {
+    out += d;
+    if (out.includes('\n')) resolve(Number(out.trim()));
+  });
+  echoProc.once('exit', (c) => reject(new Error(`echo exited ${c}`)));
+});
+const echoUrl = `http://127.0.0.1:${echoPort}/`;
+const local = createServer((req, res) => {
   let b = '';
   req.on('data', (d) => (b += d));
   req.on('end', () => {
@@ -36,8 +65,8 @@ const echo = createServer((req, res) => {
     res.end(JSON.stringify({ jsonrpc: '2.0', id: msg.id, result: { content: [{ type: 'text', text: '{}' }], structuredContent: {} } }));
   });
 });
-await new Promise((r) => echo.listen(0, '127.0.0.1', r));
-const echoUrl = `http://127.0.0.1:${echo.address().port}/`;
+await new Promise((r) => local.listen(0, '127.0.0.1', r));
+const localUrl = `http://127.0.0.1:${local.address().port}/`;
 const svc = await startAtelier();
 
 let id = 0;
@@ -48,10 +77,12 @@ const mcpCall = async () => {
   const t = await r.text();
   if (!t.includes('"result"')) throw new Error(`unexpected answer: ${t.slice(0, 200)}`);
 };
-const echoCall = async () => {
-  const r = await fetch(echoUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body() });
+const echoAt = (url) => async () => {
+  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body() });
   await r.text();
 };
+const echoCall = echoAt(echoUrl);
+const localCall = echoAt(localUrl);
 
 const client = new Client({ name: 'bench', version: '1' });
 await client.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { authorization: `Bearer ${svc.token}` } } }));
@@ -61,9 +92,9 @@ const sdkCall = async () => {
 
 /** Runs the three cases in interleaved rounds and pools each case's latencies. */
 async function interleaved(concurrency) {
-  const cases = { base: echoCall, mcp: mcpCall, sdk: sdkCall };
-  const pooled = { base: [], mcp: [], sdk: [] };
-  const wall = { base: 0, mcp: 0, sdk: 0 };
+  const cases = { base: echoCall, local: localCall, mcp: mcpCall, sdk: sdkCall };
+  const pooled = { base: [], local: [], mcp: [], sdk: [] };
+  const wall = { base: 0, local: 0, mcp: 0, sdk: 0 };
   const per = Math.max(concurrency, Math.ceil(N / ROUNDS));
   for (let round = 0; round < ROUNDS; round++) {
     for (const [k, fn] of Object.entries(cases)) {
@@ -84,10 +115,11 @@ const ratio = (a, b) => a / b;
 console.log(`bench/mcp-overhead: tool ${TOOL}, ${N} calls per case in ${ROUNDS} interleaved round(s), node ${process.versions.node}`);
 const results = {};
 for (const concurrency of [1, 32]) {
-  const { base, mcp, sdk } = await interleaved(concurrency);
-  results[concurrency] = { base, mcp, sdk };
+  const { base, local, mcp, sdk } = await interleaved(concurrency);
+  results[concurrency] = { base, local, mcp, sdk };
   console.log(`concurrency ${concurrency}:`);
-  console.log(`  bare node:http echo   p50 ${fmt(base.p50)}  p99 ${fmt(base.p99)}  ${base.rps.toFixed(0)} req/s`);
+  console.log(`  bare node:http echo   p50 ${fmt(base.p50)}  p99 ${fmt(base.p99)}  ${base.rps.toFixed(0)} req/s  (own process: the baseline)`);
+  console.log(`  echo in bench process p50 ${fmt(local.p50)}  p99 ${fmt(local.p99)}  ${local.rps.toFixed(0)} req/s  (MCP (HTTP) against it: ratio p50 ${ratio(mcp.p50, local.p50).toFixed(2)}x)`);
   console.log(`  atelier MCP (HTTP)    p50 ${fmt(mcp.p50)}  p99 ${fmt(mcp.p99)}  ${mcp.rps.toFixed(0)} req/s  ratio p50 ${ratio(mcp.p50, base.p50).toFixed(2)}x  p99 ${ratio(mcp.p99, base.p99).toFixed(2)}x`);
   console.log(`  atelier MCP (v2 SDK)  p50 ${fmt(sdk.p50)}  p99 ${fmt(sdk.p99)}  ${sdk.rps.toFixed(0)} req/s  ratio p50 ${ratio(sdk.p50, base.p50).toFixed(2)}x  p99 ${ratio(sdk.p99, base.p99).toFixed(2)}x`);
 }
@@ -99,4 +131,5 @@ console.log(
 console.log(`  (no goal) concurrency 1, MCP (HTTP) p50 ${fmt(results[1].mcp.p50)} vs echo ${fmt(results[1].base.p50)} = ${ratio(results[1].mcp.p50, results[1].base.p50).toFixed(2)}x`);
 await client.close();
 await svc.stop();
-echo.close();
+local.close();
+echoProc.kill();
