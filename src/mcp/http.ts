@@ -15,6 +15,8 @@ import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
 import type { OAuthStore } from '../services/oauth.js';
 import { McpLogLevels, mcpLogger } from './logging.js';
+import { directPath } from './node-transport.js';
+import { TokenVerifyCache } from './token-cache.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -24,6 +26,9 @@ import { McpLogLevels, mcpLogger } from './logging.js';
  * A files_write of 1048576 such characters is 6 MiB. Only an authenticated request is read.
  */
 export const MCP_MAX_BODY_BYTES = 104 * 1024 * 1024;
+
+/** A call still running after this long gets an SSE stream and a keep-alive comment this often (the SDK's own default). */
+const SSE_KEEP_ALIVE_MS = 15_000;
 
 const INSTRUCTIONS =
   'Atelier gives you isolated coding workspaces on approved HTTPS repositories. Start with workspace_open ' +
@@ -106,11 +111,30 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     onerror: (err) => app.log.error({ err }, 'mcp adapter failure'),
   });
 
+  // The 2025-era POST of one request is served directly on node:http (src/mcp/node-transport.ts);
+  // everything else goes through the SDK's handler.
+  const serve = directPath({ factory, sdk: node as never, maxBodyBytes: MCP_MAX_BODY_BYTES, keepAliveMs: SSE_KEEP_ALIVE_MS });
+
+  const tokens = new TokenVerifyCache(app.db);
+
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const caller = authenticate(app, oauth, req, res);
+    const caller = authenticate(app, oauth, req, res, tokens);
     if (!caller) return;
     (req as IncomingMessage & { auth?: unknown }).auth = caller;
-    await node(req as never, res as never);
+    await serve(req, res);
+  };
+}
+
+type Verifiers = ReturnType<typeof verifiers>;
+
+/** Token checks, through the cache of verified tokens when there is one (src/mcp/token-cache.ts). */
+function verifiers(app: App, oauth: OAuthStore | undefined, tokens: TokenVerifyCache | undefined) {
+  return {
+    bearer: (t: string) => (tokens ? tokens.verify('bearer', t, () => app.auth.verifyBearerAccess(t)) : app.auth.verifyBearerAccess(t)),
+    oauth: (t: string) => {
+      if (!oauth) return null;
+      return tokens ? tokens.verify('oauth', t, () => oauth.verifyAccess(t), (v) => v.expiresAt * 1000) : oauth.verifyAccess(t);
+    },
   };
 }
 
@@ -119,12 +143,12 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
  * no header (the conformance suite 0.1.13): accepted only for tokens created with --read-only
  * --allow-in-url, never for full tokens or OAuth tokens (URLs end up in logs and histories).
  */
-function queryToken(app: App, req: IncomingMessage): { principal: string; access: Access } | 'refused' | null {
+function queryToken(app: App, req: IncomingMessage, verify: Verifiers): { principal: string; access: Access } | 'refused' | null {
   const q = (req.url ?? '').indexOf('?');
   if (q < 0) return null;
   const t = new URLSearchParams((req.url ?? '').slice(q + 1)).get('access_token');
   if (!t) return null;
-  const v = app.auth.verifyBearerAccess(t);
+  const v = verify.bearer(t);
   if (!v || !v.access.allowInUrl || !v.access.readOnly) return 'refused';
   return { principal: v.principal, access: { toolsets: v.access.toolsets, readOnly: true } };
 }
@@ -135,7 +159,8 @@ function queryToken(app: App, req: IncomingMessage): { principal: string; access
  * only narrow what the token grants. Answers 401 with WWW-Authenticate naming the protected
  * resource metadata (RFC 9728), or 400 for a bad narrowing header; returns the AuthInfo otherwise.
  */
-export function authenticate(app: App, oauth: OAuthStore | undefined, req: IncomingMessage, res: ServerResponse): Record<string, unknown> | null {
+export function authenticate(app: App, oauth: OAuthStore | undefined, req: IncomingMessage, res: ServerResponse, tokens?: TokenVerifyCache): Record<string, unknown> | null {
+  const verify = verifiers(app, oauth, tokens);
   const header = req.headers.authorization ?? '';
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   const issuer = issuerOf(app, req.headers.host);
@@ -143,7 +168,7 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
   let access: Access = FULL_ACCESS;
   let why = 'unknown or revoked token';
   if (!header) {
-    const inUrl = queryToken(app, req);
+    const inUrl = queryToken(app, req, verify);
     if (inUrl === 'refused') why = 'this token may not be sent in a URL (only tokens made with --read-only --allow-in-url)';
     else if (inUrl) {
       principal = inUrl.principal;
@@ -151,12 +176,12 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
     }
   }
   if (m) {
-    const bearer = app.auth.verifyBearerAccess(m[1]!);
+    const bearer = verify.bearer(m[1]!);
     if (bearer) {
       principal = bearer.principal;
       access = bearer.access;
     } else if (oauth) {
-      const v = oauth.verifyAccess(m[1]!);
+      const v = verify.oauth(m[1]!);
       if (v && v.resource === resourceOf(issuer)) {
         principal = v.principal;
         access = v.access;

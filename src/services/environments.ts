@@ -6,6 +6,7 @@
  * Owns tables: environments, env_entries.
  */
 import type { DB } from '../store/db.js';
+import type { Statement } from 'better-sqlite3';
 import { tx } from '../store/db.js';
 import type { SecretBox } from '../core/crypto.js';
 import { ServiceError } from '../core/errors.js';
@@ -147,8 +148,11 @@ export class EnvironmentService {
    * by another process (the CLI's `atelier env set` while the service runs) shows as a new SQLite
    * data_version, which drops the cache too: a secret is redacted from the moment it is stored.
    */
+  private dataVersion: Statement | undefined;
+
   private secrets(): Array<{ name: string; value: string }> {
-    const version = this.db.pragma('data_version', { simple: true }) as number;
+    // A statement kept, not db.pragma(): preparing it again on every tool call was measured hot (#21 item 5).
+    const version = (this.dataVersion ??= this.db.prepare('PRAGMA data_version').pluck()).get() as number;
     if (version !== this.cacheDataVersion) {
       this.secretCache = null;
       this.cacheDataVersion = version;

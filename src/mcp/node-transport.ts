@@ -1,0 +1,270 @@
+/**
+ * Streamable HTTP served on node:http's own request and response objects, for the exchange every
+ * 2025-era client makes on each call: one POST carrying one JSON-RPC request, answered statelessly.
+ * The SDK's entry (createMcpHandler behind toNodeHandler) converts each such request to a web
+ * Request, clones it, reads it through a web stream, and answers with a web Response whose SSE body
+ * is another web stream copied back to the socket; under load that conversion was most of the
+ * endpoint's time (docs/architecture.md, "Transport"). Here the body is read once, checked by the
+ * same SDK predicates, handed to the same per-request Server, and the answer is written straight to
+ * the ServerResponse.
+ *
+ * The answer is JSON (application/json, one JSON.stringify, one buffer) when the result is the first
+ * thing the server sends; as soon as anything else has to go first (a progress or log notification,
+ * or the keep-alive comment of a call still running after keepAliveMs) it becomes an SSE stream and
+ * the result is its last event: the transport spec lets the server choose either per request, both
+ * official clients read both, and it is what the SDK's own 2026-07-28 per-request transport does.
+ *
+ * Anything else (GET, DELETE, batches, notifications, posted responses, 2026-07-28 requests, and every
+ * request the SDK would refuse) goes to the SDK's handler unchanged, so its answers stay the SDK's own.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
+import {
+  isInitializeRequest,
+  isJsonContentType,
+  parseJSONRPCMessage,
+  PROTOCOL_VERSION_META_KEY,
+  SUPPORTED_PROTOCOL_VERSIONS,
+  type JSONRPCMessage,
+  type MessageExtraInfo,
+  type Transport,
+  type TransportSendOptions,
+} from '@modelcontextprotocol/server';
+
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream',
+  'cache-control': 'no-cache, no-transform',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+};
+
+type RequestId = string | number;
+type Node = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+/** A single-exchange Transport whose answer is written to a node:http response. */
+export class NodeResponseTransport implements Transport {
+  onclose?: () => void;
+  onerror?: (error: Error) => void;
+  onmessage?: Transport['onmessage'];
+  /** The response has been ended (answered, or closed without an answer). */
+  answered = false;
+  private sse = false;
+  private closed = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly requestId: RequestId,
+    private readonly keepAliveMs: number,
+  ) {}
+
+  async start(): Promise<void> {}
+
+  /** Delivers the request to the connected server; its answer goes to the response. */
+  dispatch(message: JSONRPCMessage, extra: MessageExtraInfo): void {
+    if (this.keepAliveMs > 0) {
+      this.timer = setTimeout(() => {
+        this.timer = setInterval(() => this.keepAlive(), this.keepAliveMs).unref();
+        this.keepAlive();
+      }, this.keepAliveMs).unref();
+    }
+    this.onmessage!(message, extra);
+  }
+
+  async send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
+    if (this.answered) return;
+    const m = message as { id?: RequestId; result?: unknown; error?: unknown };
+    const isResponse = m.id !== undefined && (m.result !== undefined || m.error !== undefined);
+    const related = isResponse ? m.id : options?.relatedRequestId;
+    if (related !== this.requestId) {
+      // As the SDK's stateless transport: messages not about this request have nowhere to go.
+      if (isResponse) this.onerror?.(new Error(`Received a response for an unknown request id: ${String(m.id)}`));
+      return;
+    }
+    const json = JSON.stringify(message);
+    if (!isResponse) {
+      this.toSse();
+      this.res.write(`event: message\ndata: ${json}\n\n`);
+      return;
+    }
+    this.answered = true;
+    this.stopTimer();
+    if (this.sse) this.res.end(`event: message\ndata: ${json}\n\n`);
+    else {
+      const body = Buffer.from(json);
+      this.res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length });
+      this.res.end(body);
+    }
+    // The exchange is over and nothing of it is pending (one request, answered), so the per-request
+    // Server is simply dropped: closing it would only build a ConnectionClosed error to reject
+    // nothing, measured at a few percent of a call. A close before the answer (the client gone,
+    // shutdown) still runs the Protocol's close, which aborts the handler.
+    this.closed = true;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.stopTimer();
+    if (!this.answered) {
+      // Closed before an answer (server shutdown): like the SDK, an SSE stream that ends without one.
+      this.answered = true;
+      if (!this.res.destroyed) {
+        this.toSse();
+        this.res.end();
+      }
+    }
+    this.onclose?.();
+  }
+
+  private keepAlive(): void {
+    if (this.answered) return this.stopTimer();
+    this.toSse();
+    this.res.write(': keepalive\n\n');
+  }
+
+  private toSse(): void {
+    if (this.sse) return;
+    this.sse = true;
+    this.res.writeHead(200, SSE_HEADERS);
+  }
+
+  private stopTimer(): void {
+    if (this.timer !== undefined) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+}
+
+/** What the direct path needs: the per-request Server factory and the SDK's handler for everything else. */
+export interface DirectPathOptions {
+  factory: () => { connect(t: Transport): Promise<void>; close(): Promise<void> };
+  sdk: Node;
+  maxBodyBytes: number;
+  keepAliveMs: number;
+}
+
+interface ReadBody {
+  chunks: Buffer[];
+  bytes: number;
+  over: boolean;
+  error?: Error;
+}
+
+function readBody(req: IncomingMessage, max: number): Promise<ReadBody> {
+  return new Promise((resolve) => {
+    const out: ReadBody = { chunks: [], bytes: 0, over: false };
+    const done = () => {
+      req.off('data', onData).off('end', done).off('error', onError).off('aborted', onAborted);
+      resolve(out);
+    };
+    const onData = (c: Buffer) => {
+      out.chunks.push(c);
+      out.bytes += c.length;
+      if (out.bytes > max) {
+        out.over = true;
+        req.pause();
+        done();
+      }
+    };
+    const onError = (e: Error) => {
+      out.error = e;
+      done();
+    };
+    const onAborted = () => onError(new Error('request aborted'));
+    req.on('data', onData).on('end', done).on('error', onError).on('aborted', onAborted);
+  });
+}
+
+/** The request as the SDK's adapter reads it (it is duck-typed): the same headers, the bytes already read. */
+function replay(req: IncomingMessage, body: ReadBody): IncomingMessage {
+  const r = Readable.from(
+    (async function* () {
+      for (const c of body.chunks) yield c;
+      if (body.error) throw body.error;
+    })(),
+  ) as Readable & Record<string, unknown>;
+  r.method = req.method;
+  r.url = req.url;
+  r.headers = req.headers;
+  r.auth = (req as IncomingMessage & { auth?: unknown }).auth;
+  return r as unknown as IncomingMessage;
+}
+
+const header = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v.join(', ') : v);
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * Whether the SDK's entry routes this POST to its 2025-era stateless leg as a single request
+ * (classifyInboundRequest: legacy, "no-claim" or "initialize"), decided without the SDK's schema
+ * checks that fail on every request (is it a result? an error?), which cost more than the rest of the
+ * routing together. A subset of what the SDK calls legacy: anything unusual returns false and the
+ * SDK decides. test/unit/mcp-node-transport.test.ts checks it against the SDK's classifier.
+ */
+export function plainLegacyRequest(body: unknown, protocolVersionHeader: string | undefined): boolean {
+  if (!isPlainObject(body) || body.jsonrpc !== '2.0' || typeof body.method !== 'string') return false;
+  if (typeof body.id !== 'string' && !Number.isInteger(body.id)) return false;
+  if ('result' in body || 'error' in body) return false;
+  // A 2026-07-28 request names its revision in params._meta (the envelope claim) and in the header.
+  if (body.params !== undefined) {
+    if (!isPlainObject(body.params)) return false;
+    const meta = body.params._meta;
+    if (isPlainObject(meta) && PROTOCOL_VERSION_META_KEY in meta) return false;
+  }
+  return protocolVersionHeader === undefined || SUPPORTED_PROTOCOL_VERSIONS.includes(protocolVersionHeader.trim());
+}
+
+/**
+ * The single request this POST carries when the direct path may serve it, exactly as the SDK's
+ * stateless leg would accept it (its JSON-RPC schema, its protocol-version check); undefined when
+ * the SDK must answer (it then answers as before).
+ */
+export function servableRequest(text: string, protocolVersionHeader: string | undefined): (JSONRPCMessage & { id: RequestId; method: string }) | undefined {
+  if (text.length === 0) return undefined;
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (!plainLegacyRequest(body, protocolVersionHeader)) return undefined;
+  let message: JSONRPCMessage;
+  try {
+    message = parseJSONRPCMessage(body);
+  } catch {
+    return undefined;
+  }
+  const m = message as { id?: unknown; method?: unknown };
+  if (m.id === undefined || typeof m.method !== 'string') return undefined;
+  // The stateless transport checks the header on everything but initialize; initialize negotiates.
+  if (m.method === 'initialize' && !isInitializeRequest(message)) return undefined;
+  return message as JSONRPCMessage & { id: RequestId; method: string };
+}
+
+/**
+ * The /mcp handler for an authenticated request (req.auth set): the direct path where it applies,
+ * the SDK's handler otherwise.
+ */
+export function directPath(opts: DirectPathOptions): Node {
+  return async (req, res) => {
+    const accept = header(req.headers.accept);
+    if (req.method !== 'POST' || !isJsonContentType(header(req.headers['content-type']) ?? null) || !accept?.includes('application/json') || !accept.includes('text/event-stream')) {
+      return opts.sdk(req, res);
+    }
+    // A declared length over the bound: the SDK refuses it without reading anything.
+    if (Number(header(req.headers['content-length'])) > opts.maxBodyBytes) return opts.sdk(req, res);
+    const body = await readBody(req, opts.maxBodyBytes);
+    const message = body.over || body.error ? undefined : servableRequest(Buffer.concat(body.chunks, body.bytes).toString('utf8'), header(req.headers['mcp-protocol-version']));
+    if (!message) return opts.sdk(replay(req, body), res);
+
+    const server = opts.factory();
+    const transport = new NodeResponseTransport(res, message.id, opts.keepAliveMs);
+    await server.connect(transport);
+    // The client went away before the answer: close the exchange, which aborts the handler's signal.
+    res.once('close', () => {
+      if (!transport.answered) void server.close();
+    });
+    if (res.destroyed) return void server.close();
+    transport.dispatch(message, { authInfo: (req as IncomingMessage & { auth?: MessageExtraInfo['authInfo'] }).auth });
+  };
+}

@@ -1,0 +1,216 @@
+/**
+ * The direct node:http path of /mcp (src/mcp/node-transport.ts) on a real node:http server with the
+ * SDK's Server behind it, next to the SDK's own handler for everything else: JSON answers, SSE when
+ * a notification or a keep-alive must go first, a disconnect aborting the handler, and requests the
+ * SDK must answer reaching it unchanged. The routing predicate is checked against the SDK's classifier.
+ */
+import { createServer, type Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { classifyInboundRequest, createMcpHandler, PROTOCOL_VERSION_META_KEY, Server } from '@modelcontextprotocol/server';
+import { toNodeHandler } from '@modelcontextprotocol/node';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport as TransportV1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { directPath, plainLegacyRequest, servableRequest } from '../../src/mcp/node-transport.js';
+
+const MAX = 64 * 1024;
+let http: HttpServer;
+let url: string;
+let aborted = 0;
+
+function factory() {
+  const s = new Server({ name: 't', version: '1' }, { capabilities: { tools: {} } });
+  s.setRequestHandler('tools/list', () => ({ tools: [{ name: 'echo', inputSchema: { type: 'object' } }] }));
+  s.setRequestHandler('tools/call', async (req, ctx) => {
+    const args = (req.params.arguments ?? {}) as { sleepMs?: number; progress?: boolean };
+    const token = req.params._meta?.progressToken;
+    if (args.progress && token !== undefined) {
+      await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2, message: 'half' } });
+    }
+    if (args.sleepMs) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, args.sleepMs);
+        ctx.mcpReq.signal.addEventListener('abort', () => {
+          aborted++;
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+    return { content: [{ type: 'text', text: 'é ok' }], structuredContent: { ok: true, who: ctx.http?.authInfo?.clientId } };
+  });
+  return s;
+}
+
+beforeAll(async () => {
+  const sdk = toNodeHandler(createMcpHandler(factory, { legacy: 'stateless', maxRequestBodySize: MAX }), { maxRequestBodySize: MAX });
+  const serve = directPath({ factory, sdk: sdk as never, maxBodyBytes: MAX, keepAliveMs: 150 });
+  http = createServer((req, res) => {
+    (req as { auth?: unknown }).auth = { token: 'x', clientId: 'caller-1', scopes: [] };
+    void serve(req, res);
+  });
+  await new Promise<void>((r) => http.listen(0, '127.0.0.1', r));
+  url = `http://127.0.0.1:${(http.address() as AddressInfo).port}/mcp`;
+});
+afterAll(async () => {
+  http.closeAllConnections();
+  await new Promise((r) => http.close(r));
+});
+
+const H = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' };
+const post = async (body: unknown, headers: Record<string, string> = H) => {
+  const r = await fetch(url, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  return { status: r.status, type: r.headers.get('content-type') ?? '', length: r.headers.get('content-length'), text: await r.text() };
+};
+const call = (id: number, args: Record<string, unknown>, meta?: Record<string, unknown>) => ({
+  jsonrpc: '2.0',
+  id,
+  method: 'tools/call',
+  params: { name: 'echo', arguments: args, ...(meta ? { _meta: meta } : {}) },
+});
+
+describe('the direct path', () => {
+  it('answers a call whose result comes first as one JSON body with its length', async () => {
+    const r = await post(call(1, {}));
+    expect(r.status).toBe(200);
+    expect(r.type).toBe('application/json');
+    expect(Number(r.length)).toBe(Buffer.byteLength(r.text));
+    expect(JSON.parse(r.text)).toEqual({ jsonrpc: '2.0', id: 1, result: { content: [{ type: 'text', text: 'é ok' }], structuredContent: { ok: true, who: 'caller-1' } } });
+  });
+
+  it('streams SSE when a notification goes before the result, the result last', async () => {
+    const r = await post(call(2, { progress: true }, { progressToken: 'p1' }));
+    expect(r.type).toBe('text/event-stream');
+    const events = r.text
+      .split('\n\n')
+      .filter((e) => e.startsWith('event: message'))
+      .map((e) => JSON.parse(e.split('\ndata: ')[1]!));
+    expect(events).toHaveLength(2);
+    expect(events[0]).toMatchObject({ method: 'notifications/progress', params: { progressToken: 'p1', message: 'half' } });
+    expect(events[1]).toMatchObject({ id: 2, result: { structuredContent: { ok: true } } });
+  });
+
+  it('a call still running after the keep-alive interval gets an SSE stream with keep-alive comments', async () => {
+    const r = await post(call(3, { sleepMs: 400 }));
+    expect(r.type).toBe('text/event-stream');
+    expect(r.text.startsWith(': keepalive\n\n')).toBe(true);
+    expect(r.text).toMatch(/\n\nevent: message\ndata: \{.*"id":3\}\n\n$/);
+  });
+
+  it('a client that goes away aborts the handler', async () => {
+    const before = aborted;
+    const ac = new AbortController();
+    const p = fetch(url, { method: 'POST', headers: H, body: JSON.stringify(call(4, { sleepMs: 5000 })), signal: ac.signal }).catch(() => 'gone');
+    await new Promise((r) => setTimeout(r, 100));
+    ac.abort();
+    expect(await p).toBe('gone');
+    for (let i = 0; i < 50 && aborted === before; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(aborted).toBe(before + 1);
+  });
+
+  it('leaves to the SDK what it must answer, with its own answers', async () => {
+    // A batch, a notification, bad JSON, an empty body, a wrong media type, a missing Accept, an unsupported version, a GET.
+    const batch = await post([call(5, {}), call(6, {})]);
+    expect(batch.status).toBe(200);
+    expect(batch.type).toBe('text/event-stream');
+    expect(batch.text).toContain('"id":5');
+    expect(batch.text).toContain('"id":6');
+    expect((await post({ jsonrpc: '2.0', method: 'notifications/initialized' })).status).toBe(202);
+    const bad = await post('{"jsonrpc":');
+    expect(bad.status).toBe(400);
+    expect(JSON.parse(bad.text).error.code).toBe(-32700);
+    expect((await post('')).status).toBe(400);
+    expect((await post(call(7, {}), { ...H, 'content-type': 'text/plain' })).status).toBe(415);
+    expect((await post(call(8, {}), { ...H, accept: 'application/json' })).status).toBe(406);
+    const version = await post(call(9, {}), { ...H, 'mcp-protocol-version': '2024-01-01' });
+    expect(version.status).toBe(400);
+    expect(version.text).toContain('Unsupported protocol version');
+    expect((await fetch(url, { headers: { accept: 'text/event-stream' } })).status).toBe(405);
+  });
+
+  it('refuses a body over the bound with 413, whether or not its length was declared', async () => {
+    const big = JSON.stringify(call(10, { pad: 'x'.repeat(MAX) }));
+    expect((await post(big)).status).toBe(413);
+    const chunked = await fetch(url, {
+      method: 'POST',
+      headers: H,
+      body: new ReadableStream({
+        start(c) {
+          c.enqueue(new TextEncoder().encode(big));
+          c.close();
+        },
+      }),
+      duplex: 'half',
+    } as RequestInit).catch((e: Error) => e);
+    if (!(chunked instanceof Error)) expect(chunked.status).toBe(413);
+  });
+
+  it('serves both official clients (v2 and v1), with progress', async () => {
+    const onprogress = (progress: string[]) => (p: { message?: string }) => progress.push(p.message ?? '');
+    const v2 = new Client({ name: 'x', version: '1' });
+    await v2.connect(new StreamableHTTPClientTransport(new URL(url)));
+    const p2: string[] = [];
+    expect((await v2.callTool({ name: 'echo', arguments: { progress: true } }, { onprogress: onprogress(p2) })).structuredContent).toEqual({ ok: true, who: 'caller-1' });
+    expect((await v2.callTool({ name: 'echo', arguments: {} })).structuredContent).toEqual({ ok: true, who: 'caller-1' });
+    expect(p2).toEqual(['half']);
+    await v2.close();
+    const v1 = new ClientV1({ name: 'x', version: '1' });
+    await v1.connect(new TransportV1(new URL(url)));
+    const p1: string[] = [];
+    expect((await v1.callTool({ name: 'echo', arguments: { progress: true } }, undefined, { onprogress: onprogress(p1) })).structuredContent).toEqual({ ok: true, who: 'caller-1' });
+    expect((await v1.callTool({ name: 'echo', arguments: {} })).structuredContent).toEqual({ ok: true, who: 'caller-1' });
+    expect(p1).toEqual(['half']);
+    await v1.close();
+  });
+});
+
+describe('the routing predicate', () => {
+  const cases: Array<[unknown, string | undefined]> = [
+    [call(1, {}), undefined],
+    [call(1, {}), '2025-06-18'],
+    [call(1, {}), '2025-11-25'],
+    [call(1, {}), ' 2025-03-26 '],
+    [call(1, {}), '2026-07-28'],
+    [call(1, {}), '2024-01-01'],
+    [call(1, {}, { progressToken: 3 }), '2025-06-18'],
+    [call(1, {}, { [PROTOCOL_VERSION_META_KEY]: '2026-07-28' }), undefined],
+    [call(1, {}, { [PROTOCOL_VERSION_META_KEY]: '2026-07-28' }), '2026-07-28'],
+    [{ jsonrpc: '2.0', id: 'a', method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } }, undefined],
+    [{ jsonrpc: '2.0', id: 'a', method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } }, '2026-07-28'],
+    [{ jsonrpc: '2.0', id: 1.5, method: 'tools/list' }, undefined],
+    [{ jsonrpc: '2.0', id: null, method: 'tools/list' }, undefined],
+    [{ jsonrpc: '1.0', id: 1, method: 'tools/list' }, undefined],
+    [{ jsonrpc: '2.0', id: 1, method: 'tools/list', result: {} }, undefined],
+    [{ jsonrpc: '2.0', id: 1, result: {} }, undefined],
+    [{ jsonrpc: '2.0', id: 1, error: { code: 1, message: 'x' } }, undefined],
+    [{ jsonrpc: '2.0', method: 'notifications/initialized' }, undefined],
+    [{ jsonrpc: '2.0', id: 1, method: 'tools/list', params: [] }, undefined],
+    [{ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: [] } }, undefined],
+    [[call(1, {})], undefined],
+    ['text', undefined],
+    [null, undefined],
+  ];
+
+  it('takes only what the SDK routes to its stateless leg as one request', () => {
+    let taken = 0;
+    for (const [body, version] of cases) {
+      if (!servableRequest(JSON.stringify(body), version)) continue;
+      expect(plainLegacyRequest(body, version)).toBe(true);
+      taken++;
+      const sdk = classifyInboundRequest({ httpMethod: 'POST', protocolVersionHeader: version, body });
+      expect(sdk.kind, JSON.stringify([body, version])).toBe('legacy');
+      expect(['no-claim', 'initialize'], JSON.stringify([body, version])).toContain((sdk as { reason?: string }).reason);
+    }
+    expect(taken).toBe(6);
+  });
+
+  it('serves only a request the SDK transport would dispatch as one', () => {
+    expect(servableRequest(JSON.stringify(call(1, {})), '2025-06-18')).toMatchObject({ id: 1, method: 'tools/call' });
+    expect(servableRequest(JSON.stringify(call(1, {}, { progressToken: {} })), undefined)).toBeUndefined();
+    expect(servableRequest(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: {} }), undefined)).toBeUndefined();
+    expect(servableRequest('', undefined)).toBeUndefined();
+    expect(servableRequest('{', undefined)).toBeUndefined();
+    expect(servableRequest(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'x', extra: 1 }), undefined)).toBeUndefined();
+  });
+});
