@@ -17,11 +17,14 @@ const unit = (v: Float32Array): Float32Array => {
 };
 const dot = (a: Float32Array, b: Float32Array): number => a.reduce((s, x, i) => s + x * b[i]!, 0);
 
+const units = new WeakMap<Float32Array, Float32Array>();
+const unitOf = (v: Float32Array): Float32Array => units.get(v) ?? (units.set(v, unit(v)), units.get(v)!);
+
 /** The reference: cosine against every vector, best first, filtered, at least minScore. */
 function brute(all: Map<string, { v: Float32Array; m: number }>, q: Float32Array, n: number, min: number, accept?: (m: number) => boolean): Array<[string, number]> {
   const qu = unit(q);
   return [...all]
-    .map(([id, e]) => [id, dot(qu, unit(e.v)), e.m] as const)
+    .map(([id, e]) => [id, dot(qu, unitOf(e.v)), e.m] as const)
     .filter(([, s, m]) => s >= min && (!accept || accept(m)))
     .sort((a, b) => b[1] - a[1])
     .slice(0, n)
@@ -98,7 +101,7 @@ describe.each([
     expect(idx.search(Float32Array.from([1, 0, 0, 0, 0, 0, 0, 0]), 3, -1)).toEqual([]);
   });
 
-  it('handles a dimension that is not a multiple of 8 (JavaScript loop) and 512-dimension model vectors', () => {
+  it('handles a dimension that is not a multiple of 16 (JavaScript loop) and 512-dimension model vectors', () => {
     const odd = new VectorIndex<null>(13, { simd });
     expect(odd.usesSimd).toBe(false);
     const a = vec(13);
@@ -113,6 +116,30 @@ describe.each([
       expect(best!.score).toBeCloseTo(1, 5);
     }
   });
+});
+
+it('the int8 scan loses nothing: near-ties among clustered vectors rank exactly as a float brute-force scan', () => {
+  const dim = 512;
+  const idx = new VectorIndex<number>(dim);
+  expect(idx.usesSimd).toBe(true); // Node 20 has WebAssembly SIMD: the int8 path is the one tested here
+  const base = vec(dim);
+  const all = new Map<string, { v: Float32Array; m: number }>();
+  for (let i = 0; i < 3000; i++) {
+    // Every vector close to base: scores crowd into a narrow band, finer than int8 resolution.
+    const v = base.map((x) => x + rnd() * 0.02);
+    idx.upsert(`r${i}`, v, i);
+    all.set(`r${i}`, { v, m: i });
+  }
+  for (let k = 0; k < 5; k++) {
+    const q = base.map((x) => x + rnd() * 0.05);
+    const odd = (m: number): boolean => m % 2 === 1;
+    for (const [n, min, f] of [[200, 0.2, undefined], [10, 0.9, odd], [3000, -1, undefined]] as const) {
+      const got = idx.search(q, n, min, f);
+      const want = brute(all, q, n, min, f);
+      expect(got.map((h) => h.id)).toEqual(want.map((w) => w[0]));
+      got.forEach((g, i) => expect(Math.abs(g.score - want[i]![1])).toBeLessThan(1e-6));
+    }
+  }
 });
 
 it('the SIMD kernel and the JavaScript loop agree to float32 precision', () => {

@@ -1,9 +1,12 @@
 /**
  * An exact in-memory vector index: every vector of one owner in one contiguous Float32Array (row
- * after row), normalised once when added, scanned with a dot-product kernel. The kernel is a tiny
- * WebAssembly module using 128-bit SIMD (four float32 lanes, two accumulators), assembled below
- * from its opcodes; where WebAssembly SIMD is missing, or the dimension is not a multiple of 8, a
- * plain JavaScript loop over the same array does the same work (about 4x slower).
+ * after row), normalised once when added. A search first scans an int8 copy of the rows (each row
+ * scaled so its largest component is 127) with a tiny WebAssembly SIMD kernel, assembled below from
+ * its opcodes: a quarter of the bytes of float32 and sixteen lanes a step. Quantisation only
+ * narrows the field: each row's rounding error bounds how far its int8 score can be from the true
+ * one, and every row that could still be among the best is scored again from the float32 rows, so
+ * the answer is the same as an exact float scan. Where WebAssembly SIMD is missing, or the dimension
+ * is not a multiple of 16, a plain JavaScript float loop does the exact scan (several times slower).
  *
  * Removal moves the last row into the freed slot, so the rows stay dense and a scan touches only
  * live vectors. Search returns the best n rows at or above a floor that pass a caller's filter; the
@@ -15,8 +18,6 @@ export interface VectorHit<M> {
   score: number;
   meta: M;
 }
-
-type Kernel = (n: number) => void;
 
 /** The part of the WebAssembly API used here (the project's TypeScript libs do not declare it). */
 interface WasmMemory {
@@ -47,41 +48,45 @@ const section = (id: number, bytes: number[]): number[] => [id, ...leb(bytes.len
 const name = (s: string): number[] => [s.length, ...Buffer.from(s, 'utf8')];
 
 /**
- * scan(q, data, n, rowBytes, out): for each of n rows of rowBytes bytes starting at data,
- * out[row] = dot(q, row) in float32. Memory is imported (env.mem) so the index owns and grows it.
- * rowBytes must be a multiple of 32 (two 16-byte vectors per inner step).
+ * scan(q, data, n, rowBytes, out): for each of n rows of rowBytes int8 values starting at data,
+ * out[row] = the int32 dot product of the int8 query at q with that row (exact integer arithmetic:
+ * 512 x 127 x 127 fits easily). Memory is imported (env.mem) so the index owns and grows it.
+ * rowBytes must be a multiple of 16: each step widens 16 int8 lanes to two i16x8 vectors and adds
+ * their i32x4.dot_i16x8_s products to the accumulator.
  */
 function kernelBytes(): Uint8Array {
   const get = 0x20, set = 0x21, tee = 0x22, simd = 0xfd;
-  const v128load = [simd, 0x00, 2, 0]; // align 2^2, offset 0
-  const f32x4mul = [simd, 0xe6, 0x01];
-  const f32x4add = [simd, 0xe4, 0x01];
-  const lane = (i: number): number[] => [simd, 0x1f, i]; // f32x4.extract_lane
-  // params: 0 q, 1 data, 2 n, 3 rowBytes, 4 out; locals: 5 (spare) i32, 6 i i32, 7 row i32, 8 acc v128, 9 acc2 v128
+  const v128load = [simd, 0x00, 0, 0]; // align 1, offset 0
+  const extendLow = [simd, 0x87, 0x01]; // i16x8.extend_low_i8x16_s
+  const extendHigh = [simd, 0x88, 0x01]; // i16x8.extend_high_i8x16_s
+  const dot = [simd, 0xba, 0x01]; // i32x4.dot_i16x8_s
+  const add = [simd, 0xae, 0x01]; // i32x4.add
+  const lane = (i: number): number[] => [simd, 0x1b, i]; // i32x4.extract_lane
+  // params: 0 q, 1 data, 2 n, 3 rowBytes, 4 out; locals: 5 qv v128, 6 rv v128, 7 i i32, 8 row i32, 9 acc v128
   const code = [
-    get, 1, set, 7, // row = data
+    get, 1, set, 8, // row = data
     0x02, 0x40, // block
     0x03, 0x40, //   loop (rows)
     get, 2, 0x45, 0x0d, 1, //     if n == 0: break
-    simd, 0x0c, ...new Array<number>(16).fill(0), set, 8, // acc = 0
-    simd, 0x0c, ...new Array<number>(16).fill(0), set, 9, // acc2 = 0
-    0x41, 0, set, 6, //     i = 0
-    0x03, 0x40, //     loop (lanes)
-    get, 8, get, 0, get, 6, 0x6a, ...v128load, get, 7, get, 6, 0x6a, ...v128load, ...f32x4mul, ...f32x4add, set, 8, // acc += q[i..] * row[i..]
-    get, 9, get, 0, get, 6, 0x6a, ...v128load.slice(0, 3), 16, get, 7, get, 6, 0x6a, ...v128load.slice(0, 3), 16, ...f32x4mul, ...f32x4add, set, 9, // acc2 += the next four
-    get, 6, 0x41, 32, 0x6a, tee, 6, get, 3, 0x49, 0x0d, 0, //       i += 32; continue while i < rowBytes
+    simd, 0x0c, ...new Array<number>(16).fill(0), set, 9, //     acc = 0
+    0x41, 0, set, 7, //     i = 0
+    0x03, 0x40, //     loop (16 bytes at a time)
+    get, 0, get, 7, 0x6a, ...v128load, set, 5, //       qv = q[i..i+16]
+    get, 8, get, 7, 0x6a, ...v128load, set, 6, //       rv = row[i..i+16]
+    get, 9, get, 5, ...extendLow, get, 6, ...extendLow, ...dot, ...add, //       acc += dot(low halves)
+    get, 5, ...extendHigh, get, 6, ...extendHigh, ...dot, ...add, set, 9, //       acc += dot(high halves)
+    get, 7, 0x41, 16, 0x6a, tee, 7, get, 3, 0x49, 0x0d, 0, //       i += 16; continue while i < rowBytes
     0x0b, //     end
-    get, 8, get, 9, ...f32x4add, set, 8,
-    get, 4, get, 8, ...lane(0), get, 8, ...lane(1), 0x92, get, 8, ...lane(2), 0x92, get, 8, ...lane(3), 0x92, 0x38, 2, 0, // *out = sum of lanes
-    get, 4, 0x41, 4, 0x6a, set, 4, // out += 4
-    get, 7, get, 3, 0x6a, set, 7, // row += rowBytes
-    get, 2, 0x41, 1, 0x6b, set, 2, // n -= 1
+    get, 4, get, 9, ...lane(0), get, 9, ...lane(1), 0x6a, get, 9, ...lane(2), 0x6a, get, 9, ...lane(3), 0x6a, 0x36, 2, 0, //     *out = sum of lanes
+    get, 4, 0x41, 4, 0x6a, set, 4, //     out += 4
+    get, 8, get, 3, 0x6a, set, 8, //     row += rowBytes
+    get, 2, 0x41, 1, 0x6b, set, 2, //     n -= 1
     0x0c, 0, //     continue
     0x0b, //   end
     0x0b, // end
     0x0b, // end of function
   ];
-  const body = [0x02, 0x03, 0x7f, 0x02, 0x7b, ...code]; // locals: 3 x i32, 2 x v128
+  const body = [0x03, 0x02, 0x7b, 0x02, 0x7f, 0x01, 0x7b, ...code]; // locals: 2 x v128, 2 x i32, 1 x v128
   return new Uint8Array([
     0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
     ...section(1, [1, 0x60, 5, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0]), // type: (i32 x5) -> ()
@@ -111,52 +116,40 @@ export function simdAvailable(): boolean {
 
 const PAGE = 65536;
 const align16 = (n: number): number => Math.ceil(n / 16) * 16;
+/** Slack added to the quantisation error bound for float rounding of the scales. */
+const EPS = 1e-6;
 
 export class VectorIndex<M> {
   private readonly ids: string[] = [];
   private readonly metas: M[] = [];
   private readonly slots = new Map<string, number>();
   private capacity = 0;
-  private memory: WasmMemory | undefined;
-  private buffer: ArrayBuffer = new ArrayBuffer(0);
+  /** Unit vectors, row after row (the exact values: re-ranking, vector()). */
   private data = new Float32Array(0);
-  private query = new Float32Array(0);
-  private scores = new Float32Array(0);
-  private kernel: Kernel;
-  private readonly dataOffset: number;
+  private readonly query: Float32Array;
+  // The SIMD path: int8 rows in WebAssembly memory, a scale and an error bound per row.
+  private memory: WasmMemory | undefined;
+  private scan: ((q: number, data: number, n: number, rowBytes: number, out: number) => void) | undefined;
+  private q8 = new Int8Array(0);
+  private rows8 = new Int8Array(0);
+  private dots = new Int32Array(0);
+  private inv = new Float32Array(0);
+  private err = new Float32Array(0);
   readonly usesSimd: boolean;
 
-  /** dim: floats per vector; simd false forces the JavaScript loop. */
+  /** dim: floats per vector; simd false forces the exact JavaScript scan. */
   constructor(
     readonly dim: number,
     opts: { simd?: boolean; initialCapacity?: number } = {},
   ) {
     if (!Number.isInteger(dim) || dim <= 0) throw new RangeError(`VectorIndex: dim must be a positive integer, not ${dim}`);
-    const mod = opts.simd !== false && dim % 8 === 0 ? simdModule() : null;
-    this.dataOffset = align16(dim * 4);
+    const mod = opts.simd !== false && dim % 16 === 0 ? simdModule() : null;
     if (mod) {
       this.memory = new wasm!.Memory({ initial: 1 });
-      const scan = new wasm!.Instance(mod, { env: { mem: this.memory } }).exports.scan as (q: number, data: number, n: number, rowBytes: number, out: number) => void;
-      this.kernel = (n) => scan(0, this.dataOffset, n, dim * 4, this.scores.byteOffset);
-    } else {
-      this.kernel = (n) => {
-        const q = this.query;
-        const d = this.data;
-        const out = this.scores;
-        for (let r = 0, o = 0; r < n; r++, o += dim) {
-          let s0 = 0;
-          let s1 = 0;
-          let i = 0;
-          for (; i + 1 < dim; i += 2) {
-            s0 += q[i]! * d[o + i]!;
-            s1 += q[i + 1]! * d[o + i + 1]!;
-          }
-          if (i < dim) s0 += q[i]! * d[o + i]!;
-          out[r] = s0 + s1;
-        }
-      };
+      this.scan = new wasm!.Instance(mod, { env: { mem: this.memory } }).exports.scan as typeof this.scan;
     }
     this.usesSimd = !!mod;
+    this.query = new Float32Array(dim);
     this.grow(Math.max(16, opts.initialCapacity ?? 0));
   }
 
@@ -205,6 +198,11 @@ export class VectorIndex<M> {
     const n = norm(vec);
     const row = this.data.subarray(s * this.dim, (s + 1) * this.dim);
     for (let i = 0; i < this.dim; i++) row[i] = n > 0 ? vec[i]! / n : 0;
+    if (this.usesSimd) {
+      const q = quantise(row, this.rows8.subarray(s * this.dim, (s + 1) * this.dim));
+      this.inv[s] = q.inv;
+      this.err[s] = q.err;
+    }
   }
 
   /** Removes an id; the last row moves into its slot. False if it was not there. */
@@ -214,6 +212,11 @@ export class VectorIndex<M> {
     const last = this.ids.length - 1;
     if (s !== last) {
       this.data.copyWithin(s * this.dim, last * this.dim, (last + 1) * this.dim);
+      if (this.usesSimd) {
+        this.rows8.copyWithin(s * this.dim, last * this.dim, (last + 1) * this.dim);
+        this.inv[s] = this.inv[last]!;
+        this.err[s] = this.err[last]!;
+      }
       const moved = this.ids[last]!;
       this.ids[s] = moved;
       this.metas[s] = this.metas[last]!;
@@ -233,7 +236,9 @@ export class VectorIndex<M> {
 
   /**
    * The best n rows by cosine similarity to q (normalised here), each at least minScore and
-   * accepted by the filter, best first (ties by insertion slot, which is deterministic).
+   * accepted by the filter, best first (ties by slot). Scores are exact: with the SIMD kernel the
+   * int8 scan only bounds each row's score (|exact - approximate| <= the row's error bound), and
+   * every row that could still be among the best n is scored again in full precision.
    */
   search(q: Float32Array, n: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<VectorHit<M>> {
     if (q.length !== this.dim) throw new RangeError(`VectorIndex: query of ${q.length} dimensions, index has ${this.dim}`);
@@ -241,12 +246,30 @@ export class VectorIndex<M> {
     if (count === 0 || n <= 0) return [];
     const qn = norm(q);
     for (let i = 0; i < this.dim; i++) this.query[i] = qn > 0 ? q[i]! / qn : 0;
-    this.kernel(count);
-    const scores = this.scores;
+    const top = this.usesSimd ? this.searchQuantised(count, n, minScore, accept) : this.searchExact(count, n, minScore, accept);
+    return top.map((t) => ({ id: this.ids[t.slot]!, score: t.score, meta: this.metas[t.slot]! }));
+  }
+
+  private exact(slot: number): number {
+    const d = this.data;
+    const q = this.query;
+    const o = slot * this.dim;
+    let s0 = 0;
+    let s1 = 0;
+    let i = 0;
+    for (; i + 1 < this.dim; i += 2) {
+      s0 += q[i]! * d[o + i]!;
+      s1 += q[i + 1]! * d[o + i + 1]!;
+    }
+    if (i < this.dim) s0 += q[i]! * d[o + i]!;
+    return s0 + s1;
+  }
+
+  private searchExact(count: number, n: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<{ slot: number; score: number }> {
     let top: Array<{ slot: number; score: number }> = [];
     let floor = minScore;
     for (let r = 0; r < count; r++) {
-      const s = scores[r]!;
+      const s = this.exact(r);
       if (!(s >= floor)) continue;
       if (accept && !accept(this.metas[r]!, this.ids[r]!)) continue;
       top.push({ slot: r, score: s });
@@ -256,33 +279,93 @@ export class VectorIndex<M> {
         floor = top[n - 1]!.score;
       }
     }
-    top.sort(byScore);
-    return top.slice(0, n).map((t) => ({ id: this.ids[t.slot]!, score: t.score, meta: this.metas[t.slot]! }));
+    return top.sort(byScore).slice(0, n);
+  }
+
+  private searchQuantised(count: number, n: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<{ slot: number; score: number }> {
+    const qq = quantise(this.query, this.q8);
+    this.scan!(0, this.q8.length, count, this.dim, this.dots.byteOffset);
+    const dots = this.dots;
+    const inv = this.inv;
+    const err = this.err;
+    // Rows whose upper bound reaches the floor and that pass the filter, with their lower bounds.
+    const slots: number[] = [];
+    const lows: number[] = [];
+    const highs: number[] = [];
+    for (let r = 0; r < count; r++) {
+      const approx = dots[r]! * inv[r]! * qq.inv;
+      const bound = err[r]! + qq.err * (1 + err[r]!) + EPS;
+      if (approx + bound < minScore) continue;
+      if (accept && !accept(this.metas[r]!, this.ids[r]!)) continue;
+      slots.push(r);
+      lows.push(approx - bound);
+      highs.push(approx + bound);
+    }
+    // n rows score at least the n-th best lower bound: a row whose upper bound is below it cannot
+    // be among the best n.
+    let cut = -Infinity;
+    if (slots.length > n) cut = Float64Array.from(lows).sort()[lows.length - n]!;
+    const out: Array<{ slot: number; score: number }> = [];
+    for (let k = 0; k < slots.length; k++) {
+      if (highs[k]! < cut) continue;
+      const s = this.exact(slots[k]!);
+      if (s >= minScore) out.push({ slot: slots[k]!, score: s });
+    }
+    return out.sort(byScore).slice(0, n);
+  }
+
+  private grow(capacity: number): void {
+    const keep = this.ids.length * this.dim;
+    const data = new Float32Array(capacity * this.dim);
+    data.set(this.data.subarray(0, keep));
+    this.data = data;
+    if (this.memory) {
+      // Layout: the int8 query, the int8 rows, the int32 dot products (scratch, moved on growth).
+      const rowsAt = align16(this.dim);
+      const dotsAt = align16(rowsAt + capacity * this.dim);
+      const need = dotsAt + capacity * 4;
+      const have = this.memory.buffer.byteLength;
+      if (need > have) this.memory.grow(Math.ceil((need - have) / PAGE));
+      const buf = this.memory.buffer;
+      this.q8 = new Int8Array(buf, 0, this.dim);
+      this.rows8 = new Int8Array(buf, rowsAt, capacity * this.dim);
+      this.dots = new Int32Array(buf, dotsAt, capacity);
+      const inv = new Float32Array(capacity);
+      inv.set(this.inv.subarray(0, this.ids.length));
+      this.inv = inv;
+      const err = new Float32Array(capacity);
+      err.set(this.err.subarray(0, this.ids.length));
+      this.err = err;
+    }
+    this.capacity = capacity;
   }
 
   /** Bytes the vectors occupy (capacity, not only live rows). */
   get bytes(): number {
-    return this.buffer.byteLength;
+    return this.data.byteLength + (this.memory ? this.memory.buffer.byteLength + this.inv.byteLength + this.err.byteLength : 0);
   }
+}
 
-  private grow(capacity: number): void {
-    const need = this.dataOffset + capacity * this.dim * 4 + capacity * 4;
-    const keep = this.ids.length * this.dim;
-    if (this.memory) {
-      const have = this.memory.buffer.byteLength;
-      if (need > have) this.memory.grow(Math.ceil((need - have) / PAGE));
-      this.buffer = this.memory.buffer;
-      // Rows stay where they are (the data region only extends); the scores move past it.
-    } else {
-      const old = this.data;
-      this.buffer = new ArrayBuffer(need);
-      new Float32Array(this.buffer, this.dataOffset, keep).set(old.subarray(0, keep));
-    }
-    this.capacity = capacity;
-    this.query = new Float32Array(this.buffer, 0, this.dim);
-    this.data = new Float32Array(this.buffer, this.dataOffset, capacity * this.dim);
-    this.scores = new Float32Array(this.buffer, this.dataOffset + capacity * this.dim * 4, capacity);
+/**
+ * Scales a vector into int8 (its largest component to 127) and gives the factor back to floats
+ * and the exact length of the rounding error (||v - q * inv||), which bounds the score error.
+ */
+function quantise(v: Float32Array, out: Int8Array): { inv: number; err: number } {
+  let max = 0;
+  for (let i = 0; i < v.length; i++) max = Math.max(max, Math.abs(v[i]!));
+  if (max === 0) {
+    out.fill(0);
+    return { inv: 0, err: 0 };
   }
+  const inv = Math.fround(max / 127);
+  let e = 0;
+  for (let i = 0; i < v.length; i++) {
+    const q = Math.max(-127, Math.min(127, Math.round(v[i]! / inv)));
+    out[i] = q;
+    const d = v[i]! - q * inv;
+    e += d * d;
+  }
+  return { inv, err: Math.sqrt(e) };
 }
 
 function byScore(a: { slot: number; score: number }, b: { slot: number; score: number }): number {
