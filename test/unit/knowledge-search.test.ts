@@ -101,7 +101,7 @@ describe.each([
     expect(idx.search(Float32Array.from([1, 0, 0, 0, 0, 0, 0, 0]), 3, -1)).toEqual([]);
   });
 
-  it('handles a dimension that is not a multiple of 16 (JavaScript loop) and 512-dimension model vectors', () => {
+  it('handles a dimension that is not a multiple of 8 (JavaScript loop) and 512-dimension model vectors', () => {
     const odd = new VectorIndex<null>(13, { simd });
     expect(odd.usesSimd).toBe(false);
     const a = vec(13);
@@ -118,10 +118,10 @@ describe.each([
   });
 });
 
-it('the int8 scan loses nothing: near-ties among clustered vectors rank exactly as a float brute-force scan', () => {
+it('the int16 scan loses nothing: near-ties among clustered vectors rank exactly as a float brute-force scan', () => {
   const dim = 512;
   const idx = new VectorIndex<number>(dim);
-  expect(idx.usesSimd).toBe(true); // Node 20 has WebAssembly SIMD: the int8 path is the one tested here
+  expect(idx.usesSimd).toBe(true); // Node 20 has WebAssembly SIMD: the int16 path is the one tested here
   const base = vec(dim);
   const all = new Map<string, { v: Float32Array; m: number }>();
   for (let i = 0; i < 3000; i++) {

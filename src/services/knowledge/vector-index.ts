@@ -1,12 +1,13 @@
 /**
  * An exact in-memory vector index: every vector of one owner in one contiguous Float32Array (row
- * after row), normalised once when added. A search first scans an int8 copy of the rows (each row
- * scaled so its largest component is 127) with a tiny WebAssembly SIMD kernel, assembled below from
- * its opcodes: a quarter of the bytes of float32 and sixteen lanes a step. Quantisation only
- * narrows the field: each row's rounding error bounds how far its int8 score can be from the true
- * one, and every row that could still be among the best is scored again from the float32 rows, so
- * the answer is the same as an exact float scan. Where WebAssembly SIMD is missing, or the dimension
- * is not a multiple of 16, a plain JavaScript float loop does the exact scan (several times slower).
+ * after row), normalised once when added. A search first scans an int16 copy of the rows (each row
+ * scaled so its largest component is 2000) with a tiny WebAssembly SIMD kernel, assembled below
+ * from its opcodes: half the bytes of float32, eight products and their sums in one instruction.
+ * Quantisation only narrows the field: each row's rounding error bounds how far its integer score
+ * can be from the true one (about 0.002 for the model's vectors), and every row that could still be
+ * among the best is scored again from the float32 rows, so the answer is the same as an exact float
+ * scan. Where WebAssembly SIMD is missing, or the dimension is not a multiple of 8, a plain
+ * JavaScript float loop does the exact scan (several times slower).
  *
  * Removal moves the last row into the freed slot, so the rows stay dense and a scan touches only
  * live vectors. Search returns the best n rows at or above a floor that pass a caller's filter; the
@@ -48,17 +49,15 @@ const section = (id: number, bytes: number[]): number[] => [id, ...leb(bytes.len
 const name = (s: string): number[] => [s.length, ...Buffer.from(s, 'utf8')];
 
 /**
- * scan(q, data, n, rowBytes, out): for each of n rows of rowBytes int8 values starting at data,
- * out[row] = the int32 dot product of the int8 query at q with that row (exact integer arithmetic:
- * 512 x 127 x 127 fits easily). Memory is imported (env.mem) so the index owns and grows it.
- * rowBytes must be a multiple of 16: each step widens 16 int8 lanes to two i16x8 vectors and adds
- * their i32x4.dot_i16x8_s products to the accumulator.
+ * scan(q, data, n, rowBytes, out): for each of n rows of rowBytes bytes of int16 values starting at
+ * data, out[row] = the int32 dot product of the int16 query at q with that row (exact integer
+ * arithmetic: with components scaled to at most SCALE, 512 x SCALE x SCALE < 2^31). Memory is
+ * imported (env.mem) so the index owns and grows it. rowBytes must be a multiple of 16: each step
+ * adds the i32x4.dot_i16x8_s of eight lanes to the accumulator.
  */
 function kernelBytes(): Uint8Array {
   const get = 0x20, set = 0x21, tee = 0x22, simd = 0xfd;
   const v128load = [simd, 0x00, 0, 0]; // align 1, offset 0
-  const extendLow = [simd, 0x87, 0x01]; // i16x8.extend_low_i8x16_s
-  const extendHigh = [simd, 0x88, 0x01]; // i16x8.extend_high_i8x16_s
   const dot = [simd, 0xba, 0x01]; // i32x4.dot_i16x8_s
   const add = [simd, 0xae, 0x01]; // i32x4.add
   const lane = (i: number): number[] => [simd, 0x1b, i]; // i32x4.extract_lane
@@ -73,8 +72,7 @@ function kernelBytes(): Uint8Array {
     0x03, 0x40, //     loop (16 bytes at a time)
     get, 0, get, 7, 0x6a, ...v128load, set, 5, //       qv = q[i..i+16]
     get, 8, get, 7, 0x6a, ...v128load, set, 6, //       rv = row[i..i+16]
-    get, 9, get, 5, ...extendLow, get, 6, ...extendLow, ...dot, ...add, //       acc += dot(low halves)
-    get, 5, ...extendHigh, get, 6, ...extendHigh, ...dot, ...add, set, 9, //       acc += dot(high halves)
+    get, 9, get, 5, get, 6, ...dot, ...add, set, 9, //       acc += dot(qv, rv)
     get, 7, 0x41, 16, 0x6a, tee, 7, get, 3, 0x49, 0x0d, 0, //       i += 16; continue while i < rowBytes
     0x0b, //     end
     get, 4, get, 9, ...lane(0), get, 9, ...lane(1), 0x6a, get, 9, ...lane(2), 0x6a, get, 9, ...lane(3), 0x6a, 0x36, 2, 0, //     *out = sum of lanes
@@ -127,11 +125,11 @@ export class VectorIndex<M> {
   /** Unit vectors, row after row (the exact values: re-ranking, vector()). */
   private data = new Float32Array(0);
   private readonly query: Float32Array;
-  // The SIMD path: int8 rows in WebAssembly memory, a scale and an error bound per row.
+  // The SIMD path: int16 rows in WebAssembly memory, a scale and an error bound per row.
   private memory: WasmMemory | undefined;
   private scan: ((q: number, data: number, n: number, rowBytes: number, out: number) => void) | undefined;
-  private q8 = new Int8Array(0);
-  private rows8 = new Int8Array(0);
+  private q16 = new Int16Array(0);
+  private rows16 = new Int16Array(0);
   private dots = new Int32Array(0);
   private inv = new Float32Array(0);
   private err = new Float32Array(0);
@@ -143,7 +141,7 @@ export class VectorIndex<M> {
     opts: { simd?: boolean; initialCapacity?: number } = {},
   ) {
     if (!Number.isInteger(dim) || dim <= 0) throw new RangeError(`VectorIndex: dim must be a positive integer, not ${dim}`);
-    const mod = opts.simd !== false && dim % 16 === 0 ? simdModule() : null;
+    const mod = opts.simd !== false && dim % 8 === 0 ? simdModule() : null;
     if (mod) {
       this.memory = new wasm!.Memory({ initial: 1 });
       this.scan = new wasm!.Instance(mod, { env: { mem: this.memory } }).exports.scan as typeof this.scan;
@@ -199,7 +197,7 @@ export class VectorIndex<M> {
     const row = this.data.subarray(s * this.dim, (s + 1) * this.dim);
     for (let i = 0; i < this.dim; i++) row[i] = n > 0 ? vec[i]! / n : 0;
     if (this.usesSimd) {
-      const q = quantise(row, this.rows8.subarray(s * this.dim, (s + 1) * this.dim));
+      const q = quantise(row, this.rows16.subarray(s * this.dim, (s + 1) * this.dim));
       this.inv[s] = q.inv;
       this.err[s] = q.err;
     }
@@ -213,7 +211,7 @@ export class VectorIndex<M> {
     if (s !== last) {
       this.data.copyWithin(s * this.dim, last * this.dim, (last + 1) * this.dim);
       if (this.usesSimd) {
-        this.rows8.copyWithin(s * this.dim, last * this.dim, (last + 1) * this.dim);
+        this.rows16.copyWithin(s * this.dim, last * this.dim, (last + 1) * this.dim);
         this.inv[s] = this.inv[last]!;
         this.err[s] = this.err[last]!;
       }
@@ -237,7 +235,7 @@ export class VectorIndex<M> {
   /**
    * The best n rows by cosine similarity to q (normalised here), each at least minScore and
    * accepted by the filter, best first (ties by slot). Scores are exact: with the SIMD kernel the
-   * int8 scan only bounds each row's score (|exact - approximate| <= the row's error bound), and
+   * int16 scan only bounds each row's score (|exact - approximate| <= the row's error bound), and
    * every row that could still be among the best n is scored again in full precision.
    */
   search(q: Float32Array, n: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<VectorHit<M>> {
@@ -283,8 +281,8 @@ export class VectorIndex<M> {
   }
 
   private searchQuantised(count: number, n: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<{ slot: number; score: number }> {
-    const qq = quantise(this.query, this.q8);
-    this.scan!(0, this.q8.length, count, this.dim, this.dots.byteOffset);
+    const qq = quantise(this.query, this.q16);
+    this.scan!(0, this.rows16.byteOffset, count, this.dim * 2, this.dots.byteOffset);
     const dots = this.dots;
     const inv = this.inv;
     const err = this.err;
@@ -320,15 +318,15 @@ export class VectorIndex<M> {
     data.set(this.data.subarray(0, keep));
     this.data = data;
     if (this.memory) {
-      // Layout: the int8 query, the int8 rows, the int32 dot products (scratch, moved on growth).
-      const rowsAt = align16(this.dim);
-      const dotsAt = align16(rowsAt + capacity * this.dim);
+      // Layout: the int16 query, the int16 rows, the int32 dot products (scratch, moved on growth).
+      const rowsAt = align16(this.dim * 2);
+      const dotsAt = align16(rowsAt + capacity * this.dim * 2);
       const need = dotsAt + capacity * 4;
       const have = this.memory.buffer.byteLength;
       if (need > have) this.memory.grow(Math.ceil((need - have) / PAGE));
       const buf = this.memory.buffer;
-      this.q8 = new Int8Array(buf, 0, this.dim);
-      this.rows8 = new Int8Array(buf, rowsAt, capacity * this.dim);
+      this.q16 = new Int16Array(buf, 0, this.dim);
+      this.rows16 = new Int16Array(buf, rowsAt, capacity * this.dim);
       this.dots = new Int32Array(buf, dotsAt, capacity);
       const inv = new Float32Array(capacity);
       inv.set(this.inv.subarray(0, this.ids.length));
@@ -347,20 +345,29 @@ export class VectorIndex<M> {
 }
 
 /**
- * Scales a vector into int8 (its largest component to 127) and gives the factor back to floats
- * and the exact length of the rounding error (||v - q * inv||), which bounds the score error.
+ * Largest int16 component: a unit vector has at most 512 components of at most SCALE, and
+ * 512 x 2000 x 2000 = 2.05e9 < 2^31, so the kernel's int32 sums cannot overflow (more dimensions
+ * use a proportionally smaller scale, see scaleFor).
  */
-function quantise(v: Float32Array, out: Int8Array): { inv: number; err: number } {
+const SCALE = 2000;
+const scaleFor = (dim: number): number => Math.min(SCALE, Math.floor(Math.sqrt(2 ** 31 / Math.max(1, dim)) - 1));
+
+/**
+ * Scales a vector into int16 (its largest component to the scale) and gives the factor back to
+ * floats and the exact length of the rounding error (||v - q * inv||), which bounds the score error.
+ */
+function quantise(v: Float32Array, out: Int16Array): { inv: number; err: number } {
   let max = 0;
   for (let i = 0; i < v.length; i++) max = Math.max(max, Math.abs(v[i]!));
   if (max === 0) {
     out.fill(0);
     return { inv: 0, err: 0 };
   }
-  const inv = Math.fround(max / 127);
+  const scale = scaleFor(v.length);
+  const inv = Math.fround(max / scale);
   let e = 0;
   for (let i = 0; i < v.length; i++) {
-    const q = Math.max(-127, Math.min(127, Math.round(v[i]! / inv)));
+    const q = Math.max(-scale, Math.min(scale, Math.round(v[i]! / inv)));
     out[i] = q;
     const d = v[i]! - q * inv;
     e += d * d;
