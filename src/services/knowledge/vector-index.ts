@@ -286,23 +286,26 @@ export class VectorIndex<M> {
     const dots = this.dots;
     const inv = this.inv;
     const err = this.err;
-    // Rows whose upper bound reaches the floor and that pass the filter, with their lower bounds.
+    // The n best lower bounds seen so far (a min-heap): n rows score at least its root, so a row
+    // whose upper bound is below the root cannot be among the best n and is skipped at once.
+    const heap = new Float64Array(n);
+    let filled = 0;
+    // Rows that could still place (upper bound reached the floor and the root when seen; passed the filter).
     const slots: number[] = [];
-    const lows: number[] = [];
     const highs: number[] = [];
     for (let r = 0; r < count; r++) {
       const approx = dots[r]! * inv[r]! * qq.inv;
       const bound = err[r]! + qq.err * (1 + err[r]!) + EPS;
-      if (approx + bound < minScore) continue;
+      const high = approx + bound;
+      if (high < minScore || (filled === n && high < heap[0]!)) continue;
       if (accept && !accept(this.metas[r]!, this.ids[r]!)) continue;
       slots.push(r);
-      lows.push(approx - bound);
-      highs.push(approx + bound);
+      highs.push(high);
+      const low = approx - bound;
+      if (filled < n) heapPush(heap, filled++, low);
+      else if (low > heap[0]!) heapReplaceRoot(heap, n, low);
     }
-    // n rows score at least the n-th best lower bound: a row whose upper bound is below it cannot
-    // be among the best n.
-    let cut = -Infinity;
-    if (slots.length > n) cut = Float64Array.from(lows).sort()[lows.length - n]!;
+    const cut = filled === n ? heap[0]! : -Infinity;
     const out: Array<{ slot: number; score: number }> = [];
     for (let k = 0; k < slots.length; k++) {
       if (highs[k]! < cut) continue;
@@ -373,6 +376,32 @@ function quantise(v: Float32Array, out: Int16Array): { inv: number; err: number 
     e += d * d;
   }
   return { inv, err: Math.sqrt(e) };
+}
+
+/** Min-heap of numbers in h[0..size): adds x at position size. */
+function heapPush(h: Float64Array, size: number, x: number): void {
+  let i = size;
+  while (i > 0) {
+    const parent = (i - 1) >> 1;
+    if (h[parent]! <= x) break;
+    h[i] = h[parent]!;
+    i = parent;
+  }
+  h[i] = x;
+}
+
+/** Min-heap of numbers in h[0..size): replaces the smallest with x. */
+function heapReplaceRoot(h: Float64Array, size: number, x: number): void {
+  let i = 0;
+  for (;;) {
+    const l = 2 * i + 1;
+    if (l >= size) break;
+    const c = l + 1 < size && h[l + 1]! < h[l]! ? l + 1 : l;
+    if (h[c]! >= x) break;
+    h[i] = h[c]!;
+    i = c;
+  }
+  h[i] = x;
 }
 
 function byScore(a: { slot: number; score: number }, b: { slot: number; score: number }): number {
