@@ -7,12 +7,14 @@
  */
 import { startSweeper, type Sweeper } from '../core/sweeper.js';
 import { createHash } from 'node:crypto';
+import type Database from 'better-sqlite3';
 import type { DB } from '../store/db.js';
 import { tx } from '../store/db.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { EMBEDDING_MODEL, Embedder, MODEL_LABEL, cosine, fromBlob, rankBySimilarity, toBlob } from './knowledge/embedder.js';
+import { VectorIndex } from './knowledge/vector-index.js';
 import type { RetentionClock } from './memories.js';
 import { digest, snippet, uniqueTags } from './memories.js';
 
@@ -54,6 +56,7 @@ interface ItemRow {
   deleted_at: string | null;
   embed_text_sha: string;
   embedding_sha: string | null;
+  embedding_model: string | null;
 }
 
 interface LinkRow {
@@ -67,8 +70,7 @@ interface LinkRow {
 }
 
 /** What the vector scan needs to filter without touching the database. */
-interface CachedVector {
-  vec: Float32Array;
+interface VectorMeta {
   seq: number;
   owner: string;
   kind: Kind;
@@ -136,10 +138,12 @@ const STOPWORDS = new Set(
 
 export class KnowledgeService {
   private sweeper: Sweeper | undefined;
-  private vectors: Map<string, CachedVector> | undefined;
+  /** One exact index per owner (src/services/knowledge/vector-index.ts), loaded on first use. */
+  private vectors: Map<string, VectorIndex<VectorMeta>> | undefined;
   private embedding = false;
   private stopped = false;
   private readonly queryCache = new Map<string, Float32Array>();
+  private readonly statements = new Map<string, Database.Statement<unknown[]>>();
 
   constructor(private readonly deps: KnowledgeServiceDeps) {}
 
@@ -155,6 +159,16 @@ export class KnowledgeService {
     } catch {
       return null;
     }
+  }
+
+  /** A prepared statement, kept for the next call (the search path's statements, a few shapes each). */
+  private stmt(sql: string): Database.Statement<unknown[]> {
+    let st = this.statements.get(sql);
+    if (!st) {
+      st = this.deps.db.prepare<unknown[]>(sql);
+      if (this.statements.size < 200) this.statements.set(sql, st);
+    }
+    return st;
   }
 
   private now(): number {
@@ -335,8 +349,13 @@ export class KnowledgeService {
       this.indexFts(n);
       return n;
     });
-    // The old vector no longer describes the item; keep filters current until it is re-embedded.
-    this.vectors?.delete(row.id);
+    // A vector of the old text no longer describes the item (it is re-embedded); a vector of the
+    // same text stays, with the filters (tags, retention) brought up to date.
+    const idx = this.vectors?.get(owner);
+    if (idx) {
+      if (row.embedding_sha === row.embed_text_sha && row.embedding_model === MODEL_LABEL) idx.setMeta(row.id, this.meta(row));
+      else idx.remove(row.id);
+    }
     this.kick();
     return this.describe(row, false);
   }
@@ -364,7 +383,7 @@ export class KnowledgeService {
     const iso = new Date().toISOString();
     this.deps.db.prepare('UPDATE knowledge_items SET deleted_at = ?, deleted_reason = ?, embedding = NULL WHERE seq = ?').run(iso, reason, r.seq);
     this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(r.seq);
-    this.vectors?.delete(r.id);
+    this.vectors?.get(r.owner_id)?.remove(r.id);
     return this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?)').run(iso, r.id, r.id).changes;
   }
 
@@ -387,9 +406,8 @@ export class KnowledgeService {
     return { sql: c.join(' AND '), params: p };
   }
 
-  private passes(owner: string, workspaceId: string | undefined, f: Filters, v: CachedVector): boolean {
-    if (v.owner !== owner) return false;
-    if (v.expiresAt !== null && v.expiresAt <= this.now()) return false;
+  private passes(workspaceId: string | undefined, f: Filters, v: VectorMeta, now: number): boolean {
+    if (v.expiresAt !== null && v.expiresAt <= now) return false;
     if (v.scope === 'workspace' && v.workspaceId !== (workspaceId ?? '')) return false;
     if (f.scope && v.scope !== f.scope) return false;
     if (f.kinds && f.kinds.length > 0 && !f.kinds.includes(v.kind)) return false;
@@ -429,33 +447,22 @@ export class KnowledgeService {
     const w = this.where(owner, workspaceId, f);
     // BM25 over the index alone first (the best LEXICAL_POOL matches), then the filters on the
     // items: joining every match to its row before ranking cost ~20x at 20,000 items.
-    return this.deps.db
-      .prepare(
-        `SELECT i.id FROM (SELECT rowid AS r, bm25(knowledge_fts, 4.0, 1.0, 2.0) AS s FROM knowledge_fts WHERE knowledge_fts MATCH ? ORDER BY s LIMIT ?) m
-           JOIN knowledge_items i ON i.seq = m.r WHERE ${w.sql} ORDER BY m.s, i.seq DESC LIMIT ?`,
-      )
+    // CROSS JOIN keeps that order of work (the planner would otherwise walk every item of the
+    // owner), and the covering index answers the filters without reading whole rows.
+    return this.stmt(
+      `SELECT i.id FROM (SELECT rowid AS r, bm25(knowledge_fts, 4.0, 1.0, 2.0) AS s FROM knowledge_fts WHERE knowledge_fts MATCH ? ORDER BY s LIMIT ?) m
+         CROSS JOIN knowledge_items AS i INDEXED BY knowledge_items_filters ON i.seq = m.r WHERE ${w.sql} ORDER BY m.s, i.seq DESC LIMIT ?`,
+    )
       .pluck()
       .all(q, LEXICAL_POOL, ...w.params, n) as string[];
   }
 
   /** Semantic ranking over the vectors in memory (exact scan), best first. */
   semantic(owner: string, workspaceId: string | undefined, qv: Float32Array, f: Filters, n = CANDIDATES): Array<{ id: string; similarity: number }> {
-    const vecs = this.loadVectors();
-    const top: Array<{ id: string; similarity: number }> = [];
-    let floor = MIN_SIMILARITY;
-    for (const [id, v] of vecs) {
-      if (!this.passes(owner, workspaceId, f, v)) continue;
-      const s = cosine(qv, v.vec);
-      if (s < floor) continue;
-      top.push({ id, similarity: s });
-      if (top.length > n * 2) {
-        top.sort((x, y) => y.similarity - x.similarity);
-        top.length = n;
-        floor = top[n - 1]!.similarity;
-      }
-    }
-    top.sort((x, y) => y.similarity - x.similarity);
-    return top.slice(0, n);
+    const idx = this.loadVectors().get(owner);
+    if (!idx) return [];
+    const now = this.now();
+    return idx.search(qv, n, MIN_SIMILARITY, (m) => this.passes(workspaceId, f, m, now)).map((h) => ({ id: h.id, similarity: h.score }));
   }
 
   private async queryVector(query: string): Promise<Float32Array> {
@@ -510,7 +517,7 @@ export class KnowledgeService {
     const page = ranked.slice(offset, offset + a.limit);
     const rows = new Map<string, ItemRow>();
     if (page.length > 0) {
-      const got = this.deps.db.prepare(`SELECT * FROM knowledge_items WHERE id IN (${page.map(() => '?').join(',')})`).all(...page.map((p) => p[0])) as ItemRow[];
+      const got = this.stmt(`SELECT * FROM knowledge_items WHERE id IN (${page.map(() => '?').join(',')})`).all(...(page.map((p) => p[0]) as unknown[])) as ItemRow[];
       for (const r of got) rows.set(r.id, r);
     }
     const needle = (a.query.toLowerCase().match(/[\p{L}\p{N}_]+/gu) ?? [a.query.toLowerCase()]).sort((x, y) => y.length - x.length)[0]!;
@@ -663,20 +670,38 @@ export class KnowledgeService {
 
   // ---------- embeddings ----------
 
-  private loadVectors(): Map<string, CachedVector> {
+  /**
+   * The vector indexes, loaded from the database on first use: vectors of another model are
+   * discarded there (their items become pending and are embedded again).
+   */
+  private loadVectors(): Map<string, VectorIndex<VectorMeta>> {
     if (this.vectors) return this.vectors;
-    const m = new Map<string, CachedVector>();
+    this.deps.db
+      .prepare('UPDATE knowledge_items SET embedding = NULL, embedding_sha = NULL, embedding_model = NULL WHERE embedding_model IS NOT NULL AND embedding_model != ?')
+      .run(MODEL_LABEL);
+    const m = new Map<string, VectorIndex<VectorMeta>>();
     const rows = this.deps.db
-      .prepare('SELECT * FROM knowledge_items WHERE deleted_at IS NULL AND embedding IS NOT NULL AND embedding_sha = embed_text_sha AND embedding_model = ?')
-      .all(MODEL_LABEL) as Array<ItemRow & { embedding: Buffer }>;
-    for (const r of rows) m.set(r.id, this.cached(r, fromBlob(r.embedding)));
+      .prepare(
+        `SELECT seq, id, owner_id, kind, scope, workspace_id, project_id, journal_type, tags_json, expires_at_ms, embedding FROM knowledge_items
+           WHERE deleted_at IS NULL AND embedding IS NOT NULL AND embedding_sha = embed_text_sha AND embedding_model = ? ORDER BY seq`,
+      )
+      .iterate(MODEL_LABEL) as IterableIterator<ItemRow & { embedding: Buffer }>;
+    for (const r of rows) {
+      if (r.embedding.byteLength !== EMBEDDING_MODEL.dimensions * 4) continue; // not a vector of this model
+      this.indexOf(m, r.owner_id).upsert(r.id, fromBlob(r.embedding), this.meta(r));
+    }
     this.vectors = m;
     return m;
   }
 
-  private cached(r: ItemRow, vec: Float32Array): CachedVector {
+  private indexOf(m: Map<string, VectorIndex<VectorMeta>>, owner: string): VectorIndex<VectorMeta> {
+    let idx = m.get(owner);
+    if (!idx) m.set(owner, (idx = new VectorIndex<VectorMeta>(EMBEDDING_MODEL.dimensions)));
+    return idx;
+  }
+
+  private meta(r: Pick<ItemRow, 'seq' | 'owner_id' | 'kind' | 'scope' | 'workspace_id' | 'project_id' | 'journal_type' | 'tags_json' | 'expires_at_ms'>): VectorMeta {
     return {
-      vec,
       seq: r.seq,
       owner: r.owner_id,
       kind: r.kind,
@@ -689,22 +714,23 @@ export class KnowledgeService {
     };
   }
 
-  /** Live items of the owner without a current vector (an index count less the vectors in memory). */
+  /** Live items of the owner without a current vector (a partial index holds exactly those). */
   pendingCount(owner: string): number {
-    const live = this.deps.db.prepare('SELECT count(*) FROM knowledge_items WHERE owner_id = ? AND deleted_at IS NULL').pluck().get(owner) as number;
-    let have = 0;
-    for (const v of this.loadVectors().values()) if (v.owner === owner) have++;
-    return Math.max(0, live - have);
+    this.loadVectors();
+    return this.stmt('SELECT count(*) FROM knowledge_items INDEXED BY knowledge_items_unembedded WHERE owner_id = ? AND deleted_at IS NULL AND embedding_sha IS NOT embed_text_sha')
+      .pluck()
+      .get(owner) as number;
   }
 
   /** Stores a vector computed for an item's text (ignored if the item changed meanwhile). */
   storeEmbedding(id: string, textSha: string, vec: Float32Array): boolean {
+    if (vec.length !== EMBEDDING_MODEL.dimensions) throw new RangeError(`knowledge: a vector of ${vec.length} dimensions, the model gives ${EMBEDDING_MODEL.dimensions}`);
     const ok = this.deps.db
       .prepare('UPDATE knowledge_items SET embedding = ?, embedding_sha = ?, embedding_model = ? WHERE id = ? AND embed_text_sha = ? AND deleted_at IS NULL')
       .run(toBlob(vec), textSha, MODEL_LABEL, id, textSha).changes;
     if (ok && this.vectors) {
       const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ?').get(id) as ItemRow;
-      this.vectors.set(id, this.cached(r, vec));
+      this.indexOf(this.vectors, r.owner_id).upsert(id, vec, this.meta(r));
     }
     return ok > 0;
   }
@@ -723,9 +749,10 @@ export class KnowledgeService {
     let done = 0;
     for (;;) {
       if (this.stopped || this.deps.embedder.state !== 'ready') return done;
+      this.loadVectors(); // discards vectors of another model first
       const rows = this.deps.db
-        .prepare('SELECT id, title, content, embed_text_sha FROM knowledge_items WHERE deleted_at IS NULL AND (embedding_sha IS NULL OR embedding_sha != embed_text_sha OR embedding_model IS NOT ?) ORDER BY seq LIMIT ?')
-        .all(MODEL_LABEL, batch) as Array<{ id: string; title: string; content: string; embed_text_sha: string }>;
+        .prepare('SELECT id, title, content, embed_text_sha FROM knowledge_items INDEXED BY knowledge_items_unembedded WHERE deleted_at IS NULL AND embedding_sha IS NOT embed_text_sha ORDER BY seq LIMIT ?')
+        .all(batch) as Array<{ id: string; title: string; content: string; embed_text_sha: string }>;
       if (rows.length === 0) return done;
       let vecs: Float32Array[];
       try {
@@ -744,7 +771,9 @@ export class KnowledgeService {
 
   /** Soft-deletes expired items (reason "retention"); returns how many. */
   sweep(): number {
-    const rows = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE deleted_at IS NULL AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').all(this.now()) as ItemRow[];
+    const rows = this.stmt('SELECT * FROM knowledge_items INDEXED BY knowledge_items_expiry WHERE deleted_at IS NULL AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').all(
+      this.now(),
+    ) as ItemRow[];
     if (rows.length === 0) return 0;
     tx(this.deps.db, () => {
       for (const r of rows) this.softDelete(r, 'retention');
@@ -754,6 +783,10 @@ export class KnowledgeService {
 
   start(intervalMs: number): void {
     this.deps.embedder.start();
+    // Load the vector indexes now rather than on the first search (about a second per 20,000 items).
+    setTimeout(() => {
+      if (!this.stopped) this.loadVectors();
+    }, 0).unref();
     void this.deps.embedder.whenSettled(120_000).then(() => this.kick());
     this.sweeper = startSweeper(() => {
       this.sweep();

@@ -31,6 +31,7 @@ import { m0012 } from './migrations/0012-access.js';
 import { m0014 } from './migrations/0014-knowledge.js';
 import { m0015 } from './migrations/0015-extensions.js';
 import { m0016 } from './migrations/0016-packages.js';
+import { m0018 } from './migrations/0018-knowledge-search.js';
 
 export interface Migration {
   version: number;
@@ -340,4 +341,5 @@ export const MIGRATIONS: Migration[] = [
   m0014,
   m0015,
   m0016,
+  m0018,
 ];
