@@ -94,14 +94,75 @@ const NODUMP_C = `
 __attribute__((constructor)) static void atelier_nodump(void) { prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
 `;
 
+/**
+ * The exec starter (docs/sandbox.md, "Exec start-up"): the daemon starts it ahead of time as a
+ * spare, the runner moves it into its own exec cgroup while it waits, and an exec hands it the
+ * command on descriptor 3 (cwd, argv and environment, NUL-separated). It then resets
+ * oom_score_adj, takes /dev/null as stdin unless the exec has input, enters cwd and execs the
+ * command, so the command is born inside its exec cgroup without a placement on the exec's path.
+ * Non-dumpable while it waits, so no workspace process can reach its descriptors.
+ */
+const EXEC_STARTER_C = `
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+extern char **environ;
+#define MAX_REQUEST (64u << 20)
+static char *buf; static size_t len, pos;
+static char *field(void) {
+  if (pos >= len) return 0;
+  char *end = memchr(buf + pos, 0, len - pos);
+  if (!end) return 0;
+  char *f = buf + pos; pos = (size_t)(end - buf) + 1; return f;
+}
+static char **list(void) {
+  char *n = field(); if (!n) return 0;
+  long count = strtol(n, 0, 10); if (count < 0 || count > 1000000) return 0;
+  char **v = calloc((size_t)count + 1, sizeof *v); if (!v) return 0;
+  for (long i = 0; i < count; i++) if (!(v[i] = field())) return 0;
+  return v;
+}
+int main(void) {
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  size_t cap = 65536; buf = malloc(cap); if (!buf) return 125;
+  for (;;) {
+    if (len == cap) { if (cap >= MAX_REQUEST) return 125; cap *= 2; char *n = realloc(buf, cap); if (!n) return 125; buf = n; }
+    ssize_t r = read(3, buf + len, cap - len);
+    if (r < 0) { if (errno == EINTR) continue; return 125; }
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  close(3);
+  /* request: stdin-flag cwd argc argv... envc env... (each NUL-terminated) */
+  char *flag = field(), *cwd = field(); char **argv = list(), **envp = list();
+  if (!flag || !cwd || !argv || !argv[0] || !envp) return 125; /* discarded without a request */
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) { if (write(fd, "0", 1) < 0) {} close(fd); }
+  if (flag[0] != '1') { int n = open("/dev/null", O_RDONLY); if (n >= 0 && n != 0) { dup2(n, 0); close(n); } }
+  if (chdir(cwd) != 0) { fprintf(stderr, "atelier-exec: cannot enter %s: %s\\n", cwd, strerror(errno)); return 126; }
+  environ = envp;
+  execvp(argv[0], argv);
+  int e = errno;
+  fprintf(stderr, "atelier-exec: %s: %s\\n", argv[0], strerror(e));
+  return e == ENOENT ? 127 : 126;
+}
+`;
+
 export interface NativeArtifacts {
   /** The BPF program for bwrap --seccomp. */
   seccompBpf: string;
   /** LD_PRELOAD library for the daemon. */
   nodumpSo: string;
+  /** The exec starter (EXEC_STARTER_C). */
+  execStarter: string;
 }
 
-export const NATIVE_HASH = createHash('sha256').update(SECCOMP_GEN_C).update(NODUMP_C).digest('hex').slice(0, 16);
+export const NATIVE_HASH = createHash('sha256').update(SECCOMP_GEN_C).update(NODUMP_C).update(EXEC_STARTER_C).digest('hex').slice(0, 16);
 
 /** <install>/dist/native/<hash>: where scripts/setup.sh puts the artifacts. */
 export function installNativeDir(): string {
@@ -109,8 +170,8 @@ export function installNativeDir(): string {
 }
 
 function present(dir: string): NativeArtifacts | null {
-  const a = { seccompBpf: path.join(dir, 'seccomp.bpf'), nodumpSo: path.join(dir, 'nodump.so') };
-  return existsSync(a.seccompBpf) && existsSync(a.nodumpSo) ? a : null;
+  const a = { seccompBpf: path.join(dir, 'seccomp.bpf'), nodumpSo: path.join(dir, 'nodump.so'), execStarter: path.join(dir, 'exec-starter') };
+  return existsSync(a.seccompBpf) && existsSync(a.nodumpSo) && existsSync(a.execStarter) ? a : null;
 }
 
 /** Builds the artifacts into `dir` (atomically: a temporary directory renamed into place). */
@@ -125,6 +186,10 @@ export async function buildNative(dir: string): Promise<NativeArtifacts> {
     await run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, 'seccomp-gen'), path.join(tmp, 'seccomp-gen.c'), '-lseccomp']);
     await run(path.join(tmp, 'seccomp-gen'), [path.join(tmp, 'seccomp.bpf')]);
     await run('gcc', ['-O2', '-Wall', '-shared', '-fPIC', '-o', path.join(tmp, 'nodump.so'), path.join(tmp, 'nodump.c')]);
+    await writeFile(path.join(tmp, 'exec-starter.c'), EXEC_STARTER_C);
+    await run('gcc', ['-O2', '-Wall', '-static', '-o', path.join(tmp, 'exec-starter'), path.join(tmp, 'exec-starter.c')]).catch(() =>
+      run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, 'exec-starter'), path.join(tmp, 'exec-starter.c')]),
+    );
     await rm(dir, { recursive: true, force: true });
     await rename(tmp, dir);
   } catch (err) {
