@@ -52,16 +52,17 @@ import { CgroupManager, type SandboxCgroup } from './cgroups.js';
 import { DaemonClient } from './client.js';
 import { HeadTailCapture } from './daemon/output.js';
 import { DAEMON_VERSION, type ExecParams, type ExecResult, type ExecStarted, type SpareStarted } from './daemon/protocol.js';
-import type {
-  EphemeralBind,
-  EphemeralSpec,
-  ExecRequest,
-  Executor,
-  SandboxHandle,
-  SandboxLimits,
-  SandboxNetwork,
-  SandboxSpec,
-  SandboxStats,
+import {
+  EPHEMERAL_CREDHELPER,
+  type EphemeralBind,
+  type EphemeralSpec,
+  type ExecRequest,
+  type Executor,
+  type SandboxHandle,
+  type SandboxLimits,
+  type SandboxNetwork,
+  type SandboxSpec,
+  type SandboxStats,
 } from './executor.js';
 import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
 import { nativeArtifacts, type NativeArtifacts } from './native.js';
@@ -108,14 +109,19 @@ const PROXY_URL = `http://127.0.0.1:${PROXY_PORT}`;
 const IN_OPT = '/opt/atelier';
 const IN_NODUMP = `${IN_OPT}/lib/nodump.so`;
 const IN_EXEC_STARTER = `${IN_OPT}/lib/exec-starter`;
+const IN_EGRESS_RUN = `${IN_OPT}/lib/egress-run`;
+/** git's credential helper in short-lived git sandboxes (native.ts CREDHELPER_C). */
+const IN_CREDHELPER = EPHEMERAL_CREDHELPER;
 /** bwrap reads the seccomp program from this descriptor (stdio slot 3 of the launcher). */
 const SECCOMP_FD = 3;
 /** Marks a --ro-bind-data argument that names a host file; launch() replaces it with a descriptor. */
 const DATA_MARK = '\0data:';
 /** Stands for the native nodump.so (resolved in launch()). */
 const NODUMP_SOURCE = '\0nodump';
-/** Stands for the native exec starter (resolved in launch()). */
+/** Stand for the native programs (resolved in launchWithSeccomp()). */
 const EXEC_STARTER_SOURCE = '\0exec-starter';
+const EGRESS_RUN_SOURCE = '\0egress-run';
+const CREDHELPER_SOURCE = '\0credhelper';
 /** Spare exec starters each sandbox keeps placed in their own exec cgroups, ready for the next execs. */
 const SPARES = 2;
 const SOCKET_PATH_MAX = 107;
@@ -506,17 +512,14 @@ export class BwrapExecutor implements Executor {
       if (proxy) mounts.push({ source: proxy, target: IN_PROXY_SOCKET, readOnly: true });
       const bound = new Set(binds.map((b) => b.target));
       const argv = spec.argv ?? ['/bin/bash', '-c', spec.command!];
-      // With a proxy a small node wrapper runs the bridge next to the command.
-      const command = proxy
-        ? [this.nodePath, `${IN_OPT}/daemon/run.js`, '--env-file', `${IN_OPT}/env.json`, '--egress-socket', IN_PROXY_SOCKET,
-            '--egress-port', String(PROXY_PORT), '--', ...argv]
-        : argv;
+      // With a proxy the native egress runner starts the bridge and execs the command (native.ts).
+      const command = proxy ? [IN_EGRESS_RUN, String(PROXY_PORT), IN_PROXY_SOCKET, ...argv] : argv;
       const args = this.bwrapArgs({
         mounts,
         tmpfs: ['/tmp', SANDBOX_USER.home].filter((t) => !bound.has(t)),
         etcDir: p.etc,
         data: this.optData(p, false),
-        env: proxy ? daemonEnv() : env,
+        env,
         cwd: spec.cwd ?? '/',
         asRoot: spec.privileged === true,
       });
@@ -588,7 +591,11 @@ export class BwrapExecutor implements Executor {
       this.clients.set(spec.id, client);
       const state: RunState = { id: spec.id, pid, startedAt: new Date().toISOString(), proxy: proxyState };
       await writeFile(p.state, JSON.stringify(state), { mode: 0o600 });
-      return { id: spec.id, socketPath: p.socket, pid };
+      const handle = { id: spec.id, socketPath: p.socket, pid };
+      // Spares ready before the first exec (an open's first command included).
+      this.spares.delete(spec.id);
+      if (cg) this.fillSpares(handle, cg);
+      return handle;
     } catch (err) {
       if (cg) {
         await cg.killAll();
@@ -642,7 +649,13 @@ export class BwrapExecutor implements Executor {
           continue;
         }
         const source = arg.slice(DATA_MARK.length);
-        argv.push(String(await fdFor(source === NODUMP_SOURCE ? native.nodumpSo : source === EXEC_STARTER_SOURCE ? native.execStarter : source)));
+        const nativeFile: Record<string, string> = {
+          [NODUMP_SOURCE]: native.nodumpSo,
+          [EXEC_STARTER_SOURCE]: native.execStarter,
+          [EGRESS_RUN_SOURCE]: native.egressRun,
+          [CREDHELPER_SOURCE]: native.credHelper,
+        };
+        argv.push(String(await fdFor(nativeFile[source] ?? source)));
       }
       const argsFile = path.join(this.runDir, `args-${process.pid}-${randomBytes(6).toString('hex')}`);
       await writeFile(argsFile, argv.map((x) => `${x}\0`).join(''), { mode: 0o600 });
@@ -725,7 +738,10 @@ export class BwrapExecutor implements Executor {
       { source: path.join(p.opt, 'package.json'), target: `${IN_OPT}/package.json` },
       { source: path.join(p.opt, 'env.json'), target: `${IN_OPT}/env.json` },
       ...this.daemonFiles.map((f) => ({ source: path.join(this.daemonDir, f), target: `${IN_OPT}/daemon/${f}` })),
-      ...(withNodump ? [{ source: NODUMP_SOURCE, target: IN_NODUMP }, { source: EXEC_STARTER_SOURCE, target: IN_EXEC_STARTER, mode: '0555' }] : []),
+      // The daemon's sandbox: nodump.so and the exec starter; short-lived ones: the egress runner and git's credential helper.
+      ...(withNodump
+        ? [{ source: NODUMP_SOURCE, target: IN_NODUMP }, { source: EXEC_STARTER_SOURCE, target: IN_EXEC_STARTER, mode: '0555' }]
+        : [{ source: EGRESS_RUN_SOURCE, target: IN_EGRESS_RUN, mode: '0555' }, { source: CREDHELPER_SOURCE, target: IN_CREDHELPER, mode: '0555' }]),
     ];
   }
 

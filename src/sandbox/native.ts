@@ -153,6 +153,153 @@ int main(void) {
 }
 `;
 
+/**
+ * The egress runner of short-lived sandboxes with a proxy (replaces a Node wrapper, whose start-up
+ * was most of a clone's fixed cost): \`egress-run PORT SOCKET ARGV...\` listens on 127.0.0.1:PORT,
+ * forks the bridge (one relay process per connection, each piping one TCP connection to the Unix
+ * socket SOCKET, the host's egress proxy) and execs ARGV, so the command is the process bwrap
+ * waits for and ends the sandbox the way it ends. The bridge and its relays die with the command
+ * (PR_SET_PDEATHSIG), and with the sandbox's pid namespace in any case.
+ */
+const EGRESS_RUN_C = `
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+struct dir { int from, to; char buf[65536]; size_t len, off; int eof, shut; };
+static void relay(int a, int b) {
+  static struct dir d[2];
+  d[0] = (struct dir){ .from = a, .to = b }; d[1] = (struct dir){ .from = b, .to = a };
+  fcntl(a, F_SETFL, O_NONBLOCK); fcntl(b, F_SETFL, O_NONBLOCK);
+  for (;;) {
+    struct pollfd p[2] = { { .fd = a }, { .fd = b } };
+    int active = 0;
+    for (int i = 0; i < 2; i++) {
+      struct pollfd *in = d[i].from == a ? &p[0] : &p[1], *out = d[i].to == a ? &p[0] : &p[1];
+      if (!d[i].eof && d[i].len == 0) { in->events |= POLLIN; active = 1; }
+      if (d[i].len > 0) { out->events |= POLLOUT; active = 1; }
+    }
+    if (!active) return;
+    if (poll(p, 2, -1) < 0) { if (errno == EINTR) continue; return; }
+    for (int i = 0; i < 2; i++) {
+      struct dir *x = &d[i];
+      struct pollfd *in = x->from == a ? &p[0] : &p[1], *out = x->to == a ? &p[0] : &p[1];
+      if (!x->eof && x->len == 0 && (in->revents & (POLLIN | POLLHUP | POLLERR))) {
+        ssize_t n = read(x->from, x->buf, sizeof x->buf);
+        if (n > 0) { x->len = (size_t)n; x->off = 0; }
+        else if (n == 0) x->eof = 1;
+        else if (errno != EAGAIN && errno != EINTR) return;
+      }
+      if (x->len > 0 && (out->revents & (POLLOUT | POLLERR | POLLHUP))) {
+        ssize_t w = write(x->to, x->buf + x->off, x->len - x->off);
+        if (w > 0) { x->off += (size_t)w; if (x->off == x->len) x->len = 0; }
+        else if (w < 0 && errno != EAGAIN && errno != EINTR) return;
+      }
+      if (x->eof && x->len == 0 && !x->shut) { shutdown(x->to, SHUT_WR); x->shut = 1; }
+    }
+  }
+}
+int main(int argc, char **argv) {
+  if (argc < 4) { fprintf(stderr, "usage: egress-run PORT SOCKET ARGV...\\n"); return 2; }
+  struct sockaddr_un up = { .sun_family = AF_UNIX };
+  if (strlen(argv[2]) >= sizeof up.sun_path) return 2;
+  strcpy(up.sun_path, argv[2]);
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons((unsigned short)atoi(argv[1])), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (ls < 0 || bind(ls, (struct sockaddr *)&addr, sizeof addr) || listen(ls, 128)) { perror("atelier egress bridge"); return 1; }
+  pid_t command = getpid(), bridge = fork();
+  if (bridge < 0) { perror("atelier egress bridge"); return 1; }
+  if (bridge == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != command) _exit(0);
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) { dup2(null, 0); dup2(null, 1); dup2(null, 2); if (null > 2) close(null); }
+    signal(SIGCHLD, SIG_IGN); /* relays are reaped by the kernel */
+    pid_t self = getpid();
+    for (;;) {
+      int c = accept4(ls, 0, 0, SOCK_CLOEXEC);
+      if (c < 0) { if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue; _exit(1); }
+      pid_t r = fork();
+      if (r == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != self) _exit(0);
+        close(ls);
+        int u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (u < 0 || connect(u, (struct sockaddr *)&up, sizeof up)) _exit(1);
+        relay(c, u);
+        _exit(0);
+      }
+      close(c);
+    }
+  }
+  close(ls);
+  execvp(argv[3], argv + 3);
+  fprintf(stderr, "%s: %s\\n", argv[3], strerror(errno));
+  return 127;
+}
+`;
+
+/**
+ * git's credential helper in short-lived git sandboxes (\`credential.helper = !/opt/atelier/lib/credhelper\`),
+ * native for the same reason: answers "get" only, by forwarding git's request to the credential
+ * broker's socket (/run/atelier-cred/cred.sock) and printing its answer; stores nothing.
+ */
+const CREDHELPER_C = `
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+static char *slurp(int fd, size_t *len) {
+  size_t cap = 4096; char *b = malloc(cap); *len = 0;
+  for (;;) {
+    if (!b) return 0;
+    if (*len == cap) { if (cap >= (1u << 20)) break; cap *= 2; b = realloc(b, cap); continue; }
+    ssize_t n = read(fd, b + *len, cap - *len);
+    if (n <= 0) break;
+    *len += (size_t)n;
+  }
+  return b;
+}
+static int put(int fd, const char *p, size_t n) {
+  while (n > 0) { ssize_t w = write(fd, p, n); if (w <= 0) return -1; p += w; n -= (size_t)w; }
+  return 0;
+}
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "get") != 0) return 0;
+  size_t inLen; char *in = slurp(0, &inLen);
+  if (!in) return 0;
+  while (inLen > 0 && in[inLen - 1] == '\\n') inLen--;
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  strcpy(a.sun_path, "/run/atelier-cred/cred.sock");
+  int s = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a)) return 0;
+  struct timeval tv = { .tv_sec = 10 };
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (put(s, "get\\n", 4) || put(s, in, inLen) || put(s, "\\n\\n", 2)) return 0;
+  size_t outLen; char *out = slurp(s, &outLen);
+  if (!out) return 0;
+  while (outLen > 0 && out[outLen - 1] == '\\n') outLen--;
+  put(1, out, outLen);
+  put(1, "\\n", 1);
+  return 0;
+}
+`;
+
 export interface NativeArtifacts {
   /** The BPF program for bwrap --seccomp. */
   seccompBpf: string;
@@ -160,9 +307,13 @@ export interface NativeArtifacts {
   nodumpSo: string;
   /** The exec starter (EXEC_STARTER_C). */
   execStarter: string;
+  /** The egress runner of short-lived sandboxes (EGRESS_RUN_C). */
+  egressRun: string;
+  /** git's credential helper in short-lived git sandboxes (CREDHELPER_C). */
+  credHelper: string;
 }
 
-export const NATIVE_HASH = createHash('sha256').update(SECCOMP_GEN_C).update(NODUMP_C).update(EXEC_STARTER_C).digest('hex').slice(0, 16);
+export const NATIVE_HASH = createHash('sha256').update(SECCOMP_GEN_C).update(NODUMP_C).update(EXEC_STARTER_C).update(EGRESS_RUN_C).update(CREDHELPER_C).digest('hex').slice(0, 16);
 
 /** <install>/dist/native/<hash>: where scripts/setup.sh puts the artifacts. */
 export function installNativeDir(): string {
@@ -170,8 +321,14 @@ export function installNativeDir(): string {
 }
 
 function present(dir: string): NativeArtifacts | null {
-  const a = { seccompBpf: path.join(dir, 'seccomp.bpf'), nodumpSo: path.join(dir, 'nodump.so'), execStarter: path.join(dir, 'exec-starter') };
-  return existsSync(a.seccompBpf) && existsSync(a.nodumpSo) && existsSync(a.execStarter) ? a : null;
+  const a: NativeArtifacts = {
+    seccompBpf: path.join(dir, 'seccomp.bpf'),
+    nodumpSo: path.join(dir, 'nodump.so'),
+    execStarter: path.join(dir, 'exec-starter'),
+    egressRun: path.join(dir, 'egress-run'),
+    credHelper: path.join(dir, 'credhelper'),
+  };
+  return Object.values(a).every((f) => existsSync(f)) ? a : null;
 }
 
 /** Builds the artifacts into `dir` (atomically: a temporary directory renamed into place). */
@@ -186,10 +343,13 @@ export async function buildNative(dir: string): Promise<NativeArtifacts> {
     await run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, 'seccomp-gen'), path.join(tmp, 'seccomp-gen.c'), '-lseccomp']);
     await run(path.join(tmp, 'seccomp-gen'), [path.join(tmp, 'seccomp.bpf')]);
     await run('gcc', ['-O2', '-Wall', '-shared', '-fPIC', '-o', path.join(tmp, 'nodump.so'), path.join(tmp, 'nodump.c')]);
-    await writeFile(path.join(tmp, 'exec-starter.c'), EXEC_STARTER_C);
-    await run('gcc', ['-O2', '-Wall', '-static', '-o', path.join(tmp, 'exec-starter'), path.join(tmp, 'exec-starter.c')]).catch(() =>
-      run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, 'exec-starter'), path.join(tmp, 'exec-starter.c')]),
-    );
+    // Small programs run inside sandboxes: static when the C library allows (no loader work at start).
+    for (const [name, source] of [['exec-starter', EXEC_STARTER_C], ['egress-run', EGRESS_RUN_C], ['credhelper', CREDHELPER_C]] as const) {
+      await writeFile(path.join(tmp, `${name}.c`), source);
+      await run('gcc', ['-O2', '-Wall', '-static', '-o', path.join(tmp, name), path.join(tmp, `${name}.c`)]).catch(() =>
+        run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, name), path.join(tmp, `${name}.c`)]),
+      );
+    }
     await rm(dir, { recursive: true, force: true });
     await rename(tmp, dir);
   } catch (err) {
