@@ -311,10 +311,19 @@ function spawnChild(
   });
 }
 
+/** Real paths of workspace roots: a root is a mount point (/workspace in the sandbox), it cannot be moved or replaced. */
+const realRoots = new Map<string, string>();
+
 /** Resolves cwd under root, following symlinks, and refuses anything that ends up outside root. */
 export async function resolveCwd(root: string, cwd: string): Promise<string> {
-  const realRoot = await realpath(root);
+  let realRoot = realRoots.get(root);
+  if (realRoot === undefined) {
+    realRoot = await realpath(root);
+    if ((await stat(path.dirname(realRoot))).dev !== (await stat(realRoot)).dev) realRoots.set(root, realRoot);
+  }
   const wanted = path.resolve(realRoot, cwd);
+  // The root itself (the default cwd): no lookups needed.
+  if (wanted === realRoot && realRoots.has(root)) return realRoot;
   if (!isInside(realRoot, wanted)) {
     throw new DaemonError('INVALID_ARGUMENT', 'cwd is outside the workspace', { cwd });
   }
