@@ -1,5 +1,8 @@
 // bench/exec: MCP exec_run round trip of `true` and of `echo`, p50 and p99 at concurrency 1 and 8,
-// beside a bare `bwrap ... /bin/true` in the same run. Goal: MCP round trip p50 under 10 ms.
+// beside a bare `bwrap ... /bin/true` (started the same way, eight at a time for concurrency 8) and
+// a bare MCP round trip (ping) in the same run. Goals (issue #21 item 3): at concurrency 1, p50
+// under 5 ms and p99 under 20 ms; at concurrency 8, p50 no worse than 1.2x bare bwrap's. Each goal
+// is printed beside its same-run baseline with met / not met; on a loaded machine judge the ratios.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -28,16 +31,26 @@ const execRun = (command) => async () => {
 const bwrapArgs = ['--unshare-all', '--die-with-parent', '--ro-bind', '/usr', '/usr', '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64', '--proc', '/proc', '--dev', '/dev', '/bin/true'];
 const bare = () => run('bwrap', bwrapArgs);
 const f = (x) => `${x.toFixed(2)} ms`;
+const verdict = (ok) => (ok ? 'met' : 'NOT met');
 console.log(`bench/exec (node ${process.versions.node}, ${N} calls per case)`);
+const ping = await measure(() => client.ping(), { total: N, concurrency: 1, warmup: count(10, 1) });
+const by = {};
 for (const concurrency of [1, 8]) {
   const b = await measure(bare, { total: N, concurrency, warmup: count(10, 1) });
   const t = await measure(execRun('true'), { total: N, concurrency, warmup: count(10, 1) });
   const e = await measure(execRun('echo hello'), { total: N, concurrency, warmup: count(10, 1) });
+  by[concurrency] = { b, t };
   console.log(`concurrency ${concurrency}:`);
   console.log(`  bare bwrap /bin/true     p50 ${f(b.p50)}  p99 ${f(b.p99)}`);
   console.log(`  MCP exec_run true        p50 ${f(t.p50)}  p99 ${f(t.p99)}  ratio p50 ${(t.p50 / b.p50).toFixed(2)}x`);
   console.log(`  MCP exec_run echo hello  p50 ${f(e.p50)}  p99 ${f(e.p99)}  ratio p50 ${(e.p50 / b.p50).toFixed(2)}x`);
 }
+const { b: b1, t: t1 } = by[1];
+const { b: b8, t: t8 } = by[8];
+console.log('goals (issue #21 item 3), each beside its same-run baseline:');
+console.log(`  c1 exec_run true p50 < 5 ms:   ${f(t1.p50)} (bare MCP ping p50 ${f(ping.p50)}, bare bwrap p50 ${f(b1.p50)}, ratio to bwrap ${(t1.p50 / b1.p50).toFixed(2)}x)  ${verdict(t1.p50 < 5)}`);
+console.log(`  c1 exec_run true p99 < 20 ms:  ${f(t1.p99)} (bare MCP ping p99 ${f(ping.p99)}, bare bwrap p99 ${f(b1.p99)}, ratio to bwrap ${(t1.p99 / b1.p99).toFixed(2)}x)  ${verdict(t1.p99 < 20)}`);
+console.log(`  c8 exec_run true p50 <= 1.2x bare bwrap eight at a time: ${f(t8.p50)} vs ${f(b8.p50)}, ratio ${(t8.p50 / b8.p50).toFixed(2)}x  ${verdict(t8.p50 <= 1.2 * b8.p50)}`);
 await client.callTool({ name: 'workspace_close', arguments: { workspaceId: ws } });
 await client.close();
 await svc.stop();

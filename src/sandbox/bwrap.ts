@@ -33,8 +33,10 @@
  * per-sandbox directory so a restarted runner can attach its new proxy; see attachProxy) and the
  * usual proxy variables point at the bridge.
  *
- * Exec timeouts: the daemon holds each exec before it runs the command; the runner moves the
- * held process into a per-exec freezer cgroup (cgroups.ts) and releases it. On timeout or cancel
+ * Exec timeouts: every exec runs in a per-exec freezer cgroup (cgroups.ts). Usually the command
+ * starts in a spare exec starter the runner placed there ahead of time (see exec()); otherwise the
+ * daemon holds each exec before it runs the command, and the runner moves the held process into
+ * its cgroup and releases it. On timeout or cancel
  * the daemon kills the process group and attached descendants, and the runner then kills whatever
  * is left in the exec's cgroup, which includes processes that used setsid and were re-parented.
  */
@@ -49,17 +51,18 @@ import { ServiceError } from '../core/errors.js';
 import { CgroupManager, type SandboxCgroup } from './cgroups.js';
 import { DaemonClient } from './client.js';
 import { HeadTailCapture } from './daemon/output.js';
-import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type ParamsOf, type ReplyOf } from './daemon/protocol.js';
-import type {
-  EphemeralBind,
-  EphemeralSpec,
-  ExecRequest,
-  Executor,
-  SandboxHandle,
-  SandboxLimits,
-  SandboxNetwork,
-  SandboxSpec,
-  SandboxStats,
+import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type ParamsOf, type ReplyOf, type SpareStarted } from './daemon/protocol.js';
+import {
+  EPHEMERAL_CREDHELPER,
+  type EphemeralBind,
+  type EphemeralSpec,
+  type ExecRequest,
+  type Executor,
+  type SandboxHandle,
+  type SandboxLimits,
+  type SandboxNetwork,
+  type SandboxSpec,
+  type SandboxStats,
 } from './executor.js';
 import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
 import { nativeArtifacts, type NativeArtifacts } from './native.js';
@@ -105,12 +108,22 @@ const PROXY_PORT = 3128;
 const PROXY_URL = `http://127.0.0.1:${PROXY_PORT}`;
 const IN_OPT = '/opt/atelier';
 const IN_NODUMP = `${IN_OPT}/lib/nodump.so`;
+const IN_EXEC_STARTER = `${IN_OPT}/lib/exec-starter`;
+const IN_EGRESS_RUN = `${IN_OPT}/lib/egress-run`;
+/** git's credential helper in short-lived git sandboxes (native.ts CREDHELPER_C). */
+const IN_CREDHELPER = EPHEMERAL_CREDHELPER;
 /** bwrap reads the seccomp program from this descriptor (stdio slot 3 of the launcher). */
 const SECCOMP_FD = 3;
 /** Marks a --ro-bind-data argument that names a host file; launch() replaces it with a descriptor. */
 const DATA_MARK = '\0data:';
 /** Stands for the native nodump.so (resolved in launch()). */
 const NODUMP_SOURCE = '\0nodump';
+/** Stand for the native programs (resolved in launchWithSeccomp()). */
+const EXEC_STARTER_SOURCE = '\0exec-starter';
+const EGRESS_RUN_SOURCE = '\0egress-run';
+const CREDHELPER_SOURCE = '\0credhelper';
+/** Spare exec starters each sandbox keeps placed in their own exec cgroups, ready for the next execs. */
+const SPARES = 2;
 const SOCKET_PATH_MAX = 107;
 
 const DEFAULT_ETC_FILES = [
@@ -177,6 +190,21 @@ interface RunState {
   proxy: ProxyState | null;
 }
 
+/** A spare exec starter placed in its exec cgroup, ready for an exec. */
+interface Spare {
+  id: string;
+  dir: string;
+}
+
+interface SparePool {
+  ready: Spare[];
+  filling: boolean;
+  /** The daemon has no exec starter (an older daemon, or no cgroups): every exec is placed after it starts. */
+  unsupported: boolean;
+  /** The first fill ends spares an earlier runner left in the daemon. */
+  fresh: boolean;
+}
+
 interface Mount {
   source: string;
   target: string;
@@ -201,6 +229,8 @@ export class BwrapExecutor implements Executor {
   private daemonFiles: string[] | undefined;
   private readonly specs = new Map<string, SandboxSpec>();
   private readonly clients = new Map<string, DaemonClient>();
+  /** Per sandbox: spare exec starters already in their exec cgroups (see exec()). */
+  private readonly spares = new Map<string, SparePool>();
 
   constructor(opts: BwrapExecutorOptions = {}) {
     this.runDir = path.resolve(opts.runDir ?? '/run/atelier');
@@ -238,14 +268,44 @@ export class BwrapExecutor implements Executor {
     return this.client(h).request(method, params, opts);
   }
 
+  /**
+   * Runs one command in the sandbox's daemon. With cgroups every exec runs in its own freezer
+   * sub-cgroup (so a foreground command's leftovers die with it, setsid'd or not). The fast path
+   * takes a spare exec starter the daemon started earlier and this runner already moved into a new
+   * exec cgroup: the command is born there, with no process start or cgroup write on the way.
+   * Without a ready spare, the daemon holds a new process, the runner places it and releases it.
+   * Used spares are replaced in the background.
+   */
   async exec(
     h: SandboxHandle,
     req: ExecRequest,
     onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void,
     signal?: AbortSignal,
   ): Promise<ExecResult> {
-    const client = this.client(h);
     const cg = this.existingCgroup(h.id);
+    const spare = cg ? this.spares.get(h.id)?.ready.shift() : undefined;
+    try {
+      return await this.execOnce(h, cg, spare, req, onOutput, signal);
+    } catch (err) {
+      // The spare ended before it was used (killed from inside): start the exec the other way.
+      if (spare && err instanceof ServiceError && err.details.daemonCode === 'NOT_FOUND' && err.details.spare === spare.id) {
+        return this.execOnce(h, cg, undefined, req, onOutput, signal);
+      }
+      throw err;
+    } finally {
+      if (cg) this.fillSpares(h, cg);
+    }
+  }
+
+  private async execOnce(
+    h: SandboxHandle,
+    cg: SandboxCgroup | undefined,
+    spare: Spare | undefined,
+    req: ExecRequest,
+    onOutput: ((stream: 'stdout' | 'stderr', chunk: Buffer) => void) | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<ExecResult> {
+    const client = this.client(h);
     const params: ExecParams = {
       argv: req.argv,
       command: req.command,
@@ -256,15 +316,16 @@ export class BwrapExecutor implements Executor {
       maxOutputBytes: req.maxOutputBytes,
       killGraceMs: req.killGraceMs,
       stream: onOutput !== undefined,
-      hold: cg !== undefined,
+      hold: cg !== undefined && spare === undefined,
+      spare: spare?.id,
     };
-    let execGroup: string | undefined;
+    let execGroup: string | undefined = spare?.dir;
     let placement: Promise<void> | undefined;
     let placementError: unknown;
     const onEvent = (event: string, data: unknown): void => {
       if ((event === 'stdout' || event === 'stderr') && typeof data === 'string') {
         onOutput?.(event, Buffer.from(data, 'base64'));
-      } else if (event === 'started' && cg) {
+      } else if (event === 'started' && cg && !spare) {
         const { execId, pid } = data as ExecStarted;
         placement = (async () => {
           try {
@@ -288,16 +349,61 @@ export class BwrapExecutor implements Executor {
         // A foreground command takes its whole session with it when it ends (exit, timeout, cancel,
         // failure): whatever it left behind, setsid'd or re-parented, is in its exec cgroup and goes.
         // Only callers that asked for background processes (async operations, tasks) keep them
-        // after a normal exit.
-        if (!result || result.timedOut || result.cancelled || placementError || req.keepBackground !== true) await cg.killExec(execGroup);
-        await cg.releaseExec(execGroup);
+        // after a normal exit. An unused spare (the exec was refused) is ended the same way.
+        const killLeftovers = !result || result.timedOut || result.cancelled || placementError !== undefined || req.keepBackground !== true;
+        // Empty (nothing left behind): removed at once. Otherwise kill what is left when asked to, then remove.
+        if (!cg.releaseExec(execGroup) && killLeftovers) {
+          await cg.killExec(execGroup);
+          cg.releaseExec(execGroup);
+        }
       }
     }
     if (placementError) throw placementError;
     return result;
   }
 
+  /** Tops up a sandbox's spare exec starters in the background (one filler at a time). */
+  private fillSpares(h: SandboxHandle, cg: SandboxCgroup): void {
+    let pool = this.spares.get(h.id);
+    if (!pool) {
+      pool = { ready: [], filling: false, unsupported: false, fresh: true };
+      this.spares.set(h.id, pool);
+    }
+    if (pool.filling || pool.unsupported || pool.ready.length >= SPARES) return;
+    const p = pool;
+    p.filling = true;
+    void (async () => {
+      const client = this.client(h);
+      try {
+        while (p.ready.length < SPARES && this.spares.get(h.id) === p) {
+          const s = await client.request('spare', { fresh: p.fresh }, { timeoutMs: 10_000 });
+          p.fresh = false;
+          let dir: string;
+          try {
+            dir = await cg.attachExec(s.spareId, s.pid);
+          } catch (err) {
+            await client.request('kill', { execId: s.spareId }).catch(() => undefined);
+            throw err;
+          }
+          if (this.spares.get(h.id) !== p) {
+            // The sandbox stopped meanwhile.
+            await client.request('kill', { execId: s.spareId }).catch(() => undefined);
+            break;
+          }
+          p.ready.push({ id: s.spareId, dir });
+        }
+      } catch (err) {
+        // No starter in this daemon: never ask again. Anything else (out of pids, the sandbox
+        // stopping): the next exec tries again; until then execs are placed after they start.
+        if (err instanceof ServiceError && err.details.daemonCode === 'NOT_IMPLEMENTED') p.unsupported = true;
+      } finally {
+        p.filling = false;
+      }
+    })();
+  }
+
   async stop(h: SandboxHandle): Promise<void> {
+    this.spares.delete(h.id);
     this.clients.get(h.id)?.close();
     this.clients.delete(h.id);
     this.specs.delete(h.id);
@@ -406,17 +512,14 @@ export class BwrapExecutor implements Executor {
       if (proxy) mounts.push({ source: proxy, target: IN_PROXY_SOCKET, readOnly: true });
       const bound = new Set(binds.map((b) => b.target));
       const argv = spec.argv ?? ['/bin/bash', '-c', spec.command!];
-      // With a proxy a small node wrapper runs the bridge next to the command.
-      const command = proxy
-        ? [this.nodePath, `${IN_OPT}/daemon/run.js`, '--env-file', `${IN_OPT}/env.json`, '--egress-socket', IN_PROXY_SOCKET,
-            '--egress-port', String(PROXY_PORT), '--', ...argv]
-        : argv;
+      // With a proxy the native egress runner starts the bridge and execs the command (native.ts).
+      const command = proxy ? [IN_EGRESS_RUN, String(PROXY_PORT), IN_PROXY_SOCKET, ...argv] : argv;
       const args = this.bwrapArgs({
         mounts,
         tmpfs: ['/tmp', SANDBOX_USER.home].filter((t) => !bound.has(t)),
         etcDir: p.etc,
         data: this.optData(p, false),
-        env: proxy ? daemonEnv() : env,
+        env,
         cwd: spec.cwd ?? '/',
         asRoot: spec.privileged === true,
       });
@@ -467,6 +570,7 @@ export class BwrapExecutor implements Executor {
       const daemon = [
         this.nodePath, '--max-old-space-size=96', '--v8-pool-size=2', `${IN_OPT}/daemon/main.js`,
         '--socket', IN_SOCKET, '--workspace', '/workspace', '--env-file', `${IN_OPT}/env.json`, '--orphan-grace-ms', String(this.orphanGraceMs),
+        '--exec-starter', IN_EXEC_STARTER,
         ...(proxy ? ['--egress-socket', IN_PROXY_SOCKET, '--egress-port', String(PROXY_PORT)] : []),
       ];
       const log = await open(p.log, 'a', 0o600);
@@ -487,7 +591,11 @@ export class BwrapExecutor implements Executor {
       this.clients.set(spec.id, client);
       const state: RunState = { id: spec.id, pid, startedAt: new Date().toISOString(), proxy: proxyState };
       await writeFile(p.state, JSON.stringify(state), { mode: 0o600 });
-      return { id: spec.id, socketPath: p.socket, pid };
+      const handle = { id: spec.id, socketPath: p.socket, pid };
+      // Spares ready before the first exec (an open's first command included).
+      this.spares.delete(spec.id);
+      if (cg) this.fillSpares(handle, cg);
+      return handle;
     } catch (err) {
       if (cg) {
         await cg.killAll();
@@ -541,7 +649,13 @@ export class BwrapExecutor implements Executor {
           continue;
         }
         const source = arg.slice(DATA_MARK.length);
-        argv.push(String(await fdFor(source === NODUMP_SOURCE ? native.nodumpSo : source)));
+        const nativeFile: Record<string, string> = {
+          [NODUMP_SOURCE]: native.nodumpSo,
+          [EXEC_STARTER_SOURCE]: native.execStarter,
+          [EGRESS_RUN_SOURCE]: native.egressRun,
+          [CREDHELPER_SOURCE]: native.credHelper,
+        };
+        argv.push(String(await fdFor(nativeFile[source] ?? source)));
       }
       const argsFile = path.join(this.runDir, `args-${process.pid}-${randomBytes(6).toString('hex')}`);
       await writeFile(argsFile, argv.map((x) => `${x}\0`).join(''), { mode: 0o600 });
@@ -581,7 +695,7 @@ export class BwrapExecutor implements Executor {
     tmpfs: string[];
     etcDir: string;
     /** Files copied into the sandbox from descriptors (--ro-bind-data): no host path shows in mountinfo. */
-    data: { source: string; target: string }[];
+    data: { source: string; target: string; mode?: string }[];
     env: Record<string, string>;
     cwd: string;
     /** Privileged: uid 0 inside a new user namespace, every capability scoped to that namespace. */
@@ -604,7 +718,10 @@ export class BwrapExecutor implements Executor {
     const mounts = [...plan.mounts].sort((x, y) => depth(x.target) - depth(y.target));
     for (const m of mounts) a.push(m.readOnly ? '--ro-bind' : '--bind', m.source, m.target);
     for (const dir of new Set(plan.data.map((d) => path.posix.dirname(d.target)))) a.push('--dir', dir);
-    for (const d of plan.data) a.push('--ro-bind-data', `${DATA_MARK}${d.source}`, d.target);
+    for (const d of plan.data) {
+      if (d.mode) a.push('--perms', d.mode);
+      a.push('--ro-bind-data', `${DATA_MARK}${d.source}`, d.target);
+    }
     a.push('--remount-ro', '/', '--chdir', plan.cwd);
     for (const [k, v] of Object.entries(plan.env)) a.push('--setenv', k, v);
     return a;
@@ -615,7 +732,7 @@ export class BwrapExecutor implements Executor {
    * the daemon) nodump.so, all copied in from descriptors, so neither the data directory nor the
    * install path appears in the sandbox's /proc/self/mountinfo.
    */
-  private optData(p: RunPaths, withNodump: boolean): { source: string; target: string }[] {
+  private optData(p: RunPaths, withNodump: boolean): { source: string; target: string; mode?: string }[] {
     // The daemon's modules, its subdirectories (files/, search/, overview/) included; shallower first
     // so that each directory is made before the ones inside it.
     this.daemonFiles ??= (readdirSync(this.daemonDir, { recursive: true }) as string[])
@@ -625,7 +742,10 @@ export class BwrapExecutor implements Executor {
       { source: path.join(p.opt, 'package.json'), target: `${IN_OPT}/package.json` },
       { source: path.join(p.opt, 'env.json'), target: `${IN_OPT}/env.json` },
       ...this.daemonFiles.map((f) => ({ source: path.join(this.daemonDir, f), target: `${IN_OPT}/daemon/${f}` })),
-      ...(withNodump ? [{ source: NODUMP_SOURCE, target: IN_NODUMP }] : []),
+      // The daemon's sandbox: nodump.so and the exec starter; short-lived ones: the egress runner and git's credential helper.
+      ...(withNodump
+        ? [{ source: NODUMP_SOURCE, target: IN_NODUMP }, { source: EXEC_STARTER_SOURCE, target: IN_EXEC_STARTER, mode: '0555' }]
+        : [{ source: EGRESS_RUN_SOURCE, target: IN_EGRESS_RUN, mode: '0555' }, { source: CREDHELPER_SOURCE, target: IN_CREDHELPER, mode: '0555' }]),
     ];
   }
 

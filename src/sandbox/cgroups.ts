@@ -11,7 +11,7 @@
  * A whole cgroup is killed by freezing it, SIGKILLing every member, and thawing it: frozen
  * processes cannot fork or escape while the kill is under way.
  */
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmdirSync } from 'node:fs';
 import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -173,21 +173,31 @@ export class SandboxCgroup {
       throw new ServiceError('INTERNAL', 'exec process not found in the sandbox cgroup', { execId, pid: nsPid });
     }
     const dir = path.join(this.dirs.freezer, `e-${execId}-${Date.now().toString(36)}`);
-    mkdirSync(dir);
+    await mkdir(dir);
     try {
-      writeFileSync(path.join(dir, 'cgroup.procs'), String(hostPid));
+      // Asynchronous: moving a task between cgroups can take milliseconds (the kernel waits for an
+      // RCU grace period), which must not stall the runner's event loop.
+      await writeFile(path.join(dir, 'cgroup.procs'), String(hostPid));
     } catch (err) {
+      await rmdir(dir).catch(() => undefined);
       throw new ServiceError('FAILED_PRECONDITION', `cannot place exec ${execId} in its cgroup: ${(err as Error).message}`);
     }
     return dir;
   }
 
-  /** Removes one exec's sub-cgroup when nothing runs in it any more (kept while background processes live). */
-  async releaseExec(dir: string): Promise<void> {
+  /**
+   * Removes one exec's sub-cgroup when nothing runs in it any more (kept while background processes
+   * live); true when it is gone. An empty cgroup is removed atomically (rmdir fails with EBUSY while
+   * any process is in it, and only a member could add one), so for a foreground command that left
+   * nothing behind, the common case, this one rmdir replaces the freeze-kill-thaw of killExec.
+   */
+  releaseExec(dir: string): boolean {
     try {
       rmdirSync(dir);
-    } catch {
+      return true;
+    } catch (err) {
       // EBUSY: a background process still uses it; the periodic sweep removes it later
+      return (err as NodeJS.ErrnoException).code === 'ENOENT';
     }
   }
 
@@ -216,7 +226,8 @@ export class SandboxCgroup {
   /**
    * Host pid of a process of this sandbox given its pid inside. A new exec sits in the sandbox's own
    * freezer group (newest pids last), so that one file is read first; the whole tree is the fallback.
-   * These are tiny procfs/cgroupfs reads: done synchronously to keep exec start-up latency low.
+   * Tiny procfs/cgroupfs reads, done synchronously: with spare exec starters this is off the
+   * exec's path, and the reads never wait on the kernel the way a cgroup move does.
    */
   private async hostPidOf(nsPid: number): Promise<number | undefined> {
     const match = (pid: number): boolean => {

@@ -4,10 +4,16 @@
  * workspace that fills its disk gets ENOSPC inside itself; the service's disk and other workspaces
  * are untouched. The image costs only what is written. Mounts survive a runner restart; ensure()
  * re-mounts what is missing.
+ *
+ * Formatting is done ahead of time: one spare image, formatted for the configured size and owner
+ * (<dataDir>/disks/.spare-<size>m-<uid>-<gid>-<random>.img), waits for the next workspace, which
+ * takes it with a rename, so an open only mounts. The spare is a freshly made filesystem that was
+ * never mounted; one that does not match the configuration is deleted (cleanSpareImages).
  */
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, rm, rmdir, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, realpath, rename, rm, rmdir, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { ServiceError } from '../core/errors.js';
@@ -25,27 +31,78 @@ export function imagePath(dataDir: string, id: string): string {
   return join(dataDir, 'disks', `${id}.img`);
 }
 
+/** Whether dir is a mount point: read from /proc/self/mountinfo (no process spawned). */
 async function isMountPoint(dir: string): Promise<boolean> {
+  let real: string;
   try {
-    await run('mountpoint', ['-q', dir]);
-    return true;
+    real = await realpath(dir);
   } catch {
     return false;
   }
+  // mountinfo escapes space, tab, newline and backslash as octal.
+  const target = real.replace(/[ \t\n\\]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
+  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  return text.split('\n').some((line) => line.split(' ')[4] === target);
 }
 
-/** Creates (first time) and mounts the workspace filesystem at rootDir. */
+async function makeImage(o: DiskOptions, img: string): Promise<void> {
+  await writeFile(img, '', { mode: 0o600 });
+  await truncate(img, o.sizeMb * 1024 * 1024);
+  await run('mkfs.ext4', ['-q', '-F', '-m', '0', '-E', `lazy_itable_init=1,lazy_journal_init=1,root_owner=${o.uid}:${o.gid}`, img]);
+}
+
+const SPARE_PREFIX = '.spare-';
+const spareStem = (o: DiskOptions): string => `${SPARE_PREFIX}${o.sizeMb}m-${o.uid}-${o.gid}-`;
+const isSpare = (o: DiskOptions, name: string): boolean => name.startsWith(spareStem(o)) && name.endsWith('.img');
+
+async function diskEntries(o: Pick<DiskOptions, 'dataDir'>): Promise<string[]> {
+  return readdir(join(o.dataDir, 'disks')).catch(() => []);
+}
+
+/** Formats one spare image for the next workspace unless one is waiting already. */
+export async function prepareSpareImage(o: DiskOptions): Promise<void> {
+  const dir = join(o.dataDir, 'disks');
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  if ((await diskEntries(o)).some((n) => isSpare(o, n))) return;
+  const stem = join(dir, `${spareStem(o)}${randomBytes(6).toString('hex')}`);
+  try {
+    await makeImage(o, `${stem}.tmp`);
+    await rename(`${stem}.tmp`, `${stem}.img`);
+  } catch (e) {
+    await rm(`${stem}.tmp`, { force: true });
+    throw e;
+  }
+}
+
+/** Deletes spare images that do not match the configuration, and half-made ones (a crash while formatting). */
+export async function cleanSpareImages(o: DiskOptions): Promise<void> {
+  for (const n of await diskEntries(o)) {
+    if (n.startsWith(SPARE_PREFIX) && !isSpare(o, n)) await rm(join(o.dataDir, 'disks', n), { force: true });
+  }
+}
+
+/** Moves a waiting spare image to `img`; false when none is left. */
+async function takeSpareImage(o: DiskOptions, img: string): Promise<boolean> {
+  for (const n of await diskEntries(o)) {
+    if (!isSpare(o, n)) continue;
+    try {
+      await rename(join(o.dataDir, 'disks', n), img);
+      return true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e; // another open took it first
+    }
+  }
+  return false;
+}
+
+/** Creates (first time, from a spare image when one waits) and mounts the workspace filesystem at rootDir. */
 export async function ensureWorkspaceDisk(o: DiskOptions, id: string, rootDir: string): Promise<void> {
   await mkdir(join(o.dataDir, 'disks'), { recursive: true, mode: 0o700 });
   await mkdir(rootDir, { recursive: true });
   if (await isMountPoint(rootDir)) return;
   const img = imagePath(o.dataDir, id);
   try {
-    if (!existsSync(img)) {
-      await writeFile(img, '', { mode: 0o600 });
-      await truncate(img, o.sizeMb * 1024 * 1024);
-      await run('mkfs.ext4', ['-q', '-F', '-m', '0', '-E', `lazy_itable_init=1,lazy_journal_init=1,root_owner=${o.uid}:${o.gid}`, img]);
-    }
+    if (!existsSync(img) && !(await takeSpareImage(o, img))) await makeImage(o, img);
     await run('mount', ['-o', 'loop,nosuid,nodev,noatime', img, rootDir]);
   } catch (e) {
     throw new ServiceError('INTERNAL', `could not make the workspace filesystem: ${(e as { stderr?: string }).stderr?.trim() || (e as Error).message}`);

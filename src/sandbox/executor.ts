@@ -66,6 +66,9 @@ export interface ExecRequest {
   keepBackground?: boolean;
 }
 
+/** Inside every short-lived sandbox: git's credential helper (for `credential.helper = !<path>`; forwards to a broker socket bound at /run/atelier-cred). */
+export const EPHEMERAL_CREDHELPER = '/opt/atelier/lib/credhelper';
+
 export interface EphemeralBind {
   /** Host path. */
   source: string;

@@ -94,14 +94,226 @@ const NODUMP_C = `
 __attribute__((constructor)) static void atelier_nodump(void) { prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
 `;
 
+/**
+ * The exec starter (docs/sandbox.md, "Exec start-up"): the daemon starts it ahead of time as a
+ * spare, the runner moves it into its own exec cgroup while it waits, and an exec hands it the
+ * command on descriptor 3 (cwd, argv and environment, NUL-separated). It then resets
+ * oom_score_adj, takes /dev/null as stdin unless the exec has input, enters cwd and execs the
+ * command, so the command is born inside its exec cgroup without a placement on the exec's path.
+ * Non-dumpable while it waits, so no workspace process can reach its descriptors.
+ */
+const EXEC_STARTER_C = `
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+extern char **environ;
+#define MAX_REQUEST (64u << 20)
+static char *buf; static size_t len, pos;
+static char *field(void) {
+  if (pos >= len) return 0;
+  char *end = memchr(buf + pos, 0, len - pos);
+  if (!end) return 0;
+  char *f = buf + pos; pos = (size_t)(end - buf) + 1; return f;
+}
+static char **list(void) {
+  char *n = field(); if (!n) return 0;
+  long count = strtol(n, 0, 10); if (count < 0 || count > 1000000) return 0;
+  char **v = calloc((size_t)count + 1, sizeof *v); if (!v) return 0;
+  for (long i = 0; i < count; i++) if (!(v[i] = field())) return 0;
+  return v;
+}
+int main(void) {
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  size_t cap = 65536; buf = malloc(cap); if (!buf) return 125;
+  for (;;) {
+    if (len == cap) { if (cap >= MAX_REQUEST) return 125; cap *= 2; char *n = realloc(buf, cap); if (!n) return 125; buf = n; }
+    ssize_t r = read(3, buf + len, cap - len);
+    if (r < 0) { if (errno == EINTR) continue; return 125; }
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  close(3);
+  /* request: stdin-flag cwd argc argv... envc env... (each NUL-terminated) */
+  char *flag = field(), *cwd = field(); char **argv = list(), **envp = list();
+  if (!flag || !cwd || !argv || !argv[0] || !envp) return 125; /* discarded without a request */
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) { if (write(fd, "0", 1) < 0) {} close(fd); }
+  if (flag[0] != '1') { int n = open("/dev/null", O_RDONLY); if (n >= 0 && n != 0) { dup2(n, 0); close(n); } }
+  if (chdir(cwd) != 0) { fprintf(stderr, "atelier-exec: cannot enter %s: %s\\n", cwd, strerror(errno)); return 126; }
+  environ = envp;
+  execvp(argv[0], argv);
+  int e = errno;
+  fprintf(stderr, "atelier-exec: %s: %s\\n", argv[0], strerror(e));
+  return e == ENOENT ? 127 : 126;
+}
+`;
+
+/**
+ * The egress runner of short-lived sandboxes with a proxy (replaces a Node wrapper, whose start-up
+ * was most of a clone's fixed cost): \`egress-run PORT SOCKET ARGV...\` listens on 127.0.0.1:PORT,
+ * forks the bridge (one relay process per connection, each piping one TCP connection to the Unix
+ * socket SOCKET, the host's egress proxy) and execs ARGV, so the command is the process bwrap
+ * waits for and ends the sandbox the way it ends. The bridge and its relays die with the command
+ * (PR_SET_PDEATHSIG), and with the sandbox's pid namespace in any case.
+ */
+const EGRESS_RUN_C = `
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+struct dir { int from, to; char buf[65536]; size_t len, off; int eof, shut; };
+static void relay(int a, int b) {
+  static struct dir d[2];
+  d[0] = (struct dir){ .from = a, .to = b }; d[1] = (struct dir){ .from = b, .to = a };
+  fcntl(a, F_SETFL, O_NONBLOCK); fcntl(b, F_SETFL, O_NONBLOCK);
+  for (;;) {
+    struct pollfd p[2] = { { .fd = a }, { .fd = b } };
+    int active = 0;
+    for (int i = 0; i < 2; i++) {
+      struct pollfd *in = d[i].from == a ? &p[0] : &p[1], *out = d[i].to == a ? &p[0] : &p[1];
+      if (!d[i].eof && d[i].len == 0) { in->events |= POLLIN; active = 1; }
+      if (d[i].len > 0) { out->events |= POLLOUT; active = 1; }
+    }
+    if (!active) return;
+    if (poll(p, 2, -1) < 0) { if (errno == EINTR) continue; return; }
+    for (int i = 0; i < 2; i++) {
+      struct dir *x = &d[i];
+      struct pollfd *in = x->from == a ? &p[0] : &p[1], *out = x->to == a ? &p[0] : &p[1];
+      if (!x->eof && x->len == 0 && (in->revents & (POLLIN | POLLHUP | POLLERR))) {
+        ssize_t n = read(x->from, x->buf, sizeof x->buf);
+        if (n > 0) { x->len = (size_t)n; x->off = 0; }
+        else if (n == 0) x->eof = 1;
+        else if (errno != EAGAIN && errno != EINTR) return;
+      }
+      if (x->len > 0 && (out->revents & (POLLOUT | POLLERR | POLLHUP))) {
+        ssize_t w = write(x->to, x->buf + x->off, x->len - x->off);
+        if (w > 0) { x->off += (size_t)w; if (x->off == x->len) x->len = 0; }
+        else if (w < 0 && errno != EAGAIN && errno != EINTR) return;
+      }
+      if (x->eof && x->len == 0 && !x->shut) { shutdown(x->to, SHUT_WR); x->shut = 1; }
+    }
+  }
+}
+int main(int argc, char **argv) {
+  if (argc < 4) { fprintf(stderr, "usage: egress-run PORT SOCKET ARGV...\\n"); return 2; }
+  struct sockaddr_un up = { .sun_family = AF_UNIX };
+  if (strlen(argv[2]) >= sizeof up.sun_path) return 2;
+  strcpy(up.sun_path, argv[2]);
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons((unsigned short)atoi(argv[1])), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (ls < 0 || bind(ls, (struct sockaddr *)&addr, sizeof addr) || listen(ls, 128)) { perror("atelier egress bridge"); return 1; }
+  pid_t command = getpid(), bridge = fork();
+  if (bridge < 0) { perror("atelier egress bridge"); return 1; }
+  if (bridge == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != command) _exit(0);
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) { dup2(null, 0); dup2(null, 1); dup2(null, 2); if (null > 2) close(null); }
+    signal(SIGCHLD, SIG_IGN); /* relays are reaped by the kernel */
+    pid_t self = getpid();
+    for (;;) {
+      int c = accept4(ls, 0, 0, SOCK_CLOEXEC);
+      if (c < 0) { if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue; _exit(1); }
+      pid_t r = fork();
+      if (r == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != self) _exit(0);
+        close(ls);
+        int u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (u < 0 || connect(u, (struct sockaddr *)&up, sizeof up)) _exit(1);
+        relay(c, u);
+        _exit(0);
+      }
+      close(c);
+    }
+  }
+  close(ls);
+  execvp(argv[3], argv + 3);
+  fprintf(stderr, "%s: %s\\n", argv[3], strerror(errno));
+  return 127;
+}
+`;
+
+/**
+ * git's credential helper in short-lived git sandboxes (\`credential.helper = !/opt/atelier/lib/credhelper\`),
+ * native for the same reason: answers "get" only, by forwarding git's request to the credential
+ * broker's socket (/run/atelier-cred/cred.sock) and printing its answer; stores nothing.
+ */
+const CREDHELPER_C = `
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+static char *slurp(int fd, size_t *len) {
+  size_t cap = 4096; char *b = malloc(cap); *len = 0;
+  for (;;) {
+    if (!b) return 0;
+    if (*len == cap) { if (cap >= (1u << 20)) break; cap *= 2; b = realloc(b, cap); continue; }
+    ssize_t n = read(fd, b + *len, cap - *len);
+    if (n <= 0) break;
+    *len += (size_t)n;
+  }
+  return b;
+}
+static int put(int fd, const char *p, size_t n) {
+  while (n > 0) { ssize_t w = write(fd, p, n); if (w <= 0) return -1; p += w; n -= (size_t)w; }
+  return 0;
+}
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "get") != 0) return 0;
+  size_t inLen; char *in = slurp(0, &inLen);
+  if (!in) return 0;
+  while (inLen > 0 && in[inLen - 1] == '\\n') inLen--;
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  strcpy(a.sun_path, "/run/atelier-cred/cred.sock");
+  int s = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a)) return 0;
+  struct timeval tv = { .tv_sec = 10 };
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (put(s, "get\\n", 4) || put(s, in, inLen) || put(s, "\\n\\n", 2)) return 0;
+  size_t outLen; char *out = slurp(s, &outLen);
+  if (!out) return 0;
+  while (outLen > 0 && out[outLen - 1] == '\\n') outLen--;
+  put(1, out, outLen);
+  put(1, "\\n", 1);
+  return 0;
+}
+`;
+
 export interface NativeArtifacts {
   /** The BPF program for bwrap --seccomp. */
   seccompBpf: string;
   /** LD_PRELOAD library for the daemon. */
   nodumpSo: string;
+  /** The exec starter (EXEC_STARTER_C). */
+  execStarter: string;
+  /** The egress runner of short-lived sandboxes (EGRESS_RUN_C). */
+  egressRun: string;
+  /** git's credential helper in short-lived git sandboxes (CREDHELPER_C). */
+  credHelper: string;
 }
 
-export const NATIVE_HASH = createHash('sha256').update(SECCOMP_GEN_C).update(NODUMP_C).digest('hex').slice(0, 16);
+export const NATIVE_HASH = createHash('sha256').update(SECCOMP_GEN_C).update(NODUMP_C).update(EXEC_STARTER_C).update(EGRESS_RUN_C).update(CREDHELPER_C).digest('hex').slice(0, 16);
 
 /** <install>/dist/native/<hash>: where scripts/setup.sh puts the artifacts. */
 export function installNativeDir(): string {
@@ -109,8 +321,14 @@ export function installNativeDir(): string {
 }
 
 function present(dir: string): NativeArtifacts | null {
-  const a = { seccompBpf: path.join(dir, 'seccomp.bpf'), nodumpSo: path.join(dir, 'nodump.so') };
-  return existsSync(a.seccompBpf) && existsSync(a.nodumpSo) ? a : null;
+  const a: NativeArtifacts = {
+    seccompBpf: path.join(dir, 'seccomp.bpf'),
+    nodumpSo: path.join(dir, 'nodump.so'),
+    execStarter: path.join(dir, 'exec-starter'),
+    egressRun: path.join(dir, 'egress-run'),
+    credHelper: path.join(dir, 'credhelper'),
+  };
+  return Object.values(a).every((f) => existsSync(f)) ? a : null;
 }
 
 /** Builds the artifacts into `dir` (atomically: a temporary directory renamed into place). */
@@ -125,6 +343,13 @@ export async function buildNative(dir: string): Promise<NativeArtifacts> {
     await run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, 'seccomp-gen'), path.join(tmp, 'seccomp-gen.c'), '-lseccomp']);
     await run(path.join(tmp, 'seccomp-gen'), [path.join(tmp, 'seccomp.bpf')]);
     await run('gcc', ['-O2', '-Wall', '-shared', '-fPIC', '-o', path.join(tmp, 'nodump.so'), path.join(tmp, 'nodump.c')]);
+    // Small programs run inside sandboxes: static when the C library allows (no loader work at start).
+    for (const [name, source] of [['exec-starter', EXEC_STARTER_C], ['egress-run', EGRESS_RUN_C], ['credhelper', CREDHELPER_C]] as const) {
+      await writeFile(path.join(tmp, `${name}.c`), source);
+      await run('gcc', ['-O2', '-Wall', '-static', '-o', path.join(tmp, name), path.join(tmp, `${name}.c`)]).catch(() =>
+        run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, name), path.join(tmp, `${name}.c`)]),
+      );
+    }
     await rm(dir, { recursive: true, force: true });
     await rename(tmp, dir);
   } catch (err) {

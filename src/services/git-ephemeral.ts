@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { ServiceError } from '../core/errors.js';
 import type { WorkspaceEgress } from '../sandbox/egress/workspace.js';
 import type { EgressProxy } from '../sandbox/egress.js';
-import type { EphemeralBind, Executor, ExecResult, SandboxLimits, SandboxNetwork } from '../sandbox/executor.js';
+import { EPHEMERAL_CREDHELPER, type EphemeralBind, type Executor, type ExecResult, type SandboxLimits, type SandboxNetwork } from '../sandbox/executor.js';
 import { CRED_SOCKET_DIR, startCredentialBroker } from './broker.js';
 import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
 import type { RepoCredentialStore } from './repo-credentials.js';
@@ -85,7 +85,7 @@ export async function runEphemeralGit(
         binds.push({ source: bundle, target: CA_IN_SANDBOX, readOnly: true });
         extraConfig.push(['http.sslCAInfo', CA_IN_SANDBOX]);
       }
-      extraConfig.push(['credential.helper', '!/usr/bin/node /opt/atelier/daemon/credhelper.js'], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
+      extraConfig.push(['credential.helper', `!${EPHEMERAL_CREDHELPER}`], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
     }
     return await d.executor.runEphemeral({
       id: `g-${w.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,

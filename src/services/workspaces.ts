@@ -25,7 +25,7 @@ import { nowIso } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
 import type { ClientProfile, OverviewSection } from '../sandbox/daemon/protocol.js';
 import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
-import { ensureWorkspaceDisk, releaseWorkspaceDisk } from '../sandbox/disk.js';
+import { cleanSpareImages, ensureWorkspaceDisk, prepareSpareImage, releaseWorkspaceDisk, type DiskOptions } from '../sandbox/disk.js';
 import type { EgressDecision } from '../sandbox/egress.js';
 import { loadEgressRules, WorkspaceEgress } from '../sandbox/egress/workspace.js';
 import type { RepositoryPolicy, ParsedRepoUrl } from './repos.js';
@@ -135,6 +135,11 @@ export class WorkspaceService {
   private reaper: NodeJS.Timeout | undefined;
   private readonly lastTouch = new Map<string, number>();
   private readonly restarting = new Map<string, Promise<SandboxHandle>>();
+  /** ensureDisk in progress per workspace: concurrent callers (an open's clone and its sandbox start) share one. */
+  private readonly disking = new Map<string, Promise<void>>();
+  /** The spare disk image being formatted for the next open (sandbox/disk.ts). */
+  private spareDisk: Promise<void> | undefined;
+  private stopping = false;
   /** Sandboxes found dead and restarted, for workspace_status. */
   private readonly deaths = new Map<string, { at: string; restarts: number }>();
 
@@ -164,11 +169,29 @@ export class WorkspaceService {
     return { uid: this.deps.config.sandboxUid, gid: this.deps.config.sandboxUid };
   }
 
+  private get diskOptions(): DiskOptions {
+    return { dataDir: this.deps.config.dataDir, sizeMb: this.deps.config.sandboxDiskMb, ...this.ids };
+  }
+
   /** Makes sure the workspace's own filesystem is mounted and its directories exist. */
-  private async ensureDisk(id: string): Promise<void> {
-    const root = this.rootDir(id);
-    if (this.deps.config.sandboxDiskMb > 0) await ensureWorkspaceDisk({ dataDir: this.deps.config.dataDir, sizeMb: this.deps.config.sandboxDiskMb, ...this.ids }, id, root);
-    await prepareRootDir(root, this.ids);
+  private ensureDisk(id: string): Promise<void> {
+    const running = this.disking.get(id);
+    if (running) return running;
+    const p = (async () => {
+      const root = this.rootDir(id);
+      if (this.deps.config.sandboxDiskMb > 0) await ensureWorkspaceDisk(this.diskOptions, id, root);
+      await prepareRootDir(root, this.ids);
+    })().finally(() => this.disking.delete(id));
+    this.disking.set(id, p);
+    return p;
+  }
+
+  /** Formats the next workspace's disk image in the background, so an open only mounts one. */
+  private prepareSpareDisk(): void {
+    if (this.spareDisk || this.stopping || this.deps.config.sandboxDiskMb <= 0) return;
+    this.spareDisk = prepareSpareImage(this.diskOptions)
+      .catch((e) => this.deps.log.warn({ err: e }, 'preparing a spare workspace disk failed'))
+      .finally(() => (this.spareDisk = undefined));
   }
 
   /** Deletes every file of a workspace (its filesystem, or its directory tree). */
@@ -320,12 +343,22 @@ export class WorkspaceService {
         JSON.stringify({ toolkits: a.toolkits, skillSets: a.skillSets, skillOverrides: a.skillOverrides, allowToolkitWorkspaceChanges: a.allowToolkitWorkspaceChanges === true }),
         new Date(now).toISOString(), new Date(now).toISOString(), lease, hard);
     return this.locked(id, async () => {
+      let sandbox: Promise<SandboxHandle> | undefined;
+      const t0 = Date.now();
+      const took: Record<string, number> = {};
       try {
         progress(0, 3, `cloning ${repo.url}`);
+        // The workspace sandbox (its daemon's start-up is most of an open's fixed cost) starts while
+        // the clone runs: both only need the workspace's filesystem, and the daemon touches nothing
+        // in the checkout until it is asked to.
+        await this.ensureDisk(id);
+        took.diskMs = Date.now() - t0;
+        sandbox = this.startSandbox(this.get(id));
+        sandbox.then(() => (took.sandboxReadyMs = Date.now() - t0)).catch(() => undefined); // awaited below, or by the cleanup
         await this.clone(id, repo, a, signal);
+        took.clonedMs = Date.now() - t0;
         progress(1, 3, 'starting the sandbox');
-        const w = this.get(id);
-        const h = await this.startSandbox(w);
+        const h = await sandbox;
         progress(2, 3, 'reading the checkout');
         const info = await this.deps.executor.exec(h, { command: 'git rev-parse HEAD; git symbolic-ref --short -q HEAD || echo "(detached)"', env: gitConfigEnv(), timeoutMs: 30_000 });
         const [head, branch] = info.stdout.trim().split('\n');
@@ -335,8 +368,11 @@ export class WorkspaceService {
         // Repository extensions (issue #19): the workspace's skill configuration, then activated on_workspace_open hooks (reported, never fatal).
         const hooks = await this.deps.hooks?.opened(id, { repositoryUrl: repo.url, skillSets: a.skillSets, skillOverrides: a.skillOverrides }, signal);
         progress(3, 3, 'ready');
+        this.deps.log.debug({ workspace: id, ...took, totalMs: Date.now() - t0 }, 'workspace opened');
+        this.prepareSpareDisk(); // for the next open, now that this one is done
         return { ...this.describe(this.get(id)), ...(hooks ? { hooks: [hooks] } : {}) };
       } catch (err) {
+        await sandbox?.catch(() => undefined);
         await this.stopSandbox(id);
         await this.removeFiles(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'cleanup after a failed open failed'));
         this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
@@ -718,6 +754,10 @@ export class WorkspaceService {
       this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
     }
     await this.reap();
+    if (this.deps.config.sandboxDiskMb > 0) {
+      await cleanSpareImages(this.diskOptions).catch((e) => this.deps.log.warn({ err: e }, 'removing stale spare disks failed'));
+      this.prepareSpareDisk();
+    }
     const active = this.deps.db.prepare("SELECT id FROM workspaces WHERE state = 'active'").pluck().all() as string[];
     for (const id of active) {
       await this.locked(id, () => this.startSandbox(this.get(id))).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'could not restart workspace sandbox'));
@@ -729,7 +769,9 @@ export class WorkspaceService {
 
   /** On shutdown: stop the reaper and the proxies; sandboxes end with the runner. */
   async shutdown(): Promise<void> {
+    this.stopping = true;
     if (this.reaper) clearInterval(this.reaper);
+    await this.spareDisk;
     await this.deps.locks.settled('lifecycle');
     for (const id of [...this.handles.keys()]) {
       const h = this.handles.get(id)!;

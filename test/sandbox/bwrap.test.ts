@@ -207,6 +207,34 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
       await ex.exec(h, { command: `kill ${pid}` });
     });
 
+    it('starts commands from spare exec starters already placed in their own exec cgroups, and falls back when a spare is gone', async () => {
+      // Spares (two) are made in the background after an exec and then placed; the command looking
+      // at them runs in one. Each waiting spare sits in an exec cgroup of its own, never in the
+      // sandbox's own group (a spare still being placed is not used: wait until none is).
+      const waiting = async (): Promise<string[]> =>
+        (await ex.exec(h, { command: 'for p in $(pgrep -x exec-starter); do grep freezer /proc/$p/cgroup; done' })).stdout.trim().split('\n').filter(Boolean);
+      const placed = (lines: string[]): boolean => lines.length >= 1 && lines.every((l) => /\/e-s\d+-[0-9a-z]+$/.test(l));
+      let freezer = await waiting();
+      for (let i = 0; i < 100 && !placed(freezer); i++) {
+        await sleep(50);
+        freezer = await waiting();
+      }
+      expect(placed(freezer)).toBe(true);
+      expect(freezer.length).toBeLessThanOrEqual(2);
+      expect(new Set(freezer).size).toBe(freezer.length);
+      // An exec through a spare: own exec cgroup, cwd, argv lookup in PATH, env, stdin, exit codes.
+      const r = await ex.exec(h, { argv: ['sh', '-c', 'grep freezer /proc/self/cgroup; pwd; echo "$PER_EXEC"; cat; exit 4'], cwd: '.', env: { PER_EXEC: 'a\nb' }, stdin: 'in' });
+      expect(r.exitCode).toBe(4);
+      const [own, ...rest] = r.stdout.split('\n');
+      expect(own).toMatch(/\/e-s\d+-[0-9a-z]+$/);
+      expect(rest.join('\n')).toBe('/workspace\na\nb\nin');
+      expect(await ex.exec(h, { argv: ['no-such-command-here'] })).toMatchObject({ exitCode: 127 });
+      expect((await ex.exec(h, { command: 'cat; echo done' })).stdout).toBe('done\n'); // no stdin: /dev/null
+      // A workspace process killing every waiting spare costs nothing but the fast path.
+      await ex.exec(h, { command: 'pkill -KILL -x exec-starter; sleep 0.1' });
+      expect(await ex.exec(h, { command: 'echo still-works' })).toMatchObject({ exitCode: 0, stdout: 'still-works\n' });
+    });
+
     it('cancels through an AbortSignal', async () => {
       const ctl = new AbortController();
       setTimeout(() => ctl.abort(), 300);

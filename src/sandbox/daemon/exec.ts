@@ -7,17 +7,24 @@
  * would inherit that), optionally waits for the release line on stdin, then execs the command, so
  * the pid the runner sees is the command's pid.
  *
+ * Spares: with an exec starter (--exec-starter, a small native program), the daemon starts spare
+ * processes ahead of time on the runner's `spare` call; the runner moves each into its own exec
+ * cgroup while it waits. An exec naming a spare hands it cwd, argv and environment on its
+ * descriptor 3 and the starter execs the command: no process start and no cgroup placement on the
+ * exec's path. Without a spare, the held /bin/sh wrapper above is used.
+ *
  * Timeout and cancel signal the process group and every attached descendant (proc.ts). Processes
  * that detached completely (setsid + parent exit) are killed by the runner, which holds each exec
  * in its own freezer cgroup; the daemon cannot do that itself because it has no privilege.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { Writable } from 'node:stream';
 import { existsSync } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { HeadTailCapture } from './output.js';
 import { signalTree } from './proc.js';
-import { DaemonError, type ExecParams, type ExecResult, type ExecStarted } from './protocol.js';
+import { DaemonError, type ExecParams, type ExecResult, type ExecStarted, type SpareStarted } from './protocol.js';
 import type { CallContext, Handlers } from './server.js';
 
 const DEFAULT_TIMEOUT_MS = 60_000;
@@ -55,18 +62,30 @@ export interface ExecOptions {
   workspaceRoot: string;
   /** Environment every exec starts from. */
   baseEnv: Record<string, string>;
+  /** The native exec starter inside the sandbox; enables `spare` (see above). */
+  execStarter?: string;
 }
 
-export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'kill'> {
+/** What an exec runs in: a new held wrapper, or a spare starter and the request that starts it. */
+interface Launched {
+  child: ChildProcessWithoutNullStreams;
+  /** Spare: written to descriptor 3 to start the command. */
+  request?: Buffer;
+}
+
+export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'kill' | 'spare'> {
   const running = new Map<string, RunningExec>();
+  const spares = new Map<string, ChildProcessWithoutNullStreams>();
   const shell = existsSync('/bin/bash') ? '/bin/bash' : '/bin/sh';
   let seq = 0;
 
   const lookup = (params: unknown): RunningExec => {
     const execId = (params as { execId?: unknown } | undefined)?.execId;
     const exec = typeof execId === 'string' ? running.get(execId) : undefined;
-    if (!exec) throw new DaemonError('NOT_FOUND', 'no running exec with that id', { execId });
-    return exec;
+    if (exec) return exec;
+    const spare = typeof execId === 'string' ? spares.get(execId) : undefined;
+    if (spare) return { release: () => undefined, signal: (sig) => void spare.kill(sig) };
+    throw new DaemonError('NOT_FOUND', 'no running exec with that id', { execId });
   };
 
   return {
@@ -74,8 +93,39 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
       const p = parseExecParams(params);
       const cwd = await resolveCwd(opts.workspaceRoot, p.cwd ?? '.');
       const argv = p.argv ?? [shell, '-c', p.command!];
+      const env = { ...opts.baseEnv, ...p.env };
       const execId = `x${++seq}`;
-      return runExec(execId, argv, cwd, { ...opts.baseEnv, ...p.env }, p, ctx, running);
+      let launched: Launched;
+      if (p.spare !== undefined) {
+        const child = spares.get(p.spare);
+        if (!child || child.exitCode !== null || child.signalCode !== null) throw new DaemonError('NOT_FOUND', 'that spare is gone', { spare: p.spare });
+        spares.delete(p.spare);
+        launched = { child, request: starterRequest(cwd, argv, env, p.stdin !== undefined) };
+      } else {
+        launched = { child: await spawnChild('/bin/sh', ['-c', wrapper(p.hold === true, p.stdin !== undefined), 'atelier-exec', ...argv], cwd, env) };
+      }
+      return runExec(execId, launched, p, ctx, running);
+    },
+    spare: async (params: unknown): Promise<SpareStarted> => {
+      if (!opts.execStarter) throw new DaemonError('NOT_IMPLEMENTED', 'this daemon has no exec starter');
+      if ((params as { fresh?: unknown } | undefined)?.fresh === true) {
+        for (const child of spares.values()) child.kill('SIGKILL');
+        spares.clear();
+      }
+      const child = await spawnChild(opts.execStarter, [], opts.workspaceRoot, {}, ['pipe', 'pipe', 'pipe', 'pipe']);
+      const spareId = `s${++seq}`;
+      spares.set(spareId, child);
+      child.stdin.on('error', () => undefined);
+      (child.stdio[3] as Writable).on('error', () => undefined);
+      child.once('exit', () => {
+        // Ended unused (killed, or discarded): forget it and let go of its pipes.
+        if (spares.get(spareId) !== child) return;
+        spares.delete(spareId);
+        child.stdout.destroy();
+        child.stderr.destroy();
+        (child.stdio[3] as Writable).destroy();
+      });
+      return { spareId, pid: child.pid! };
     },
     release: (params: unknown) => {
       lookup(params).release();
@@ -92,11 +142,16 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
   };
 }
 
+/** The request a spare starter reads on descriptor 3: stdin flag, cwd, argc, argv, envc, env; each NUL-terminated. */
+function starterRequest(cwd: string, argv: string[], env: Record<string, string>, stdin: boolean): Buffer {
+  const envList = Object.entries(env).map(([k, v]) => `${k}=${v}`);
+  const fields = [stdin ? '1' : '0', cwd, String(argv.length), ...argv, String(envList.length), ...envList];
+  return Buffer.from(fields.map((f) => `${f}\0`).join(''), 'utf8');
+}
+
 async function runExec(
   execId: string,
-  argv: string[],
-  cwd: string,
-  env: Record<string, string>,
+  launched: Launched,
   p: ExecParams,
   ctx: CallContext,
   running: Map<string, RunningExec>,
@@ -106,14 +161,14 @@ async function runExec(
   const killGraceMs = p.killGraceMs ?? 0;
   const started = Date.now();
 
-  const child = await spawnChild(['-c', wrapper(p.hold === true, p.stdin !== undefined), 'atelier-exec', ...argv], cwd, env);
+  const child = launched.child;
   const pid = child.pid!;
   const stdout = new HeadTailCapture(maxOutput);
   const stderr = new HeadTailCapture(maxOutput);
   let timedOut = false;
   let cancelled = false;
   let terminating = false;
-  let released = !p.hold;
+  let released = !p.hold || launched.request !== undefined;
   const tree = new Set<number>(); // descendants seen while terminating, for the SIGKILL after the grace
   const timers: NodeJS.Timeout[] = [];
   const later = (ms: number, fn: () => void): void => {
@@ -122,7 +177,11 @@ async function runExec(
 
   child.stdin.on('error', () => undefined); // EPIPE when the command does not read its input
   const feedStdin = (): void => {
-    if (p.hold) child.stdin.write('\n');
+    if (launched.request) {
+      const control = child.stdio[3] as Writable;
+      control.on('error', () => undefined);
+      control.end(launched.request);
+    } else if (p.hold) child.stdin.write('\n');
     if (p.stdin) child.stdin.write(Buffer.from(p.stdin, 'base64'));
     child.stdin.end();
   };
@@ -217,7 +276,7 @@ async function runExec(
       },
       signal: (sig) => signalTree(pid, sig, new Set()),
     });
-    if (p.hold) {
+    if (p.hold && !launched.request) {
       later(HOLD_TIMEOUT_MS, () => {
         if (released) return;
         signalTree(pid, 'SIGKILL', tree);
@@ -232,9 +291,15 @@ async function runExec(
   });
 }
 
-function spawnChild(args: string[], cwd: string, env: Record<string, string>): Promise<ChildProcessWithoutNullStreams> {
+function spawnChild(
+  file: string,
+  args: string[],
+  cwd: string,
+  env: Record<string, string>,
+  stdio: 'pipe' | ['pipe', 'pipe', 'pipe', 'pipe'] = 'pipe',
+): Promise<ChildProcessWithoutNullStreams> {
   return new Promise((resolve, reject) => {
-    const child = spawn('/bin/sh', args, { cwd, env, detached: true, stdio: 'pipe' });
+    const child = spawn(file, args, { cwd, env, detached: true, stdio, ...(file === '/bin/sh' ? {} : { argv0: 'atelier-exec' }) }) as ChildProcess as ChildProcessWithoutNullStreams;
     if (child.pid !== undefined) return resolve(child);
     child.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EAGAIN') {
@@ -246,10 +311,19 @@ function spawnChild(args: string[], cwd: string, env: Record<string, string>): P
   });
 }
 
+/** Real paths of workspace roots: a root is a mount point (/workspace in the sandbox), it cannot be moved or replaced. */
+const realRoots = new Map<string, string>();
+
 /** Resolves cwd under root, following symlinks, and refuses anything that ends up outside root. */
 export async function resolveCwd(root: string, cwd: string): Promise<string> {
-  const realRoot = await realpath(root);
+  let realRoot = realRoots.get(root);
+  if (realRoot === undefined) {
+    realRoot = await realpath(root);
+    if ((await stat(path.dirname(realRoot))).dev !== (await stat(realRoot)).dev) realRoots.set(root, realRoot);
+  }
   const wanted = path.resolve(realRoot, cwd);
+  // The root itself (the default cwd): no lookups needed.
+  if (wanted === realRoot && realRoots.has(root)) return realRoot;
   if (!isInside(realRoot, wanted)) {
     throw new DaemonError('INVALID_ARGUMENT', 'cwd is outside the workspace', { cwd });
   }
@@ -303,6 +377,7 @@ function parseExecParams(params: unknown): ExecParams {
   checkInt(p.killGraceMs, 'killGraceMs', 0, MAX_KILL_GRACE_MS);
   if (p.stream !== undefined && typeof p.stream !== 'boolean') throw invalid('stream must be a boolean');
   if (p.hold !== undefined && typeof p.hold !== 'boolean') throw invalid('hold must be a boolean');
+  if (p.spare !== undefined && (typeof p.spare !== 'string' || p.hold === true)) throw invalid('spare must be a spare id, and not with hold');
   return p as ExecParams;
 }
 

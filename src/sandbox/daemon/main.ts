@@ -5,6 +5,7 @@
  *
  *   node main.js --socket /run/atelier/d.sock [--workspace /workspace] [--env-file FILE]
  *                [--egress-socket /run/egress/proxy.sock --egress-port 3128] [--orphan-grace-ms N]
+ *                [--exec-starter /opt/atelier/lib/exec-starter]
  *
  * The environment that commands start from comes from --env-file (a JSON object of strings), not
  * from the daemon's own environment, so workspace variables such as NODE_OPTIONS never change how
@@ -28,6 +29,7 @@ async function main(): Promise<void> {
       'egress-socket': { type: 'string' },
       'egress-port': { type: 'string', default: '3128' },
       'orphan-grace-ms': { type: 'string', default: '0' },
+      'exec-starter': { type: 'string' },
     },
     strict: true,
   });
@@ -37,7 +39,7 @@ async function main(): Promise<void> {
   process.umask(0o077);
   const methods: Handlers<ServedMethod> = {
     ping: (): PingResult => ({ pid: process.pid, uid: process.getuid?.() ?? -1, version: DAEMON_VERSION }),
-    ...execMethods({ workspaceRoot: values.workspace, baseEnv }),
+    ...execMethods({ workspaceRoot: values.workspace, baseEnv, execStarter: values['exec-starter'] }),
     ...ptyMethods({ workspaceRoot: values.workspace!, baseEnv }),
     // The root is the daemon's, never the caller's.
     overview: (params) => analyseRepository({ ...(params as OverviewOptions), root: values.workspace! }),

@@ -243,6 +243,27 @@ export interface ExecParams {
    * killed and fails with FAILED_PRECONDITION.
    */
   hold?: boolean;
+  /**
+   * Run the command in this spare exec starter (from `spare`, already placed in its exec cgroup by
+   * the runner) instead of a new process. A spare that is gone fails with NOT_FOUND and
+   * details.spare, and the caller starts the exec another way. Not with hold.
+   */
+  spare?: string;
+}
+
+/**
+ * Parameters of `spare`: start one exec starter that waits for an exec (see ExecParams.spare).
+ * `fresh` first ends every spare started before (a runner that reattached does not know them).
+ */
+export interface SpareParams {
+  fresh?: boolean;
+}
+
+/** Result of `spare`. A spare is ended with `kill` and its id. */
+export interface SpareStarted {
+  spareId: string;
+  /** Pid inside the sandbox's pid namespace. */
+  pid: number;
 }
 
 /** Result of a command, from the daemon's `exec` or from an ephemeral sandbox. */
@@ -609,6 +630,7 @@ export type DaemonMethods = {
   cancel: { params: { id: RequestId }; reply: { cancelled: boolean } };
   exec: { params: ExecParams; reply: ExecResult };
   release: { params: { execId: string }; reply: { released: true } };
+  spare: { params: SpareParams | undefined; reply: SpareStarted };
   kill: { params: { execId: string; signal?: NodeJS.Signals }; reply: { signalled: true } };
   'pty.open': { params: PtyOpenParams; reply: PtyOpenReply };
   'pty.io': { params: PtyIoParams; reply: PtyIoReply };
