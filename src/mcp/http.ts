@@ -16,7 +16,7 @@ import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
 import type { OAuthStore } from '../services/oauth.js';
 import { McpLogLevels, mcpLogger } from './logging.js';
 import { directPath } from './node-transport.js';
-import { TokenVerifyCache } from './token-cache.js';
+import { TokenVerifyCache } from '../services/token-cache.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -127,7 +127,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
 
 type Verifiers = ReturnType<typeof verifiers>;
 
-/** Token checks, through the cache of verified tokens when there is one (src/mcp/token-cache.ts). */
+/** Token checks, through the cache of verified tokens when there is one (src/services/token-cache.ts). */
 function verifiers(app: App, oauth: OAuthStore | undefined, tokens: TokenVerifyCache | undefined) {
   return {
     bearer: (t: string) => (tokens ? tokens.verify('bearer', t, () => app.auth.verifyBearerAccess(t)) : app.auth.verifyBearerAccess(t)),

@@ -16,6 +16,9 @@ const SRC = resolve(__dirname, '../../src');
 export function areaOf(rel: string): string {
   const parts = rel.split('/');
   if (parts.length === 1) return parts[0]!.replace(/\.(js|ts)$/, '');
+  // The daemon's wire contract lives in its folder (the daemon is copied into the sandbox on its
+  // own and imports nothing outside it), but it is a contract both ends import.
+  if (rel === 'sandbox/daemon/protocol.ts') return 'contracts';
   if (parts[0] === 'sandbox' && parts[1] === 'daemon') return 'sandbox/daemon';
   return parts[0]!;
 }
