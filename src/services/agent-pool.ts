@@ -238,7 +238,7 @@ export class AgentRuntimePool {
     (slot as { exited: Promise<ExecResult | Error> }).exited = sandbox.then(
       (r) => r,
       (e: unknown) => (e instanceof Error ? e : new Error(String(e))),
-    ).then((r) => {
+    ).then((result) => {
       this.all.delete(slot);
       readyResolve(false);
       const i = this.idle.indexOf(slot);
@@ -248,7 +248,7 @@ export class AgentRuntimePool {
         this.dispose(slot);
         if (!this.closed && !slot.abort.signal.aborted) {
           this.failures++;
-          this.deps.log.warn({ slot: id, err: r instanceof Error ? r.message : `exit ${r.exitCode}`, stderr: slot.stderr.slice(-500) }, 'an idle agent runtime exited');
+          this.deps.log.warn({ slot: id, err: result instanceof Error ? result.message : `exit ${result.exitCode}`, stderr: slot.stderr.slice(-500) }, 'an idle agent runtime exited');
           const delay = Math.min(60_000, 500 * 2 ** Math.min(this.failures, 7));
           this.refillTimer = setTimeout(() => {
             this.refillTimer = null;
@@ -257,7 +257,7 @@ export class AgentRuntimePool {
           this.refillTimer.unref();
         }
       }
-      return r;
+      return result;
     });
     return slot;
   }
@@ -267,24 +267,24 @@ export class AgentRuntimePool {
     let buf = '';
     sock.setEncoding('utf8');
     sock.on('error', () => undefined);
-    sock.on('data', (d: string) => {
-      buf += d;
+    sock.on('data', (chunk: string) => {
+      buf += chunk;
       if (buf.length > 64 * 1024 * 1024) return sock.destroy();
       let nl: number;
       while ((nl = buf.indexOf('\n')) >= 0) {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 1);
         if (!line) continue;
-        let m: RuntimeMessage;
+        let runtimeMessage: RuntimeMessage;
         try {
-          m = JSON.parse(line) as RuntimeMessage;
+          runtimeMessage = JSON.parse(line) as RuntimeMessage;
         } catch {
           continue;
         }
-        if (m?.t === 'ready') {
-          const t = m.timing && typeof m.timing === 'object' ? m.timing : { loadedMs: 0, readyMs: 0 };
+        if (runtimeMessage?.t === 'ready') {
+          const t = runtimeMessage.timing && typeof runtimeMessage.timing === 'object' ? runtimeMessage.timing : { loadedMs: 0, readyMs: 0 };
           onReady({ loadedMs: Number(t.loadedMs) || 0, readyMs: Number(t.readyMs) || 0 });
-        } else if (slot.owner) slot.owner.onMessage(m);
+        } else if (slot.owner) slot.owner.onMessage(runtimeMessage);
       }
     });
   }

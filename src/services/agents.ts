@@ -214,12 +214,12 @@ export class AgentService {
     mkdirSync(this.logDir, { recursive: true, mode: 0o700 });
     rmSync(this.runDir, { recursive: true, force: true });
     const rows = this.deps.db.prepare(`SELECT * FROM agents WHERE status IN ${LIVE_STATUSES}`).all() as Row[];
-    for (const r of rows) {
-      if (r.lease_id) await this.deps.gateway.revokeLease(r.lease_id).catch(() => null);
-      this.appendRaw(r.id, { type: 'status', status: 'INTERRUPTED', reason: 'the runner stopped while the agent ran' });
+    for (const row of rows) {
+      if (row.lease_id) await this.deps.gateway.revokeLease(row.lease_id).catch(() => null);
+      this.appendRaw(row.id, { type: 'status', status: 'INTERRUPTED', reason: 'the runner stopped while the agent ran' });
       this.deps.db
         .prepare(`UPDATE agents SET status = 'INTERRUPTED', end_reason = ?, ended_at = ? WHERE id = ? AND status IN ${LIVE_STATUSES}`)
-        .run('the runner stopped while the agent ran; its lease was revoked and its open spend is settled or marked unreconciled', new Date().toISOString(), r.id);
+        .run('the runner stopped while the agent ran; its lease was revoked and its open spend is settled or marked unreconciled', new Date().toISOString(), row.id);
     }
     if (rows.length) await this.deps.gateway.syncUsage().catch(() => undefined);
     this.tendPool();
@@ -237,28 +237,28 @@ export class AgentService {
 
   // ------------------------------------------------------------------ spawn
 
-  async spawn(a: SpawnArgs, c: AgentCaller): Promise<Record<string, unknown>> {
-    const callerAgent = c.actor.startsWith('agent_') ? this.row(c.actor) : null;
-    let parentId = a.parentAgentId;
+  async spawn(spawnArgs: SpawnArgs, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
+    const callerAgent = agentCaller.actor.startsWith('agent_') ? this.row(agentCaller.actor) : null;
+    let parentId = spawnArgs.parentAgentId;
     if (callerAgent) {
       if (parentId !== undefined && parentId !== callerAgent.id)
         throw new ServiceError('PERMISSION_DENIED', `parentAgentId: an agent spawns its own children only (${callerAgent.id})`, { field: 'parentAgentId' });
       parentId = callerAgent.id;
     }
     // The profile: active, pinned at its active revision and credential.
-    const pin = this.deps.models.pinnable(a.profileId);
+    const pin = this.deps.models.pinnable(spawnArgs.profileId);
     if (pin.status !== 'active' || !pin.body || pin.revision === null)
-      throw new ServiceError('FAILED_PRECONDITION', `profileId: profile ${a.profileId} is ${pin.status}; agent_spawn uses an active profile only (the owner activates it on the dashboard)`, { field: 'profileId', status: pin.status });
+      throw new ServiceError('FAILED_PRECONDITION', `profileId: profile ${spawnArgs.profileId} is ${pin.status}; agent_spawn uses an active profile only (the owner activates it on the dashboard)`, { field: 'profileId', status: pin.status });
     if (pin.credentialStatus !== 'active')
-      throw new ServiceError('FAILED_PRECONDITION', `profileId: the credential of profile ${a.profileId} is ${pin.credentialStatus}`, { field: 'profileId', credentialStatus: pin.credentialStatus });
-    const ops = this.checkOperations(a.proxyOperations, pin.body.maxProxyOperations, a.profileId);
+      throw new ServiceError('FAILED_PRECONDITION', `profileId: the credential of profile ${spawnArgs.profileId} is ${pin.credentialStatus}`, { field: 'profileId', credentialStatus: pin.credentialStatus });
+    const ops = this.checkOperations(spawnArgs.proxyOperations, pin.body.maxProxyOperations, spawnArgs.profileId);
     // The parent: same workspace, live, and its tree carries agent_spawn and these operations.
     let parent: Row | null = null;
     if (parentId) {
       const found = this.deps.db.prepare('SELECT * FROM agents WHERE id = ?').get(parentId) as Row | undefined;
       if (!found) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId}`, { field: 'parentAgentId' });
       parent = found;
-      if (parent.workspace_id !== c.workspace) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId} in workspace ${c.workspace}`, { field: 'parentAgentId' });
+      if (parent.workspace_id !== agentCaller.workspace) throw new ServiceError('NOT_FOUND', `parentAgentId: no agent ${parentId} in workspace ${agentCaller.workspace}`, { field: 'parentAgentId' });
       if (TERMINAL.has(parent.status) || parent.status === 'CANCELLING')
         throw new ServiceError('FAILED_PRECONDITION', `parentAgentId: agent ${parentId} is ${parent.status}; children are spawned under a live agent only`, { field: 'parentAgentId', status: parent.status });
       const parentOps = new Set(JSON.parse(parent.proxy_ops_json) as string[]);
@@ -266,8 +266,8 @@ export class AgentService {
       if (wider.length)
         throw new ServiceError('PERMISSION_DENIED', `proxyOperations: a child may use only its parent's operations; not allowed: ${wider.join(', ')}`, { field: 'proxyOperations', operations: wider });
     }
-    const ws = this.deps.workspaces.get(c.workspace);
-    if (ws.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${c.workspace} is ${ws.state}`, { field: 'workspaceId', state: ws.state });
+    const ws = this.deps.workspaces.get(agentCaller.workspace);
+    if (ws.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${agentCaller.workspace} is ${ws.state}`, { field: 'workspaceId', state: ws.state });
 
     // Routing rule 8: push again when the gateway restarted or lost its profiles; UNAVAILABLE when unreachable.
     await this.deps.gateway.ensureReady();
@@ -278,34 +278,34 @@ export class AgentService {
     if (parent) {
       const pl = parent.lease_id ? this.live.get(parent.id) : undefined;
       if (!pl || !parent.lease_id) throw new ServiceError('FAILED_PRECONDITION', `parentAgentId: agent ${parent.id} holds no live lease yet; retry once it runs`, { field: 'parentAgentId', status: parent.status });
-      const r = await this.deps.gateway.adjustLeaseCost(parent.lease_id, -a.maxCostMicros);
+      const r = await this.deps.gateway.adjustLeaseCost(parent.lease_id, -spawnArgs.maxCostMicros);
       if (!r.ok)
-        throw new ServiceError('FAILED_PRECONDITION', `maxCostMicros: ${a.maxCostMicros} would pass what parent ${parent.id} has left of its cost budget (${r.remainingMicros ?? 'unknown'} micro-USD); a tree never spends more than its root was given`, { field: 'maxCostMicros', parentRemainingMicros: r.remainingMicros });
-      carved = a.maxCostMicros;
+        throw new ServiceError('FAILED_PRECONDITION', `maxCostMicros: ${spawnArgs.maxCostMicros} would pass what parent ${parent.id} has left of its cost budget (${r.remainingMicros ?? 'unknown'} micro-USD); a tree never spends more than its root was given`, { field: 'maxCostMicros', parentRemainingMicros: r.remainingMicros });
+      carved = spawnArgs.maxCostMicros;
     }
     const now = Date.now();
-    const budgets: AgentBudgets = { ttlSeconds: a.ttlSeconds, maxOutputBytes: a.maxOutputBytes, maxInputTokens: a.maxInputTokens, maxOutputTokens: a.maxOutputTokens, maxCostMicros: a.maxCostMicros };
+    const budgets: AgentBudgets = { ttlSeconds: spawnArgs.ttlSeconds, maxOutputBytes: spawnArgs.maxOutputBytes, maxInputTokens: spawnArgs.maxInputTokens, maxOutputTokens: spawnArgs.maxOutputTokens, maxCostMicros: spawnArgs.maxCostMicros };
     const row: Row = {
       seq: 0,
       id,
-      owner_id: c.owner,
-      principal: c.principal,
-      spawned_by: c.actor,
-      workspace_id: c.workspace,
+      owner_id: agentCaller.owner,
+      principal: agentCaller.principal,
+      spawned_by: agentCaller.actor,
+      workspace_id: agentCaller.workspace,
       parent_id: parent?.id ?? null,
       root_id: parent?.root_id ?? id,
       depth: parent ? parent.depth + 1 : 0,
-      idempotency_key: a.idempotencyKey,
-      profile_id: a.profileId,
+      idempotency_key: spawnArgs.idempotencyKey,
+      profile_id: spawnArgs.profileId,
       revision: pin.revision,
       credential_id: pin.body.credentialId,
       api_mode: pin.body.apiMode,
       model: pin.body.model,
       status: 'SPAWNING',
-      prompt: a.prompt,
+      prompt: spawnArgs.prompt,
       proxy_ops_json: JSON.stringify(ops),
       budgets_json: JSON.stringify(budgets),
-      repository_context: a.repositoryContext ?? 'profile_a',
+      repository_context: spawnArgs.repositoryContext ?? 'profile_a',
       lease_id: null,
       carved_micros: carved,
       used_json: null,
@@ -317,7 +317,7 @@ export class AgentService {
       created_at: new Date(now).toISOString(),
       started_at: null,
       ended_at: null,
-      expires_at: new Date(now + a.ttlSeconds * 1000).toISOString(),
+      expires_at: new Date(now + spawnArgs.ttlSeconds * 1000).toISOString(),
     };
     const cols = Object.keys(row).filter((k) => k !== 'seq');
     this.deps.db.prepare(`INSERT INTO agents (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`).run(...cols.map((k) => (row as unknown as Record<string, unknown>)[k]));
@@ -327,7 +327,7 @@ export class AgentService {
       row: stored,
       ops: new Set(ops),
       budgets,
-      deadlineMs: now + a.ttlSeconds * 1000,
+      deadlineMs: now + spawnArgs.ttlSeconds * 1000,
       sandbox: new AbortController(),
       exited: null,
       sockDir: null,
@@ -350,9 +350,9 @@ export class AgentService {
       marks: {},
     };
     this.live.set(id, live);
-    this.log(live, { type: 'status', status: 'SPAWNING', profileId: a.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, parentAgentId: row.parent_id });
+    this.log(live, { type: 'status', status: 'SPAWNING', profileId: spawnArgs.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, parentAgentId: row.parent_id });
     void this.launch(live);
-    return { agentId: id, status: 'SPAWNING', workspaceId: c.workspace, parentAgentId: row.parent_id, profileId: a.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, expiresAt: row.expires_at };
+    return { agentId: id, status: 'SPAWNING', workspaceId: agentCaller.workspace, parentAgentId: row.parent_id, profileId: spawnArgs.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, expiresAt: row.expires_at };
   }
 
   /**
@@ -461,11 +461,11 @@ export class AgentService {
         maxTurnOutputTokens: Math.min(live.budgets.maxOutputTokens, 8192),
         budget: await this.budgetView(live, leaseFigures(lease)),
       };
-      live.exited = slot.exited.then(async (r) => {
+      live.exited = slot.exited.then(async (result) => {
         if (live.ending) return;
-        if (r instanceof Error) return await this.finish(live, 'FAILED', { reason: `the agent sandbox failed: ${r.message}`, error: toErrorBody(r) });
-        const tail = this.deps.environments.redact((r.stderr || slot.stderr).slice(-1500));
-        await this.finish(live, 'FAILED', { reason: `the agent runtime exited (code ${r.exitCode}${r.signal ? `, signal ${r.signal}` : ''}) without ending the agent${tail ? `: ${tail}` : ''}` });
+        if (result instanceof Error) return await this.finish(live, 'FAILED', { reason: `the agent sandbox failed: ${result.message}`, error: toErrorBody(result) });
+        const tail = this.deps.environments.redact((result.stderr || slot.stderr).slice(-1500));
+        await this.finish(live, 'FAILED', { reason: `the agent runtime exited (code ${result.exitCode}${result.signal ? `, signal ${result.signal}` : ''}) without ending the agent${tail ? `: ${tail}` : ''}` });
       });
       this.send(live, { t: 'job', config: cfg });
       this.mark(live, 'job_sent');
@@ -520,13 +520,13 @@ export class AgentService {
     for (const t of live.timers) t.unref();
   }
 
-  private send(live: Live, m: RunnerMessage): void {
+  private send(live: Live, runnerMessage: RunnerMessage): void {
     const s = live.conn;
-    if (s && !s.destroyed) s.write(JSON.stringify(m) + '\n');
+    if (s && !s.destroyed) s.write(JSON.stringify(runnerMessage) + '\n');
   }
 
-  private async onRuntime(live: Live, m: RuntimeMessage): Promise<void> {
-    switch (m.t) {
+  private async onRuntime(live: Live, runtimeMessage: RuntimeMessage): Promise<void> {
+    switch (runtimeMessage.t) {
       case 'hello':
         this.mark(live, 'hello');
         // The pool refills once this agent's first model request is on its way (or after a bound): starting a runtime beside it would slow that request.
@@ -534,14 +534,14 @@ export class AgentService {
         for (const s of live.pendingSteers.splice(0)) this.deliverSteer(live, s);
         return;
       case 'event':
-        this.log(live, m.event && typeof m.event === 'object' ? m.event : { type: 'event' });
+        this.log(live, runtimeMessage.event && typeof runtimeMessage.event === 'object' ? runtimeMessage.event : { type: 'event' });
         return;
       case 'budget':
-        this.send(live, { t: 'budget', id: m.id, budget: await this.budgetView(live) });
+        this.send(live, { t: 'budget', id: runtimeMessage.id, budget: await this.budgetView(live) });
         return;
       case 'call': {
-        const result = await this.proxyCall(live, String(m.name), m.args && typeof m.args === 'object' && !Array.isArray(m.args) ? m.args : {});
-        this.send(live, { t: 'result', id: m.id, result });
+        const result = await this.proxyCall(live, String(runtimeMessage.name), runtimeMessage.args && typeof runtimeMessage.args === 'object' && !Array.isArray(runtimeMessage.args) ? runtimeMessage.args : {});
+        this.send(live, { t: 'result', id: runtimeMessage.id, result });
         return;
       }
       case 'final': {
@@ -552,17 +552,17 @@ export class AgentService {
           this.send(live, { t: 'continue', messages });
           return;
         }
-        if (live.steersSent > (Number(m.steersSeen) || 0)) {
+        if (live.steersSent > (Number(runtimeMessage.steersSeen) || 0)) {
           this.send(live, { t: 'continue', messages: [] });
           return;
         }
         this.send(live, { t: 'end' });
-        await this.finish(live, 'SUCCEEDED', { summary: String(m.text ?? ''), reason: 'the model answered without tool calls' });
+        await this.finish(live, 'SUCCEEDED', { summary: String(runtimeMessage.text ?? ''), reason: 'the model answered without tool calls' });
         return;
       }
       case 'ended': {
-        const st = (['LIMIT_EXCEEDED', 'TIMED_OUT', 'FAILED', 'CANCELLED'] as const).includes(m.status) ? m.status : 'FAILED';
-        await this.finish(live, live.cancelRequested ? 'CANCELLED' : st, { summary: String(m.summary ?? ''), reason: String(m.reason ?? '') });
+        const st = (['LIMIT_EXCEEDED', 'TIMED_OUT', 'FAILED', 'CANCELLED'] as const).includes(runtimeMessage.status) ? runtimeMessage.status : 'FAILED';
+        await this.finish(live, live.cancelRequested ? 'CANCELLED' : st, { summary: String(runtimeMessage.summary ?? ''), reason: String(runtimeMessage.reason ?? '') });
         return;
       }
     }
@@ -598,20 +598,20 @@ export class AgentService {
   }
 
   private async budgetView(live: Live, fresh?: LeaseInfo): Promise<BudgetView> {
-    let l: LeaseInfo | null = fresh ?? live.lastLease;
-    if (live.leaseId && !fresh) l = (await this.deps.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? l;
-    live.lastLease = l;
-    const b = live.budgets;
-    const used = l?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
-    const res = l?.reserved ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
-    const costBudget = l?.budgets.maxCostMicros ?? b.maxCostMicros; // after carving children out
+    let leaseInfo: LeaseInfo | null = fresh ?? live.lastLease;
+    if (live.leaseId && !fresh) leaseInfo = (await this.deps.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? leaseInfo;
+    live.lastLease = leaseInfo;
+    const agentBudgets = live.budgets;
+    const used = leaseInfo?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
+    const res = leaseInfo?.reserved ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
+    const costBudget = leaseInfo?.budgets.maxCostMicros ?? agentBudgets.maxCostMicros; // after carving children out
     const fig = (budget: number, u: number, r: number) => ({ budget, used: u, reserved: r, remaining: Math.max(0, budget - u - r) });
     return {
-      inputTokens: fig(l?.budgets.maxInputTokens ?? b.maxInputTokens, used.inputTokens, res.inputTokens),
-      outputTokens: fig(l?.budgets.maxOutputTokens ?? b.maxOutputTokens, used.outputTokens, res.outputTokens),
+      inputTokens: fig(leaseInfo?.budgets.maxInputTokens ?? agentBudgets.maxInputTokens, used.inputTokens, res.inputTokens),
+      outputTokens: fig(leaseInfo?.budgets.maxOutputTokens ?? agentBudgets.maxOutputTokens, used.outputTokens, res.outputTokens),
       costMicros: fig(costBudget, used.costMicros, res.costMicros),
-      outputBytes: { budget: b.maxOutputBytes, used: live.logBytes, remaining: Math.max(0, b.maxOutputBytes - live.logBytes) },
-      ttlSeconds: { budget: b.ttlSeconds, remaining: Math.max(0, Math.floor((live.deadlineMs - Date.now()) / 1000)) },
+      outputBytes: { budget: agentBudgets.maxOutputBytes, used: live.logBytes, remaining: Math.max(0, agentBudgets.maxOutputBytes - live.logBytes) },
+      ttlSeconds: { budget: agentBudgets.ttlSeconds, remaining: Math.max(0, Math.floor((live.deadlineMs - Date.now()) / 1000)) },
     };
   }
 
@@ -644,14 +644,14 @@ export class AgentService {
    * calls in flight, revokes the lease (requests in flight settle), pulls usage into the ledger,
    * gives the unspent part of a child's carved budget back to its parent, then records the status.
    */
-  private finish(live: Live, status: AgentStatus, o: { summary?: string; reason?: string; error?: unknown; drainMs?: number }): Promise<void> {
+  private finish(live: Live, status: AgentStatus, options: { summary?: string; reason?: string; error?: unknown; drainMs?: number }): Promise<void> {
     if (live.ending) return live.ending;
     live.ending = (async () => {
       this.releaseSlot(live);
       for (const t of live.timers) clearTimeout(t);
-      if (status === 'CANCELLED' && live.row.status !== 'CANCELLING') this.setStatus(live, 'CANCELLING', o.reason ?? 'cancelled');
+      if (status === 'CANCELLED' && live.row.status !== 'CANCELLING') this.setStatus(live, 'CANCELLING', options.reason ?? 'cancelled');
       if (live.exited) {
-        const drain = o.drainMs ?? DRAIN_MS;
+        const drain = options.drainMs ?? DRAIN_MS;
         if (drain > 0) await Promise.race([live.exited, sleep(drain)]);
         live.sandbox.abort();
         await Promise.race([live.exited, sleep(5_000)]);
@@ -676,13 +676,13 @@ export class AgentService {
       for (const s of live.servers) s.close();
       live.conn?.destroy();
       if (live.sockDir) rmSync(live.sockDir, { recursive: true, force: true });
-      const summary = o.summary ? this.deps.environments.redact(o.summary).slice(0, 65_536) : null;
+      const summary = options.summary ? this.deps.environments.redact(options.summary).slice(0, 65_536) : null;
       const used = info ? { used: info.used, reserved: info.reserved, budgets: info.budgets } : null;
       this.deps.db
         .prepare('UPDATE agents SET status = ?, summary = COALESCE(?, summary), end_reason = ?, error_json = ?, used_json = COALESCE(?, used_json), log_bytes = ?, ended_at = ? WHERE id = ?')
-        .run(status, summary, o.reason ?? null, o.error ? JSON.stringify(o.error) : null, used ? JSON.stringify(used) : null, live.logBytes, new Date().toISOString(), live.id);
+        .run(status, summary, options.reason ?? null, options.error ? JSON.stringify(options.error) : null, used ? JSON.stringify(used) : null, live.logBytes, new Date().toISOString(), live.id);
       live.row.status = status;
-      this.appendRaw(live.id, { type: 'status', status, reason: o.reason ?? null, ...(summary ? { summary: clip(summary, 4096) } : {}) });
+      this.appendRaw(live.id, { type: 'status', status, reason: options.reason ?? null, ...(summary ? { summary: clip(summary, 4096) } : {}) });
       this.live.delete(live.id);
       this.deps.log.info({ agentId: live.id, status }, 'agent ended');
     })();
@@ -736,20 +736,20 @@ export class AgentService {
   }
 
   /** The agent as the caller may see it: in the caller's workspace, and for an agent caller only its own descendants. */
-  private visible(id: string, c: AgentCaller, field = 'agentId'): Row {
-    let r: Row;
+  private visible(id: string, agentCaller: AgentCaller, field = 'agentId'): Row {
+    let row: Row;
     try {
-      r = this.row(id);
+      row = this.row(id);
     } catch {
       throw new ServiceError('NOT_FOUND', `${field}: no agent ${id}`, { field });
     }
-    if (r.workspace_id !== c.workspace) throw new ServiceError('NOT_FOUND', `${field}: no agent ${id} in workspace ${c.workspace}`, { field });
-    if (c.actor.startsWith('agent_') && !this.isDescendant(r, c.actor)) throw new ServiceError('NOT_FOUND', `${field}: no agent ${id} among this agent's descendants`, { field });
-    return r;
+    if (row.workspace_id !== agentCaller.workspace) throw new ServiceError('NOT_FOUND', `${field}: no agent ${id} in workspace ${agentCaller.workspace}`, { field });
+    if (agentCaller.actor.startsWith('agent_') && !this.isDescendant(row, agentCaller.actor)) throw new ServiceError('NOT_FOUND', `${field}: no agent ${id} among this agent's descendants`, { field });
+    return row;
   }
 
-  private isDescendant(r: Row, ancestor: string): boolean {
-    let cur: Row | undefined = r;
+  private isDescendant(row: Row, ancestor: string): boolean {
+    let cur: Row | undefined = row;
     for (let i = 0; cur && cur.parent_id && i < 1000; i++) {
       if (cur.parent_id === ancestor) return true;
       cur = this.deps.db.prepare('SELECT * FROM agents WHERE id = ?').get(cur.parent_id) as Row | undefined;
@@ -766,10 +766,10 @@ export class AgentService {
       .all(id) as Row[];
   }
 
-  private async view(r: Row, withLive = true): Promise<Record<string, unknown>> {
-    const b = JSON.parse(r.budgets_json) as AgentBudgets;
-    const live = this.live.get(r.id);
-    let lease: { used: LeaseInfo['used']; reserved: LeaseInfo['reserved']; budgets: LeaseInfo['budgets'] } | null = r.used_json ? JSON.parse(r.used_json) : null;
+  private async view(row: Row, withLive = true): Promise<Record<string, unknown>> {
+    const agentBudgets = JSON.parse(row.budgets_json) as AgentBudgets;
+    const live = this.live.get(row.id);
+    let lease: { used: LeaseInfo['used']; reserved: LeaseInfo['reserved']; budgets: LeaseInfo['budgets'] } | null = row.used_json ? JSON.parse(row.used_json) : null;
     if (live?.leaseId && withLive) {
       const l = (await this.deps.gateway.leaseInfo(live.leaseId).catch(() => null)) ?? live.lastLease;
       if (l) {
@@ -778,76 +778,76 @@ export class AgentService {
       }
     }
     const used = lease?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
-    const reserved = lease && !TERMINAL.has(r.status) ? lease.reserved : { inputTokens: 0, outputTokens: 0, costMicros: 0 };
-    const carvedToChildren = (this.deps.db.prepare('SELECT COALESCE(SUM(carved_micros), 0) FROM agents WHERE parent_id = ?').pluck().get(r.id) as number) ?? 0;
-    const fig = (budget: number, u: number, res: number) => ({ budget, used: u, reserved: res, remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, budget - u - res) });
-    const costRoom = lease?.budgets.maxCostMicros ?? b.maxCostMicros;
-    const logBytes = live ? live.logBytes : r.log_bytes;
-    const ended = r.ended_at ? Date.parse(r.ended_at) : Date.now();
+    const reserved = lease && !TERMINAL.has(row.status) ? lease.reserved : { inputTokens: 0, outputTokens: 0, costMicros: 0 };
+    const carvedToChildren = (this.deps.db.prepare('SELECT COALESCE(SUM(carved_micros), 0) FROM agents WHERE parent_id = ?').pluck().get(row.id) as number) ?? 0;
+    const fig = (budget: number, u: number, res: number) => ({ budget, used: u, reserved: res, remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, budget - u - res) });
+    const costRoom = lease?.budgets.maxCostMicros ?? agentBudgets.maxCostMicros;
+    const logBytes = live ? live.logBytes : row.log_bytes;
+    const ended = row.ended_at ? Date.parse(row.ended_at) : Date.now();
     return {
-      agentId: r.id,
-      status: r.status,
-      workspaceId: r.workspace_id,
-      parentAgentId: r.parent_id,
-      rootAgentId: r.root_id,
-      depth: r.depth,
-      profileId: r.profile_id,
-      revision: r.revision,
-      credentialId: r.credential_id,
-      model: r.model,
-      apiMode: r.api_mode,
-      proxyOperations: JSON.parse(r.proxy_ops_json),
-      leaseId: r.lease_id,
-      repositoryContext: r.repository_context,
-      spawnedBy: r.spawned_by,
-      idempotencyKey: r.idempotency_key,
-      createdAt: r.created_at,
-      startedAt: r.started_at,
-      endedAt: r.ended_at,
-      expiresAt: r.expires_at,
+      agentId: row.id,
+      status: row.status,
+      workspaceId: row.workspace_id,
+      parentAgentId: row.parent_id,
+      rootAgentId: row.root_id,
+      depth: row.depth,
+      profileId: row.profile_id,
+      revision: row.revision,
+      credentialId: row.credential_id,
+      model: row.model,
+      apiMode: row.api_mode,
+      proxyOperations: JSON.parse(row.proxy_ops_json),
+      leaseId: row.lease_id,
+      repositoryContext: row.repository_context,
+      spawnedBy: row.spawned_by,
+      idempotencyKey: row.idempotency_key,
+      createdAt: row.created_at,
+      startedAt: row.started_at,
+      endedAt: row.ended_at,
+      expiresAt: row.expires_at,
       budgets: {
-        ttlSeconds: { budget: b.ttlSeconds, elapsedSeconds: Math.max(0, Math.floor((ended - Date.parse(r.created_at)) / 1000)), remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, Math.floor((Date.parse(r.expires_at) - Date.now()) / 1000)) },
-        maxOutputBytes: { budget: b.maxOutputBytes, used: logBytes, remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, b.maxOutputBytes - logBytes) },
-        maxInputTokens: fig(b.maxInputTokens, used.inputTokens, reserved.inputTokens),
-        maxOutputTokens: fig(b.maxOutputTokens, used.outputTokens, reserved.outputTokens),
-        maxCostMicros: { ...fig(b.maxCostMicros, used.costMicros, reserved.costMicros), carvedToChildren, remaining: TERMINAL.has(r.status) ? 0 : Math.max(0, costRoom - used.costMicros - reserved.costMicros) },
+        ttlSeconds: { budget: agentBudgets.ttlSeconds, elapsedSeconds: Math.max(0, Math.floor((ended - Date.parse(row.created_at)) / 1000)), remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, Math.floor((Date.parse(row.expires_at) - Date.now()) / 1000)) },
+        maxOutputBytes: { budget: agentBudgets.maxOutputBytes, used: logBytes, remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, agentBudgets.maxOutputBytes - logBytes) },
+        maxInputTokens: fig(agentBudgets.maxInputTokens, used.inputTokens, reserved.inputTokens),
+        maxOutputTokens: fig(agentBudgets.maxOutputTokens, used.outputTokens, reserved.outputTokens),
+        maxCostMicros: { ...fig(agentBudgets.maxCostMicros, used.costMicros, reserved.costMicros), carvedToChildren, remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, costRoom - used.costMicros - reserved.costMicros) },
       },
-      spend: { ...this.deps.spend.agentSpend(r.id), unit: 'micro-USD', estimate: true },
-      terminal: TERMINAL.has(r.status),
-      summary: r.summary,
-      endReason: r.end_reason,
-      error: r.error_json ? JSON.parse(r.error_json) : null,
-      cancelReason: r.cancel_reason,
+      spend: { ...this.deps.spend.agentSpend(row.id), unit: 'micro-USD', estimate: true },
+      terminal: TERMINAL.has(row.status),
+      summary: row.summary,
+      endReason: row.end_reason,
+      error: row.error_json ? JSON.parse(row.error_json) : null,
+      cancelReason: row.cancel_reason,
     };
   }
 
-  async status(a: { agentId?: string; idempotencyKey?: string }, c: AgentCaller): Promise<Record<string, unknown>> {
-    if (!a.agentId && !a.idempotencyKey) throw new ServiceError('INVALID_ARGUMENT', 'agentId or idempotencyKey: give one of them', { field: 'agentId' });
-    let r: Row;
-    if (a.agentId) {
-      r = this.visible(a.agentId, c);
-      if (a.idempotencyKey && r.idempotency_key !== a.idempotencyKey)
-        throw new ServiceError('INVALID_ARGUMENT', `idempotencyKey: agent ${a.agentId} was not spawned with this key`, { field: 'idempotencyKey' });
+  async status(args: { agentId?: string; idempotencyKey?: string }, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
+    if (!args.agentId && !args.idempotencyKey) throw new ServiceError('INVALID_ARGUMENT', 'agentId or idempotencyKey: give one of them', { field: 'agentId' });
+    let row: Row;
+    if (args.agentId) {
+      row = this.visible(args.agentId, agentCaller);
+      if (args.idempotencyKey && row.idempotency_key !== args.idempotencyKey)
+        throw new ServiceError('INVALID_ARGUMENT', `idempotencyKey: agent ${args.agentId} was not spawned with this key`, { field: 'idempotencyKey' });
     } else {
-      const found = this.deps.db.prepare('SELECT id FROM agents WHERE idempotency_key = ? AND workspace_id = ? ORDER BY seq DESC LIMIT 1').pluck().get(a.idempotencyKey, c.workspace) as string | undefined;
-      if (!found) throw new ServiceError('NOT_FOUND', `idempotencyKey: no agent spawned with this key in workspace ${c.workspace}`, { field: 'idempotencyKey' });
-      r = this.visible(found, c, 'idempotencyKey');
+      const found = this.deps.db.prepare('SELECT id FROM agents WHERE idempotency_key = ? AND workspace_id = ? ORDER BY seq DESC LIMIT 1').pluck().get(args.idempotencyKey, agentCaller.workspace) as string | undefined;
+      if (!found) throw new ServiceError('NOT_FOUND', `idempotencyKey: no agent spawned with this key in workspace ${agentCaller.workspace}`, { field: 'idempotencyKey' });
+      row = this.visible(found, agentCaller, 'idempotencyKey');
     }
-    return this.view(r);
+    return this.view(row);
   }
 
-  logs(a: { agentId: string; cursor?: string; limitBytes: number }, c: AgentCaller): Record<string, unknown> {
-    const r = this.visible(a.agentId, c);
-    const file = this.logFile(r.id);
+  logs(args: { agentId: string; cursor?: string; limitBytes: number }, agentCaller: AgentCaller): Record<string, unknown> {
+    const row = this.visible(args.agentId, agentCaller);
+    const file = this.logFile(row.id);
     const size = existsSync(file) ? statSync(file).size : 0;
-    const start = a.cursor === undefined ? 0 : Number(a.cursor);
+    const start = args.cursor === undefined ? 0 : Number(args.cursor);
     if (!Number.isSafeInteger(start) || start < 0) throw new ServiceError('INVALID_ARGUMENT', 'cursor: must be a decimal byte offset from a previous page', { field: 'cursor' });
     if (start > size) throw new ServiceError('INVALID_ARGUMENT', `cursor: ${start} is past the end of the log (${size} bytes)`, { field: 'cursor', size });
     let buf = Buffer.alloc(0);
     if (size > start) {
       const fd = openSync(file, 'r');
       try {
-        buf = Buffer.alloc(Math.min(a.limitBytes, size - start));
+        buf = Buffer.alloc(Math.min(args.limitBytes, size - start));
         const n = readSync(fd, buf, 0, buf.length, start);
         buf = buf.subarray(0, n);
       } finally {
@@ -865,10 +865,10 @@ export class AgentService {
       }
     }
     const next = start + buf.length;
-    const terminal = TERMINAL.has(r.status);
+    const terminal = TERMINAL.has(row.status);
     return {
-      agentId: r.id,
-      status: r.status,
+      agentId: row.id,
+      status: row.status,
       cursor: String(start),
       nextCursor: String(next),
       text: buf.toString('utf8'),
@@ -880,38 +880,38 @@ export class AgentService {
     };
   }
 
-  message(a: { agentId: string; mode: 'steer' | 'followUp'; message: string }, c: AgentCaller): Record<string, unknown> {
-    const r = this.visible(a.agentId, c);
-    const live = this.live.get(r.id);
-    if (TERMINAL.has(r.status) || r.status === 'CANCELLING' || !live || live.ending)
-      throw new ServiceError('FAILED_PRECONDITION', `agentId: agent ${r.id} is ${live?.ending && !TERMINAL.has(r.status) ? 'ending' : r.status}; messages go to a SPAWNING or RUNNING agent only`, { field: 'agentId', status: r.status });
-    const message = a.message;
-    if (a.mode === 'steer') {
+  message(args: { agentId: string; mode: 'steer' | 'followUp'; message: string }, agentCaller: AgentCaller): Record<string, unknown> {
+    const row = this.visible(args.agentId, agentCaller);
+    const live = this.live.get(row.id);
+    if (TERMINAL.has(row.status) || row.status === 'CANCELLING' || !live || live.ending)
+      throw new ServiceError('FAILED_PRECONDITION', `agentId: agent ${row.id} is ${live?.ending && !TERMINAL.has(row.status) ? 'ending' : row.status}; messages go to a SPAWNING or RUNNING agent only`, { field: 'agentId', status: row.status });
+    const message = args.message;
+    if (args.mode === 'steer') {
       if (live.conn) this.deliverSteer(live, message);
       else live.pendingSteers.push(message);
     } else live.followUps.push(message);
-    this.log(live, { type: 'message_received', mode: a.mode, from: c.actor, message: clip(message, 4096) });
-    return { agentId: r.id, mode: a.mode, accepted: true, status: live.row.status, delivery: a.mode === 'steer' ? 'at the next turn boundary' : 'when the agent would otherwise end' };
+    this.log(live, { type: 'message_received', mode: args.mode, from: agentCaller.actor, message: clip(message, 4096) });
+    return { agentId: row.id, mode: args.mode, accepted: true, status: live.row.status, delivery: args.mode === 'steer' ? 'at the next turn boundary' : 'when the agent would otherwise end' };
   }
 
-  async cancel(a: { agentId: string; reason?: string }, c: AgentCaller): Promise<Record<string, unknown>> {
-    const r = this.visible(a.agentId, c);
-    return this.cancelTree(r, a.reason ?? `cancelled by ${c.actor}`, c.actor);
+  async cancel(args: { agentId: string; reason?: string }, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
+    const r = this.visible(args.agentId, agentCaller);
+    return this.cancelTree(r, args.reason ?? `cancelled by ${agentCaller.actor}`, agentCaller.actor);
   }
 
-  private async cancelTree(r: Row, reason: string, by: string): Promise<Record<string, unknown>> {
-    const targets = [...this.descendants(r.id), r]; // leaves first
+  private async cancelTree(row: Row, reason: string, by: string): Promise<Record<string, unknown>> {
+    const targets = [...this.descendants(row.id), row]; // leaves first
     const cancelled: string[] = [];
     const alreadyEnded: Array<{ agentId: string; status: AgentStatus }> = [];
     const ends: Promise<void>[] = [];
-    for (const t of targets) {
-      const live = this.live.get(t.id);
-      if (TERMINAL.has(t.status) || !live) {
-        if (TERMINAL.has(t.status)) alreadyEnded.push({ agentId: t.id, status: t.status });
+    for (const targetRow of targets) {
+      const live = this.live.get(targetRow.id);
+      if (TERMINAL.has(targetRow.status) || !live) {
+        if (TERMINAL.has(targetRow.status)) alreadyEnded.push({ agentId: targetRow.id, status: targetRow.status });
         continue;
       }
-      cancelled.push(t.id);
-      this.deps.db.prepare('UPDATE agents SET cancel_reason = COALESCE(cancel_reason, ?) WHERE id = ?').run(clip(reason, 2000), t.id);
+      cancelled.push(targetRow.id);
+      this.deps.db.prepare('UPDATE agents SET cancel_reason = COALESCE(cancel_reason, ?) WHERE id = ?').run(clip(reason, 2000), targetRow.id);
       if (!live.cancelRequested) live.cancelRequested = reason;
       if (live.row.status !== 'CANCELLING' && !live.ending) this.setStatus(live, 'CANCELLING', `cancelled: ${clip(reason, 500)}`);
       this.send(live, { t: 'cancel', reason });
@@ -925,65 +925,65 @@ export class AgentService {
       if (l && !l.ending && !l.exited) await Promise.race([new Promise<void>((res) => { const iv = setInterval(() => { if (!this.live.has(id)) { clearInterval(iv); res(); } }, 50); iv.unref(); }), sleep(10_000)]);
     }
     const statuses = Object.fromEntries(targets.map((t) => [t.id, this.row(t.id).status]));
-    return { agentId: r.id, status: this.row(r.id).status, cancelled, alreadyEnded, statuses, reason: clip(reason, 2000) };
+    return { agentId: row.id, status: this.row(row.id).status, cancelled, alreadyEnded, statuses, reason: clip(reason, 2000) };
   }
 
-  async list(a: { parentAgentId?: string; status?: AgentStatus; cursor?: string; limit: number }, c: AgentCaller): Promise<Record<string, unknown>> {
-    let parent = a.parentAgentId;
-    if (c.actor.startsWith('agent_')) {
-      if (parent && parent !== c.actor) this.visible(parent, c, 'parentAgentId');
-      parent = parent ?? c.actor;
-    } else if (parent) this.visible(parent, c, 'parentAgentId');
-    const after = a.cursor ? Number(a.cursor) : 0;
+  async list(args: { parentAgentId?: string; status?: AgentStatus; cursor?: string; limit: number }, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
+    let parent = args.parentAgentId;
+    if (agentCaller.actor.startsWith('agent_')) {
+      if (parent && parent !== agentCaller.actor) this.visible(parent, agentCaller, 'parentAgentId');
+      parent = parent ?? agentCaller.actor;
+    } else if (parent) this.visible(parent, agentCaller, 'parentAgentId');
+    const after = args.cursor ? Number(args.cursor) : 0;
     const where = ['workspace_id = ?', 'seq > ?'];
-    const params: unknown[] = [c.workspace, after];
+    const params: unknown[] = [agentCaller.workspace, after];
     if (parent) {
       where.push('parent_id = ?');
       params.push(parent);
     }
-    if (a.status) {
+    if (args.status) {
       where.push('status = ?');
-      params.push(a.status);
+      params.push(args.status);
     }
-    const rows = this.deps.db.prepare(`SELECT * FROM agents WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`).all(...params, a.limit + 1) as Row[];
-    const page = rows.slice(0, a.limit);
+    const rows = this.deps.db.prepare(`SELECT * FROM agents WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`).all(...params, args.limit + 1) as Row[];
+    const page = rows.slice(0, args.limit);
     const agents = await Promise.all(page.map((r) => this.brief(r)));
-    return { agents, nextCursor: rows.length > a.limit ? String(page.at(-1)!.seq) : null };
+    return { agents, nextCursor: rows.length > args.limit ? String(page.at(-1)!.seq) : null };
   }
 
-  private brief(r: Row): Record<string, unknown> {
+  private brief(row: Row): Record<string, unknown> {
     return {
-      agentId: r.id,
-      status: r.status,
-      parentAgentId: r.parent_id,
-      rootAgentId: r.root_id,
-      depth: r.depth,
-      profileId: r.profile_id,
-      revision: r.revision,
-      model: r.model,
-      prompt: clip(r.prompt, 200),
-      createdAt: r.created_at,
-      endedAt: r.ended_at,
-      summary: r.summary ? clip(r.summary, 500) : null,
+      agentId: row.id,
+      status: row.status,
+      parentAgentId: row.parent_id,
+      rootAgentId: row.root_id,
+      depth: row.depth,
+      profileId: row.profile_id,
+      revision: row.revision,
+      model: row.model,
+      prompt: clip(row.prompt, 200),
+      createdAt: row.created_at,
+      endedAt: row.ended_at,
+      summary: row.summary ? clip(row.summary, 500) : null,
     };
   }
 
   // ------------------------------------------------------------------ owner's view (dashboard REST)
 
   /** Every agent (newest first, at most `limit`), with its tree links, status, budgets and spend. */
-  async ownerList(o: { status?: string; workspaceId?: string; limit?: number } = {}): Promise<Record<string, unknown>> {
+  async ownerList(options: { status?: string; workspaceId?: string; limit?: number } = {}): Promise<Record<string, unknown>> {
     const where: string[] = [];
     const params: unknown[] = [];
-    if (o.status) {
-      if (!(AGENT_STATUSES as readonly string[]).includes(o.status)) throw new ServiceError('INVALID_ARGUMENT', `status: one of ${AGENT_STATUSES.join(', ')}`, { field: 'status' });
+    if (options.status) {
+      if (!(AGENT_STATUSES as readonly string[]).includes(options.status)) throw new ServiceError('INVALID_ARGUMENT', `status: one of ${AGENT_STATUSES.join(', ')}`, { field: 'status' });
       where.push('status = ?');
-      params.push(o.status);
+      params.push(options.status);
     }
-    if (o.workspaceId) {
+    if (options.workspaceId) {
       where.push('workspace_id = ?');
-      params.push(o.workspaceId);
+      params.push(options.workspaceId);
     }
-    const limit = o.limit ?? 200;
+    const limit = options.limit ?? 200;
     const rows = this.deps.db.prepare(`SELECT * FROM agents ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY seq DESC LIMIT ?`).all(...params, limit) as Row[];
     const agents = await Promise.all(rows.map((r) => this.view(r)));
     const counts = Object.fromEntries((this.deps.db.prepare('SELECT status, COUNT(*) n FROM agents GROUP BY status').all() as Array<{ status: string; n: number }>).map((x) => [x.status, x.n]));
@@ -992,9 +992,9 @@ export class AgentService {
 
   /** The owner's view of an agent's log: its last `limitBytes` bytes, whole lines, secrets redacted. */
   ownerLogTail(id: string, limitBytes = 8192): Record<string, unknown> {
-    const r = this.deps.db.prepare('SELECT id, status FROM agents WHERE id = ?').get(id) as { id: string; status: string } | undefined;
-    if (!r) throw new ServiceError('NOT_FOUND', `no agent ${id}`, { field: 'id' });
-    const file = this.logFile(r.id);
+    const result = this.deps.db.prepare('SELECT id, status FROM agents WHERE id = ?').get(id) as { id: string; status: string } | undefined;
+    if (!result) throw new ServiceError('NOT_FOUND', `no agent ${id}`, { field: 'id' });
+    const file = this.logFile(result.id);
     const size = existsSync(file) ? statSync(file).size : 0;
     const start = Math.max(0, size - limitBytes);
     let buf = Buffer.alloc(0);
@@ -1012,7 +1012,7 @@ export class AgentService {
         if (nl >= 0) buf = buf.subarray(nl + 1);
       }
     }
-    return { agentId: r.id, status: r.status, size, tail: this.deps.environments.redact(buf.toString('utf8')) };
+    return { agentId: result.id, status: result.status, size, tail: this.deps.environments.redact(buf.toString('utf8')) };
   }
 
   async ownerCancel(id: string, reason?: string): Promise<Record<string, unknown>> {
@@ -1036,12 +1036,12 @@ export class AgentService {
 }
 
 /** A lease answer without its token (kept as the last known figures). */
-function leaseFigures(l: LeaseInfo & { token?: string; gatewayUrl?: string }): LeaseInfo {
-  const { token: _token, gatewayUrl: _url, ...info } = l;
+function leaseFigures(line: LeaseInfo & { token?: string; gatewayUrl?: string }): LeaseInfo {
+  const { token: _token, gatewayUrl: _url, ...info } = line;
   return info as LeaseInfo;
 }
 
-function clip(s: string, n: number): string {
-  return s.length <= n ? s : `${s.slice(0, n)}… [${s.length - n} more characters]`;
+function clip(text: string, limit: number): string {
+  return text.length <= limit ? text : `${text.slice(0, limit)}… [${text.length - limit} more characters]`;
 }
 

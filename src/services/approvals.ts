@@ -125,25 +125,25 @@ export class ApprovalService {
     const digest = ApprovalService.digestOf(subject);
     const db = this.deps.db;
     const hash = sha256Hex(token);
-    const a = db.prepare("SELECT * FROM approvals WHERE state = 'approved' AND grant_hash = ?").get(hash) as Row | undefined;
+    const row = db.prepare("SELECT * FROM approvals WHERE state = 'approved' AND grant_hash = ?").get(hash) as Row | undefined;
     const bad = (why: string) => {
       this.deps.audit.record({ actor, principal, action: `${subject.kind}_grant`, target: subject.workspaceId, outcome: 'refused', reason: why });
       return new ServiceError('PERMISSION_DENIED', `approvalGrantToken: ${why}; ask the owner for a new approval (call again without a token to file one)`, {
         field: 'approvalGrantToken',
       });
     };
-    if (!a || !a.grant_hash || !safeEqual(a.grant_hash, hash)) throw bad('unknown, used or expired grant');
-    if (Date.parse(a.grant_expires_at!) <= Date.now()) {
-      db.prepare("UPDATE approvals SET state = 'expired' WHERE id = ?").run(a.id);
+    if (!row || !row.grant_hash || !safeEqual(row.grant_hash, hash)) throw bad('unknown, used or expired grant');
+    if (Date.parse(row.grant_expires_at!) <= Date.now()) {
+      db.prepare("UPDATE approvals SET state = 'expired' WHERE id = ?").run(row.id);
       throw bad('the grant expired');
     }
-    if (a.kind !== subject.kind) throw bad(`the grant is for a ${a.kind.replace('_', ' ')}, not a ${subject.kind.replace('_', ' ')}`);
-    if (a.workspace_id !== (subject.workspaceId ?? NO_WORKSPACE)) throw bad('the grant is for another workspace');
-    if (a.command_sha256 !== digest) throw bad(`the grant is for another ${NOUN[subject.kind]} (it binds the exact ${NOUN[subject.kind]} text by its SHA-256)`);
-    const used = db.prepare("UPDATE approvals SET state = 'used', used_at = ? WHERE id = ? AND state = 'approved'").run(nowIso(), a.id);
+    if (row.kind !== subject.kind) throw bad(`the grant is for a ${row.kind.replace('_', ' ')}, not a ${subject.kind.replace('_', ' ')}`);
+    if (row.workspace_id !== (subject.workspaceId ?? NO_WORKSPACE)) throw bad('the grant is for another workspace');
+    if (row.command_sha256 !== digest) throw bad(`the grant is for another ${NOUN[subject.kind]} (it binds the exact ${NOUN[subject.kind]} text by its SHA-256)`);
+    const used = db.prepare("UPDATE approvals SET state = 'used', used_at = ? WHERE id = ? AND state = 'approved'").run(nowIso(), row.id);
     if (used.changes !== 1) throw bad('the grant was already used');
-    this.deps.audit.record({ actor, principal, action: `${subject.kind}_grant`, target: subject.workspaceId, outcome: 'ok', details: { approvalId: a.id } });
-    return a.id;
+    this.deps.audit.record({ actor, principal, action: `${subject.kind}_grant`, target: subject.workspaceId, outcome: 'ok', details: { approvalId: row.id } });
+    return row.id;
   }
 
   /**
@@ -151,11 +151,11 @@ export class ApprovalService {
    * plan is applied by its id and digest): checks kind and digest, marks it used once.
    */
   markUsed(id: string, kind: ApprovalKind, digest: string, actor: Actor, principal: string): void {
-    const r = this.deps.db.prepare('SELECT * FROM approvals WHERE id = ?').get(id) as Row | undefined;
-    if (!r || r.kind !== kind || r.command_sha256 !== digest) throw new ServiceError('PERMISSION_DENIED', `approval ${id} does not cover this ${NOUN[kind]}`, { approvalRequestId: id });
+    const row = this.deps.db.prepare('SELECT * FROM approvals WHERE id = ?').get(id) as Row | undefined;
+    if (!row || row.kind !== kind || row.command_sha256 !== digest) throw new ServiceError('PERMISSION_DENIED', `approval ${id} does not cover this ${NOUN[kind]}`, { approvalRequestId: id });
     const used = this.deps.db.prepare("UPDATE approvals SET state = 'used', used_at = ? WHERE id = ? AND state = 'approved'").run(nowIso(), id);
-    if (used.changes !== 1) throw new ServiceError('PERMISSION_DENIED', `approval ${id} is ${r.state}, not approved`, { approvalRequestId: id, approvalState: r.state });
-    this.deps.audit.record({ actor, principal, action: `${kind}_grant`, target: r.workspace_id || null, outcome: 'ok', details: { approvalId: id } });
+    if (used.changes !== 1) throw new ServiceError('PERMISSION_DENIED', `approval ${id} is ${row.state}, not approved`, { approvalRequestId: id, approvalState: row.state });
+    this.deps.audit.record({ actor, principal, action: `${kind}_grant`, target: row.workspace_id || null, outcome: 'ok', details: { approvalId: id } });
   }
 
   list(filter: { state?: ApprovalState; kind?: ApprovalKind } = {}, limit = 200): ApprovalView[] {
@@ -184,13 +184,13 @@ export class ApprovalService {
   /** Approve (issues a single-use grant, shown once) or deny a pending request. */
   decide(id: string, approve: boolean, actor: Actor = 'dashboard'): Record<string, unknown> {
     const db = this.deps.db;
-    const r = db.prepare('SELECT * FROM approvals WHERE id = ?').get(id) as Row | undefined;
-    if (!r) throw new ServiceError('NOT_FOUND', `no approval request ${id}`, { field: 'id' });
-    if (r.state !== 'pending') throw new ServiceError('FAILED_PRECONDITION', `approval request ${id} is ${r.state}, not pending`, { state: r.state });
+    const row = db.prepare('SELECT * FROM approvals WHERE id = ?').get(id) as Row | undefined;
+    if (!row) throw new ServiceError('NOT_FOUND', `no approval request ${id}`, { field: 'id' });
+    if (row.state !== 'pending') throw new ServiceError('FAILED_PRECONDITION', `approval request ${id} is ${row.state}, not pending`, { state: row.state });
     if (!approve) {
       db.prepare("UPDATE approvals SET state = 'denied', decided_at = ?, decided_by = ? WHERE id = ?").run(nowIso(), actor, id);
-      this.deps.audit.record({ actor, action: `${r.kind}_deny`, target: id, outcome: 'ok' });
-      return { id, kind: r.kind, state: 'denied' };
+      this.deps.audit.record({ actor, action: `${row.kind}_deny`, target: id, outcome: 'ok' });
+      return { id, kind: row.kind, state: 'denied' };
     }
     const grant = 'agt_' + randomToken(40);
     const expiresAt = isoIn(GRANT_TTL_MS);
@@ -201,15 +201,15 @@ export class ApprovalService {
       expiresAt,
       id,
     );
-    this.deps.audit.record({ actor, action: `${r.kind}_approve`, target: id, outcome: 'ok', details: { subjectSha256: r.command_sha256 } });
+    this.deps.audit.record({ actor, action: `${row.kind}_approve`, target: id, outcome: 'ok', details: { subjectSha256: row.command_sha256 } });
     return {
       id,
-      kind: r.kind,
+      kind: row.kind,
       state: 'approved',
       approvalGrantToken: grant,
       expiresAt,
-      subjectSha256: r.command_sha256,
-      note: `shown once; single use; bound to ${r.workspace_id ? 'this workspace and ' : ''}this exact content`,
+      subjectSha256: row.command_sha256,
+      note: `shown once; single use; bound to ${row.workspace_id ? 'this workspace and ' : ''}this exact content`,
     };
   }
 
@@ -219,26 +219,26 @@ export class ApprovalService {
   }
 }
 
-function view(r: Row): ApprovalView {
-  const subject = r.subject_text ?? r.command_preview;
-  const v: ApprovalView = {
-    id: r.id,
-    kind: r.kind,
-    workspaceId: r.workspace_id === NO_WORKSPACE ? null : r.workspace_id,
+function view(row: Row): ApprovalView {
+  const subject = row.subject_text ?? row.command_preview;
+  const approvalView: ApprovalView = {
+    id: row.id,
+    kind: row.kind,
+    workspaceId: row.workspace_id === NO_WORKSPACE ? null : row.workspace_id,
     subject,
-    subjectSha256: r.command_sha256,
-    details: r.details_json ? (JSON.parse(r.details_json) as Record<string, unknown>) : {},
-    state: r.state,
-    requestedBy: r.requested_by,
-    createdAt: r.created_at,
-    decidedAt: r.decided_at,
-    decidedBy: r.decided_by,
-    grantExpiresAt: r.grant_expires_at,
-    usedAt: r.used_at,
+    subjectSha256: row.command_sha256,
+    details: row.details_json ? (JSON.parse(row.details_json) as Record<string, unknown>) : {},
+    state: row.state,
+    requestedBy: row.requested_by,
+    createdAt: row.created_at,
+    decidedAt: row.decided_at,
+    decidedBy: row.decided_by,
+    grantExpiresAt: row.grant_expires_at,
+    usedAt: row.used_at,
   };
-  if (r.kind === 'privileged_command') {
-    v.command = subject;
-    v.commandSha256 = r.command_sha256;
+  if (row.kind === 'privileged_command') {
+    approvalView.command = subject;
+    approvalView.commandSha256 = row.command_sha256;
   }
-  return v;
+  return approvalView;
 }

@@ -80,19 +80,19 @@ export class ArtifactService {
     return Date.now();
   }
 
-  private describe(r: ArtifactRow): Record<string, unknown> {
+  private describe(artifact: ArtifactRow): Record<string, unknown> {
     return {
-      artifactId: r.id,
-      logicalName: r.logical_name,
-      size: r.size,
-      sha256: r.sha256,
-      generation: r.generation,
-      retentionSeconds: r.retention_seconds,
-      expiresAt: new Date(r.expires_at_ms).toISOString(),
-      sourceWorkspaceId: r.source_workspace_id,
-      sourcePath: r.source_path,
-      createdAt: r.created_at,
-      updatedAt: r.updated_at,
+      artifactId: artifact.id,
+      logicalName: artifact.logical_name,
+      size: artifact.size,
+      sha256: artifact.sha256,
+      generation: artifact.generation,
+      retentionSeconds: artifact.retention_seconds,
+      expiresAt: new Date(artifact.expires_at_ms).toISOString(),
+      sourceWorkspaceId: artifact.source_workspace_id,
+      sourcePath: artifact.source_path,
+      createdAt: artifact.created_at,
+      updatedAt: artifact.updated_at,
     };
   }
 
@@ -129,11 +129,11 @@ export class ArtifactService {
   async snapshot(
     owner: string,
     workspaceId: string,
-    a: { path: string; logicalName: string; retentionSeconds?: number },
+    args: { path: string; logicalName: string; retentionSeconds?: number },
     signal: AbortSignal,
     progress: (p: number, t?: number, m?: string) => void,
   ): Promise<Record<string, unknown>> {
-    const rel = checkPath(a.path, 'artifacts_snapshot');
+    const rel = checkPath(args.path, 'artifacts_snapshot');
     const tmp = join(this.deps.root, 'tmp', `snap-${randomBytes(8).toString('hex')}`);
     const fd = openSync(tmp, 'wx', 0o600);
     const hash = createHash('sha256');
@@ -143,7 +143,7 @@ export class ArtifactService {
     try {
       let cursor: string | undefined;
       for (;;) {
-        const r = (await this.deps.files.read(workspaceId, { path: rel, offset: 0, limit: READ_CHUNK, cursor }, signal)) as {
+        const result = (await this.deps.files.read(workspaceId, { path: rel, offset: 0, limit: READ_CHUNK, cursor }, signal)) as {
           realPath: string;
           size: number;
           sha256: string;
@@ -154,24 +154,24 @@ export class ArtifactService {
         };
         if (cursor === undefined) {
           // A symlink anywhere on the path resolves elsewhere: refused, so the name kept is the file read.
-          if (r.realPath !== rel) {
-            throw new ServiceError('INVALID_ARGUMENT', `artifacts_snapshot: path: ${rel} is or passes through a symbolic link (it resolves to ${r.realPath}); snapshot the file by its real path`, {
+          if (result.realPath !== rel) {
+            throw new ServiceError('INVALID_ARGUMENT', `artifacts_snapshot: path: ${rel} is or passes through a symbolic link (it resolves to ${result.realPath}); snapshot the file by its real path`, {
               field: 'path',
               rule: 'no symlinks',
-              realPath: r.realPath,
+              realPath: result.realPath,
             });
           }
-          size = r.size;
-          sha = r.sha256;
+          size = result.size;
+          sha = result.sha256;
           this.checkLimits(size, sha, rel);
         }
-        const buf = Buffer.from(r.content, r.encoding === 'base64' ? 'base64' : 'utf8');
+        const buf = Buffer.from(result.content, result.encoding === 'base64' ? 'base64' : 'utf8');
         hash.update(buf);
         writeSync(fd, buf);
         written += buf.length;
         progress(written, size, 'bytes copied');
-        if (r.eof || !r.nextCursor) break;
-        cursor = r.nextCursor;
+        if (result.eof || !result.nextCursor) break;
+        cursor = result.nextCursor;
       }
     } catch (e) {
       closeSync(fd);
@@ -197,12 +197,12 @@ export class ArtifactService {
       rmSync(tmp, { force: true });
       throw e;
     }
-    const retention = a.retentionSeconds ?? DEFAULT_ARTIFACT_RETENTION;
+    const retention = args.retentionSeconds ?? DEFAULT_ARTIFACT_RETENTION;
     const now = this.now();
     const iso = new Date(now).toISOString();
     const { row, replaced, oldSha } = tx(this.deps.db, () => {
       this.deps.db.prepare('INSERT OR IGNORE INTO artifact_blobs (sha256, size, created_at) VALUES (?, ?, ?)').run(sha, size, iso);
-      const cur = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, a.logicalName) as ArtifactRow | undefined;
+      const cur = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, args.logicalName) as ArtifactRow | undefined;
       const expires = now + retention * this.deps.clock.secondMs;
       let oldSha: string | undefined;
       if (cur && cur.expires_at_ms > now) {
@@ -217,9 +217,9 @@ export class ArtifactService {
         }
         this.deps.db
           .prepare('INSERT INTO artifacts (id, owner_id, logical_name, sha256, size, generation, retention_seconds, expires_at_ms, source_workspace_id, source_path, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)')
-          .run(newId('artifact'), owner, a.logicalName, sha, size, retention, expires, workspaceId, rel, iso, iso);
+          .run(newId('artifact'), owner, args.logicalName, sha, size, retention, expires, workspaceId, rel, iso, iso);
       }
-      const row = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, a.logicalName) as ArtifactRow;
+      const row = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND logical_name = ?').get(owner, args.logicalName) as ArtifactRow;
       return { row, replaced: !!cur && cur.expires_at_ms > now, oldSha };
     });
     if (oldSha && oldSha !== sha) this.collect(oldSha);
@@ -237,32 +237,32 @@ export class ArtifactService {
     rmSync(this.blobPath(sha), { force: true });
   }
 
-  list(owner: string, a: { cursor?: string; limit: number }): Record<string, unknown> {
+  list(owner: string, args: { cursor?: string; limit: number }): Record<string, unknown> {
     this.sweep();
     let before = Number.MAX_SAFE_INTEGER;
-    if (a.cursor) before = this.deps.cursors.decode<{ b?: number }>('artifacts_list', a.cursor).b ?? before;
-    const rows = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND expires_at_ms > ? AND seq < ? ORDER BY seq DESC LIMIT ?').all(owner, this.now(), before, a.limit + 1) as ArtifactRow[];
-    const page = rows.slice(0, a.limit);
+    if (args.cursor) before = this.deps.cursors.decode<{ b?: number }>('artifacts_list', args.cursor).b ?? before;
+    const rows = this.deps.db.prepare('SELECT * FROM artifacts WHERE owner_id = ? AND expires_at_ms > ? AND seq < ? ORDER BY seq DESC LIMIT ?').all(owner, this.now(), before, args.limit + 1) as ArtifactRow[];
+    const page = rows.slice(0, args.limit);
     return {
       artifacts: page.map((r) => this.describe(r)),
       count: page.length,
       usedBytes: this.usedBytes(),
       quotaBytes: this.deps.quotaBytes,
       maxArtifactBytes: this.deps.maxBytes,
-      nextCursor: rows.length > a.limit ? this.deps.cursors.encode('artifacts_list', { b: page[page.length - 1]!.seq }) : null,
+      nextCursor: rows.length > args.limit ? this.deps.cursors.encode('artifacts_list', { b: page[page.length - 1]!.seq }) : null,
     };
   }
 
-  read(owner: string, a: { artifactId: string; offset: number; limit: number }): Record<string, unknown> {
-    const r = this.get(owner, a.artifactId, 'artifacts_read');
-    if (a.offset > r.size) throw new ServiceError('INVALID_ARGUMENT', `artifacts_read: offset: ${a.offset} is beyond the end of the artifact (${r.size} bytes)`, { field: 'offset', size: r.size });
-    const len = Math.min(a.limit, r.size - a.offset);
+  read(owner: string, args: { artifactId: string; offset: number; limit: number }): Record<string, unknown> {
+    const artifact = this.get(owner, args.artifactId, 'artifacts_read');
+    if (args.offset > artifact.size) throw new ServiceError('INVALID_ARGUMENT', `artifacts_read: offset: ${args.offset} is beyond the end of the artifact (${artifact.size} bytes)`, { field: 'offset', size: artifact.size });
+    const len = Math.min(args.limit, artifact.size - args.offset);
     const buf = Buffer.alloc(len);
-    const fd = openSync(this.blobPath(r.sha256), 'r');
+    const fd = openSync(this.blobPath(artifact.sha256), 'r');
     try {
       let got = 0;
       while (got < len) {
-        const n = readSync(fd, buf, got, len - got, a.offset + got);
+        const n = readSync(fd, buf, got, len - got, args.offset + got);
         if (n === 0) break;
         got += n;
       }
@@ -270,34 +270,34 @@ export class ArtifactService {
     } finally {
       closeSync(fd);
     }
-    const end = a.offset + len;
+    const end = args.offset + len;
     return {
-      artifactId: r.id,
-      logicalName: r.logical_name,
-      generation: r.generation,
-      size: r.size,
-      sha256: r.sha256,
-      offset: a.offset,
+      artifactId: artifact.id,
+      logicalName: artifact.logical_name,
+      generation: artifact.generation,
+      size: artifact.size,
+      sha256: artifact.sha256,
+      offset: args.offset,
       length: len,
       encoding: 'base64',
       content: buf.toString('base64'),
       chunkSha256: createHash('sha256').update(buf).digest('hex'),
-      eof: end >= r.size,
-      nextOffset: end >= r.size ? null : end,
+      eof: end >= artifact.size,
+      nextOffset: end >= artifact.size ? null : end,
     };
   }
 
   async restore(
     owner: string,
     workspaceId: string,
-    a: { artifactId: string; path: string; overwrite: boolean; expectedSha256?: string },
+    args: { artifactId: string; path: string; overwrite: boolean; expectedSha256?: string },
     signal: AbortSignal,
     progress: (p: number, t?: number, m?: string) => void,
   ): Promise<Record<string, unknown>> {
-    const rel = checkPath(a.path, 'artifacts_restore');
-    const r = this.get(owner, a.artifactId, 'artifacts_restore');
+    const rel = checkPath(args.path, 'artifacts_restore');
+    const artifact = this.get(owner, args.artifactId, 'artifacts_restore');
     const tmpName = `.atelier-restore-${randomBytes(6).toString('hex')}`;
-    const env = { ATL_DST: rel, ATL_TMP: tmpName, ATL_OVERWRITE: a.overwrite ? '1' : '0', ATL_EXPECT: a.expectedSha256 ?? '', ATL_SHA: r.sha256 };
+    const env = { ATL_DST: rel, ATL_TMP: tmpName, ATL_OVERWRITE: args.overwrite ? '1' : '0', ATL_EXPECT: args.expectedSha256 ?? '', ATL_SHA: artifact.sha256 };
     // Runs inside the sandbox as the workspace user; the exit code says what was refused.
     const guard = `
       d=$(dirname -- "$ATL_DST")
@@ -314,16 +314,16 @@ export class ArtifactService {
       return res;
     };
     const refuse = (code: number | null, out: string): never => {
-      const d = { field: 'path', path: rel };
+      const data = { field: 'path', path: rel };
       switch (code) {
         case 71:
-          throw new ServiceError('INVALID_ARGUMENT', `artifacts_restore: path: ${rel} leads outside the workspace through a symbolic link`, { ...d, rule: 'inside the workspace' });
+          throw new ServiceError('INVALID_ARGUMENT', `artifacts_restore: path: ${rel} leads outside the workspace through a symbolic link`, { ...data, rule: 'inside the workspace' });
         case 72:
-          throw new ServiceError('INVALID_ARGUMENT', `artifacts_restore: path: ${rel} is a symbolic link; restore to a regular file path`, { ...d, rule: 'no symlinks' });
+          throw new ServiceError('INVALID_ARGUMENT', `artifacts_restore: path: ${rel} is a symbolic link; restore to a regular file path`, { ...data, rule: 'no symlinks' });
         case 73:
-          throw new ServiceError('FAILED_PRECONDITION', `artifacts_restore: path: ${rel} is a directory`, d);
+          throw new ServiceError('FAILED_PRECONDITION', `artifacts_restore: path: ${rel} is a directory`, data);
         case 74:
-          throw new ServiceError('CONFLICT', `artifacts_restore: path: ${rel} already exists; pass overwrite true to replace it`, { ...d, field: 'overwrite' });
+          throw new ServiceError('CONFLICT', `artifacts_restore: path: ${rel} already exists; pass overwrite true to replace it`, { ...data, field: 'overwrite' });
         case 75:
           throw new ServiceError('CONFLICT', `artifacts_restore: expectedSha256: ${rel} has SHA-256 ${out.trim()}, not the expected one; nothing was written`, {
             field: 'expectedSha256',
@@ -332,48 +332,48 @@ export class ArtifactService {
         case 76:
           throw new ServiceError('CONFLICT', `artifacts_restore: expectedSha256: ${rel} does not exist, so it cannot have the expected hash`, { field: 'expectedSha256' });
         default:
-          throw new ServiceError('INTERNAL', `artifacts_restore: writing ${rel} in the workspace failed (exit ${code}): ${out.slice(0, 300)}`, d);
+          throw new ServiceError('INTERNAL', `artifacts_restore: writing ${rel} in the workspace failed (exit ${code}): ${out.slice(0, 300)}`, data);
       }
     };
     let res = await run(`${guard}\nmkdir -p -- "$d"\n: > "$d/$ATL_TMP"`);
     if (res.exitCode !== 0) refuse(res.exitCode, res.stdout + res.stderr);
     try {
-      const fd = openSync(this.blobPath(r.sha256), 'r');
+      const fd = openSync(this.blobPath(artifact.sha256), 'r');
       try {
         const size = fstatSync(fd).size;
         const buf = Buffer.alloc(Math.min(WRITE_CHUNK, Math.max(1, size)));
         for (let off = 0; off < size; ) {
-          const n = readSync(fd, buf, 0, Math.min(buf.length, size - off), off);
-          if (n === 0) break;
-          res = await run('cat >> "$(dirname -- "$ATL_DST")/$ATL_TMP"', Buffer.from(buf.subarray(0, n)));
+          const count = readSync(fd, buf, 0, Math.min(buf.length, size - off), off);
+          if (count === 0) break;
+          res = await run('cat >> "$(dirname -- "$ATL_DST")/$ATL_TMP"', Buffer.from(buf.subarray(0, count)));
           if (res.exitCode !== 0) refuse(res.exitCode, res.stdout + res.stderr);
-          off += n;
+          off += count;
           progress(off, size, 'bytes written');
         }
       } finally {
         closeSync(fd);
       }
       res = await run(`${guard}\nt="$d/$ATL_TMP"\ngot=$(sha256sum -- "$t" | cut -d' ' -f1)\n[ "$got" = "$ATL_SHA" ] || { echo "$got"; exit 77; }\nmv -f -- "$t" "$ATL_DST"`);
-      if (res.exitCode === 77) throw new ServiceError('INTERNAL', `artifacts_restore: the written file has SHA-256 ${res.stdout.trim()}, not the artifact's ${r.sha256}`);
+      if (res.exitCode === 77) throw new ServiceError('INTERNAL', `artifacts_restore: the written file has SHA-256 ${res.stdout.trim()}, not the artifact's ${artifact.sha256}`);
       if (res.exitCode !== 0) refuse(res.exitCode, res.stdout + res.stderr);
     } catch (e) {
       await run('rm -f -- "$(dirname -- "$ATL_DST")/$ATL_TMP"').catch(() => undefined);
       throw e;
     }
-    return { artifactId: r.id, logicalName: r.logical_name, generation: r.generation, workspaceId, path: rel, size: r.size, sha256: r.sha256, restored: true };
+    return { artifactId: artifact.id, logicalName: artifact.logical_name, generation: artifact.generation, workspaceId, path: rel, size: artifact.size, sha256: artifact.sha256, restored: true };
   }
 
-  delete(owner: string, a: { artifactId: string; expectedGeneration: number }): Record<string, unknown> {
-    const r = this.get(owner, a.artifactId, 'artifacts_delete');
-    if (r.generation !== a.expectedGeneration) {
-      throw new ServiceError('CONFLICT', `artifacts_delete: expectedGeneration: artifact ${r.id} is at generation ${r.generation}, not ${a.expectedGeneration}; nothing was deleted`, {
+  delete(owner: string, args: { artifactId: string; expectedGeneration: number }): Record<string, unknown> {
+    const artifact = this.get(owner, args.artifactId, 'artifacts_delete');
+    if (artifact.generation !== args.expectedGeneration) {
+      throw new ServiceError('CONFLICT', `artifacts_delete: expectedGeneration: artifact ${artifact.id} is at generation ${artifact.generation}, not ${args.expectedGeneration}; nothing was deleted`, {
         field: 'expectedGeneration',
-        currentGeneration: r.generation,
+        currentGeneration: artifact.generation,
       });
     }
-    this.deps.db.prepare('DELETE FROM artifacts WHERE seq = ?').run(r.seq);
-    this.collect(r.sha256);
-    return { artifactId: r.id, logicalName: r.logical_name, generation: r.generation, deleted: true };
+    this.deps.db.prepare('DELETE FROM artifacts WHERE seq = ?').run(artifact.seq);
+    this.collect(artifact.sha256);
+    return { artifactId: artifact.id, logicalName: artifact.logical_name, generation: artifact.generation, deleted: true };
   }
 
   /** Deletes expired artifacts and unreferenced blobs; returns how many artifacts. */

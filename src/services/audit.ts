@@ -27,11 +27,11 @@ export interface AuditRow extends AuditEntry {
 export class AuditLog {
   constructor(private readonly db: DB) {}
 
-  record(e: AuditEntry): string {
+  record(auditEntry: AuditEntry): string {
     const id = newId('audit');
     this.db
       .prepare('INSERT INTO audit_log (id, at, actor, principal, action, target, outcome, reason, details_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
-      .run(id, nowIso(), e.actor, e.principal ?? null, e.action, e.target ?? null, e.outcome, e.reason ?? null, e.details ? JSON.stringify(e.details) : null);
+      .run(id, nowIso(), auditEntry.actor, auditEntry.principal ?? null, auditEntry.action, auditEntry.target ?? null, auditEntry.outcome, auditEntry.reason ?? null, auditEntry.details ? JSON.stringify(auditEntry.details) : null);
     return id;
   }
 

@@ -48,8 +48,8 @@ export async function startCredentialBroker(opts: {
   const server: Server = createServer((conn) => {
     let buf = '';
     conn.setTimeout(10_000, () => conn.destroy());
-    conn.on('data', (d) => {
-      buf += d.toString('utf8');
+    conn.on('data', (chunk) => {
+      buf += chunk.toString('utf8');
       if (buf.length > 16_384) return conn.destroy();
       if (!buf.includes('\n\n')) return;
       const [action, ...rest] = buf.split('\n');

@@ -41,11 +41,11 @@ interface Running {
   done: Promise<void>;
 }
 
-function stateOf(r: ExecResult): { state: RunState; reason: string | null } {
-  if (r.cancelled) return { state: 'cancelled', reason: 'cancelled' };
-  if (r.timedOut) return { state: 'timed_out', reason: 'the time limit passed; the whole process tree was killed' };
-  if (r.exitCode === 0) return { state: 'succeeded', reason: null };
-  return { state: 'failed', reason: r.signal ? `ended by ${r.signal}` : `exit code ${r.exitCode}` };
+function stateOf(result: ExecResult): { state: RunState; reason: string | null } {
+  if (result.cancelled) return { state: 'cancelled', reason: 'cancelled' };
+  if (result.timedOut) return { state: 'timed_out', reason: 'the time limit passed; the whole process tree was killed' };
+  if (result.exitCode === 0) return { state: 'succeeded', reason: null };
+  return { state: 'failed', reason: result.signal ? `ended by ${result.signal}` : `exit code ${result.exitCode}` };
 }
 
 export class CommandService {
@@ -91,12 +91,12 @@ export class CommandService {
         const r = await this.deps.workspaces.exec(workspaceId, { command, cwd, timeoutMs, maxOutputBytes: 4096, keepBackground: true }, (_s, c) => write(c), abort.signal);
         const s = stateOf(r);
         final = { ...s, exitCode: r.exitCode, signal: r.signal };
-      } catch (e) {
+      } catch (caught) {
         // 'interrupted' is kept for runs a restart or a lost sandbox cut short; a command that could
         // not start (its cwd vanished, the workspace stopped) or failed otherwise ends 'failed'.
-        const err = e as ServiceError;
+        const err = caught as ServiceError;
         const interrupted = err.code === 'UNAVAILABLE';
-        final = { state: abort.signal.aborted ? 'cancelled' : interrupted ? 'interrupted' : 'failed', reason: err.message ?? String(e), exitCode: null, signal: null };
+        final = { state: abort.signal.aborted ? 'cancelled' : interrupted ? 'interrupted' : 'failed', reason: err.message ?? String(caught), exitCode: null, signal: null };
       }
       if (this.stopping && final.state === 'cancelled') final = { ...final, state: 'interrupted', reason: 'interrupted by a service shutdown; output so far is kept' };
       await new Promise<void>((r) => out!.end(r));
@@ -152,11 +152,11 @@ export class CommandService {
   private async checkCwd(workspaceId: string, cwd: string, signal?: AbortSignal): Promise<void> {
     try {
       await this.deps.workspaces.exec(workspaceId, { command: 'true', cwd, timeoutMs: 15_000, maxOutputBytes: 2 }, undefined, signal);
-    } catch (e) {
-      if (e instanceof ServiceError && /\bcwd\b/.test(e.message) && !('field' in (e.details ?? {}))) {
-        throw new ServiceError(e.code, e.message.startsWith('cwd') ? e.message : `cwd: ${e.message}`, { ...e.details, field: 'cwd' });
+    } catch (err) {
+      if (err instanceof ServiceError && /\bcwd\b/.test(err.message) && !('field' in (err.details ?? {}))) {
+        throw new ServiceError(err.code, err.message.startsWith('cwd') ? err.message : `cwd: ${err.message}`, { ...err.details, field: 'cwd' });
       }
-      throw e;
+      throw err;
     }
   }
 
@@ -177,24 +177,24 @@ export class CommandService {
     return r;
   }
 
-  private describeRun(r: Record<string, unknown>, idField: string): Record<string, unknown> {
-    const ended = r.ended_at ? Date.parse(r.ended_at as string) : Date.now();
-    const started = Date.parse((r.started_at ?? r.created_at) as string);
+  private describeRun(row: Record<string, unknown>, idField: string): Record<string, unknown> {
+    const ended = row.ended_at ? Date.parse(row.ended_at as string) : Date.now();
+    const started = Date.parse((row.started_at ?? row.created_at) as string);
     return {
-      [idField]: r.id,
-      workspaceId: r.workspace_id,
-      command: r.command,
-      cwd: r.cwd,
-      state: r.state,
-      reason: r.reason ?? null,
-      exitCode: r.exit_code ?? null,
-      signal: r.signal ?? null,
-      timedOut: r.state === 'timed_out',
-      durationMs: r.state === 'pending' ? 0 : Math.max(0, ended - started),
-      outputBytes: r.output_bytes ?? 0,
-      outputTruncated: r.output_truncated === 1,
-      createdAt: r.created_at,
-      endedAt: r.ended_at ?? null,
+      [idField]: row.id,
+      workspaceId: row.workspace_id,
+      command: row.command,
+      cwd: row.cwd,
+      state: row.state,
+      reason: row.reason ?? null,
+      exitCode: row.exit_code ?? null,
+      signal: row.signal ?? null,
+      timedOut: row.state === 'timed_out',
+      durationMs: row.state === 'pending' ? 0 : Math.max(0, ended - started),
+      outputBytes: row.output_bytes ?? 0,
+      outputTruncated: row.output_truncated === 1,
+      createdAt: row.created_at,
+      endedAt: row.ended_at ?? null,
     };
   }
 
@@ -216,13 +216,13 @@ export class CommandService {
       signal.addEventListener('abort', () => clearInterval(tick));
       await Promise.race([
         run.done,
-        new Promise<void>((r) => {
-          const t = setTimeout(() => {
+        new Promise<void>((resolve) => {
+          const timeout = setTimeout(() => {
             waitedOut = true;
             clearInterval(tick);
-            r();
+            resolve();
           }, timeoutMs);
-          signal.addEventListener('abort', () => (clearTimeout(t), r()));
+          signal.addEventListener('abort', () => (clearTimeout(timeout), resolve()));
         }),
       ]);
     }
@@ -247,16 +247,16 @@ export class CommandService {
     return r;
   }
 
-  async runTask(workspaceId: string, a: { command: string; cwd: string; timeoutMs: number; dependsOn: string[] }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async runTask(workspaceId: string, args: { command: string; cwd: string; timeoutMs: number; dependsOn: string[] }, signal?: AbortSignal): Promise<Record<string, unknown>> {
     this.deps.workspaces.get(workspaceId);
-    const deps = [...new Set(a.dependsOn)];
+    const deps = [...new Set(args.dependsOn)];
     for (const dep of deps) this.taskRow(workspaceId, dep, 'dependsOn'); // unknown ids refused
-    await this.checkCwd(workspaceId, a.cwd, signal);
+    await this.checkCwd(workspaceId, args.cwd, signal);
     // A new task can depend only on tasks that already exist, so no cycle can ever form.
     const id = newId('task');
     this.deps.db
       .prepare('INSERT INTO tasks (id, workspace_id, command, cwd, timeout_ms, depends_on, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
-      .run(id, workspaceId, a.command, a.cwd, a.timeoutMs, JSON.stringify(deps), 'pending', nowIso());
+      .run(id, workspaceId, args.command, args.cwd, args.timeoutMs, JSON.stringify(deps), 'pending', nowIso());
     this.schedule(workspaceId);
     return this.describeTask(this.taskRow(workspaceId, id));
   }
@@ -267,27 +267,27 @@ export class CommandService {
     let changed = true;
     while (changed) {
       changed = false;
-      for (const t of pending) {
-        if (t.state !== 'pending') continue;
-        const deps = JSON.parse(t.depends_on as string) as string[];
+      for (const record of pending) {
+        if (record.state !== 'pending') continue;
+        const deps = JSON.parse(record.depends_on as string) as string[];
         const states = deps.map((d) => (this.deps.db.prepare('SELECT state FROM tasks WHERE id = ?').pluck().get(d) as RunState));
         const bad = deps.find((_, i) => ['failed', 'timed_out', 'cancelled', 'dependency_failed', 'interrupted'].includes(states[i]!));
         if (bad) {
           const reason = `dependency ${bad} ended ${this.deps.db.prepare('SELECT state FROM tasks WHERE id = ?').pluck().get(bad)}; this task did not run`;
-          this.deps.db.prepare("UPDATE tasks SET state = 'dependency_failed', reason = ?, ended_at = ? WHERE id = ?").run(reason, nowIso(), t.id);
-          t.state = 'dependency_failed';
+          this.deps.db.prepare("UPDATE tasks SET state = 'dependency_failed', reason = ?, ended_at = ? WHERE id = ?").run(reason, nowIso(), record.id);
+          record.state = 'dependency_failed';
           changed = true;
         } else if (states.every((s) => s === 'succeeded')) {
-          this.deps.db.prepare("UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?").run(nowIso(), t.id);
-          t.state = 'running';
-          this.launch('tasks', t.id as string, workspaceId, t.command as string, t.cwd as string, t.timeout_ms as number);
+          this.deps.db.prepare("UPDATE tasks SET state = 'running', started_at = ? WHERE id = ?").run(nowIso(), record.id);
+          record.state = 'running';
+          this.launch('tasks', record.id as string, workspaceId, record.command as string, record.cwd as string, record.timeout_ms as number);
         }
       }
     }
   }
 
-  private describeTask(r: Record<string, unknown>): Record<string, unknown> {
-    return { ...this.describeRun(r, 'taskId'), dependsOn: JSON.parse(r.depends_on as string), startedAt: r.started_at ?? null };
+  private describeTask(row: Record<string, unknown>): Record<string, unknown> {
+    return { ...this.describeRun(row, 'taskId'), dependsOn: JSON.parse(row.depends_on as string), startedAt: row.started_at ?? null };
   }
 
   async taskStatus(workspaceId: string, id: string, cursor: string | undefined): Promise<Record<string, unknown>> {
@@ -297,14 +297,14 @@ export class CommandService {
   }
 
   async taskCancel(workspaceId: string, id: string): Promise<Record<string, unknown>> {
-    const r = this.taskRow(workspaceId, id);
-    if (r.state === 'pending') {
+    const row = this.taskRow(workspaceId, id);
+    if (row.state === 'pending') {
       this.deps.db.prepare("UPDATE tasks SET state = 'cancelled', reason = 'cancelled before it started', ended_at = ? WHERE id = ?").run(nowIso(), id);
       this.schedule(workspaceId);
       return { taskId: id, state: 'cancelled', alreadyEnded: false };
     }
     const run = this.running.get(id);
-    if (!run) return { taskId: id, state: r.state, alreadyEnded: true };
+    if (!run) return { taskId: id, state: row.state, alreadyEnded: true };
     run.abort.abort();
     await run.done;
     return { taskId: id, state: this.taskRow(workspaceId, id).state, alreadyEnded: false, note: 'completed effects are not rolled back' };
@@ -343,9 +343,9 @@ export class CommandService {
     return r;
   }
 
-  private describeTerm(r: Record<string, unknown>): Record<string, unknown> {
-    const idField = r.kind === 'shell' ? 'shellId' : 'sessionId';
-    return { [idField]: r.id, workspaceId: r.workspace_id, ...(r.kind === 'session' ? { name: r.name } : {}), cwd: r.cwd, state: r.state, reason: r.reason ?? null, createdAt: r.created_at, closedAt: r.closed_at ?? null };
+  private describeTerm(row: Record<string, unknown>): Record<string, unknown> {
+    const idField = row.kind === 'shell' ? 'shellId' : 'sessionId';
+    return { [idField]: row.id, workspaceId: row.workspace_id, ...(row.kind === 'session' ? { name: row.name } : {}), cwd: row.cwd, state: row.state, reason: row.reason ?? null, createdAt: row.created_at, closedAt: row.closed_at ?? null };
   }
 
   async openTerminal(workspaceId: string, kind: 'shell' | 'session', cwd: string, name?: string): Promise<Record<string, unknown>> {
@@ -363,20 +363,20 @@ export class CommandService {
   }
 
   async terminalIo(workspaceId: string, kind: 'shell' | 'session', id: string, input: string | undefined, cursor: string | undefined, waitMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
-    const r = this.termRow(workspaceId, id, kind);
-    if (r.state !== 'open') throw new ServiceError('FAILED_PRECONDITION', `${kind} ${id} is ${r.state}${r.reason ? ` (${r.reason})` : ''}; open a new one`, { state: r.state });
+    const row = this.termRow(workspaceId, id, kind);
+    if (row.state !== 'open') throw new ServiceError('FAILED_PRECONDITION', `${kind} ${id} is ${row.state}${row.reason ? ` (${row.reason})` : ''}; open a new one`, { state: row.state });
     const from = cursor ? this.deps.cursors.decode<{ o: number; i: string }>('term_output', cursor) : null;
     if (from && from.i !== id) throw new ServiceError('INVALID_ARGUMENT', 'cursor: belongs to another terminal', { field: 'cursor' });
     const h = await this.deps.workspaces.activeHandle(workspaceId);
     let res: { output: string; cursor: number; droppedBytes: number; exited: boolean; exitCode: number | null; more: boolean };
     try {
-      res = await this.deps.executor.request(h, 'pty.io', { ptyId: r.pty_id as string, input, cursor: from?.o, waitMs }, { signal, timeoutMs: waitMs + 15_000 });
-    } catch (e) {
-      if (e instanceof ServiceError && e.code === 'NOT_FOUND') {
+      res = await this.deps.executor.request(h, 'pty.io', { ptyId: row.pty_id as string, input, cursor: from?.o, waitMs }, { signal, timeoutMs: waitMs + 15_000 });
+    } catch (err) {
+      if (err instanceof ServiceError && err.code === 'NOT_FOUND') {
         this.endTerminal(id, 'interrupted', 'the terminal ended with its sandbox (the workspace expired, was resumed or the service restarted)');
         throw new ServiceError('FAILED_PRECONDITION', `${kind} ${id} ended with its sandbox; open a new one`, { state: 'interrupted' });
       }
-      throw e;
+      throw err;
     }
     if (res.exited) this.endTerminal(id, 'ended', `the shell exited${res.exitCode !== null ? ` with code ${res.exitCode}` : ''}`);
     return {
@@ -395,11 +395,11 @@ export class CommandService {
   }
 
   async closeTerminal(workspaceId: string, kind: 'shell' | 'session', id: string): Promise<Record<string, unknown>> {
-    const r = this.termRow(workspaceId, id, kind);
-    if (r.state !== 'open') return { ...this.describeTerm(r), alreadyClosed: true };
+    const row = this.termRow(workspaceId, id, kind);
+    if (row.state !== 'open') return { ...this.describeTerm(row), alreadyClosed: true };
     try {
       const h = await this.deps.workspaces.activeHandle(workspaceId);
-      await this.deps.executor.request(h, 'pty.close', { ptyId: r.pty_id as string }, { timeoutMs: 10_000 });
+      await this.deps.executor.request(h, 'pty.close', { ptyId: row.pty_id as string }, { timeoutMs: 10_000 });
     } catch (e) {
       this.deps.log.debug({ err: e, id }, 'terminal close: sandbox gone');
     }

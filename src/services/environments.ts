@@ -121,14 +121,14 @@ export class EnvironmentService {
   /** Secret names with descriptions from the global scope and (optionally) one environment. Never values. */
   listSecrets(environmentId: string | null, query: string | undefined, offset: number, limit: number): { items: Array<{ name: string; scope: string; description: string }>; more: boolean } {
     const scopes = [GLOBAL, ...(environmentId ? [this.resolve(environmentId)] : [])];
-    const q = query ? `%${query.toLowerCase().replace(/[%_\\]/g, (c) => '\\' + c)}%` : null;
+    const likePattern = query ? `%${query.toLowerCase().replace(/[%_\\]/g, (c) => '\\' + c)}%` : null;
     const rows = this.db
       .prepare(
         `SELECT name, scope, description FROM env_entries WHERE kind = 'secret' AND scope IN (${scopes.map(() => '?').join(',')})
-         ${q ? "AND (lower(name) LIKE ? ESCAPE '\\' OR lower(description) LIKE ? ESCAPE '\\')" : ''}
+         ${likePattern ? "AND (lower(name) LIKE ? ESCAPE '\\' OR lower(description) LIKE ? ESCAPE '\\')" : ''}
          ORDER BY name, scope LIMIT ? OFFSET ?`,
       )
-      .all(...scopes, ...(q ? [q, q] : []), limit + 1, offset) as Array<{ name: string; scope: string; description: string }>;
+      .all(...scopes, ...(likePattern ? [likePattern, likePattern] : []), limit + 1, offset) as Array<{ name: string; scope: string; description: string }>;
     return { items: rows.slice(0, limit), more: rows.length > limit };
   }
 
@@ -170,15 +170,15 @@ export class EnvironmentService {
   redact<T>(value: T): T {
     const secrets = this.secrets();
     if (secrets.length === 0) return value;
-    const walk = (v: unknown): unknown => {
-      if (typeof v === 'string') {
-        let s = v;
+    const walk = (node: unknown): unknown => {
+      if (typeof node === 'string') {
+        let s = node;
         for (const sec of secrets) if (s.includes(sec.value)) s = s.split(sec.value).join(`[redacted:${sec.name}]`);
         return s;
       }
-      if (Array.isArray(v)) return v.map(walk);
-      if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
-      return v;
+      if (Array.isArray(node)) return node.map(walk);
+      if (node && typeof node === 'object') return Object.fromEntries(Object.entries(node).map(([k, x]) => [k, walk(x)]));
+      return node;
     };
     return walk(value) as T;
   }

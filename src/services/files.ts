@@ -30,8 +30,8 @@ const SEARCH_TIMEOUT_MS = 110_000;
 const SYMBOLS_TIMEOUT_MS = 280_000;
 
 /** A workspace path as the daemon reads it: '.' segments and empty segments dropped. */
-function normalize(p: string): string {
-  return p.split('/').filter((s) => s !== '' && s !== '.').join('/') || '.';
+function normalize(path: string): string {
+  return path.split('/').filter((s) => s !== '' && s !== '.').join('/') || '.';
 }
 
 export class FileService {
@@ -63,119 +63,119 @@ export class FileService {
     }
   }
 
-  async list(workspaceId: string, a: { path: string; cursor?: string; limit: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const key = this.pathKey(workspaceId, a.path);
-    const params: Record<string, unknown> = { path: a.path, limit: a.limit };
-    if (a.cursor) {
-      const s = this.deps.cursors.decode<{ k?: string; a?: string; i?: number }>('files_list', a.cursor);
+  async list(workspaceId: string, args: { path: string; cursor?: string; limit: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const key = this.pathKey(workspaceId, args.path);
+    const params: Record<string, unknown> = { path: args.path, limit: args.limit };
+    if (args.cursor) {
+      const s = this.deps.cursors.decode<{ k?: string; a?: string; i?: number }>('files_list', args.cursor);
       if (s.k !== key) throw new ServiceError('INVALID_ARGUMENT', 'files_list: cursor was issued for another directory or workspace; list from the start without a cursor', { field: 'cursor' });
       if (typeof s.a === 'string') params.after = s.a;
       else params.index = s.i ?? 0;
     }
-    const r = await this.call('files_list', workspaceId, 'fs.list', params, signal);
+    const reply = await this.call('files_list', workspaceId, 'fs.list', params, signal);
     let nextCursor: string | null = null;
-    if (r.hasMore) {
+    if (reply.hasMore) {
       // After the last name returned (stable when entries come and go); by position when the name
       // is too long for a 256-character cursor.
       try {
-        nextCursor = r.last !== null ? this.deps.cursors.encode('files_list', { k: key, a: r.last }) : null;
+        nextCursor = reply.last !== null ? this.deps.cursors.encode('files_list', { k: key, a: reply.last }) : null;
       } catch {
         nextCursor = null;
       }
-      nextCursor ??= this.deps.cursors.encode('files_list', { k: key, i: r.nextIndex });
+      nextCursor ??= this.deps.cursors.encode('files_list', { k: key, i: reply.nextIndex });
     }
-    return { path: r.path, entries: r.entries, count: r.entries.length, total: r.total, nextCursor };
+    return { path: reply.path, entries: reply.entries, count: reply.entries.length, total: reply.total, nextCursor };
   }
 
   async read(
     workspaceId: string,
-    a: { path: string; offset: number; limit: number; cursor?: string; readAll?: boolean },
+    args: { path: string; offset: number; limit: number; cursor?: string; readAll?: boolean },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    const key = this.pathKey(workspaceId, a.path);
-    let offset = a.offset;
+    const key = this.pathKey(workspaceId, args.path);
+    let offset = args.offset;
     let expect: string | undefined;
-    if (a.cursor) {
-      const s = this.deps.cursors.decode<{ k?: string; o?: number; h?: string }>('files_read', a.cursor);
-      if (s.k !== key) throw new ServiceError('INVALID_ARGUMENT', 'files_read: cursor was issued for another file or workspace; pass the same path the cursor came from', { field: 'cursor' });
-      if (a.offset !== 0 && a.offset !== s.o) throw new ServiceError('INVALID_ARGUMENT', 'files_read: give offset or cursor, not both', { field: 'offset' });
-      offset = s.o ?? 0;
-      expect = s.h;
+    if (args.cursor) {
+      const state = this.deps.cursors.decode<{ k?: string; o?: number; h?: string }>('files_read', args.cursor);
+      if (state.k !== key) throw new ServiceError('INVALID_ARGUMENT', 'files_read: cursor was issued for another file or workspace; pass the same path the cursor came from', { field: 'cursor' });
+      if (args.offset !== 0 && args.offset !== state.o) throw new ServiceError('INVALID_ARGUMENT', 'files_read: give offset or cursor, not both', { field: 'offset' });
+      offset = state.o ?? 0;
+      expect = state.h;
     }
-    const limit = a.readAll ? READ_LIMIT : a.limit;
-    const r = await this.call('files_read', workspaceId, 'fs.read', { path: a.path, offset, limit, expectSha256Prefix: expect }, signal);
-    const nextCursor = r.eof ? null : this.deps.cursors.encode('files_read', { k: key, o: r.nextOffset, h: r.sha256.slice(0, 16) });
+    const limit = args.readAll ? READ_LIMIT : args.limit;
+    const reply = await this.call('files_read', workspaceId, 'fs.read', { path: args.path, offset, limit, expectSha256Prefix: expect }, signal);
+    const nextCursor = reply.eof ? null : this.deps.cursors.encode('files_read', { k: key, o: reply.nextOffset, h: reply.sha256.slice(0, 16) });
     const out: Record<string, unknown> = {
-      path: r.path,
-      realPath: r.realPath,
-      size: r.size,
-      sha256: r.sha256,
-      mode: r.mode,
-      offset: r.offset,
-      length: r.length,
-      encoding: r.encoding,
-      content: r.content,
-      eof: r.eof,
-      nextOffset: r.eof ? null : r.nextOffset,
+      path: reply.path,
+      realPath: reply.realPath,
+      size: reply.size,
+      sha256: reply.sha256,
+      mode: reply.mode,
+      offset: reply.offset,
+      length: reply.length,
+      encoding: reply.encoding,
+      content: reply.content,
+      eof: reply.eof,
+      nextOffset: reply.eof ? null : reply.nextOffset,
       nextCursor,
     };
-    if (a.readAll) out.complete = r.eof;
+    if (args.readAll) out.complete = reply.eof;
     return out;
   }
 
-  write(workspaceId: string, a: { path: string; content: string; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    return this.call('files_write', workspaceId, 'fs.write', { path: a.path, ...wireContent(a.content), expectedSha256: a.expectedSha256 }, signal);
+  write(workspaceId: string, args: { path: string; content: string; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return this.call('files_write', workspaceId, 'fs.write', { path: args.path, ...wireContent(args.content), expectedSha256: args.expectedSha256 }, signal);
   }
 
   writeBatch(
     workspaceId: string,
-    a: { files: Array<{ path: string; content: string; expectedSha256?: string }>; createParents: boolean; atomic: boolean },
+    args: { files: Array<{ path: string; content: string; expectedSha256?: string }>; createParents: boolean; atomic: boolean },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    const files = a.files.map(({ content, ...rest }) => ({ ...rest, ...wireContent(content) }));
-    return this.call('files_write_batch', workspaceId, 'fs.writeBatch', { files, createParents: a.createParents, atomic: a.atomic }, signal);
+    const files = args.files.map(({ content, ...rest }) => ({ ...rest, ...wireContent(content) }));
+    return this.call('files_write_batch', workspaceId, 'fs.writeBatch', { files, createParents: args.createParents, atomic: args.atomic }, signal);
   }
 
-  applyPatch(workspaceId: string, a: { path: string; oldText: string; newText: string; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    return this.call('files_apply_patch', workspaceId, 'fs.patch', { path: a.path, oldText: a.oldText, newText: a.newText, expectedSha256: a.expectedSha256 }, signal);
+  applyPatch(workspaceId: string, args: { path: string; oldText: string; newText: string; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return this.call('files_apply_patch', workspaceId, 'fs.patch', { path: args.path, oldText: args.oldText, newText: args.newText, expectedSha256: args.expectedSha256 }, signal);
   }
 
-  delete(workspaceId: string, a: { path: string; recursive: boolean; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    return this.call('files_delete', workspaceId, 'fs.delete', { path: a.path, recursive: a.recursive, expectedSha256: a.expectedSha256 }, signal);
+  delete(workspaceId: string, args: { path: string; recursive: boolean; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return this.call('files_delete', workspaceId, 'fs.delete', { path: args.path, recursive: args.recursive, expectedSha256: args.expectedSha256 }, signal);
   }
 
-  move(workspaceId: string, a: { source: string; destination: string; overwrite: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    return this.call('files_move', workspaceId, 'fs.move', { source: a.source, destination: a.destination, overwrite: a.overwrite }, signal);
+  move(workspaceId: string, args: { source: string; destination: string; overwrite: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return this.call('files_move', workspaceId, 'fs.move', { source: args.source, destination: args.destination, overwrite: args.overwrite }, signal);
   }
 
-  mkdir(workspaceId: string, a: { path: string; recursive: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    return this.call('files_mkdir', workspaceId, 'fs.mkdir', { path: a.path, recursive: a.recursive }, signal);
+  mkdir(workspaceId: string, args: { path: string; recursive: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return this.call('files_mkdir', workspaceId, 'fs.mkdir', { path: args.path, recursive: args.recursive }, signal);
   }
 
-  async grep(workspaceId: string, a: { pattern: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const r = await this.call(
+  async grep(workspaceId: string, args: { pattern: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const reply = await this.call(
       'grep_search',
       workspaceId,
       'search.grep',
-      { pattern: a.pattern, path: a.path, glob: a.glob, maxResults: a.maxResults, timeoutMs: SEARCH_TIMEOUT_MS },
+      { pattern: args.pattern, path: args.path, glob: args.glob, maxResults: args.maxResults, timeoutMs: SEARCH_TIMEOUT_MS },
       signal,
       SEARCH_TIMEOUT_MS + 10_000,
     );
-    return { pattern: a.pattern, ...searchResult(r, 'matches') };
+    return { pattern: args.pattern, ...searchResult(reply, 'matches') };
   }
 
   /** The first call in a workspace builds the symbol index; its progress is reported while it runs. */
   async symbols(
     workspaceId: string,
-    a: { query: string; path: string; language?: string; maxResults: number },
+    args: { query: string; path: string; language?: string; maxResults: number },
     signal?: AbortSignal,
     progress?: (progress: number, total?: number, message?: string) => void,
   ): Promise<Record<string, unknown>> {
-    const r = await this.call(
+    const reply = await this.call(
       'symbols_search',
       workspaceId,
       'search.symbols',
-      { query: a.query, path: a.path, language: a.language, maxResults: a.maxResults },
+      { query: args.query, path: args.path, language: args.language, maxResults: args.maxResults },
       signal,
       SYMBOLS_TIMEOUT_MS,
       (event, data) => {
@@ -183,32 +183,32 @@ export class FileService {
         if (event === 'progress' && typeof d.done === 'number') progress?.(d.done, d.total, 'indexing symbols (files parsed)');
       },
     );
-    return { query: a.query, ...r };
+    return { query: args.query, ...reply };
   }
 
-  async references(workspaceId: string, a: { symbol: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const r = await this.call(
+  async references(workspaceId: string, args: { symbol: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const reply = await this.call(
       'symbols_references',
       workspaceId,
       'search.references',
-      { symbol: a.symbol, path: a.path, glob: a.glob, maxResults: a.maxResults, timeoutMs: SEARCH_TIMEOUT_MS },
+      { symbol: args.symbol, path: args.path, glob: args.glob, maxResults: args.maxResults, timeoutMs: SEARCH_TIMEOUT_MS },
       signal,
       SEARCH_TIMEOUT_MS + 10_000,
     );
-    return { symbol: a.symbol, ...searchResult(r, 'references') };
+    return { symbol: args.symbol, ...searchResult(reply, 'references') };
   }
 }
 
 /** The common shape of a ripgrep-backed answer (grep_search, symbols_references); `key` names the result list. */
-function searchResult(r: GrepReply, key: 'matches' | 'references'): Record<string, unknown> {
+function searchResult(reply: GrepReply, key: 'matches' | 'references'): Record<string, unknown> {
   return {
-    path: r.path,
-    [key]: r.results,
-    count: r.count,
-    truncated: r.truncated,
-    timedOut: r.timedOut,
-    ...(r.skippedLongLines ? { skippedLongLines: r.skippedLongLines } : {}),
-    durationMs: r.durationMs,
+    path: reply.path,
+    [key]: reply.results,
+    count: reply.count,
+    truncated: reply.truncated,
+    timedOut: reply.timedOut,
+    ...(reply.skippedLongLines ? { skippedLongLines: reply.skippedLongLines } : {}),
+    durationMs: reply.durationMs,
   };
 }
 

@@ -100,17 +100,17 @@ export class GatewayClient {
     });
     const url = await new Promise<string>((resolve, reject) => {
       let out = '';
-      const t = setTimeout(() => reject(new Error('the gateway child did not start within 15 s')), 15_000);
-      child.stdout!.on('data', (d: Buffer) => {
-        out += d;
+      const timeout = setTimeout(() => reject(new Error('the gateway child did not start within 15 s')), 15_000);
+      child.stdout!.on('data', (buf: Buffer) => {
+        out += buf;
         const m = /listening at (\S+) \((boot_\S+)\)/.exec(out);
         if (m) {
-          clearTimeout(t);
+          clearTimeout(timeout);
           resolve(m[1]!);
         }
       });
       child.once('exit', (code) => {
-        clearTimeout(t);
+        clearTimeout(timeout);
         reject(new Error(`the gateway child exited (${code}) before it started`));
       });
     });
@@ -137,20 +137,20 @@ export class GatewayClient {
     this.stopping = true;
     if (this.pollTimer) clearInterval(this.pollTimer);
     await this.syncUsage().catch(() => undefined);
-    const c = this.child;
-    if (c && c.exitCode === null && c.signalCode === null) {
-      const exited = new Promise((r) => c.once('exit', r));
-      c.kill('SIGTERM');
+    const childProcess = this.child;
+    if (childProcess && childProcess.exitCode === null && childProcess.signalCode === null) {
+      const exited = new Promise((r) => childProcess.once('exit', r));
+      childProcess.kill('SIGTERM');
       await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
-      if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+      if (childProcess.exitCode === null && childProcess.signalCode === null) childProcess.kill('SIGKILL');
     }
   }
 
   private async call<T>(method: string, path: string, body?: unknown, timeoutMs = 3000): Promise<{ status: number; body: T }> {
     if (!this.url || !this.secret) throw new ServiceError('UNAVAILABLE', 'the model gateway is not running or not configured', {});
-    let r: Response;
+    let response: Response;
     try {
-      r = await fetch(this.url + path, {
+      response = await fetch(this.url + path, {
         method,
         headers: { authorization: `Bearer ${this.secret}`, 'content-type': 'application/json' },
         body: body === undefined ? undefined : JSON.stringify(body),
@@ -159,7 +159,7 @@ export class GatewayClient {
     } catch (e) {
       throw new ServiceError('UNAVAILABLE', `the model gateway cannot be reached (${(e as Error).message})`, { gatewayUrl: this.url });
     }
-    return { status: r.status, body: (await r.json().catch(() => ({}))) as T };
+    return { status: response.status, body: (await response.json().catch(() => ({}))) as T };
   }
 
   async status(): Promise<GatewayStatus> {
@@ -183,12 +183,12 @@ export class GatewayClient {
         windows: this.opts.spend.baselines(st.bootId),
         sessionHeader: this.sessionHeader(),
       };
-      const r = await this.call<GatewayStatus & { error?: { message: string } }>('PUT', '/admin/snapshot', snapshot, 10_000);
-      if (r.status !== 200) throw new ServiceError('UNAVAILABLE', `the gateway refused the snapshot: ${r.body.error?.message ?? r.status}`, {});
+      const result = await this.call<GatewayStatus & { error?: { message: string } }>('PUT', '/admin/snapshot', snapshot, 10_000);
+      if (result.status !== 200) throw new ServiceError('UNAVAILABLE', `the gateway refused the snapshot: ${result.body.error?.message ?? result.status}`, {});
       this.push_.lastSuccessAt = new Date().toISOString();
       this.push_.lastError = null;
-      this.push_.bootId = r.body.bootId;
-      return r.body;
+      this.push_.bootId = result.body.bootId;
+      return result.body;
     } catch (e) {
       this.push_.lastError = (e as Error).message;
       throw e;
@@ -249,17 +249,17 @@ export class GatewayClient {
         for (let i = 0; i < 50; i++) {
           const cur = this.opts.spend.cursor();
           const after = fromStart || (knownBoot && cur && cur.bootId !== knownBoot) ? 0 : (cur?.seq ?? 0);
-          const r = await this.call<{ bootId: string; events: UsageEvent[]; lastSeq: number; oldestSeq: number }>('GET', `/admin/usage?after=${after}&limit=5000`);
-          if (r.status !== 200) return;
-          if (cur && cur.bootId !== r.body.bootId && after !== 0) {
+          const result = await this.call<{ bootId: string; events: UsageEvent[]; lastSeq: number; oldestSeq: number }>('GET', `/admin/usage?after=${after}&limit=5000`);
+          if (result.status !== 200) return;
+          if (cur && cur.bootId !== result.body.bootId && after !== 0) {
             fromStart = true; // the gateway restarted: read the new boot from its start
             continue;
           }
           fromStart = false;
-          if (r.body.oldestSeq > after + 1) this.opts.log.warn({ after, oldest: r.body.oldestSeq }, 'gateway usage events were dropped before the runner read them');
-          const last = r.body.events.at(-1)?.seq ?? after;
-          this.opts.spend.ingest(r.body.bootId, r.body.events, last);
-          if (last >= r.body.lastSeq) return;
+          if (result.body.oldestSeq > after + 1) this.opts.log.warn({ after, oldest: result.body.oldestSeq }, 'gateway usage events were dropped before the runner read them');
+          const last = result.body.events.at(-1)?.seq ?? after;
+          this.opts.spend.ingest(result.body.bootId, result.body.events, last);
+          if (last >= result.body.lastSeq) return;
         }
       } finally {
         this.syncing = null;

@@ -51,12 +51,12 @@ const SYSTEM_CA = '/etc/ssl/certs/ca-certificates.crt';
  * with the runner's safe git config and, given a repository, its one-host network and credential.
  */
 export async function runEphemeralGit(
-  d: EphemeralGitDeps,
-  w: { id: string; repoDir: string; limits: SandboxLimits },
+  deps: EphemeralGitDeps,
+  workspace: { id: string; repoDir: string; limits: SandboxLimits },
   command: string,
   opts: EphemeralGitOptions = {},
 ): Promise<ExecResult> {
-  const binds: EphemeralBind[] = [{ source: w.repoDir, target: '/workspace' }];
+  const binds: EphemeralBind[] = [{ source: workspace.repoDir, target: '/workspace' }];
   const extraConfig: Array<[string, string]> = [];
   let network: SandboxNetwork = 'none';
   let broker: Awaited<ReturnType<typeof startCredentialBroker>> | undefined;
@@ -64,21 +64,21 @@ export async function runEphemeralGit(
   let tmp: string | undefined;
   try {
     if (opts.repo) {
-      tmp = await mkdtemp(join(d.runDir, 'g-'));
+      tmp = await mkdtemp(join(deps.runDir, 'g-'));
       // Root-owned (0711): the sandbox user may use the socket inside, never change the directory.
       await chmod(tmp, 0o711);
       const proxySocket = join(tmp, 'p.sock');
-      proxy = await d.egress.startRepositoryHostOnly(proxySocket, w.id, opts.repo.host, opts.repo.port);
+      proxy = await deps.egress.startRepositoryHostOnly(proxySocket, workspace.id, opts.repo.host, opts.repo.port);
       network = { proxySocket };
       broker = await startCredentialBroker({
-        runDir: d.runDir,
+        runDir: deps.runDir,
         repo: opts.repo,
-        credential: await d.repoCredentials.resolve(opts.repo),
-        uid: d.uid,
-        gid: d.gid,
+        credential: await deps.repoCredentials.resolve(opts.repo),
+        uid: deps.uid,
+        gid: deps.gid,
       });
       binds.push({ source: broker.dir, target: CRED_SOCKET_DIR, readOnly: true });
-      const ca = d.repos.extraCaPem();
+      const ca = deps.repos.extraCaPem();
       if (ca) {
         const bundle = join(tmp, 'ca.pem');
         await writeFile(bundle, readFileSync(SYSTEM_CA, 'utf8') + '\n' + ca, { mode: 0o644 });
@@ -87,10 +87,10 @@ export async function runEphemeralGit(
       }
       extraConfig.push(['credential.helper', `!${EPHEMERAL_CREDHELPER}`], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
     }
-    return await d.executor.runEphemeral({
-      id: `g-${w.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
+    return await deps.executor.runEphemeral({
+      id: `g-${workspace.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
       binds,
-      limits: w.limits,
+      limits: workspace.limits,
       network,
       command: NEUTRALISE_REPO_DRIVERS + command,
       cwd: '/workspace',
@@ -109,16 +109,16 @@ export async function runEphemeralGit(
 }
 
 /** A failed git command as a ServiceError: the code from its stderr's tail (timeout, auth, not found, unreachable), naming the CA setting when TLS trust failed. */
-export function gitFailure(step: string, r: ExecResult): ServiceError {
-  const tail = `${r.stderr}`.trim().split('\n').slice(-6).join('\n');
+export function gitFailure(step: string, result: ExecResult): ServiceError {
+  const tail = `${result.stderr}`.trim().split('\n').slice(-6).join('\n');
   const unreachable = /Could not resolve|Failed to connect|Connection refused|timed out|Proxy CONNECT aborted|CONNECT tunnel failed|403 Forbidden/i.test(tail);
   const auth = /Authentication failed|could not read Username|401|terminal prompts disabled/i.test(tail);
   const notFound = /not found|Remote branch .* not found|couldn't find remote ref|does not appear to be a git repository/i.test(tail);
-  const code = r.timedOut ? 'DEADLINE_EXCEEDED' : auth ? 'PERMISSION_DENIED' : notFound ? 'NOT_FOUND' : unreachable ? 'UNAVAILABLE' : 'FAILED_PRECONDITION';
+  const code = result.timedOut ? 'DEADLINE_EXCEEDED' : auth ? 'PERMISSION_DENIED' : notFound ? 'NOT_FOUND' : unreachable ? 'UNAVAILABLE' : 'FAILED_PRECONDITION';
   // An unknown CA: name the setting that fixes it (issue #16).
   const untrusted = /SSL certificate problem|server certificate verification failed|unable to get local issuer certificate|self[- ]signed certificate|certificate verify failed/i.test(tail);
   const hint = untrusted
     ? '\nThe repository host\'s TLS certificate is not trusted. The owner adds its CA certificate with `atelier repos ca add FILE` (the setting repositories.extraCaCertificates in the config file); a running service applies it at once.'
     : '';
-  return new ServiceError(code, `${step} failed: ${tail || `exit ${r.exitCode}`}${hint}`, { step, exitCode: r.exitCode, timedOut: r.timedOut, ...(untrusted ? { setting: 'repositories.extraCaCertificates' } : {}) });
+  return new ServiceError(code, `${step} failed: ${tail || `exit ${result.exitCode}`}${hint}`, { step, exitCode: result.exitCode, timedOut: result.timedOut, ...(untrusted ? { setting: 'repositories.extraCaCertificates' } : {}) });
 }

@@ -73,13 +73,13 @@ export interface Identity {
   email: string;
 }
 
-function badRef(field: string, v: string): ServiceError | null {
-  if (v.startsWith('-') || /[\0\n\r]/.test(v)) return new ServiceError('INVALID_ARGUMENT', `${field}: must not start with "-" or contain control characters`, { field });
+function badRef(field: string, value: string): ServiceError | null {
+  if (value.startsWith('-') || /[\0\n\r]/.test(value)) return new ServiceError('INVALID_ARGUMENT', `${field}: must not start with "-" or contain control characters`, { field });
   return null;
 }
 
-function tail(s: string, lines = 8): string {
-  return s.trim().split('\n').slice(-lines).join('\n');
+function tail(text: string, lines = 8): string {
+  return text.trim().split('\n').slice(-lines).join('\n');
 }
 
 /** Parses `git status --porcelain=v2 --branch -z`. */
@@ -99,32 +99,32 @@ export function parseStatusV2(out: string): {
   let behind: number | null = null;
   const entries: StatusEntry[] = [];
   for (let i = 0; i < recs.length; i++) {
-    const r = recs[i]!;
-    if (!r) continue;
-    if (r.startsWith('# branch.oid ')) {
-      const v = r.slice(13);
+    const rec = recs[i]!;
+    if (!rec) continue;
+    if (rec.startsWith('# branch.oid ')) {
+      const v = rec.slice(13);
       headOid = v === '(initial)' ? null : v;
-    } else if (r.startsWith('# branch.head ')) {
-      const v = r.slice(14);
+    } else if (rec.startsWith('# branch.head ')) {
+      const v = rec.slice(14);
       branch = v === '(detached)' ? null : v;
-    } else if (r.startsWith('# branch.upstream ')) upstream = r.slice(18);
-    else if (r.startsWith('# branch.ab ')) {
-      const m = /^\+(\d+) -(\d+)$/.exec(r.slice(12));
+    } else if (rec.startsWith('# branch.upstream ')) upstream = rec.slice(18);
+    else if (rec.startsWith('# branch.ab ')) {
+      const m = /^\+(\d+) -(\d+)$/.exec(rec.slice(12));
       if (m) {
         ahead = Number(m[1]);
         behind = Number(m[2]);
       }
-    } else if (r.startsWith('1 ')) {
-      const f = r.split(' ');
+    } else if (rec.startsWith('1 ')) {
+      const f = rec.split(' ');
       entries.push({ path: f.slice(8).join(' '), index: f[1]![0]!, worktree: f[1]![1]!, kind: 'changed' });
-    } else if (r.startsWith('2 ')) {
-      const f = r.split(' ');
+    } else if (rec.startsWith('2 ')) {
+      const f = rec.split(' ');
       entries.push({ path: f.slice(9).join(' '), origPath: recs[++i] ?? '', index: f[1]![0]!, worktree: f[1]![1]!, kind: 'renamed' });
-    } else if (r.startsWith('u ')) {
-      const f = r.split(' ');
+    } else if (rec.startsWith('u ')) {
+      const f = rec.split(' ');
       entries.push({ path: f.slice(10).join(' '), index: f[1]![0]!, worktree: f[1]![1]!, kind: 'unmerged' });
-    } else if (r.startsWith('? ')) {
-      entries.push({ path: r.slice(2), index: '?', worktree: '?', kind: 'untracked' });
+    } else if (rec.startsWith('? ')) {
+      entries.push({ path: rec.slice(2), index: '?', worktree: '?', kind: 'untracked' });
     }
   }
   return { headOid, branch, upstream, ahead, behind, entries };
@@ -170,34 +170,34 @@ export class GitService {
   private git(
     ws: string,
     args: string[],
-    o: { env?: Record<string, string>; stdin?: string; cwd?: string; timeoutMs?: number; signal?: AbortSignal } = {},
+    options: { env?: Record<string, string>; stdin?: string; cwd?: string; timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<ExecResult> {
     return this.deps.workspaces.exec(
       ws,
-      { argv: ['bash', '-c', `${NEUTRALISE}exec git "$@"`, 'git', ...args], env: { ...RUNNER_ENV, ...o.env }, stdin: o.stdin, cwd: o.cwd ?? '.', timeoutMs: o.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
+      { argv: ['bash', '-c', `${NEUTRALISE}exec git "$@"`, 'git', ...args], env: { ...RUNNER_ENV, ...options.env }, stdin: options.stdin, cwd: options.cwd ?? '.', timeoutMs: options.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
       undefined,
-      o.signal,
+      options.signal,
     );
   }
 
   /** A short script in the workspace sandbox; values arrive as environment variables. */
-  private sh(ws: string, script: string, env: Record<string, string> = {}, o: { stdin?: string; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<ExecResult> {
+  private sh(ws: string, script: string, env: Record<string, string> = {}, options: { stdin?: string; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<ExecResult> {
     return this.deps.workspaces.exec(
       ws,
-      { command: NEUTRALISE + script, env: { ...RUNNER_ENV, ...env }, stdin: o.stdin, timeoutMs: o.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
+      { command: NEUTRALISE + script, env: { ...RUNNER_ENV, ...env }, stdin: options.stdin, timeoutMs: options.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
       undefined,
-      o.signal,
+      options.signal,
     );
   }
 
-  private fail(step: string, r: ExecResult, code: 'FAILED_PRECONDITION' | 'INVALID_ARGUMENT' | 'NOT_FOUND' = 'FAILED_PRECONDITION'): ServiceError {
-    const msg = tail(`${r.stderr}\n${r.stdout}`) || `exit ${r.exitCode}`;
-    if (r.timedOut) return new ServiceError('DEADLINE_EXCEEDED', `${step} timed out`, { step });
-    return new ServiceError(code, `${step} failed: ${msg}`, { step, exitCode: r.exitCode });
+  private fail(step: string, result: ExecResult, code: 'FAILED_PRECONDITION' | 'INVALID_ARGUMENT' | 'NOT_FOUND' = 'FAILED_PRECONDITION'): ServiceError {
+    const msg = tail(`${result.stderr}\n${result.stdout}`) || `exit ${result.exitCode}`;
+    if (result.timedOut) return new ServiceError('DEADLINE_EXCEEDED', `${step} timed out`, { step });
+    return new ServiceError(code, `${step} failed: ${msg}`, { step, exitCode: result.exitCode });
   }
 
-  private async must(ws: string, step: string, args: string[], o: Parameters<GitService['git']>[2] = {}): Promise<string> {
-    const r = await this.git(ws, args, o);
+  private async must(ws: string, step: string, args: string[], options: Parameters<GitService['git']>[2] = {}): Promise<string> {
+    const r = await this.git(ws, args, options);
     if (r.exitCode !== 0) throw this.fail(step, r);
     return r.stdout;
   }
@@ -250,72 +250,72 @@ export class GitService {
   // ---------- read-only ----------
 
   async status(ws: string): Promise<Record<string, unknown>> {
-    const r = await this.git(ws, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all']);
-    if (r.exitCode !== 0) throw this.fail('status', r);
-    const s = parseStatusV2(r.stdout);
+    const result = await this.git(ws, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all']);
+    if (result.exitCode !== 0) throw this.fail('status', result);
+    const state = parseStatusV2(result.stdout);
     const progress = await this.inProgress(ws);
-    const staged = s.entries.filter((e) => e.kind !== 'untracked' && e.kind !== 'unmerged' && e.index !== '.').map((e) => e.path);
-    const unstaged = s.entries.filter((e) => e.kind !== 'untracked' && e.kind !== 'unmerged' && e.worktree !== '.').map((e) => e.path);
-    const untracked = s.entries.filter((e) => e.kind === 'untracked').map((e) => e.path);
-    const conflicted = s.entries.filter((e) => e.kind === 'unmerged').map((e) => e.path);
+    const staged = state.entries.filter((e) => e.kind !== 'untracked' && e.kind !== 'unmerged' && e.index !== '.').map((e) => e.path);
+    const unstaged = state.entries.filter((e) => e.kind !== 'untracked' && e.kind !== 'unmerged' && e.worktree !== '.').map((e) => e.path);
+    const untracked = state.entries.filter((e) => e.kind === 'untracked').map((e) => e.path);
+    const conflicted = state.entries.filter((e) => e.kind === 'unmerged').map((e) => e.path);
     return {
       workspaceId: ws,
-      branch: s.branch,
-      detached: s.branch === null,
-      headOid: s.headOid,
-      upstream: s.upstream,
-      ahead: s.ahead,
-      behind: s.behind,
-      clean: s.entries.length === 0,
+      branch: state.branch,
+      detached: state.branch === null,
+      headOid: state.headOid,
+      upstream: state.upstream,
+      ahead: state.ahead,
+      behind: state.behind,
+      clean: state.entries.length === 0,
       inProgress: progress,
-      entries: s.entries,
+      entries: state.entries,
       staged,
       unstaged,
       untracked,
       conflicted,
-      truncated: r.stdoutTruncated,
+      truncated: result.stdoutTruncated,
     };
   }
 
-  async diff(ws: string, a: { staged: boolean; path?: string; cursor?: string; limit: number; readAll?: boolean }): Promise<Record<string, unknown>> {
-    if (a.path !== undefined) confineToWorkspace('path', a.path);
-    const args = ['diff', '--no-color', '--no-ext-diff', '--no-textconv', ...(a.staged ? ['--cached'] : []), '--'];
-    if (a.path) args.push(a.path);
-    const r = await this.git(ws, args);
-    if (r.exitCode !== 0) throw outsideRefusal('path', r.stderr) ?? this.fail('diff', r);
-    const full = r.stdout;
+  async diff(ws: string, diffArgs: { staged: boolean; path?: string; cursor?: string; limit: number; readAll?: boolean }): Promise<Record<string, unknown>> {
+    if (diffArgs.path !== undefined) confineToWorkspace('path', diffArgs.path);
+    const args = ['diff', '--no-color', '--no-ext-diff', '--no-textconv', ...(diffArgs.staged ? ['--cached'] : []), '--'];
+    if (diffArgs.path) args.push(diffArgs.path);
+    const result = await this.git(ws, args);
+    if (result.exitCode !== 0) throw outsideRefusal('path', result.stderr) ?? this.fail('diff', result);
+    const full = result.stdout;
     const hash = createHash('sha256').update(full).digest('hex').slice(0, 16);
     // Cursors stay short: the path is bound by a hash, not carried.
-    const pathKey = a.path ? createHash('sha256').update(a.path).digest('hex').slice(0, 12) : '';
+    const pathKey = diffArgs.path ? createHash('sha256').update(diffArgs.path).digest('hex').slice(0, 12) : '';
     let offset = 0;
-    if (a.cursor) {
-      const c = this.deps.cursors.decode<{ o: number; h: string; w: string; s: boolean; p: string }>('git_diff', a.cursor);
-      if (c.w !== ws || c.s !== a.staged || c.p !== pathKey) throw new ServiceError('INVALID_ARGUMENT', 'cursor: made for another workspace, path or staged setting', { field: 'cursor' });
+    if (diffArgs.cursor) {
+      const c = this.deps.cursors.decode<{ o: number; h: string; w: string; s: boolean; p: string }>('git_diff', diffArgs.cursor);
+      if (c.w !== ws || c.s !== diffArgs.staged || c.p !== pathKey) throw new ServiceError('INVALID_ARGUMENT', 'cursor: made for another workspace, path or staged setting', { field: 'cursor' });
       if (c.h !== hash) throw new ServiceError('CONFLICT', 'cursor: the diff changed since this cursor was made; start again without a cursor', { field: 'cursor' });
       offset = c.o;
     }
-    const end = a.readAll ? full.length : Math.min(full.length, offset + a.limit);
+    const end = diffArgs.readAll ? full.length : Math.min(full.length, offset + diffArgs.limit);
     const text = full.slice(offset, end);
     const files = [...full.matchAll(/^diff --git a\/(.*) b\/(.*)$/gm)].map((m) => m[2]!);
     return {
       workspaceId: ws,
-      staged: a.staged,
-      path: a.path ?? null,
+      staged: diffArgs.staged,
+      path: diffArgs.path ?? null,
       diff: text,
       offset,
       totalChars: full.length,
       files,
       empty: full.length === 0,
-      truncated: r.stdoutTruncated,
-      nextCursor: end < full.length ? this.deps.cursors.encode('git_diff', { o: end, h: hash, w: ws, s: a.staged, p: pathKey }) : null,
+      truncated: result.stdoutTruncated,
+      nextCursor: end < full.length ? this.deps.cursors.encode('git_diff', { o: end, h: hash, w: ws, s: diffArgs.staged, p: pathKey }) : null,
     };
   }
 
-  async log(ws: string, a: { limit: number; cursor?: string; readAll?: boolean }): Promise<Record<string, unknown>> {
+  async log(ws: string, args: { limit: number; cursor?: string; readAll?: boolean }): Promise<Record<string, unknown>> {
     let start: string;
     let skip = 0;
-    if (a.cursor) {
-      const c = this.deps.cursors.decode<{ h: string; o: number; w: string }>('git_log', a.cursor);
+    if (args.cursor) {
+      const c = this.deps.cursors.decode<{ h: string; o: number; w: string }>('git_log', args.cursor);
       if (c.w !== ws) throw new ServiceError('INVALID_ARGUMENT', 'cursor: made for another workspace', { field: 'cursor' });
       start = c.h;
       skip = c.o;
@@ -324,7 +324,7 @@ export class GitService {
       if (!h.oid) return { workspaceId: ws, commits: [], nextCursor: null, shallow: false };
       start = h.oid;
     }
-    const n = a.readAll ? [] : [`--max-count=${a.limit + 1}`];
+    const n = args.readAll ? [] : [`--max-count=${args.limit + 1}`];
     const r = await this.git(ws, ['log', '-z', '--format=%H%x1f%P%x1f%an%x1f%ae%x1f%aI%x1f%cn%x1f%ce%x1f%cI%x1f%s', `--skip=${skip}`, ...n, start, '--']);
     if (r.exitCode !== 0) throw this.fail('log', r);
     const all = r.stdout.split('\0').filter(Boolean).map((rec) => {
@@ -337,15 +337,15 @@ export class GitService {
         subject,
       };
     });
-    const page = a.readAll ? all : all.slice(0, a.limit);
-    const more = !a.readAll && all.length > a.limit;
+    const page = args.readAll ? all : all.slice(0, args.limit);
+    const more = !args.readAll && all.length > args.limit;
     const shallow = (await this.git(ws, ['rev-parse', '--is-shallow-repository'])).stdout.trim() === 'true';
     return {
       workspaceId: ws,
       headOid: start,
       commits: page,
       shallow,
-      nextCursor: more ? this.deps.cursors.encode('git_log', { h: start, o: skip + a.limit, w: ws }) : null,
+      nextCursor: more ? this.deps.cursors.encode('git_log', { h: start, o: skip + args.limit, w: ws }) : null,
     };
   }
 
@@ -355,24 +355,24 @@ export class GitService {
     return r.stdout
       .split('\n')
       .filter(Boolean)
-      .map((l) => {
-        const [name, oid, head, upstream, track] = l.split('\0');
+      .map((line) => {
+        const [name, oid, head, upstream, track] = line.split('\0');
         const ahead = /ahead (\d+)/.exec(track ?? '');
         const behind = /behind (\d+)/.exec(track ?? '');
         return { name, oid, current: head === '*', upstream: upstream || null, ahead: ahead ? Number(ahead[1]) : 0, behind: behind ? Number(behind[1]) : 0, upstreamGone: track === '[gone]' };
       });
   }
 
-  async branch(ws: string, a: { action: 'list' | 'create' | 'delete'; name?: string; startPoint?: string; force: boolean }): Promise<Record<string, unknown>> {
-    if (a.action === 'list') return { workspaceId: ws, action: 'list', branches: await this.branches(ws) };
-    const name = a.name!;
-    const e = badRef('name', name) ?? (a.startPoint ? badRef('startPoint', a.startPoint) : null);
+  async branch(ws: string, args: { action: 'list' | 'create' | 'delete'; name?: string; startPoint?: string; force: boolean }): Promise<Record<string, unknown>> {
+    if (args.action === 'list') return { workspaceId: ws, action: 'list', branches: await this.branches(ws) };
+    const name = args.name!;
+    const e = badRef('name', name) ?? (args.startPoint ? badRef('startPoint', args.startPoint) : null);
     if (e) throw e;
     return this.locked(ws, async () => {
       const check = await this.git(ws, ['check-ref-format', '--branch', name]);
       if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `name: ${name} is not a valid branch name`, { field: 'name' });
-      if (a.action === 'create') {
-        const r = await this.git(ws, ['branch', ...(a.force ? ['--force'] : []), '--', name, ...(a.startPoint ? [a.startPoint] : [])]);
+      if (args.action === 'create') {
+        const r = await this.git(ws, ['branch', ...(args.force ? ['--force'] : []), '--', name, ...(args.startPoint ? [args.startPoint] : [])]);
         if (r.exitCode !== 0) {
           if (/already exists/.test(r.stderr)) throw new ServiceError('CONFLICT', `branch ${name} already exists; pass force true to reset it`, { field: 'name' });
           throw this.fail('branch create', r, /not a valid object name|not a commit/.test(r.stderr) ? 'NOT_FOUND' : 'FAILED_PRECONDITION');
@@ -382,7 +382,7 @@ export class GitService {
       }
       const before = await this.git(ws, ['rev-parse', '-q', '--verify', `refs/heads/${name}`]);
       if (before.exitCode !== 0) throw new ServiceError('NOT_FOUND', `branch ${name} does not exist`, { field: 'name' });
-      const r = await this.git(ws, ['branch', a.force ? '-D' : '-d', '--', name]);
+      const r = await this.git(ws, ['branch', args.force ? '-D' : '-d', '--', name]);
       if (r.exitCode !== 0) {
         if (/not fully merged/.test(r.stderr)) throw new ServiceError('FAILED_PRECONDITION', `branch ${name} is not fully merged; pass force true to delete it anyway`, { field: 'force' });
         throw this.fail('branch delete', r);
@@ -391,39 +391,39 @@ export class GitService {
     });
   }
 
-  async checkout(ws: string, a: { ref: string; create: boolean }): Promise<Record<string, unknown>> {
-    const e = badRef('ref', a.ref);
+  async checkout(ws: string, args: { ref: string; create: boolean }): Promise<Record<string, unknown>> {
+    const e = badRef('ref', args.ref);
     if (e) throw e;
     return this.locked(ws, async () => {
       const prev = await this.head(ws);
-      if (a.create) {
-        const check = await this.git(ws, ['check-ref-format', '--branch', a.ref]);
-        if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `ref: ${a.ref} is not a valid branch name`, { field: 'ref' });
+      if (args.create) {
+        const check = await this.git(ws, ['check-ref-format', '--branch', args.ref]);
+        if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `ref: ${args.ref} is not a valid branch name`, { field: 'ref' });
       }
-      const r = await this.git(ws, ['checkout', '-q', ...(a.create ? ['-b', a.ref] : [a.ref]), '--']);
-      if (r.exitCode !== 0) {
-        if (/already exists/.test(r.stderr)) throw new ServiceError('CONFLICT', `branch ${a.ref} already exists; check it out without create`, { field: 'ref' });
-        if (/did not match any|invalid reference|not a commit/.test(r.stderr)) throw new ServiceError('NOT_FOUND', `ref: ${a.ref} is not a branch, tag or commit here (fetch it first?)`, { field: 'ref' });
-        if (/would be overwritten/.test(r.stderr))
-          throw new ServiceError('FAILED_PRECONDITION', `checkout refused: uncommitted changes would be overwritten: ${tail(r.stderr, 6)}`, { step: 'checkout' });
-        throw this.fail('checkout', r);
+      const result = await this.git(ws, ['checkout', '-q', ...(args.create ? ['-b', args.ref] : [args.ref]), '--']);
+      if (result.exitCode !== 0) {
+        if (/already exists/.test(result.stderr)) throw new ServiceError('CONFLICT', `branch ${args.ref} already exists; check it out without create`, { field: 'ref' });
+        if (/did not match any|invalid reference|not a commit/.test(result.stderr)) throw new ServiceError('NOT_FOUND', `ref: ${args.ref} is not a branch, tag or commit here (fetch it first?)`, { field: 'ref' });
+        if (/would be overwritten/.test(result.stderr))
+          throw new ServiceError('FAILED_PRECONDITION', `checkout refused: uncommitted changes would be overwritten: ${tail(result.stderr, 6)}`, { step: 'checkout' });
+        throw this.fail('checkout', result);
       }
       const now = await this.head(ws);
       // Repository hooks (issue #19): activated post_checkout hooks run; their result is reported, never undone.
       const hooks = await this.deps.hooks?.fire(ws, 'post_checkout');
-      return { workspaceId: ws, ref: a.ref, created: a.create, branch: now.branch, detached: now.branch === null, headOid: now.oid, previousHeadOid: prev.oid, previousBranch: prev.branch, ...(hooks ? { hooks: [hooks] } : {}) };
+      return { workspaceId: ws, ref: args.ref, created: args.create, branch: now.branch, detached: now.branch === null, headOid: now.oid, previousHeadOid: prev.oid, previousBranch: prev.branch, ...(hooks ? { hooks: [hooks] } : {}) };
     });
   }
 
-  async add(ws: string, a: { all: boolean; paths: string[] }): Promise<Record<string, unknown>> {
-    if (!a.all) a.paths.forEach((p, i) => confineToWorkspace(`paths[${i}]`, p));
+  async add(ws: string, args: { all: boolean; paths: string[] }): Promise<Record<string, unknown>> {
+    if (!args.all) args.paths.forEach((p, i) => confineToWorkspace(`paths[${i}]`, p));
     return this.locked(ws, async () => {
-      const r = await this.git(ws, a.all ? ['add', '-A', '--', '.'] : ['add', '-A', '--', ...a.paths]);
-      if (r.exitCode !== 0) {
-        const outside = outsideRefusal('paths', r.stderr);
+      const result = await this.git(ws, args.all ? ['add', '-A', '--', '.'] : ['add', '-A', '--', ...args.paths]);
+      if (result.exitCode !== 0) {
+        const outside = outsideRefusal('paths', result.stderr);
         if (outside) throw outside;
-        if (/did not match any files/.test(r.stderr)) throw new ServiceError('NOT_FOUND', `paths: ${tail(r.stderr, 2)}`, { field: 'paths' });
-        throw this.fail('add', r);
+        if (/did not match any files/.test(result.stderr)) throw new ServiceError('NOT_FOUND', `paths: ${tail(result.stderr, 2)}`, { field: 'paths' });
+        throw this.fail('add', result);
       }
       const s = await this.status(ws);
       return { workspaceId: ws, staged: s.staged, unstaged: s.unstaged, untracked: s.untracked, conflicted: s.conflicted };
@@ -445,9 +445,9 @@ export class GitService {
     });
   }
 
-  async commit(ws: string, a: { message: string; authorName?: string; authorEmail?: string; all: boolean; expectedHeadOid?: string }): Promise<Record<string, unknown>> {
+  async commit(ws: string, args: { message: string; authorName?: string; authorEmail?: string; all: boolean; expectedHeadOid?: string }): Promise<Record<string, unknown>> {
     return this.locked(ws, async () => {
-      const { env, author } = await this.identityEnv(ws, a.authorName, a.authorEmail);
+      const { env, author } = await this.identityEnv(ws, args.authorName, args.authorEmail);
       // Repository hooks (issue #19): a failing activated pre_commit hook stops the commit.
       const preCommit = await this.deps.hooks?.fire(ws, 'pre_commit');
       if (preCommit?.failed)
@@ -456,32 +456,32 @@ export class GitService {
       const script =
         `cur=$(git rev-parse -q --verify HEAD || echo none); ` +
         `if [ -n "$EXP" ] && [ "$cur" != "$EXP" ]; then echo "@@HEADMOVED $cur"; exit 3; fi; ` +
-        `${a.all ? 'git add -u || exit 4; ' : ''}` +
+        `${args.all ? 'git add -u || exit 4; ' : ''}` +
         `if [ "$cur" != none ] && git diff --cached --quiet && [ ! -e "$(git rev-parse --git-path MERGE_HEAD)" ]; then echo "@@NOTHING"; exit 5; fi; ` +
         `git commit -q --no-verify --no-gpg-sign --cleanup=strip -F - || exit 6; git rev-parse HEAD`;
-      const r = await this.sh(ws, script, { ...env, EXP: a.expectedHeadOid ?? '' }, { stdin: a.message });
-      if (r.exitCode === 3) {
-        const actual = /@@HEADMOVED (\S+)/.exec(r.stdout)?.[1];
-        throw new ServiceError('CONFLICT', `expectedHeadOid: HEAD is ${actual === 'none' ? 'unborn' : actual}, not ${a.expectedHeadOid}; nothing was committed`, {
+      const result = await this.sh(ws, script, { ...env, EXP: args.expectedHeadOid ?? '' }, { stdin: args.message });
+      if (result.exitCode === 3) {
+        const actual = /@@HEADMOVED (\S+)/.exec(result.stdout)?.[1];
+        throw new ServiceError('CONFLICT', `expectedHeadOid: HEAD is ${actual === 'none' ? 'unborn' : actual}, not ${args.expectedHeadOid}; nothing was committed`, {
           field: 'expectedHeadOid',
-          expectedHeadOid: a.expectedHeadOid,
+          expectedHeadOid: args.expectedHeadOid,
           actualHeadOid: actual === 'none' ? null : actual,
         });
       }
-      if (r.exitCode === 5) throw new ServiceError('FAILED_PRECONDITION', 'nothing to commit: stage changes with git_add (or pass all true)', { step: 'commit' });
-      if (r.exitCode !== 0) throw this.fail('commit', r);
-      const oid = r.stdout.trim().split('\n').pop()!;
+      if (result.exitCode === 5) throw new ServiceError('FAILED_PRECONDITION', 'nothing to commit: stage changes with git_add (or pass all true)', { step: 'commit' });
+      if (result.exitCode !== 0) throw this.fail('commit', result);
+      const oid = result.stdout.trim().split('\n').pop()!;
       const info = await this.git(ws, ['show', '-s', '--format=%P%x1f%s', oid]);
       const [parents, subject] = info.stdout.trim().split('\x1f');
       const stat = await this.git(ws, ['diff-tree', '--no-commit-id', '--name-only', '-r', '-z', '--root', oid]);
-      const h = await this.head(ws);
+      const head = await this.head(ws);
       const postCommit = await this.deps.hooks?.fire(ws, 'post_commit');
       return {
         ...(preCommit || postCommit ? { hooks: [preCommit, postCommit].filter(Boolean) } : {}),
         workspaceId: ws,
         commitOid: oid,
         parentOids: parents ? parents.split(' ') : [],
-        branch: h.branch,
+        branch: head.branch,
         subject,
         author,
         signed: false,
@@ -513,21 +513,21 @@ export class GitService {
 
   private static readonly REFS = `git for-each-ref --format='%(objectname) %(refname)' refs/remotes/origin refs/tags`;
 
-  async fetch(ws: string, a: { refspec?: string; depth?: number; unshallow?: boolean; shallowSince?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    if (a.refspec) {
-      const e = badRef('refspec', a.refspec);
+  async fetch(ws: string, args: { refspec?: string; depth?: number; unshallow?: boolean; shallowSince?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    if (args.refspec) {
+      const e = badRef('refspec', args.refspec);
       if (e) throw e;
     }
     return this.locked(ws, async () => {
       const isShallow = (await this.git(ws, ['rev-parse', '--is-shallow-repository'])).stdout.trim() === 'true';
-      if (a.unshallow && !isShallow) throw new ServiceError('FAILED_PRECONDITION', 'unshallow: the repository already has its complete history', { field: 'unshallow' });
-      const opts = [a.depth !== undefined ? '--depth="$DEPTH"' : '', a.unshallow ? '--unshallow' : '', a.shallowSince ? '--shallow-since="$SINCE"' : ''].join(' ');
+      if (args.unshallow && !isShallow) throw new ServiceError('FAILED_PRECONDITION', 'unshallow: the repository already has its complete history', { field: 'unshallow' });
+      const opts = [args.depth !== undefined ? '--depth="$DEPTH"' : '', args.unshallow ? '--unshallow' : '', args.shallowSince ? '--shallow-since="$SINCE"' : ''].join(' ');
       const script =
-        `${GitService.REFS}; echo @@FETCH; git fetch -q --no-write-fetch-head --prune origin ${opts} ${a.refspec ? '"$REFSPEC"' : ''} || exit $?; echo @@AFTER; ${GitService.REFS}; ` +
+        `${GitService.REFS}; echo @@FETCH; git fetch -q --no-write-fetch-head --prune origin ${opts} ${args.refspec ? '"$REFSPEC"' : ''} || exit $?; echo @@AFTER; ${GitService.REFS}; ` +
         `echo "@@SHALLOW $(git rev-parse --is-shallow-repository)"`;
-      const r = await this.net(ws, script, { DEPTH: String(a.depth ?? ''), SINCE: a.shallowSince ?? '', REFSPEC: a.refspec ?? '' }, signal);
-      if (r.exitCode !== 0) throw gitFailure('fetch', r);
-      const [beforeText, rest] = r.stdout.split('@@FETCH');
+      const result = await this.net(ws, script, { DEPTH: String(args.depth ?? ''), SINCE: args.shallowSince ?? '', REFSPEC: args.refspec ?? '' }, signal);
+      if (result.exitCode !== 0) throw gitFailure('fetch', result);
+      const [beforeText, rest] = result.stdout.split('@@FETCH');
       const afterText = (rest ?? '').split('@@AFTER')[1] ?? '';
       const toMap = (t: string) => new Map(t.split('\n').filter((l) => /^[0-9a-f]{40,64} /.test(l)).map((l) => [l.slice(l.indexOf(' ') + 1), l.slice(0, l.indexOf(' '))] as const));
       const before = toMap(beforeText ?? '');
@@ -535,25 +535,25 @@ export class GitService {
       const updated: Array<Record<string, unknown>> = [];
       for (const [ref, oid] of after) if (before.get(ref) !== oid) updated.push({ ref, oldOid: before.get(ref) ?? null, newOid: oid });
       for (const [ref, oid] of before) if (!after.has(ref)) updated.push({ ref, oldOid: oid, newOid: null, pruned: true });
-      const shallow = /@@SHALLOW true/.test(r.stdout);
-      return { workspaceId: ws, remote: 'origin', refspec: a.refspec ?? null, updatedRefs: updated, shallow, wasShallow: isShallow };
+      const shallow = /@@SHALLOW true/.test(result.stdout);
+      return { workspaceId: ws, remote: 'origin', refspec: args.refspec ?? null, updatedRefs: updated, shallow, wasShallow: isShallow };
     });
   }
 
-  async pull(ws: string, a: { branch?: string; strategy: 'ff-only' | 'merge' | 'rebase' }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    if (a.branch) {
-      const e = badRef('branch', a.branch);
+  async pull(ws: string, args: { branch?: string; strategy: 'ff-only' | 'merge' | 'rebase' }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    if (args.branch) {
+      const e = badRef('branch', args.branch);
       if (e) throw e;
     }
     return this.locked(ws, async () => {
-      const h = await this.head(ws);
-      if (!h.branch) throw new ServiceError('FAILED_PRECONDITION', 'HEAD is detached: check out a branch before pulling', { step: 'pull' });
+      const head = await this.head(ws);
+      if (!head.branch) throw new ServiceError('FAILED_PRECONDITION', 'HEAD is detached: check out a branch before pulling', { step: 'pull' });
       const progress = await this.inProgress(ws);
       if (progress) throw new ServiceError('FAILED_PRECONDITION', `a ${progress} is in progress: finish or abort it first`, { inProgress: progress });
-      let branch = a.branch;
+      let branch = args.branch;
       if (!branch) {
         const up = await this.git(ws, ['rev-parse', '--abbrev-ref', '--symbolic-full-name', '@{upstream}']);
-        branch = up.exitCode === 0 && up.stdout.trim().startsWith('origin/') ? up.stdout.trim().slice(7) : h.branch;
+        branch = up.exitCode === 0 && up.stdout.trim().startsWith('origin/') ? up.stdout.trim().slice(7) : head.branch;
       }
       const check = await this.git(ws, ['check-ref-format', '--branch', branch]);
       if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `branch: ${branch} is not a valid branch name`, { field: 'branch' });
@@ -562,29 +562,29 @@ export class GitService {
       const upstream = `refs/remotes/origin/${branch}`;
       const counts = await this.git(ws, ['rev-list', '--left-right', '--count', `HEAD...${upstream}`]);
       const [ahead, behind] = counts.stdout.trim().split(/\s+/).map(Number);
-      if (a.strategy === 'ff-only') {
-        const r = await this.git(ws, ['merge', '--ff-only', '-q', upstream]);
-        if (r.exitCode !== 0) {
-          if (/Not possible to fast-forward|fatal: Not possible|diverg/i.test(r.stderr))
-            throw new ServiceError('FAILED_PRECONDITION', `cannot fast-forward ${h.branch} to origin/${branch}: the branches diverged (${ahead} local, ${behind} remote commits); pull with strategy merge or rebase`, {
+      if (args.strategy === 'ff-only') {
+        const result = await this.git(ws, ['merge', '--ff-only', '-q', upstream]);
+        if (result.exitCode !== 0) {
+          if (/Not possible to fast-forward|fatal: Not possible|diverg/i.test(result.stderr))
+            throw new ServiceError('FAILED_PRECONDITION', `cannot fast-forward ${head.branch} to origin/${branch}: the branches diverged (${ahead} local, ${behind} remote commits); pull with strategy merge or rebase`, {
               step: 'pull',
               diverged: true,
               ahead,
               behind,
             });
-          throw this.fail('pull', r);
+          throw this.fail('pull', result);
         }
         const now = await this.head(ws);
-        return { workspaceId: ws, remote: 'origin', branch, strategy: a.strategy, outcome: now.oid === h.oid ? 'up-to-date' : 'fast-forward', previousHeadOid: h.oid, headOid: now.oid, ahead, behind };
+        return { workspaceId: ws, remote: 'origin', branch, strategy: args.strategy, outcome: now.oid === head.oid ? 'up-to-date' : 'fast-forward', previousHeadOid: head.oid, headOid: now.oid, ahead, behind };
       }
-      const res = a.strategy === 'merge' ? await this.doMerge(ws, upstream, 'allow', undefined, h.oid) : await this.doRebase(ws, 'start', upstream, h.oid);
-      return { workspaceId: ws, remote: 'origin', branch, strategy: a.strategy, ...res };
+      const res = args.strategy === 'merge' ? await this.doMerge(ws, upstream, 'allow', undefined, head.oid) : await this.doRebase(ws, 'start', upstream, head.oid);
+      return { workspaceId: ws, remote: 'origin', branch, strategy: args.strategy, ...res };
     });
   }
 
   /** Parses a push refspec into source and the full destination ref. */
-  private async pushTarget(ws: string, a: { refspec?: string; delete: boolean }): Promise<{ src: string; dst: string }> {
-    let spec = a.refspec;
+  private async pushTarget(ws: string, args: { refspec?: string; delete: boolean }): Promise<{ src: string; dst: string }> {
+    let spec = args.refspec;
     if (spec) {
       const e = badRef('refspec', spec);
       if (e) throw e;
@@ -593,12 +593,12 @@ export class GitService {
     if (!spec) {
       const h = await this.head(ws);
       if (!h.branch) throw new ServiceError('INVALID_ARGUMENT', 'refspec: HEAD is detached; give a refspec such as "HEAD:refs/heads/name"', { field: 'refspec' });
-      spec = a.delete ? h.branch : `HEAD:refs/heads/${h.branch}`;
+      spec = args.delete ? h.branch : `HEAD:refs/heads/${h.branch}`;
     }
     const colon = spec.indexOf(':');
     let src = colon >= 0 ? spec.slice(0, colon) : spec;
     let dst = colon >= 0 ? spec.slice(colon + 1) : spec;
-    if (a.delete) {
+    if (args.delete) {
       dst = colon >= 0 ? dst : spec;
       src = '';
     }
@@ -611,61 +611,61 @@ export class GitService {
 
   async push(
     ws: string,
-    a: { refspec?: string; forceWithLease: boolean; expectedRemoteOid?: string; expectedAbsent: boolean; delete: boolean },
+    args: { refspec?: string; forceWithLease: boolean; expectedRemoteOid?: string; expectedAbsent: boolean; delete: boolean },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    return this.locked(ws, () => this.pushLocked(ws, a, signal));
+    return this.locked(ws, () => this.pushLocked(ws, args, signal));
   }
 
   private async pushLocked(
     ws: string,
-    a: { refspec?: string; forceWithLease: boolean; expectedRemoteOid?: string; expectedAbsent: boolean; delete: boolean },
+    args: { refspec?: string; forceWithLease: boolean; expectedRemoteOid?: string; expectedAbsent: boolean; delete: boolean },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    const { src, dst } = await this.pushTarget(ws, a);
+    const { src, dst } = await this.pushTarget(ws, args);
     let srcOid: string | null = null;
-    if (!a.delete) {
+    if (!args.delete) {
       const r = await this.git(ws, ['rev-parse', '-q', '--verify', `${src}^{commit}`]);
       if (r.exitCode !== 0) throw new ServiceError('NOT_FOUND', `refspec: ${src} is not a commit here`, { field: 'refspec' });
       srcOid = r.stdout.trim();
     }
-    const lease = a.expectedAbsent ? `--force-with-lease=${dst}:` : a.expectedRemoteOid ? `--force-with-lease=${dst}:${a.expectedRemoteOid}` : a.forceWithLease ? `--force-with-lease=${dst}` : '';
+    const lease = args.expectedAbsent ? `--force-with-lease=${dst}:` : args.expectedRemoteOid ? `--force-with-lease=${dst}:${args.expectedRemoteOid}` : args.forceWithLease ? `--force-with-lease=${dst}` : '';
     // srcOid (not the name) is pushed: what was checked is what is sent.
     const script =
       `git push --porcelain ${lease ? '"$LEASE"' : ''} origin "$SPEC"; rc=$?; ` +
       `if [ $rc -ne 0 ]; then echo "@@REMOTE"; git ls-remote origin "$DST" || true; fi; exit $rc`;
-    const spec = a.delete ? `:${dst}` : `${srcOid}:${dst}`;
-    const r = await this.net(ws, script, { LEASE: lease, SPEC: spec, DST: dst }, signal);
-    const refs = parsePushPorcelain(r.stdout.split('@@REMOTE')[0]!);
+    const spec = args.delete ? `:${dst}` : `${srcOid}:${dst}`;
+    const result = await this.net(ws, script, { LEASE: lease, SPEC: spec, DST: dst }, signal);
+    const refs = parsePushPorcelain(result.stdout.split('@@REMOTE')[0]!);
     const mine = refs.find((x) => x.to === dst);
-    if (r.exitCode === 0 && mine?.flag === '=' && (a.expectedAbsent || (a.expectedRemoteOid && a.expectedRemoteOid !== srcOid))) {
+    if (result.exitCode === 0 && mine?.flag === '=' && (args.expectedAbsent || (args.expectedRemoteOid && args.expectedRemoteOid !== srcOid))) {
       // Nothing to update, so git did not check the lease: the remote already holds srcOid.
-      const msg = a.expectedAbsent
+      const msg = args.expectedAbsent
         ? `expectedAbsent: ${dst} already exists on origin at ${srcOid}; nothing was pushed`
-        : `lease lost: ${dst} on origin is at ${srcOid}, not ${a.expectedRemoteOid}; nothing was pushed`;
-      throw new ServiceError('CONFLICT', msg, { step: 'push', ref: dst, remoteOid: srcOid, expectedRemoteOid: a.expectedRemoteOid ?? null, expectedAbsent: a.expectedAbsent });
+        : `lease lost: ${dst} on origin is at ${srcOid}, not ${args.expectedRemoteOid}; nothing was pushed`;
+      throw new ServiceError('CONFLICT', msg, { step: 'push', ref: dst, remoteOid: srcOid, expectedRemoteOid: args.expectedRemoteOid ?? null, expectedAbsent: args.expectedAbsent });
     }
-    if (r.exitCode !== 0) {
-      const remoteLine = (r.stdout.split('@@REMOTE')[1] ?? '').split('\n').find((l) => l.endsWith(`\t${dst}`));
+    if (result.exitCode !== 0) {
+      const remoteLine = (result.stdout.split('@@REMOTE')[1] ?? '').split('\n').find((l) => l.endsWith(`\t${dst}`));
       const remoteOid = remoteLine ? remoteLine.split('\t')[0]! : null;
       const summary = mine?.summary ?? '';
-      if (/stale info/.test(summary) || /stale info/.test(r.stderr)) {
-        const msg = a.expectedAbsent
+      if (/stale info/.test(summary) || /stale info/.test(result.stderr)) {
+        const msg = args.expectedAbsent
           ? `expectedAbsent: ${dst} already exists on origin at ${remoteOid}; nothing was pushed`
-          : `lease lost: ${dst} on origin is at ${remoteOid ?? '(absent)'}, not ${a.expectedRemoteOid ?? 'the remote-tracking value'}; nothing was pushed`;
-        throw new ServiceError('CONFLICT', msg, { step: 'push', ref: dst, remoteOid, expectedRemoteOid: a.expectedRemoteOid ?? null, expectedAbsent: a.expectedAbsent });
+          : `lease lost: ${dst} on origin is at ${remoteOid ?? '(absent)'}, not ${args.expectedRemoteOid ?? 'the remote-tracking value'}; nothing was pushed`;
+        throw new ServiceError('CONFLICT', msg, { step: 'push', ref: dst, remoteOid, expectedRemoteOid: args.expectedRemoteOid ?? null, expectedAbsent: args.expectedAbsent });
       }
-      if (/non-fast-forward|fetch first|rejected/.test(summary) && !/pre-receive|hook declined/.test(summary + r.stderr))
+      if (/non-fast-forward|fetch first|rejected/.test(summary) && !/pre-receive|hook declined/.test(summary + result.stderr))
         throw new ServiceError('FAILED_PRECONDITION', `push rejected (${summary || 'non-fast-forward'}): origin's ${dst} is at ${remoteOid}; fetch and integrate, or use forceWithLease with expectedRemoteOid`, {
           step: 'push',
           ref: dst,
           remoteOid,
         });
-      if (mine?.flag === '!' || /remote rejected|hook declined|pre-receive/.test(r.stderr + summary)) {
-        const remoteMsg = r.stderr.split('\n').filter((l) => l.startsWith('remote:')).map((l) => l.slice(7).trim()).filter(Boolean).join('\n');
-        throw new ServiceError('FAILED_PRECONDITION', `push rejected by the server: ${remoteMsg || summary || tail(r.stderr, 3)}`, { step: 'push', ref: dst, remoteOid, remoteMessage: remoteMsg || null });
+      if (mine?.flag === '!' || /remote rejected|hook declined|pre-receive/.test(result.stderr + summary)) {
+        const remoteMsg = result.stderr.split('\n').filter((l) => l.startsWith('remote:')).map((l) => l.slice(7).trim()).filter(Boolean).join('\n');
+        throw new ServiceError('FAILED_PRECONDITION', `push rejected by the server: ${remoteMsg || summary || tail(result.stderr, 3)}`, { step: 'push', ref: dst, remoteOid, remoteMessage: remoteMsg || null });
       }
-      throw gitFailure('push', r);
+      throw gitFailure('push', result);
     }
     return {
       workspaceId: ws,
@@ -673,21 +673,21 @@ export class GitService {
       ref: dst,
       oid: srcOid,
       outcome: mine ? (PUSH_FLAG[mine.flag] ?? mine.summary) : 'up-to-date',
-      deleted: a.delete,
-      lease: a.expectedAbsent ? 'expectedAbsent' : a.expectedRemoteOid ? 'expectedRemoteOid' : a.forceWithLease ? 'remote-tracking' : null,
+      deleted: args.delete,
+      lease: args.expectedAbsent ? 'expectedAbsent' : args.expectedRemoteOid ? 'expectedRemoteOid' : args.forceWithLease ? 'remote-tracking' : null,
     };
   }
 
   // ---------- merge and rebase ----------
 
-  async merge(ws: string, a: { ref: string; fastForward: 'allow' | 'only' | 'never'; message?: string }): Promise<Record<string, unknown>> {
-    const e = badRef('ref', a.ref);
+  async merge(ws: string, args: { ref: string; fastForward: 'allow' | 'only' | 'never'; message?: string }): Promise<Record<string, unknown>> {
+    const e = badRef('ref', args.ref);
     if (e) throw e;
     return this.locked(ws, async () => {
       const progress = await this.inProgress(ws);
       if (progress) throw new ServiceError('FAILED_PRECONDITION', `a ${progress} is in progress: finish or abort it first`, { inProgress: progress });
       const h = await this.head(ws);
-      return { workspaceId: ws, ref: a.ref, ...(await this.doMerge(ws, a.ref, a.fastForward, a.message, h.oid)) };
+      return { workspaceId: ws, ref: args.ref, ...(await this.doMerge(ws, args.ref, args.fastForward, args.message, h.oid)) };
     });
   }
 
@@ -696,9 +696,9 @@ export class GitService {
     if (v.exitCode !== 0) throw new ServiceError('NOT_FOUND', `ref: ${ref} is not a branch, tag or commit here (fetch it first?)`, { field: 'ref' });
     const { env } = await this.identityEnv(ws, undefined, undefined, ff === 'never');
     const args = ['merge', '--no-edit', '--no-verify', '--no-gpg-sign', ff === 'only' ? '--ff-only' : ff === 'never' ? '--no-ff' : '--ff', ...(message ? ['-m', message] : []), v.stdout.trim()];
-    const r = await this.git(ws, args, { env });
+    const result = await this.git(ws, args, { env });
     const now = await this.head(ws);
-    if (r.exitCode === 0) {
+    if (result.exitCode === 0) {
       const parents = (await this.git(ws, ['show', '-s', '--format=%P', 'HEAD'])).stdout.trim().split(' ').filter(Boolean);
       const outcome = now.oid === before ? 'up-to-date' : parents.length > 1 ? 'merged' : 'fast-forward';
       return { outcome, previousHeadOid: before, headOid: now.oid, conflicts: [] };
@@ -712,24 +712,24 @@ export class GitService {
         next: 'resolve the files, git_add them and git_commit to finish the merge; or run `git merge --abort` with exec_run to give up',
       };
     }
-    if (/Not possible to fast-forward/i.test(r.stderr)) throw new ServiceError('FAILED_PRECONDITION', `cannot fast-forward to ${ref}: the histories diverged`, { step: 'merge', diverged: true });
-    if (/Committer identity unknown|empty ident|Please tell me who you are|auto-detection is disabled/i.test(r.stderr))
+    if (/Not possible to fast-forward/i.test(result.stderr)) throw new ServiceError('FAILED_PRECONDITION', `cannot fast-forward to ${ref}: the histories diverged`, { step: 'merge', diverged: true });
+    if (/Committer identity unknown|empty ident|Please tell me who you are|auto-detection is disabled/i.test(result.stderr))
       throw new ServiceError('FAILED_PRECONDITION', 'no git identity for the merge commit; set one with git_identity_set', { step: 'merge' });
-    if (/would be overwritten/.test(r.stderr)) throw new ServiceError('FAILED_PRECONDITION', `merge refused: uncommitted changes would be overwritten: ${tail(r.stderr, 4)}`, { step: 'merge' });
-    throw this.fail('merge', r);
+    if (/would be overwritten/.test(result.stderr)) throw new ServiceError('FAILED_PRECONDITION', `merge refused: uncommitted changes would be overwritten: ${tail(result.stderr, 4)}`, { step: 'merge' });
+    throw this.fail('merge', result);
   }
 
-  async rebase(ws: string, a: { action: 'start' | 'continue' | 'abort'; upstream?: string }): Promise<Record<string, unknown>> {
-    if (a.upstream) {
-      const e = badRef('upstream', a.upstream);
+  async rebase(ws: string, args: { action: 'start' | 'continue' | 'abort'; upstream?: string }): Promise<Record<string, unknown>> {
+    if (args.upstream) {
+      const e = badRef('upstream', args.upstream);
       if (e) throw e;
     }
     return this.locked(ws, async () => {
-      const h = await this.head(ws);
+      const head = await this.head(ws);
       const progress = await this.inProgress(ws);
-      if (a.action === 'start' && progress) throw new ServiceError('FAILED_PRECONDITION', `a ${progress} is in progress: finish or abort it first`, { inProgress: progress });
-      if (a.action !== 'start' && progress !== 'rebase') throw new ServiceError('FAILED_PRECONDITION', `no rebase in progress to ${a.action}`, { step: 'rebase' });
-      return { workspaceId: ws, action: a.action, ...(await this.doRebase(ws, a.action, a.upstream, h.oid)) };
+      if (args.action === 'start' && progress) throw new ServiceError('FAILED_PRECONDITION', `a ${progress} is in progress: finish or abort it first`, { inProgress: progress });
+      if (args.action !== 'start' && progress !== 'rebase') throw new ServiceError('FAILED_PRECONDITION', `no rebase in progress to ${args.action}`, { step: 'rebase' });
+      return { workspaceId: ws, action: args.action, ...(await this.doRebase(ws, args.action, args.upstream, head.oid)) };
     });
   }
 
@@ -747,16 +747,16 @@ export class GitService {
       args = ['rebase', '--no-verify', '--no-gpg-sign', v.stdout.trim()];
     } else args = ['rebase', '--continue'];
     const { env } = await this.identityEnv(ws, undefined, undefined, false);
-    const r = await this.git(ws, args, { env: { ...env, GIT_EDITOR: 'true', GIT_SEQUENCE_EDITOR: 'true' } });
+    const result = await this.git(ws, args, { env: { ...env, GIT_EDITOR: 'true', GIT_SEQUENCE_EDITOR: 'true' } });
     const now = await this.head(ws);
-    if (r.exitCode === 0) {
+    if (result.exitCode === 0) {
       return { outcome: now.oid === before && action === 'start' ? 'up-to-date' : 'rebased', previousHeadOid: before, headOid: now.oid, branch: now.branch, conflicts: [] };
     }
     if ((await this.inProgress(ws)) === 'rebase') {
       const conflicts = await this.conflicts(ws);
-      if (conflicts.length === 0 && /Committer identity unknown|empty ident|Please tell me who you are|auto-detection is disabled/i.test(r.stderr))
+      if (conflicts.length === 0 && /Committer identity unknown|empty ident|Please tell me who you are|auto-detection is disabled/i.test(result.stderr))
         throw new ServiceError('FAILED_PRECONDITION', 'no git identity for the rebased commits; set one with git_identity_set, then continue', { step: 'rebase' });
-      if (conflicts.length === 0 && action === 'continue') throw this.fail('rebase continue', r);
+      if (conflicts.length === 0 && action === 'continue') throw this.fail('rebase continue', result);
       return {
         outcome: 'conflicts',
         previousHeadOid: before,
@@ -765,9 +765,9 @@ export class GitService {
         next: 'resolve the files, git_add them and git_rebase continue; or git_rebase abort to restore the branch',
       };
     }
-    if (/Committer identity unknown|empty ident|Please tell me who you are|auto-detection is disabled/i.test(r.stderr))
+    if (/Committer identity unknown|empty ident|Please tell me who you are|auto-detection is disabled/i.test(result.stderr))
       throw new ServiceError('FAILED_PRECONDITION', 'no git identity for the rebased commits; set one with git_identity_set', { step: 'rebase' });
-    throw this.fail(`rebase ${action}`, r);
+    throw this.fail(`rebase ${action}`, result);
   }
 
   // ---------- finalize ----------
@@ -779,7 +779,7 @@ export class GitService {
    */
   async finalize(
     ws: string,
-    a: {
+    args: {
       paths?: string[];
       all: boolean;
       commitMessage: string;
@@ -791,32 +791,32 @@ export class GitService {
     },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    if (a.branch) {
-      const e = badRef('branch', a.branch);
+    if (args.branch) {
+      const e = badRef('branch', args.branch);
       if (e) throw e;
     }
-    if (!a.all && (!a.paths || a.paths.length === 0)) throw new ServiceError('INVALID_ARGUMENT', 'paths: give paths or all: true', { field: 'paths' });
+    if (!args.all && (!args.paths || args.paths.length === 0)) throw new ServiceError('INVALID_ARGUMENT', 'paths: give paths or all: true', { field: 'paths' });
     return this.locked(ws, async () => {
       const failed = (step: string, message: string, details: Record<string, unknown> = {}, code: 'FAILED_PRECONDITION' | 'CONFLICT' | 'NOT_FOUND' = 'FAILED_PRECONDITION') =>
         new ServiceError(code, `workspace_finalize failed at ${step}: ${message}; the workspace is as it was before the call`, { step, workspaceUnchanged: true, ...details });
       const progress = await this.inProgress(ws);
       if (progress) throw failed('check', `a ${progress} is in progress`, { inProgress: progress });
-      const h = await this.head(ws);
-      if (!h.oid) throw failed('check', 'the repository has no commit yet');
-      const branch = a.branch ?? h.branch;
-      if (a.push && !branch) throw failed('check', 'HEAD is detached: give branch');
-      const { env, author } = await this.identityEnv(ws, a.authorName, a.authorEmail);
+      const head = await this.head(ws);
+      if (!head.oid) throw failed('check', 'the repository has no commit yet');
+      const branch = args.branch ?? head.branch;
+      if (args.push && !branch) throw failed('check', 'HEAD is detached: give branch');
+      const { env, author } = await this.identityEnv(ws, args.authorName, args.authorEmail);
       // 1. stage into a temporary index and write the commit object (HEAD and the real index untouched).
       const idx = (await this.must(ws, 'git-path', ['rev-parse', '--git-path', FINALIZE_INDEX])).trim();
       const stageScript =
         `set -e; real="$(git rev-parse --git-path index)"; export GIT_INDEX_FILE="$IDX"; if [ -e "$real" ]; then cp "$real" "$GIT_INDEX_FILE"; else rm -f "$GIT_INDEX_FILE"; fi; ` +
-        `${a.all ? 'git add -A -- .' : 'git add -A -- "$@"'}; tree=$(git write-tree); ` +
+        `${args.all ? 'git add -A -- .' : 'git add -A -- "$@"'}; tree=$(git write-tree); ` +
         `if [ "$tree" = "$(git rev-parse 'HEAD^{tree}')" ]; then echo @@NOTHING; exit 5; fi; ` +
         `git commit-tree "$tree" -p HEAD -F -`;
       const cleanup = () => this.git(ws, ['rev-parse', '--git-path', FINALIZE_INDEX]).then((p) => this.sh(ws, 'rm -f "$IDX"', { IDX: p.stdout.trim() })).catch(() => undefined);
       const staged = await this.deps.workspaces.exec(
         ws,
-        { argv: ['bash', '-c', NEUTRALISE + stageScript, 'finalize', ...(a.all ? [] : a.paths!)], env: { ...RUNNER_ENV, ...env, IDX: idx }, stdin: a.commitMessage, timeoutMs: 120_000, maxOutputBytes: MAX_OUT },
+        { argv: ['bash', '-c', NEUTRALISE + stageScript, 'finalize', ...(args.all ? [] : args.paths!)], env: { ...RUNNER_ENV, ...env, IDX: idx }, stdin: args.commitMessage, timeoutMs: 120_000, maxOutputBytes: MAX_OUT },
         undefined,
         signal,
       );
@@ -828,13 +828,13 @@ export class GitService {
       const commitOid = staged.stdout.trim().split('\n').pop()!;
       // 2. preflights, in order, in the workspace.
       const preflights: Array<Record<string, unknown>> = [];
-      for (const p of a.preflight?.commands ?? []) {
-        const r = await this.deps.workspaces.exec(ws, { command: p.command, cwd: p.cwd ?? '.', timeoutMs: p.timeoutMs, maxOutputBytes: 65536 }, undefined, signal);
-        const rec = { name: p.name, exitCode: r.exitCode, timedOut: r.timedOut, durationMs: r.durationMs, stdoutTail: tail(r.stdout, 20), stderrTail: tail(r.stderr, 20) };
+      for (const record of args.preflight?.commands ?? []) {
+        const result = await this.deps.workspaces.exec(ws, { command: record.command, cwd: record.cwd ?? '.', timeoutMs: record.timeoutMs, maxOutputBytes: 65536 }, undefined, signal);
+        const rec = { name: record.name, exitCode: result.exitCode, timedOut: result.timedOut, durationMs: result.durationMs, stdoutTail: tail(result.stdout, 20), stderrTail: tail(result.stderr, 20) };
         preflights.push(rec);
-        if (r.exitCode !== 0) {
+        if (result.exitCode !== 0) {
           await cleanup();
-          throw failed('preflight', `preflight ${p.name} ${r.timedOut ? 'timed out' : `exited with ${r.exitCode ?? r.signal}`}`, { preflight: rec, preflights });
+          throw failed('preflight', `preflight ${record.name} ${result.timedOut ? 'timed out' : `exited with ${result.exitCode ?? result.signal}`}`, { preflight: rec, preflights });
         }
       }
       // Repository hooks (issue #19): a failing activated pre_commit hook stops here, before anything is pushed.
@@ -845,7 +845,7 @@ export class GitService {
       }
       // 3. push the commit object itself.
       let pushed: Record<string, unknown> | null = null;
-      if (a.push) {
+      if (args.push) {
         try {
           pushed = await this.pushLocked(ws, { refspec: `${commitOid}:refs/heads/${branch}`, forceWithLease: false, expectedAbsent: false, delete: false }, signal);
         } catch (e) {
@@ -858,7 +858,7 @@ export class GitService {
       const done = await this.sh(
         ws,
         'set -e; git update-ref -m "workspace_finalize" HEAD "$NEW" "$OLD"; mv -f "$IDX" "$(git rev-parse --git-path index)"',
-        { NEW: commitOid, OLD: h.oid, IDX: idx },
+        { NEW: commitOid, OLD: head.oid, IDX: idx },
       );
       if (done.exitCode !== 0) {
         await cleanup();
@@ -874,14 +874,14 @@ export class GitService {
         ...(preCommit || postCommit ? { hooks: [preCommit, postCommit].filter(Boolean) } : {}),
         workspaceId: ws,
         commitOid,
-        parentOid: h.oid,
-        branch: h.branch,
+        parentOid: head.oid,
+        branch: head.branch,
         author,
         files: files.stdout.split('\0').filter(Boolean),
         preflights,
         pushed: !!pushed,
         push: pushed,
-        steps: ['stage', 'preflight', 'commit', ...(a.push ? ['push'] : [])],
+        steps: ['stage', 'preflight', 'commit', ...(args.push ? ['push'] : [])],
       };
     });
   }
@@ -919,49 +919,49 @@ export class GitService {
     return { workspaceId: ws, worktrees: out };
   }
 
-  async worktreesCreate(ws: string, a: { name: string; ref: string; createBranch: boolean }): Promise<Record<string, unknown>> {
-    const e = badRef('ref', a.ref);
+  async worktreesCreate(ws: string, args: { name: string; ref: string; createBranch: boolean }): Promise<Record<string, unknown>> {
+    const e = badRef('ref', args.ref);
     if (e) throw e;
-    if (a.name === '.' || a.name === '..') throw new ServiceError('INVALID_ARGUMENT', 'name: "." and ".." are not worktree names', { field: 'name' });
+    if (args.name === '.' || args.name === '..') throw new ServiceError('INVALID_ARGUMENT', 'name: "." and ".." are not worktree names', { field: 'name' });
     return this.locked(ws, async () => {
-      if (a.createBranch) {
-        const check = await this.git(ws, ['check-ref-format', '--branch', a.ref]);
-        if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `ref: ${a.ref} is not a valid branch name`, { field: 'ref' });
+      if (args.createBranch) {
+        const check = await this.git(ws, ['check-ref-format', '--branch', args.ref]);
+        if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `ref: ${args.ref} is not a valid branch name`, { field: 'ref' });
       }
-      const rel = `${WORKTREE_DIR}/${a.name}`;
+      const rel = `${WORKTREE_DIR}/${args.name}`;
       const script =
         `ex="$(git rev-parse --git-path info/exclude)"; mkdir -p "$(dirname "$ex")" ${WORKTREE_DIR}; grep -qxF '/${WORKTREE_DIR}/' "$ex" 2>/dev/null || echo '/${WORKTREE_DIR}/' >> "$ex"; ` +
         `if [ -e "$P" ]; then echo "@@EXISTS"; exit 3; fi; ` +
-        (a.createBranch ? 'git worktree add -q -b "$REF" "$P"' : 'git worktree add -q "$P" "$REF"');
-      const r = await this.sh(ws, script, { P: rel, REF: a.ref });
-      if (r.exitCode === 3) throw new ServiceError('CONFLICT', `worktree ${a.name} already exists (${rel})`, { field: 'name' });
-      if (r.exitCode !== 0) {
-        if (/already exists/.test(r.stderr)) throw new ServiceError('CONFLICT', `ref: branch ${a.ref} already exists; create the worktree without createBranch`, { field: 'ref' });
-        if (/invalid reference|not a commit|did not match/.test(r.stderr)) throw new ServiceError('NOT_FOUND', `ref: ${a.ref} is not a branch, tag or commit here`, { field: 'ref' });
-        if (/already checked out|is already used by worktree/.test(r.stderr)) throw new ServiceError('CONFLICT', `ref: ${a.ref} is already checked out in another worktree`, { field: 'ref' });
-        throw this.fail('worktree add', r);
+        (args.createBranch ? 'git worktree add -q -b "$REF" "$P"' : 'git worktree add -q "$P" "$REF"');
+      const result = await this.sh(ws, script, { P: rel, REF: args.ref });
+      if (result.exitCode === 3) throw new ServiceError('CONFLICT', `worktree ${args.name} already exists (${rel})`, { field: 'name' });
+      if (result.exitCode !== 0) {
+        if (/already exists/.test(result.stderr)) throw new ServiceError('CONFLICT', `ref: branch ${args.ref} already exists; create the worktree without createBranch`, { field: 'ref' });
+        if (/invalid reference|not a commit|did not match/.test(result.stderr)) throw new ServiceError('NOT_FOUND', `ref: ${args.ref} is not a branch, tag or commit here`, { field: 'ref' });
+        if (/already checked out|is already used by worktree/.test(result.stderr)) throw new ServiceError('CONFLICT', `ref: ${args.ref} is already checked out in another worktree`, { field: 'ref' });
+        throw this.fail('worktree add', result);
       }
       const info = await this.sh(ws, 'cd "$P" && git rev-parse HEAD && (git symbolic-ref --short -q HEAD || echo)', { P: rel });
       const [oid, branch] = info.stdout.split('\n');
-      return { workspaceId: ws, name: a.name, path: rel, absolutePath: `/workspace/${rel}`, headOid: oid?.trim() || null, branch: branch?.trim() || null, createdBranch: a.createBranch };
+      return { workspaceId: ws, name: args.name, path: rel, absolutePath: `/workspace/${rel}`, headOid: oid?.trim() || null, branch: branch?.trim() || null, createdBranch: args.createBranch };
     });
   }
 
-  async worktreesRemove(ws: string, a: { name: string; force: boolean }): Promise<Record<string, unknown>> {
+  async worktreesRemove(ws: string, args: { name: string; force: boolean }): Promise<Record<string, unknown>> {
     return this.locked(ws, async () => {
       const list = (await this.worktreesList(ws)).worktrees as Array<Record<string, unknown>>;
-      const wt = list.find((w) => !w.main && w.name === a.name);
-      if (!wt) throw new ServiceError('NOT_FOUND', `no worktree named ${a.name}; worktrees_list shows them`, { field: 'name' });
-      if (wt.dirty && !a.force)
-        throw new ServiceError('FAILED_PRECONDITION', `worktree ${a.name} has uncommitted changes; commit them, or pass force true to discard them`, { field: 'force', dirty: true });
-      const r = await this.git(ws, ['worktree', 'remove', ...(a.force ? ['--force', '--force'] : []), String(wt.path)]);
-      if (r.exitCode !== 0) {
-        if (/contains modified or untracked files|is dirty/.test(r.stderr))
-          throw new ServiceError('FAILED_PRECONDITION', `worktree ${a.name} has uncommitted changes; pass force true to discard them`, { field: 'force', dirty: true });
-        throw this.fail('worktree remove', r);
+      const wt = list.find((w) => !w.main && w.name === args.name);
+      if (!wt) throw new ServiceError('NOT_FOUND', `no worktree named ${args.name}; worktrees_list shows them`, { field: 'name' });
+      if (wt.dirty && !args.force)
+        throw new ServiceError('FAILED_PRECONDITION', `worktree ${args.name} has uncommitted changes; commit them, or pass force true to discard them`, { field: 'force', dirty: true });
+      const result = await this.git(ws, ['worktree', 'remove', ...(args.force ? ['--force', '--force'] : []), String(wt.path)]);
+      if (result.exitCode !== 0) {
+        if (/contains modified or untracked files|is dirty/.test(result.stderr))
+          throw new ServiceError('FAILED_PRECONDITION', `worktree ${args.name} has uncommitted changes; pass force true to discard them`, { field: 'force', dirty: true });
+        throw this.fail('worktree remove', result);
       }
       await this.git(ws, ['worktree', 'prune']);
-      return { workspaceId: ws, name: a.name, removed: true, discardedChanges: a.force && wt.dirty === true, branch: wt.branch };
+      return { workspaceId: ws, name: args.name, removed: true, discardedChanges: args.force && wt.dirty === true, branch: wt.branch };
     });
   }
 }
@@ -972,14 +972,14 @@ export class GitService {
  * before git runs; a NUL or a lone UTF-16 surrogate is INVALID_ARGUMENT. (Symlinks that lead out
  * are git's to refuse; outsideRefusal maps that answer.)
  */
-export function confineToWorkspace(field: string, p: string): void {
+export function confineToWorkspace(field: string, path: string): void {
   const base = field.replace(/\[\d+\]$/, '');
-  if (p.includes('\0')) throw new ServiceError('INVALID_ARGUMENT', `${field}: contains a NUL character`, { field: base, path: p });
-  if (/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(p))
-    throw new ServiceError('INVALID_ARGUMENT', `${field}: ${JSON.stringify(p)} contains a lone UTF-16 surrogate, which no file name can hold`, { field: base, rule: 'well-formed Unicode' });
-  if (p.startsWith('/')) throw new ServiceError('PERMISSION_DENIED', `${field}: ${p} is an absolute path and leaves the workspace; paths are relative to the workspace root`, { field: base, path: p });
-  const norm = posix.normalize(p);
-  if (norm === '..' || norm.startsWith('../')) throw new ServiceError('PERMISSION_DENIED', `${field}: ${p} leaves the workspace`, { field: base, path: p });
+  if (path.includes('\0')) throw new ServiceError('INVALID_ARGUMENT', `${field}: contains a NUL character`, { field: base, path: path });
+  if (/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(path))
+    throw new ServiceError('INVALID_ARGUMENT', `${field}: ${JSON.stringify(path)} contains a lone UTF-16 surrogate, which no file name can hold`, { field: base, rule: 'well-formed Unicode' });
+  if (path.startsWith('/')) throw new ServiceError('PERMISSION_DENIED', `${field}: ${path} is an absolute path and leaves the workspace; paths are relative to the workspace root`, { field: base, path: path });
+  const norm = posix.normalize(path);
+  if (norm === '..' || norm.startsWith('../')) throw new ServiceError('PERMISSION_DENIED', `${field}: ${path} leaves the workspace`, { field: base, path: path });
 }
 
 /** git's own "outside the repository" answers as PERMISSION_DENIED naming the field. */

@@ -116,8 +116,8 @@ function embedText(title: string, content: string): string {
 export function embeddingTextSha(title: string, content: string): string {
   return sha(embedText(title, content));
 }
-function sha(s: string): string {
-  return createHash('sha256').update(s).digest('hex');
+function sha(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
 }
 
 /** FTS5 query from literal text: every word quoted (no operators), any word may match; BM25 ranks. */
@@ -175,8 +175,8 @@ export class KnowledgeService {
     return Date.now();
   }
 
-  private live(r: ItemRow | undefined): boolean {
-    return !!r && r.deleted_at === null && (r.expires_at_ms === null || r.expires_at_ms > this.now());
+  private live(item: ItemRow | undefined): boolean {
+    return !!item && item.deleted_at === null && (item.expires_at_ms === null || item.expires_at_ms > this.now());
   }
 
   private item(owner: string, id: string, field = 'id', tool = 'knowledge'): ItemRow {
@@ -185,25 +185,25 @@ export class KnowledgeService {
     return r;
   }
 
-  private describe(r: ItemRow, withContent: boolean): Record<string, unknown> {
+  private describe(item: ItemRow, withContent: boolean): Record<string, unknown> {
     const out: Record<string, unknown> = {
-      id: r.id,
-      kind: r.kind,
-      scope: r.scope,
-      projectId: r.project_id,
-      workspaceId: r.workspace_id,
-      title: r.title,
-      journalType: r.journal_type,
-      occurredAt: r.occurred_at,
-      tags: JSON.parse(r.tags_json),
-      generation: r.generation,
-      retentionSeconds: r.retention_seconds,
-      expiresAt: r.expires_at_ms === null ? null : new Date(r.expires_at_ms).toISOString(),
-      createdAt: r.created_at,
-      updatedAt: r.updated_at,
-      embedded: r.embedding_sha !== null && r.embedding_sha === r.embed_text_sha,
+      id: item.id,
+      kind: item.kind,
+      scope: item.scope,
+      projectId: item.project_id,
+      workspaceId: item.workspace_id,
+      title: item.title,
+      journalType: item.journal_type,
+      occurredAt: item.occurred_at,
+      tags: JSON.parse(item.tags_json),
+      generation: item.generation,
+      retentionSeconds: item.retention_seconds,
+      expiresAt: item.expires_at_ms === null ? null : new Date(item.expires_at_ms).toISOString(),
+      createdAt: item.created_at,
+      updatedAt: item.updated_at,
+      embedded: item.embedding_sha !== null && item.embedding_sha === item.embed_text_sha,
     };
-    if (withContent) out.content = r.content;
+    if (withContent) out.content = item.content;
     return out;
   }
 
@@ -217,15 +217,15 @@ export class KnowledgeService {
     }
   }
 
-  private indexFts(r: { seq: number; title: string; content: string; tags_json: string }): void {
-    this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(r.seq);
-    this.deps.db.prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)').run(r.seq, r.title, r.content, (JSON.parse(r.tags_json) as string[]).join(' '));
+  private indexFts(result: { seq: number; title: string; content: string; tags_json: string }): void {
+    this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(result.seq);
+    this.deps.db.prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)').run(result.seq, result.title, result.content, (JSON.parse(result.tags_json) as string[]).join(' '));
   }
 
   create(
     owner: string,
     workspaceId: string,
-    a: {
+    args: {
       kind: Kind;
       scope: Scope;
       projectId?: string;
@@ -238,22 +238,22 @@ export class KnowledgeService {
       expectedGeneration: number;
     },
   ): Record<string, unknown> {
-    if (a.expectedGeneration !== 0) {
-      throw new ServiceError('CONFLICT', `knowledge_create: expectedGeneration: a new item has generation 0, not ${a.expectedGeneration}; to change an existing item use knowledge_update`, {
+    if (args.expectedGeneration !== 0) {
+      throw new ServiceError('CONFLICT', `knowledge_create: expectedGeneration: a new item has generation 0, not ${args.expectedGeneration}; to change an existing item use knowledge_update`, {
         field: 'expectedGeneration',
         currentGeneration: 0,
       });
     }
-    this.checkJournal(a.kind, a.journalType, 'knowledge_create');
-    if (a.scope === 'project' && !a.projectId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_create: projectId: required when scope is project', { field: 'projectId' });
-    if (a.scope === 'workspace') this.deps.checkWorkspace?.(workspaceId);
+    this.checkJournal(args.kind, args.journalType, 'knowledge_create');
+    if (args.scope === 'project' && !args.projectId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_create: projectId: required when scope is project', { field: 'projectId' });
+    if (args.scope === 'workspace') this.deps.checkWorkspace?.(workspaceId);
     const now = this.now();
     const iso = new Date(now).toISOString();
     const id = newId('knowledge');
-    const tags = uniqueTags(a.tags);
-    const journalType = a.kind === 'journal' ? (a.journalType ?? 'engineering-log') : null;
+    const tags = uniqueTags(args.tags);
+    const journalType = args.kind === 'journal' ? (args.journalType ?? 'engineering-log') : null;
     const row = tx(this.deps.db, () => {
-      if (a.projectId) this.ensureProject(owner, a.projectId);
+      if (args.projectId) this.ensureProject(owner, args.projectId);
       const info = this.deps.db
         .prepare(
           `INSERT INTO knowledge_items (id, owner_id, kind, scope, workspace_id, project_id, title, content, journal_type, occurred_at, tags_json, generation,
@@ -262,20 +262,20 @@ export class KnowledgeService {
         .run(
           id,
           owner,
-          a.kind,
-          a.scope,
-          a.scope === 'workspace' ? workspaceId : null,
-          a.projectId ?? null,
-          a.title,
-          a.content,
+          args.kind,
+          args.scope,
+          args.scope === 'workspace' ? workspaceId : null,
+          args.projectId ?? null,
+          args.title,
+          args.content,
           journalType,
-          a.occurredAt ?? now,
+          args.occurredAt ?? now,
           JSON.stringify(tags),
-          a.retentionSeconds ?? null,
-          a.retentionSeconds === undefined ? null : now + a.retentionSeconds * this.deps.clock.secondMs,
+          args.retentionSeconds ?? null,
+          args.retentionSeconds === undefined ? null : now + args.retentionSeconds * this.deps.clock.secondMs,
           iso,
           iso,
-          sha(embedText(a.title, a.content)),
+          sha(embedText(args.title, args.content)),
         );
       const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE seq = ?').get(info.lastInsertRowid) as ItemRow;
       this.indexFts(r);
@@ -287,11 +287,11 @@ export class KnowledgeService {
 
   read(owner: string, id: string): Record<string, unknown> {
     this.sweep();
-    const r = this.item(owner, id, 'id', 'knowledge_read');
+    const item = this.item(owner, id, 'id', 'knowledge_read');
     const links = (this.deps.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id').all(id, id) as LinkRow[]).filter(
       (l) => this.isLive(owner, l.source_id === id ? l.target_id : l.source_id),
     );
-    return { ...this.describe(r, true), links: links.map((l) => this.link(l, id)) };
+    return { ...this.describe(item, true), links: links.map((l) => this.link(l, id)) };
   }
 
   private isLive(owner: string, id: string): boolean {
@@ -299,34 +299,34 @@ export class KnowledgeService {
     return this.live(r);
   }
 
-  private link(l: LinkRow, from?: string): Record<string, unknown> {
+  private link(link: LinkRow, from?: string): Record<string, unknown> {
     return {
-      linkId: l.id,
-      sourceId: l.source_id,
-      targetId: l.target_id,
-      relation: l.relation,
-      generation: l.generation,
-      ...(from ? { direction: l.source_id === from ? 'outgoing' : 'incoming' } : {}),
-      createdAt: l.created_at,
+      linkId: link.id,
+      sourceId: link.source_id,
+      targetId: link.target_id,
+      relation: link.relation,
+      generation: link.generation,
+      ...(from ? { direction: link.source_id === from ? 'outgoing' : 'incoming' } : {}),
+      createdAt: link.created_at,
     };
   }
 
   update(
     owner: string,
-    a: { id: string; title?: string; content?: string; journalType?: JournalType; occurredAt?: number; tags?: string[]; retentionSeconds?: number; expectedGeneration: number },
+    args: { id: string; title?: string; content?: string; journalType?: JournalType; occurredAt?: number; tags?: string[]; retentionSeconds?: number; expectedGeneration: number },
   ): Record<string, unknown> {
     const row = tx(this.deps.db, () => {
-      const r = this.item(owner, a.id, 'id', 'knowledge_update');
-      if (r.generation !== a.expectedGeneration) {
-        throw new ServiceError('CONFLICT', `knowledge_update: expectedGeneration: item ${r.id} is at generation ${r.generation}, not ${a.expectedGeneration}; nothing was changed (read it again)`, {
+      const item = this.item(owner, args.id, 'id', 'knowledge_update');
+      if (item.generation !== args.expectedGeneration) {
+        throw new ServiceError('CONFLICT', `knowledge_update: expectedGeneration: item ${item.id} is at generation ${item.generation}, not ${args.expectedGeneration}; nothing was changed (read it again)`, {
           field: 'expectedGeneration',
-          currentGeneration: r.generation,
+          currentGeneration: item.generation,
         });
       }
-      this.checkJournal(r.kind, a.journalType, 'knowledge_update');
-      const title = a.title ?? r.title;
-      const content = a.content ?? r.content;
-      const tags = a.tags ? uniqueTags(a.tags) : JSON.parse(r.tags_json);
+      this.checkJournal(item.kind, args.journalType, 'knowledge_update');
+      const title = args.title ?? item.title;
+      const content = args.content ?? item.content;
+      const tags = args.tags ? uniqueTags(args.tags) : JSON.parse(item.tags_json);
       const now = this.now();
       this.deps.db
         .prepare(
@@ -336,16 +336,16 @@ export class KnowledgeService {
         .run(
           title,
           content,
-          a.journalType ?? r.journal_type,
-          a.occurredAt ?? r.occurred_at,
+          args.journalType ?? item.journal_type,
+          args.occurredAt ?? item.occurred_at,
           JSON.stringify(tags),
-          a.retentionSeconds ?? r.retention_seconds,
-          a.retentionSeconds !== undefined ? now + a.retentionSeconds * this.deps.clock.secondMs : r.expires_at_ms,
+          args.retentionSeconds ?? item.retention_seconds,
+          args.retentionSeconds !== undefined ? now + args.retentionSeconds * this.deps.clock.secondMs : item.expires_at_ms,
           new Date(now).toISOString(),
           sha(embedText(title, content)),
-          r.seq,
+          item.seq,
         );
-      const n = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE seq = ?').get(r.seq) as ItemRow;
+      const n = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE seq = ?').get(item.seq) as ItemRow;
       this.indexFts(n);
       return n;
     });
@@ -360,15 +360,15 @@ export class KnowledgeService {
     return this.describe(row, false);
   }
 
-  delete(owner: string, a: { id: string; expectedGeneration: number }, reason = 'deleted'): Record<string, unknown> {
+  delete(owner: string, args: { id: string; expectedGeneration: number }, reason = 'deleted'): Record<string, unknown> {
     return tx(this.deps.db, () => {
-      const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(a.id, owner) as ItemRow | undefined;
-      if (r && r.deleted_at !== null && r.generation === a.expectedGeneration && r.deleted_at) {
+      const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(args.id, owner) as ItemRow | undefined;
+      if (r && r.deleted_at !== null && r.generation === args.expectedGeneration && r.deleted_at) {
         return { id: r.id, deleted: true, alreadyDeleted: true, generation: r.generation, deletedAt: r.deleted_at };
       }
-      const live = this.item(owner, a.id, 'id', 'knowledge_delete');
-      if (live.generation !== a.expectedGeneration) {
-        throw new ServiceError('CONFLICT', `knowledge_delete: expectedGeneration: item ${live.id} is at generation ${live.generation}, not ${a.expectedGeneration}; nothing was deleted`, {
+      const live = this.item(owner, args.id, 'id', 'knowledge_delete');
+      if (live.generation !== args.expectedGeneration) {
+        throw new ServiceError('CONFLICT', `knowledge_delete: expectedGeneration: item ${live.id} is at generation ${live.generation}, not ${args.expectedGeneration}; nothing was deleted`, {
           field: 'expectedGeneration',
           currentGeneration: live.generation,
         });
@@ -379,90 +379,90 @@ export class KnowledgeService {
   }
 
   /** Marks an item deleted (row kept for the audit), removes it from the index and its links with it. */
-  private softDelete(r: ItemRow, reason: string): number {
+  private softDelete(item: ItemRow, reason: string): number {
     const iso = new Date().toISOString();
-    this.deps.db.prepare('UPDATE knowledge_items SET deleted_at = ?, deleted_reason = ?, embedding = NULL WHERE seq = ?').run(iso, reason, r.seq);
-    this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(r.seq);
-    this.vectors?.get(r.owner_id)?.remove(r.id);
-    return this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?)').run(iso, r.id, r.id).changes;
+    this.deps.db.prepare('UPDATE knowledge_items SET deleted_at = ?, deleted_reason = ?, embedding = NULL WHERE seq = ?').run(iso, reason, item.seq);
+    this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(item.seq);
+    this.vectors?.get(item.owner_id)?.remove(item.id);
+    return this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?)').run(iso, item.id, item.id).changes;
   }
 
   /** SQL conditions (on alias i) for the items visible from a workspace under the filters. */
-  private where(owner: string, workspaceId: string | undefined, f: Filters): { sql: string; params: unknown[] } {
-    const c: string[] = ['i.owner_id = ?', 'i.deleted_at IS NULL', '(i.expires_at_ms IS NULL OR i.expires_at_ms > ?)'];
-    const p: unknown[] = [owner, this.now()];
+  private where(owner: string, workspaceId: string | undefined, filters: Filters): { sql: string; params: unknown[] } {
+    const list: string[] = ['i.owner_id = ?', 'i.deleted_at IS NULL', '(i.expires_at_ms IS NULL OR i.expires_at_ms > ?)'];
+    const sqlParams: unknown[] = [owner, this.now()];
     // Visible: owner and project scope everywhere, workspace scope only in its workspace.
-    c.push("(i.scope != 'workspace' OR i.workspace_id = ?)");
-    p.push(workspaceId ?? '');
-    if (f.scope) (c.push('i.scope = ?'), p.push(f.scope));
-    if (f.kinds && f.kinds.length > 0) (c.push(`i.kind IN (${f.kinds.map(() => '?').join(',')})`), p.push(...f.kinds));
-    if (f.projectId) (c.push('i.project_id = ?'), p.push(f.projectId));
-    if (f.journalType) (c.push('i.journal_type = ?'), p.push(f.journalType));
-    if (f.tags && f.tags.length > 0) {
+    list.push("(i.scope != 'workspace' OR i.workspace_id = ?)");
+    sqlParams.push(workspaceId ?? '');
+    if (filters.scope) (list.push('i.scope = ?'), sqlParams.push(filters.scope));
+    if (filters.kinds && filters.kinds.length > 0) (list.push(`i.kind IN (${filters.kinds.map(() => '?').join(',')})`), sqlParams.push(...filters.kinds));
+    if (filters.projectId) (list.push('i.project_id = ?'), sqlParams.push(filters.projectId));
+    if (filters.journalType) (list.push('i.journal_type = ?'), sqlParams.push(filters.journalType));
+    if (filters.tags && filters.tags.length > 0) {
       const one = 'EXISTS (SELECT 1 FROM json_each(i.tags_json) WHERE value = ?)';
-      c.push('(' + f.tags.map(() => one).join(f.tagMatch === 'all' ? ' AND ' : ' OR ') + ')');
-      p.push(...f.tags);
+      list.push('(' + filters.tags.map(() => one).join(filters.tagMatch === 'all' ? ' AND ' : ' OR ') + ')');
+      sqlParams.push(...filters.tags);
     }
-    return { sql: c.join(' AND '), params: p };
+    return { sql: list.join(' AND '), params: sqlParams };
   }
 
-  private passes(workspaceId: string | undefined, f: Filters, v: VectorMeta, now: number): boolean {
-    if (v.expiresAt !== null && v.expiresAt <= now) return false;
-    if (v.scope === 'workspace' && v.workspaceId !== (workspaceId ?? '')) return false;
-    if (f.scope && v.scope !== f.scope) return false;
-    if (f.kinds && f.kinds.length > 0 && !f.kinds.includes(v.kind)) return false;
-    if (f.projectId && v.projectId !== f.projectId) return false;
-    if (f.journalType && v.journalType !== f.journalType) return false;
-    if (f.tags && f.tags.length > 0) {
-      const s = new Set(v.tags);
-      if (f.tagMatch === 'all' ? !f.tags.every((t) => s.has(t)) : !f.tags.some((t) => s.has(t))) return false;
+  private passes(workspaceId: string | undefined, filters: Filters, vectorMeta: VectorMeta, now: number): boolean {
+    if (vectorMeta.expiresAt !== null && vectorMeta.expiresAt <= now) return false;
+    if (vectorMeta.scope === 'workspace' && vectorMeta.workspaceId !== (workspaceId ?? '')) return false;
+    if (filters.scope && vectorMeta.scope !== filters.scope) return false;
+    if (filters.kinds && filters.kinds.length > 0 && !filters.kinds.includes(vectorMeta.kind)) return false;
+    if (filters.projectId && vectorMeta.projectId !== filters.projectId) return false;
+    if (filters.journalType && vectorMeta.journalType !== filters.journalType) return false;
+    if (filters.tags && filters.tags.length > 0) {
+      const s = new Set(vectorMeta.tags);
+      if (filters.tagMatch === 'all' ? !filters.tags.every((t) => s.has(t)) : !filters.tags.some((t) => s.has(t))) return false;
     }
     return true;
   }
 
-  list(owner: string, workspaceId: string | undefined, a: Filters & { kind?: Kind; limit: number; cursor?: string }): Record<string, unknown> {
+  list(owner: string, workspaceId: string | undefined, args: Filters & { kind?: Kind; limit: number; cursor?: string }): Record<string, unknown> {
     this.sweep();
-    const f: Filters = { ...a, kinds: a.kind ? [a.kind] : undefined };
-    const filter = digest([f.kinds ?? null, f.scope ?? null, f.projectId ?? null, f.journalType ?? null, f.tags ?? null, f.tagMatch]);
+    const filters: Filters = { ...args, kinds: args.kind ? [args.kind] : undefined };
+    const filter = digest([filters.kinds ?? null, filters.scope ?? null, filters.projectId ?? null, filters.journalType ?? null, filters.tags ?? null, filters.tagMatch]);
     let before = Number.MAX_SAFE_INTEGER;
-    if (a.cursor) {
-      const c = this.deps.cursors.decode<{ f?: string; b?: number }>('knowledge_list', a.cursor);
+    if (args.cursor) {
+      const c = this.deps.cursors.decode<{ f?: string; b?: number }>('knowledge_list', args.cursor);
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for other filters; repeat the same filters, or start without a cursor', { field: 'cursor' });
       before = c.b ?? before;
     }
-    const w = this.where(owner, workspaceId, f);
-    const rows = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} AND i.seq < ? ORDER BY i.seq DESC LIMIT ?`).all(...w.params, before, a.limit + 1) as ItemRow[];
-    const page = rows.slice(0, a.limit);
+    const w = this.where(owner, workspaceId, filters);
+    const rows = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} AND i.seq < ? ORDER BY i.seq DESC LIMIT ?`).all(...w.params, before, args.limit + 1) as ItemRow[];
+    const page = rows.slice(0, args.limit);
     return {
       items: page.map((r) => this.describe(r, false)),
       count: page.length,
-      nextCursor: rows.length > a.limit ? this.deps.cursors.encode('knowledge_list', { f: filter, b: page[page.length - 1]!.seq }) : null,
+      nextCursor: rows.length > args.limit ? this.deps.cursors.encode('knowledge_list', { f: filter, b: page[page.length - 1]!.seq }) : null,
     };
   }
 
   /** Lexical ranking: FTS5 BM25 (title weighted over tags over content), best first. */
-  lexical(owner: string, workspaceId: string | undefined, query: string, f: Filters, n = CANDIDATES): string[] {
-    const q = ftsQuery(query);
-    if (!q) return [];
-    const w = this.where(owner, workspaceId, f);
+  lexical(owner: string, workspaceId: string | undefined, query: string, filters: Filters, limit = CANDIDATES): string[] {
+    const matchQuery = ftsQuery(query);
+    if (!matchQuery) return [];
+    const workspace = this.where(owner, workspaceId, filters);
     // BM25 over the index alone first (the best LEXICAL_POOL matches), then the filters on the
     // items: joining every match to its row before ranking cost ~20x at 20,000 items.
     // CROSS JOIN keeps that order of work (the planner would otherwise walk every item of the
     // owner), and the covering index answers the filters without reading whole rows.
     return this.stmt(
       `SELECT i.id FROM (SELECT rowid AS r, bm25(knowledge_fts, 4.0, 1.0, 2.0) AS s FROM knowledge_fts WHERE knowledge_fts MATCH ? ORDER BY s LIMIT ?) m
-         CROSS JOIN knowledge_items AS i INDEXED BY knowledge_items_filters ON i.seq = m.r WHERE ${w.sql} ORDER BY m.s, i.seq DESC LIMIT ?`,
+         CROSS JOIN knowledge_items AS i INDEXED BY knowledge_items_filters ON i.seq = m.r WHERE ${workspace.sql} ORDER BY m.s, i.seq DESC LIMIT ?`,
     )
       .pluck()
-      .all(q, LEXICAL_POOL, ...w.params, n) as string[];
+      .all(matchQuery, LEXICAL_POOL, ...workspace.params, limit) as string[];
   }
 
   /** Semantic ranking over the vectors in memory (exact scan), best first. */
-  semantic(owner: string, workspaceId: string | undefined, qv: Float32Array, f: Filters, n = CANDIDATES): Array<{ id: string; similarity: number }> {
+  semantic(owner: string, workspaceId: string | undefined, qv: Float32Array, filters: Filters, limit = CANDIDATES): Array<{ id: string; similarity: number }> {
     const idx = this.loadVectors().get(owner);
     if (!idx) return [];
     const now = this.now();
-    return idx.search(qv, n, MIN_SIMILARITY, (m) => this.passes(workspaceId, f, m, now)).map((h) => ({ id: h.id, similarity: h.score }));
+    return idx.search(qv, limit, MIN_SIMILARITY, (m) => this.passes(workspaceId, filters, m, now)).map((h) => ({ id: h.id, similarity: h.score }));
   }
 
   private async queryVector(query: string): Promise<Float32Array> {
@@ -477,25 +477,25 @@ export class KnowledgeService {
   async search(
     owner: string,
     workspaceId: string | undefined,
-    a: Filters & { query: string; limit: number; cursor?: string },
+    args: Filters & { query: string; limit: number; cursor?: string },
     force?: SearchMode,
   ): Promise<Record<string, unknown>> {
     this.sweep();
-    const filter = digest([a.query, a.kinds ?? null, a.scope ?? null, a.projectId ?? null, a.journalType ?? null, a.tags ?? null, a.tagMatch]);
+    const filter = digest([args.query, args.kinds ?? null, args.scope ?? null, args.projectId ?? null, args.journalType ?? null, args.tags ?? null, args.tagMatch]);
     let offset = 0;
-    if (a.cursor) {
-      const c = this.deps.cursors.decode<{ f?: string; o?: number }>('knowledge_search', a.cursor);
+    if (args.cursor) {
+      const c = this.deps.cursors.decode<{ f?: string; o?: number }>('knowledge_search', args.cursor);
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another query or filters; repeat the same query and filters, or start without a cursor', { field: 'cursor' });
       offset = c.o ?? 0;
     }
-    const lex = force === 'semantic' ? [] : this.lexical(owner, workspaceId, a.query, a);
+    const lex = force === 'semantic' ? [] : this.lexical(owner, workspaceId, args.query, args);
     let sem: Array<{ id: string; similarity: number }> = [];
     let mode: SearchMode = 'lexical';
     let reason: string | undefined;
     if (force !== 'lexical') {
       if (this.deps.embedder.state === 'ready') {
         try {
-          sem = this.semantic(owner, workspaceId, await this.queryVector(a.query), a);
+          sem = this.semantic(owner, workspaceId, await this.queryVector(args.query), args);
           mode = force === 'semantic' ? 'semantic' : 'hybrid';
         } catch (e) {
           reason = `semantic ranking failed for this query: ${(e as Error).message}`;
@@ -505,26 +505,26 @@ export class KnowledgeService {
     // Reciprocal rank fusion; relevance is the fused score over the best possible one, 0-100.
     const fused = new Map<string, { score: number; lexRank?: number; semRank?: number; similarity?: number }>();
     lex.forEach((id, i) => fused.set(id, { score: LEXICAL_WEIGHT / (RRF_K + i + 1), lexRank: i + 1 }));
-    sem.forEach((s, i) => {
-      const e = fused.get(s.id) ?? { score: 0 };
-      e.score += SEMANTIC_WEIGHT / (RRF_K + i + 1);
-      e.semRank = i + 1;
-      e.similarity = s.similarity;
-      fused.set(s.id, e);
+    sem.forEach((state, i) => {
+      const entry = fused.get(state.id) ?? { score: 0 };
+      entry.score += SEMANTIC_WEIGHT / (RRF_K + i + 1);
+      entry.semRank = i + 1;
+      entry.similarity = state.similarity;
+      fused.set(state.id, entry);
     });
     const best = ((mode === 'semantic' ? 0 : LEXICAL_WEIGHT) + (mode === 'lexical' ? 0 : SEMANTIC_WEIGHT)) / (RRF_K + 1);
     const ranked = [...fused.entries()].sort((x, y) => y[1].score - x[1].score || (x[0] < y[0] ? -1 : 1));
-    const page = ranked.slice(offset, offset + a.limit);
+    const page = ranked.slice(offset, offset + args.limit);
     const rows = new Map<string, ItemRow>();
     if (page.length > 0) {
       const got = this.stmt(`SELECT * FROM knowledge_items WHERE id IN (${page.map(() => '?').join(',')})`).all(...(page.map((p) => p[0]) as unknown[])) as ItemRow[];
       for (const r of got) rows.set(r.id, r);
     }
-    const needle = (a.query.toLowerCase().match(/[\p{L}\p{N}_]+/gu) ?? [a.query.toLowerCase()]).sort((x, y) => y.length - x.length)[0]!;
+    const needle = (args.query.toLowerCase().match(/[\p{L}\p{N}_]+/gu) ?? [args.query.toLowerCase()]).sort((x, y) => y.length - x.length)[0]!;
     const pending = this.pendingCount(owner);
     const next = offset + page.length;
     return {
-      query: a.query,
+      query: args.query,
       mode,
       ...(reason && mode !== 'hybrid' ? { modeReason: reason } : {}),
       model: { ...EMBEDDING_MODEL, label: MODEL_LABEL, state: this.deps.embedder.state },
@@ -532,15 +532,15 @@ export class KnowledgeService {
       results: page
         .filter(([id]) => rows.has(id))
         .map(([id, s], i) => {
-          const r = rows.get(id)!;
+          const item = rows.get(id)!;
           return {
-            ...this.describe(r, false),
+            ...this.describe(item, false),
             rank: offset + i + 1,
             relevance: Math.max(1, Math.min(100, Math.round((100 * s.score) / best))),
             matchedBy: [...(s.lexRank ? ['lexical'] : []), ...(s.semRank ? ['semantic'] : [])],
             ...(s.lexRank ? { lexicalRank: s.lexRank } : {}),
             ...(s.semRank ? { semanticRank: s.semRank, similarity: Math.round(s.similarity! * 1000) / 1000 } : {}),
-            snippet: snippet(r.content, needle),
+            snippet: snippet(item.content, needle),
           };
         }),
       count: page.length,
@@ -549,18 +549,18 @@ export class KnowledgeService {
     };
   }
 
-  linkItems(owner: string, a: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }): Record<string, unknown> {
+  linkItems(owner: string, args: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }): Record<string, unknown> {
     return tx(this.deps.db, () => {
-      this.item(owner, a.sourceId, 'sourceId', 'knowledge_link');
-      this.item(owner, a.targetId, 'targetId', 'knowledge_link');
-      if (a.sourceId === a.targetId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_link: targetId: an item cannot be linked to itself', { field: 'targetId' });
-      const cur = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE source_id = ? AND target_id = ? AND relation = ? AND deleted_at IS NULL').get(a.sourceId, a.targetId, a.relation) as LinkRow | undefined;
+      this.item(owner, args.sourceId, 'sourceId', 'knowledge_link');
+      this.item(owner, args.targetId, 'targetId', 'knowledge_link');
+      if (args.sourceId === args.targetId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_link: targetId: an item cannot be linked to itself', { field: 'targetId' });
+      const cur = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE source_id = ? AND target_id = ? AND relation = ? AND deleted_at IS NULL').get(args.sourceId, args.targetId, args.relation) as LinkRow | undefined;
       const have = cur?.generation ?? 0;
-      if (have !== a.expectedGeneration) {
+      if (have !== args.expectedGeneration) {
         throw new ServiceError(
           'CONFLICT',
           cur
-            ? `knowledge_link: expectedGeneration: a ${a.relation} link from ${a.sourceId} to ${a.targetId} already exists at generation ${have} (${cur.id}); pass expectedGeneration ${have} to confirm it`
+            ? `knowledge_link: expectedGeneration: a ${args.relation} link from ${args.sourceId} to ${args.targetId} already exists at generation ${have} (${cur.id}); pass expectedGeneration ${have} to confirm it`
             : `knowledge_link: expectedGeneration: no such link exists; pass expectedGeneration 0 to create it`,
           { field: 'expectedGeneration', currentGeneration: have, ...(cur ? { linkId: cur.id } : {}) },
         );
@@ -569,73 +569,73 @@ export class KnowledgeService {
       const id = newId('knowledgeLink');
       this.deps.db
         .prepare('INSERT INTO knowledge_links (id, owner_id, source_id, target_id, relation, generation, created_at) VALUES (?, ?, ?, ?, ?, 1, ?)')
-        .run(id, owner, a.sourceId, a.targetId, a.relation, new Date().toISOString());
+        .run(id, owner, args.sourceId, args.targetId, args.relation, new Date().toISOString());
       return { ...this.link(this.deps.db.prepare('SELECT * FROM knowledge_links WHERE id = ?').get(id) as LinkRow), created: true };
     });
   }
 
-  unlink(owner: string, a: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }): Record<string, unknown> {
+  unlink(owner: string, args: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }): Record<string, unknown> {
     return tx(this.deps.db, () => {
-      let l: LinkRow | undefined;
-      if (a.linkId) {
-        l = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE id = ? AND owner_id = ?').get(a.linkId, owner) as LinkRow | undefined;
-        if (!l) throw new ServiceError('NOT_FOUND', `knowledge_unlink: linkId: no link ${a.linkId}`, { field: 'linkId' });
-        if (l.deleted_at) return { ...this.link(l), removed: true, alreadyRemoved: true };
+      let link: LinkRow | undefined;
+      if (args.linkId) {
+        link = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE id = ? AND owner_id = ?').get(args.linkId, owner) as LinkRow | undefined;
+        if (!link) throw new ServiceError('NOT_FOUND', `knowledge_unlink: linkId: no link ${args.linkId}`, { field: 'linkId' });
+        if (link.deleted_at) return { ...this.link(link), removed: true, alreadyRemoved: true };
         for (const k of ['sourceId', 'targetId', 'relation'] as const) {
-          const want = a[k];
-          const have = k === 'sourceId' ? l.source_id : k === 'targetId' ? l.target_id : l.relation;
-          if (want !== undefined && want !== have) throw new ServiceError('INVALID_ARGUMENT', `knowledge_unlink: ${k}: link ${a.linkId} has ${k} ${have}, not ${want}`, { field: k });
+          const want = args[k];
+          const have = k === 'sourceId' ? link.source_id : k === 'targetId' ? link.target_id : link.relation;
+          if (want !== undefined && want !== have) throw new ServiceError('INVALID_ARGUMENT', `knowledge_unlink: ${k}: link ${args.linkId} has ${k} ${have}, not ${want}`, { field: k });
         }
       } else {
         const found = this.deps.db
-          .prepare(`SELECT * FROM knowledge_links WHERE owner_id = ? AND source_id = ? AND target_id = ? AND deleted_at IS NULL${a.relation ? ' AND relation = ?' : ''}`)
-          .all(owner, a.sourceId, a.targetId, ...(a.relation ? [a.relation] : [])) as LinkRow[];
-        if (found.length === 0) throw new ServiceError('NOT_FOUND', `knowledge_unlink: sourceId: no ${a.relation ? a.relation + ' ' : ''}link from ${a.sourceId} to ${a.targetId}`, { field: 'sourceId' });
+          .prepare(`SELECT * FROM knowledge_links WHERE owner_id = ? AND source_id = ? AND target_id = ? AND deleted_at IS NULL${args.relation ? ' AND relation = ?' : ''}`)
+          .all(owner, args.sourceId, args.targetId, ...(args.relation ? [args.relation] : [])) as LinkRow[];
+        if (found.length === 0) throw new ServiceError('NOT_FOUND', `knowledge_unlink: sourceId: no ${args.relation ? args.relation + ' ' : ''}link from ${args.sourceId} to ${args.targetId}`, { field: 'sourceId' });
         if (found.length > 1) {
           throw new ServiceError('FAILED_PRECONDITION', `knowledge_unlink: relation: ${found.length} links join these items (${found.map((f) => f.relation).join(', ')}); give relation or linkId`, {
             field: 'relation',
             linkIds: found.map((f) => f.id),
           });
         }
-        l = found[0]!;
+        link = found[0]!;
       }
-      if (a.expectedGeneration !== undefined && a.expectedGeneration !== l.generation) {
-        throw new ServiceError('CONFLICT', `knowledge_unlink: expectedGeneration: link ${l.id} is at generation ${l.generation}, not ${a.expectedGeneration}; nothing was removed`, {
+      if (args.expectedGeneration !== undefined && args.expectedGeneration !== link.generation) {
+        throw new ServiceError('CONFLICT', `knowledge_unlink: expectedGeneration: link ${link.id} is at generation ${link.generation}, not ${args.expectedGeneration}; nothing was removed`, {
           field: 'expectedGeneration',
-          currentGeneration: l.generation,
+          currentGeneration: link.generation,
         });
       }
-      this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE id = ?').run(new Date().toISOString(), l.id);
-      return { ...this.link(l), removed: true };
+      this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE id = ?').run(new Date().toISOString(), link.id);
+      return { ...this.link(link), removed: true };
     });
   }
 
-  graph(owner: string, workspaceId: string | undefined, a: { rootId?: string; depth: number; maxNodes: number; kinds?: Kind[]; projectId?: string }): Record<string, unknown> {
+  graph(owner: string, workspaceId: string | undefined, args: { rootId?: string; depth: number; maxNodes: number; kinds?: Kind[]; projectId?: string }): Record<string, unknown> {
     this.sweep();
-    const f: Filters = { kinds: a.kinds, projectId: a.projectId, tagMatch: 'all' };
-    const w = this.where(owner, workspaceId, f);
-    const matches = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} AND i.id = ?`);
+    const f: Filters = { kinds: args.kinds, projectId: args.projectId, tagMatch: 'all' };
+    const workspace = this.where(owner, workspaceId, f);
+    const matches = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${workspace.sql} AND i.id = ?`);
     const nodes = new Map<string, { row: ItemRow; depth: number }>();
     let truncated = false;
-    if (a.rootId) {
-      const root = this.item(owner, a.rootId, 'rootId', 'knowledge_graph');
+    if (args.rootId) {
+      const root = this.item(owner, args.rootId, 'rootId', 'knowledge_graph');
       nodes.set(root.id, { row: root, depth: 0 });
       let frontier = [root.id];
       const linksOf = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id');
-      for (let hop = 1; hop <= a.depth && frontier.length > 0 && !truncated; hop++) {
+      for (let hop = 1; hop <= args.depth && frontier.length > 0 && !truncated; hop++) {
         const next: string[] = [];
         for (const id of frontier) {
           for (const l of linksOf.all(id, id) as LinkRow[]) {
             const other = l.source_id === id ? l.target_id : l.source_id;
             if (nodes.has(other)) continue;
             // Filtered-out items are neither returned nor walked through.
-            const r = matches.get(...w.params, other) as ItemRow | undefined;
-            if (!r) continue;
-            if (nodes.size >= a.maxNodes) {
+            const item = matches.get(...workspace.params, other) as ItemRow | undefined;
+            if (!item) continue;
+            if (nodes.size >= args.maxNodes) {
               truncated = true;
               break;
             }
-            nodes.set(other, { row: r, depth: hop });
+            nodes.set(other, { row: item, depth: hop });
             next.push(other);
           }
           if (truncated) break;
@@ -643,9 +643,9 @@ export class KnowledgeService {
         frontier = next;
       }
     } else {
-      const rows = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${w.sql} ORDER BY i.seq DESC LIMIT ?`).all(...w.params, a.maxNodes + 1) as ItemRow[];
-      truncated = rows.length > a.maxNodes;
-      for (const r of rows.slice(0, a.maxNodes)) nodes.set(r.id, { row: r, depth: 0 });
+      const rows = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${workspace.sql} ORDER BY i.seq DESC LIMIT ?`).all(...workspace.params, args.maxNodes + 1) as ItemRow[];
+      truncated = rows.length > args.maxNodes;
+      for (const r of rows.slice(0, args.maxNodes)) nodes.set(r.id, { row: r, depth: 0 });
     }
     // Every edge between two returned nodes, and only those: both ends are always present.
     const ids = [...nodes.keys()];
@@ -658,8 +658,8 @@ export class KnowledgeService {
       for (const l of ls) edges.push(this.link(l));
     }
     return {
-      rootId: a.rootId ?? null,
-      depth: a.depth,
+      rootId: args.rootId ?? null,
+      depth: args.depth,
       nodes: [...nodes.values()].map((n) => ({ ...this.describe(n.row, false), hops: n.depth })),
       edges,
       nodeCount: nodes.size,
@@ -679,7 +679,7 @@ export class KnowledgeService {
     this.deps.db
       .prepare('UPDATE knowledge_items SET embedding = NULL, embedding_sha = NULL, embedding_model = NULL WHERE embedding_model IS NOT NULL AND embedding_model != ?')
       .run(MODEL_LABEL);
-    const m = new Map<string, VectorIndex<VectorMeta>>();
+    const match = new Map<string, VectorIndex<VectorMeta>>();
     const rows = this.deps.db
       .prepare(
         `SELECT seq, id, owner_id, kind, scope, workspace_id, project_id, journal_type, tags_json, expires_at_ms, embedding FROM knowledge_items
@@ -688,29 +688,29 @@ export class KnowledgeService {
       .iterate(MODEL_LABEL) as IterableIterator<ItemRow & { embedding: Buffer }>;
     for (const r of rows) {
       if (r.embedding.byteLength !== EMBEDDING_MODEL.dimensions * 4) continue; // not a vector of this model
-      this.indexOf(m, r.owner_id).upsert(r.id, fromBlob(r.embedding), this.meta(r));
+      this.indexOf(match, r.owner_id).upsert(r.id, fromBlob(r.embedding), this.meta(r));
     }
-    this.vectors = m;
-    return m;
+    this.vectors = match;
+    return match;
   }
 
-  private indexOf(m: Map<string, VectorIndex<VectorMeta>>, owner: string): VectorIndex<VectorMeta> {
-    let idx = m.get(owner);
-    if (!idx) m.set(owner, (idx = new VectorIndex<VectorMeta>(EMBEDDING_MODEL.dimensions)));
+  private indexOf(match: Map<string, VectorIndex<VectorMeta>>, owner: string): VectorIndex<VectorMeta> {
+    let idx = match.get(owner);
+    if (!idx) match.set(owner, (idx = new VectorIndex<VectorMeta>(EMBEDDING_MODEL.dimensions)));
     return idx;
   }
 
-  private meta(r: Pick<ItemRow, 'seq' | 'owner_id' | 'kind' | 'scope' | 'workspace_id' | 'project_id' | 'journal_type' | 'tags_json' | 'expires_at_ms'>): VectorMeta {
+  private meta(item: Pick<ItemRow, 'seq' | 'owner_id' | 'kind' | 'scope' | 'workspace_id' | 'project_id' | 'journal_type' | 'tags_json' | 'expires_at_ms'>): VectorMeta {
     return {
-      seq: r.seq,
-      owner: r.owner_id,
-      kind: r.kind,
-      scope: r.scope,
-      workspaceId: r.workspace_id,
-      projectId: r.project_id,
-      journalType: r.journal_type,
-      tags: JSON.parse(r.tags_json),
-      expiresAt: r.expires_at_ms,
+      seq: item.seq,
+      owner: item.owner_id,
+      kind: item.kind,
+      scope: item.scope,
+      workspaceId: item.workspace_id,
+      projectId: item.project_id,
+      journalType: item.journal_type,
+      tags: JSON.parse(item.tags_json),
+      expiresAt: item.expires_at_ms,
     };
   }
 
@@ -760,8 +760,8 @@ export class KnowledgeService {
       } catch {
         return done;
       }
-      rows.forEach((r, i) => {
-        if (!this.storeEmbedding(r.id, r.embed_text_sha, vecs[i]!)) {
+      rows.forEach((row, i) => {
+        if (!this.storeEmbedding(row.id, row.embed_text_sha, vecs[i]!)) {
           // Changed or deleted meanwhile: the next round picks up the new text.
         }
       });

@@ -45,18 +45,18 @@ interface NoteRow {
 
 /** The repository key of a URL: scheme and host lowercased, default port, no trailing slash or ".git". */
 export function repositoryKey(url: string): string {
-  let u: string;
+  let href: string;
   try {
-    u = parseRepoUrl(url).url;
+    href = parseRepoUrl(url).url;
   } catch {
-    u = url.trim();
+    href = url.trim();
   }
-  u = u.replace(/\/+$/, '');
-  return u.endsWith('.git') ? u.slice(0, -4) : u;
+  href = href.replace(/\/+$/, '');
+  return href.endsWith('.git') ? href.slice(0, -4) : href;
 }
 
-export function digest(v: unknown): string {
-  return createHash('sha256').update(JSON.stringify(v)).digest('base64url').slice(0, 12);
+export function digest(value: unknown): string {
+  return createHash('sha256').update(JSON.stringify(value)).digest('base64url').slice(0, 12);
 }
 
 /** Tag filter: all = every tag present; any = at least one. */
@@ -98,22 +98,22 @@ export class MemoryService {
     return retentionSeconds === undefined ? null : this.now() + retentionSeconds * this.deps.clock.secondMs;
   }
 
-  private describe(r: NoteRow, withContent: boolean): Record<string, unknown> {
+  private describe(note: NoteRow, withContent: boolean): Record<string, unknown> {
     const out: Record<string, unknown> = {
-      memoryId: r.id,
-      scope: r.scope,
-      name: r.name,
-      ...(r.scope === 'repository' ? { repository: r.scope_key } : {}),
-      ...(r.scope === 'workspace' ? { workspaceId: r.scope_key } : {}),
-      tags: JSON.parse(r.tags_json),
-      generation: r.generation,
-      size: r.content.length,
-      retentionSeconds: r.retention_seconds,
-      expiresAt: r.expires_at_ms === null ? null : new Date(r.expires_at_ms).toISOString(),
-      createdAt: r.created_at,
-      updatedAt: r.updated_at,
+      memoryId: note.id,
+      scope: note.scope,
+      name: note.name,
+      ...(note.scope === 'repository' ? { repository: note.scope_key } : {}),
+      ...(note.scope === 'workspace' ? { workspaceId: note.scope_key } : {}),
+      tags: JSON.parse(note.tags_json),
+      generation: note.generation,
+      size: note.content.length,
+      retentionSeconds: note.retention_seconds,
+      expiresAt: note.expires_at_ms === null ? null : new Date(note.expires_at_ms).toISOString(),
+      createdAt: note.created_at,
+      updatedAt: note.updated_at,
     };
-    if (withContent) out.content = r.content;
+    if (withContent) out.content = note.content;
     return out;
   }
 
@@ -126,39 +126,39 @@ export class MemoryService {
       .all(owner, ...pairs.flat(), this.now()) as NoteRow[];
   }
 
-  private find(owner: string, workspaceId: string, a: { memoryId?: string; name?: string; scope?: MemoryScope }, tool: string): NoteRow {
+  private find(owner: string, workspaceId: string, args: { memoryId?: string; name?: string; scope?: MemoryScope }, tool: string): NoteRow {
     const now = this.now();
-    let r: NoteRow | undefined;
-    if (a.memoryId) {
-      r = this.deps.db.prepare('SELECT * FROM memory_notes WHERE id = ? AND owner_id = ?').get(a.memoryId, owner) as NoteRow | undefined;
+    let note: NoteRow | undefined;
+    if (args.memoryId) {
+      note = this.deps.db.prepare('SELECT * FROM memory_notes WHERE id = ? AND owner_id = ?').get(args.memoryId, owner) as NoteRow | undefined;
       // A note of another workspace or repository is not visible from this one.
-      if (r && r.scope !== 'owner' && r.scope_key !== this.scopeKey(r.scope, workspaceId)) r = undefined;
+      if (note && note.scope !== 'owner' && note.scope_key !== this.scopeKey(note.scope, workspaceId)) note = undefined;
     } else {
       // By name: the given scope, else the narrowest visible scope holding that name.
-      for (const [s, k] of this.visible(workspaceId, a.scope).reverse()) {
-        r = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, s, k, a.name) as NoteRow | undefined;
-        if (r && (r.expires_at_ms === null || r.expires_at_ms > now)) break;
+      for (const [s, k] of this.visible(workspaceId, args.scope).reverse()) {
+        note = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, s, k, args.name) as NoteRow | undefined;
+        if (note && (note.expires_at_ms === null || note.expires_at_ms > now)) break;
       }
     }
-    if (!r || (r.expires_at_ms !== null && r.expires_at_ms <= now)) {
-      const what = a.memoryId ? `memoryId: no memory note ${a.memoryId}` : `name: no memory note named ${a.name}${a.scope ? ` in the ${a.scope} scope` : ' in any scope visible from this workspace'}`;
-      throw new ServiceError('NOT_FOUND', `${tool}: ${what}`, { field: a.memoryId ? 'memoryId' : 'name' });
+    if (!note || (note.expires_at_ms !== null && note.expires_at_ms <= now)) {
+      const what = args.memoryId ? `memoryId: no memory note ${args.memoryId}` : `name: no memory note named ${args.name}${args.scope ? ` in the ${args.scope} scope` : ' in any scope visible from this workspace'}`;
+      throw new ServiceError('NOT_FOUND', `${tool}: ${what}`, { field: args.memoryId ? 'memoryId' : 'name' });
     }
-    return r;
+    return note;
   }
 
-  list(owner: string, workspaceId: string, a: { scope?: MemoryScope; tags?: string[]; limit: number; cursor?: string }): Record<string, unknown> {
-    const filter = digest([a.scope ?? null, a.tags ?? null]);
+  list(owner: string, workspaceId: string, args: { scope?: MemoryScope; tags?: string[]; limit: number; cursor?: string }): Record<string, unknown> {
+    const filter = digest([args.scope ?? null, args.tags ?? null]);
     let after: string | undefined;
-    if (a.cursor) {
-      const c = this.deps.cursors.decode<{ f?: string; a?: string }>('memories_list', a.cursor);
+    if (args.cursor) {
+      const c = this.deps.cursors.decode<{ f?: string; a?: string }>('memories_list', args.cursor);
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for other filters; repeat the same scope and tags, or start without a cursor', { field: 'cursor' });
       after = c.a;
     }
-    const all = this.rows(owner, this.visible(workspaceId, a.scope)).filter((r) => tagsMatch(JSON.parse(r.tags_json), a.tags, 'all'));
+    const all = this.rows(owner, this.visible(workspaceId, args.scope)).filter((r) => tagsMatch(JSON.parse(r.tags_json), args.tags, 'all'));
     const keyOf = (r: NoteRow) => `${r.name}\u0000${r.scope}\u0000${r.id}`;
     const rest = after === undefined ? all : all.filter((r) => keyOf(r) > after!);
-    const page = rest.slice(0, a.limit);
+    const page = rest.slice(0, args.limit);
     const more = rest.length > page.length;
     return {
       notes: page.map((r) => this.describe(r, false)),
@@ -167,42 +167,42 @@ export class MemoryService {
     };
   }
 
-  read(owner: string, workspaceId: string, a: { memoryId?: string; name?: string; scope?: MemoryScope }): Record<string, unknown> {
+  read(owner: string, workspaceId: string, args: { memoryId?: string; name?: string; scope?: MemoryScope }): Record<string, unknown> {
     this.sweep();
-    return this.describe(this.find(owner, workspaceId, a, 'memories_read'), true);
+    return this.describe(this.find(owner, workspaceId, args, 'memories_read'), true);
   }
 
   write(
     owner: string,
     workspaceId: string,
-    a: { scope: MemoryScope; name: string; content: string; tags: string[]; retentionSeconds?: number; expectedGeneration: number },
+    args: { scope: MemoryScope; name: string; content: string; tags: string[]; retentionSeconds?: number; expectedGeneration: number },
   ): Record<string, unknown> {
-    const key = this.scopeKey(a.scope, workspaceId);
-    const tags = uniqueTags(a.tags);
+    const key = this.scopeKey(args.scope, workspaceId);
+    const tags = uniqueTags(args.tags);
     return tx(this.deps.db, () => {
       const now = this.now();
       const iso = new Date(now).toISOString();
-      this.deps.db.prepare('DELETE FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ? AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').run(owner, a.scope, key, a.name, now);
-      const cur = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, a.scope, key, a.name) as NoteRow | undefined;
+      this.deps.db.prepare('DELETE FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ? AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?').run(owner, args.scope, key, args.name, now);
+      const cur = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, args.scope, key, args.name) as NoteRow | undefined;
       const have = cur?.generation ?? 0;
-      if (have !== a.expectedGeneration) {
+      if (have !== args.expectedGeneration) {
         const msg = cur
-          ? `expectedGeneration: the note ${a.name} (${a.scope} scope) is at generation ${have}, not ${a.expectedGeneration}; read it again and retry with expectedGeneration ${have}`
-          : `expectedGeneration: no note ${a.name} exists in the ${a.scope} scope; pass expectedGeneration 0 to create it`;
+          ? `expectedGeneration: the note ${args.name} (${args.scope} scope) is at generation ${have}, not ${args.expectedGeneration}; read it again and retry with expectedGeneration ${have}`
+          : `expectedGeneration: no note ${args.name} exists in the ${args.scope} scope; pass expectedGeneration 0 to create it`;
         throw new ServiceError('CONFLICT', `memories_write: ${msg}`, { field: 'expectedGeneration', currentGeneration: have, ...(cur ? { memoryId: cur.id } : {}) });
       }
-      const expires = a.retentionSeconds !== undefined ? this.expiresAt(a.retentionSeconds) : null;
+      const expires = args.retentionSeconds !== undefined ? this.expiresAt(args.retentionSeconds) : null;
       if (!cur) {
         const id = newId('memory');
         this.deps.db
           .prepare('INSERT INTO memory_notes (id, owner_id, scope, scope_key, name, content, tags_json, generation, retention_seconds, expires_at_ms, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)')
-          .run(id, owner, a.scope, key, a.name, a.content, JSON.stringify(tags), a.retentionSeconds ?? null, expires, iso, iso);
+          .run(id, owner, args.scope, key, args.name, args.content, JSON.stringify(tags), args.retentionSeconds ?? null, expires, iso, iso);
       } else {
         this.deps.db
           .prepare('UPDATE memory_notes SET content = ?, tags_json = ?, generation = generation + 1, retention_seconds = ?, expires_at_ms = ?, updated_at = ? WHERE id = ?')
-          .run(a.content, JSON.stringify(tags), a.retentionSeconds ?? null, expires, iso, cur.id);
+          .run(args.content, JSON.stringify(tags), args.retentionSeconds ?? null, expires, iso, cur.id);
       }
-      const row = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, a.scope, key, a.name) as NoteRow;
+      const row = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, args.scope, key, args.name) as NoteRow;
       return { ...this.describe(row, false), created: !cur };
     });
   }
@@ -210,34 +210,34 @@ export class MemoryService {
   search(
     owner: string,
     workspaceId: string,
-    a: { query: string; scope?: MemoryScope; tags?: string[]; tagMatch: 'all' | 'any'; limit: number; cursor?: string },
+    args: { query: string; scope?: MemoryScope; tags?: string[]; tagMatch: 'all' | 'any'; limit: number; cursor?: string },
   ): Record<string, unknown> {
-    const filter = digest([a.query, a.scope ?? null, a.tags ?? null, a.tagMatch]);
+    const filter = digest([args.query, args.scope ?? null, args.tags ?? null, args.tagMatch]);
     let offset = 0;
-    if (a.cursor) {
-      const c = this.deps.cursors.decode<{ f?: string; o?: number }>('memories_search', a.cursor);
+    if (args.cursor) {
+      const c = this.deps.cursors.decode<{ f?: string; o?: number }>('memories_search', args.cursor);
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another query or filters; repeat the same query, scope and tags, or start without a cursor', { field: 'cursor' });
       offset = c.o ?? 0;
     }
-    const needle = a.query.toLowerCase();
+    const needle = args.query.toLowerCase();
     const hits: Array<{ r: NoteRow; score: number; count: number; where: string[] }> = [];
-    for (const r of this.rows(owner, this.visible(workspaceId, a.scope))) {
-      const tags: string[] = JSON.parse(r.tags_json);
-      if (!tagsMatch(tags, a.tags, a.tagMatch)) continue;
-      const inName = r.name.toLowerCase().includes(needle);
+    for (const note of this.rows(owner, this.visible(workspaceId, args.scope))) {
+      const tags: string[] = JSON.parse(note.tags_json);
+      if (!tagsMatch(tags, args.tags, args.tagMatch)) continue;
+      const inName = note.name.toLowerCase().includes(needle);
       const inTags = tags.some((t) => t.toLowerCase().includes(needle));
-      const count = occurrences(r.content.toLowerCase(), needle);
+      const count = occurrences(note.content.toLowerCase(), needle);
       if (!inName && !inTags && count === 0) continue;
       const where = [...(inName ? ['name'] : []), ...(inTags ? ['tags'] : []), ...(count > 0 ? ['content'] : [])];
       // Ranking: a name hit first, then a tag hit, then how densely the content holds the text.
-      const score = (inName ? 1000 : 0) + (inTags ? 100 : 0) + Math.min(99, count) + (count > 0 ? Math.min(0.99, (count * needle.length) / Math.max(1, r.content.length)) : 0);
-      hits.push({ r, score, count, where });
+      const score = (inName ? 1000 : 0) + (inTags ? 100 : 0) + Math.min(99, count) + (count > 0 ? Math.min(0.99, (count * needle.length) / Math.max(1, note.content.length)) : 0);
+      hits.push({ r: note, score, count, where });
     }
     hits.sort((x, y) => y.score - x.score || (x.r.updated_at < y.r.updated_at ? 1 : x.r.updated_at > y.r.updated_at ? -1 : 0) || (x.r.id < y.r.id ? -1 : 1));
-    const page = hits.slice(offset, offset + a.limit);
+    const page = hits.slice(offset, offset + args.limit);
     const next = offset + page.length;
     return {
-      query: a.query,
+      query: args.query,
       results: page.map((h, i) => ({
         ...this.describe(h.r, false),
         rank: offset + i + 1,
@@ -251,18 +251,18 @@ export class MemoryService {
     };
   }
 
-  delete(owner: string, workspaceId: string, a: { memoryId?: string; name?: string; scope?: MemoryScope; expectedGeneration: number }): Record<string, unknown> {
+  delete(owner: string, workspaceId: string, args: { memoryId?: string; name?: string; scope?: MemoryScope; expectedGeneration: number }): Record<string, unknown> {
     return tx(this.deps.db, () => {
-      const r = this.find(owner, workspaceId, a, 'memories_delete');
-      if (r.generation !== a.expectedGeneration) {
+      const note = this.find(owner, workspaceId, args, 'memories_delete');
+      if (note.generation !== args.expectedGeneration) {
         throw new ServiceError(
           'CONFLICT',
-          `memories_delete: expectedGeneration: the note ${r.name} is at generation ${r.generation}, not ${a.expectedGeneration}; nothing was deleted (read it again and retry with expectedGeneration ${r.generation})`,
-          { field: 'expectedGeneration', currentGeneration: r.generation, memoryId: r.id },
+          `memories_delete: expectedGeneration: the note ${note.name} is at generation ${note.generation}, not ${args.expectedGeneration}; nothing was deleted (read it again and retry with expectedGeneration ${note.generation})`,
+          { field: 'expectedGeneration', currentGeneration: note.generation, memoryId: note.id },
         );
       }
-      this.deps.db.prepare('DELETE FROM memory_notes WHERE id = ?').run(r.id);
-      return { memoryId: r.id, scope: r.scope, name: r.name, deleted: true, generation: r.generation };
+      this.deps.db.prepare('DELETE FROM memory_notes WHERE id = ?').run(note.id);
+      return { memoryId: note.id, scope: note.scope, name: note.name, deleted: true, generation: note.generation };
     });
   }
 

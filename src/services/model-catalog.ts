@@ -46,21 +46,21 @@ interface CacheRow {
 }
 
 /** USD-per-token strings or numbers (OpenRouter style) to integer micro-USD per million tokens. */
-function usdPerTokenToMicros(v: unknown): number | null {
-  if (v === null || v === undefined || v === '') return null;
-  const n = Number(v);
+function usdPerTokenToMicros(value: unknown): number | null {
+  if (value === null || value === undefined || value === '') return null;
+  const n = Number(value);
   if (!Number.isFinite(n) || n < 0) return null;
   return Math.round(n * 1e12);
 }
 
-function intOrNull(v: unknown): number | null {
-  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : null;
+function intOrNull(value: unknown): number | null {
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0 ? value : null;
 }
 
 /** Extra headers of provider_f (routing rule 9): user agent and a fresh random session id per call. */
-export function providerExtraHeaders(p: ProviderInfo): Record<string, string> {
+export function providerExtraHeaders(providerInfo: ProviderInfo): Record<string, string> {
   const h: Record<string, string> = { 'user-agent': GATEWAY_USER_AGENT };
-  if (p.id === 'provider_f') h[p.sessionHeader ?? PROVIDER_F_SESSION_HEADER] = 'chk_' + randomBytes(12).toString('base64url');
+  if (providerInfo.id === 'provider_f') h[providerInfo.sessionHeader ?? PROVIDER_F_SESSION_HEADER] = 'chk_' + randomBytes(12).toString('base64url');
   return h;
 }
 
@@ -70,15 +70,15 @@ export class ModelCatalog {
   }
 
   /** Parses an OpenAI-style listing ({ data: [...] } or [...]). */
-  parse(p: ProviderInfo, body: unknown, availability: CatalogEntry['availability'], fetchedAt: string): CatalogEntry[] {
+  parse(providerInfo: ProviderInfo, body: unknown, availability: CatalogEntry['availability'], fetchedAt: string): CatalogEntry[] {
     const list = Array.isArray(body) ? body : Array.isArray((body as { data?: unknown })?.data) ? (body as { data: unknown[] }).data : Array.isArray((body as { models?: unknown })?.models) ? (body as { models: unknown[] }).models : null;
     if (!list) throw new Error('the listing is not a models list');
     const out: CatalogEntry[] = [];
     for (const raw of list) {
-      const m = raw as Record<string, any>;
-      const id = typeof m?.id === 'string' ? m.id : typeof m?.name === 'string' ? m.name : null;
+      const record = raw as Record<string, any>;
+      const id = typeof record?.id === 'string' ? record.id : typeof record?.name === 'string' ? record.name : null;
       if (!id || id.length > 200) continue;
-      const pr = (m.pricing ?? {}) as Record<string, unknown>;
+      const pr = (record.pricing ?? {}) as Record<string, unknown>;
       let pricing: Omit<CatalogEntry['pricing'], 'provenance'>;
       if ('inputMicrosPerMillionTokens' in pr || 'outputMicrosPerMillionTokens' in pr) {
         pricing = {
@@ -96,60 +96,60 @@ export class ModelCatalog {
         };
       }
       // A listing without prices: the price list shipped with the service, or the operator's, fills them.
-      let priceSource: string = p.catalogSource;
+      let priceSource: string = providerInfo.catalogSource;
       if (pricing.inputMicrosPerMillionTokens === null && pricing.outputMicrosPerMillionTokens === null) {
-        const listed = this.opts.prices?.lookup(p.id, id);
+        const listed = this.opts.prices?.lookup(providerInfo.id, id);
         if (listed) {
           pricing = { ...listed.price };
           priceSource = listed.source;
         }
       }
       // Rule 9: provider_f's catalog shows unknown prices (entered on the profile as an override).
-      if (p.id === 'provider_f') {
+      if (providerInfo.id === 'provider_f') {
         pricing = { inputMicrosPerMillionTokens: null, outputMicrosPerMillionTokens: null, cachedReadMicrosPerMillionTokens: null, cachedWriteMicrosPerMillionTokens: null };
-        priceSource = p.catalogSource;
+        priceSource = providerInfo.catalogSource;
       }
       const caps = new Set<Capability>();
-      const tags: unknown[] = [...(Array.isArray(m.capabilities) ? m.capabilities : []), ...(Array.isArray(m.supported_parameters) ? m.supported_parameters : [])];
+      const tags: unknown[] = [...(Array.isArray(record.capabilities) ? record.capabilities : []), ...(Array.isArray(record.supported_parameters) ? record.supported_parameters : [])];
       for (const t of tags) {
         if (t === 'tools' || t === 'tool_choice' || t === 'function_calling') caps.add('tools');
         if (t === 'reasoning' || t === 'include_reasoning') caps.add('reasoning');
         if (t === 'vision') caps.add('vision');
       }
-      const mods = m.architecture?.input_modalities;
+      const mods = record.architecture?.input_modalities;
       if (Array.isArray(mods) && mods.includes('image')) caps.add('vision');
-      const e: CatalogEntry = {
+      const catalogEntry: CatalogEntry = {
         providerModelId: id,
         pricing: { ...pricing, provenance: { sourceModelId: id, source: priceSource, fetchedAt } },
         availability,
         capabilities: [...caps].sort(),
       };
-      if (Array.isArray(m.supported_endpoints)) e.supportedEndpoints = m.supported_endpoints.filter((x: unknown) => typeof x === 'string');
-      out.push(e);
+      if (Array.isArray(record.supported_endpoints)) catalogEntry.supportedEndpoints = record.supported_endpoints.filter((x: unknown) => typeof x === 'string');
+      out.push(catalogEntry);
     }
     return out;
   }
 
   /** GETs a provider's listing. Redirects are never followed; the key goes only to the registry host. */
-  async fetchListing(p: ProviderInfo, key: string | null, authMode: 'bearer' | 'x-api-key' | undefined, signal?: AbortSignal): Promise<{ status: number; body: unknown }> {
-    if (!p.baseUrl) throw new Error(`${p.id} has no base URL`);
-    const url = new URL(p.baseUrl + '/models');
-    if (!p.hosts.includes(url.host.toLowerCase())) throw new Error(`host ${url.host} is not a registry host of ${p.id}`);
-    const headers: Record<string, string> = { accept: 'application/json', ...providerExtraHeaders(p) };
+  async fetchListing(providerInfo: ProviderInfo, key: string | null, authMode: 'bearer' | 'x-api-key' | undefined, signal?: AbortSignal): Promise<{ status: number; body: unknown }> {
+    if (!providerInfo.baseUrl) throw new Error(`${providerInfo.id} has no base URL`);
+    const url = new URL(providerInfo.baseUrl + '/models');
+    if (!providerInfo.hosts.includes(url.host.toLowerCase())) throw new Error(`host ${url.host} is not a registry host of ${providerInfo.id}`);
+    const headers: Record<string, string> = { accept: 'application/json', ...providerExtraHeaders(providerInfo) };
     if (key) {
-      const h = authHeader(p, authMode, key);
+      const h = authHeader(providerInfo, authMode, key);
       if (typeof h === 'string') throw new Error(h);
       headers[h[0]] = h[1];
     }
-    const r = await fetch(url, { headers, redirect: 'manual', signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(FETCH_TIMEOUT_MS)]) : AbortSignal.timeout(FETCH_TIMEOUT_MS) });
-    const text = await r.text();
+    const response = await fetch(url, { headers, redirect: 'manual', signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(FETCH_TIMEOUT_MS)]) : AbortSignal.timeout(FETCH_TIMEOUT_MS) });
+    const text = await response.text();
     let body: unknown = null;
     try {
       body = JSON.parse(text);
     } catch {
       /* not JSON */
     }
-    return { status: r.status, body };
+    return { status: response.status, body };
   }
 
   private cacheKey(provider: ProviderId, credentialId: string | null): string {
@@ -163,8 +163,8 @@ export class ModelCatalog {
   /** The listing: fresh cache, else a refill; when the refill fails, the last good copy marked stale. */
   async listing(provider: ProviderId, credentialId: string | undefined, signal?: AbortSignal, progress?: (p: number, t?: number, m?: string) => void): Promise<{ entries: CatalogEntry[]; fetchedAt: string | null; stale: boolean; lastError: string | null; source: string; credentialId: string | null }> {
     const models = this.opts.models;
-    const p = models.registry()[provider];
-    if (p.catalogSource === 'none') return { entries: [], fetchedAt: null, stale: false, lastError: null, source: 'none', credentialId: null };
+    const providerInfo = models.registry()[provider];
+    if (providerInfo.catalogSource === 'none') return { entries: [], fetchedAt: null, stale: false, lastError: null, source: 'none', credentialId: null };
     let credId: string | null = null;
     let key: string | null = null;
     let authMode: 'bearer' | 'x-api-key' | undefined;
@@ -173,26 +173,26 @@ export class ModelCatalog {
       if (c.provider !== provider) throw new ServiceError('INVALID_ARGUMENT', `credentialId: ${credentialId} is a ${c.provider} credential, not ${provider}`, { field: 'credentialId' });
       if (c.status !== 'active') throw new ServiceError('FAILED_PRECONDITION', `credentialId: ${credentialId} is disabled`, { field: 'credentialId' });
       credId = c.id;
-    } else if (p.catalogSource === 'provider-models-endpoint') {
+    } else if (providerInfo.catalogSource === 'provider-models-endpoint') {
       const c = models.listCredentials(provider).find((x) => x.status === 'active');
       if (!c) throw new ServiceError('FAILED_PRECONDITION', `${provider} lists models only with a key: the owner has no active ${provider} credential (add one on the dashboard)`, { field: 'credentialId' });
       credId = c.id;
     }
-    if (credId && p.catalogSource === 'provider-models-endpoint') {
+    if (credId && providerInfo.catalogSource === 'provider-models-endpoint') {
       key = models.keyOf(credId);
       authMode = models.credential(credId).authHeader;
     }
-    const ck = this.cacheKey(provider, p.catalogSource === 'public-catalog' ? null : credId);
+    const ck = this.cacheKey(provider, providerInfo.catalogSource === 'public-catalog' ? null : credId);
     const cached = this.row(ck);
     if (cached && !cached.last_error && Date.now() - Date.parse(cached.fetched_at) < CATALOG_FRESH_MS)
-      return { entries: JSON.parse(cached.entries_json), fetchedAt: cached.fetched_at, stale: false, lastError: null, source: p.catalogSource, credentialId: credId };
+      return { entries: JSON.parse(cached.entries_json), fetchedAt: cached.fetched_at, stale: false, lastError: null, source: providerInfo.catalogSource, credentialId: credId };
     const now = nowIso();
     try {
       progress?.(0, 2, `refilling the ${provider} catalog from its source`);
-      const r = await this.fetchListing(p, key, authMode, signal);
+      const r = await this.fetchListing(providerInfo, key, authMode, signal);
       progress?.(1, 2, `the ${provider} catalog answered; reading it`);
       if (r.status < 200 || r.status > 299) throw new Error(`the catalog source answered HTTP ${r.status}`);
-      const entries = this.parse(p, r.body, p.catalogSource === 'public-catalog' ? 'public_catalog' : 'listed_for_credential', now);
+      const entries = this.parse(providerInfo, r.body, providerInfo.catalogSource === 'public-catalog' ? 'public_catalog' : 'listed_for_credential', now);
       this.opts.db
         .prepare(
           `INSERT INTO model_catalog_cache (cache_key, provider, entries_json, fetched_at, last_error, last_attempt_at) VALUES (?, ?, ?, ?, NULL, ?)
@@ -200,14 +200,14 @@ export class ModelCatalog {
         )
         .run(ck, provider, JSON.stringify(entries), now, now);
       progress?.(2, 2, `the ${provider} catalog is refilled: ${entries.length} models`);
-      return { entries, fetchedAt: now, stale: false, lastError: null, source: p.catalogSource, credentialId: credId };
+      return { entries, fetchedAt: now, stale: false, lastError: null, source: providerInfo.catalogSource, credentialId: credId };
     } catch (e) {
       let msg = (e as Error).message || 'fetch failed';
       if (key) msg = msg.split(key).join('[redacted]');
       msg = msg.slice(0, 300);
       if (cached) {
         this.opts.db.prepare('UPDATE model_catalog_cache SET last_error = ?, last_attempt_at = ? WHERE cache_key = ?').run(msg, now, ck);
-        return { entries: JSON.parse(cached.entries_json), fetchedAt: cached.fetched_at, stale: true, lastError: msg, source: p.catalogSource, credentialId: credId };
+        return { entries: JSON.parse(cached.entries_json), fetchedAt: cached.fetched_at, stale: true, lastError: msg, source: providerInfo.catalogSource, credentialId: credId };
       }
       throw new ServiceError('UNAVAILABLE', `the ${provider} catalog cannot be read and nothing is cached yet: ${msg}`, { provider });
     }
@@ -222,9 +222,9 @@ export class ModelCatalog {
       if (c.f !== filterHash) throw new ServiceError('INVALID_ARGUMENT', 'cursor: belongs to a search with other parameters', { field: 'cursor' });
       offset = c.o;
     }
-    const l = await this.listing(args.provider, args.credentialId, signal, progress);
+    const listing = await this.listing(args.provider, args.credentialId, signal, progress);
     const q = (args.query ?? '').toLowerCase();
-    const all = l.entries
+    const all = listing.entries
       .filter((e) => !q || e.providerModelId.toLowerCase().includes(q))
       .filter((e) => !args.capability || e.capabilities.includes(args.capability))
       .sort((a, b) => a.providerModelId.localeCompare(b.providerModelId));
@@ -232,16 +232,16 @@ export class ModelCatalog {
     const next = offset + limit < all.length ? this.opts.cursors.encode('catalog', { o: offset + limit, f: filterHash }) : null;
     return {
       provider: args.provider,
-      source: l.source,
-      credentialId: l.credentialId,
+      source: listing.source,
+      credentialId: listing.credentialId,
       entries: page,
       total: all.length,
       nextCursor: next,
-      fetchedAt: l.fetchedAt,
-      stale: l.stale,
-      ...(l.lastError ? { lastError: l.lastError } : {}),
+      fetchedAt: listing.fetchedAt,
+      stale: listing.stale,
+      ...(listing.lastError ? { lastError: listing.lastError } : {}),
       note:
-        l.source === 'none'
+        listing.source === 'none'
           ? 'custom has no catalog: type the model id, and enter prices on the profile (an override)'
           : 'Prices are integer micro-USD per million tokens; null = unknown, never free. public_catalog does not prove your key can call a model: use model_connection_verify.',
     };

@@ -62,7 +62,7 @@ export class ConnectionChecks {
       route = { credentialId: args.credentialId, model: args.model, apiMode: args.apiMode, customUpstreamUrl: args.customUpstreamUrl ?? null };
     }
     const cred = models.credential(route.credentialId);
-    const p = models.registry()[cred.provider];
+    const providerInfo = models.registry()[cred.provider];
     if (cred.provider !== 'custom' && route.customUpstreamUrl) throw new ServiceError('INVALID_ARGUMENT', `customUpstreamUrl: only custom credentials take an upstream URL`, { field: 'customUpstreamUrl' });
     if (cred.provider === 'custom') {
       if (!route.customUpstreamUrl) throw new ServiceError('INVALID_ARGUMENT', 'customUpstreamUrl: required for a custom credential', { field: 'customUpstreamUrl' });
@@ -71,7 +71,7 @@ export class ConnectionChecks {
         throw new ServiceError('OWNER_APPROVAL_REQUIRED', `customUpstreamUrl: no profile on ${cred.id} uses ${route.customUpstreamUrl}; nothing was sent`, { field: 'customUpstreamUrl', escalations: [{ kind: 'custom_url_unbound' }] });
     }
     if (cred.status !== 'active') throw new ServiceError('FAILED_PRECONDITION', `credentialId: ${cred.id} is disabled`, { field: 'credentialId' });
-    const ep = endpointFor(p, route.apiMode, route.customUpstreamUrl);
+    const ep = endpointFor(providerInfo, route.apiMode, route.customUpstreamUrl);
     if (typeof ep === 'string') throw new ServiceError('INVALID_ARGUMENT', ep, { field: 'apiMode' });
     this.rateLimit(principal);
 
@@ -81,27 +81,27 @@ export class ConnectionChecks {
     let unsupported = false;
 
     // 1 + 2: authentication and model access from the listing, where the provider lists with the key.
-    if (p.catalogSource === 'provider-models-endpoint') {
+    if (providerInfo.catalogSource === 'provider-models-endpoint') {
       const t0 = Date.now();
       try {
-        const r = await this.opts.catalog.fetchListing(p, key, cred.authHeader, signal);
+        const listing = await this.opts.catalog.fetchListing(providerInfo, key, cred.authHeader, signal);
         const ms = Date.now() - t0;
-        if (r.status === 401 || r.status === 403) probes.push({ name: 'authentication', status: 'fail', httpStatus: r.status, ms, detail: 'the provider refused the key' });
-        else if (r.status >= 200 && r.status < 300) {
-          probes.push({ name: 'authentication', status: 'pass', httpStatus: r.status, ms, detail: 'the key lists models' });
+        if (listing.status === 401 || listing.status === 403) probes.push({ name: 'authentication', status: 'fail', httpStatus: listing.status, ms, detail: 'the provider refused the key' });
+        else if (listing.status >= 200 && listing.status < 300) {
+          probes.push({ name: 'authentication', status: 'pass', httpStatus: listing.status, ms, detail: 'the key lists models' });
           let entries: ReturnType<ModelCatalog['parse']> = [];
           try {
-            entries = this.opts.catalog.parse(p, r.body, 'listed_for_credential', nowIso());
+            entries = this.opts.catalog.parse(providerInfo, listing.body, 'listed_for_credential', nowIso());
           } catch {
             /* unparsable listing: leave model access to inference */
           }
-          const e = entries.find((x) => x.providerModelId === route.model);
-          if (e?.supportedEndpoints && !e.supportedEndpoints.some((s) => /chat|responses/i.test(s))) {
+          const catalogEntry = entries.find((x) => x.providerModelId === route.model);
+          if (catalogEntry?.supportedEndpoints && !catalogEntry.supportedEndpoints.some((s) => /chat|responses/i.test(s))) {
             unsupported = true;
-            probes.push({ name: 'modelAccess', status: 'fail', ms, detail: `unsupported_protocol: ${route.model} is served only on ${e.supportedEndpoints.join(', ')}` });
-          } else if (e) probes.push({ name: 'modelAccess', status: 'pass', ms, detail: 'the model is listed for this key' });
+            probes.push({ name: 'modelAccess', status: 'fail', ms, detail: `unsupported_protocol: ${route.model} is served only on ${catalogEntry.supportedEndpoints.join(', ')}` });
+          } else if (catalogEntry) probes.push({ name: 'modelAccess', status: 'pass', ms, detail: 'the model is listed for this key' });
           else if (entries.length) probes.push({ name: 'modelAccess', status: 'fail', ms, detail: 'the model is not listed for this key' });
-        } else probes.push({ name: 'authentication', status: 'fail', httpStatus: r.status, ms, detail: `the models endpoint answered HTTP ${r.status}` });
+        } else probes.push({ name: 'authentication', status: 'fail', httpStatus: listing.status, ms, detail: `the models endpoint answered HTTP ${listing.status}` });
       } catch (e) {
         probes.push({ name: 'authentication', status: 'fail', ms: Date.now() - t0, detail: scrub(`the provider cannot be reached: ${(e as Error).message}`) });
       }
@@ -112,7 +112,7 @@ export class ConnectionChecks {
     if (authFailed || accessFailed) {
       probes.push({ name: 'streamingInference', status: 'skipped', detail: 'skipped: an earlier probe failed' });
     } else {
-      const inf = await this.inference(p, ep.url, cred.authHeader, key, route, 'stream', signal);
+      const inf = await this.inference(providerInfo, ep.url, cred.authHeader, key, route, 'stream', signal);
       if (inf.unsupported) unsupported = true;
       if (!probes.some((x) => x.name === 'authentication'))
         probes.push({ name: 'authentication', status: inf.httpStatus === 401 || inf.httpStatus === 403 ? 'fail' : inf.httpStatus ? 'pass' : 'fail', httpStatus: inf.httpStatus, ms: inf.ms, detail: inf.httpStatus === 401 || inf.httpStatus === 403 ? 'the provider refused the key' : inf.httpStatus ? 'the key was accepted' : scrub(inf.detail) });
@@ -123,7 +123,7 @@ export class ConnectionChecks {
     if (args.checks?.toolCall) {
       if (probes.some((x) => x.status === 'fail')) probes.push({ name: 'toolCall', status: 'skipped', detail: 'skipped: an earlier probe failed' });
       else {
-        const t = await this.inference(p, ep.url, cred.authHeader, key, route, 'tool', signal);
+        const t = await this.inference(providerInfo, ep.url, cred.authHeader, key, route, 'tool', signal);
         probes.push({ name: 'toolCall', status: t.ok ? 'pass' : 'fail', httpStatus: t.httpStatus, ms: t.ms, detail: scrub(t.detail) });
       }
     } else probes.push({ name: 'toolCall', status: 'skipped', detail: 'opt-in: pass checks.toolCall true' });
@@ -155,7 +155,7 @@ export class ConnectionChecks {
   }
 
   private async inference(
-    p: ProviderInfo,
+    providerInfo: ProviderInfo,
     url: URL,
     mode: 'bearer' | 'x-api-key',
     key: string,
@@ -164,9 +164,9 @@ export class ConnectionChecks {
     signal?: AbortSignal,
   ): Promise<{ ok: boolean; httpStatus?: number; ms: number; detail: string; unsupported?: boolean }> {
     const t0 = Date.now();
-    const h = authHeader(p, mode, key);
+    const h = authHeader(providerInfo, mode, key);
     if (typeof h === 'string') return { ok: false, ms: 0, detail: h };
-    const headers: Record<string, string> = { 'content-type': 'application/json', accept: kind === 'stream' ? 'text/event-stream' : 'application/json', 'accept-encoding': 'identity', ...providerExtraHeaders(p), [h[0]]: h[1] };
+    const headers: Record<string, string> = { 'content-type': 'application/json', accept: kind === 'stream' ? 'text/event-stream' : 'application/json', 'accept-encoding': 'identity', ...providerExtraHeaders(providerInfo), [h[0]]: h[1] };
     const chat = route.apiMode === 'chat-completions';
     const tool = { name: 'atelier_probe', description: 'Connection probe: call it with ok true.', parameters: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] } };
     let body: Record<string, unknown>;
@@ -178,39 +178,39 @@ export class ConnectionChecks {
       body = chat
         ? { model: route.model, messages: [{ role: 'user', content: 'Call the atelier_probe tool with ok true.' }], max_tokens: 64, tools: [{ type: 'function', function: tool }], tool_choice: 'required' }
         : { model: route.model, input: 'Call the atelier_probe tool with ok true.', max_output_tokens: 64, tools: [{ type: 'function', ...tool }], tool_choice: 'required' };
-    let r: Response;
+    let response: Response;
     try {
-      r = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body), redirect: 'manual', signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(PROBE_TIMEOUT_MS)]) : AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+      response = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body), redirect: 'manual', signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(PROBE_TIMEOUT_MS)]) : AbortSignal.timeout(PROBE_TIMEOUT_MS) });
     } catch (e) {
       return { ok: false, ms: Date.now() - t0, detail: `the upstream cannot be reached: ${(e as Error).message}` };
     }
     let text: string;
     try {
-      text = await r.text();
+      text = await response.text();
     } catch (e) {
-      return { ok: false, httpStatus: r.status, ms: Date.now() - t0, detail: `the answer was cut: ${(e as Error).message}` };
+      return { ok: false, httpStatus: response.status, ms: Date.now() - t0, detail: `the answer was cut: ${(e as Error).message}` };
     }
     const ms = Date.now() - t0;
-    if (r.status >= 300 && r.status < 400) return { ok: false, httpStatus: r.status, ms, detail: 'the upstream answered a redirect (never followed)' };
-    if (r.status < 200 || r.status > 299) {
-      const unsupported = [400, 404, 405, 415, 422].includes(r.status) && NATIVE_HINT.test(text);
-      return { ok: false, httpStatus: r.status, ms, unsupported, detail: `${unsupported ? 'unsupported_protocol: ' : ''}HTTP ${r.status}: ${text.slice(0, 200)}` };
+    if (response.status >= 300 && response.status < 400) return { ok: false, httpStatus: response.status, ms, detail: 'the upstream answered a redirect (never followed)' };
+    if (response.status < 200 || response.status > 299) {
+      const unsupported = [400, 404, 405, 415, 422].includes(response.status) && NATIVE_HINT.test(text);
+      return { ok: false, httpStatus: response.status, ms, unsupported, detail: `${unsupported ? 'unsupported_protocol: ' : ''}HTTP ${response.status}: ${text.slice(0, 200)}` };
     }
     if (kind === 'tool') {
       let j: Record<string, any> = {};
       try {
         j = JSON.parse(text);
       } catch {
-        return { ok: false, httpStatus: r.status, ms, detail: 'the answer is not JSON' };
+        return { ok: false, httpStatus: response.status, ms, detail: 'the answer is not JSON' };
       }
       const called = chat ? Array.isArray(j.choices?.[0]?.message?.tool_calls) && j.choices[0].message.tool_calls.length > 0 : Array.isArray(j.output) && j.output.some((o: { type?: string }) => o.type === 'function_call');
-      return { ok: called, httpStatus: r.status, ms, detail: called ? 'the model called the tool' : 'the model answered without calling the tool' };
+      return { ok: called, httpStatus: response.status, ms, detail: called ? 'the model called the tool' : 'the model answered without calling the tool' };
     }
     const events = text.split(/\r?\n\r?\n/).map((e) => e.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trim()).join('\n')).filter(Boolean);
-    if (!events.length) return { ok: false, httpStatus: r.status, ms, detail: 'the answer is not an event stream' };
+    if (!events.length) return { ok: false, httpStatus: response.status, ms, detail: 'the answer is not an event stream' };
     const done = chat ? events.includes('[DONE]') || events.some((e) => /"finish_reason"\s*:\s*"[a-z_]+"/.test(e)) : events.some((e) => e.includes('"response.completed"'));
-    if (!done) return { ok: false, httpStatus: r.status, ms, detail: 'the stream ended before it completed' };
+    if (!done) return { ok: false, httpStatus: response.status, ms, detail: 'the stream ended before it completed' };
     const usage = events.some((e) => /"usage"\s*:\s*\{/.test(e));
-    return { ok: true, httpStatus: r.status, ms, detail: `streamed ${events.length} events${usage ? ', usage reported' : ', usage not reported'}` };
+    return { ok: true, httpStatus: response.status, ms, detail: `streamed ${events.length} events${usage ? ', usage reported' : ', usage not reported'}` };
   }
 }

@@ -160,20 +160,20 @@ export class ModelService {
     const ids = provider ? [provider] : [...PROVIDER_IDS];
     return {
       providers: ids.map((id) => {
-        const p = reg[id];
+        const providerInfo = reg[id];
         return {
-          provider: p.id,
-          authHeaderModes: p.authHeaderModes,
-          apiModes: p.apiModes,
-          apiNote: p.apiNote,
+          provider: providerInfo.id,
+          authHeaderModes: providerInfo.authHeaderModes,
+          apiModes: providerInfo.apiModes,
+          apiNote: providerInfo.apiNote,
           endpoints:
-            p.id === 'custom'
+            providerInfo.id === 'custom'
               ? { baseUrl: null, note: 'one caller-entered HTTPS upstream URL per profile' }
-              : { baseUrl: p.baseUrl, chatCompletions: p.apiModes.includes('chat-completions') ? p.baseUrl + '/chat/completions' : null, responses: p.apiModes.includes('responses') ? p.baseUrl + '/responses' : null, models: p.catalogSource === 'provider-models-endpoint' ? p.baseUrl + '/models' : null },
-          hosts: p.hosts,
-          catalogSource: p.catalogSource,
-          cacheWriteBilled: p.cacheWriteBilled,
-          ...(p.sessionHeader ? { sessionHeader: p.sessionHeader, userAgent: p.userAgent } : {}),
+              : { baseUrl: providerInfo.baseUrl, chatCompletions: providerInfo.apiModes.includes('chat-completions') ? providerInfo.baseUrl + '/chat/completions' : null, responses: providerInfo.apiModes.includes('responses') ? providerInfo.baseUrl + '/responses' : null, models: providerInfo.catalogSource === 'provider-models-endpoint' ? providerInfo.baseUrl + '/models' : null },
+          hosts: providerInfo.hosts,
+          catalogSource: providerInfo.catalogSource,
+          cacheWriteBilled: providerInfo.cacheWriteBilled,
+          ...(providerInfo.sessionHeader ? { sessionHeader: providerInfo.sessionHeader, userAgent: providerInfo.userAgent } : {}),
         };
       }),
       credentials: this.listCredentials(provider),
@@ -184,17 +184,17 @@ export class ModelService {
 
   // ---------------- credentials (dashboard only) ----------------
 
-  private meta(r: CredRow): CredentialMeta {
+  private meta(credential: CredRow): CredentialMeta {
     return {
-      id: r.id,
-      provider: r.provider,
-      label: r.label,
-      authHeader: r.auth_header,
-      status: r.status,
-      keyVersion: r.key_version,
-      lastCheck: r.last_check_json ? JSON.parse(r.last_check_json) : null,
-      createdAt: r.created_at,
-      updatedAt: r.updated_at,
+      id: credential.id,
+      provider: credential.provider,
+      label: credential.label,
+      authHeader: credential.auth_header,
+      status: credential.status,
+      keyVersion: credential.key_version,
+      lastCheck: credential.last_check_json ? JSON.parse(credential.last_check_json) : null,
+      createdAt: credential.created_at,
+      updatedAt: credential.updated_at,
     };
   }
 
@@ -288,12 +288,12 @@ export class ModelService {
     return new Set(rows.map((r) => r.u));
   }
 
-  private fullPricing(p: Pricing): FullPricing {
+  private fullPricing(pricing: Pricing): FullPricing {
     return {
-      inputMicrosPerMillionTokens: p.inputMicrosPerMillionTokens as number,
-      outputMicrosPerMillionTokens: p.outputMicrosPerMillionTokens as number,
-      cachedReadMicrosPerMillionTokens: p.cachedReadMicrosPerMillionTokens ?? null,
-      cachedWriteMicrosPerMillionTokens: p.cachedWriteMicrosPerMillionTokens ?? null,
+      inputMicrosPerMillionTokens: pricing.inputMicrosPerMillionTokens as number,
+      outputMicrosPerMillionTokens: pricing.outputMicrosPerMillionTokens as number,
+      cachedReadMicrosPerMillionTokens: pricing.cachedReadMicrosPerMillionTokens ?? null,
+      cachedWriteMicrosPerMillionTokens: pricing.cachedWriteMicrosPerMillionTokens ?? null,
     };
   }
 
@@ -304,8 +304,8 @@ export class ModelService {
     return !!c && canonicalJson(c.pricing) === canonicalJson(pricing);
   }
 
-  private routeHash(r: { credentialId: string; model: string; apiMode: ApiMode; customUpstreamUrl: string | null }): string {
-    return sha256Hex(canonicalJson({ c: r.credentialId, m: r.model, a: r.apiMode, u: r.customUpstreamUrl }));
+  private routeHash(result: { credentialId: string; model: string; apiMode: ApiMode; customUpstreamUrl: string | null }): string {
+    return sha256Hex(canonicalJson({ c: result.credentialId, m: result.model, a: result.apiMode, u: result.customUpstreamUrl }));
   }
 
   /** Records a draft check result; returns its verificationRef (used by model_connection_verify). */
@@ -452,17 +452,17 @@ export class ModelService {
 
   validate(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string): Record<string, unknown> {
     try {
-      const p = this.plan(action, input, actor, principal);
+      const plan = this.plan(action, input, actor, principal);
       return {
-        valid: !p.refused,
+        valid: !plan.refused,
         action,
         profileId: input.profileId,
-        revision: { revision: p.revision, provider: p.provider, ...p.body },
-        issues: p.issues,
-        pricingReview: p.pricingReview,
-        verificationRef: { given: input.verificationRef ?? null, wouldAttach: p.attach.attaches, reason: p.attach.reason },
-        escalations: p.escalations,
-        ownerApprovalRequired: p.refused,
+        revision: { revision: plan.revision, provider: plan.provider, ...plan.body },
+        issues: plan.issues,
+        pricingReview: plan.pricingReview,
+        verificationRef: { given: input.verificationRef ?? null, wouldAttach: plan.attach.attaches, reason: plan.attach.reason },
+        escalations: plan.escalations,
+        ownerApprovalRequired: plan.refused,
       };
     } catch (e) {
       if (!(e instanceof ServiceError) || (e.code !== 'INVALID_ARGUMENT' && e.code !== 'NOT_FOUND' && e.code !== 'CONFLICT')) throw e;
@@ -472,11 +472,11 @@ export class ModelService {
 
   /** Saves a new profile (disabled) or a new revision. Over MCP, escalations refuse and nothing changes. */
   save(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string): Record<string, unknown> {
-    const p = this.plan(action, input, actor, principal);
-    if (p.refused) {
-      const priceNewRoute = p.escalations.some((e) => e.kind === 'price_unverified_for_new_route');
-      throw new ServiceError('OWNER_APPROVAL_REQUIRED', `model_profile_${action}: needs owner approval on the dashboard, nothing was changed: ${p.escalations.map((e) => e.message).join('; ')}`, {
-        escalations: p.escalations,
+    const plan = this.plan(action, input, actor, principal);
+    if (plan.refused) {
+      const priceNewRoute = plan.escalations.some((e) => e.kind === 'price_unverified_for_new_route');
+      throw new ServiceError('OWNER_APPROVAL_REQUIRED', `model_profile_${action}: needs owner approval on the dashboard, nothing was changed: ${plan.escalations.map((e) => e.message).join('; ')}`, {
+        escalations: plan.escalations,
         ...(priceNewRoute ? { reason: 'price_unverified_for_new_route' } : {}),
       });
     }
@@ -484,21 +484,21 @@ export class ModelService {
     const now = nowIso();
     const tx = this.db.transaction(() => {
       // Rule 6: the first save by this principal consumes its pending draft check, matched or not.
-      if (p.attach.pendingId) this.db.prepare('UPDATE model_verifications SET consumed_at = ? WHERE principal = ? AND consumed_at IS NULL').run(now, principal);
+      if (plan.attach.pendingId) this.db.prepare('UPDATE model_verifications SET consumed_at = ? WHERE principal = ? AND consumed_at IS NULL').run(now, principal);
       this.db
         .prepare('INSERT INTO model_profile_revisions (profile_id, revision, credential_id, custom_upstream_url, body_json, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)')
-        .run(id, p.revision, p.body.credentialId, p.body.customUpstreamUrl, JSON.stringify(p.body), actor, now);
+        .run(id, plan.revision, plan.body.credentialId, plan.body.customUpstreamUrl, JSON.stringify(plan.body), actor, now);
       if (action === 'create') {
         this.db.prepare('INSERT INTO model_profiles (id, status, generation, latest_revision, active_revision, created_at, updated_at) VALUES (?, ?, 1, 1, NULL, ?, ?)').run(id, 'disabled', now, now);
       } else {
         // A non-escalating update of an active profile becomes its active revision (nothing the owner approved is widened).
         this.db
           .prepare("UPDATE model_profiles SET generation = generation + 1, latest_revision = ?, active_revision = CASE WHEN status = 'active' THEN ? ELSE active_revision END, updated_at = ? WHERE id = ?")
-          .run(p.revision, p.revision, now, id);
+          .run(plan.revision, plan.revision, now, id);
       }
     });
     tx();
-    return { profile: this.profile(id), revision: p.revision, issues: p.issues, verificationAttached: p.attach.attaches, verificationReason: p.attach.reason };
+    return { profile: this.profile(id), revision: plan.revision, issues: plan.issues, verificationAttached: plan.attach.attaches, verificationReason: plan.attach.reason };
   }
 
   profile(id: string): Record<string, unknown> {
@@ -599,15 +599,15 @@ export class ModelService {
     const rows = this.db.prepare("SELECT * FROM model_profiles WHERE status = 'active' AND active_revision IS NOT NULL").all() as ProfileRow[];
     const wanted: Array<{ row: ProfileRow; rev: number }> = rows.map((row) => ({ row, rev: row.active_revision! }));
     const seen = new Set(wanted.map((w) => `${w.row.id}@${w.rev}`));
-    for (const p of pinned) {
-      const row = rows.find((r) => r.id === p.profileId);
-      if (!row || seen.has(`${p.profileId}@${p.revision}`)) continue;
-      seen.add(`${p.profileId}@${p.revision}`);
-      wanted.push({ row, rev: p.revision });
+    for (const record of pinned) {
+      const row = rows.find((r) => r.id === record.profileId);
+      if (!row || seen.has(`${record.profileId}@${record.revision}`)) continue;
+      seen.add(`${record.profileId}@${record.revision}`);
+      wanted.push({ row, rev: record.revision });
     }
     for (const { row, rev } of wanted) {
-      const b = this.revision(row.id, rev);
-      const cred = this.db.prepare('SELECT * FROM provider_credentials WHERE id = ?').get(b.credentialId) as CredRow | undefined;
+      const revisionBody = this.revision(row.id, rev);
+      const cred = this.db.prepare('SELECT * FROM provider_credentials WHERE id = ?').get(revisionBody.credentialId) as CredRow | undefined;
       if (!cred || cred.status !== 'active') continue;
       let key: string;
       try {
@@ -620,12 +620,12 @@ export class ModelService {
         profileId: row.id,
         revision: rev,
         provider: cred.provider,
-        apiMode: b.apiMode,
-        model: b.model,
+        apiMode: revisionBody.apiMode,
+        model: revisionBody.model,
         credential: { id: cred.id, key, authHeader: cred.auth_header },
-        upstreamUrl: cred.provider === 'custom' ? b.customUpstreamUrl : null,
-        pricing: b.pricing,
-        limits: b.limits,
+        upstreamUrl: cred.provider === 'custom' ? revisionBody.customUpstreamUrl : null,
+        pricing: revisionBody.pricing,
+        limits: revisionBody.limits,
       });
     }
     return out;

@@ -121,17 +121,17 @@ export class OAuthStore {
   }
 
   client(id: string): ClientRecord | null {
-    const r = this.db.prepare('SELECT * FROM oauth_clients WHERE id = ?').get(id) as Record<string, string | null> | undefined;
-    if (!r) return null;
+    const record = this.db.prepare('SELECT * FROM oauth_clients WHERE id = ?').get(id) as Record<string, string | null> | undefined;
+    if (!record) return null;
     return {
-      id: r.id!,
-      name: r.name!,
-      redirectUris: JSON.parse(r.redirect_uris_json!) as string[],
-      metadata: JSON.parse(r.metadata_json!) as Record<string, unknown>,
-      hasSecret: !!r.secret_hash,
-      createdAt: r.created_at!,
-      lastUsedAt: r.last_used_at,
-      revokedAt: r.revoked_at,
+      id: record.id!,
+      name: record.name!,
+      redirectUris: JSON.parse(record.redirect_uris_json!) as string[],
+      metadata: JSON.parse(record.metadata_json!) as Record<string, unknown>,
+      hasSecret: !!record.secret_hash,
+      createdAt: record.created_at!,
+      lastUsedAt: record.last_used_at,
+      revokedAt: record.revoked_at,
     };
   }
 
@@ -198,14 +198,14 @@ export class OAuthStore {
   }
 
   /** The owner approved: a grant and a one-time code for it. */
-  approve(p: PendingRequest): string {
+  approve(pendingRequest: PendingRequest): string {
     const code = randomToken(43);
     const grantId = 'grant_' + randomToken(24);
     tx(this.db, () => {
-      this.db.prepare('INSERT INTO oauth_grants (id, client_id, scope, resource, created_at) VALUES (?, ?, ?, ?, ?)').run(grantId, p.clientId, p.scope, p.resource, nowIso());
+      this.db.prepare('INSERT INTO oauth_grants (id, client_id, scope, resource, created_at) VALUES (?, ?, ?, ?, ?)').run(grantId, pendingRequest.clientId, pendingRequest.scope, pendingRequest.resource, nowIso());
       this.db
         .prepare('INSERT INTO oauth_codes (code_hash, client_id, grant_id, redirect_uri, code_challenge, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)')
-        .run(sha256Hex(code), p.clientId, grantId, p.redirectUri, p.codeChallenge, nowIso(), isoIn(CODE_TTL_MS));
+        .run(sha256Hex(code), pendingRequest.clientId, grantId, pendingRequest.redirectUri, pendingRequest.codeChallenge, nowIso(), isoIn(CODE_TTL_MS));
     });
     return code;
   }
@@ -280,21 +280,21 @@ export class OAuthStore {
   verifyAccess(token: string): VerifiedAccess | null {
     if (!token.startsWith(ACCESS_PREFIX) || token.length > 200) return null;
     const hash = sha256Hex(token);
-    const r = this.db
+    const record = this.db
       .prepare(
         `SELECT t.token_hash, t.expires_at, g.id AS grant_id, g.client_id, g.scope, g.resource FROM oauth_tokens t
          JOIN oauth_grants g ON g.id = t.grant_id JOIN oauth_clients c ON c.id = g.client_id
          WHERE t.token_hash = ? AND t.kind = 'access' AND t.revoked_at IS NULL AND g.revoked_at IS NULL AND c.revoked_at IS NULL`,
       )
       .get(hash) as Record<string, string> | undefined;
-    if (!r || !safeEqual(r.token_hash!, hash) || r.expires_at! <= nowIso()) return null;
+    if (!record || !safeEqual(record.token_hash!, hash) || record.expires_at! <= nowIso()) return null;
     return {
-      principal: r.client_id!,
-      clientId: r.client_id!,
-      grantId: r.grant_id!,
-      resource: r.resource!,
-      access: accessFromScope(r.scope),
-      expiresAt: Math.floor(Date.parse(r.expires_at!) / 1000),
+      principal: record.client_id!,
+      clientId: record.client_id!,
+      grantId: record.grant_id!,
+      resource: record.resource!,
+      access: accessFromScope(record.scope),
+      expiresAt: Math.floor(Date.parse(record.expires_at!) / 1000),
     };
   }
 

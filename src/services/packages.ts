@@ -178,12 +178,12 @@ export class PackageService {
   }
 
   private caPem(): string | undefined {
-    const f = this.deps.config.packagesCaFile;
-    if (!f) return undefined;
+    const packagesCaFile = this.deps.config.packagesCaFile;
+    if (!packagesCaFile) return undefined;
     try {
-      return readFileSync(f, 'utf8');
+      return readFileSync(packagesCaFile, 'utf8');
     } catch (e) {
-      throw new ServiceError('FAILED_PRECONDITION', `packagesCaFile: ${f} cannot be read (${(e as NodeJS.ErrnoException).code}); fix --packages-ca-file`, { setting: 'packagesCaFile' });
+      throw new ServiceError('FAILED_PRECONDITION', `packagesCaFile: ${packagesCaFile} cannot be read (${(e as NodeJS.ErrnoException).code}); fix --packages-ca-file`, { setting: 'packagesCaFile' });
     }
   }
 
@@ -226,11 +226,11 @@ export class PackageService {
         planned = p;
         this.deps.db.prepare("UPDATE package_resolutions SET state = 'READY', plan_id = ?, ended_at = ? WHERE id = ?").run(p.planId, nowIso(), resolutionId);
       },
-      (e: unknown) => {
-        const body = e instanceof ServiceError ? e.toBody() : { code: 'INTERNAL', message: 'resolution failed; the service logged the cause', retryable: true, details: {} };
-        if (!(e instanceof ServiceError)) this.deps.log.error({ err: e }, 'package resolution failed');
+      (err: unknown) => {
+        const body = err instanceof ServiceError ? err.toBody() : { code: 'INTERNAL', message: 'resolution failed; the service logged the cause', retryable: true, details: {} };
+        if (!(err instanceof ServiceError)) this.deps.log.error({ err: err }, 'package resolution failed');
         this.deps.db.prepare("UPDATE package_resolutions SET state = 'FAILED', error_json = ?, ended_at = ? WHERE id = ?").run(JSON.stringify(body), nowIso(), resolutionId);
-        throw e;
+        throw err;
       },
     ).finally(() => {
       this.resolving.delete(resolutionId);
@@ -252,29 +252,29 @@ export class PackageService {
     let build: BuildSpec;
     let approvalUnavailable: string | null = this.deps.sandboxDisabledReason ? `builds need sandboxes, and this instance runs without them (${this.deps.sandboxDisabledReason})` : null;
     if (input.ecosystem === 'npm') {
-      const r = await resolveNpm(input.name, input.version, { registry: this.deps.config.packagesNpmRegistry, ca: this.caPem(), cacheDir });
+      const npmResolution = await resolveNpm(input.name, input.version, { registry: this.deps.config.packagesNpmRegistry, ca: this.caPem(), cacheDir });
       const scripts = input.lifecycleScripts === true;
-      const withScripts = r.packages.filter((p) => Object.keys(p.scripts).length > 0);
-      const root = r.packages.find((p) => p.location === `node_modules/${r.name}`)!;
+      const withScripts = npmResolution.packages.filter((p) => Object.keys(p.scripts).length > 0);
+      const root = npmResolution.packages.find((p) => p.location === `node_modules/${npmResolution.name}`)!;
       core = {
         ecosystem: 'npm',
-        name: r.name,
-        version: r.version,
+        name: npmResolution.name,
+        version: npmResolution.version,
         source: this.deps.config.packagesNpmRegistry,
         integrity: root.integrity,
         resolved: root.resolved,
-        dependencyCount: r.packages.length - 1,
-        unpackedSize: r.packages.every((p) => p.unpackedSize !== null) ? r.packages.reduce((n, p) => n + (p.unpackedSize ?? 0), 0) : null,
-        packages: r.packages.map(publicPackage),
-        binaries: r.packages.flatMap((p) => Object.keys(p.bin).map((b) => ({ name: b, package: `${p.name}@${p.version}`, topLevel: p.location === `node_modules/${r.name}` }))),
+        dependencyCount: npmResolution.packages.length - 1,
+        unpackedSize: npmResolution.packages.every((p) => p.unpackedSize !== null) ? npmResolution.packages.reduce((n, p) => n + (p.unpackedSize ?? 0), 0) : null,
+        packages: npmResolution.packages.map(publicPackage),
+        binaries: npmResolution.packages.flatMap((p) => Object.keys(p.bin).map((b) => ({ name: b, package: `${p.name}@${p.version}`, topLevel: p.location === `node_modules/${npmResolution.name}` }))),
         lifecycleScripts: {
           allowed: scripts,
           present: withScripts.map((p) => ({ package: `${p.name}@${p.version}`, scripts: p.scripts })),
           willRun: scripts ? withScripts.map((p) => ({ package: `${p.name}@${p.version}`, scripts: p.scripts })) : [],
         },
-        warnings: riskSignals(this.deps.installRoot, 'npm', input.name, r.packages),
+        warnings: riskSignals(this.deps.installRoot, 'npm', input.name, npmResolution.packages),
       };
-      build = { ecosystem: 'npm', registry: this.deps.config.packagesNpmRegistry, manifest: r.manifest, lockfile: r.lockfile, lifecycleScripts: scripts, packages: r.packages.map((p) => ({ location: p.location, name: p.name, version: p.version })) };
+      build = { ecosystem: 'npm', registry: this.deps.config.packagesNpmRegistry, manifest: npmResolution.manifest, lockfile: npmResolution.lockfile, lifecycleScripts: scripts, packages: npmResolution.packages.map((p) => ({ location: p.location, name: p.name, version: p.version })) };
     } else {
       const runtime = await runtimePython();
       if (!runtime || !(await pipAvailable())) approvalUnavailable ??= 'uv plans need Debian python3 with pip on the runner (apt-get install python3-pip)';
@@ -284,24 +284,24 @@ export class PackageService {
       if (!runtime) throw new ServiceError('FAILED_PRECONDITION', 'ecosystem: uv plans need Debian python3 on the runner and in workspaces; it is missing here', { field: 'ecosystem' });
       const caFile = this.deps.config.packagesCaFile || undefined;
       if (caFile) this.caPem();
-      const r = await this.withIndexProxy(this.deps.config.packagesPythonIndex, (proxy) => resolvePip(input.name, input.version, { index: this.deps.config.packagesPythonIndex, caFile, python: runtime, proxy }));
-      const root = r.wheels.find((w) => normalise(w.name) === normalise(r.name))!;
+      const pipResolution = await this.withIndexProxy(this.deps.config.packagesPythonIndex, (proxy) => resolvePip(input.name, input.version, { index: this.deps.config.packagesPythonIndex, caFile, python: runtime, proxy }));
+      const root = pipResolution.wheels.find((w) => normalise(w.name) === normalise(pipResolution.name))!;
       core = {
         ecosystem: 'uv',
-        name: r.name,
-        version: r.version,
+        name: pipResolution.name,
+        version: pipResolution.version,
         python: python.split('.').slice(0, 2).join('.'),
         source: this.deps.config.packagesPythonIndex,
         integrity: `sha256-${Buffer.from(root.sha256, 'hex').toString('base64')}`,
         resolved: root.url,
-        dependencyCount: r.wheels.length - 1,
+        dependencyCount: pipResolution.wheels.length - 1,
         unpackedSize: null,
-        packages: r.wheels.map((w) => ({ name: w.name, version: w.version, source: w.url, sha256: w.sha256 })),
+        packages: pipResolution.wheels.map((w) => ({ name: w.name, version: w.version, source: w.url, sha256: w.sha256 })),
         binaries: null,
         lifecycleScripts: { allowed: false, present: [], willRun: [] },
-        warnings: riskSignals(this.deps.installRoot, 'uv', input.name, r.wheels.map((w) => ({ name: w.name, version: w.version }))),
+        warnings: riskSignals(this.deps.installRoot, 'uv', input.name, pipResolution.wheels.map((w) => ({ name: w.name, version: w.version }))),
       };
-      build = { ecosystem: 'uv', index: this.deps.config.packagesPythonIndex, python: runtime, wheels: r.wheels };
+      build = { ecosystem: 'uv', index: this.deps.config.packagesPythonIndex, python: runtime, wheels: pipResolution.wheels };
     }
     const scope = { scope: input.scope, workspaceId: input.scope === 'workspace' ? input.workspaceId! : null };
     const conflicts = this.conflictsOf(input.ecosystem, core.name as string, scope.scope, scope.workspaceId);
@@ -359,13 +359,13 @@ export class PackageService {
       socketMode: 0o600,
     });
     const conns = new Set<Socket>();
-    const bridge = createNetServer((c) => {
+    const bridge = createNetServer((socket) => {
       const up = connect(sock);
-      conns.add(c).add(up);
-      const end = () => (c.destroy(), up.destroy(), conns.delete(c), conns.delete(up));
-      c.on('error', end).on('close', end);
+      conns.add(socket).add(up);
+      const end = () => (socket.destroy(), up.destroy(), conns.delete(socket), conns.delete(up));
+      socket.on('error', end).on('close', end);
       up.on('error', end).on('close', end);
-      c.pipe(up).pipe(c);
+      socket.pipe(up).pipe(socket);
     });
     try {
       await new Promise<void>((res, rej) => bridge.once('error', rej).listen(0, '127.0.0.1', () => res()));
@@ -378,11 +378,11 @@ export class PackageService {
   }
 
   /** A plan that can never be applied any more: approval denied or expired, or its apply failed. */
-  private spent(p: PlanRow): boolean {
-    const apply = this.deps.db.prepare('SELECT state FROM package_applies WHERE plan_id = ?').pluck().get(p.id) as ApplyState | undefined;
+  private spent(plan: PlanRow): boolean {
+    const apply = this.deps.db.prepare('SELECT state FROM package_applies WHERE plan_id = ?').pluck().get(plan.id) as ApplyState | undefined;
     if (apply) return apply === 'FAILED';
-    if (p.approval !== 'required' || !p.approval_id) return false;
-    const st = this.deps.approvals.get(p.approval_id).state;
+    if (plan.approval !== 'required' || !plan.approval_id) return false;
+    const st = this.deps.approvals.get(plan.approval_id).state;
     return st === 'denied' || st === 'expired';
   }
 
@@ -392,18 +392,18 @@ export class PackageService {
     return r;
   }
 
-  private describePlan(r: PlanRow): Record<string, unknown> {
-    const body = JSON.parse(r.plan_json) as Record<string, unknown>;
+  private describePlan(plan: PlanRow): Record<string, unknown> {
+    const body = JSON.parse(plan.plan_json) as Record<string, unknown>;
     const { approvalUnavailable, build: _b, ...rest } = body;
     let approvalState: string | null = null;
-    if (r.approval_id) approvalState = this.deps.approvals.get(r.approval_id).state;
+    if (plan.approval_id) approvalState = this.deps.approvals.get(plan.approval_id).state;
     return {
-      planId: r.id,
+      planId: plan.id,
       ...rest,
-      planDigest: r.digest,
-      approval: r.approval,
-      ...(r.approval === 'unavailable' ? { approvalUnavailableReason: approvalUnavailable } : { approvalRequestId: r.approval_id, approvalState }),
-      createdAt: r.created_at,
+      planDigest: plan.digest,
+      approval: plan.approval,
+      ...(plan.approval === 'unavailable' ? { approvalUnavailableReason: approvalUnavailable } : { approvalRequestId: plan.approval_id, approvalState }),
+      createdAt: plan.created_at,
     };
   }
 
@@ -441,11 +441,11 @@ export class PackageService {
     const id = newId('packageApply');
     this.deps.db.prepare("INSERT INTO package_applies (id, plan_id, state, step, created_at) VALUES (?, ?, 'QUEUED', 'queued', ?)").run(id, planId, nowIso());
     this.deps.audit.record({ actor, principal, action: 'packages_apply', target: id, outcome: 'ok', details: { planId, digest: plan.digest } });
-    const p = this.runApply(id, plan).finally(() => {
+    const pending = this.runApply(id, plan).finally(() => {
       this.running.delete(id);
       this.notify();
     });
-    this.running.set(id, p);
+    this.running.set(id, pending);
     return this.describeApply(this.applyRow(id));
   }
 
@@ -455,19 +455,19 @@ export class PackageService {
     return r;
   }
 
-  private describeApply(r: ApplyRow): Record<string, unknown> {
+  private describeApply(applyRow: ApplyRow): Record<string, unknown> {
     return {
-      applyId: r.id,
-      planId: r.plan_id,
-      state: r.state,
-      step: r.step,
-      errorCode: r.error_code,
-      error: r.error_message,
-      outputTail: r.output_tail,
-      releaseId: r.release_id,
-      bindingId: r.binding_id,
-      createdAt: r.created_at,
-      endedAt: r.ended_at,
+      applyId: applyRow.id,
+      planId: applyRow.plan_id,
+      state: applyRow.state,
+      step: applyRow.step,
+      errorCode: applyRow.error_code,
+      error: applyRow.error_message,
+      outputTail: applyRow.output_tail,
+      releaseId: applyRow.release_id,
+      bindingId: applyRow.binding_id,
+      createdAt: applyRow.created_at,
+      endedAt: applyRow.ended_at,
     };
   }
 
@@ -489,16 +489,16 @@ export class PackageService {
       const work = join(buildDir, 'work');
       await mkdir(work, { mode: 0o700 });
       this.setApply(id, 'BUILDING', build.ecosystem === 'npm' ? 'fetching and installing the pinned packages (npm ci)' : 'fetching and installing the pinned wheels (pip --require-hashes)');
-      const r = await this.builder(id, buildDir, work, build);
-      if (r.exitCode !== 0 || r.timedOut || r.cancelled) {
-        const text = r.stderr + '\n' + r.stdout;
-        const code = /EINTEGRITY|integrity checksum failed|THESE PACKAGES DO NOT MATCH THE HASHES/i.test(text) ? 'INTEGRITY_MISMATCH' : r.timedOut ? 'BUILD_TIMED_OUT' : 'BUILD_FAILED';
+      const result = await this.builder(id, buildDir, work, build);
+      if (result.exitCode !== 0 || result.timedOut || result.cancelled) {
+        const text = result.stderr + '\n' + result.stdout;
+        const code = /EINTEGRITY|integrity checksum failed|THESE PACKAGES DO NOT MATCH THE HASHES/i.test(text) ? 'INTEGRITY_MISMATCH' : result.timedOut ? 'BUILD_TIMED_OUT' : 'BUILD_FAILED';
         const message =
           code === 'INTEGRITY_MISMATCH'
             ? 'an artifact the registry served does not match the integrity the plan pinned; nothing was installed'
-            : r.timedOut
+            : result.timedOut
               ? `the build passed ${BUILD_TIMEOUT_MS / 60000} minutes and was stopped; nothing was installed`
-              : `the builder exited with ${r.exitCode ?? r.signal}; nothing was installed`;
+              : `the builder exited with ${result.exitCode ?? result.signal}; nothing was installed`;
         throw new ApplyFailure(code, message, tail(text));
       }
       this.setApply(id, 'VERIFYING', 'checking the installed tree against the plan');
@@ -610,7 +610,7 @@ export class PackageService {
   private async launchCheck(ecosystem: Ecosystem, name: string, tree: string, bin: { name: string; rel: string }): Promise<void> {
     const target = releaseTarget(ecosystem, name);
     const env: Record<string, string> = ecosystem === 'uv' ? { PYTHONPATH: target } : {};
-    const r = await this.deps.executor.runEphemeral({
+    const result = await this.deps.executor.runEphemeral({
       binds: [{ source: tree, target, readOnly: true }],
       limits: this.deps.workspaces().sandboxLimits,
       network: 'none',
@@ -620,12 +620,12 @@ export class PackageService {
       timeoutMs: LAUNCH_TIMEOUT_MS,
       maxOutputBytes: 16_384,
     });
-    if (r.timedOut) throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} did not exit within ${LAUNCH_TIMEOUT_MS / 1000} s of starting (run with --version, no network)`, tail(r.stderr + r.stdout));
-    if (r.signal || r.exitCode === 126 || r.exitCode === 127 || r.exitCode === null)
-      throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} could not start (${r.signal ? `signal ${r.signal}` : `exit ${r.exitCode}`})`, tail(r.stderr + r.stdout));
+    if (result.timedOut) throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} did not exit within ${LAUNCH_TIMEOUT_MS / 1000} s of starting (run with --version, no network)`, tail(result.stderr + result.stdout));
+    if (result.signal || result.exitCode === 126 || result.exitCode === 127 || result.exitCode === null)
+      throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} could not start (${result.signal ? `signal ${result.signal}` : `exit ${result.exitCode}`})`, tail(result.stderr + result.stdout));
     // A binary that does not know --version may exit non-zero; one whose own code cannot load is broken.
-    if (r.exitCode !== 0 && /MODULE_NOT_FOUND|Cannot find module|ModuleNotFoundError|ImportError/.test(r.stderr))
-      throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} started but could not load its own modules`, tail(r.stderr));
+    if (result.exitCode !== 0 && /MODULE_NOT_FOUND|Cannot find module|ModuleNotFoundError|ImportError/.test(result.stderr))
+      throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} started but could not load its own modules`, tail(result.stderr));
   }
 
   private async storeRelease(plan: PlanRow, build: BuildSpec, tree: string, digest: string, files: ReleaseFile[], bins: Array<{ name: string; rel: string }>): Promise<ReleaseRow> {
@@ -677,21 +677,21 @@ export class PackageService {
     return r;
   }
 
-  private async describeRelease(r: ReleaseRow): Promise<Record<string, unknown>> {
-    const m = JSON.parse(r.manifest_json) as Record<string, unknown>;
+  private async describeRelease(release: ReleaseRow): Promise<Record<string, unknown>> {
+    const manifest = JSON.parse(release.manifest_json) as Record<string, unknown>;
     return {
-      releaseId: r.id,
-      ecosystem: r.ecosystem,
-      name: r.name,
-      version: r.version,
-      digest: r.digest,
-      versions: m.versions,
-      binaries: m.binaries,
-      size: m.size,
-      files: m.files,
-      stale: r.executor_image !== (await this.executorImage()),
-      present: existsSync(join(this.root, 'releases', r.digest)),
-      createdAt: r.created_at,
+      releaseId: release.id,
+      ecosystem: release.ecosystem,
+      name: release.name,
+      version: release.version,
+      digest: release.digest,
+      versions: manifest.versions,
+      binaries: manifest.binaries,
+      size: manifest.size,
+      files: manifest.files,
+      stale: release.executor_image !== (await this.executorImage()),
+      present: existsSync(join(this.root, 'releases', release.digest)),
+      createdAt: release.created_at,
     };
   }
 
@@ -703,12 +703,12 @@ export class PackageService {
     if (workspaceId) (where.push("(scope = 'owner' OR workspace_id = ?)"), params.push(workspaceId));
     const rows = this.deps.db.prepare(`SELECT * FROM package_bindings ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY scope, workspace_id, ecosystem, name`).all(...params) as BindingRow[];
     const bindings = [];
-    for (const b of rows) {
-      const rel = this.deps.db.prepare('SELECT * FROM package_releases WHERE id = ?').get(b.release_id) as ReleaseRow;
-      const entry: Record<string, unknown> = { bindingId: b.id, scope: b.scope, workspaceId: b.workspace_id || null, ecosystem: b.ecosystem, name: b.name, generation: b.generation, release: await this.describeRelease(rel), updatedAt: b.updated_at };
+    for (const binding of rows) {
+      const rel = this.deps.db.prepare('SELECT * FROM package_releases WHERE id = ?').get(binding.release_id) as ReleaseRow;
+      const entry: Record<string, unknown> = { bindingId: binding.id, scope: binding.scope, workspaceId: binding.workspace_id || null, ecosystem: binding.ecosystem, name: binding.name, generation: binding.generation, release: await this.describeRelease(rel), updatedAt: binding.updated_at };
       if (includeHistory) {
-        const hist = this.deps.db.prepare('SELECT r.*, h.bound_at FROM package_binding_history h JOIN package_releases r ON r.id = h.release_id WHERE h.binding_id = ? ORDER BY h.bound_at DESC').all(b.id) as Array<ReleaseRow & { bound_at: string }>;
-        entry.history = await Promise.all(hist.map(async (h) => ({ ...(await this.describeRelease(h)), boundAt: h.bound_at, current: h.id === b.release_id })));
+        const hist = this.deps.db.prepare('SELECT r.*, h.bound_at FROM package_binding_history h JOIN package_releases r ON r.id = h.release_id WHERE h.binding_id = ? ORDER BY h.bound_at DESC').all(binding.id) as Array<ReleaseRow & { bound_at: string }>;
+        entry.history = await Promise.all(hist.map(async (h) => ({ ...(await this.describeRelease(h)), boundAt: h.bound_at, current: h.id === binding.release_id })));
       }
       bindings.push(entry);
     }
@@ -738,17 +738,17 @@ export class PackageService {
     this.requireEnabled();
     const db = this.deps.db;
     const removed = db.transaction(() => {
-      const b = this.bindingRow(bindingId);
+      const binding = this.bindingRow(bindingId);
       const busy = db
         .prepare(`SELECT a.id FROM package_applies a JOIN package_plans p ON p.id = a.plan_id WHERE a.state IN (${ACTIVE_APPLY.map(() => '?').join(',')}) AND p.ecosystem = ? AND p.name = ? AND p.scope = ? AND COALESCE(p.workspace_id, '') = ?`)
         .pluck()
-        .get(...ACTIVE_APPLY, b.ecosystem, b.name, b.scope, b.workspace_id) as string | undefined;
-      if (busy) throw new ServiceError('CONFLICT', `bindingId: apply ${busy} for ${b.name} is running; remove the binding once it has ended`, { field: 'bindingId', applyId: busy });
-      if (b.generation !== expectedGeneration)
-        throw new ServiceError('STALE_GENERATION', `expectedGeneration: binding ${bindingId} is at generation ${b.generation}, not ${expectedGeneration}`, { field: 'expectedGeneration', currentGeneration: b.generation });
+        .get(...ACTIVE_APPLY, binding.ecosystem, binding.name, binding.scope, binding.workspace_id) as string | undefined;
+      if (busy) throw new ServiceError('CONFLICT', `bindingId: apply ${busy} for ${binding.name} is running; remove the binding once it has ended`, { field: 'bindingId', applyId: busy });
+      if (binding.generation !== expectedGeneration)
+        throw new ServiceError('STALE_GENERATION', `expectedGeneration: binding ${bindingId} is at generation ${binding.generation}, not ${expectedGeneration}`, { field: 'expectedGeneration', currentGeneration: binding.generation });
       db.prepare('DELETE FROM package_binding_history WHERE binding_id = ?').run(bindingId);
       db.prepare('DELETE FROM package_bindings WHERE id = ?').run(bindingId);
-      return b;
+      return binding;
     })();
     const collected = await this.collect();
     this.deps.audit.record({ actor, principal, action: 'packages_remove', target: bindingId, outcome: 'ok', details: { collected } });
@@ -784,35 +784,35 @@ export class PackageService {
     if (ms <= 0 || done()) return;
     await new Promise<void>((resolve) => {
       const finish = () => {
-        clearTimeout(t);
+        clearTimeout(timeout);
         this.waiters.delete(check);
         resolve();
       };
       const check = () => {
         if (done()) finish();
       };
-      const t = setTimeout(finish, ms);
+      const timeout = setTimeout(finish, ms);
       this.waiters.add(check);
     });
   }
 
-  async status(a: { applyId?: string; resolutionId?: string; waitMs: number }): Promise<Record<string, unknown>> {
+  async status(args: { applyId?: string; resolutionId?: string; waitMs: number }): Promise<Record<string, unknown>> {
     this.requireEnabled();
-    if (a.applyId) {
-      const first = this.applyRow(a.applyId);
-      await this.waitChange(a.waitMs, () => {
-        const now = this.applyRow(a.applyId!);
+    if (args.applyId) {
+      const first = this.applyRow(args.applyId);
+      await this.waitChange(args.waitMs, () => {
+        const now = this.applyRow(args.applyId!);
         return now.state !== first.state || now.step !== first.step || now.state === 'SUCCEEDED' || now.state === 'FAILED';
       });
-      return this.describeApply(this.applyRow(a.applyId));
+      return this.describeApply(this.applyRow(args.applyId));
     }
-    if (a.resolutionId) {
+    if (args.resolutionId) {
       const row = () => {
-        const r = this.deps.db.prepare('SELECT * FROM package_resolutions WHERE id = ?').get(a.resolutionId) as { id: string; state: string; plan_id: string | null; error_json: string | null } | undefined;
-        if (!r) throw new ServiceError('NOT_FOUND', `resolutionId: no package resolution ${a.resolutionId}`, { field: 'resolutionId' });
+        const r = this.deps.db.prepare('SELECT * FROM package_resolutions WHERE id = ?').get(args.resolutionId) as { id: string; state: string; plan_id: string | null; error_json: string | null } | undefined;
+        if (!r) throw new ServiceError('NOT_FOUND', `resolutionId: no package resolution ${args.resolutionId}`, { field: 'resolutionId' });
         return r;
       };
-      await this.waitChange(a.waitMs, () => row().state !== 'RESOLVING');
+      await this.waitChange(args.waitMs, () => row().state !== 'RESOLVING');
       const r = row();
       if (r.state === 'READY') return { resolutionId: r.id, state: 'READY', plan: this.describePlan(this.planRow(r.plan_id!)) };
       if (r.state === 'FAILED') return { resolutionId: r.id, state: 'FAILED', error: JSON.parse(r.error_json!) };
@@ -854,11 +854,11 @@ export class PackageService {
     if (allowChanges && toolkits.length === 0)
       throw new ServiceError('INVALID_ARGUMENT', 'allowToolkitWorkspaceChanges: only meaningful with toolkits (without toolkits a workspace may always get workspace-scope packages)', { field: 'allowToolkitWorkspaceChanges' });
     const owner = this.deps.db.prepare("SELECT ecosystem, name FROM package_bindings WHERE scope = 'owner'").all() as Array<{ ecosystem: Ecosystem; name: string }>;
-    toolkits.forEach((t, i) => {
-      const matches = owner.filter((b) => toolkitMatches(t, b));
+    toolkits.forEach((toolkit, i) => {
+      const matches = owner.filter((b) => toolkitMatches(toolkit, b));
       if (matches.length === 0)
-        throw new ServiceError('INVALID_ARGUMENT', `toolkits[${i}]: ${t} is not an owner-bound package (packages_list with scope owner lists them)`, { field: `toolkits[${i}]` });
-      if (matches.length > 1) throw new ServiceError('INVALID_ARGUMENT', `toolkits[${i}]: ${t} is bound in both ecosystems; write npm:${t} or uv:${t}`, { field: `toolkits[${i}]` });
+        throw new ServiceError('INVALID_ARGUMENT', `toolkits[${i}]: ${toolkit} is not an owner-bound package (packages_list with scope owner lists them)`, { field: `toolkits[${i}]` });
+      if (matches.length > 1) throw new ServiceError('INVALID_ARGUMENT', `toolkits[${i}]: ${toolkit} is bound in both ecosystems; write npm:${toolkit} or uv:${toolkit}`, { field: `toolkits[${i}]` });
     });
   }
 
@@ -904,17 +904,17 @@ export class PackageService {
     const mounts: EphemeralBind[] = [];
     const binDirs: string[] = [];
     const pyPaths: string[] = [];
-    for (const m of set) {
-      const rel = this.deps.db.prepare('SELECT digest FROM package_releases WHERE id = ?').get(m.release_id) as { digest: string } | undefined;
+    for (const record of set) {
+      const rel = this.deps.db.prepare('SELECT digest FROM package_releases WHERE id = ?').get(record.release_id) as { digest: string } | undefined;
       if (!rel) continue;
       const source = join(this.root, 'releases', rel.digest);
       if (!existsSync(source)) {
-        this.deps.log.warn({ release: m.release_id, workspace: workspaceId }, 'bound release missing on disk; not mounted');
+        this.deps.log.warn({ release: record.release_id, workspace: workspaceId }, 'bound release missing on disk; not mounted');
         continue;
       }
-      const target = releaseTarget(m.ecosystem, m.name);
+      const target = releaseTarget(record.ecosystem, record.name);
       mounts.push({ source, target, readOnly: true });
-      if (m.ecosystem === 'npm') binDirs.push(`${target}/.bin`);
+      if (record.ecosystem === 'npm') binDirs.push(`${target}/.bin`);
       else (binDirs.push(`${target}/bin`), pyPaths.push(target));
     }
     const env: Record<string, string> = {};
@@ -955,8 +955,8 @@ class ApplyFailure extends Error {
   }
 }
 
-function publicPackage(p: PlannedPackage): Record<string, unknown> {
-  return { name: p.name, version: p.version, location: p.location, source: p.resolved, integrity: p.integrity, unpackedSize: p.unpackedSize, binaries: Object.keys(p.bin), installScripts: Object.keys(p.scripts), deprecated: p.deprecated, publishedAt: p.publishedAt };
+function publicPackage(pkg: PlannedPackage): Record<string, unknown> {
+  return { name: pkg.name, version: pkg.version, location: pkg.location, source: pkg.resolved, integrity: pkg.integrity, unpackedSize: pkg.unpackedSize, binaries: Object.keys(pkg.bin), installScripts: Object.keys(pkg.scripts), deprecated: pkg.deprecated, publishedAt: pkg.publishedAt };
 }
 
 function planText(body: Record<string, unknown>, digest: string): string {
@@ -981,9 +981,9 @@ function tail(text: string): string {
 }
 
 /** A toolkit name: `name` or `ecosystem:name`. */
-function toolkitMatches(t: string, b: { ecosystem: Ecosystem; name: string }): boolean {
-  const m = /^(npm|uv):(.+)$/.exec(t);
-  return m ? m[1] === b.ecosystem && m[2] === b.name : t === b.name;
+function toolkitMatches(item: string, other: { ecosystem: Ecosystem; name: string }): boolean {
+  const m = /^(npm|uv):(.+)$/.exec(item);
+  return m ? m[1] === other.ecosystem && m[2] === other.name : item === other.name;
 }
 
 const safeDir = (name: string): string => name.replace(/^@/, '').replace(/[^A-Za-z0-9._-]/g, '+');
@@ -1004,8 +1004,8 @@ function registryRules(url: string): Array<{ host: string; ports: number[]; allo
   return rules;
 }
 
-function isPrivateHost(h: string): boolean {
-  const host = h.replace(/^\[|\]$/g, '');
+function isPrivateHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '');
   return host === 'localhost' || /^127\./.test(host) || host === '::1' || /^10\./.test(host) || /^192\.168\./.test(host) || /^172\.(1[6-9]|2\d|3[01])\./.test(host);
 }
 
@@ -1022,12 +1022,12 @@ async function chownTree(dir: string, uid: number): Promise<void> {
 /** Makes a tree read-only for everyone (files keep their execute bits). */
 async function freeze(dir: string): Promise<void> {
   for (const e of await readdir(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
+    const path = join(dir, e.name);
     if (e.isSymbolicLink()) continue;
-    if (e.isDirectory()) await freeze(p);
+    if (e.isDirectory()) await freeze(path);
     else {
-      const st = await lstat(p);
-      await chmod(p, st.mode & 0o111 ? 0o555 : 0o444);
+      const st = await lstat(path);
+      await chmod(path, st.mode & 0o111 ? 0o555 : 0o444);
     }
   }
   await chmod(dir, 0o555);
@@ -1038,16 +1038,16 @@ async function walkTree(dir: string, rel = ''): Promise<ReleaseFile[]> {
   const out: ReleaseFile[] = [];
   const entries = (await readdir(join(dir, rel), { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1));
   for (const e of entries) {
-    const p = rel ? `${rel}/${e.name}` : e.name;
-    const full = join(dir, p);
+    const path = rel ? `${rel}/${e.name}` : e.name;
+    const full = join(dir, path);
     const st = await lstat(full);
-    if (st.isSymbolicLink()) out.push({ path: p, type: 'symlink', mode: 0o777, target: await readlink(full) });
+    if (st.isSymbolicLink()) out.push({ path: path, type: 'symlink', mode: 0o777, target: await readlink(full) });
     else if (st.isDirectory()) {
-      out.push({ path: p, type: 'dir', mode: st.mode & 0o777 });
-      out.push(...(await walkTree(dir, p)));
+      out.push({ path: path, type: 'dir', mode: st.mode & 0o777 });
+      out.push(...(await walkTree(dir, path)));
     } else if (st.isFile()) {
-      out.push({ path: p, type: 'file', mode: st.mode & 0o111 ? 0o555 : 0o444, size: st.size, sha256: await sha256OfFile(full) });
-    } else throw new ApplyFailure('TREE_MISMATCH', `${p}: the install left a special file (not a file, directory or symlink)`, null);
+      out.push({ path: path, type: 'file', mode: st.mode & 0o111 ? 0o555 : 0o444, size: st.size, sha256: await sha256OfFile(full) });
+    } else throw new ApplyFailure('TREE_MISMATCH', `${path}: the install left a special file (not a file, directory or symlink)`, null);
   }
   return out;
 }
@@ -1064,16 +1064,16 @@ async function npmInventory(nm: string, prefix = 'node_modules'): Promise<Map<st
   for (const e of entries) {
     if (e === '.bin' || e === '.package-lock.json' || e.startsWith('.')) continue;
     const names = e.startsWith('@') ? (await readdir(join(nm, e))).map((s) => `${e}/${s}`) : [e];
-    for (const n of names) {
-      const dir = join(nm, n);
+    for (const name of names) {
+      const dir = join(nm, name);
       const st = await lstat(dir);
-      if (!st.isDirectory()) throw new ApplyFailure('TREE_MISMATCH', `${prefix}/${n} is not a directory`, null);
+      if (!st.isDirectory()) throw new ApplyFailure('TREE_MISMATCH', `${prefix}/${name} is not a directory`, null);
       const pj = join(dir, 'package.json');
       const pst = await lstat(pj).catch(() => null);
-      if (!pst?.isFile()) throw new ApplyFailure('TREE_MISMATCH', `${prefix}/${n} has no package.json`, null);
+      if (!pst?.isFile()) throw new ApplyFailure('TREE_MISMATCH', `${prefix}/${name} has no package.json`, null);
       const m = JSON.parse(await readFile(pj, 'utf8')) as { name: string; version: string };
-      out.set(`${prefix}/${n}`, { name: m.name, version: m.version });
-      for (const [k, v] of await npmInventory(join(dir, 'node_modules'), `${prefix}/${n}/node_modules`)) out.set(k, v);
+      out.set(`${prefix}/${name}`, { name: m.name, version: m.version });
+      for (const [k, v] of await npmInventory(join(dir, 'node_modules'), `${prefix}/${name}/node_modules`)) out.set(k, v);
     }
   }
   return out;

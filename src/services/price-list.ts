@@ -31,11 +31,11 @@ function validate(raw: unknown, where: string): Table {
     for (const [model, price] of Object.entries(models as Record<string, unknown>)) {
       const p = (price ?? {}) as Record<string, unknown>;
       const entry = {} as Record<(typeof FIELDS)[number], number | null>;
-      for (const f of FIELDS) {
-        const v = p[f] ?? null;
+      for (const file of FIELDS) {
+        const v = p[file] ?? null;
         if (v !== null && !(Number.isSafeInteger(v) && (v as number) >= 0))
-          throw new ConfigError(`${where}.${provider}.${model}.${f}: must be a non-negative integer (micro-USD per million tokens) or null`);
-        entry[f] = v as number | null;
+          throw new ConfigError(`${where}.${provider}.${model}.${file}: must be a non-negative integer (micro-USD per million tokens) or null`);
+        entry[file] = v as number | null;
       }
       out[provider]![model] = entry;
     }

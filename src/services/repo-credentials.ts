@@ -82,21 +82,21 @@ const bad = (field: string, rule: string) => new ServiceError('INVALID_ARGUMENT'
  */
 export function normalisePrefix(raw: unknown, field = 'prefix'): string {
   if (typeof raw !== 'string' || raw.length === 0 || raw.length > 500) throw bad(field, 'must be an https:// URL prefix of at most 500 characters');
-  let s = raw.trim().replace(/\*$/, '');
-  if (!s.endsWith('/')) s += '/';
-  let u: URL;
+  let text = raw.trim().replace(/\*$/, '');
+  if (!text.endsWith('/')) text += '/';
+  let url: URL;
   try {
-    u = new URL(s);
+    url = new URL(text);
   } catch {
     throw bad(field, 'must be an absolute https:// URL, for example https://github.com/ or https://github.com/acme/');
   }
-  if (u.protocol !== 'https:') throw bad(field, 'must use https://');
-  if (u.username || u.password) throw bad(field, 'must not carry a user name or password');
-  if (u.search || u.hash) throw bad(field, 'must not have a query or fragment');
-  if (/[\s\\]/.test(s) || /\/\.\.?(\/|$)/.test(s.replace(/^https?:\/\//i, '/'))) throw bad(field, 'must not contain spaces, backslashes or dot segments');
-  const port = u.port ? Number(u.port) : 443;
-  const host = u.hostname.toLowerCase();
-  return `https://${port === 443 ? host : `${host}:${port}`}${u.pathname.replace(/\/+$/, '')}/`;
+  if (url.protocol !== 'https:') throw bad(field, 'must use https://');
+  if (url.username || url.password) throw bad(field, 'must not carry a user name or password');
+  if (url.search || url.hash) throw bad(field, 'must not have a query or fragment');
+  if (/[\s\\]/.test(text) || /\/\.\.?(\/|$)/.test(text.replace(/^https?:\/\//i, '/'))) throw bad(field, 'must not contain spaces, backslashes or dot segments');
+  const port = url.port ? Number(url.port) : 443;
+  const host = url.hostname.toLowerCase();
+  return `https://${port === 443 ? host : `${host}:${port}`}${url.pathname.replace(/\/+$/, '')}/`;
 }
 
 /**
@@ -146,10 +146,10 @@ function checkToken(token: unknown): string {
   return token;
 }
 
-function optText(v: unknown, field: string, max: number, pattern?: RegExp, rule?: string): string | null {
-  if (v === undefined || v === null || v === '') return null;
-  if (typeof v !== 'string' || v.length > max || (pattern && !pattern.test(v))) throw bad(field, rule ?? `must be a string of at most ${max} characters`);
-  return v;
+function optText(value: unknown, field: string, max: number, pattern?: RegExp, rule?: string): string | null {
+  if (value === undefined || value === null || value === '') return null;
+  if (typeof value !== 'string' || value.length > max || (pattern && !pattern.test(value))) throw bad(field, rule ?? `must be a string of at most ${max} characters`);
+  return value;
 }
 
 export interface AddTokenInput {
@@ -192,22 +192,22 @@ export class RepoCredentialStore {
     return extra ? { ca: [...rootCertificates, extra] } : {};
   }
 
-  private meta(r: Row): RepoCredentialMeta {
+  private meta(row: Row): RepoCredentialMeta {
     return {
-      id: r.id,
-      prefix: r.prefix,
-      kind: r.kind,
-      label: r.label,
-      username: r.kind === 'token' ? r.username ?? 'x-access-token' : 'x-access-token',
-      appId: r.app_id,
-      installationId: r.installation_id,
-      apiUrl: r.api_url,
-      secretVersion: r.secret_version,
-      fingerprint: r.fingerprint,
-      createdAt: r.created_at,
-      updatedAt: r.updated_at,
-      lastUsedAt: r.last_used_at,
-      lastError: r.last_error,
+      id: row.id,
+      prefix: row.prefix,
+      kind: row.kind,
+      label: row.label,
+      username: row.kind === 'token' ? row.username ?? 'x-access-token' : 'x-access-token',
+      appId: row.app_id,
+      installationId: row.installation_id,
+      apiUrl: row.api_url,
+      secretVersion: row.secret_version,
+      fingerprint: row.fingerprint,
+      createdAt: row.created_at,
+      updatedAt: row.updated_at,
+      lastUsedAt: row.last_used_at,
+      lastError: row.last_error,
     };
   }
 
@@ -225,18 +225,18 @@ export class RepoCredentialStore {
     return this.meta(this.row(id));
   }
 
-  private insert(actor: Actor, r: Omit<Row, 'id' | 'secret_version' | 'secret_sealed' | 'created_at' | 'updated_at' | 'last_used_at' | 'last_error'>, secret: string): RepoCredentialMeta {
-    const existing = this.deps.db.prepare('SELECT id FROM repo_credentials WHERE prefix = ?').get(r.prefix) as { id: string } | undefined;
+  private insert(actor: Actor, row: Omit<Row, 'id' | 'secret_version' | 'secret_sealed' | 'created_at' | 'updated_at' | 'last_used_at' | 'last_error'>, secret: string): RepoCredentialMeta {
+    const existing = this.deps.db.prepare('SELECT id FROM repo_credentials WHERE prefix = ?').get(row.prefix) as { id: string } | undefined;
     if (existing)
-      throw new ServiceError('CONFLICT', `prefix: ${r.prefix} already has credential ${existing.id}; rotate its secret or remove it first`, { field: 'prefix', id: existing.id });
+      throw new ServiceError('CONFLICT', `prefix: ${row.prefix} already has credential ${existing.id}; rotate its secret or remove it first`, { field: 'prefix', id: existing.id });
     const id = newId('repoCredential');
     const now = nowIso();
     this.deps.db
       .prepare(
         'INSERT INTO repo_credentials (id, prefix, kind, label, username, app_id, installation_id, api_url, secret_version, secret_sealed, fingerprint, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)',
       )
-      .run(id, r.prefix, r.kind, r.label, r.username, r.app_id, r.installation_id, r.api_url, this.deps.secrets.seal(secret, aadOf(id, 1)), r.fingerprint, now, now);
-    this.deps.audit.record({ actor, action: 'repo_credential_create', target: id, outcome: 'ok', details: { prefix: r.prefix, kind: r.kind, fingerprint: r.fingerprint } });
+      .run(id, row.prefix, row.kind, row.label, row.username, row.app_id, row.installation_id, row.api_url, this.deps.secrets.seal(secret, aadOf(id, 1)), row.fingerprint, now, now);
+    this.deps.audit.record({ actor, action: 'repo_credential_create', target: id, outcome: 'ok', details: { prefix: row.prefix, kind: row.kind, fingerprint: row.fingerprint } });
     return this.get(id);
   }
 
@@ -261,44 +261,44 @@ export class RepoCredentialStore {
       if (host !== 'github.com') throw bad('apiUrl', `is required for ${host} (not github.com): GitHub Enterprise Server answers at https://${host}/api/v3`);
       apiUrl = 'https://api.github.com';
     }
-    let u: URL;
+    let url: URL;
     try {
-      u = new URL(apiUrl);
+      url = new URL(apiUrl);
     } catch {
       throw bad('apiUrl', 'must be an absolute https:// URL');
     }
-    if (u.protocol !== 'https:' || u.username || u.password || u.search || u.hash) throw bad('apiUrl', 'must be an https:// URL without credentials, query or fragment');
-    apiUrl = `${u.origin}${u.pathname.replace(/\/+$/, '')}`;
+    if (url.protocol !== 'https:' || url.username || url.password || url.search || url.hash) throw bad('apiUrl', 'must be an https:// URL without credentials, query or fragment');
+    apiUrl = `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
     return this.insert(actor, { prefix, kind: 'github_app', label: optText(input.label, 'label', 100) ?? '', username: null, app_id: appId, installation_id: installationId, api_url: apiUrl, fingerprint }, input.privateKey as string);
   }
 
   /** Replaces the secret (a token, or an app's private key): the version goes up and minted tokens are dropped. */
   rotate(id: string, secret: unknown, actor: Actor): RepoCredentialMeta {
-    const r = this.row(id);
+    const row = this.row(id);
     let plain: string;
     let fingerprint: string;
-    if (r.kind === 'token') {
+    if (row.kind === 'token') {
       plain = checkToken(secret);
       fingerprint = 'sha256:' + createHash('sha256').update(plain).digest('hex').slice(0, 16);
     } else {
       fingerprint = checkAppKey(secret).fingerprint;
       plain = secret as string;
     }
-    const v = r.secret_version + 1;
+    const value = row.secret_version + 1;
     this.deps.db
       .prepare('UPDATE repo_credentials SET secret_version = ?, secret_sealed = ?, fingerprint = ?, updated_at = ?, last_error = NULL WHERE id = ?')
-      .run(v, this.deps.secrets.seal(plain, aadOf(id, v)), fingerprint, nowIso(), id);
+      .run(value, this.deps.secrets.seal(plain, aadOf(id, value)), fingerprint, nowIso(), id);
     this.forget(id);
-    this.deps.audit.record({ actor, action: 'repo_credential_rotate', target: id, outcome: 'ok', details: { secretVersion: v, fingerprint } });
+    this.deps.audit.record({ actor, action: 'repo_credential_rotate', target: id, outcome: 'ok', details: { secretVersion: value, fingerprint } });
     return this.get(id);
   }
 
   remove(id: string, actor: Actor): { deleted: true; id: string; prefix: string } {
-    const r = this.row(id);
+    const row = this.row(id);
     this.deps.db.prepare('DELETE FROM repo_credentials WHERE id = ?').run(id);
     this.forget(id);
-    this.deps.audit.record({ actor, action: 'repo_credential_delete', target: id, outcome: 'ok', details: { prefix: r.prefix } });
-    return { deleted: true, id, prefix: r.prefix };
+    this.deps.audit.record({ actor, action: 'repo_credential_delete', target: id, outcome: 'ok', details: { prefix: row.prefix } });
+    return { deleted: true, id, prefix: row.prefix };
   }
 
   private forget(id: string): void {
@@ -323,18 +323,18 @@ export class RepoCredentialStore {
    * while it has more than five minutes to live. Failures name the credential and what GitHub said.
    */
   async resolve(repo: ParsedRepoUrl): Promise<ResolvedCredential | null> {
-    const r = this.matchRow(repo);
-    if (!r) return null;
-    const secret = this.deps.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
-    this.deps.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), r.id);
-    if (r.kind === 'token') return { username: r.username ?? 'x-access-token', token: secret, credentialId: r.id, kind: 'token' };
+    const row = this.matchRow(repo);
+    if (!row) return null;
+    const secret = this.deps.secrets.open(row.secret_sealed, aadOf(row.id, row.secret_version)).toString('utf8');
+    this.deps.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), row.id);
+    if (row.kind === 'token') return { username: row.username ?? 'x-access-token', token: secret, credentialId: row.id, kind: 'token' };
     try {
-      const t = await this.installationToken(r, secret, repo);
-      if (r.last_error) this.deps.db.prepare('UPDATE repo_credentials SET last_error = NULL WHERE id = ?').run(r.id);
-      return { username: 'x-access-token', token: t.token, credentialId: r.id, kind: 'github_app', expiresAt: t.expiresAt };
+      const t = await this.installationToken(row, secret, repo);
+      if (row.last_error) this.deps.db.prepare('UPDATE repo_credentials SET last_error = NULL WHERE id = ?').run(row.id);
+      return { username: 'x-access-token', token: t.token, credentialId: row.id, kind: 'github_app', expiresAt: t.expiresAt };
     } catch (e) {
       const msg = (e as Error).message;
-      this.deps.db.prepare('UPDATE repo_credentials SET last_error = ? WHERE id = ?').run(msg.slice(0, 500), r.id);
+      this.deps.db.prepare('UPDATE repo_credentials SET last_error = ? WHERE id = ?').run(msg.slice(0, 500), row.id);
       throw e;
     }
   }
@@ -356,24 +356,24 @@ export class RepoCredentialStore {
    * Null for a repository without an app credential.
    */
   async installationPermissions(repo: ParsedRepoUrl): Promise<{ credentialId: string; installationId: string; permissions: Record<string, string> } | null> {
-    const r = this.matchRow(repo);
-    if (!r || r.kind !== 'github_app') return null;
+    const row = this.matchRow(repo);
+    if (!row || row.kind !== 'github_app') return null;
     const on = ownerAndName(repo);
-    const who = `repository credential ${r.id} (GitHub App ${r.app_id})`;
-    if (!on) throw new ServiceError('FAILED_PRECONDITION', `${who}: ${repo.url} is not an owner/name repository path`, { credentialId: r.id });
-    const cacheKey = `${r.id}:${r.secret_version}:${on[0]}/${on[1]}`;
+    const who = `repository credential ${row.id} (GitHub App ${row.app_id})`;
+    if (!on) throw new ServiceError('FAILED_PRECONDITION', `${who}: ${repo.url} is not an owner/name repository path`, { credentialId: row.id });
+    const cacheKey = `${row.id}:${row.secret_version}:${on[0]}/${on[1]}`;
     const hit = this.installations.get(cacheKey);
     if (hit && hit.atMs > this.now() - 60_000) return hit.value;
-    const pem = this.deps.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
-    const jwt = appJwt(r.app_id!, createPrivateKey(pem), this.now());
-    const inst = await this.api(r.api_url!, 'GET', `/repos/${encodeURIComponent(on[0])}/${encodeURIComponent(on[1])}/installation`, jwt);
-    if (inst.status === 404) throw new ServiceError('PERMISSION_DENIED', `${who}: the app is not installed on ${on[0]}/${on[1]} (GitHub answered 404); install it on the repository or its owner`, { credentialId: r.id, missing: 'installation' });
+    const pem = this.deps.secrets.open(row.secret_sealed, aadOf(row.id, row.secret_version)).toString('utf8');
+    const jwt = appJwt(row.app_id!, createPrivateKey(pem), this.now());
+    const inst = await this.api(row.api_url!, 'GET', `/repos/${encodeURIComponent(on[0])}/${encodeURIComponent(on[1])}/installation`, jwt);
+    if (inst.status === 404) throw new ServiceError('PERMISSION_DENIED', `${who}: the app is not installed on ${on[0]}/${on[1]} (GitHub answered 404); install it on the repository or its owner`, { credentialId: row.id, missing: 'installation' });
     if (inst.status !== 200 || typeof inst.body?.id !== 'number') throw this.apiError(who, 'reading the installation', inst);
-    if (r.installation_id && String(inst.body.id) !== r.installation_id)
-      throw new ServiceError('FAILED_PRECONDITION', `${who}: ${on[0]}/${on[1]} belongs to installation ${String(inst.body.id)}, not the configured ${r.installation_id}`, { credentialId: r.id });
+    if (row.installation_id && String(inst.body.id) !== row.installation_id)
+      throw new ServiceError('FAILED_PRECONDITION', `${who}: ${on[0]}/${on[1]} belongs to installation ${String(inst.body.id)}, not the configured ${row.installation_id}`, { credentialId: row.id });
     const perms: Record<string, string> = {};
     for (const [k, v] of Object.entries((inst.body.permissions as Record<string, unknown> | undefined) ?? {})) if (typeof v === 'string') perms[k] = v;
-    const value = { credentialId: r.id, installationId: String(inst.body.id), permissions: perms };
+    const value = { credentialId: row.id, installationId: String(inst.body.id), permissions: perms };
     this.installations.set(cacheKey, { atMs: this.now(), value });
     return value;
   }
@@ -386,44 +386,44 @@ export class RepoCredentialStore {
    * API over TLS; callers never return or log it.
    */
   async apiToken(repo: ParsedRepoUrl, permissions: Record<string, 'read' | 'write'>): Promise<{ token: string; credentialId: string; kind: RepoCredentialKind; apiUrl: string } | null> {
-    const r = this.matchRow(repo);
-    if (!r) return null;
-    const secret = this.deps.secrets.open(r.secret_sealed, aadOf(r.id, r.secret_version)).toString('utf8');
-    this.deps.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), r.id);
-    const apiUrl = this.apiBase(repo, this.meta(r));
-    if (r.kind === 'token') return { token: secret, credentialId: r.id, kind: 'token', apiUrl };
-    const t = await this.installationToken(r, secret, repo, { ...permissions, metadata: 'read' });
-    return { token: t.token, credentialId: r.id, kind: 'github_app', apiUrl };
+    const row = this.matchRow(repo);
+    if (!row) return null;
+    const secret = this.deps.secrets.open(row.secret_sealed, aadOf(row.id, row.secret_version)).toString('utf8');
+    this.deps.db.prepare('UPDATE repo_credentials SET last_used_at = ? WHERE id = ?').run(nowIso(), row.id);
+    const apiUrl = this.apiBase(repo, this.meta(row));
+    if (row.kind === 'token') return { token: secret, credentialId: row.id, kind: 'token', apiUrl };
+    const t = await this.installationToken(row, secret, repo, { ...permissions, metadata: 'read' });
+    return { token: t.token, credentialId: row.id, kind: 'github_app', apiUrl };
   }
 
-  private async installationToken(r: Row, pem: string, repo: ParsedRepoUrl, permissions?: Record<string, string>): Promise<{ token: string; expiresAt: string }> {
+  private async installationToken(row: Row, pem: string, repo: ParsedRepoUrl, permissions?: Record<string, string>): Promise<{ token: string; expiresAt: string }> {
     const on = ownerAndName(repo);
-    const who = `repository credential ${r.id} (GitHub App ${r.app_id})`;
-    if (!on) throw new ServiceError('FAILED_PRECONDITION', `${who}: ${repo.url} is not an owner/name repository path, so no installation token can be minted for it`, { credentialId: r.id });
+    const who = `repository credential ${row.id} (GitHub App ${row.app_id})`;
+    if (!on) throw new ServiceError('FAILED_PRECONDITION', `${who}: ${repo.url} is not an owner/name repository path, so no installation token can be minted for it`, { credentialId: row.id });
     const permKey = permissions ? ':' + Object.keys(permissions).sort().map((k) => `${k}=${permissions[k]}`).join(',') : '';
-    const cacheKey = `${r.id}:${r.secret_version}:${on[0]}/${on[1]}${permKey}`;
+    const cacheKey = `${row.id}:${row.secret_version}:${on[0]}/${on[1]}${permKey}`;
     const hit = this.minted.get(cacheKey);
     if (hit && hit.expiresAtMs - this.now() > REUSE_MARGIN_MS) return hit;
     const key = createPrivateKey(pem);
-    const jwt = appJwt(r.app_id!, key, this.now());
-    let installationId = r.installation_id;
+    const jwt = appJwt(row.app_id!, key, this.now());
+    let installationId = row.installation_id;
     if (!installationId) {
-      const inst = await this.api(r.api_url!, 'GET', `/repos/${encodeURIComponent(on[0])}/${encodeURIComponent(on[1])}/installation`, jwt);
-      if (inst.status === 404) throw new ServiceError('FAILED_PRECONDITION', `${who}: the app is not installed on ${on[0]}/${on[1]} (GitHub answered 404); install it on the repository or its owner`, { credentialId: r.id });
+      const inst = await this.api(row.api_url!, 'GET', `/repos/${encodeURIComponent(on[0])}/${encodeURIComponent(on[1])}/installation`, jwt);
+      if (inst.status === 404) throw new ServiceError('FAILED_PRECONDITION', `${who}: the app is not installed on ${on[0]}/${on[1]} (GitHub answered 404); install it on the repository or its owner`, { credentialId: row.id });
       if (inst.status !== 200 || typeof inst.body?.id !== 'number') throw this.apiError(who, 'finding the installation', inst);
       installationId = String(inst.body.id);
     }
-    const res = await this.api(r.api_url!, 'POST', `/app/installations/${installationId}/access_tokens`, jwt, { repositories: [on[1]], ...(permissions ? { permissions } : {}) });
-    if (res.status === 404) throw new ServiceError('FAILED_PRECONDITION', `${who}: installation ${installationId} does not exist or does not include ${on[0]}/${on[1]} (GitHub answered 404)`, { credentialId: r.id });
+    const res = await this.api(row.api_url!, 'POST', `/app/installations/${installationId}/access_tokens`, jwt, { repositories: [on[1]], ...(permissions ? { permissions } : {}) });
+    if (res.status === 404) throw new ServiceError('FAILED_PRECONDITION', `${who}: installation ${installationId} does not exist or does not include ${on[0]}/${on[1]} (GitHub answered 404)`, { credentialId: row.id });
     if (res.status === 422 && permissions && /permission/i.test(String(res.body?.message ?? '')))
-      throw new ServiceError('PERMISSION_DENIED', `${who}: installation ${installationId} does not grant ${Object.entries(permissions).map(([k, v]) => `${k}: ${v}`).join(', ')} on ${on[0]}/${on[1]}: ${String(res.body?.message ?? 'unprocessable')}`, { credentialId: r.id, missing: permissions });
-    if (res.status === 422) throw new ServiceError('FAILED_PRECONDITION', `${who}: installation ${installationId} cannot access ${on[0]}/${on[1]}: ${String(res.body?.message ?? 'unprocessable')}`, { credentialId: r.id });
+      throw new ServiceError('PERMISSION_DENIED', `${who}: installation ${installationId} does not grant ${Object.entries(permissions).map(([k, v]) => `${k}: ${v}`).join(', ')} on ${on[0]}/${on[1]}: ${String(res.body?.message ?? 'unprocessable')}`, { credentialId: row.id, missing: permissions });
+    if (res.status === 422) throw new ServiceError('FAILED_PRECONDITION', `${who}: installation ${installationId} cannot access ${on[0]}/${on[1]}: ${String(res.body?.message ?? 'unprocessable')}`, { credentialId: row.id });
     if (res.status !== 201 || typeof res.body?.token !== 'string') throw this.apiError(who, 'minting an installation token', res);
     const expiresAt = String(res.body.expires_at ?? '');
     const expiresAtMs = Date.parse(expiresAt) || this.now() + 3600_000;
     const t = { token: res.body.token as string, expiresAtMs, expiresAt: new Date(expiresAtMs).toISOString() };
     this.minted.set(cacheKey, t);
-    this.deps.audit.record({ actor: 'system', action: 'repo_token_mint', target: r.id, outcome: 'ok', details: { repository: `${on[0]}/${on[1]}`, installationId, expiresAt: t.expiresAt, ...(permissions ? { permissions } : {}) } });
+    this.deps.audit.record({ actor: 'system', action: 'repo_token_mint', target: row.id, outcome: 'ok', details: { repository: `${on[0]}/${on[1]}`, installationId, expiresAt: t.expiresAt, ...(permissions ? { permissions } : {}) } });
     return t;
   }
 
@@ -488,7 +488,7 @@ export class RepoCredentialStore {
     const meta = this.get(id);
     const m = this.match(repo);
     if (!m || m.id !== id) throw bad('repositoryUrl', `${repo.url} is not covered by ${id} (prefix ${meta.prefix})${m ? `; ${m.id} (${m.prefix}) covers it` : ''}`);
-    const c = (await this.resolve(repo))!;
+    const resolvedCredential = (await this.resolve(repo))!;
     const status = await new Promise<number | null>((resolve) => {
       const req = httpsRequest(
         `${repo.url}/info/refs?service=git-upload-pack`,
@@ -496,7 +496,7 @@ export class RepoCredentialStore {
           method: 'GET',
           timeout: API_TIMEOUT_MS,
           ...this.caOption(),
-          headers: { authorization: 'Basic ' + Buffer.from(`${c.username}:${c.token}`).toString('base64'), 'user-agent': 'git/2 (atelier-credential-test)', 'git-protocol': 'version=2' },
+          headers: { authorization: 'Basic ' + Buffer.from(`${resolvedCredential.username}:${resolvedCredential.token}`).toString('base64'), 'user-agent': 'git/2 (atelier-credential-test)', 'git-protocol': 'version=2' },
         },
         (res) => {
           res.resume();
@@ -518,6 +518,6 @@ export class RepoCredentialStore {
             : status >= 300 && status < 400
               ? `the host answered a redirect (HTTP ${status}); the broker never follows redirects with a credential`
               : `the host answered HTTP ${status}`;
-    return { ok, credentialId: id, repository: repo.url, httpStatus: status, minted: c.kind === 'github_app', expiresAt: c.expiresAt ?? null, detail };
+    return { ok, credentialId: id, repository: repo.url, httpStatus: status, minted: resolvedCredential.kind === 'github_app', expiresAt: resolvedCredential.expiresAt ?? null, detail };
   }
 }

@@ -40,45 +40,45 @@ const EMPTY: RepositorySettings = { allow: [], deny: [], extraCaCertificates: []
 /** Validates a repository URL's shape (not yet whether it is approved). */
 export function parseRepoUrl(raw: string, field = 'repositoryUrl'): ParsedRepoUrl {
   const bad = (why: string) => new ServiceError('INVALID_ARGUMENT', `${field}: ${why}`, { field, rule: why });
-  let u: URL;
+  let url: URL;
   try {
-    u = new URL(raw);
+    url = new URL(raw);
   } catch {
     throw bad('must be an absolute https:// URL');
   }
-  if (u.protocol !== 'https:') throw bad(`must use https:// (got ${u.protocol.replace(':', '')}://)`);
-  if (u.username || u.password) throw bad('must not carry credentials; the credential broker supplies them');
-  if (u.search || u.hash) throw bad('must not have a query or fragment');
-  if (!u.hostname) throw bad('must name a host');
-  const path = u.pathname.replace(/\/+$/, '');
+  if (url.protocol !== 'https:') throw bad(`must use https:// (got ${url.protocol.replace(':', '')}://)`);
+  if (url.username || url.password) throw bad('must not carry credentials; the credential broker supplies them');
+  if (url.search || url.hash) throw bad('must not have a query or fragment');
+  if (!url.hostname) throw bad('must name a host');
+  const path = url.pathname.replace(/\/+$/, '');
   if (path === '' || path === '/') throw bad('must name a repository path');
   if (/[\s\\]/.test(raw)) throw bad('must not contain spaces or backslashes');
-  const port = u.port ? Number(u.port) : 443;
-  const host = u.hostname.toLowerCase();
+  const port = url.port ? Number(url.port) : 443;
+  const host = url.hostname.toLowerCase();
   const authority = port === 443 ? host : `${host}:${port}`;
   return { url: `https://${authority}${path}`, host, port, authority, path };
 }
 
-function stripGit(p: string): string {
-  return p.endsWith('.git') ? p.slice(0, -4) : p;
+function stripGit(path: string): string {
+  return path.endsWith('.git') ? path.slice(0, -4) : path;
 }
 
 /** Does one rule match a parsed URL? */
 export function ruleMatches(rule: string, repo: ParsedRepoUrl): boolean {
   const isPrefix = rule.endsWith('/*') || rule.endsWith('/');
   const base = rule.endsWith('/*') ? rule.slice(0, -1) : rule;
-  let r: ParsedRepoUrl;
+  let parsed: ParsedRepoUrl;
   try {
-    r = parseRepoUrl(isPrefix ? base + 'x' : base, 'rule');
+    parsed = parseRepoUrl(isPrefix ? base + 'x' : base, 'rule');
   } catch {
     return false;
   }
-  if (r.authority !== repo.authority) return false;
+  if (parsed.authority !== repo.authority) return false;
   if (isPrefix) {
-    const prefix = r.path.slice(0, -1); // drop the placeholder "x", keeps the trailing slash
+    const prefix = parsed.path.slice(0, -1); // drop the placeholder "x", keeps the trailing slash
     return repo.path.startsWith(prefix) && repo.path.length > prefix.length;
   }
-  return stripGit(r.path) === stripGit(repo.path);
+  return stripGit(parsed.path) === stripGit(repo.path);
 }
 
 export class RepositoryPolicy {
@@ -114,22 +114,22 @@ export class RepositoryPolicy {
   /** PEM text of the operator's extra CA certificates ('' when none). */
   extraCaPem(): string {
     return this.settings()
-      .extraCaCertificates.map((f) => {
+      .extraCaCertificates.map((extraCaCertificate) => {
         try {
-          return readFileSync(f, 'utf8').trim() + '\n';
+          return readFileSync(extraCaCertificate, 'utf8').trim() + '\n';
         } catch (e) {
           // Removed or unreadable since start-up: the operator must fix the file list, not an INTERNAL.
-          throw new ConfigError(`config file ${this.configFile}: "repositories.extraCaCertificates" names ${f}, which cannot be read (${(e as NodeJS.ErrnoException).code ?? 'error'}); restore it or remove it from the list`, 'repositories.extraCaCertificates');
+          throw new ConfigError(`config file ${this.configFile}: "repositories.extraCaCertificates" names ${extraCaCertificate}, which cannot be read (${(e as NodeJS.ErrnoException).code ?? 'error'}); restore it or remove it from the list`, 'repositories.extraCaCertificates');
         }
       })
       .join('');
   }
 }
 
-function asStringList(v: unknown, name: string, file: string): string[] {
-  if (v === undefined) return [];
-  if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) throw new ConfigError(`config file ${file}: "repositories.${name}" must be a list of strings`);
-  return v as string[];
+function asStringList(value: unknown, name: string, file: string): string[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value) || value.some((x) => typeof x !== 'string')) throw new ConfigError(`config file ${file}: "repositories.${name}" must be a list of strings`);
+  return value as string[];
 }
 
 export function readRepositorySettings(file: string): RepositorySettings {
@@ -139,16 +139,16 @@ export function readRepositorySettings(file: string): RepositorySettings {
   } catch (e) {
     throw new ConfigError(`config file ${file} is not valid JSON: ${(e as Error).message}`);
   }
-  const r = (raw.repositories ?? {}) as Record<string, unknown>;
-  if (typeof r !== 'object' || r === null || Array.isArray(r)) throw new ConfigError(`config file ${file}: "repositories" must be an object`);
-  const allow = asStringList(r.allow, 'allow', file);
-  const deny = asStringList(r.deny, 'deny', file);
+  const row = (raw.repositories ?? {}) as Record<string, unknown>;
+  if (typeof row !== 'object' || row === null || Array.isArray(row)) throw new ConfigError(`config file ${file}: "repositories" must be an object`);
+  const allow = asStringList(row.allow, 'allow', file);
+  const deny = asStringList(row.deny, 'deny', file);
   for (const rule of [...allow, ...deny]) validateRule(rule, file);
-  const extraCaCertificates = asStringList(r.extraCaCertificates, 'extraCaCertificates', file);
+  const extraCaCertificates = asStringList(row.extraCaCertificates, 'extraCaCertificates', file);
   for (const ca of extraCaCertificates) {
     if (!existsSync(ca)) throw new ConfigError(`config file ${file}: "repositories.extraCaCertificates" names ${ca}, which does not exist`);
   }
-  if (r.credentials !== undefined)
+  if (row.credentials !== undefined)
     throw new ConfigError(
       `config file ${file}: "repositories.credentials" is no longer read: repository credentials are sealed in the database. ` +
         'Add each with `atelier credentials add-token PREFIX --username NAME < token-file` (or add-github-app), then remove the section; see docs/credentials.md',

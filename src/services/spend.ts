@@ -103,24 +103,24 @@ export class SpendService {
   /** What the ledger holds for the current windows from boots other than `bootId` (pushed so policies hold across gateway restarts). */
   baselines(bootId: string | null): WindowBaseline[] {
     const { day, month } = windowKeys(this.now());
-    const q = (col: 'day' | 'month', key: string) =>
+    const query = (col: 'day' | 'month', key: string) =>
       (this.db
         .prepare(`SELECT COALESCE(SUM(CASE WHEN state = 'open' THEN reserved_micros ELSE cost_micros END), 0) FROM spend_reservations WHERE ${col} = ? AND boot_id != ?`)
         .pluck()
         .get(key, bootId ?? '') as number);
     return [
-      { window: 'day', key: day, spentMicros: q('day', day) },
-      { window: 'month', key: month, spentMicros: q('month', month) },
+      { window: 'day', key: day, spentMicros: query('day', day) },
+      { window: 'month', key: month, spentMicros: query('month', month) },
     ];
   }
 
   policies(): PolicyRecord {
-    const r = this.db.prepare('SELECT * FROM spend_policies WHERE id = 1').get() as Record<string, number | string | null> | undefined;
+    const record = this.db.prepare('SELECT * FROM spend_policies WHERE id = 1').get() as Record<string, number | string | null> | undefined;
     return {
-      dailyCapMicros: (r?.daily_cap_micros as number | null) ?? null,
-      monthlyCapMicros: (r?.monthly_cap_micros as number | null) ?? null,
-      perAgentCapMicros: (r?.per_agent_cap_micros as number | null) ?? null,
-      updatedAt: (r?.updated_at as string | null) ?? null,
+      dailyCapMicros: (record?.daily_cap_micros as number | null) ?? null,
+      monthlyCapMicros: (record?.monthly_cap_micros as number | null) ?? null,
+      perAgentCapMicros: (record?.per_agent_cap_micros as number | null) ?? null,
+      updatedAt: (record?.updated_at as string | null) ?? null,
     };
   }
 
@@ -165,23 +165,23 @@ export class SpendService {
       .prepare(`SELECT * FROM spend_reservations WHERE ${period} = ? AND overrun_json IS NOT NULL ORDER BY settled_at DESC, id LIMIT 100`)
       .all(key) as Array<Record<string, unknown>>;
     const overrunMicros = this.db.prepare(`SELECT COALESCE(SUM(overrun_micros), 0) FROM spend_reservations WHERE ${period} = ? AND overrun_json IS NOT NULL`).pluck().get(key) as number;
-    const overruns: SpendOverrun[] = overrunRows.map((r) => {
-      const o = JSON.parse(r.overrun_json as string) as { micros: number; inputTokens: number; outputTokens: number; leaseRevoked: boolean };
+    const overruns: SpendOverrun[] = overrunRows.map((row) => {
+      const overrun = JSON.parse(row.overrun_json as string) as { micros: number; inputTokens: number; outputTokens: number; leaseRevoked: boolean };
       return {
-        reservationId: r.id as string,
-        leaseId: r.lease_id as string,
-        agentId: r.agent_id as string,
-        profileId: r.profile_id as string,
-        revision: r.revision as number,
-        at: r.settled_at as string,
-        costMicros: r.cost_micros as number,
-        reservedMicros: r.reserved_micros as number,
-        overrunMicros: o.micros,
-        inputTokensPastBound: o.inputTokens,
-        outputTokensPastLimit: o.outputTokens,
-        unreconciled: r.state === 'unreconciled',
-        leaseRevoked: o.leaseRevoked,
-        reason: (r.reason as string | null) ?? null,
+        reservationId: row.id as string,
+        leaseId: row.lease_id as string,
+        agentId: row.agent_id as string,
+        profileId: row.profile_id as string,
+        revision: row.revision as number,
+        at: row.settled_at as string,
+        costMicros: row.cost_micros as number,
+        reservedMicros: row.reserved_micros as number,
+        overrunMicros: overrun.micros,
+        inputTokensPastBound: overrun.inputTokens,
+        outputTokensPastLimit: overrun.outputTokens,
+        unreconciled: row.state === 'unreconciled',
+        leaseRevoked: overrun.leaseRevoked,
+        reason: (row.reason as string | null) ?? null,
       };
     });
     return {
@@ -232,13 +232,13 @@ export class SpendService {
    */
   series(range: 'month' | 'year', at = this.now()): { range: 'month' | 'year'; key: string; buckets: string[]; rows: SpendSeriesRow[] } {
     const { month } = windowKeys(at);
-    const d = new Date(at);
-    const year = String(d.getUTCFullYear());
+    const date = new Date(at);
+    const year = String(date.getUTCFullYear());
     const col = range === 'month' ? 'day' : 'month';
     const key = range === 'month' ? month : year;
     const buckets: string[] = [];
     if (range === 'month') {
-      const days = new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 0)).getUTCDate();
+      const days = new Date(Date.UTC(date.getUTCFullYear(), date.getUTCMonth() + 1, 0)).getUTCDate();
       for (let i = 1; i <= days; i++) buckets.push(`${month}-${String(i).padStart(2, '0')}`);
     } else {
       for (let i = 1; i <= 12; i++) buckets.push(`${year}-${String(i).padStart(2, '0')}`);

@@ -105,25 +105,25 @@ const GIT_BIN = '/usr/bin/git';
 export { SAFE_GIT_CONFIG, gitConfigEnv } from './git-safety.js';
 const SHA_RE = /^[0-9a-f]{7,64}$/;
 
-function rowOf(r: Record<string, unknown>): WorkspaceRow {
-  const opts = JSON.parse((r.options_json as string) || '{}') as Record<string, unknown>;
+function rowOf(row: Record<string, unknown>): WorkspaceRow {
+  const opts = JSON.parse((row.options_json as string) || '{}') as Record<string, unknown>;
   return {
-    id: r.id as string,
-    repositoryUrl: r.repository_url as string,
-    ref: (r.ref as string | null) ?? null,
-    branch: (r.branch as string | null) ?? null,
-    headOid: (r.head_oid as string | null) ?? null,
+    id: row.id as string,
+    repositoryUrl: row.repository_url as string,
+    ref: (row.ref as string | null) ?? null,
+    branch: (row.branch as string | null) ?? null,
+    headOid: (row.head_oid as string | null) ?? null,
     cloneOid: (opts.cloneOid as string | undefined) ?? null,
-    networkProfile: r.network_profile as NetworkProfile,
-    environmentId: (r.environment_id as string | null) ?? null,
-    envInjected: r.env_injected === 1,
-    state: r.state as WorkspaceState,
-    stateReason: (r.state_reason as string | null) ?? null,
-    createdAt: r.created_at as string,
-    lastActivityAt: r.last_activity_at as string,
-    leaseExpiresAt: r.lease_expires_at as string,
-    hardExpiresAt: r.hard_expires_at as string,
-    closedAt: (r.closed_at as string | null) ?? null,
+    networkProfile: row.network_profile as NetworkProfile,
+    environmentId: (row.environment_id as string | null) ?? null,
+    envInjected: row.env_injected === 1,
+    state: row.state as WorkspaceState,
+    stateReason: (row.state_reason as string | null) ?? null,
+    createdAt: row.created_at as string,
+    lastActivityAt: row.last_activity_at as string,
+    leaseExpiresAt: row.lease_expires_at as string,
+    hardExpiresAt: row.hard_expires_at as string,
+    closedAt: (row.closed_at as string | null) ?? null,
     gitIdentity: (opts.gitIdentity as WorkspaceRow['gitIdentity']) ?? null,
   };
 }
@@ -177,13 +177,13 @@ export class WorkspaceService {
   private ensureDisk(id: string): Promise<void> {
     const running = this.disking.get(id);
     if (running) return running;
-    const p = (async () => {
+    const pending = (async () => {
       const root = this.rootDir(id);
       if (this.deps.config.sandboxDiskMb > 0) await ensureWorkspaceDisk(this.diskOptions, id, root);
       await prepareRootDir(root, this.ids);
     })().finally(() => this.disking.delete(id));
-    this.disking.set(id, p);
-    return p;
+    this.disking.set(id, pending);
+    return pending;
   }
 
   /** Formats the next workspace's disk image in the background, so an open only mounts one. */
@@ -252,23 +252,23 @@ export class WorkspaceService {
     return { proxySocket: await this.egress.start(id) };
   }
 
-  private async specFor(w: WorkspaceRow, network: SandboxNetwork): Promise<SandboxSpec> {
+  private async specFor(workspace: WorkspaceRow, network: SandboxNetwork): Promise<SandboxSpec> {
     const env: Record<string, string> = {};
     // Managed-package releases bound when this workspace's sandbox was first made (kept until it is recreated).
-    const pkgs = (await this.deps.packages?.mountsFor(w.id)) ?? { mounts: [], env: {} };
+    const pkgs = (await this.deps.packages?.mountsFor(workspace.id)) ?? { mounts: [], env: {} };
     Object.assign(env, pkgs.env);
-    if (w.envInjected && w.environmentId) Object.assign(env, this.deps.environments.injection(w.environmentId));
-    return { id: w.id, rootDir: this.rootDir(w.id), limits: this.sandboxLimits, network, env, mounts: pkgs.mounts };
+    if (workspace.envInjected && workspace.environmentId) Object.assign(env, this.deps.environments.injection(workspace.environmentId));
+    return { id: workspace.id, rootDir: this.rootDir(workspace.id), limits: this.sandboxLimits, network, env, mounts: pkgs.mounts };
   }
 
-  private async startSandbox(w: WorkspaceRow): Promise<SandboxHandle> {
-    await this.ensureDisk(w.id);
-    const network = await this.startWorkspaceProxy(w.id, w.networkProfile);
-    const spec = await this.specFor(w, network);
+  private async startSandbox(workspace: WorkspaceRow): Promise<SandboxHandle> {
+    await this.ensureDisk(workspace.id);
+    const network = await this.startWorkspaceProxy(workspace.id, workspace.networkProfile);
+    const spec = await this.specFor(workspace, network);
     const recovered = await this.deps.executor.recover(spec);
     const h = recovered ?? (await this.deps.executor.create(spec));
-    this.handles.set(w.id, h);
-    this.update(w.id, { sandbox_json: JSON.stringify(h) });
+    this.handles.set(workspace.id, h);
+    this.update(workspace.id, { sandbox_json: JSON.stringify(h) });
     return h;
   }
 
@@ -295,41 +295,41 @@ export class WorkspaceService {
    * GitService for fetch, pull and push); with a repository, its one-host network and credential
    * (src/services/git-ephemeral.ts).
    */
-  async ephemeralGit(w: { id: string }, command: string, opts: EphemeralGitOptions = {}): Promise<ExecResult> {
-    await this.ensureDisk(w.id);
+  async ephemeralGit(workspace: { id: string }, command: string, opts: EphemeralGitOptions = {}): Promise<ExecResult> {
+    await this.ensureDisk(workspace.id);
     return runEphemeralGit(
       { executor: this.deps.executor, egress: this.egress, repoCredentials: this.deps.repoCredentials, repos: this.deps.repos, runDir: join(this.deps.config.dataDir, 'run'), ...this.ids },
-      { id: w.id, repoDir: join(this.rootDir(w.id), 'repo'), limits: this.sandboxLimits },
+      { id: workspace.id, repoDir: join(this.rootDir(workspace.id), 'repo'), limits: this.sandboxLimits },
       command,
       opts,
     );
   }
 
-  gitFailure(step: string, r: ExecResult): ServiceError {
-    return gitFailure(step, r);
+  gitFailure(step: string, result: ExecResult): ServiceError {
+    return gitFailure(step, result);
   }
 
   // ---------- lifecycle ----------
 
-  async open(a: OpenArgs, principal: string, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<Record<string, unknown>> {
+  async open(openArgs: OpenArgs, principal: string, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<Record<string, unknown>> {
     if (this.deps.sandboxDisabledReason)
       throw new ServiceError('FAILED_PRECONDITION', `workspaces are disabled: the service runs in unsafe development mode (${this.deps.sandboxDisabledReason}); see atelier doctor`, {});
-    const repo = this.deps.repos.approve(a.repositoryUrl);
-    if (a.toolkits.length || a.allowToolkitWorkspaceChanges) {
+    const repo = this.deps.repos.approve(openArgs.repositoryUrl);
+    if (openArgs.toolkits.length || openArgs.allowToolkitWorkspaceChanges) {
       if (!this.deps.packages) throw new ServiceError('FAILED_PRECONDITION', 'toolkits: managed packages are not available in this build', { field: 'toolkits' });
-      this.deps.packages.validateToolkits(a.toolkits, a.allowToolkitWorkspaceChanges === true);
+      this.deps.packages.validateToolkits(openArgs.toolkits, openArgs.allowToolkitWorkspaceChanges === true);
     }
     let envId: string | null = null;
-    if (a.environmentId) {
-      envId = this.deps.environments.resolve(a.environmentId);
-      if (a.confirmEnvironmentInjection !== true)
+    if (openArgs.environmentId) {
+      envId = this.deps.environments.resolve(openArgs.environmentId);
+      if (openArgs.confirmEnvironmentInjection !== true)
         throw new ServiceError(
           'INVALID_ARGUMENT',
-          `confirmEnvironmentInjection: must be true to inject the variables and secrets of environment ${a.environmentId} into the workspace`,
+          `confirmEnvironmentInjection: must be true to inject the variables and secrets of environment ${openArgs.environmentId} into the workspace`,
           { field: 'confirmEnvironmentInjection', rule: 'required with environmentId' },
         );
     }
-    const profile: NetworkProfile = a.networkProfile ?? 'network-none';
+    const profile: NetworkProfile = openArgs.networkProfile ?? 'network-none';
     const id = newId('workspace');
     const now = Date.now();
     const hard = new Date(now + this.deps.config.maxWorkspaceLifetimeSeconds * 1000).toISOString();
@@ -339,8 +339,8 @@ export class WorkspaceService {
         `INSERT INTO workspaces (id, owner_id, repository_url, ref, fetch_depth, shallow_since, network_profile, environment_id, env_injected, options_json, state, created_at, last_activity_at, lease_expires_at, hard_expires_at)
          VALUES (?, 'owner', ?, ?, ?, ?, ?, ?, ?, ?, 'opening', ?, ?, ?, ?)`,
       )
-      .run(id, repo.url, a.ref ?? null, a.fetchDepth ?? null, a.shallowSince ?? null, profile, envId, envId ? 1 : 0,
-        JSON.stringify({ toolkits: a.toolkits, skillSets: a.skillSets, skillOverrides: a.skillOverrides, allowToolkitWorkspaceChanges: a.allowToolkitWorkspaceChanges === true }),
+      .run(id, repo.url, openArgs.ref ?? null, openArgs.fetchDepth ?? null, openArgs.shallowSince ?? null, profile, envId, envId ? 1 : 0,
+        JSON.stringify({ toolkits: openArgs.toolkits, skillSets: openArgs.skillSets, skillOverrides: openArgs.skillOverrides, allowToolkitWorkspaceChanges: openArgs.allowToolkitWorkspaceChanges === true }),
         new Date(now).toISOString(), new Date(now).toISOString(), lease, hard);
     return this.locked(id, async () => {
       let sandbox: Promise<SandboxHandle> | undefined;
@@ -355,7 +355,7 @@ export class WorkspaceService {
         took.diskMs = Date.now() - t0;
         sandbox = this.startSandbox(this.get(id));
         sandbox.then(() => (took.sandboxReadyMs = Date.now() - t0)).catch(() => undefined); // awaited below, or by the cleanup
-        await this.clone(id, repo, a, signal);
+        await this.clone(id, repo, openArgs, signal);
         took.clonedMs = Date.now() - t0;
         progress(1, 3, 'starting the sandbox');
         const h = await sandbox;
@@ -366,7 +366,7 @@ export class WorkspaceService {
         this.setOption(id, 'cloneOid', head ?? null);
         this.deps.principals.setActiveWorkspace(principal, id);
         // Repository extensions (issue #19): the workspace's skill configuration, then activated on_workspace_open hooks (reported, never fatal).
-        const hooks = await this.deps.hooks?.opened(id, { repositoryUrl: repo.url, skillSets: a.skillSets, skillOverrides: a.skillOverrides }, signal);
+        const hooks = await this.deps.hooks?.opened(id, { repositoryUrl: repo.url, skillSets: openArgs.skillSets, skillOverrides: openArgs.skillOverrides }, signal);
         progress(3, 3, 'ready');
         this.deps.log.debug({ workspace: id, ...took, totalMs: Date.now() - t0 }, 'workspace opened');
         this.prepareSpareDisk(); // for the next open, now that this one is done
@@ -381,34 +381,34 @@ export class WorkspaceService {
     });
   }
 
-  private async clone(id: string, repo: ParsedRepoUrl, a: OpenArgs, signal: AbortSignal): Promise<void> {
-    const depthArgs = a.shallowSince ? `--shallow-since="$SINCE"` : a.fetchDepth === 0 ? '' : `--depth=${a.fetchDepth ?? 1}`;
-    const ref = a.ref;
+  private async clone(id: string, repo: ParsedRepoUrl, openArgs: OpenArgs, signal: AbortSignal): Promise<void> {
+    const depthArgs = openArgs.shallowSince ? `--shallow-since="$SINCE"` : openArgs.fetchDepth === 0 ? '' : `--depth=${openArgs.fetchDepth ?? 1}`;
+    const ref = openArgs.ref;
     // Shell script inside the sandbox; every value arrives as an environment variable, never spliced into the script.
     const script = ref && SHA_RE.test(ref)
       ? `set -e; ${GIT_BIN} init -q .; ${GIT_BIN} remote add origin "$REPO"; ${GIT_BIN} fetch -q ${depthArgs} origin "$REF"; ${GIT_BIN} checkout -q --detach FETCH_HEAD`
       : `set -e; ${GIT_BIN} clone -q ${depthArgs} ${ref ? '--branch "$REF"' : ''} "$REPO" .`;
-    const r = await this.ephemeralGit({ id }, script, { repo, env: { REPO: repo.url, REF: ref ?? '', SINCE: a.shallowSince ?? '' }, signal });
+    const r = await this.ephemeralGit({ id }, script, { repo, env: { REPO: repo.url, REF: ref ?? '', SINCE: openArgs.shallowSince ?? '' }, signal });
     if (r.exitCode !== 0) throw this.gitFailure('clone', r);
   }
 
-  describe(w: WorkspaceRow): Record<string, unknown> {
+  describe(workspace: WorkspaceRow): Record<string, unknown> {
     return {
-      workspaceId: w.id,
-      state: w.state,
-      repositoryUrl: w.repositoryUrl,
-      ref: w.ref,
-      branch: w.branch,
-      headOid: w.headOid,
-      networkProfile: w.networkProfile,
-      environmentId: w.environmentId,
-      environmentInjected: w.envInjected,
-      createdAt: w.createdAt,
-      lastActivityAt: w.lastActivityAt,
-      leaseExpiresAt: w.leaseExpiresAt,
-      hardExpiresAt: w.hardExpiresAt,
-      ...(w.stateReason ? { stateReason: w.stateReason } : {}),
-      ...(w.closedAt ? { closedAt: w.closedAt } : {}),
+      workspaceId: workspace.id,
+      state: workspace.state,
+      repositoryUrl: workspace.repositoryUrl,
+      ref: workspace.ref,
+      branch: workspace.branch,
+      headOid: workspace.headOid,
+      networkProfile: workspace.networkProfile,
+      environmentId: workspace.environmentId,
+      environmentInjected: workspace.envInjected,
+      createdAt: workspace.createdAt,
+      lastActivityAt: workspace.lastActivityAt,
+      leaseExpiresAt: workspace.leaseExpiresAt,
+      hardExpiresAt: workspace.hardExpiresAt,
+      ...(workspace.stateReason ? { stateReason: workspace.stateReason } : {}),
+      ...(workspace.closedAt ? { closedAt: workspace.closedAt } : {}),
     };
   }
 
@@ -430,12 +430,12 @@ export class WorkspaceService {
 
   /** The live handle of an active workspace; refreshes its idle lease. Refuses other states clearly. */
   async activeHandle(id: string): Promise<SandboxHandle> {
-    const w = this.get(id);
-    if (w.state === 'expired_recoverable')
-      throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} expired after being idle; resume it with workspace_lease_renew or workspace_recover (mode resume)`, { workspaceId: id, state: w.state });
-    if (w.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed and its files removed`, { workspaceId: id, state: w.state });
-    if (w.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is ${w.state}`, { workspaceId: id, state: w.state });
-    this.touch(w);
+    const workspace = this.get(id);
+    if (workspace.state === 'expired_recoverable')
+      throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} expired after being idle; resume it with workspace_lease_renew or workspace_recover (mode resume)`, { workspaceId: id, state: workspace.state });
+    if (workspace.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed and its files removed`, { workspaceId: id, state: workspace.state });
+    if (workspace.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is ${workspace.state}`, { workspaceId: id, state: workspace.state });
+    this.touch(workspace);
     const h = this.handles.get(id);
     if (h && (await this.deps.executor.alive(h))) return h;
     return this.restartSandbox(id, h ? 'the sandbox daemon had died' : 'no sandbox was running');
@@ -449,7 +449,7 @@ export class WorkspaceService {
   private restartSandbox(id: string, why: string): Promise<SandboxHandle> {
     const running = this.restarting.get(id);
     if (running) return running;
-    const p = (async () => {
+    const pending = (async () => {
       const old = this.handles.get(id) ?? this.storedHandle(id);
       this.handles.delete(id);
       if (old) await this.deps.executor.stop(old).catch((e) => this.deps.log.warn({ err: e, workspace: id }, 'stopping a dead sandbox failed'));
@@ -461,9 +461,9 @@ export class WorkspaceService {
       }
       return this.startSandbox(this.get(id));
     })();
-    this.restarting.set(id, p);
-    return p.finally(() => {
-      if (this.restarting.get(id) === p) this.restarting.delete(id);
+    this.restarting.set(id, pending);
+    return pending.finally(() => {
+      if (this.restarting.get(id) === pending) this.restarting.delete(id);
     });
   }
 
@@ -475,11 +475,11 @@ export class WorkspaceService {
   }
 
   /** Activity moves the idle lease (at most one write per 5 s per workspace). */
-  touch(w: WorkspaceRow): void {
+  touch(workspace: WorkspaceRow): void {
     const now = Date.now();
-    if ((this.lastTouch.get(w.id) ?? 0) > now - 5_000) return;
-    this.lastTouch.set(w.id, now);
-    this.update(w.id, { last_activity_at: new Date(now).toISOString(), lease_expires_at: this.leaseEnd(now, this.deps.config.idleLeaseSeconds, w.hardExpiresAt) });
+    if ((this.lastTouch.get(workspace.id) ?? 0) > now - 5_000) return;
+    this.lastTouch.set(workspace.id, now);
+    this.update(workspace.id, { last_activity_at: new Date(now).toISOString(), lease_expires_at: this.leaseEnd(now, this.deps.config.idleLeaseSeconds, workspace.hardExpiresAt) });
   }
 
   /** The git tools record the live branch and HEAD after changing them (workspace_status, workspace_context). */
@@ -495,36 +495,36 @@ export class WorkspaceService {
   }
 
   async status(id: string): Promise<Record<string, unknown>> {
-    const w = this.get(id);
-    const state = w.state === 'active' ? await this.sandboxState(id) : 'stopped';
+    const workspace = this.get(id);
+    const state = workspace.state === 'active' ? await this.sandboxState(id) : 'stopped';
     const death = this.deaths.get(id);
     return {
-      ...this.describe(w),
+      ...this.describe(workspace),
       sandboxRunning: state === 'running',
       sandboxState: state,
       ...(state === 'died'
         ? { sandboxNote: 'the sandbox daemon is gone (its processes ended); the next call or workspace_recover (mode resume) starts it again with the files intact' }
         : {}),
       ...(death ? { sandboxRestarts: death.restarts, sandboxLastRestartAt: death.at } : {}),
-      gitIdentity: w.gitIdentity,
+      gitIdentity: workspace.gitIdentity,
     };
   }
 
   /** What this workspace may do, and the repohost actions for its repository. Mints no tokens. */
   capabilities(id: string): Record<string, unknown> {
-    const w = this.get(id);
-    const repo = parseRepoUrl(w.repositoryUrl);
+    const workspace = this.get(id);
+    const repo = parseRepoUrl(workspace.repositoryUrl);
     const cred = this.deps.repoCredentials.match(repo);
     const hasCredential = cred !== null;
     return {
       workspaceId: id,
-      state: w.state,
-      repository: { url: w.repositoryUrl, host: repo.authority },
-      network: { profile: w.networkProfile, egress: w.networkProfile === 'dependency-access' ? 'configured package registries only, through the egress proxy' : 'none (loopback only)' },
+      state: workspace.state,
+      repository: { url: workspace.repositoryUrl, host: repo.authority },
+      network: { profile: workspace.networkProfile, egress: workspace.networkProfile === 'dependency-access' ? 'configured package registries only, through the egress proxy' : 'none (loopback only)' },
       git: { fetch: true, push: hasCredential, credentialSource: cred ? `broker (${cred.kind === 'github_app' ? 'GitHub App installation token, minted per operation' : 'owner-managed token'})` : 'none: the owner has no repository credential covering this repository (atelier credentials add-token|add-github-app); pushes will be refused by the host' },
       commands: { exec: true, privileged: 'approval required (approvalGrantToken from the owner)' },
       packages: { enabled: this.deps.config.packagesEnabled },
-      environment: { id: w.environmentId, injected: w.envInjected },
+      environment: { id: workspace.environmentId, injected: workspace.envInjected },
       repohostActions: [] as string[],
       repohost: { available: false, reason: 'repository-host operations (issues, pull requests, reviews) are not available in this build: see docs/STATUS.md' },
       tokensMinted: false,
@@ -533,19 +533,19 @@ export class WorkspaceService {
 
   async context(
     id: string,
-    a: { clientProfile: string; include: string[]; contentMode: 'none' | 'excerpt'; cursor?: string; limit: number; maxBytes: number },
+    args: { clientProfile: string; include: string[]; contentMode: 'none' | 'excerpt'; cursor?: string; limit: number; maxBytes: number },
     signal: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    const h = await this.activeHandle(id);
-    const w = this.get(id);
-    const ident = await this.deps.executor.exec(h, { command: 'git config --get user.name; echo ---; git config --get user.email', env: gitConfigEnv(), timeoutMs: 10_000 });
+    const handle = await this.activeHandle(id);
+    const workspace = this.get(id);
+    const ident = await this.deps.executor.exec(handle, { command: 'git config --get user.name; echo ---; git config --get user.email', env: gitConfigEnv(), timeoutMs: 10_000 });
     const [name, email] = ident.stdout.split('---').map((x) => x.trim());
-    const overview = (await this.deps.executor.request(h, 'overview', {
+    const overview = (await this.deps.executor.request(handle, 'overview', {
       root: '/workspace',
-      clientProfile: a.clientProfile as ClientProfile,
-      include: a.include as OverviewSection[],
-      contentMode: a.contentMode,
-      maxBytes: a.maxBytes,
+      clientProfile: args.clientProfile as ClientProfile,
+      include: args.include as OverviewSection[],
+      contentMode: args.contentMode,
+      maxBytes: args.maxBytes,
     }, { signal, timeoutMs: 30_000 })) as Record<string, unknown>;
     // Pages run over the entries of the included sections, in include order.
     const sections: Array<[string, string]> = [
@@ -556,26 +556,26 @@ export class WorkspaceService {
     ];
     const entries: Array<{ section: string; item: unknown }> = [];
     for (const [inc, key] of sections) {
-      if (!a.include.includes(inc)) continue;
+      if (!args.include.includes(inc)) continue;
       for (const item of (overview[key] as unknown[] | undefined) ?? []) entries.push({ section: key, item });
     }
-    const start = a.cursor ? this.deps.cursors.decode<{ o: number; w: string }>('workspace_context', a.cursor).o : 0;
-    const page = entries.slice(start, start + a.limit);
+    const start = args.cursor ? this.deps.cursors.decode<{ o: number; w: string }>('workspace_context', args.cursor).o : 0;
+    const page = entries.slice(start, start + args.limit);
     const repositoryOverview: Record<string, unknown[]> = {};
-    for (const [inc, key] of sections) if (a.include.includes(inc)) repositoryOverview[key] = [];
+    for (const [inc, key] of sections) if (args.include.includes(inc)) repositoryOverview[key] = [];
     for (const e of page) repositoryOverview[e.section]!.push(e.item);
-    const next = start + a.limit < entries.length ? this.deps.cursors.encode('workspace_context', { o: start + a.limit, w: id }) : null;
+    const next = start + args.limit < entries.length ? this.deps.cursors.encode('workspace_context', { o: start + args.limit, w: id }) : null;
     return {
       activeWorkspaceId: id,
-      repositoryUrl: w.repositoryUrl,
-      branch: w.branch,
-      headOid: w.headOid,
-      leaseExpiresAt: w.leaseExpiresAt,
-      hardExpiresAt: w.hardExpiresAt,
-      leaseRemainingSeconds: Math.max(0, Math.floor((Date.parse(w.leaseExpiresAt) - Date.now()) / 1000)),
+      repositoryUrl: workspace.repositoryUrl,
+      branch: workspace.branch,
+      headOid: workspace.headOid,
+      leaseExpiresAt: workspace.leaseExpiresAt,
+      hardExpiresAt: workspace.hardExpiresAt,
+      leaseRemainingSeconds: Math.max(0, Math.floor((Date.parse(workspace.leaseExpiresAt) - Date.now()) / 1000)),
       gitIdentity: name || email ? { name: name || null, email: email || null } : null,
-      clientProfile: a.clientProfile,
-      contentMode: a.contentMode,
+      clientProfile: args.clientProfile,
+      contentMode: args.contentMode,
       repositoryOverview,
       partial: overview.partial === true,
       filesScanned: overview.filesScanned,
@@ -584,15 +584,15 @@ export class WorkspaceService {
     };
   }
 
-  secretsList(workspaceId: string | undefined, a: { environmentId?: string; query?: string; cursor?: string; limit: number }): Record<string, unknown> {
-    let envId = a.environmentId ?? null;
+  secretsList(workspaceId: string | undefined, args: { environmentId?: string; query?: string; cursor?: string; limit: number }): Record<string, unknown> {
+    let envId = args.environmentId ?? null;
     if (!envId && workspaceId) envId = this.get(workspaceId).environmentId;
-    const offset = a.cursor ? this.deps.cursors.decode<{ o: number }>('secrets_list', a.cursor).o : 0;
-    const { items, more } = this.deps.environments.listSecrets(envId, a.query, offset, a.limit);
+    const offset = args.cursor ? this.deps.cursors.decode<{ o: number }>('secrets_list', args.cursor).o : 0;
+    const { items, more } = this.deps.environments.listSecrets(envId, args.query, offset, args.limit);
     return {
       environmentId: envId,
       secrets: items.map((i) => ({ name: i.name, scope: i.scope === 'global' ? 'global' : 'environment', description: i.description })),
-      nextCursor: more ? this.deps.cursors.encode('secrets_list', { o: offset + a.limit }) : null,
+      nextCursor: more ? this.deps.cursors.encode('secrets_list', { o: offset + args.limit }) : null,
       note: 'values are never shown; commands see injected secrets as environment variables of the same name',
     };
   }
@@ -606,15 +606,15 @@ export class WorkspaceService {
 
   async renew(id: string, extensionSeconds: number | undefined): Promise<Record<string, unknown>> {
     return this.locked(id, async () => {
-      const w = this.get(id);
-      if (w.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed`, { workspaceId: id });
-      if (w.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
+      const workspace = this.get(id);
+      if (workspace.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed`, { workspaceId: id });
+      if (workspace.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
       const ext = extensionSeconds ?? this.deps.config.idleLeaseSeconds;
       const now = Date.now();
       const requested = new Date(now + ext * 1000).toISOString();
-      const capped = Date.parse(requested) > Date.parse(w.hardExpiresAt);
-      const leaseExpiresAt = capped ? w.hardExpiresAt : requested;
-      const reactivated = w.state === 'expired_recoverable';
+      const capped = Date.parse(requested) > Date.parse(workspace.hardExpiresAt);
+      const leaseExpiresAt = capped ? workspace.hardExpiresAt : requested;
+      const reactivated = workspace.state === 'expired_recoverable';
       let restarted = false;
       if (reactivated) {
         this.update(id, { state: 'active', state_reason: null });
@@ -626,10 +626,10 @@ export class WorkspaceService {
       }
       this.update(id, { lease_expires_at: leaseExpiresAt, last_activity_at: new Date(now).toISOString() });
       this.lastTouch.set(id, now);
-      const result: Record<string, unknown> = { workspaceId: id, state: 'active', leaseExpiresAt, hardExpiresAt: w.hardExpiresAt, leaseCapped: capped, reactivated, sandboxRestarted: restarted, leaseWarnings: [] as string[] };
+      const result: Record<string, unknown> = { workspaceId: id, state: 'active', leaseExpiresAt, hardExpiresAt: workspace.hardExpiresAt, leaseCapped: capped, reactivated, sandboxRestarted: restarted, leaseWarnings: [] as string[] };
       if (capped) {
         result.requestedExpiresAt = requested;
-        (result.leaseWarnings as string[]).push(`the lease was capped at hardExpiresAt (${w.hardExpiresAt}): a workspace never outlives its maximum lifetime; push or export your work before then`);
+        (result.leaseWarnings as string[]).push(`the lease was capped at hardExpiresAt (${workspace.hardExpiresAt}): a workspace never outlives its maximum lifetime; push or export your work before then`);
       }
       return result;
     });
@@ -660,62 +660,62 @@ export class WorkspaceService {
 
   // ---------- recovery ----------
 
-  private async gitIn(w: WorkspaceRow, command: string, env: Record<string, string> = {}): Promise<ExecResult> {
-    if (w.state === 'active') return this.exec(w.id, { command: NEUTRALISE_REPO_DRIVERS + command, env: { ...gitConfigEnv(), ...env }, timeoutMs: 120_000, maxOutputBytes: 1_048_576 });
-    return this.ephemeralGit(w, command, { env, timeoutMs: 120_000 });
+  private async gitIn(workspace: WorkspaceRow, command: string, env: Record<string, string> = {}): Promise<ExecResult> {
+    if (workspace.state === 'active') return this.exec(workspace.id, { command: NEUTRALISE_REPO_DRIVERS + command, env: { ...gitConfigEnv(), ...env }, timeoutMs: 120_000, maxOutputBytes: 1_048_576 });
+    return this.ephemeralGit(workspace, command, { env, timeoutMs: 120_000 });
   }
 
   /** The base unpushed work is measured against: the upstream branch, else the cloned commit. */
-  private baseExpr(w: WorkspaceRow): string {
-    return `$(git rev-parse -q --verify '@{upstream}' 2>/dev/null || echo ${w.cloneOid ?? 'HEAD'})`;
+  private baseExpr(workspace: WorkspaceRow): string {
+    return `$(git rev-parse -q --verify '@{upstream}' 2>/dev/null || echo ${workspace.cloneOid ?? 'HEAD'})`;
   }
 
   async recover(id: string, mode: 'resume' | 'status' | 'patch' | 'export', targetBranch: string | undefined, principal: string): Promise<Record<string, unknown>> {
-    const w = this.get(id);
-    if (w.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed and its files removed; nothing to recover`, { workspaceId: id });
-    if (w.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
+    const workspace = this.get(id);
+    if (workspace.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed and its files removed; nothing to recover`, { workspaceId: id });
+    if (workspace.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
     if (mode === 'resume') {
       const r = await this.renew(id, undefined);
       this.deps.principals.setActiveWorkspace(principal, id);
       return { mode, ...r };
     }
     return this.locked(id, async () => {
-      const base = this.baseExpr(w);
+      const base = this.baseExpr(workspace);
       if (mode === 'status') {
-        const r = await this.gitIn(w, `set -e; b=${base}; echo "HEAD $(git rev-parse HEAD)"; echo "BASE $b"; git log --format='C %H %s' "$b..HEAD"; git status --porcelain=v1 -uall | sed 's/^/S /'`);
+        const r = await this.gitIn(workspace, `set -e; b=${base}; echo "HEAD $(git rev-parse HEAD)"; echo "BASE $b"; git log --format='C %H %s' "$b..HEAD"; git status --porcelain=v1 -uall | sed 's/^/S /'`);
         if (r.exitCode !== 0) throw this.gitFailure('status', r);
         const lines = r.stdout.split('\n');
         return {
           mode,
           workspaceId: id,
-          state: w.state,
+          state: workspace.state,
           headOid: lines.find((l) => l.startsWith('HEAD '))?.slice(5) ?? null,
           baseOid: lines.find((l) => l.startsWith('BASE '))?.slice(5) ?? null,
           unpushedCommits: lines.filter((l) => l.startsWith('C ')).map((l) => ({ oid: l.slice(2, 42), subject: l.slice(43) })),
           uncommittedChanges: lines.filter((l) => l.startsWith('S ')).map((l) => ({ status: l.slice(2, 4).trim(), path: l.slice(5) })),
-          hardExpiresAt: w.hardExpiresAt,
-          leaseExpiresAt: w.leaseExpiresAt,
+          hardExpiresAt: workspace.hardExpiresAt,
+          leaseExpiresAt: workspace.leaseExpiresAt,
         };
       }
       // Uncommitted work (tracked and untracked) as a commit object made with a temporary index:
       // the workspace's own index and branches are untouched.
       const snapshot = `export GIT_INDEX_FILE="$(mktemp)"; cp .git/index "$GIT_INDEX_FILE" 2>/dev/null || true; git add -A; tree=$(git write-tree); rm -f "$GIT_INDEX_FILE"; unset GIT_INDEX_FILE; if [ "$tree" = "$(git rev-parse 'HEAD^{tree}')" ]; then snap=$(git rev-parse HEAD); else snap=$(git -c user.name='Atelier recovery' -c user.email='recovery@atelier.invalid' commit-tree "$tree" -p HEAD -m 'Uncommitted work saved by workspace_recover'); fi`;
       if (mode === 'patch') {
-        const r = await this.gitIn(w, `set -e; b=${base}; ${snapshot}; git format-patch --stdout --no-signature "$b..$snap"`);
+        const r = await this.gitIn(workspace, `set -e; b=${base}; ${snapshot}; git format-patch --stdout --no-signature "$b..$snap"`);
         if (r.exitCode !== 0) throw this.gitFailure('patch', r);
         return { mode, workspaceId: id, patch: r.stdout, bytes: Buffer.byteLength(r.stdout), truncated: r.stdoutTruncated === true, empty: r.stdout.trim() === '' };
       }
       // export: push the snapshot to targetBranch through the broker.
       if (!targetBranch) throw new ServiceError('INVALID_ARGUMENT', 'targetBranch: required when mode is export', { field: 'targetBranch' });
-      const check = await this.ephemeralGit(w, 'git check-ref-format --branch "$B"', { env: { B: targetBranch } });
+      const check = await this.ephemeralGit(workspace, 'git check-ref-format --branch "$B"', { env: { B: targetBranch } });
       if (check.exitCode !== 0) throw new ServiceError('INVALID_ARGUMENT', `targetBranch: ${targetBranch} is not a valid branch name`, { field: 'targetBranch' });
-      const repo = parseRepoUrl(w.repositoryUrl);
-      this.deps.repos.approve(w.repositoryUrl);
-      const r = await this.ephemeralGit(w, `set -e; ${snapshot}; git push -q origin "$snap:refs/heads/$B"; echo "$snap"`, { repo, env: { B: targetBranch } });
+      const repo = parseRepoUrl(workspace.repositoryUrl);
+      this.deps.repos.approve(workspace.repositoryUrl);
+      const r = await this.ephemeralGit(workspace, `set -e; ${snapshot}; git push -q origin "$snap:refs/heads/$B"; echo "$snap"`, { repo, env: { B: targetBranch } });
       if (r.exitCode !== 0) throw this.gitFailure('export push', r);
       const pushedOid = r.stdout.trim().split('\n').pop() ?? null;
       this.deps.audit.record({ actor: 'mcp', principal, action: 'workspace_recover_export', target: id, outcome: 'ok', details: { targetBranch, pushedOid } });
-      return { mode, workspaceId: id, targetBranch, pushedOid, remote: w.repositoryUrl };
+      return { mode, workspaceId: id, targetBranch, pushedOid, remote: workspace.repositoryUrl };
     });
   }
 

@@ -47,10 +47,10 @@ export const agentSpawn = defineTool({
       .optional()
       .describe('Which client family\'s repository instruction files go with the task; omitted behaves as profile_a; none sends the task alone'),
   },
-  run: async (a, ctx) => {
-    const r = await ctx.services.agents.spawn(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner });
+  run: async (args, ctx) => {
+    const r = await ctx.services.agents.spawn(args, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner });
     // A milestone for clients that asked for MCP log messages (logging/setLevel).
-    ctx.log('info', `agent ${String(r.agentId)} ${String(r.status).toLowerCase()} on profile ${a.profileId}`, { agentId: r.agentId, status: r.status, profileId: a.profileId });
+    ctx.log('info', `agent ${String(r.agentId)} ${String(r.status).toLowerCase()} on profile ${args.profileId}`, { agentId: r.agentId, status: r.status, profileId: args.profileId });
     return r;
   },
 });
@@ -123,9 +123,9 @@ export const agentCancel = defineTool({
     agentId: AGENTID,
     reason: z.string().max(2000).optional().describe('Why the agent is cancelled (kept with the agent, max 2000 characters)'),
   },
-  run: async (a, ctx) => {
-    const r = await ctx.services.agents.cancel(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner });
-    ctx.log('info', `agent ${a.agentId} cancel requested`, { agentId: a.agentId, cancelled: r.cancelled });
+  run: async (args, ctx) => {
+    const r = await ctx.services.agents.cancel(args, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner });
+    ctx.log('info', `agent ${args.agentId} cancel requested`, { agentId: args.agentId, cancelled: r.cancelled });
     return r;
   },
 });

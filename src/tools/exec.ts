@@ -22,16 +22,16 @@ export const execRun = defineTool({
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
   workspace: 'optional',
-  run: async (a, ctx) => {
+  run: async (args, ctx) => {
     const ws = ctx.workspace;
-    if (a.privileged) {
-      ctx.services.approvals.consume({ kind: 'privileged_command', workspaceId: ws, text: a.command }, a.approvalGrantToken, ctx.principal, ctx.actor, 'a privileged command');
-      if (a.async) throw new ServiceError('INVALID_ARGUMENT', 'async: privileged commands run synchronously (their grant is single-use)', { field: 'async' });
-      return { workspaceId: ws, privileged: true, ...(await ctx.services.commands.runPrivileged(ws, a.command, a.cwd, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
+    if (args.privileged) {
+      ctx.services.approvals.consume({ kind: 'privileged_command', workspaceId: ws, text: args.command }, args.approvalGrantToken, ctx.principal, ctx.actor, 'a privileged command');
+      if (args.async) throw new ServiceError('INVALID_ARGUMENT', 'async: privileged commands run synchronously (their grant is single-use)', { field: 'async' });
+      return { workspaceId: ws, privileged: true, ...(await ctx.services.commands.runPrivileged(ws, args.command, args.cwd, args.timeoutMs, args.maxOutputBytes, ctx.signal)) };
     }
-    if (a.approvalGrantToken) throw new ServiceError('INVALID_ARGUMENT', 'approvalGrantToken: only meaningful with privileged true', { field: 'approvalGrantToken' });
-    if (a.async) return ctx.services.commands.startOperation(ws, 'exec_run', a.command, a.cwd, a.timeoutMs, ctx.signal);
-    const r = await ctx.services.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
+    if (args.approvalGrantToken) throw new ServiceError('INVALID_ARGUMENT', 'approvalGrantToken: only meaningful with privileged true', { field: 'approvalGrantToken' });
+    if (args.async) return ctx.services.commands.startOperation(ws, 'exec_run', args.command, args.cwd, args.timeoutMs, ctx.signal);
+    const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, undefined, ctx.signal);
     return { workspaceId: ws, ...r };
   },
   description:
@@ -54,14 +54,14 @@ export const bash = defineTool({
   domain,
   badges: ['destructive', 'openWorld'],
   tracking: '#5 commands',
-  run: async (a, ctx) => {
-    if (a.target === 'toolbox') {
-      if (a.async) throw new ServiceError('INVALID_ARGUMENT', 'async: the toolbox target runs synchronously (it is disposable)', { field: 'async' });
-      return { target: 'toolbox', ...(await ctx.services.commands.runToolbox(a.command, a.timeoutMs, a.maxOutputBytes, ctx.signal)) };
+  run: async (args, ctx) => {
+    if (args.target === 'toolbox') {
+      if (args.async) throw new ServiceError('INVALID_ARGUMENT', 'async: the toolbox target runs synchronously (it is disposable)', { field: 'async' });
+      return { target: 'toolbox', ...(await ctx.services.commands.runToolbox(args.command, args.timeoutMs, args.maxOutputBytes, ctx.signal)) };
     }
-    const ws = ctx.workspaceId(a.workspaceId);
-    if (a.async) return ctx.services.commands.startOperation(ws, 'bash', a.command, a.cwd, a.timeoutMs, ctx.signal);
-    const r = await ctx.services.workspaces.exec(ws, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, maxOutputBytes: a.maxOutputBytes }, undefined, ctx.signal);
+    const ws = ctx.workspaceId(args.workspaceId);
+    if (args.async) return ctx.services.commands.startOperation(ws, 'bash', args.command, args.cwd, args.timeoutMs, ctx.signal);
+    const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, undefined, ctx.signal);
     return { target: 'workspace', workspaceId: ws, ...r };
   },
   description:

@@ -217,8 +217,8 @@ export const gitFetch = defineTool({
     unshallow: z.boolean().optional().describe('true: fetch the complete history of a shallow clone'),
     shallowSince: ISO_DATE_OR_DATETIME.optional().describe('Fetch history since this ISO date or datetime'),
   },
-  check: (a) => {
-    const given = [a.depth !== undefined && 'depth', a.shallowSince !== undefined && 'shallowSince', a.unshallow === true && 'unshallow'].filter(
+  check: (args) => {
+    const given = [args.depth !== undefined && 'depth', args.shallowSince !== undefined && 'shallowSince', args.unshallow === true && 'unshallow'].filter(
       (x): x is string => typeof x === 'string',
     );
     return given.length > 1 ? { field: given[1], message: `give at most one of depth, shallowSince and unshallow (got ${given.join(', ')})` } : undefined;
@@ -262,12 +262,12 @@ export const gitPush = defineTool({
     delete: z.boolean().default(false).describe('Delete the remote branch named by refspec; needs forceWithLease and expectedRemoteOid'),
     idempotencyKey: str(1, 256).optional().describe('Free-form key (1-256 characters); a retry with the same key does not push twice'),
   },
-  check: (a) => {
-    if (a.expectedAbsent && !a.forceWithLease) return { field: 'expectedAbsent', message: 'only valid with forceWithLease: true' };
-    if (a.expectedAbsent && a.expectedRemoteOid !== undefined)
+  check: (args) => {
+    if (args.expectedAbsent && !args.forceWithLease) return { field: 'expectedAbsent', message: 'only valid with forceWithLease: true' };
+    if (args.expectedAbsent && args.expectedRemoteOid !== undefined)
       return { field: 'expectedAbsent', message: 'give expectedAbsent or expectedRemoteOid, not both' };
-    if (a.delete && !a.forceWithLease) return { field: 'delete', message: 'requires forceWithLease: true' };
-    if (a.delete && a.expectedRemoteOid === undefined) return { field: 'expectedRemoteOid', message: 'required when delete is true' };
+    if (args.delete && !args.forceWithLease) return { field: 'delete', message: 'requires forceWithLease: true' };
+    if (args.delete && args.expectedRemoteOid === undefined) return { field: 'expectedRemoteOid', message: 'required when delete is true' };
     return undefined;
   },
 });

@@ -173,8 +173,8 @@ export const knowledgeUnlink = defineTool({
     relation: RELATION.optional(),
     expectedGeneration: INT.optional().describe('Current generation of the link'),
   },
-  check: (a) => {
-    if (a.linkId === undefined && (a.sourceId === undefined || a.targetId === undefined))
+  check: (args) => {
+    if (args.linkId === undefined && (args.sourceId === undefined || args.targetId === undefined))
       return { field: 'linkId', message: 'give linkId, or both sourceId and targetId' };
     return undefined;
   },

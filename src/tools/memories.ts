@@ -43,9 +43,9 @@ export const memoriesRead = defineTool({
     name: MEMORY_NAME.optional(),
     memoryId: MEMID.optional(),
   },
-  check: (a) => {
-    if (a.memoryId === undefined && a.name === undefined) return { field: 'memoryId', message: 'give memoryId or name' };
-    if (a.memoryId !== undefined && a.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
+  check: (args) => {
+    if (args.memoryId === undefined && args.name === undefined) return { field: 'memoryId', message: 'give memoryId or name' };
+    if (args.memoryId !== undefined && args.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
     return undefined;
   },
   run: (a, ctx) => ctx.services.memories.read(ctx.owner, ctx.workspace, a),
@@ -108,9 +108,9 @@ export const memoriesDelete = defineTool({
     scope: MEMORY_SCOPE.optional().describe('Scope to look the name up in'),
     expectedGeneration: INT.default(1).describe('Current generation of the note'),
   },
-  check: (a) => {
-    if (a.memoryId === undefined && a.name === undefined) return { field: 'memoryId', message: 'give memoryId or name' };
-    if (a.memoryId !== undefined && a.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
+  check: (args) => {
+    if (args.memoryId === undefined && args.name === undefined) return { field: 'memoryId', message: 'give memoryId or name' };
+    if (args.memoryId !== undefined && args.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
     return undefined;
   },
   run: (a, ctx) => ctx.services.memories.delete(ctx.owner, ctx.workspace, a),

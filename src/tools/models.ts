@@ -123,15 +123,15 @@ export const modelConnectionVerify = defineTool({
     checks: CHECKS.optional(),
     profileId: PROFILEID.optional().describe('Check this saved profile (give it alone, without draft-route fields)'),
   },
-  check: (a) => {
-    if (a.profileId !== undefined) {
+  check: (args) => {
+    if (args.profileId !== undefined) {
       for (const f of ['credentialId', 'model', 'apiMode', 'customUpstreamUrl'] as const)
-        if (a[f] !== undefined) return { field: f, message: 'give profileId alone, or a draft route (credentialId, model, apiMode) without profileId' };
+        if (args[f] !== undefined) return { field: f, message: 'give profileId alone, or a draft route (credentialId, model, apiMode) without profileId' };
       return undefined;
     }
-    if (a.credentialId === undefined) return { field: 'credentialId', message: 'give profileId, or credentialId with model and apiMode' };
-    if (a.model === undefined) return { field: 'model', message: 'a draft route needs model with credentialId' };
-    if (a.apiMode === undefined) return { field: 'apiMode', message: 'a draft route needs apiMode with credentialId' };
+    if (args.credentialId === undefined) return { field: 'credentialId', message: 'give profileId, or credentialId with model and apiMode' };
+    if (args.model === undefined) return { field: 'model', message: 'a draft route needs model with credentialId' };
+    if (args.apiMode === undefined) return { field: 'apiMode', message: 'a draft route needs apiMode with credentialId' };
     return undefined;
   },
   run: async (args, ctx) => ctx.services.modelChecks.verify(args, ctx.actor, ctx.principal, ctx.signal),
@@ -175,14 +175,14 @@ export const modelProfileValidate = defineTool({
     catalogPriceRef: CATALOG_PRICE_REF.optional(),
     expectedGeneration: INT.optional().describe('action update: the generation from model_profile_list'),
   },
-  check: (a) => {
-    if (a.action === 'create') {
+  check: (args) => {
+    if (args.action === 'create') {
       for (const f of ['profileId', 'displayName', 'credentialId', 'model', 'apiMode', 'pricing', 'limits', 'maxProxyOperations'] as const)
-        if (a[f] === undefined) return { field: f, message: `required when action is create` };
+        if (args[f] === undefined) return { field: f, message: `required when action is create` };
       return undefined;
     }
-    if (a.profileId === undefined) return { field: 'profileId', message: 'required when action is update' };
-    if (a.expectedGeneration === undefined) return { field: 'expectedGeneration', message: 'required when action is update' };
+    if (args.profileId === undefined) return { field: 'profileId', message: 'required when action is update' };
+    if (args.expectedGeneration === undefined) return { field: 'expectedGeneration', message: 'required when action is update' };
     return undefined;
   },
   run: async (args, ctx) => {

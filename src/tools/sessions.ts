@@ -87,10 +87,10 @@ export const tasksRun = defineTool({
   badges: ['destructive', 'idempotent', 'openWorld'],
   tracking: '#5 commands',
   workspace: 'optional',
-  run: async (a, ctx) => {
-    const r = await ctx.services.commands.runTask(ctx.workspace, { command: a.command, cwd: a.cwd, timeoutMs: a.timeoutMs, dependsOn: a.dependsOn }, ctx.signal);
+  run: async (args, ctx) => {
+    const r = await ctx.services.commands.runTask(ctx.workspace, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, dependsOn: args.dependsOn }, ctx.signal);
     // A milestone for clients that asked for MCP log messages (logging/setLevel).
-    ctx.log('info', `task ${String(r.taskId)} ${r.state === 'running' ? 'started' : `is ${String(r.state)}`}${a.dependsOn.length ? ` (depends on ${a.dependsOn.join(', ')})` : ''}`, { taskId: r.taskId, state: r.state });
+    ctx.log('info', `task ${String(r.taskId)} ${r.state === 'running' ? 'started' : `is ${String(r.state)}`}${args.dependsOn.length ? ` (depends on ${args.dependsOn.join(', ')})` : ''}`, { taskId: r.taskId, state: r.state });
     return r;
   },
   idempotency: 'key',

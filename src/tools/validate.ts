@@ -188,14 +188,14 @@ export class ToolParser {
 
   /** The compiled form of a tool (strict schema, published form), undefined for an unknown name. */
   protected compiled(name: string): { def: AnyToolDef; schema: z.ZodObject; published: PublishedTool } | undefined {
-    let c = this.compiledTools.get(name);
-    if (c) return c;
+    let ctx = this.compiledTools.get(name);
+    if (ctx) return ctx;
     const def = this.defs.get(name);
     if (!def) return undefined;
     const schema = inputSchemaOf(def);
-    c = { def, schema, published: { name: def.name, description: def.description, inputSchema: publishedSchema(schema), annotations: annotationsOf(def.badges) } };
-    this.compiledTools.set(name, c);
-    return c;
+    ctx = { def, schema, published: { name: def.name, description: def.description, inputSchema: publishedSchema(schema), annotations: annotationsOf(def.badges) } };
+    this.compiledTools.set(name, ctx);
+    return ctx;
   }
 
   /** Every tool name, in definition order. */

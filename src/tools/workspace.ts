@@ -66,10 +66,10 @@ export const workspaceOpen = defineTool({
     allowToolkitWorkspaceChanges: TRUE_ONLY.optional().describe('Only true, with toolkits: workspace-scope package bindings (packages_plan scope workspace) may add to or override the toolkits in this workspace; without it the toolkit set is fixed'),
   },
   retired: { networkMode: 'networkMode is retired and rejected; use networkProfile ("network-none" or "dependency-access")' },
-  check: (a) => {
-    if (a.fetchDepth !== undefined && a.shallowSince !== undefined)
+  check: (args) => {
+    if (args.fetchDepth !== undefined && args.shallowSince !== undefined)
       return { field: 'shallowSince', message: 'give fetchDepth or shallowSince, not both' };
-    if (a.confirmEnvironmentInjection && !a.environmentId)
+    if (args.confirmEnvironmentInjection && !args.environmentId)
       return { field: 'confirmEnvironmentInjection', message: 'only meaningful with environmentId' };
     return undefined;
   },

@@ -69,26 +69,26 @@ export class DeploymentService {
     }));
   }
 
-  enrol(a: { repositoryUrl: string; target: string; targetSha256: string; environmentId?: string; allowPrivateHosts?: boolean }, actor: Actor): Enrolment {
+  enrol(args: { repositoryUrl: string; target: string; targetSha256: string; environmentId?: string; allowPrivateHosts?: boolean }, actor: Actor): Enrolment {
     let url: URL;
     try {
-      url = new URL(a.repositoryUrl);
+      url = new URL(args.repositoryUrl);
     } catch {
       throw new ServiceError('INVALID_ARGUMENT', 'repositoryUrl: an https URL of a repository, exactly as workspaces open it', { field: 'repositoryUrl' });
     }
     if (url.protocol !== 'https:' || url.username || url.password) throw new ServiceError('INVALID_ARGUMENT', 'repositoryUrl: an https URL without credentials', { field: 'repositoryUrl' });
-    if (!/^[A-Za-z0-9._-]{1,120}$/.test(a.target)) throw new ServiceError('INVALID_ARGUMENT', 'target: 1-120 characters of A-Z a-z 0-9 . _ -', { field: 'target' });
-    const sha = a.targetSha256.toLowerCase();
+    if (!/^[A-Za-z0-9._-]{1,120}$/.test(args.target)) throw new ServiceError('INVALID_ARGUMENT', 'target: 1-120 characters of A-Z a-z 0-9 . _ -', { field: 'target' });
+    const sha = args.targetSha256.toLowerCase();
     if (!SHA_RE.test(sha)) throw new ServiceError('INVALID_ARGUMENT', 'targetSha256: 64 hexadecimal characters (from deployments_list)', { field: 'targetSha256' });
-    const env = a.environmentId ? this.deps.environments.resolve(a.environmentId, 'environmentId') : null;
+    const env = args.environmentId ? this.deps.environments.resolve(args.environmentId, 'environmentId') : null;
     this.deps.db
       .prepare(
         `INSERT INTO deployment_enrolments (repository_url, target, target_sha256, environment_id, allow_private, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT(repository_url, target) DO UPDATE SET target_sha256 = excluded.target_sha256, environment_id = excluded.environment_id, allow_private = excluded.allow_private, created_at = excluded.created_at, created_by = excluded.created_by`,
       )
-      .run(a.repositoryUrl, a.target, sha, env, a.allowPrivateHosts ? 1 : 0, nowIso(), actor);
-    this.deps.audit.record({ actor, action: 'deployment_enrol', target: `${a.repositoryUrl}#${a.target}`, outcome: 'ok', details: { targetSha256: sha, environmentId: env, allowPrivateHosts: !!a.allowPrivateHosts } });
-    return this.enrolments(a.repositoryUrl).find((e) => e.target === a.target)!;
+      .run(args.repositoryUrl, args.target, sha, env, args.allowPrivateHosts ? 1 : 0, nowIso(), actor);
+    this.deps.audit.record({ actor, action: 'deployment_enrol', target: `${args.repositoryUrl}#${args.target}`, outcome: 'ok', details: { targetSha256: sha, environmentId: env, allowPrivateHosts: !!args.allowPrivateHosts } });
+    return this.enrolments(args.repositoryUrl).find((e) => e.target === args.target)!;
   }
 
   revoke(repositoryUrl: string, target: string, actor: Actor): Record<string, unknown> {
@@ -105,102 +105,102 @@ export class DeploymentService {
     return b ? parseDeployManifest(b.toString('utf8')) : null;
   }
 
-  private howToEnrol(repo: string, t: DeployTarget): string {
-    return `the owner enrols it with: atelier deployments allow ${repo} ${t.name} ${t.sha256}${t.secrets.length ? ' --environment ENV' : ''} (or POST /api/v1/deployment-enrolments)`;
+  private howToEnrol(repo: string, target: DeployTarget): string {
+    return `the owner enrols it with: atelier deployments allow ${repo} ${target.name} ${target.sha256}${target.secrets.length ? ' --environment ENV' : ''} (or POST /api/v1/deployment-enrolments)`;
   }
 
   async listTool(workspaceId: string, signal?: AbortSignal): Promise<Record<string, unknown>> {
     const repo = this.deps.workspaces.get(workspaceId).repositoryUrl;
-    const m = await this.manifest(workspaceId, signal);
+    const manifest = await this.manifest(workspaceId, signal);
     const enr = this.enrolments(repo);
     return {
       workspaceId,
-      manifest: m ? { path: DEPLOY_MANIFEST, sha256: m.sha256, valid: m.problems.length === 0, problems: m.problems } : { path: DEPLOY_MANIFEST, present: false },
-      targets: (m?.items ?? []).map((t) => {
-        const e = enr.find((x) => x.target === t.name);
-        const state = !e ? 'not_enrolled' : e.targetSha256 !== t.sha256 ? 'changed_since_enrolment' : 'enrolled';
+      manifest: manifest ? { path: DEPLOY_MANIFEST, sha256: manifest.sha256, valid: manifest.problems.length === 0, problems: manifest.problems } : { path: DEPLOY_MANIFEST, present: false },
+      targets: (manifest?.items ?? []).map((target) => {
+        const enrolment = enr.find((x) => x.target === target.name);
+        const state = !enrolment ? 'not_enrolled' : enrolment.targetSha256 !== target.sha256 ? 'changed_since_enrolment' : 'enrolled';
         return {
-          name: t.name,
-          ...(t.description ? { description: t.description } : {}),
-          command: t.command,
-          timeoutMs: t.timeoutMs,
-          egress: t.egress,
-          secrets: t.secrets,
-          sha256: t.sha256,
+          name: target.name,
+          ...(target.description ? { description: target.description } : {}),
+          command: target.command,
+          timeoutMs: target.timeoutMs,
+          egress: target.egress,
+          secrets: target.secrets,
+          sha256: target.sha256,
           enrolment: state,
           runnable: state === 'enrolled',
-          ...(state === 'enrolled' ? { environmentId: e!.environmentId, allowPrivateHosts: e!.allowPrivateHosts } : { howToEnrol: this.howToEnrol(repo, t) }),
+          ...(state === 'enrolled' ? { environmentId: enrolment!.environmentId, allowPrivateHosts: enrolment!.allowPrivateHosts } : { howToEnrol: this.howToEnrol(repo, target) }),
         };
       }),
     };
   }
 
-  async runTool(workspaceId: string, a: { name: string; timeoutMs: number }, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const w = this.deps.workspaces.get(workspaceId);
-    const m = await this.manifest(workspaceId, signal);
-    if (!m) throw new ServiceError('NOT_FOUND', `name: the checkout has no deployment manifest at ${DEPLOY_MANIFEST}`, { field: 'name' });
-    if (m.problems.length) throw new ServiceError('FAILED_PRECONDITION', `${DEPLOY_MANIFEST} is malformed: ${m.problems.join('; ')}`, { problems: m.problems });
-    const t = m.items.find((x) => x.name === a.name);
-    if (!t) throw new ServiceError('NOT_FOUND', `name: no deployment target ${a.name} (targets: ${m.items.map((x) => x.name).join(', ') || 'none'})`, { field: 'name' });
-    const e = this.enrolments(w.repositoryUrl).find((x) => x.target === t.name);
-    if (!e || e.targetSha256 !== t.sha256) {
-      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: 'refused', reason: e ? 'target changed since enrolment' : 'not enrolled', details: { target: t.name, sha256: t.sha256 } });
+  async runTool(workspaceId: string, args: { name: string; timeoutMs: number }, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const workspace = this.deps.workspaces.get(workspaceId);
+    const manifest = await this.manifest(workspaceId, signal);
+    if (!manifest) throw new ServiceError('NOT_FOUND', `name: the checkout has no deployment manifest at ${DEPLOY_MANIFEST}`, { field: 'name' });
+    if (manifest.problems.length) throw new ServiceError('FAILED_PRECONDITION', `${DEPLOY_MANIFEST} is malformed: ${manifest.problems.join('; ')}`, { problems: manifest.problems });
+    const target = manifest.items.find((x) => x.name === args.name);
+    if (!target) throw new ServiceError('NOT_FOUND', `name: no deployment target ${args.name} (targets: ${manifest.items.map((x) => x.name).join(', ') || 'none'})`, { field: 'name' });
+    const enrolment = this.enrolments(workspace.repositoryUrl).find((x) => x.target === target.name);
+    if (!enrolment || enrolment.targetSha256 !== target.sha256) {
+      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: 'refused', reason: enrolment ? 'target changed since enrolment' : 'not enrolled', details: { target: target.name, sha256: target.sha256 } });
       throw new ServiceError(
         'PERMISSION_DENIED',
-        e
-          ? `name: deployment target ${t.name} changed since the owner enrolled it (enrolled ${e.targetSha256}, now ${t.sha256}); nothing ran: ${this.howToEnrol(w.repositoryUrl, t)}`
-          : `name: deployment target ${t.name} is not enrolled by the owner; nothing ran: ${this.howToEnrol(w.repositoryUrl, t)}`,
-        { field: 'name', targetSha256: t.sha256, enrolledSha256: e?.targetSha256 ?? null },
+        enrolment
+          ? `name: deployment target ${target.name} changed since the owner enrolled it (enrolled ${enrolment.targetSha256}, now ${target.sha256}); nothing ran: ${this.howToEnrol(workspace.repositoryUrl, target)}`
+          : `name: deployment target ${target.name} is not enrolled by the owner; nothing ran: ${this.howToEnrol(workspace.repositoryUrl, target)}`,
+        { field: 'name', targetSha256: target.sha256, enrolledSha256: enrolment?.targetSha256 ?? null },
       );
     }
     const secrets: Record<string, string> = {};
-    if (t.secrets.length) {
-      if (!e.environmentId) throw new ServiceError('FAILED_PRECONDITION', `name: target ${t.name} needs secrets (${t.secrets.join(', ')}) but its enrolment names no environment; the owner enrols it again with --environment ENV`, { field: 'name' });
-      const all = this.deps.environments.injection(e.environmentId);
-      const missing = t.secrets.filter((s) => all[s] === undefined);
-      if (missing.length) throw new ServiceError('FAILED_PRECONDITION', `name: environment ${e.environmentId} has no ${missing.join(', ')} (needed by target ${t.name})`, { field: 'name', missing });
-      for (const s of t.secrets) secrets[s] = all[s]!;
+    if (target.secrets.length) {
+      if (!enrolment.environmentId) throw new ServiceError('FAILED_PRECONDITION', `name: target ${target.name} needs secrets (${target.secrets.join(', ')}) but its enrolment names no environment; the owner enrols it again with --environment ENV`, { field: 'name' });
+      const all = this.deps.environments.injection(enrolment.environmentId);
+      const missing = target.secrets.filter((s) => all[s] === undefined);
+      if (missing.length) throw new ServiceError('FAILED_PRECONDITION', `name: environment ${enrolment.environmentId} has no ${missing.join(', ')} (needed by target ${target.name})`, { field: 'name', missing });
+      for (const s of target.secrets) secrets[s] = all[s]!;
     }
     await this.deps.workspaces.activeHandle(workspaceId); // active workspace, mounted disk, lease refreshed
-    const timeoutMs = Math.min(a.timeoutMs, t.timeoutMs);
+    const timeoutMs = Math.min(args.timeoutMs, target.timeoutMs);
     const decisions: EgressDecision[] = [];
     let proxy: { close(): Promise<void> } | undefined;
     let tmp: string | undefined;
     let network: SandboxNetwork = 'none';
     try {
-      if (t.egress.length) {
+      if (target.egress.length) {
         tmp = await mkdtemp(join(this.deps.config.dataDir, 'run', 'd-'));
         await chown(tmp, this.deps.config.sandboxUid, this.deps.config.sandboxUid);
         const socketPath = join(tmp, 'p.sock');
         proxy = await startEgressProxy({
           socketPath,
           workspaceId,
-          rules: t.egress.map((h) => ({ host: h.host, ports: h.ports, allowPrivate: e.allowPrivateHosts })),
+          rules: target.egress.map((h) => ({ host: h.host, ports: h.ports, allowPrivate: enrolment.allowPrivateHosts })),
           onDecision: (dd) => {
             decisions.push(dd);
-            this.deps.log.info({ egress: dd, deployment: t.name }, dd.allowed ? 'deployment egress allowed' : 'deployment egress refused');
+            this.deps.log.info({ egress: dd, deployment: target.name }, dd.allowed ? 'deployment egress allowed' : 'deployment egress refused');
           },
           socketMode: 0o600,
         });
         await chown(socketPath, this.deps.config.sandboxUid, this.deps.config.sandboxUid);
         network = { proxySocket: socketPath };
       }
-      const r = await this.deps.executor.runEphemeral({
+      const result = await this.deps.executor.runEphemeral({
         id: `d-${workspaceId.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,
         // With secrets injected the checkout is read-only: a run cannot leave a secret in the workspace's files.
         binds: [{ source: join(this.deps.workspaces.rootDir(workspaceId), 'repo'), target: '/workspace', readOnly: Object.keys(secrets).length > 0 }],
         limits: this.deps.workspaces.sandboxLimits,
         network,
-        command: t.command,
+        command: target.command,
         cwd: '/workspace',
         // Every connection goes through the target's proxy: no exceptions (the sandbox default exempts loopback).
-        env: { ...secrets, ATELIER_DEPLOYMENT: t.name, ...(t.egress.length ? { NO_PROXY: '', no_proxy: '' } : {}) },
+        env: { ...secrets, ATELIER_DEPLOYMENT: target.name, ...(target.egress.length ? { NO_PROXY: '', no_proxy: '' } : {}) },
         timeoutMs,
         maxOutputBytes: 262144,
         signal,
       });
-      const status = r.timedOut ? 'timed_out' : r.cancelled ? 'cancelled' : r.exitCode === 0 ? 'succeeded' : 'failed';
-      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: status === 'succeeded' ? 'ok' : 'failed', details: { target: t.name, sha256: t.sha256, exitCode: r.exitCode } });
+      const status = result.timedOut ? 'timed_out' : result.cancelled ? 'cancelled' : result.exitCode === 0 ? 'succeeded' : 'failed';
+      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'deployments_run', target: workspaceId, outcome: status === 'succeeded' ? 'ok' : 'failed', details: { target: target.name, sha256: target.sha256, exitCode: result.exitCode } });
       // The injected values by name first (known here for sure), then every secret the service knows.
       // Also their common encodings (base64 with and without padding, hex): the enrolment pins the
       // target, not every script it runs, so a changed script printing an encoded secret is cut too.
@@ -209,17 +209,17 @@ export class DeploymentService {
         return [val, b.toString('base64'), b.toString('base64').replace(/=+$/, ''), b.toString('base64url'), b.toString('hex')].filter((f, i, all) => f.length >= 4 && all.indexOf(f) === i);
       };
       const cut = (v: string) => Object.entries(secrets).reduce((acc, [k, val]) => forms(val).reduce((a2, f) => a2.split(f).join(`[redacted:${k}]`), acc), v);
-      r.stdout = cut(r.stdout);
-      r.stderr = cut(r.stderr);
+      result.stdout = cut(result.stdout);
+      result.stderr = cut(result.stderr);
       return this.deps.environments.redact({
         workspaceId,
-        name: t.name,
-        sha256: t.sha256,
+        name: target.name,
+        sha256: target.sha256,
         status,
         timeoutMs,
-        ...r,
-        egress: { allowedHosts: t.egress, decisions: decisions.map((x) => ({ host: x.host, port: x.port, allowed: x.allowed, reason: x.reason })) },
-        secretsInjected: t.secrets,
+        ...result,
+        egress: { allowedHosts: target.egress, decisions: decisions.map((x) => ({ host: x.host, port: x.port, allowed: x.allowed, reason: x.reason })) },
+        secretsInjected: target.secrets,
       });
     } finally {
       await proxy?.close().catch(() => undefined);

@@ -30,15 +30,15 @@ export function sha256(data: string | Buffer): string {
 }
 
 /** Canonical JSON (sorted keys) for digests of structured definitions. */
-export function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object')
-    return `{${Object.keys(v)
-      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+export function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value && typeof value === 'object')
+    return `{${Object.keys(value)
+      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
       .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .map((k) => `${JSON.stringify(k)}:${canonical((value as Record<string, unknown>)[k])}`)
       .join(',')}}`;
-  return JSON.stringify(v);
+  return JSON.stringify(value);
 }
 
 export interface SkillFileInfo {
@@ -82,13 +82,13 @@ export function parseSkillMd(text: string, dirName: string): SkillMeta {
   const problems: string[] = [];
   const out: SkillMeta = { name: null, description: null, body: '', problems, usable: false };
   const src = text.replace(/^\uFEFF/, '');
-  const m = /^---[ \t]*\r?\n([\s\S]*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|$)/.exec(src);
-  if (!m) {
+  const match = /^---[ \t]*\r?\n([\s\S]*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|$)/.exec(src);
+  if (!match) {
     problems.push('SKILL.md has no YAML front matter (a block between --- lines at the top)');
     return out;
   }
-  out.body = src.slice(m[0].length);
-  const raw = m[1]!;
+  out.body = src.slice(match[0].length);
+  const raw = match[1]!;
   if (Buffer.byteLength(raw) > SKILL_LIMITS.frontMatterBytes) {
     problems.push(`front matter is larger than ${SKILL_LIMITS.frontMatterBytes} bytes`);
     return out;
@@ -96,14 +96,14 @@ export function parseSkillMd(text: string, dirName: string): SkillMeta {
   let fm: unknown;
   try {
     fm = parseYaml(raw, { maxAliasCount: 10, uniqueKeys: true, prettyErrors: false });
-  } catch (e) {
+  } catch (err) {
     // The client guide's fallback: unquoted values containing ": " are quoted and parsed again.
     try {
       const fixed = raw.replace(/^([A-Za-z][A-Za-z0-9_-]*):[ \t]+(?!["'|>[{])(.*:\s.*)$/gm, (_s, k: string, v: string) => `${k}: ${JSON.stringify(v.trim())}`);
       fm = parseYaml(fixed, { maxAliasCount: 10, uniqueKeys: true, prettyErrors: false });
       problems.push('front matter is not valid YAML (an unquoted value contains ": "); read leniently');
     } catch {
-      problems.push(`front matter is not valid YAML: ${String((e as Error).message).split('\n')[0]!.slice(0, 200)}`);
+      problems.push(`front matter is not valid YAML: ${String((err as Error).message).split('\n')[0]!.slice(0, 200)}`);
       return out;
     }
   }
@@ -111,43 +111,43 @@ export function parseSkillMd(text: string, dirName: string): SkillMeta {
     problems.push('front matter must be a YAML mapping');
     return out;
   }
-  const f = fm as Record<string, unknown>;
+  const record = fm as Record<string, unknown>;
   const known = new Set(['name', 'description', 'license', 'compatibility', 'metadata', 'allowed-tools']);
-  for (const k of Object.keys(f)) if (!known.has(k)) problems.push(`unknown front matter field "${k.slice(0, 64)}" (ignored)`);
+  for (const k of Object.keys(record)) if (!known.has(k)) problems.push(`unknown front matter field "${k.slice(0, 64)}" (ignored)`);
   // name
-  if (typeof f.name === 'string' && f.name.length > 0) {
-    const n = f.name;
+  if (typeof record.name === 'string' && record.name.length > 0) {
+    const n = record.name;
     if (!SPEC_SKILL_NAME.test(n)) problems.push('name: must be 1-64 lowercase letters, digits and single hyphens, not starting or ending with a hyphen (Agent Skills format)');
     if (n !== dirName) problems.push(`name: "${n.slice(0, 64)}" does not match its directory "${dirName.slice(0, 64)}"`);
     if (TOOL_SKILL_NAME.test(n)) out.name = n;
     else problems.push('name: cannot be addressed by the skill tools (1-120 characters of A-Z a-z 0-9 . _ : -)');
   } else {
-    problems.push(f.name === undefined ? 'name: missing (required)' : 'name: must be a non-empty string');
+    problems.push(record.name === undefined ? 'name: missing (required)' : 'name: must be a non-empty string');
   }
   // description
-  if (typeof f.description === 'string' && f.description.trim().length > 0) {
-    out.description = f.description.trim();
+  if (typeof record.description === 'string' && record.description.trim().length > 0) {
+    out.description = record.description.trim();
     if (out.description.length > 1024) {
       problems.push('description: longer than 1024 characters (cut)');
       out.description = out.description.slice(0, 1024);
     }
   } else {
-    problems.push(f.description === undefined ? 'description: missing (required)' : 'description: must be a non-empty string');
+    problems.push(record.description === undefined ? 'description: missing (required)' : 'description: must be a non-empty string');
   }
-  if (f.license !== undefined) {
-    if (typeof f.license === 'string' && f.license.length > 0) out.license = f.license.slice(0, 500);
+  if (record.license !== undefined) {
+    if (typeof record.license === 'string' && record.license.length > 0) out.license = record.license.slice(0, 500);
     else problems.push('license: must be a non-empty string');
   }
-  if (f.compatibility !== undefined) {
-    if (typeof f.compatibility === 'string' && f.compatibility.length >= 1 && f.compatibility.length <= 500) out.compatibility = f.compatibility;
+  if (record.compatibility !== undefined) {
+    if (typeof record.compatibility === 'string' && record.compatibility.length >= 1 && record.compatibility.length <= 500) out.compatibility = record.compatibility;
     else problems.push('compatibility: must be a string of 1-500 characters');
   }
-  if (f.metadata !== undefined) {
-    if (f.metadata && typeof f.metadata === 'object' && !Array.isArray(f.metadata) && Object.values(f.metadata).every((v) => typeof v === 'string')) {
-      out.metadata = Object.fromEntries(Object.entries(f.metadata as Record<string, string>).slice(0, 100).map(([k, v]) => [k.slice(0, 200), v.slice(0, 2000)]));
+  if (record.metadata !== undefined) {
+    if (record.metadata && typeof record.metadata === 'object' && !Array.isArray(record.metadata) && Object.values(record.metadata).every((v) => typeof v === 'string')) {
+      out.metadata = Object.fromEntries(Object.entries(record.metadata as Record<string, string>).slice(0, 100).map(([k, v]) => [k.slice(0, 200), v.slice(0, 2000)]));
     } else problems.push('metadata: must be a mapping from string keys to string values');
   }
-  const at = f['allowed-tools'];
+  const at = record['allowed-tools'];
   if (at !== undefined) {
     if (typeof at === 'string') out.allowedTools = at.split(/\s+/).filter(Boolean).slice(0, 200);
     else if (Array.isArray(at) && at.every((x) => typeof x === 'string')) out.allowedTools = (at as string[]).slice(0, 200);
@@ -185,13 +185,13 @@ function parseJsonManifest(text: string, key: string, what: string): { list: unk
     return { list: null, problems: [`${what} is not valid JSON: ${(e as Error).message.slice(0, 200)}`] };
   }
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) return { list: null, problems: [`${what} must be a JSON object with a "${key}" array`] };
-  const d = doc as Record<string, unknown>;
+  const record = doc as Record<string, unknown>;
   const problems: string[] = [];
-  for (const k of Object.keys(d)) if (k !== key && k !== 'version' && k !== '$comment') problems.push(`unknown top-level field "${k.slice(0, 64)}"`);
-  if (d.version !== undefined && d.version !== 1) problems.push('version: only 1 is known');
-  if (!Array.isArray(d[key])) return { list: null, problems: [...problems, `${key}: must be an array`] };
-  if ((d[key] as unknown[]).length > 100) return { list: null, problems: [...problems, `${key}: at most 100 entries`] };
-  return { list: d[key] as unknown[], problems };
+  for (const k of Object.keys(record)) if (k !== key && k !== 'version' && k !== '$comment') problems.push(`unknown top-level field "${k.slice(0, 64)}"`);
+  if (record.version !== undefined && record.version !== 1) problems.push('version: only 1 is known');
+  if (!Array.isArray(record[key])) return { list: null, problems: [...problems, `${key}: must be an array`] };
+  if ((record[key] as unknown[]).length > 100) return { list: null, problems: [...problems, `${key}: at most 100 entries`] };
+  return { list: record[key] as unknown[], problems };
 }
 
 /** Parses .atelier/hooks.json. Any problem makes the whole manifest unusable (nothing of it runs). */
@@ -200,19 +200,19 @@ export function parseHookManifest(text: string): Manifest<HookDef> {
   const { list, problems } = parseJsonManifest(text, 'hooks', HOOK_MANIFEST);
   const items: HookDef[] = [];
   const names = new Set<string>();
-  (list ?? []).forEach((h, i) => {
+  (list ?? []).forEach((host, i) => {
     const at = `hooks[${i}]`;
-    if (!h || typeof h !== 'object' || Array.isArray(h)) return void problems.push(`${at}: must be an object`);
-    const o = h as Record<string, unknown>;
-    for (const k of Object.keys(o)) if (!['name', 'event', 'command', 'timeoutMs', 'description'].includes(k)) problems.push(`${at}: unknown field "${k.slice(0, 64)}"`);
-    if (typeof o.name !== 'string' || !HOOK_NAME.test(o.name)) return void problems.push(`${at}.name: 1-120 characters of A-Z a-z 0-9 . _ -`);
-    if (names.has(o.name)) return void problems.push(`${at}.name: "${o.name}" is used twice`);
-    names.add(o.name);
-    if (typeof o.event !== 'string' || !(HOOK_EVENTS as readonly string[]).includes(o.event)) return void problems.push(`${at}.event: one of ${HOOK_EVENTS.join(', ')}`);
-    if (typeof o.command !== 'string' || o.command.length < 1 || o.command.length > 32768) return void problems.push(`${at}.command: a string of 1-32768 characters`);
-    const t = o.timeoutMs ?? 60000;
+    if (!host || typeof host !== 'object' || Array.isArray(host)) return void problems.push(`${at}: must be an object`);
+    const record = host as Record<string, unknown>;
+    for (const k of Object.keys(record)) if (!['name', 'event', 'command', 'timeoutMs', 'description'].includes(k)) problems.push(`${at}: unknown field "${k.slice(0, 64)}"`);
+    if (typeof record.name !== 'string' || !HOOK_NAME.test(record.name)) return void problems.push(`${at}.name: 1-120 characters of A-Z a-z 0-9 . _ -`);
+    if (names.has(record.name)) return void problems.push(`${at}.name: "${record.name}" is used twice`);
+    names.add(record.name);
+    if (typeof record.event !== 'string' || !(HOOK_EVENTS as readonly string[]).includes(record.event)) return void problems.push(`${at}.event: one of ${HOOK_EVENTS.join(', ')}`);
+    if (typeof record.command !== 'string' || record.command.length < 1 || record.command.length > 32768) return void problems.push(`${at}.command: a string of 1-32768 characters`);
+    const t = record.timeoutMs ?? 60000;
     if (typeof t !== 'number' || !Number.isInteger(t) || t < 100 || t > 300000) return void problems.push(`${at}.timeoutMs: an integer from 100 to 300000`);
-    const def = { name: o.name, event: o.event as HookEvent, command: o.command, timeoutMs: t };
+    const def = { name: record.name, event: record.event as HookEvent, command: record.command, timeoutMs: t };
     items.push({ ...def, sha256: sha256(canonical(def)) });
   });
   return { sha256: digest, items: problems.length ? [] : items, problems };
@@ -245,21 +245,21 @@ export function parseDeployManifest(text: string): Manifest<DeployTarget> {
   const { list, problems } = parseJsonManifest(text, 'targets', DEPLOY_MANIFEST);
   const items: DeployTarget[] = [];
   const names = new Set<string>();
-  (list ?? []).forEach((t, i) => {
+  (list ?? []).forEach((item, i) => {
     const at = `targets[${i}]`;
-    if (!t || typeof t !== 'object' || Array.isArray(t)) return void problems.push(`${at}: must be an object`);
-    const o = t as Record<string, unknown>;
-    for (const k of Object.keys(o)) if (!['name', 'description', 'command', 'timeoutMs', 'egress', 'secrets'].includes(k)) problems.push(`${at}: unknown field "${k.slice(0, 64)}"`);
-    if (typeof o.name !== 'string' || !HOOK_NAME.test(o.name)) return void problems.push(`${at}.name: 1-120 characters of A-Z a-z 0-9 . _ -`);
-    if (names.has(o.name)) return void problems.push(`${at}.name: "${o.name}" is used twice`);
-    names.add(o.name);
-    if (typeof o.command !== 'string' || o.command.length < 1 || o.command.length > 32768) return void problems.push(`${at}.command: a string of 1-32768 characters`);
-    const tm = o.timeoutMs ?? 60000;
+    if (!item || typeof item !== 'object' || Array.isArray(item)) return void problems.push(`${at}: must be an object`);
+    const record = item as Record<string, unknown>;
+    for (const k of Object.keys(record)) if (!['name', 'description', 'command', 'timeoutMs', 'egress', 'secrets'].includes(k)) problems.push(`${at}: unknown field "${k.slice(0, 64)}"`);
+    if (typeof record.name !== 'string' || !HOOK_NAME.test(record.name)) return void problems.push(`${at}.name: 1-120 characters of A-Z a-z 0-9 . _ -`);
+    if (names.has(record.name)) return void problems.push(`${at}.name: "${record.name}" is used twice`);
+    names.add(record.name);
+    if (typeof record.command !== 'string' || record.command.length < 1 || record.command.length > 32768) return void problems.push(`${at}.command: a string of 1-32768 characters`);
+    const tm = record.timeoutMs ?? 60000;
     if (typeof tm !== 'number' || !Number.isInteger(tm) || tm < 100 || tm > 300000) return void problems.push(`${at}.timeoutMs: an integer from 100 to 300000`);
     const egress: EgressHost[] = [];
-    if (o.egress !== undefined) {
-      if (!Array.isArray(o.egress) || o.egress.length > 20) return void problems.push(`${at}.egress: an array of at most 20 {host, ports} objects`);
-      for (const [j, e] of o.egress.entries()) {
+    if (record.egress !== undefined) {
+      if (!Array.isArray(record.egress) || record.egress.length > 20) return void problems.push(`${at}.egress: an array of at most 20 {host, ports} objects`);
+      for (const [j, e] of record.egress.entries()) {
         const eo = (e ?? {}) as Record<string, unknown>;
         if (typeof eo.host !== 'string' || !HOSTNAME.test(eo.host) || eo.host.startsWith('*')) return void problems.push(`${at}.egress[${j}].host: an exact host name or IPv4 address (no wildcards)`);
         const ports = eo.ports ?? [443];
@@ -268,12 +268,12 @@ export function parseDeployManifest(text: string): Manifest<DeployTarget> {
         egress.push({ host: eo.host.toLowerCase(), ports: [...new Set(ports as number[])].sort((a, b) => a - b) });
       }
     }
-    const secrets = o.secrets ?? [];
+    const secrets = record.secrets ?? [];
     if (!Array.isArray(secrets) || secrets.length > 50 || !secrets.every((s) => typeof s === 'string' && SECRET_NAME.test(s)))
       return void problems.push(`${at}.secrets: at most 50 environment variable names`);
-    if (o.description !== undefined && (typeof o.description !== 'string' || o.description.length > 1000)) return void problems.push(`${at}.description: a string of at most 1000 characters`);
-    const def = { name: o.name, command: o.command, timeoutMs: tm, egress, secrets: [...new Set(secrets as string[])].sort() };
-    items.push({ ...def, ...(o.description ? { description: o.description as string } : {}), sha256: sha256(canonical(def)) });
+    if (record.description !== undefined && (typeof record.description !== 'string' || record.description.length > 1000)) return void problems.push(`${at}.description: a string of at most 1000 characters`);
+    const def = { name: record.name, command: record.command, timeoutMs: tm, egress, secrets: [...new Set(secrets as string[])].sort() };
+    items.push({ ...def, ...(record.description ? { description: record.description as string } : {}), sha256: sha256(canonical(def)) });
   });
   return { sha256: digest, items: problems.length ? [] : items, problems };
 }

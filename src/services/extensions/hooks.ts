@@ -55,48 +55,48 @@ export class HookService {
     return b ? parseHookManifest(b.toString('utf8')) : null;
   }
 
-  async listTool(workspaceId: string, a: { event?: HookEvent; includeInactive: boolean; limit: number; cursor?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const m = await this.manifest(workspaceId, signal);
+  async listTool(workspaceId: string, args: { event?: HookEvent; includeInactive: boolean; limit: number; cursor?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const manifest = await this.manifest(workspaceId, signal);
     const acts = this.activations(this.repo(workspaceId));
-    const rows = (m?.items ?? [])
-      .filter((h) => !a.event || h.event === a.event)
-      .map((h) => {
-        const act = acts.find((x) => x.event === h.event);
+    const rows = (manifest?.items ?? [])
+      .filter((h) => !args.event || h.event === args.event)
+      .map((hook) => {
+        const act = acts.find((x) => x.event === hook.event);
         const reason = !act
-          ? `not activated for ${h.event}: review the manifest and call hooks_activate with its manifestSha256`
-          : act.manifestSha256 !== m!.sha256
-            ? `the manifest changed since activation (activated ${act.manifestSha256}, now ${m!.sha256}): nothing of it runs until it is activated again`
+          ? `not activated for ${hook.event}: review the manifest and call hooks_activate with its manifestSha256`
+          : act.manifestSha256 !== manifest!.sha256
+            ? `the manifest changed since activation (activated ${act.manifestSha256}, now ${manifest!.sha256}): nothing of it runs until it is activated again`
             : null;
-        return { name: h.name, event: h.event, command: h.command, timeoutMs: h.timeoutMs, sha256: h.sha256, active: reason === null, ...(reason ? { inactiveReason: reason } : { activatedAt: act!.activatedAt, expiresAt: act!.expiresAt }) };
+        return { name: hook.name, event: hook.event, command: hook.command, timeoutMs: hook.timeoutMs, sha256: hook.sha256, active: reason === null, ...(reason ? { inactiveReason: reason } : { activatedAt: act!.activatedAt, expiresAt: act!.expiresAt }) };
       })
-      .filter((h) => a.includeInactive || h.active);
-    const f = `${a.event ?? ''}|${a.includeInactive}`;
+      .filter((h) => args.includeInactive || h.active);
+    const file = `${args.event ?? ''}|${args.includeInactive}`;
     let start = 0;
-    if (a.cursor) {
-      const cur = this.deps.cursors.decode<{ o: number; w: string; f?: string }>('hooks_list', a.cursor);
-      if (cur.w !== workspaceId || cur.f !== f) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
+    if (args.cursor) {
+      const cur = this.deps.cursors.decode<{ o: number; w: string; f?: string }>('hooks_list', args.cursor);
+      if (cur.w !== workspaceId || cur.f !== file) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
       start = cur.o;
     }
     return {
       workspaceId,
-      manifest: m ? { path: HOOK_MANIFEST, sha256: m.sha256, valid: m.problems.length === 0, problems: m.problems } : { path: HOOK_MANIFEST, present: false },
-      activations: acts.map((x) => ({ ...x, current: m ? x.manifestSha256 === m.sha256 : false })),
-      hooks: rows.slice(start, start + a.limit),
+      manifest: manifest ? { path: HOOK_MANIFEST, sha256: manifest.sha256, valid: manifest.problems.length === 0, problems: manifest.problems } : { path: HOOK_MANIFEST, present: false },
+      activations: acts.map((x) => ({ ...x, current: manifest ? x.manifestSha256 === manifest.sha256 : false })),
+      hooks: rows.slice(start, start + args.limit),
       total: rows.length,
-      nextCursor: start + a.limit < rows.length ? this.deps.cursors.encode('hooks_list', { o: start + a.limit, w: workspaceId, f }) : null,
+      nextCursor: start + args.limit < rows.length ? this.deps.cursors.encode('hooks_list', { o: start + args.limit, w: workspaceId, f: file }) : null,
     };
   }
 
-  async activate(workspaceId: string, a: { manifestSha256: string; events: HookEvent[]; retentionSeconds?: number }, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const events = [...new Set(a.events)];
-    if (events.length !== a.events.length) throw new ServiceError('INVALID_ARGUMENT', 'events: each event at most once', { field: 'events' });
-    const m = await this.manifest(workspaceId, signal);
-    if (!m) throw new ServiceError('NOT_FOUND', `manifestSha256: the checkout has no hook manifest at ${HOOK_MANIFEST}`, { field: 'manifestSha256' });
-    const want = a.manifestSha256.toLowerCase();
-    if (m.sha256 !== want)
-      throw new ServiceError('CONFLICT', `manifestSha256: ${HOOK_MANIFEST} has SHA-256 ${m.sha256}, not ${want}: review it again (hooks_list); nothing was activated`, { field: 'manifestSha256', currentSha256: m.sha256 });
-    if (m.problems.length) throw new ServiceError('FAILED_PRECONDITION', `${HOOK_MANIFEST} is malformed: ${m.problems.join('; ')}`, { field: 'manifestSha256', problems: m.problems });
-    const retention = a.retentionSeconds ?? DEFAULT_HOOK_RETENTION_SECONDS;
+  async activate(workspaceId: string, args: { manifestSha256: string; events: HookEvent[]; retentionSeconds?: number }, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const events = [...new Set(args.events)];
+    if (events.length !== args.events.length) throw new ServiceError('INVALID_ARGUMENT', 'events: each event at most once', { field: 'events' });
+    const manifest = await this.manifest(workspaceId, signal);
+    if (!manifest) throw new ServiceError('NOT_FOUND', `manifestSha256: the checkout has no hook manifest at ${HOOK_MANIFEST}`, { field: 'manifestSha256' });
+    const want = args.manifestSha256.toLowerCase();
+    if (manifest.sha256 !== want)
+      throw new ServiceError('CONFLICT', `manifestSha256: ${HOOK_MANIFEST} has SHA-256 ${manifest.sha256}, not ${want}: review it again (hooks_list); nothing was activated`, { field: 'manifestSha256', currentSha256: manifest.sha256 });
+    if (manifest.problems.length) throw new ServiceError('FAILED_PRECONDITION', `${HOOK_MANIFEST} is malformed: ${manifest.problems.join('; ')}`, { field: 'manifestSha256', problems: manifest.problems });
+    const retention = args.retentionSeconds ?? DEFAULT_HOOK_RETENTION_SECONDS;
     const expiresAt = isoIn(retention * 1000);
     const repo = this.repo(workspaceId);
     const now = nowIso();
@@ -115,7 +115,7 @@ export class HookService {
       activatedAt: now,
       expiresAt,
       retentionSeconds: retention,
-      hooks: m.items.filter((h) => events.includes(h.event)).map((h) => ({ name: h.name, event: h.event, sha256: h.sha256 })),
+      hooks: manifest.items.filter((h) => events.includes(h.event)).map((h) => ({ name: h.name, event: h.event, sha256: h.sha256 })),
       scope: 'every workspace of this repository whose manifest has this exact digest, until expiresAt',
     };
   }
@@ -133,44 +133,44 @@ export class HookService {
     return { workspaceId, repositoryUrl: repo, deactivated: removed, remaining: this.activations(repo).map((x) => x.event) };
   }
 
-  private async runOne(workspaceId: string, h: HookDef, event: string, timeoutMs: number, signal?: AbortSignal): Promise<HookRunRecord> {
-    const r = await this.deps.workspaces.exec(
+  private async runOne(workspaceId: string, hook: HookDef, event: string, timeoutMs: number, signal?: AbortSignal): Promise<HookRunRecord> {
+    const result = await this.deps.workspaces.exec(
       workspaceId,
-      { command: h.command, cwd: '.', timeoutMs, maxOutputBytes: HOOK_OUTPUT_BYTES, env: { ATELIER_HOOK_NAME: h.name, ATELIER_HOOK_EVENT: event } },
+      { command: hook.command, cwd: '.', timeoutMs, maxOutputBytes: HOOK_OUTPUT_BYTES, env: { ATELIER_HOOK_NAME: hook.name, ATELIER_HOOK_EVENT: event } },
       undefined,
       signal,
     );
-    return { name: h.name, event, exitCode: r.exitCode, signal: r.signal, timedOut: r.timedOut, durationMs: r.durationMs, stdout: r.stdout, stderr: r.stderr, stdoutTruncated: r.stdoutTruncated, stderrTruncated: r.stderrTruncated };
+    return { name: hook.name, event, exitCode: result.exitCode, signal: result.signal, timedOut: result.timedOut, durationMs: result.durationMs, stdout: result.stdout, stderr: result.stderr, stdoutTruncated: result.stdoutTruncated, stderrTruncated: result.stderrTruncated };
   }
 
   async runTool(
     workspaceId: string,
-    a: { name: string; event?: HookEvent; expectedSha256?: string; expectedManifestSha256?: string; timeoutMs: number },
+    args: { name: string; event?: HookEvent; expectedSha256?: string; expectedManifestSha256?: string; timeoutMs: number },
     who: { principal: string; actor: Actor },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    const m = await this.manifest(workspaceId, signal);
-    if (!m) throw new ServiceError('NOT_FOUND', `name: the checkout has no hook manifest at ${HOOK_MANIFEST}`, { field: 'name' });
-    if (a.expectedManifestSha256 && a.expectedManifestSha256.toLowerCase() !== m.sha256)
-      throw new ServiceError('CONFLICT', `expectedManifestSha256: ${HOOK_MANIFEST} changed: its SHA-256 is now ${m.sha256}; nothing ran`, { field: 'expectedManifestSha256', currentSha256: m.sha256 });
-    if (m.problems.length) throw new ServiceError('FAILED_PRECONDITION', `${HOOK_MANIFEST} is malformed: ${m.problems.join('; ')}`, { problems: m.problems });
-    const h = m.items.find((x) => x.name === a.name);
-    if (!h) throw new ServiceError('NOT_FOUND', `name: the manifest has no hook ${a.name} (hooks: ${m.items.map((x) => x.name).join(', ') || 'none'})`, { field: 'name' });
-    if (a.event && a.event !== h.event) throw new ServiceError('INVALID_ARGUMENT', `event: hook ${h.name} is a ${h.event} hook, not ${a.event}`, { field: 'event', hookEvent: h.event });
-    if (a.expectedSha256 && a.expectedSha256.toLowerCase() !== h.sha256)
-      throw new ServiceError('CONFLICT', `expectedSha256: hook ${h.name} changed: its SHA-256 is now ${h.sha256}; nothing ran`, { field: 'expectedSha256', currentSha256: h.sha256 });
-    const act = this.activations(this.repo(workspaceId)).find((x) => x.event === h.event);
-    if (!act || act.manifestSha256 !== m.sha256)
+    const manifest = await this.manifest(workspaceId, signal);
+    if (!manifest) throw new ServiceError('NOT_FOUND', `name: the checkout has no hook manifest at ${HOOK_MANIFEST}`, { field: 'name' });
+    if (args.expectedManifestSha256 && args.expectedManifestSha256.toLowerCase() !== manifest.sha256)
+      throw new ServiceError('CONFLICT', `expectedManifestSha256: ${HOOK_MANIFEST} changed: its SHA-256 is now ${manifest.sha256}; nothing ran`, { field: 'expectedManifestSha256', currentSha256: manifest.sha256 });
+    if (manifest.problems.length) throw new ServiceError('FAILED_PRECONDITION', `${HOOK_MANIFEST} is malformed: ${manifest.problems.join('; ')}`, { problems: manifest.problems });
+    const hook = manifest.items.find((x) => x.name === args.name);
+    if (!hook) throw new ServiceError('NOT_FOUND', `name: the manifest has no hook ${args.name} (hooks: ${manifest.items.map((x) => x.name).join(', ') || 'none'})`, { field: 'name' });
+    if (args.event && args.event !== hook.event) throw new ServiceError('INVALID_ARGUMENT', `event: hook ${hook.name} is a ${hook.event} hook, not ${args.event}`, { field: 'event', hookEvent: hook.event });
+    if (args.expectedSha256 && args.expectedSha256.toLowerCase() !== hook.sha256)
+      throw new ServiceError('CONFLICT', `expectedSha256: hook ${hook.name} changed: its SHA-256 is now ${hook.sha256}; nothing ran`, { field: 'expectedSha256', currentSha256: hook.sha256 });
+    const act = this.activations(this.repo(workspaceId)).find((x) => x.event === hook.event);
+    if (!act || act.manifestSha256 !== manifest.sha256)
       throw new ServiceError(
         'FAILED_PRECONDITION',
         act
-          ? `name: hook ${h.name} is inactive: the manifest changed since it was activated (activated ${act.manifestSha256}, now ${m.sha256}); review it and call hooks_activate again`
-          : `name: hook ${h.name} is not activated: review ${HOOK_MANIFEST} and call hooks_activate with manifestSha256 ${m.sha256} and events [${h.event}]`,
-        { field: 'name', manifestSha256: m.sha256, activatedSha256: act?.manifestSha256 ?? null },
+          ? `name: hook ${hook.name} is inactive: the manifest changed since it was activated (activated ${act.manifestSha256}, now ${manifest.sha256}); review it and call hooks_activate again`
+          : `name: hook ${hook.name} is not activated: review ${HOOK_MANIFEST} and call hooks_activate with manifestSha256 ${manifest.sha256} and events [${hook.event}]`,
+        { field: 'name', manifestSha256: manifest.sha256, activatedSha256: act?.manifestSha256 ?? null },
       );
-    const rec = await this.runOne(workspaceId, h, h.event, Math.min(a.timeoutMs, h.timeoutMs), signal);
-    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_run', target: workspaceId, outcome: 'ok', details: { hook: h.name, event: h.event, exitCode: rec.exitCode } });
-    return { workspaceId, manifestSha256: m.sha256, sha256: h.sha256, ...rec, timeoutMs: Math.min(a.timeoutMs, h.timeoutMs) };
+    const rec = await this.runOne(workspaceId, hook, hook.event, Math.min(args.timeoutMs, hook.timeoutMs), signal);
+    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_run', target: workspaceId, outcome: 'ok', details: { hook: hook.name, event: hook.event, exitCode: rec.exitCode } });
+    return { workspaceId, manifestSha256: manifest.sha256, sha256: hook.sha256, ...rec, timeoutMs: Math.min(args.timeoutMs, hook.timeoutMs) };
   }
 
   /** HookRunner.fire: runs the activated hooks of one event; never throws. */
@@ -178,15 +178,15 @@ export class HookService {
     try {
       const act = this.activations(this.repo(workspaceId)).find((x) => x.event === event);
       if (!act) return undefined;
-      const m = await this.manifest(workspaceId, signal);
-      if (!m || m.sha256 !== act.manifestSha256 || m.problems.length) {
-        const skipped = !m ? `no manifest at ${HOOK_MANIFEST}` : m.problems.length ? `the manifest is malformed` : `the manifest changed since activation (activated ${act.manifestSha256}, now ${m.sha256}); nothing of it ran`;
+      const manifest = await this.manifest(workspaceId, signal);
+      if (!manifest || manifest.sha256 !== act.manifestSha256 || manifest.problems.length) {
+        const skipped = !manifest ? `no manifest at ${HOOK_MANIFEST}` : manifest.problems.length ? `the manifest is malformed` : `the manifest changed since activation (activated ${act.manifestSha256}, now ${manifest.sha256}); nothing of it ran`;
         this.deps.audit.record({ actor: 'system', action: 'hooks_fire', target: workspaceId, outcome: 'refused', reason: skipped, details: { event } });
         return { event, ran: [], failed: null, skipped };
       }
       const ran: HookRunRecord[] = [];
       let failed: HookRunRecord | null = null;
-      for (const h of m.items.filter((x) => x.event === event)) {
+      for (const h of manifest.items.filter((x) => x.event === event)) {
         const rec = await this.runOne(workspaceId, h, event, h.timeoutMs, signal);
         ran.push(rec);
         if (rec.exitCode !== 0) {
@@ -206,8 +206,8 @@ export class HookService {
 }
 
 /** "pre_commit hook lint failed (exit 1): <last lines of its output>" */
-function failureMessage(r: HookRunRecord): string {
-  const how = r.timedOut ? 'timed out' : r.exitCode !== null ? `exit ${r.exitCode}` : `signal ${r.signal}`;
-  const out = `${r.stderr}\n${r.stdout}`.trim().split('\n').slice(-10).join('\n');
-  return `${r.event} hook ${r.name} failed (${how})${out ? `: ${out}` : ''}`;
+function failureMessage(run: HookRunRecord): string {
+  const how = run.timedOut ? 'timed out' : run.exitCode !== null ? `exit ${run.exitCode}` : `signal ${run.signal}`;
+  const out = `${run.stderr}\n${run.stdout}`.trim().split('\n').slice(-10).join('\n');
+  return `${run.event} hook ${run.name} failed (${how})${out ? `: ${out}` : ''}`;
 }

@@ -49,8 +49,8 @@ export class ExtensionService implements HookRunner {
     return this.hooks.fire(workspaceId, event, signal);
   }
 
-  async opened(workspaceId: string, a: { repositoryUrl: string; skillSets: unknown[]; skillOverrides: Record<string, unknown> }, signal?: AbortSignal): Promise<HookFiring | undefined> {
-    this.skills.setWorkspaceConfig(workspaceId, a.repositoryUrl, { skillSets: a.skillSets as SkillSetSel[], skillOverrides: a.skillOverrides as Record<string, SkillOverride> });
+  async opened(workspaceId: string, args: { repositoryUrl: string; skillSets: unknown[]; skillOverrides: Record<string, unknown> }, signal?: AbortSignal): Promise<HookFiring | undefined> {
+    this.skills.setWorkspaceConfig(workspaceId, args.repositoryUrl, { skillSets: args.skillSets as SkillSetSel[], skillOverrides: args.skillOverrides as Record<string, SkillOverride> });
     return this.hooks.fire(workspaceId, 'on_workspace_open', signal);
   }
 
@@ -82,20 +82,20 @@ export class ExtensionService implements HookRunner {
         key = '';
       }
       const red = redactPrompt(prompt, (s) => this.deps.environments.redact(s), [key]);
-      const r = await askEndpoint({ url: cfg.skillSuggestUrl, keyFile: cfg.skillSuggestKeyFile }, red.text, roster.map((s) => ({ name: s.name, description: s.description })));
-      const inRoster = r.answer !== null && roster.some((s) => s.name === r.answer);
-      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_suggest_endpoint', target: workspaceId ?? null, outcome: r.error ? 'failed' : inRoster || r.answer === null ? 'ok' : 'refused', reason: r.error ?? (r.answer !== null && !inRoster ? 'answer outside the roster' : undefined), details: { redactions: red.redactions } });
-      if (!r.error && (inRoster || r.answer === null)) {
-        const s = roster.find((x) => x.name === r.answer);
-        return { ...base, skill: r.answer, source: s?.source ?? null, mode: 'endpoint', redactions: red.redactions };
+      const endpoint = await askEndpoint({ url: cfg.skillSuggestUrl, keyFile: cfg.skillSuggestKeyFile }, red.text, roster.map((s) => ({ name: s.name, description: s.description })));
+      const inRoster = endpoint.answer !== null && roster.some((s) => s.name === endpoint.answer);
+      this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_suggest_endpoint', target: workspaceId ?? null, outcome: endpoint.error ? 'failed' : inRoster || endpoint.answer === null ? 'ok' : 'refused', reason: endpoint.error ?? (endpoint.answer !== null && !inRoster ? 'answer outside the roster' : undefined), details: { redactions: red.redactions } });
+      if (!endpoint.error && (inRoster || endpoint.answer === null)) {
+        const s = roster.find((x) => x.name === endpoint.answer);
+        return { ...base, skill: endpoint.answer, source: s?.source ?? null, mode: 'endpoint', redactions: red.redactions };
       }
-      const s = roster.find((x) => x.name === local.name);
+      const state = roster.find((x) => x.name === local.name);
       return {
         ...base,
         skill: local.name,
-        source: s?.source ?? null,
+        source: state?.source ?? null,
         mode: ranking,
-        endpoint: r.error ? { used: false, error: r.error } : { used: false, rejected: 'the endpoint named a skill outside the workspace roster' },
+        endpoint: endpoint.error ? { used: false, error: endpoint.error } : { used: false, rejected: 'the endpoint named a skill outside the workspace roster' },
         redactions: red.redactions,
         candidates: top,
       };

@@ -121,11 +121,11 @@ export class SkillService {
 
   workspaceConfig(workspaceId: string | undefined): WorkspaceSkillConfig {
     if (!workspaceId) return { skillSets: [], skillOverrides: {} };
-    const r = this.deps.db.prepare('SELECT skill_sets_json, skill_overrides_json FROM extension_workspaces WHERE workspace_id = ?').get(workspaceId) as
+    const result = this.deps.db.prepare('SELECT skill_sets_json, skill_overrides_json FROM extension_workspaces WHERE workspace_id = ?').get(workspaceId) as
       | { skill_sets_json: string; skill_overrides_json: string }
       | undefined;
-    if (!r) return { skillSets: [], skillOverrides: {} };
-    return { skillSets: JSON.parse(r.skill_sets_json), skillOverrides: JSON.parse(r.skill_overrides_json) };
+    if (!result) return { skillSets: [], skillOverrides: {} };
+    return { skillSets: JSON.parse(result.skill_sets_json), skillOverrides: JSON.parse(result.skill_overrides_json) };
   }
 
   // ---------- sources ----------
@@ -140,8 +140,8 @@ export class SkillService {
     } catch {
       names = [];
     }
-    for (const n of names) {
-      const base = join(dir, n);
+    for (const name of names) {
+      const base = join(dir, name);
       if (!lstatSync(base).isDirectory()) continue;
       const contents: Contents = new Map();
       const walk = (rel: string) => {
@@ -153,7 +153,7 @@ export class SkillService {
       };
       walk('');
       if (!contents.has('SKILL.md')) continue;
-      out.push({ skill: this.assemble('built-in', `skills/${n}`, n, contents, []), contents });
+      out.push({ skill: this.assemble('built-in', `skills/${name}`, name, contents, []), contents });
     }
     this.builtinCache = out;
     return out;
@@ -199,15 +199,15 @@ export class SkillService {
 
   /** Reads one workspace file whole (at most SKILL_LIMITS.fileBytes) through the daemon. */
   async readWorkspaceFile(workspaceId: string, path: string, signal?: AbortSignal): Promise<Buffer | null> {
-    let r: { content: string; encoding: string; size: number; eof: boolean };
+    let result: { content: string; encoding: string; size: number; eof: boolean };
     try {
-      r = await this.daemon(workspaceId, 'fs.read', { path, offset: 0, limit: SKILL_LIMITS.fileBytes }, signal);
+      result = await this.daemon(workspaceId, 'fs.read', { path, offset: 0, limit: SKILL_LIMITS.fileBytes }, signal);
     } catch (e) {
       if (isNotThere(e)) return null;
       throw e;
     }
-    if (!r.eof) throw new ServiceError('FAILED_PRECONDITION', `${path} is larger than ${SKILL_LIMITS.fileBytes} bytes`, { path });
-    return Buffer.from(r.content, r.encoding === 'base64' ? 'base64' : 'utf8');
+    if (!result.eof) throw new ServiceError('FAILED_PRECONDITION', `${path} is larger than ${SKILL_LIMITS.fileBytes} bytes`, { path });
+    return Buffer.from(result.content, result.encoding === 'base64' ? 'base64' : 'utf8');
   }
 
   /**
@@ -265,28 +265,28 @@ export class SkillService {
     const problems: string[] = [];
     const found: Array<{ rel: string; path: string; size: number }> = [];
     const walk = async (entries: DaemonEntry[], rel: string, depth: number) => {
-      for (const e of entries) {
-        const r = rel ? `${rel}/${e.name}` : e.name;
-        if (e.type === 'file') {
+      for (const daemonEntry of entries) {
+        const result = rel ? `${rel}/${daemonEntry.name}` : daemonEntry.name;
+        if (daemonEntry.type === 'file') {
           if (found.length >= SKILL_LIMITS.files) {
             problems.push(`! more than ${SKILL_LIMITS.files} files`);
             return;
           }
-          found.push({ rel: r, path: e.path, size: e.size });
-        } else if (e.type === 'directory') {
+          found.push({ rel: result, path: daemonEntry.path, size: daemonEntry.size });
+        } else if (daemonEntry.type === 'directory') {
           if (depth >= SKILL_LIMITS.depth) {
-            problems.push(`directory ${r} is deeper than ${SKILL_LIMITS.depth} levels (ignored)`);
+            problems.push(`directory ${result} is deeper than ${SKILL_LIMITS.depth} levels (ignored)`);
             continue;
           }
           if (!budget()) {
             problems.push(`! too many directories to read`);
             return;
           }
-          const sub = await this.list(workspaceId, e.path, signal);
-          if (sub) await walk(sub, r, depth + 1);
-        } else if (e.type === 'symlink') {
-          problems.push(`${r} is a symlink (ignored: skill files are never followed through links)`);
-        } else problems.push(`${r} is a ${e.type} (ignored)`);
+          const sub = await this.list(workspaceId, daemonEntry.path, signal);
+          if (sub) await walk(sub, result, depth + 1);
+        } else if (daemonEntry.type === 'symlink') {
+          problems.push(`${result} is a symlink (ignored: skill files are never followed through links)`);
+        } else problems.push(`${result} is a ${daemonEntry.type} (ignored)`);
       }
     };
     await walk(top, '', 1);
@@ -299,25 +299,25 @@ export class SkillService {
     const wantContents = only !== undefined && (peek.name ?? dirName) === only.name && !problems.some((p) => p.startsWith('!'));
     const files: SkillFileInfo[] = [];
     const contents: Contents | undefined = wantContents ? new Map() : undefined;
-    for (const f of found) {
+    for (const fields of found) {
       if (problems.some((p) => p.startsWith('!'))) break;
       if (contents) {
-        const b = f.rel === 'SKILL.md' && md ? md : await this.readWorkspaceFile(workspaceId, f.path, signal);
-        if (!b) {
-          problems.push(`! ${f.rel} vanished while it was read`);
+        const buf = fields.rel === 'SKILL.md' && md ? md : await this.readWorkspaceFile(workspaceId, fields.path, signal);
+        if (!buf) {
+          problems.push(`! ${fields.rel} vanished while it was read`);
           break;
         }
-        contents.set(f.rel, b);
-        files.push({ path: f.rel, size: b.length, sha256: sha256(b) });
-      } else if (f.rel === 'SKILL.md' && md) {
-        files.push({ path: f.rel, size: md.length, sha256: sha256(md) });
+        contents.set(fields.rel, buf);
+        files.push({ path: fields.rel, size: buf.length, sha256: sha256(buf) });
+      } else if (fields.rel === 'SKILL.md' && md) {
+        files.push({ path: fields.rel, size: md.length, sha256: sha256(md) });
       } else {
         try {
-          const r = await this.daemon(workspaceId, 'fs.read', { path: f.path, offset: 0, limit: 1 }, signal);
-          files.push({ path: f.rel, size: r.size, sha256: r.sha256 });
+          const r = await this.daemon(workspaceId, 'fs.read', { path: fields.path, offset: 0, limit: 1 }, signal);
+          files.push({ path: fields.rel, size: r.size, sha256: r.sha256 });
         } catch (e) {
           if (!isNotThere(e)) throw e;
-          problems.push(`${f.rel} could not be read (${(e as Error).message.slice(0, 200)})`);
+          problems.push(`${fields.rel} could not be read (${(e as Error).message.slice(0, 200)})`);
         }
       }
     }
@@ -358,12 +358,12 @@ export class SkillService {
       const pick = (o?.source && list.find((s) => s.source === o.source)) || list[0]!;
       winner.set(n, pick);
     }
-    return skills.map((s) => {
-      if (!s.usable) return { skill: s, active: false };
-      if (overrides[s.name]?.disabled) return { skill: s, active: false, disabled: true };
-      const w = winner.get(s.name)!;
-      if (w === s) return { skill: s, active: true };
-      return { skill: s, active: false, shadowedBy: { source: w.source, location: w.location } };
+    return skills.map((skill) => {
+      if (!skill.usable) return { skill: skill, active: false };
+      if (overrides[skill.name]?.disabled) return { skill: skill, active: false, disabled: true };
+      const w = winner.get(skill.name)!;
+      if (w === skill) return { skill: skill, active: true };
+      return { skill: skill, active: false, shadowedBy: { source: w.source, location: w.location } };
     });
   }
 
@@ -376,18 +376,18 @@ export class SkillService {
 
   // ---------- tools ----------
 
-  async listTool(workspaceId: string, a: { limit: number; cursor?: string; includeShadowed: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async listTool(workspaceId: string, args: { limit: number; cursor?: string; includeShadowed: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
     const cfg = this.workspaceConfig(workspaceId);
     const notes: string[] = [];
-    const listed = this.resolve((await this.all(workspaceId, signal, undefined, notes)).map((x) => x.skill), cfg.skillOverrides).filter((l) => a.includeShadowed || l.active || !l.skill.usable);
-    const f = String(a.includeShadowed);
+    const listed = this.resolve((await this.all(workspaceId, signal, undefined, notes)).map((x) => x.skill), cfg.skillOverrides).filter((l) => args.includeShadowed || l.active || !l.skill.usable);
+    const file = String(args.includeShadowed);
     let start = 0;
-    if (a.cursor) {
-      const cur = this.deps.cursors.decode<{ o: number; w: string; f?: string }>('skills_list', a.cursor);
-      if (cur.w !== workspaceId || cur.f !== f) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
+    if (args.cursor) {
+      const cur = this.deps.cursors.decode<{ o: number; w: string; f?: string }>('skills_list', args.cursor);
+      if (cur.w !== workspaceId || cur.f !== file) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another workspace or other filters; list again without a cursor', { field: 'cursor' });
       start = cur.o;
     }
-    const page = listed.slice(start, start + a.limit);
+    const page = listed.slice(start, start + args.limit);
     return {
       workspaceId,
       skills: page.map((l) => ({
@@ -415,7 +415,7 @@ export class SkillService {
       total: listed.length,
       partial: notes.length > 0,
       ...(notes.length ? { notes } : {}),
-      nextCursor: start + a.limit < listed.length ? this.deps.cursors.encode('skills_list', { o: start + a.limit, w: workspaceId, f }) : null,
+      nextCursor: start + args.limit < listed.length ? this.deps.cursors.encode('skills_list', { o: start + args.limit, w: workspaceId, f: file }) : null,
     };
   }
 
@@ -447,29 +447,29 @@ export class SkillService {
   static text(skill: Skill, contents: Contents): Buffer {
     const order = [...contents.keys()].sort((a, b) => (a === 'SKILL.md' ? -1 : b === 'SKILL.md' ? 1 : a < b ? -1 : 1));
     const parts: Buffer[] = [];
-    for (const p of order) {
-      const b = contents.get(p)!;
-      const f = skill.files.find((x) => x.path === p)!;
-      const binary = b.includes(0) || !Buffer.from(b.toString('utf8'), 'utf8').equals(b);
-      parts.push(Buffer.from(`=== ${p} (${f.size} bytes, sha256 ${f.sha256}) ===\n`), binary ? Buffer.from(`[binary file not shown: ${f.size} bytes]\n`) : b);
-      if (!binary && b.length && b[b.length - 1] !== 10) parts.push(Buffer.from('\n'));
+    for (const path of order) {
+      const buf = contents.get(path)!;
+      const f = skill.files.find((x) => x.path === path)!;
+      const binary = buf.includes(0) || !Buffer.from(buf.toString('utf8'), 'utf8').equals(buf);
+      parts.push(Buffer.from(`=== ${path} (${f.size} bytes, sha256 ${f.sha256}) ===\n`), binary ? Buffer.from(`[binary file not shown: ${f.size} bytes]\n`) : buf);
+      if (!binary && buf.length && buf[buf.length - 1] !== 10) parts.push(Buffer.from('\n'));
     }
     return Buffer.concat(parts);
   }
 
   async readTool(
     workspaceId: string,
-    a: { name: string; source?: SkillSource; expectedSha256?: string; offset: number; limit: number },
+    args: { name: string; source?: SkillSource; expectedSha256?: string; offset: number; limit: number },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    const { skill, contents, active } = await this.load(workspaceId, a.name, a.source, signal);
-    if (a.expectedSha256 && a.expectedSha256.toLowerCase() !== skill.sha256)
+    const { skill, contents, active } = await this.load(workspaceId, args.name, args.source, signal);
+    if (args.expectedSha256 && args.expectedSha256.toLowerCase() !== skill.sha256)
       throw new ServiceError('CONFLICT', `expectedSha256: skill ${skill.name} (${skill.source}) changed: its SHA-256 is now ${skill.sha256}`, { field: 'expectedSha256', currentSha256: skill.sha256 });
     const text = SkillService.text(skill, contents);
-    if (a.offset > text.length) throw new ServiceError('INVALID_ARGUMENT', `offset: ${a.offset} is beyond the end of the skill text (${text.length} bytes)`, { field: 'offset', size: text.length });
-    let end = Math.min(text.length, a.offset + a.limit);
+    if (args.offset > text.length) throw new ServiceError('INVALID_ARGUMENT', `offset: ${args.offset} is beyond the end of the skill text (${text.length} bytes)`, { field: 'offset', size: text.length });
+    let end = Math.min(text.length, args.offset + args.limit);
     // Do not cut a UTF-8 character.
-    while (end < text.length && end > a.offset && (text[end]! & 0xc0) === 0x80) end--;
+    while (end < text.length && end > args.offset && (text[end]! & 0xc0) === 0x80) end--;
     return {
       workspaceId,
       name: skill.name,
@@ -483,9 +483,9 @@ export class SkillService {
       scriptsNeedApproval: skill.source === 'repository' || skill.source === 'workspace',
       problems: skill.problems,
       size: text.length,
-      offset: a.offset,
-      length: end - a.offset,
-      content: text.subarray(a.offset, end).toString('utf8'),
+      offset: args.offset,
+      length: end - args.offset,
+      content: text.subarray(args.offset, end).toString('utf8'),
       eof: end >= text.length,
       nextOffset: end >= text.length ? null : end,
     };
@@ -493,47 +493,47 @@ export class SkillService {
 
   async runTool(
     workspaceId: string,
-    a: { name: string; source?: SkillSource; script: string; args: string[]; timeoutMs: number; expectedSha256?: string; expectedContentSha256?: string; approvalGrantToken?: string },
+    args: { name: string; source?: SkillSource; script: string; args: string[]; timeoutMs: number; expectedSha256?: string; expectedContentSha256?: string; approvalGrantToken?: string },
     who: { principal: string; actor: Actor },
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
-    const argBytes = a.args.reduce((n, x) => n + Buffer.byteLength(x) + 1, 0);
+    const argBytes = args.args.reduce((n, x) => n + Buffer.byteLength(x) + 1, 0);
     if (argBytes > 131072) throw new ServiceError('INVALID_ARGUMENT', `args: ${argBytes} bytes in all; at most 131072`, { field: 'args' });
-    if (a.args.some((x) => x.includes('\0'))) throw new ServiceError('INVALID_ARGUMENT', 'args: NUL characters cannot be passed to a program', { field: 'args' });
-    const { skill, contents } = await this.load(workspaceId, a.name, a.source, signal);
+    if (args.args.some((x) => x.includes('\0'))) throw new ServiceError('INVALID_ARGUMENT', 'args: NUL characters cannot be passed to a program', { field: 'args' });
+    const { skill, contents } = await this.load(workspaceId, args.name, args.source, signal);
     // Recomputed from the bytes that will run: nothing reported by the workspace is trusted.
     const files = [...contents.entries()].map(([path, b]) => ({ path, size: b.length, sha256: sha256(b) }));
     const digest = skillDigest(files);
-    if (a.expectedSha256 && a.expectedSha256.toLowerCase() !== digest)
+    if (args.expectedSha256 && args.expectedSha256.toLowerCase() !== digest)
       throw new ServiceError('CONFLICT', `expectedSha256: skill ${skill.name} (${skill.source}) changed: its SHA-256 is now ${digest}; nothing ran`, { field: 'expectedSha256', currentSha256: digest });
-    const scriptPath = `scripts/${a.script}`;
+    const scriptPath = `scripts/${args.script}`;
     const body = contents.get(scriptPath);
     if (!body)
-      throw new ServiceError('NOT_FOUND', `script: skill ${skill.name} has no script ${a.script} (its scripts: ${skill.scripts.join(', ') || 'none'})`, { field: 'script', scripts: skill.scripts });
+      throw new ServiceError('NOT_FOUND', `script: skill ${skill.name} has no script ${args.script} (its scripts: ${skill.scripts.join(', ') || 'none'})`, { field: 'script', scripts: skill.scripts });
     const scriptSha = sha256(body);
-    if (a.expectedContentSha256 && a.expectedContentSha256.toLowerCase() !== scriptSha)
-      throw new ServiceError('CONFLICT', `expectedContentSha256: script ${a.script} changed: its SHA-256 is now ${scriptSha}; nothing ran`, { field: 'expectedContentSha256', currentContentSha256: scriptSha });
+    if (args.expectedContentSha256 && args.expectedContentSha256.toLowerCase() !== scriptSha)
+      throw new ServiceError('CONFLICT', `expectedContentSha256: script ${args.script} changed: its SHA-256 is now ${scriptSha}; nothing ran`, { field: 'expectedContentSha256', currentContentSha256: scriptSha });
     let approvalId: string | null = null;
     const needsApproval = skill.source === 'repository' || skill.source === 'workspace';
     if (needsApproval) {
-      const subject = { source: skill.source, skill: skill.name, location: skill.location, script: a.script, scriptSha256: scriptSha, skillSha256: digest, args: a.args };
+      const subject = { source: skill.source, skill: skill.name, location: skill.location, script: args.script, scriptSha256: scriptSha, skillSha256: digest, args: args.args };
       const text =
-        `Run script ${a.script} of the ${skill.source} skill ${skill.name} (${skill.location}) in workspace ${workspaceId}\n` +
-        `args: ${JSON.stringify(a.args)}\nscript SHA-256: ${scriptSha}\nskill SHA-256: ${digest}\nfiles:\n${files.map((f) => `  ${f.sha256}  ${f.path}`).join('\n')}\n` +
+        `Run script ${args.script} of the ${skill.source} skill ${skill.name} (${skill.location}) in workspace ${workspaceId}\n` +
+        `args: ${JSON.stringify(args.args)}\nscript SHA-256: ${scriptSha}\nskill SHA-256: ${digest}\nfiles:\n${files.map((f) => `  ${f.sha256}  ${f.path}`).join('\n')}\n` +
         `--- ${scriptPath} ---\n${body.toString('utf8')}`;
       approvalId = this.deps.approvals.consume(
         { kind: 'skill_script', workspaceId, text, digest: sha256(canonical(subject)), details: subject },
-        a.approvalGrantToken,
+        args.approvalGrantToken,
         who.principal,
         who.actor,
-        `running script ${a.script} of the ${skill.source} skill ${skill.name}`,
+        `running script ${args.script} of the ${skill.source} skill ${skill.name}`,
       );
-    } else if (a.approvalGrantToken) {
+    } else if (args.approvalGrantToken) {
       throw new ServiceError('INVALID_ARGUMENT', `approvalGrantToken: ${skill.source} skills run without approval; leave it out`, { field: 'approvalGrantToken' });
     }
-    const r = await this.stageAndRun(workspaceId, contents, a.script, a.args, a.timeoutMs, { SKILL_NAME: skill.name, SKILL_SOURCE: skill.source }, signal);
-    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_script_run', target: workspaceId, outcome: 'ok', details: { skill: skill.name, source: skill.source, script: a.script, scriptSha256: scriptSha, exitCode: r.exitCode, approvalId } });
-    return { workspaceId, skill: { name: skill.name, source: skill.source, location: skill.location, sha256: digest }, script: a.script, scriptSha256: scriptSha, approvalId, ...r };
+    const r = await this.stageAndRun(workspaceId, contents, args.script, args.args, args.timeoutMs, { SKILL_NAME: skill.name, SKILL_SOURCE: skill.source }, signal);
+    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'skill_script_run', target: workspaceId, outcome: 'ok', details: { skill: skill.name, source: skill.source, script: args.script, scriptSha256: scriptSha, exitCode: r.exitCode, approvalId } });
+    return { workspaceId, skill: { name: skill.name, source: skill.source, location: skill.location, sha256: digest }, script: args.script, scriptSha256: scriptSha, approvalId, ...r };
   }
 
   /**
@@ -579,11 +579,11 @@ export class SkillService {
     if (!files['SKILL.md']) throw new ServiceError('INVALID_ARGUMENT', 'files: a skill needs a SKILL.md', { field: 'files' });
     if (paths.length > SKILL_LIMITS.files) throw new ServiceError('INVALID_ARGUMENT', `files: at most ${SKILL_LIMITS.files} files`, { field: 'files' });
     let total = 0;
-    for (const p of paths) {
-      if (!/^[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+){0,4}$/.test(p) || p.split('/').some((s) => s === '.' || s === '..'))
-        throw new ServiceError('INVALID_ARGUMENT', `files: path ${JSON.stringify(p.slice(0, 200))} must be relative, at most 5 segments of A-Z a-z 0-9 . _ -`, { field: 'files' });
-      if (files[p]!.length > SKILL_LIMITS.fileBytes) throw new ServiceError('INVALID_ARGUMENT', `files: ${p} is larger than ${SKILL_LIMITS.fileBytes} bytes`, { field: 'files' });
-      total += files[p]!.length;
+    for (const path of paths) {
+      if (!/^[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+){0,4}$/.test(path) || path.split('/').some((s) => s === '.' || s === '..'))
+        throw new ServiceError('INVALID_ARGUMENT', `files: path ${JSON.stringify(path.slice(0, 200))} must be relative, at most 5 segments of A-Z a-z 0-9 . _ -`, { field: 'files' });
+      if (files[path]!.length > SKILL_LIMITS.fileBytes) throw new ServiceError('INVALID_ARGUMENT', `files: ${path} is larger than ${SKILL_LIMITS.fileBytes} bytes`, { field: 'files' });
+      total += files[path]!.length;
     }
     if (total > SKILL_LIMITS.skillBytes) throw new ServiceError('INVALID_ARGUMENT', `files: the skill holds more than ${SKILL_LIMITS.skillBytes} bytes`, { field: 'files' });
     const meta = parseSkillMd(files['SKILL.md']!.toString('utf8'), expectName ?? '');

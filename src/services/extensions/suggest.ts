@@ -17,13 +17,13 @@ const STOP = new Set(
   ),
 );
 
-export function stem(w: string): string {
-  if (w.length > 5 && w.endsWith('ing')) return w.slice(0, -3);
-  if (w.length > 4 && w.endsWith('ies')) return w.slice(0, -3) + 'y';
-  if (w.length > 4 && w.endsWith('ed')) return w.slice(0, -2);
-  if (w.length > 4 && w.endsWith('es') && /(?:s|x|ch|sh)es$/.test(w)) return w.slice(0, -2);
-  if (w.length > 3 && w.endsWith('s') && !w.endsWith('ss')) return w.slice(0, -1);
-  return w;
+export function stem(word: string): string {
+  if (word.length > 5 && word.endsWith('ing')) return word.slice(0, -3);
+  if (word.length > 4 && word.endsWith('ies')) return word.slice(0, -3) + 'y';
+  if (word.length > 4 && word.endsWith('ed')) return word.slice(0, -2);
+  if (word.length > 4 && word.endsWith('es') && /(?:s|x|ch|sh)es$/.test(word)) return word.slice(0, -2);
+  if (word.length > 3 && word.endsWith('s') && !word.endsWith('ss')) return word.slice(0, -1);
+  return word;
 }
 
 export function tokens(text: string): string[] {
@@ -38,7 +38,7 @@ export interface Ranked {
 
 /** BM25 (k1 1.2, b 0.75) with the name counted three times. */
 export function rank(prompt: string, skills: Array<Pick<Skill, 'name'> & { description: string }>): Ranked[] {
-  const q = [...new Set(tokens(prompt))];
+  const list = [...new Set(tokens(prompt))];
   const docs = skills.map((s) => {
     const nameToks = tokens(s.name.replace(/[-_.:]/g, ' '));
     return { name: s.name, toks: [...nameToks, ...nameToks, ...nameToks, ...tokens(s.description)] };
@@ -48,17 +48,17 @@ export function rank(prompt: string, skills: Array<Pick<Skill, 'name'> & { descr
   const df = new Map<string, number>();
   for (const d of docs) for (const t of new Set(d.toks)) df.set(t, (df.get(t) ?? 0) + 1);
   return docs
-    .map((d) => {
+    .map((doc) => {
       let score = 0;
       const matched: string[] = [];
-      for (const t of q) {
-        const tf = d.toks.filter((x) => x === t).length;
+      for (const item of list) {
+        const tf = doc.toks.filter((x) => x === item).length;
         if (!tf) continue;
-        matched.push(t);
-        const idf = Math.log(1 + (N - (df.get(t) ?? 0) + 0.5) / ((df.get(t) ?? 0) + 0.5));
-        score += (idf * tf * 2.2) / (tf + 1.2 * (0.25 + (0.75 * d.toks.length) / avg));
+        matched.push(item);
+        const idf = Math.log(1 + (N - (df.get(item) ?? 0) + 0.5) / ((df.get(item) ?? 0) + 0.5));
+        score += (idf * tf * 2.2) / (tf + 1.2 * (0.25 + (0.75 * doc.toks.length) / avg));
       }
-      return { name: d.name, score, matched };
+      return { name: doc.name, score, matched };
     })
     .sort((a, b) => b.score - a.score || (a.name < b.name ? -1 : 1));
 }
@@ -124,16 +124,16 @@ const TOKEN_PATTERNS: RegExp[] = [
 
 /** Redacts secrets from a prompt before it leaves the machine; returns the text and how many were cut. */
 export function redactPrompt(prompt: string, known: (s: string) => string, extra: string[]): { text: string; redactions: number } {
-  let n = 0;
+  let count = 0;
   let text = known(prompt);
-  n += (text.match(/\[redacted:[^\]]*\]/g) ?? []).length;
-  for (const v of extra) if (v && v.length >= 4 && text.includes(v)) (n++, (text = text.split(v).join('[redacted]')));
+  count += (text.match(/\[redacted:[^\]]*\]/g) ?? []).length;
+  for (const v of extra) if (v && v.length >= 4 && text.includes(v)) (count++, (text = text.split(v).join('[redacted]')));
   for (const re of TOKEN_PATTERNS)
     text = text.replace(re, () => {
-      n++;
+      count++;
       return '[redacted]';
     });
-  return { text, redactions: n };
+  return { text, redactions: count };
 }
 
 export interface EndpointConfig {

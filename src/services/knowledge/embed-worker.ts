@@ -26,26 +26,26 @@ async function main(): Promise<void> {
     return;
   }
   port.postMessage({ ready: true });
-  port.on('message', (m: { id: number; texts: string[] }) => {
+  port.on('message', (message: { id: number; texts: string[] }) => {
     void (async () => {
       try {
-        const out = await model.embed(m.texts);
+        const out = await model.embed(message.texts);
         const vectors = out.map((v) => normalise(Float32Array.from(v)));
-        port.postMessage({ id: m.id, vectors }, vectors.map((v) => v.buffer as ArrayBuffer));
+        port.postMessage({ id: message.id, vectors }, vectors.map((v) => v.buffer as ArrayBuffer));
       } catch (e) {
-        port.postMessage({ id: m.id, error: (e as Error).message });
+        port.postMessage({ id: message.id, error: (e as Error).message });
       }
     })();
   });
 }
 
 /** Unit length, so a dot product is the cosine similarity. */
-function normalise(v: Float32Array): Float32Array {
+function normalise(value: Float32Array): Float32Array {
   let s = 0;
-  for (let i = 0; i < v.length; i++) s += v[i]! * v[i]!;
+  for (let i = 0; i < value.length; i++) s += value[i]! * value[i]!;
   const n = Math.sqrt(s) || 1;
-  for (let i = 0; i < v.length; i++) v[i] = v[i]! / n;
-  return v;
+  for (let i = 0; i < value.length; i++) value[i] = value[i]! / n;
+  return value;
 }
 
 void main();

@@ -48,27 +48,27 @@ export class Embedder {
     if (!this.opts.enabled || this.worker) return;
     this._reason = 'the embedding model is loading';
     const url = new URL('./embed-worker.js', import.meta.url);
-    const w = new Worker(url, { workerData: { delayMs: this.opts.delayMs ?? 0 } });
-    this.worker = w;
-    w.unref();
-    w.on('message', (m: { ready?: boolean; failed?: string; id?: number; vectors?: Float32Array[]; error?: string }) => {
-      if (m.ready) {
+    const workspace = new Worker(url, { workerData: { delayMs: this.opts.delayMs ?? 0 } });
+    this.worker = workspace;
+    workspace.unref();
+    workspace.on('message', (message: { ready?: boolean; failed?: string; id?: number; vectors?: Float32Array[]; error?: string }) => {
+      if (message.ready) {
         this._state = 'ready';
         this._reason = '';
         this.readyWaiters.splice(0).forEach((f) => f());
-      } else if (m.failed !== undefined) {
-        this.fail(`the embedding model failed to load: ${m.failed}`);
-      } else if (m.id !== undefined) {
-        const p = this.pending.get(m.id);
-        this.pending.delete(m.id);
-        if (!p) return;
-        if (m.error !== undefined) p.reject(new Error(m.error));
-        else p.resolve(m.vectors!);
+      } else if (message.failed !== undefined) {
+        this.fail(`the embedding model failed to load: ${message.failed}`);
+      } else if (message.id !== undefined) {
+        const record = this.pending.get(message.id);
+        this.pending.delete(message.id);
+        if (!record) return;
+        if (message.error !== undefined) record.reject(new Error(message.error));
+        else record.resolve(message.vectors!);
       }
     });
-    w.on('error', (e: Error) => this.fail(`the embedding worker failed: ${e.message}`));
-    w.on('exit', (code) => {
-      if (this._state !== 'failed' && this.worker === w) this.fail(`the embedding worker exited (code ${code})`);
+    workspace.on('error', (e: Error) => this.fail(`the embedding worker failed: ${e.message}`));
+    workspace.on('exit', (code) => {
+      if (this._state !== 'failed' && this.worker === workspace) this.fail(`the embedding worker exited (code ${code})`);
     });
   }
 
@@ -83,11 +83,11 @@ export class Embedder {
   /** Resolves when the model is ready, failed or disabled (or after timeoutMs). */
   whenSettled(timeoutMs: number): Promise<void> {
     if (this._state !== 'loading') return Promise.resolve();
-    return new Promise((r) => {
-      const t = setTimeout(r, timeoutMs);
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, timeoutMs);
       this.readyWaiters.push(() => {
         clearTimeout(t);
-        r();
+        resolve();
       });
     });
   }
@@ -96,23 +96,23 @@ export class Embedder {
   embed(texts: string[], timeoutMs = 60_000): Promise<Float32Array[]> {
     if (this._state !== 'ready' || !this.worker) return Promise.reject(new Error(this._reason || 'embedding model not ready'));
     const id = ++this.seq;
-    const w = this.worker;
+    const workspace = this.worker;
     return new Promise((resolve, reject) => {
-      const t = setTimeout(() => {
+      const timeout = setTimeout(() => {
         this.pending.delete(id);
         reject(new Error(`embedding took longer than ${timeoutMs} ms`));
       }, timeoutMs);
       this.pending.set(id, {
         resolve: (v) => {
-          clearTimeout(t);
+          clearTimeout(timeout);
           resolve(v);
         },
         reject: (e) => {
-          clearTimeout(t);
+          clearTimeout(timeout);
           reject(e);
         },
       });
-      w.postMessage({ id, texts });
+      workspace.postMessage({ id, texts });
     });
   }
 
@@ -145,12 +145,12 @@ export async function rankBySimilarity(embedder: Embedder, query: string, candid
   }
 }
 
-export function toBlob(v: Float32Array): Buffer {
-  return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+export function toBlob(value: Float32Array): Buffer {
+  return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
 }
 
-export function fromBlob(b: Buffer): Float32Array {
-  const copy = new Uint8Array(b.byteLength);
-  copy.set(b);
+export function fromBlob(buf: Buffer): Float32Array {
+  const copy = new Uint8Array(buf.byteLength);
+  copy.set(buf);
   return new Float32Array(copy.buffer);
 }

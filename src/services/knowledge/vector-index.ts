@@ -35,14 +35,14 @@ const wasm = (globalThis as unknown as { WebAssembly?: WasmApi }).WebAssembly;
 
 // ---------- the WebAssembly kernel ----------
 
-const leb = (n: number): number[] => {
+const leb = (limit: number): number[] => {
   const out: number[] = [];
   do {
-    let b = n & 0x7f;
-    n >>>= 7;
-    if (n) b |= 0x80;
+    let b = limit & 0x7f;
+    limit >>>= 7;
+    if (limit) b |= 0x80;
     out.push(b);
-  } while (n);
+  } while (limit);
   return out;
 };
 const section = (id: number, bytes: number[]): number[] => [id, ...leb(bytes.length), ...bytes];
@@ -185,40 +185,40 @@ export class VectorIndex<M> {
   /** Adds or replaces the vector of an id (stored normalised to unit length; a zero vector stays zero). */
   upsert(id: string, vec: Float32Array, meta: M): void {
     if (vec.length !== this.dim) throw new RangeError(`VectorIndex: vector of ${vec.length} dimensions, index has ${this.dim}`);
-    let s = this.slots.get(id);
-    if (s === undefined) {
+    let text = this.slots.get(id);
+    if (text === undefined) {
       if (this.ids.length === this.capacity) this.grow(this.capacity * 2);
-      s = this.ids.length;
+      text = this.ids.length;
       this.ids.push(id);
       this.metas.push(meta);
-      this.slots.set(id, s);
-    } else this.metas[s] = meta;
+      this.slots.set(id, text);
+    } else this.metas[text] = meta;
     const n = norm(vec);
-    const row = this.data.subarray(s * this.dim, (s + 1) * this.dim);
+    const row = this.data.subarray(text * this.dim, (text + 1) * this.dim);
     for (let i = 0; i < this.dim; i++) row[i] = n > 0 ? vec[i]! / n : 0;
     if (this.usesSimd) {
-      const q = quantise(row, this.rows16.subarray(s * this.dim, (s + 1) * this.dim));
-      this.inv[s] = q.inv;
-      this.err[s] = q.err;
+      const q = quantise(row, this.rows16.subarray(text * this.dim, (text + 1) * this.dim));
+      this.inv[text] = q.inv;
+      this.err[text] = q.err;
     }
   }
 
   /** Removes an id; the last row moves into its slot. False if it was not there. */
   remove(id: string): boolean {
-    const s = this.slots.get(id);
-    if (s === undefined) return false;
+    const text = this.slots.get(id);
+    if (text === undefined) return false;
     const last = this.ids.length - 1;
-    if (s !== last) {
-      this.data.copyWithin(s * this.dim, last * this.dim, (last + 1) * this.dim);
+    if (text !== last) {
+      this.data.copyWithin(text * this.dim, last * this.dim, (last + 1) * this.dim);
       if (this.usesSimd) {
-        this.rows16.copyWithin(s * this.dim, last * this.dim, (last + 1) * this.dim);
-        this.inv[s] = this.inv[last]!;
-        this.err[s] = this.err[last]!;
+        this.rows16.copyWithin(text * this.dim, last * this.dim, (last + 1) * this.dim);
+        this.inv[text] = this.inv[last]!;
+        this.err[text] = this.err[last]!;
       }
       const moved = this.ids[last]!;
-      this.ids[s] = moved;
-      this.metas[s] = this.metas[last]!;
-      this.slots.set(moved, s);
+      this.ids[text] = moved;
+      this.metas[text] = this.metas[last]!;
+      this.slots.set(moved, text);
     }
     this.ids.pop();
     this.metas.pop();
@@ -238,49 +238,49 @@ export class VectorIndex<M> {
    * int16 scan only bounds each row's score (|exact - approximate| <= the row's error bound), and
    * every row that could still be among the best n is scored again in full precision.
    */
-  search(q: Float32Array, n: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<VectorHit<M>> {
-    if (q.length !== this.dim) throw new RangeError(`VectorIndex: query of ${q.length} dimensions, index has ${this.dim}`);
+  search(query: Float32Array, limit: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<VectorHit<M>> {
+    if (query.length !== this.dim) throw new RangeError(`VectorIndex: query of ${query.length} dimensions, index has ${this.dim}`);
     const count = this.ids.length;
-    if (count === 0 || n <= 0) return [];
-    const qn = norm(q);
-    for (let i = 0; i < this.dim; i++) this.query[i] = qn > 0 ? q[i]! / qn : 0;
-    const top = this.usesSimd ? this.searchQuantised(count, n, minScore, accept) : this.searchExact(count, n, minScore, accept);
+    if (count === 0 || limit <= 0) return [];
+    const qn = norm(query);
+    for (let i = 0; i < this.dim; i++) this.query[i] = qn > 0 ? query[i]! / qn : 0;
+    const top = this.usesSimd ? this.searchQuantised(count, limit, minScore, accept) : this.searchExact(count, limit, minScore, accept);
     return top.map((t) => ({ id: this.ids[t.slot]!, score: t.score, meta: this.metas[t.slot]! }));
   }
 
   private exact(slot: number): number {
-    const d = this.data;
-    const q = this.query;
-    const o = slot * this.dim;
+    const data = this.data;
+    const query = this.query;
+    const options = slot * this.dim;
     let s0 = 0;
     let s1 = 0;
     let i = 0;
     for (; i + 1 < this.dim; i += 2) {
-      s0 += q[i]! * d[o + i]!;
-      s1 += q[i + 1]! * d[o + i + 1]!;
+      s0 += query[i]! * data[options + i]!;
+      s1 += query[i + 1]! * data[options + i + 1]!;
     }
-    if (i < this.dim) s0 += q[i]! * d[o + i]!;
+    if (i < this.dim) s0 += query[i]! * data[options + i]!;
     return s0 + s1;
   }
 
-  private searchExact(count: number, n: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<{ slot: number; score: number }> {
+  private searchExact(count: number, limit: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<{ slot: number; score: number }> {
     let top: Array<{ slot: number; score: number }> = [];
     let floor = minScore;
-    for (let r = 0; r < count; r++) {
-      const s = this.exact(r);
+    for (let result = 0; result < count; result++) {
+      const s = this.exact(result);
       if (!(s >= floor)) continue;
-      if (accept && !accept(this.metas[r]!, this.ids[r]!)) continue;
-      top.push({ slot: r, score: s });
-      if (top.length >= n * 2) {
+      if (accept && !accept(this.metas[result]!, this.ids[result]!)) continue;
+      top.push({ slot: result, score: s });
+      if (top.length >= limit * 2) {
         top.sort(byScore);
-        top = top.slice(0, n);
-        floor = top[n - 1]!.score;
+        top = top.slice(0, limit);
+        floor = top[limit - 1]!.score;
       }
     }
-    return top.sort(byScore).slice(0, n);
+    return top.sort(byScore).slice(0, limit);
   }
 
-  private searchQuantised(count: number, n: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<{ slot: number; score: number }> {
+  private searchQuantised(count: number, limit: number, minScore: number, accept?: (meta: M, id: string) => boolean): Array<{ slot: number; score: number }> {
     const qq = quantise(this.query, this.q16);
     this.scan!(0, this.rows16.byteOffset, count, this.dim * 2, this.dots.byteOffset);
     const dots = this.dots;
@@ -288,31 +288,31 @@ export class VectorIndex<M> {
     const err = this.err;
     // The n best lower bounds seen so far (a min-heap): n rows score at least its root, so a row
     // whose upper bound is below the root cannot be among the best n and is skipped at once.
-    const heap = new Float64Array(n);
+    const heap = new Float64Array(limit);
     let filled = 0;
     // Rows that could still place (upper bound reached the floor and the root when seen; passed the filter).
     const slots: number[] = [];
     const highs: number[] = [];
-    for (let r = 0; r < count; r++) {
-      const approx = dots[r]! * inv[r]! * qq.inv;
-      const bound = err[r]! + qq.err * (1 + err[r]!) + EPS;
+    for (let result = 0; result < count; result++) {
+      const approx = dots[result]! * inv[result]! * qq.inv;
+      const bound = err[result]! + qq.err * (1 + err[result]!) + EPS;
       const high = approx + bound;
-      if (high < minScore || (filled === n && high < heap[0]!)) continue;
-      if (accept && !accept(this.metas[r]!, this.ids[r]!)) continue;
-      slots.push(r);
+      if (high < minScore || (filled === limit && high < heap[0]!)) continue;
+      if (accept && !accept(this.metas[result]!, this.ids[result]!)) continue;
+      slots.push(result);
       highs.push(high);
       const low = approx - bound;
-      if (filled < n) heapPush(heap, filled++, low);
-      else if (low > heap[0]!) heapReplaceRoot(heap, n, low);
+      if (filled < limit) heapPush(heap, filled++, low);
+      else if (low > heap[0]!) heapReplaceRoot(heap, limit, low);
     }
-    const cut = filled === n ? heap[0]! : -Infinity;
+    const cut = filled === limit ? heap[0]! : -Infinity;
     const out: Array<{ slot: number; score: number }> = [];
     for (let k = 0; k < slots.length; k++) {
       if (highs[k]! < cut) continue;
       const s = this.exact(slots[k]!);
       if (s >= minScore) out.push({ slot: slots[k]!, score: s });
     }
-    return out.sort(byScore).slice(0, n);
+    return out.sort(byScore).slice(0, limit);
   }
 
   private grow(capacity: number): void {
@@ -359,57 +359,57 @@ const scaleFor = (dim: number): number => Math.min(SCALE, Math.floor(Math.sqrt(2
  * Scales a vector into int16 (its largest component to the scale) and gives the factor back to
  * floats and the exact length of the rounding error (||v - q * inv||), which bounds the score error.
  */
-function quantise(v: Float32Array, out: Int16Array): { inv: number; err: number } {
+function quantise(value: Float32Array, out: Int16Array): { inv: number; err: number } {
   let max = 0;
-  for (let i = 0; i < v.length; i++) max = Math.max(max, Math.abs(v[i]!));
+  for (let i = 0; i < value.length; i++) max = Math.max(max, Math.abs(value[i]!));
   if (max === 0) {
     out.fill(0);
     return { inv: 0, err: 0 };
   }
-  const scale = scaleFor(v.length);
+  const scale = scaleFor(value.length);
   const inv = Math.fround(max / scale);
-  let e = 0;
-  for (let i = 0; i < v.length; i++) {
-    const q = Math.max(-scale, Math.min(scale, Math.round(v[i]! / inv)));
+  let err = 0;
+  for (let i = 0; i < value.length; i++) {
+    const q = Math.max(-scale, Math.min(scale, Math.round(value[i]! / inv)));
     out[i] = q;
-    const d = v[i]! - q * inv;
-    e += d * d;
+    const d = value[i]! - q * inv;
+    err += d * d;
   }
-  return { inv, err: Math.sqrt(e) };
+  return { inv, err: Math.sqrt(err) };
 }
 
 /** Min-heap of numbers in h[0..size): adds x at position size. */
-function heapPush(h: Float64Array, size: number, x: number): void {
+function heapPush(host: Float64Array, size: number, item: number): void {
   let i = size;
   while (i > 0) {
     const parent = (i - 1) >> 1;
-    if (h[parent]! <= x) break;
-    h[i] = h[parent]!;
+    if (host[parent]! <= item) break;
+    host[i] = host[parent]!;
     i = parent;
   }
-  h[i] = x;
+  host[i] = item;
 }
 
 /** Min-heap of numbers in h[0..size): replaces the smallest with x. */
-function heapReplaceRoot(h: Float64Array, size: number, x: number): void {
+function heapReplaceRoot(host: Float64Array, size: number, item: number): void {
   let i = 0;
   for (;;) {
     const l = 2 * i + 1;
     if (l >= size) break;
-    const c = l + 1 < size && h[l + 1]! < h[l]! ? l + 1 : l;
-    if (h[c]! >= x) break;
-    h[i] = h[c]!;
+    const c = l + 1 < size && host[l + 1]! < host[l]! ? l + 1 : l;
+    if (host[c]! >= item) break;
+    host[i] = host[c]!;
     i = c;
   }
-  h[i] = x;
+  host[i] = item;
 }
 
 function byScore(a: { slot: number; score: number }, b: { slot: number; score: number }): number {
   return b.score - a.score || a.slot - b.slot;
 }
 
-function norm(v: Float32Array): number {
+function norm(value: Float32Array): number {
   let s = 0;
-  for (let i = 0; i < v.length; i++) s += v[i]! * v[i]!;
+  for (let i = 0; i < value.length; i++) s += value[i]! * value[i]!;
   return Math.sqrt(s);
 }

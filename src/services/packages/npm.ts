@@ -55,9 +55,9 @@ export interface NpmOptions {
  * request's or any dependency's) is refused by Arborist before anything is fetched, so resolution
  * (which runs on the runner, outside any sandbox) reaches nothing but the configured registry.
  */
-function npmOpts(o: NpmOptions): Record<string, unknown> {
+function npmOpts(options: NpmOptions): Record<string, unknown> {
   return {
-    registry: o.registry, cache: o.cacheDir, ca: o.ca || undefined, ignoreScripts: true, audit: false, fund: false, preferOnline: true,
+    registry: options.registry, cache: options.cacheDir, ca: options.ca || undefined, ignoreScripts: true, audit: false, fund: false, preferOnline: true,
     allowGit: 'none', allowRemote: 'none', allowFile: 'none', allowDirectory: 'none',
   };
 }
@@ -66,22 +66,22 @@ const REGISTRY_SPEC_TYPES = new Set(['version', 'range', 'tag']);
 
 /** The request names a registry package by name and (optionally) a version, range or dist-tag; nothing else. */
 export function checkNpmRequest(name: string, spec: string | undefined): void {
-  let n: ReturnType<typeof npa> | undefined;
+  let count: ReturnType<typeof npa> | undefined;
   try {
-    n = npa(name);
+    count = npa(name);
   } catch {
-    n = undefined;
+    count = undefined;
   }
-  if (!n || n.name !== name || n.type !== 'range' || !n.registry || (n.rawSpec !== '' && n.rawSpec !== '*'))
+  if (!count || count.name !== name || count.type !== 'range' || !count.registry || (count.rawSpec !== '' && count.rawSpec !== '*'))
     throw new ServiceError('INVALID_ARGUMENT', `name: ${JSON.stringify(name.slice(0, 214))} is not an npm package name (a registry name such as left-pad or @scope/pkg; no paths, URLs or versions)`, { field: 'name' });
   if (spec === undefined) return;
-  let v: ReturnType<typeof npa> | undefined;
+  let value: ReturnType<typeof npa> | undefined;
   try {
-    v = npa(`${name}@${spec}`);
+    value = npa(`${name}@${spec}`);
   } catch {
-    v = undefined;
+    value = undefined;
   }
-  if (!v || v.name !== name || !REGISTRY_SPEC_TYPES.has(v.type) || !v.registry)
+  if (!value || value.name !== name || !REGISTRY_SPEC_TYPES.has(value.type) || !value.registry)
     throw new ServiceError('INVALID_ARGUMENT', `version: ${JSON.stringify(spec.slice(0, 128))} is not a registry version, range or dist-tag (git, URL, file and alias specifiers are refused)`, { field: 'version' });
 }
 
@@ -92,13 +92,13 @@ function asBin(bin: unknown, name: string): Record<string, string> {
 }
 
 /** Resolves `name@spec` into a pinned tree. Registry errors become clear service errors. */
-export async function resolveNpm(name: string, spec: string | undefined, o: NpmOptions): Promise<NpmResolution> {
+export async function resolveNpm(name: string, spec: string | undefined, options: NpmOptions): Promise<NpmResolution> {
   checkNpmRequest(name, spec);
   const dir = await mkdtemp(join(tmpdir(), 'atelier-npm-plan-'));
   try {
     const manifest = { name: 'atelier-managed-package', version: '0.0.0', private: true };
     await writeFile(join(dir, 'package.json'), JSON.stringify(manifest));
-    const arb = new Arborist({ path: dir, ...npmOpts(o) });
+    const arb = new Arborist({ path: dir, ...npmOpts(options) });
     let tree: Awaited<ReturnType<typeof arb.buildIdealTree>>;
     try {
       tree = await arb.buildIdealTree({ add: [spec ? `${name}@${spec}` : name], saveType: 'prod' });
@@ -112,30 +112,30 @@ export async function resolveNpm(name: string, spec: string | undefined, o: NpmO
     const names = [...new Set(nodes.map((n) => n.packageName))];
     // Full packuments, a few at a time: what the abbreviated metadata leaves out.
     for (let i = 0; i < names.length; i += 8) {
-      if (o.signal?.aborted) throw new ServiceError('DEADLINE_EXCEEDED', 'resolution cancelled');
+      if (options.signal?.aborted) throw new ServiceError('DEADLINE_EXCEEDED', 'resolution cancelled');
       const batch = names.slice(i, i + 8);
-      const got = await Promise.all(batch.map((n) => pacote.packument(n, { ...npmOpts(o), fullMetadata: true }).catch((e: unknown) => { throw registryError(e, n, undefined); })));
+      const got = await Promise.all(batch.map((n) => pacote.packument(n, { ...npmOpts(options), fullMetadata: true }).catch((e: unknown) => { throw registryError(e, n, undefined); })));
       batch.forEach((n, k) => packuments.set(n, got[k] as unknown as Record<string, unknown>));
     }
-    const packages: PlannedPackage[] = nodes.map((n) => {
-      const doc = packuments.get(n.packageName) ?? {};
-      const v = ((doc.versions as Record<string, Record<string, unknown>> | undefined) ?? {})[n.version] ?? {};
-      const scripts = (v.scripts as Record<string, string> | undefined) ?? {};
+    const packages: PlannedPackage[] = nodes.map((arbNode) => {
+      const doc = packuments.get(arbNode.packageName) ?? {};
+      const value = ((doc.versions as Record<string, Record<string, unknown>> | undefined) ?? {})[arbNode.version] ?? {};
+      const scripts = (value.scripts as Record<string, string> | undefined) ?? {};
       const time = (doc.time as Record<string, string> | undefined) ?? {};
-      const dist = (v.dist as Record<string, unknown> | undefined) ?? {};
-      if (!n.resolved || !n.integrity || !/^sha512-/.test(n.integrity))
-        throw new ServiceError('FAILED_PRECONDITION', `${n.packageName}@${n.version}: the registry gives no sha512 integrity; such a package cannot be planned`, { package: n.packageName });
+      const dist = (value.dist as Record<string, unknown> | undefined) ?? {};
+      if (!arbNode.resolved || !arbNode.integrity || !/^sha512-/.test(arbNode.integrity))
+        throw new ServiceError('FAILED_PRECONDITION', `${arbNode.packageName}@${arbNode.version}: the registry gives no sha512 integrity; such a package cannot be planned`, { package: arbNode.packageName });
       return {
-        location: n.location,
-        name: n.packageName,
-        version: n.version,
-        resolved: n.resolved,
-        integrity: n.integrity,
+        location: arbNode.location,
+        name: arbNode.packageName,
+        version: arbNode.version,
+        resolved: arbNode.resolved,
+        integrity: arbNode.integrity,
         unpackedSize: typeof dist.unpackedSize === 'number' ? dist.unpackedSize : null,
-        bin: asBin(v.bin ?? n.package.bin, n.packageName),
+        bin: asBin(value.bin ?? arbNode.package.bin, arbNode.packageName),
         scripts: Object.fromEntries(INSTALL_SCRIPTS.filter((s) => typeof scripts[s] === 'string').map((s) => [s, scripts[s]!])),
-        deprecated: typeof v.deprecated === 'string' ? v.deprecated : null,
-        publishedAt: typeof time[n.version] === 'string' ? time[n.version]! : null,
+        deprecated: typeof value.deprecated === 'string' ? value.deprecated : null,
+        publishedAt: typeof time[arbNode.version] === 'string' ? time[arbNode.version]! : null,
       };
     });
     packages.sort((a, b) => (a.location < b.location ? -1 : a.location > b.location ? 1 : 0));
@@ -150,9 +150,9 @@ export async function resolveNpm(name: string, spec: string | undefined, o: NpmO
   }
 }
 
-function registryError(e: unknown, name: string, spec: string | undefined): ServiceError {
-  if (e instanceof ServiceError) return e;
-  const err = e as { code?: string; statusCode?: number; message?: string; package?: string; requiredBy?: string };
+function registryError(caught: unknown, name: string, spec: string | undefined): ServiceError {
+  if (caught instanceof ServiceError) return caught;
+  const err = caught as { code?: string; statusCode?: number; message?: string; package?: string; requiredBy?: string };
   const what = spec ? `${name}@${spec}` : name;
   if (/^EALLOW(GIT|REMOTE|FILE|DIRECTORY)$/.test(err.code ?? ''))
     return new ServiceError(

@@ -26,21 +26,21 @@ export function httpsFetch(extraCaPem: () => string, timeoutMs = 30_000): typeof
       const req = httpsRequest(url, { method: init?.method ?? 'GET', headers, timeout: timeoutMs, ...(extra ? { ca: [...rootCertificates, extra] } : {}) }, (res) => {
         const chunks: Buffer[] = [];
         let n = 0;
-        res.on('data', (c: Buffer) => {
-          n += c.length;
+        res.on('data', (buf: Buffer) => {
+          n += buf.length;
           if (n > MAX_RESPONSE_BYTES) {
             req.destroy(new Error(`the repository host answered more than ${MAX_RESPONSE_BYTES} bytes`));
             return;
           }
-          chunks.push(c);
+          chunks.push(buf);
         });
         res.on('error', reject);
         res.on('end', () => {
-          const h = new Headers();
-          for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) h.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
+          const plainHeaders = new Headers();
+          for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) plainHeaders.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
           const status = res.statusCode ?? 502;
           const empty = status === 204 || status === 205 || status === 304;
-          const r = new Response(empty ? null : Buffer.concat(chunks), { status: status < 200 || status > 599 ? 502 : status, headers: h });
+          const r = new Response(empty ? null : Buffer.concat(chunks), { status: status < 200 || status > 599 ? 502 : status, headers: plainHeaders });
           Object.defineProperty(r, 'url', { value: url.toString() });
           resolve(r);
         });
