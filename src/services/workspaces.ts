@@ -128,6 +128,9 @@ function rowOf(row: Record<string, unknown>): WorkspaceRow {
   };
 }
 
+/** How long shutdown waits for running lifecycle and git steps before stopping sandboxes under them. */
+const SHUTDOWN_LOCK_WAIT_MS = 20_000;
+
 export class WorkspaceService {
   private readonly handles = new Map<string, SandboxHandle>();
   /** The egress proxies of dependency-access workspaces and of network git operations (sandbox layer). */
@@ -772,7 +775,15 @@ export class WorkspaceService {
     this.stopping = true;
     if (this.reaper) clearInterval(this.reaper);
     await this.spareDisk;
-    await this.deps.locks.settled('lifecycle');
+    // Lifecycle steps in flight finish first, but a stuck one must not keep the service from
+    // stopping: after SHUTDOWN_LOCK_WAIT_MS the sandboxes are stopped under it (its call fails).
+    let waited: NodeJS.Timeout | undefined;
+    const finished = await Promise.race([
+      this.deps.locks.settled('lifecycle').then(() => true),
+      new Promise<false>((resolve) => (waited = setTimeout(() => resolve(false), SHUTDOWN_LOCK_WAIT_MS))),
+    ]);
+    clearTimeout(waited);
+    if (!finished) this.deps.log.warn({ busy: this.deps.locks.busy() }, 'shutdown: workspace operations still running; stopping their sandboxes');
     for (const id of [...this.handles.keys()]) {
       const h = this.handles.get(id)!;
       await this.deps.executor.stop(h).catch(() => undefined);

@@ -55,7 +55,9 @@ describe('MCP authentication', () => {
     const { execFileSync } = await import('node:child_process');
     let hits = '';
     try {
-      hits = execFileSync('grep', ['-rlaF', svc.token, svc.dataDir], { encoding: 'utf8' }).trim();
+      // The spare disk image (src/sandbox/disk.ts) is an empty filesystem formatted ahead of the next
+      // workspace, sparse but large: reading it all would only show that mkfs wrote no token.
+      hits = execFileSync('grep', ['-rlaF', '--exclude=.spare-*.img', svc.token, svc.dataDir], { encoding: 'utf8' }).trim();
     } catch {
       hits = ''; // grep exits 1 when nothing matches
     }
