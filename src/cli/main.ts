@@ -108,6 +108,9 @@ function withApp<T>(common: string[], fn: (app: App) => Promise<T> | T): Promise
   return Promise.resolve(fn(app)).finally(() => app.close());
 }
 
+/** Past the calls' grace (--shutdown-grace-ms), how long the rest of a shutdown may take before the process exits anyway. */
+const SHUTDOWN_REST_MS = 35_000;
+
 async function serve(argv: string[]): Promise<void> {
   parseFlags(argv); // reject unknown flags before anything is created
   const config = loadConfig(argv);
@@ -129,6 +132,15 @@ async function serve(argv: string[]): Promise<void> {
     if (stopping) return;
     stopping = true;
     app.log.info({ signal }, 'shutting down');
+    // A stop request always ends the process: whatever part of the shutdown below is stuck, after
+    // the calls' grace plus SHUTDOWN_REST_MS it exits anyway with status 1 (sandboxes end with the
+    // runner through their keeper pipe).
+    const limitMs = app.config.shutdownGraceMs + SHUTDOWN_REST_MS;
+    setTimeout(() => {
+      app.log.error({ signal, limitMs }, 'shutdown did not finish in time; exiting');
+      app.log.flush?.();
+      process.exit(1);
+    }, limitMs).unref();
     await server?.close();
     await app.agents.shutdown().catch(() => undefined);
     await app.gateway.stop().catch(() => undefined);

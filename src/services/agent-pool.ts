@@ -136,7 +136,10 @@ export class AgentRuntimePool {
     if (this.refillTimer) clearTimeout(this.refillTimer);
     const idle = this.idle.splice(0);
     for (const s of idle) this.dispose(s);
-    await Promise.all(idle.map((s) => s.exited));
+    // Their sandboxes end with the abort; a slot stuck starting must not hold the shutdown.
+    let waited: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(idle.map((s) => s.exited)), new Promise((resolve) => (waited = setTimeout(resolve, 10_000)))]);
+    clearTimeout(waited);
   }
 
   /** Kills a slot's sandbox and removes its sockets (used for idle slots; assigned ones end through their agent). */
@@ -206,10 +209,16 @@ export class AgentRuntimePool {
     const listen = (server: Server, file: string) =>
       new Promise<void>((resolve, reject) => {
         server.once('error', reject);
+        // Closed (the slot disposed) before it listened: node then never says 'listening'.
+        server.once('close', () => reject(new Error('the slot was closed while starting')));
         server.listen(file, () => {
-          chownSync(file, this.deps.sandboxUid, this.deps.sandboxUid);
-          chmodSync(file, 0o600);
-          resolve();
+          try {
+            chownSync(file, this.deps.sandboxUid, this.deps.sandboxUid);
+            chmodSync(file, 0o600);
+            resolve();
+          } catch (err) {
+            reject(err instanceof Error ? err : new Error(String(err)));
+          }
         });
       });
     const sandbox = Promise.all([listen(gw, join(dir, 'gateway.sock')), listen(ctl, join(dir, 'control.sock'))]).then(() =>
