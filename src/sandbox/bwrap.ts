@@ -51,7 +51,7 @@ import { ServiceError } from '../core/errors.js';
 import { CgroupManager, type SandboxCgroup } from './cgroups.js';
 import { DaemonClient } from './client.js';
 import { HeadTailCapture } from './daemon/output.js';
-import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type ParamsOf, type ReplyOf, type SpareStarted } from './daemon/protocol.js';
+import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type ParamsOf, type ReplyOf } from './daemon/protocol.js';
 import {
   EPHEMERAL_CREDHELPER,
   type EphemeralBind,

@@ -12,6 +12,7 @@
  * reused. The pool keeps `agentPoolSize` idle slots (0: none, every slot starts on demand) while
  * an agent profile is active, and refills in the background. See docs/agents.md.
  */
+import { settlesWithin } from '../core/clock.js';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
@@ -137,9 +138,7 @@ export class AgentRuntimePool {
     const idle = this.idle.splice(0);
     for (const s of idle) this.dispose(s);
     // Their sandboxes end with the abort; a slot stuck starting must not hold the shutdown.
-    let waited: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(idle.map((s) => s.exited)), new Promise((resolve) => (waited = setTimeout(resolve, 10_000)))]);
-    clearTimeout(waited);
+    await settlesWithin(Promise.all(idle.map((s) => s.exited)), 10_000);
   }
 
   /** Kills a slot's sandbox and removes its sockets (used for idle slots; assigned ones end through their agent). */

@@ -21,7 +21,7 @@ import type { WorkspaceLocks } from '../core/locks.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
-import { nowIso } from '../core/clock.js';
+import { nowIso, settlesWithin } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
 import type { ClientProfile, OverviewSection } from '../sandbox/daemon/protocol.js';
 import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
@@ -102,7 +102,6 @@ interface Deps {
 
 const GIT_BIN = '/usr/bin/git';
 /** Moved to ./git-safety.ts (re-exported for existing importers). */
-export { SAFE_GIT_CONFIG, gitConfigEnv } from './git-safety.js';
 const SHA_RE = /^[0-9a-f]{7,64}$/;
 
 function rowOf(row: Record<string, unknown>): WorkspaceRow {
@@ -308,10 +307,6 @@ export class WorkspaceService {
     );
   }
 
-  gitFailure(step: string, result: ExecResult): ServiceError {
-    return gitFailure(step, result);
-  }
-
   // ---------- lifecycle ----------
 
   async open(openArgs: OpenArgs, principal: string, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<Record<string, unknown>> {
@@ -392,7 +387,7 @@ export class WorkspaceService {
       ? `set -e; ${GIT_BIN} init -q .; ${GIT_BIN} remote add origin "$REPO"; ${GIT_BIN} fetch -q ${depthArgs} origin "$REF"; ${GIT_BIN} checkout -q --detach FETCH_HEAD`
       : `set -e; ${GIT_BIN} clone -q ${depthArgs} ${ref ? '--branch "$REF"' : ''} "$REPO" .`;
     const r = await this.ephemeralGit({ id }, script, { repo, env: { REPO: repo.url, REF: ref ?? '', SINCE: openArgs.shallowSince ?? '' }, signal });
-    if (r.exitCode !== 0) throw this.gitFailure('clone', r);
+    if (r.exitCode !== 0) throw gitFailure('clone', r);
   }
 
   describe(workspace: WorkspaceRow): Record<string, unknown> {
@@ -686,7 +681,7 @@ export class WorkspaceService {
       const base = this.baseExpr(workspace);
       if (mode === 'status') {
         const r = await this.gitIn(workspace, `set -e; b=${base}; echo "HEAD $(git rev-parse HEAD)"; echo "BASE $b"; git log --format='C %H %s' "$b..HEAD"; git status --porcelain=v1 -uall | sed 's/^/S /'`);
-        if (r.exitCode !== 0) throw this.gitFailure('status', r);
+        if (r.exitCode !== 0) throw gitFailure('status', r);
         const lines = r.stdout.split('\n');
         return {
           mode,
@@ -705,7 +700,7 @@ export class WorkspaceService {
       const snapshot = `export GIT_INDEX_FILE="$(mktemp)"; cp .git/index "$GIT_INDEX_FILE" 2>/dev/null || true; git add -A; tree=$(git write-tree); rm -f "$GIT_INDEX_FILE"; unset GIT_INDEX_FILE; if [ "$tree" = "$(git rev-parse 'HEAD^{tree}')" ]; then snap=$(git rev-parse HEAD); else snap=$(git -c user.name='Atelier recovery' -c user.email='recovery@atelier.invalid' commit-tree "$tree" -p HEAD -m 'Uncommitted work saved by workspace_recover'); fi`;
       if (mode === 'patch') {
         const r = await this.gitIn(workspace, `set -e; b=${base}; ${snapshot}; git format-patch --stdout --no-signature "$b..$snap"`);
-        if (r.exitCode !== 0) throw this.gitFailure('patch', r);
+        if (r.exitCode !== 0) throw gitFailure('patch', r);
         return { mode, workspaceId: id, patch: r.stdout, bytes: Buffer.byteLength(r.stdout), truncated: r.stdoutTruncated === true, empty: r.stdout.trim() === '' };
       }
       // export: push the snapshot to targetBranch through the broker.
@@ -715,7 +710,7 @@ export class WorkspaceService {
       const repo = parseRepoUrl(workspace.repositoryUrl);
       this.deps.repos.approve(workspace.repositoryUrl);
       const r = await this.ephemeralGit(workspace, `set -e; ${snapshot}; git push -q origin "$snap:refs/heads/$B"; echo "$snap"`, { repo, env: { B: targetBranch } });
-      if (r.exitCode !== 0) throw this.gitFailure('export push', r);
+      if (r.exitCode !== 0) throw gitFailure('export push', r);
       const pushedOid = r.stdout.trim().split('\n').pop() ?? null;
       this.deps.audit.record({ actor: 'mcp', principal, action: 'workspace_recover_export', target: id, outcome: 'ok', details: { targetBranch, pushedOid } });
       return { mode, workspaceId: id, targetBranch, pushedOid, remote: workspace.repositoryUrl };
@@ -777,13 +772,7 @@ export class WorkspaceService {
     await this.spareDisk;
     // Lifecycle steps in flight finish first, but a stuck one must not keep the service from
     // stopping: after SHUTDOWN_LOCK_WAIT_MS the sandboxes are stopped under it (its call fails).
-    let waited: NodeJS.Timeout | undefined;
-    const finished = await Promise.race([
-      this.deps.locks.settled('lifecycle').then(() => true),
-      new Promise<false>((resolve) => (waited = setTimeout(() => resolve(false), SHUTDOWN_LOCK_WAIT_MS))),
-    ]);
-    clearTimeout(waited);
-    if (!finished) this.deps.log.warn({ busy: this.deps.locks.busy() }, 'shutdown: workspace operations still running; stopping their sandboxes');
+    if (!(await settlesWithin(this.deps.locks.settled('lifecycle'), SHUTDOWN_LOCK_WAIT_MS))) this.deps.log.warn({ busy: this.deps.locks.busy() }, 'shutdown: workspace operations still running; stopping their sandboxes');
     for (const id of [...this.handles.keys()]) {
       const h = this.handles.get(id)!;
       await this.deps.executor.stop(h).catch(() => undefined);
