@@ -112,6 +112,8 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
         for (const child of spares.values()) child.kill('SIGKILL');
         spares.clear();
       }
+      // Requests already read (an exec, above all) go first: starting a process blocks this loop.
+      await new Promise<void>((resolve) => setImmediate(resolve));
       const child = await spawnChild(opts.execStarter, [], opts.workspaceRoot, {}, ['pipe', 'pipe', 'pipe', 'pipe']);
       const spareId = `s${++seq}`;
       spares.set(spareId, child);
@@ -286,8 +288,11 @@ async function runExec(
       feedStdin();
       startClock();
     }
-    const info: ExecStarted = { execId, pid };
-    ctx.emit('started', info);
+    // Only a held exec needs the runner to know its pid (to place it); a spare was placed already.
+    if (!launched.request) {
+      const info: ExecStarted = { execId, pid };
+      ctx.emit('started', info);
+    }
   });
 }
 

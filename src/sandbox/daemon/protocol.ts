@@ -3,7 +3,7 @@
  *
  *   request   {"id": 7, "method": "exec", "params": {...}}
  *   event     {"id": 7, "event": "stdout", "data": "<base64>"}        0..n, before the reply
- *             {"id": 7, "event": "started", "data": {"execId": "x1", "pid": 12}}
+ *             {"id": 7, "event": "started", "data": {"execId": "x1", "pid": 12}}   (not for execs in a spare)
  *   reply     {"id": 7, "result": {...}}
  *          or {"id": 7, "error": {"code": "INVALID_ARGUMENT", "message": "...", "details": {}}}
  *
@@ -286,7 +286,7 @@ export interface ExecResult {
   durationMs: number;
 }
 
-/** Data of the `started` event of an exec. */
+/** Data of the `started` event of an exec (sent for execs that do not run in a spare: the runner places those by this pid). */
 export interface ExecStarted {
   execId: string;
   /** Pid inside the sandbox's pid namespace. */
