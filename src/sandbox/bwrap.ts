@@ -406,16 +406,17 @@ export class BwrapExecutor implements Executor {
       let placementFailed = false;
       try {
         while (!placementFailed && p.ready.length + p.placing < target && this.spares.get(h.id) === p) {
-          const s = await client.request('spare', { fresh: p.fresh }, { timeoutMs: 10_000 });
+          // One request, one process start in the daemon, for the whole round.
+          const s = await client.request('spare', { fresh: p.fresh, count: target - p.ready.length - p.placing }, { timeoutMs: 10_000 });
           p.fresh = false;
-          p.placing++;
-          void this.placeSpare(client, cg, h.id, p, s).then(
-            (ok) => {
+          for (const one of [{ spareId: s.spareId, pid: s.pid }, ...(s.more ?? [])]) {
+            p.placing++;
+            void this.placeSpare(client, cg, h.id, p, one).then((ok) => {
               p.placing--;
               // A spare that cannot be placed ends this round; the next exec tries again.
               if (!ok) placementFailed = true;
-            },
-          );
+            });
+          }
         }
       } catch (err) {
         // No starter in this daemon: never ask again. Anything else (out of pids, the sandbox

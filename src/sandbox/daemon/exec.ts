@@ -18,7 +18,10 @@
  * in its own freezer cgroup; the daemon cannot do that itself because it has no privilege.
  */
 import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import type { Writable } from 'node:stream';
+import { EventEmitter } from 'node:events';
+import type { Socket } from 'node:net';
+import { constants as osConstants } from 'node:os';
+import type { Readable, Writable } from 'node:stream';
 import { existsSync } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -66,16 +69,160 @@ export interface ExecOptions {
   execStarter?: string;
 }
 
+/** The process an exec runs in, as runExec uses it: a held wrapper (a ChildProcess) or a Spare. */
+interface Proc {
+  readonly pid?: number;
+  readonly stdin: Writable;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  on(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): unknown;
+  on(event: 'close', listener: () => void): unknown;
+}
+
 /** What an exec runs in: a new held wrapper, or a spare starter and the request that starts it. */
 interface Launched {
-  child: ChildProcessWithoutNullStreams;
-  /** Spare: written to descriptor 3 to start the command. */
+  child: Proc;
+  /** Spare: written to its request descriptor to start the command. */
+  control?: Writable;
   request?: Buffer;
+}
+
+const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(Object.entries(osConstants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
+
+/**
+ * A spare exec starter from a batch (native.ts, "batch N"): one process start in the daemon makes
+ * N starters, each with its own stdin, stdout, stderr and request descriptors, and their reaper,
+ * which reports each exit on its status pipe. Behaves towards runExec like a ChildProcess: 'exit'
+ * with (code, signal), then 'close' once stdout and stderr closed too.
+ */
+class Spare extends EventEmitter {
+  exited = false;
+  /** The reaper ended before this one's exit was reported: its end is known only by its output closing. */
+  private orphaned = false;
+  private outputsOpen = 2;
+
+  constructor(
+    readonly pid: number,
+    readonly stdin: Socket,
+    readonly stdout: Socket,
+    readonly stderr: Socket,
+    readonly control: Socket,
+  ) {
+    super();
+    const closed = (): void => {
+      if (--this.outputsOpen > 0) return;
+      if (this.orphaned) this.exit(null, null);
+      else if (this.exited) this.emit('close');
+    };
+    stdout.once('close', closed);
+    stderr.once('close', closed);
+    for (const s of [stdin, stdout, stderr, control]) s.on('error', () => undefined);
+  }
+
+  exit(code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.exited) return;
+    this.exited = true;
+    this.emit('exit', code, signal);
+    if (this.outputsOpen === 0) this.emit('close');
+  }
+
+  /** The reaper is gone: the exit status will never come (reported as null, null). */
+  orphan(): void {
+    if (this.exited) return;
+    this.orphaned = true;
+    if (this.outputsOpen === 0) this.exit(null, null);
+  }
+
+  kill(sig: NodeJS.Signals): void {
+    if (this.exited) return;
+    try {
+      process.kill(this.pid, sig);
+    } catch {
+      // already gone
+    }
+  }
+
+  /** Lets go of its descriptors (an unused spare that ended or was discarded). */
+  discard(): void {
+    for (const s of [this.stdin, this.stdout, this.stderr, this.control]) s.destroy();
+  }
+}
+
+/** At most this many starters per batch (SpareParams.count). */
+const MAX_BATCH = 16;
+
+/** Starts `n` spares with one process start (their reaper); resolves once each has its pid. */
+function startBatch(starter: string, cwd: string, n: number): Promise<Spare[]> {
+  const stdio: Array<'pipe' | 'ignore'> = ['ignore', 'pipe', 'ignore'];
+  for (let i = 0; i < 4 * n; i++) stdio.push('pipe');
+  return new Promise<Spare[]>((resolve, reject) => {
+    let reaper: ChildProcess;
+    try {
+      reaper = spawn(starter, ['batch', String(n)], { cwd, env: {}, detached: true, stdio, argv0: 'atelier-exec' });
+    } catch (err) {
+      return reject(new DaemonError('INTERNAL', `cannot start a process: ${(err as Error).message}`));
+    }
+    if (reaper.pid === undefined) {
+      reaper.once('error', (err: NodeJS.ErrnoException) =>
+        reject(err.code === 'EAGAIN' ? new DaemonError('RESOURCE_EXHAUSTED', 'cannot start a process: the sandbox process limit is reached') : new DaemonError('INTERNAL', `cannot start a process: ${err.message}`)),
+      );
+      return;
+    }
+    const pipes = reaper.stdio as unknown as Socket[];
+    const members = new Map<number, Spare>();
+    const started: Spare[] = [];
+    let pending = '';
+    let announced = false;
+    const status = reaper.stdout!;
+    status.setEncoding('utf8');
+    status.on('data', (chunk: string) => {
+      pending += chunk;
+      let nl: number;
+      while ((nl = pending.indexOf('\n')) >= 0) {
+        const [kind, a, b, c] = pending.slice(0, nl).split(' ');
+        pending = pending.slice(nl + 1);
+        if (kind === 'S') {
+          const i = Number(a);
+          const pid = Number(b);
+          if (!Number.isInteger(i) || i < 0 || i >= n || !Number.isInteger(pid) || pid <= 0) continue;
+          const base = 3 + 4 * i;
+          const spare = new Spare(pid, pipes[base]!, pipes[base + 1]!, pipes[base + 2]!, pipes[base + 3]!);
+          members.set(pid, spare);
+          started.push(spare);
+        } else if (kind === 'R') {
+          announced = true;
+          // Descriptors of starters that could not be forked are never used.
+          const used = new Set(started.flatMap((sp) => [sp.stdin, sp.stdout, sp.stderr, sp.control]));
+          for (let k = 3; k < pipes.length; k++) if (!used.has(pipes[k]!)) pipes[k]!.destroy();
+          if (started.length === 0) reject(new DaemonError('RESOURCE_EXHAUSTED', 'cannot start a process: the sandbox process limit is reached'));
+          else resolve(started);
+        } else if (kind === 'X') {
+          const spare = members.get(Number(a));
+          if (!spare) continue;
+          members.delete(Number(a));
+          const code = Number(b);
+          const sig = Number(c);
+          spare.exit(code >= 0 ? code : null, sig >= 0 ? (SIGNAL_NAMES.get(sig) ?? null) : null);
+        }
+      }
+    });
+    status.on('close', () => {
+      // The reaper ended (all its starters reaped, or killed): whatever it did not report is orphaned.
+      for (const spare of members.values()) spare.orphan();
+      members.clear();
+      if (!announced) {
+        for (const sp of started) sp.discard();
+        for (let k = 3; k < pipes.length; k++) pipes[k]!.destroy();
+        reject(new DaemonError('RESOURCE_EXHAUSTED', 'the exec starters ended before they were ready: the workspace is out of processes or memory'));
+      }
+    });
+    reaper.unref();
+  });
 }
 
 export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'kill' | 'spare'> {
   const running = new Map<string, RunningExec>();
-  const spares = new Map<string, ChildProcessWithoutNullStreams>();
+  const spares = new Map<string, Spare>();
   const shell = existsSync('/bin/bash') ? '/bin/bash' : '/bin/sh';
   let seq = 0;
 
@@ -84,7 +231,7 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
     const exec = typeof execId === 'string' ? running.get(execId) : undefined;
     if (exec) return exec;
     const spare = typeof execId === 'string' ? spares.get(execId) : undefined;
-    if (spare) return { release: () => undefined, signal: (sig) => void spare.kill(sig) };
+    if (spare) return { release: () => undefined, signal: (sig) => spare.kill(sig) };
     throw new DaemonError('NOT_FOUND', 'no running exec with that id', { execId });
   };
 
@@ -97,10 +244,11 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
       const execId = `x${++seq}`;
       let launched: Launched;
       if (p.spare !== undefined) {
-        const child = spares.get(p.spare);
-        if (!child || child.exitCode !== null || child.signalCode !== null) throw new DaemonError('NOT_FOUND', 'that spare is gone', { spare: p.spare });
+        const spare = spares.get(p.spare);
+        if (!spare || spare.exited) throw new DaemonError('NOT_FOUND', 'that spare is gone', { spare: p.spare });
         spares.delete(p.spare);
-        launched = { child, request: starterRequest(cwd, argv, env, p.stdin !== undefined) };
+        spare.removeAllListeners('exit');
+        launched = { child: spare, control: spare.control, request: starterRequest(cwd, argv, env, p.stdin !== undefined) };
       } else {
         launched = { child: await spawnChild('/bin/sh', ['-c', wrapper(p.hold === true, p.stdin !== undefined), 'atelier-exec', ...argv], cwd, env) };
       }
@@ -112,22 +260,24 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
         for (const child of spares.values()) child.kill('SIGKILL');
         spares.clear();
       }
+      const raw = (params as { count?: unknown } | undefined)?.count;
+      if (raw !== undefined && (typeof raw !== 'number' || !Number.isInteger(raw) || raw < 1 || raw > MAX_BATCH)) throw invalid(`count must be an integer from 1 to ${MAX_BATCH}`);
       // Requests already read (an exec, above all) go first: starting a process blocks this loop.
       await new Promise<void>((resolve) => setImmediate(resolve));
-      const child = await spawnChild(opts.execStarter, [], opts.workspaceRoot, {}, ['pipe', 'pipe', 'pipe', 'pipe']);
-      const spareId = `s${++seq}`;
-      spares.set(spareId, child);
-      child.stdin.on('error', () => undefined);
-      (child.stdio[3] as Writable).on('error', () => undefined);
-      child.once('exit', () => {
-        // Ended unused (killed, or discarded): forget it and let go of its pipes.
-        if (spares.get(spareId) !== child) return;
-        spares.delete(spareId);
-        child.stdout.destroy();
-        child.stderr.destroy();
-        (child.stdio[3] as Writable).destroy();
+      const batch = await startBatch(opts.execStarter, opts.workspaceRoot, (raw as number | undefined) ?? 1);
+      const out = batch.map((spare) => {
+        const spareId = `s${++seq}`;
+        spares.set(spareId, spare);
+        spare.once('exit', () => {
+          // Ended unused (killed, or discarded): forget it and let go of its pipes.
+          if (spares.get(spareId) !== spare) return;
+          spares.delete(spareId);
+          spare.discard();
+        });
+        return { spareId, pid: spare.pid };
       });
-      return { spareId, pid: child.pid! };
+      const [first, ...more] = out;
+      return more.length > 0 ? { ...first!, more } : first!;
     },
     release: (params: unknown) => {
       lookup(params).release();
@@ -179,8 +329,8 @@ async function runExec(
 
   child.stdin.on('error', () => undefined); // EPIPE when the command does not read its input
   const feedStdin = (): void => {
-    if (launched.request) {
-      const control = child.stdio[3] as Writable;
+    if (launched.control && launched.request) {
+      const control = launched.control;
       control.on('error', () => undefined);
       control.end(launched.request);
     } else if (p.hold) child.stdin.write('\n');
@@ -199,6 +349,7 @@ async function runExec(
       ctx.signal.removeEventListener('abort', onAbort);
       child.stdout.destroy();
       child.stderr.destroy();
+      if (child instanceof Spare) child.discard();
       if (error) return reject(error);
       resolve({
         exitCode: exit?.code ?? null,

@@ -252,18 +252,21 @@ export interface ExecParams {
 }
 
 /**
- * Parameters of `spare`: start one exec starter that waits for an exec (see ExecParams.spare).
+ * Parameters of `spare`: start exec starters that wait for an exec (see ExecParams.spare).
  * `fresh` first ends every spare started before (a runner that reattached does not know them).
+ * `count` (1-16, default 1) starters are started together, with one process start in the daemon.
  */
 export interface SpareParams {
   fresh?: boolean;
+  count?: number;
 }
 
-/** Result of `spare`. A spare is ended with `kill` and its id. */
+/** Result of `spare`: the first starter, and in `more` the others of the same `count`. A spare is ended with `kill` and its id. */
 export interface SpareStarted {
   spareId: string;
   /** Pid inside the sandbox's pid namespace. */
   pid: number;
+  more?: Array<{ spareId: string; pid: number }>;
 }
 
 /** Result of a command, from the daemon's `exec` or from an ephemeral sandbox. */
