@@ -8,10 +8,12 @@
  * the pid the runner sees is the command's pid.
  *
  * Spares: with an exec starter (--exec-starter, a small native program), the daemon starts spare
- * processes ahead of time on the runner's `spare` call; the runner moves each into its own exec
- * cgroup while it waits. An exec naming a spare hands it cwd, argv and environment on its
- * descriptor 3 and the starter execs the command: no process start and no cgroup placement on the
- * exec's path. Without a spare, the held /bin/sh wrapper above is used.
+ * processes ahead of time on the runner's `spare` call, a round of them with one process start
+ * (the starter's batch mode: it forks the spares and stays as their reaper, reporting each exit);
+ * the runner moves each into its own exec cgroup while it waits. An exec naming a spare hands it
+ * cwd, argv and environment on its descriptor 3 and the starter execs the command: no process
+ * start and no cgroup placement on the exec's path. Without a spare, the held /bin/sh wrapper
+ * above is used.
  *
  * Timeout and cancel signal the process group and every attached descendant (proc.ts). Processes
  * that detached completely (setsid + parent exit) are killed by the runner, which holds each exec
@@ -152,22 +154,11 @@ class Spare extends EventEmitter {
 const MAX_BATCH = 16;
 
 /** Starts `n` spares with one process start (their reaper); resolves once each has its pid. */
-function startBatch(starter: string, cwd: string, n: number): Promise<Spare[]> {
+async function startBatch(starter: string, cwd: string, n: number): Promise<Spare[]> {
   const stdio: Array<'pipe' | 'ignore'> = ['ignore', 'pipe', 'ignore'];
   for (let i = 0; i < 4 * n; i++) stdio.push('pipe');
+  const reaper = await spawnChild(starter, ['batch', String(n)], cwd, {}, { stdio, argv0: 'atelier-exec' });
   return new Promise<Spare[]>((resolve, reject) => {
-    let reaper: ChildProcess;
-    try {
-      reaper = spawn(starter, ['batch', String(n)], { cwd, env: {}, detached: true, stdio, argv0: 'atelier-exec' });
-    } catch (err) {
-      return reject(new DaemonError('INTERNAL', `cannot start a process: ${(err as Error).message}`));
-    }
-    if (reaper.pid === undefined) {
-      reaper.once('error', (err: NodeJS.ErrnoException) =>
-        reject(err.code === 'EAGAIN' ? new DaemonError('RESOURCE_EXHAUSTED', 'cannot start a process: the sandbox process limit is reached') : new DaemonError('INTERNAL', `cannot start a process: ${err.message}`)),
-      );
-      return;
-    }
     const pipes = reaper.stdio as unknown as Socket[];
     const members = new Map<number, Spare>();
     const started: Spare[] = [];
@@ -250,14 +241,17 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
         spare.removeAllListeners('exit');
         launched = { child: spare, control: spare.control, request: starterRequest(cwd, argv, env, p.stdin !== undefined) };
       } else {
-        launched = { child: await spawnChild('/bin/sh', ['-c', wrapper(p.hold === true, p.stdin !== undefined), 'atelier-exec', ...argv], cwd, env) };
+        launched = { child: (await spawnChild('/bin/sh', ['-c', wrapper(p.hold === true, p.stdin !== undefined), 'atelier-exec', ...argv], cwd, env)) as ChildProcessWithoutNullStreams };
       }
       return runExec(execId, launched, p, ctx, running);
     },
     spare: async (params: unknown): Promise<SpareStarted> => {
       if (!opts.execStarter) throw new DaemonError('NOT_IMPLEMENTED', 'this daemon has no exec starter');
       if ((params as { fresh?: unknown } | undefined)?.fresh === true) {
-        for (const child of spares.values()) child.kill('SIGKILL');
+        for (const spare of spares.values()) {
+          spare.kill('SIGKILL');
+          spare.discard();
+        }
         spares.clear();
       }
       const raw = (params as { count?: unknown } | undefined)?.count;
@@ -447,15 +441,9 @@ async function runExec(
   });
 }
 
-function spawnChild(
-  file: string,
-  args: string[],
-  cwd: string,
-  env: Record<string, string>,
-  stdio: 'pipe' | ['pipe', 'pipe', 'pipe', 'pipe'] = 'pipe',
-): Promise<ChildProcessWithoutNullStreams> {
+function spawnChild(file: string, args: string[], cwd: string, env: Record<string, string>, opts: { stdio?: Array<'pipe' | 'ignore'>; argv0?: string } = {}): Promise<ChildProcess> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { cwd, env, detached: true, stdio, ...(file === '/bin/sh' ? {} : { argv0: 'atelier-exec' }) }) as ChildProcess as ChildProcessWithoutNullStreams;
+    const child = spawn(file, args, { cwd, env, detached: true, stdio: opts.stdio ?? 'pipe', ...(opts.argv0 ? { argv0: opts.argv0 } : {}) });
     if (child.pid !== undefined) return resolve(child);
     child.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EAGAIN') {
