@@ -128,6 +128,8 @@ const CREDHELPER_SOURCE = '\0credhelper';
  * of the sandbox; 8 cover a burst of eight concurrent commands at the default limit of 512).
  */
 const MIN_SPARES = 2;
+/** How long an exec that found no spare ready waits for one being placed before it goes without. */
+const SPARE_WAIT_MS = 50;
 const MAX_SPARES = 8;
 const PIDS_PER_SPARE = 64;
 
@@ -211,6 +213,8 @@ interface SparePool {
   ready: Spare[];
   /** Spares started and being moved into their exec cgroups. */
   placing: number;
+  /** Execs that found no spare ready, waiting (SPARE_WAIT_MS at most) for one being placed. */
+  waiters: Array<(spare: Spare | undefined) => void>;
   filling: boolean;
   /** The daemon has no exec starter (an older daemon, or no cgroups): every exec is placed after it starts. */
   unsupported: boolean;
@@ -300,7 +304,7 @@ export class BwrapExecutor implements Executor {
     signal?: AbortSignal,
   ): Promise<ExecResult> {
     const cg = this.execCgroup(h.id);
-    const spare = cg ? this.spares.get(h.id)?.ready.shift() : undefined;
+    const spare = cg ? (this.spares.get(h.id)?.ready.shift() ?? (await this.nextSpare(h, cg))) : undefined;
     try {
       return await this.execOnce(h, cg, spare, req, onOutput, signal);
     } catch (err) {
@@ -383,6 +387,36 @@ export class BwrapExecutor implements Executor {
   }
 
   /**
+   * No spare is ready (a burst of execs used them all): start a round if none is under way and
+   * wait a little for the next spare placed, which is sooner than starting and placing a held
+   * process for this exec alone. Undefined when none comes in time (the exec is then placed after
+   * it starts).
+   */
+  private nextSpare(h: SandboxHandle, cg: SandboxCgroup): Promise<Spare | undefined> {
+    this.fillSpares(h, cg);
+    const p = this.spares.get(h.id);
+    if (!p || p.unsupported || (!p.filling && p.placing === 0)) return Promise.resolve(p?.ready.shift());
+    return new Promise<Spare | undefined>((resolve) => {
+      const waiter = (s: Spare | undefined): void => {
+        clearTimeout(timer);
+        resolve(s);
+      };
+      const timer = setTimeout(() => {
+        const i = p.waiters.indexOf(waiter);
+        if (i >= 0) p.waiters.splice(i, 1);
+        resolve(undefined);
+      }, SPARE_WAIT_MS);
+      p.waiters.push(waiter);
+    });
+  }
+
+  /** Hands ready spares to waiting execs; once no round is under way, waiting execs go without. */
+  private serveWaiters(p: SparePool): void {
+    while (p.waiters.length > 0 && p.ready.length > 0) p.waiters.shift()!(p.ready.shift());
+    if (!p.filling && p.placing === 0) for (const w of p.waiters.splice(0)) w(undefined);
+  }
+
+  /**
    * Tops up a sandbox's spare exec starters in the background (one filler at a time). The daemon
    * starts them one request after the other; each is placed in its exec cgroup as soon as it is
    * announced, while the next is being started, so consecutive placements share the kernel's
@@ -391,7 +425,7 @@ export class BwrapExecutor implements Executor {
   private fillSpares(h: SandboxHandle, cg: SandboxCgroup): void {
     let pool = this.spares.get(h.id);
     if (!pool) {
-      pool = { ready: [], placing: 0, filling: false, unsupported: false, fresh: true };
+      pool = { ready: [], placing: 0, waiters: [], filling: false, unsupported: false, fresh: true };
       this.spares.set(h.id, pool);
     }
     const target = spareTarget(this.specs.get(h.id)?.limits.pidsMax);
@@ -415,6 +449,7 @@ export class BwrapExecutor implements Executor {
               p.placing--;
               // A spare that cannot be placed ends this round; the next exec tries again.
               if (!ok) placementFailed = true;
+              this.serveWaiters(p);
             });
           }
         }
@@ -424,6 +459,7 @@ export class BwrapExecutor implements Executor {
         if (err instanceof ServiceError && err.details.daemonCode === 'NOT_IMPLEMENTED') p.unsupported = true;
       } finally {
         p.filling = false;
+        this.serveWaiters(p);
       }
     })();
   }
@@ -447,7 +483,9 @@ export class BwrapExecutor implements Executor {
   }
 
   async stop(h: SandboxHandle): Promise<void> {
+    const pool = this.spares.get(h.id);
     this.spares.delete(h.id);
+    if (pool) for (const w of pool.waiters.splice(0)) w(undefined);
     this.keepers.delete(h.id);
     this.execCgroups.delete(h.id);
     this.clients.get(h.id)?.close();

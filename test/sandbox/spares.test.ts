@@ -5,7 +5,7 @@
  * bad counts, and a reaper killed under a running command.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -74,8 +74,11 @@ describe('spare exec starters in rounds', () => {
     expect(new Set(spares.map((s) => s.pid)).size).toBe(4);
     for (const s of spares) {
       expect(isAlive(s.pid)).toBe(true);
-      // comm is the starter's, and the spare leads its own session (so an exec's process group is its own).
-      const stat = (await import('node:fs')).readFileSync(`/proc/${s.pid}/stat`, 'utf8');
+      // comm is the starter's, and the spare leads its own session (so an exec's process group is
+      // its own); a spare just forked may take a moment to get there (it does before it reads a request).
+      const statOf = () => readFileSync(`/proc/${s.pid}/stat`, 'utf8');
+      for (let i = 0; i < 100 && !statOf().includes('(exec-starter)'); i++) await sleep(10);
+      const stat = statOf();
       expect(stat).toContain('(exec-starter)');
       const [pgrp, session] = stat.slice(stat.lastIndexOf(')') + 2).split(' ').slice(2, 4).map(Number);
       expect(pgrp).toBe(s.pid);
@@ -131,8 +134,8 @@ describe('spare exec starters in rounds', () => {
 
   it('reports a command whose reaper was killed as ended with an unknown status, with its output', async () => {
     const [s, t] = await round(2);
-    const reaper = Number((await import('node:fs')).readFileSync(`/proc/${s!.pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
-    expect((await import('node:fs')).readFileSync(`/proc/${reaper}/comm`, 'utf8').trim()).toBe('spare-reaper');
+    const reaper = Number(readFileSync(`/proc/${s!.pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+    expect(readFileSync(`/proc/${reaper}/comm`, 'utf8').trim()).toBe('spare-reaper');
     const pending = run(s!, { command: 'echo before; sleep 0.5; echo after' });
     await sleep(150);
     process.kill(reaper, 'SIGKILL');
