@@ -128,10 +128,10 @@ const CREDHELPER_SOURCE = '\0credhelper';
  * of the sandbox; 8 cover a burst of eight concurrent commands at the default limit of 512).
  */
 const MIN_SPARES = 2;
-/** How long an exec that found no spare ready waits for one being placed before it goes without. */
-const SPARE_WAIT_MS = 50;
 const MAX_SPARES = 8;
 const PIDS_PER_SPARE = 64;
+/** How long an exec that found no spare ready waits for one being placed before it goes without. */
+const SPARE_WAIT_MS = 50;
 
 export function spareTarget(pidsMax: number | undefined): number {
   if (pidsMax === undefined) return MIN_SPARES;
@@ -417,10 +417,10 @@ export class BwrapExecutor implements Executor {
   }
 
   /**
-   * Tops up a sandbox's spare exec starters in the background (one filler at a time). The daemon
-   * starts them one request after the other; each is placed in its exec cgroup as soon as it is
-   * announced, while the next is being started, so consecutive placements share the kernel's
-   * wait for a quiet cgroup state instead of paying it one after the other.
+   * Tops up a sandbox's spare exec starters in the background (one filler at a time): one `spare`
+   * request starts the whole round in the daemon (one process start, see daemon/exec.ts), and its
+   * spares are placed in their exec cgroups side by side, so consecutive placements share the
+   * kernel's wait for a quiet cgroup state instead of paying it one after the other.
    */
   private fillSpares(h: SandboxHandle, cg: SandboxCgroup): void {
     let pool = this.spares.get(h.id);
