@@ -1,8 +1,9 @@
 // bench/exec: MCP exec_run round trip of `true` and of `echo`, p50 and p99 at concurrency 1 and 8,
 // beside a bare `bwrap ... /bin/true` (started the same way, eight at a time for concurrency 8) and
-// a bare MCP round trip (ping) in the same run. Goals (issue #21 item 3): at concurrency 1, p50
-// under 5 ms and p99 under 20 ms; at concurrency 8, p50 no worse than 1.2x bare bwrap's. Each goal
-// is printed beside its same-run baseline with met / not met; on a loaded machine judge the ratios.
+// a bare MCP round trip (ping) in the same run; as a breakdown, a cheap tools/call
+// (workspace_status). Goals (issue #21 item 3): at concurrency 1, p50 under 5 ms and p99 under
+// 20 ms; at concurrency 8, p50 no worse than 1.2x bare bwrap's. Each goal is printed beside its
+// same-run baseline with met / not met; on a loaded machine judge the ratios.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -34,6 +35,12 @@ const f = (x) => `${x.toFixed(2)} ms`;
 const verdict = (ok) => (ok ? 'met' : 'NOT met');
 console.log(`bench/exec (node ${process.versions.node}, ${N} calls per case)`);
 const ping = await measure(() => client.ping(), { total: N, concurrency: 1, warmup: count(10, 1) });
+// Breakdown: a cheap tool call on the same workspace (no daemon request, no process), so what
+// exec_run adds over any tools/call shows beside what every call costs.
+const status = await measure(async () => {
+  const r = await client.callTool({ name: 'workspace_status', arguments: { workspaceId: ws } });
+  if (r.isError) throw new Error(r.content[0].text);
+}, { total: N, concurrency: 1, warmup: count(10, 1) });
 const by = {};
 for (const concurrency of [1, 8]) {
   const b = await measure(bare, { total: N, concurrency, warmup: count(10, 1) });
@@ -45,6 +52,10 @@ for (const concurrency of [1, 8]) {
   console.log(`  MCP exec_run true        p50 ${f(t.p50)}  p99 ${f(t.p99)}  ratio p50 ${(t.p50 / b.p50).toFixed(2)}x`);
   console.log(`  MCP exec_run echo hello  p50 ${f(e.p50)}  p99 ${f(e.p99)}  ratio p50 ${(e.p50 / b.p50).toFixed(2)}x`);
 }
+console.log('breakdown at concurrency 1:');
+console.log(`  bare MCP ping            p50 ${f(ping.p50)}  p99 ${f(ping.p99)}`);
+console.log(`  MCP workspace_status     p50 ${f(status.p50)}  p99 ${f(status.p99)}  (a tools/call without a command)`);
+console.log(`  exec_run true beyond it  p50 ${f(by[1].t.p50 - status.p50)}  (the daemon request, the command, the exec's own service work)`);
 const { b: b1, t: t1 } = by[1];
 const { b: b8, t: t8 } = by[8];
 console.log('goals (issue #21 item 3), each beside its same-run baseline:');

@@ -122,8 +122,21 @@ const NODUMP_SOURCE = '\0nodump';
 const EXEC_STARTER_SOURCE = '\0exec-starter';
 const EGRESS_RUN_SOURCE = '\0egress-run';
 const CREDHELPER_SOURCE = '\0credhelper';
-/** Spare exec starters each sandbox keeps placed in their own exec cgroups, ready for the next execs. */
-const SPARES = 2;
+/**
+ * Spare exec starters each sandbox keeps placed in their own exec cgroups, ready for the next
+ * execs: one per 64 of the sandbox's process limit, from 2 to 8 (each waiting spare is a process
+ * of the sandbox; 8 cover a burst of eight concurrent commands at the default limit of 512).
+ */
+const MIN_SPARES = 2;
+const MAX_SPARES = 8;
+const PIDS_PER_SPARE = 64;
+/** How long an exec that found no spare ready waits for one being placed before it goes without. */
+const SPARE_WAIT_MS = 50;
+
+export function spareTarget(pidsMax: number | undefined): number {
+  if (pidsMax === undefined) return MIN_SPARES;
+  return Math.max(MIN_SPARES, Math.min(MAX_SPARES, Math.floor(pidsMax / PIDS_PER_SPARE)));
+}
 const SOCKET_PATH_MAX = 107;
 
 const DEFAULT_ETC_FILES = [
@@ -198,6 +211,10 @@ interface Spare {
 
 interface SparePool {
   ready: Spare[];
+  /** Spares started and being moved into their exec cgroups. */
+  placing: number;
+  /** Execs that found no spare ready, waiting (SPARE_WAIT_MS at most) for one being placed. */
+  waiters: Array<(spare: Spare | undefined) => void>;
   filling: boolean;
   /** The daemon has no exec starter (an older daemon, or no cgroups): every exec is placed after it starts. */
   unsupported: boolean;
@@ -229,6 +246,10 @@ export class BwrapExecutor implements Executor {
   private daemonFiles: string[] | undefined;
   private readonly specs = new Map<string, SandboxSpec>();
   private readonly clients = new Map<string, DaemonClient>();
+  /** Per sandbox: the keeper pid of the sandbox whose daemon `clients` holds (set at start and recovery; see alive()). */
+  private readonly keepers = new Map<string, number>();
+  /** Per sandbox: its cgroup once seen to exist, for exec() (dropped at stop). */
+  private readonly execCgroups = new Map<string, SandboxCgroup>();
   /** Per sandbox: spare exec starters already in their exec cgroups (see exec()). */
   private readonly spares = new Map<string, SparePool>();
 
@@ -282,8 +303,8 @@ export class BwrapExecutor implements Executor {
     onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void,
     signal?: AbortSignal,
   ): Promise<ExecResult> {
-    const cg = this.existingCgroup(h.id);
-    const spare = cg ? this.spares.get(h.id)?.ready.shift() : undefined;
+    const cg = this.execCgroup(h.id);
+    const spare = cg ? (this.spares.get(h.id)?.ready.shift() ?? (await this.nextSpare(h, cg))) : undefined;
     try {
       return await this.execOnce(h, cg, spare, req, onOutput, signal);
     } catch (err) {
@@ -351,10 +372,13 @@ export class BwrapExecutor implements Executor {
         // Only callers that asked for background processes (async operations, tasks) keep them
         // after a normal exit. An unused spare (the exec was refused) is ended the same way.
         const killLeftovers = !result || result.timedOut || result.cancelled || placementError !== undefined || req.keepBackground !== true;
-        // Empty (nothing left behind): removed at once. Otherwise kill what is left when asked to, then remove.
-        if (!cg.releaseExec(execGroup) && killLeftovers) {
+        // Empty (nothing left behind, the common case): nothing to kill, and nothing can enter it
+        // again, so it is removed off the reply's path. Otherwise kill what is left when asked to,
+        // then remove; background processes a caller asked to keep keep it (swept later).
+        if (cg.execIsEmpty(execGroup)) cg.releaseExecLater(execGroup);
+        else if (killLeftovers) {
           await cg.killExec(execGroup);
-          cg.releaseExec(execGroup);
+          if (!cg.releaseExec(execGroup)) cg.releaseExecLater(execGroup);
         }
       }
     }
@@ -362,35 +386,72 @@ export class BwrapExecutor implements Executor {
     return result;
   }
 
-  /** Tops up a sandbox's spare exec starters in the background (one filler at a time). */
+  /**
+   * No spare is ready (a burst of execs used them all): start a round if none is under way and
+   * wait a little for the next spare placed, which is sooner than starting and placing a held
+   * process for this exec alone. Undefined when none comes in time (the exec is then placed after
+   * it starts).
+   */
+  private nextSpare(h: SandboxHandle, cg: SandboxCgroup): Promise<Spare | undefined> {
+    this.fillSpares(h, cg);
+    const p = this.spares.get(h.id);
+    if (!p || p.unsupported || (!p.filling && p.placing === 0)) return Promise.resolve(p?.ready.shift());
+    return new Promise<Spare | undefined>((resolve) => {
+      const waiter = (s: Spare | undefined): void => {
+        clearTimeout(timer);
+        resolve(s);
+      };
+      const timer = setTimeout(() => {
+        const i = p.waiters.indexOf(waiter);
+        if (i >= 0) p.waiters.splice(i, 1);
+        resolve(undefined);
+      }, SPARE_WAIT_MS);
+      p.waiters.push(waiter);
+    });
+  }
+
+  /** Hands ready spares to waiting execs; once no round is under way, waiting execs go without. */
+  private serveWaiters(p: SparePool): void {
+    while (p.waiters.length > 0 && p.ready.length > 0) p.waiters.shift()!(p.ready.shift());
+    if (!p.filling && p.placing === 0) for (const w of p.waiters.splice(0)) w(undefined);
+  }
+
+  /**
+   * Tops up a sandbox's spare exec starters in the background (one filler at a time): one `spare`
+   * request starts the whole round in the daemon (one process start, see daemon/exec.ts), and its
+   * spares are placed in their exec cgroups side by side, so consecutive placements share the
+   * kernel's wait for a quiet cgroup state instead of paying it one after the other.
+   */
   private fillSpares(h: SandboxHandle, cg: SandboxCgroup): void {
     let pool = this.spares.get(h.id);
     if (!pool) {
-      pool = { ready: [], filling: false, unsupported: false, fresh: true };
+      pool = { ready: [], placing: 0, waiters: [], filling: false, unsupported: false, fresh: true };
       this.spares.set(h.id, pool);
     }
-    if (pool.filling || pool.unsupported || pool.ready.length >= SPARES) return;
+    const target = spareTarget(this.specs.get(h.id)?.limits.pidsMax);
+    // Topped up in rounds once half are used, not after every exec: most execs then run while no
+    // spare is being started or placed (a placement briefly holds up every fork and exit on the
+    // host), and the placements of one round follow each other closely, which makes them cheaper.
+    if (pool.filling || pool.unsupported || pool.ready.length + pool.placing > Math.floor(target / 2)) return;
     const p = pool;
     p.filling = true;
     void (async () => {
       const client = this.client(h);
+      let placementFailed = false;
       try {
-        while (p.ready.length < SPARES && this.spares.get(h.id) === p) {
-          const s = await client.request('spare', { fresh: p.fresh }, { timeoutMs: 10_000 });
+        while (!placementFailed && p.ready.length + p.placing < target && this.spares.get(h.id) === p) {
+          // One request, one process start in the daemon, for the whole round.
+          const s = await client.request('spare', { fresh: p.fresh, count: target - p.ready.length - p.placing }, { timeoutMs: 10_000 });
           p.fresh = false;
-          let dir: string;
-          try {
-            dir = await cg.attachExec(s.spareId, s.pid);
-          } catch (err) {
-            await client.request('kill', { execId: s.spareId }).catch(() => undefined);
-            throw err;
+          for (const one of [{ spareId: s.spareId, pid: s.pid }, ...(s.more ?? [])]) {
+            p.placing++;
+            void this.placeSpare(client, cg, h.id, p, one).then((ok) => {
+              p.placing--;
+              // A spare that cannot be placed ends this round; the next exec tries again.
+              if (!ok) placementFailed = true;
+              this.serveWaiters(p);
+            });
           }
-          if (this.spares.get(h.id) !== p) {
-            // The sandbox stopped meanwhile.
-            await client.request('kill', { execId: s.spareId }).catch(() => undefined);
-            break;
-          }
-          p.ready.push({ id: s.spareId, dir });
         }
       } catch (err) {
         // No starter in this daemon: never ask again. Anything else (out of pids, the sandbox
@@ -398,12 +459,35 @@ export class BwrapExecutor implements Executor {
         if (err instanceof ServiceError && err.details.daemonCode === 'NOT_IMPLEMENTED') p.unsupported = true;
       } finally {
         p.filling = false;
+        this.serveWaiters(p);
       }
     })();
   }
 
+  /** Moves one new spare into its own exec cgroup and makes it ready (or ends it). */
+  private async placeSpare(client: DaemonClient, cg: SandboxCgroup, id: string, p: SparePool, s: { spareId: string; pid: number }): Promise<boolean> {
+    let dir: string;
+    try {
+      dir = await cg.attachExec(s.spareId, s.pid);
+    } catch {
+      await client.request('kill', { execId: s.spareId }).catch(() => undefined);
+      return false;
+    }
+    if (this.spares.get(id) !== p) {
+      // The sandbox stopped meanwhile.
+      await client.request('kill', { execId: s.spareId }).catch(() => undefined);
+      return true;
+    }
+    p.ready.push({ id: s.spareId, dir });
+    return true;
+  }
+
   async stop(h: SandboxHandle): Promise<void> {
+    const pool = this.spares.get(h.id);
     this.spares.delete(h.id);
+    if (pool) for (const w of pool.waiters.splice(0)) w(undefined);
+    this.keepers.delete(h.id);
+    this.execCgroups.delete(h.id);
     this.clients.get(h.id)?.close();
     this.clients.delete(h.id);
     this.specs.delete(h.id);
@@ -443,6 +527,7 @@ export class BwrapExecutor implements Executor {
     }
     this.clients.get(spec.id)?.close();
     this.clients.set(spec.id, client);
+    this.keepers.set(spec.id, state.pid);
     this.specs.set(spec.id, spec);
     return { id: spec.id, socketPath: p.socket, pid: state.pid };
   }
@@ -453,12 +538,20 @@ export class BwrapExecutor implements Executor {
    * from inside, an OOM kill or the orphan bound.
    */
   async alive(h: SandboxHandle): Promise<boolean> {
+    // Every call on a workspace asks this first, so the common case costs no file reads: this
+    // runner's open connection to the daemon of exactly this sandbox (started or recovered with
+    // this keeper) means the daemon runs, and with it bwrap and the keeper. The connection closes
+    // when the daemon ends (the checks below then answer).
+    if (this.keepers.get(h.id) === h.pid && this.clients.get(h.id)?.connected) return true;
     if (!isAlive(h.pid)) return false;
     try {
       const cmdline = readFileSync(`/proc/${h.pid}/cmdline`, 'utf8');
       if (!cmdline.split('\0').includes('atelier-keeper')) return false;
       // A recycled pid that happens to be another sandbox's keeper is not this one.
-      if (this.existingCgroup(h.id)) return readFileSync(`/proc/${h.pid}/cgroup`, 'utf8').includes(`/${h.id}\n`) || readFileSync(`/proc/${h.pid}/cgroup`, 'utf8').includes(`/${h.id}/`);
+      if (this.existingCgroup(h.id)) {
+        const cgroups = readFileSync(`/proc/${h.pid}/cgroup`, 'utf8');
+        return cgroups.includes(`/${h.id}\n`) || cgroups.includes(`/${h.id}/`);
+      }
       return true;
     } catch {
       return false;
@@ -589,6 +682,7 @@ export class BwrapExecutor implements Executor {
       await lockDaemonSocket(p.sockDir, path.basename(p.socket));
       this.clients.get(spec.id)?.close();
       this.clients.set(spec.id, client);
+      this.keepers.set(spec.id, pid);
       const state: RunState = { id: spec.id, pid, startedAt: new Date().toISOString(), proxy: proxyState };
       await writeFile(p.state, JSON.stringify(state), { mode: 0o600 });
       const handle = { id: spec.id, socketPath: p.socket, pid };
@@ -847,6 +941,16 @@ export class BwrapExecutor implements Executor {
       if (this.allowNoCgroups) return undefined;
       throw cgroupError(err);
     }
+  }
+
+  /** existingCgroup() for exec(): after the first look, one stat (the freezer group execs are placed in). */
+  private execCgroup(id: string): SandboxCgroup | undefined {
+    const known = this.execCgroups.get(id);
+    if (known && existsSync(known.dirs.freezer)) return known;
+    this.execCgroups.delete(id);
+    const cg = this.existingCgroup(id);
+    if (cg) this.execCgroups.set(id, cg);
+    return cg;
   }
 
   private existingCgroup(id: string): SandboxCgroup | undefined {

@@ -201,6 +201,34 @@ export class SandboxCgroup {
     }
   }
 
+  /**
+   * Whether nothing runs in one exec's sub-cgroup any more. A tiny cgroupfs read that takes no
+   * cgroup-wide lock (unlike rmdir, which waits on cgroup_mutex while any cgroup move anywhere is
+   * under way). An empty exec group stays empty: only a member's fork or the runner itself (root)
+   * can put a process into it, and the runner places each spare in a group of its own.
+   */
+  execIsEmpty(dir: string): boolean {
+    try {
+      return readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').trim() === '';
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code === 'ENOENT';
+    }
+  }
+
+  /**
+   * Removes an empty exec sub-cgroup off the caller's path (execIsEmpty first): asynchronously, so
+   * a runner never stalls on cgroup_mutex, and after the exec's reply has gone. An exited task may
+   * keep the group busy for a moment: one retry, then the periodic sweep takes it.
+   */
+  releaseExecLater(dir: string): void {
+    const attempt = (retry: boolean): void => {
+      rmdir(dir).catch((err: NodeJS.ErrnoException) => {
+        if (retry && err.code === 'EBUSY') setTimeout(() => attempt(false), 100).unref();
+      });
+    };
+    attempt(true);
+  }
+
   /** Kills every process of one exec's sub-cgroup. */
   killExec(dir: string): Promise<void> {
     return killCgroup(dir);

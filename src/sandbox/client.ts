@@ -116,6 +116,11 @@ export class DaemonClient {
     return this.request('ping', undefined, { timeoutMs });
   }
 
+  /** Whether a connection to the daemon is open now (it closes when the daemon ends). */
+  get connected(): boolean {
+    return this.socket !== undefined && !this.socket.destroyed;
+  }
+
   /** Closes the connection; requests in flight fail with UNAVAILABLE. */
   close(): void {
     this.socket?.destroy();

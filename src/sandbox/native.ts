@@ -109,7 +109,9 @@ const EXEC_STARTER_C = `
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 extern char **environ;
 #define MAX_REQUEST (64u << 20)
@@ -127,8 +129,7 @@ static char **list(void) {
   for (long i = 0; i < count; i++) if (!(v[i] = field())) return 0;
   return v;
 }
-int main(void) {
-  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+static int serve(void) {
   size_t cap = 65536; buf = malloc(cap); if (!buf) return 125;
   for (;;) {
     if (len == cap) { if (cap >= MAX_REQUEST) return 125; cap *= 2; char *n = realloc(buf, cap); if (!n) return 125; buf = n; }
@@ -150,6 +151,43 @@ int main(void) {
   int e = errno;
   fprintf(stderr, "atelier-exec: %s: %s\\n", argv[0], strerror(e));
   return e == ENOENT ? 127 : 126;
+}
+/* "batch N": descriptors 3.. hold N groups of four (stdin, stdout, stderr, request). Forks N
+   starters, each in a session of its own with its group as 0-3, reports "S <i> <pid>" for each on
+   stdout, then stays as their reaper: "X <pid> <code> -1" or "X <pid> -1 <signal>" per exit. */
+static int batch(int n) {
+  if (n < 1 || n > 64) return 125;
+  prctl(PR_SET_NAME, "spare-reaper", 0, 0, 0);
+  signal(SIGPIPE, SIG_IGN);
+  int top = 3 + 4 * n;
+  for (int i = 0; i < n; i++) {
+    pid_t pid = fork();
+    if (pid < 0) break;
+    if (pid == 0) {
+      for (int k = 0; k < 4; k++) if (dup2(3 + 4 * i + k, k) < 0) _exit(125);
+      for (int fd = 4; fd < top; fd++) close(fd);
+      signal(SIGPIPE, SIG_DFL);
+      setsid();
+      prctl(PR_SET_NAME, "exec-starter", 0, 0, 0);
+      _exit(serve());
+    }
+    dprintf(1, "S %d %d\\n", i, (int)pid);
+  }
+  for (int fd = 3; fd < top; fd++) close(fd);
+  dprintf(1, "R\\n");
+  for (;;) {
+    int status;
+    pid_t p = waitpid(-1, &status, 0);
+    if (p < 0) { if (errno == EINTR) continue; break; }
+    if (WIFEXITED(status)) dprintf(1, "X %d %d -1\\n", (int)p, WEXITSTATUS(status));
+    else if (WIFSIGNALED(status)) dprintf(1, "X %d -1 %d\\n", (int)p, WTERMSIG(status));
+  }
+  return 0;
+}
+int main(int argc, char **argv) {
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (argc == 3 && strcmp(argv[1], "batch") == 0) return batch(atoi(argv[2]));
+  return serve();
 }
 `;
 

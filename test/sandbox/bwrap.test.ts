@@ -207,6 +207,25 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
       await ex.exec(h, { command: `kill ${pid}` });
     });
 
+    it('removes the exec cgroup of every command that left nothing behind, after the reply', async () => {
+      // Groups an earlier test left for the periodic sweep (a background process killed later) do not count.
+      const before = new Set(readdirSync(cgroup(h.id).dirs.freezer));
+      const groups = (): string[] => readdirSync(cgroup(h.id).dirs.freezer).filter((e) => e.startsWith('e-') && !before.has(e));
+      // Twenty quick commands, a burst of them at once included: afterwards only the waiting spares'
+      // groups remain (one each), none of a finished command.
+      for (let i = 0; i < 10; i++) expect((await ex.exec(h, { command: `echo ${i}` })).stdout).toBe(`${i}\n`);
+      const burst = await Promise.all(Array.from({ length: 10 }, (_, i) => ex.exec(h, { command: `echo b${i}` })));
+      expect(burst.map((r) => r.stdout)).toEqual(Array.from({ length: 10 }, (_, i) => `b${i}\n`));
+      // Of the groups made since: at most one per spare (spareTarget(64) is 2), each holding its spare.
+      let left = groups();
+      for (let i = 0; i < 100 && left.length > 2; i++) {
+        await sleep(20);
+        left = groups();
+      }
+      expect(left.length).toBeLessThanOrEqual(2);
+      for (const g of left) expect(readFileSync(path.join(cgroup(h.id).dirs.freezer, g, 'cgroup.procs'), 'utf8').trim().split('\n')).toHaveLength(1);
+    });
+
     it('starts commands from spare exec starters already placed in their own exec cgroups, and falls back when a spare is gone', async () => {
       // Spares (two) are made in the background after an exec and then placed; the command looking
       // at them runs in one. Each waiting spare sits in an exec cgroup of its own, never in the

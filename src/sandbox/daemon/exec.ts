@@ -8,17 +8,22 @@
  * the pid the runner sees is the command's pid.
  *
  * Spares: with an exec starter (--exec-starter, a small native program), the daemon starts spare
- * processes ahead of time on the runner's `spare` call; the runner moves each into its own exec
- * cgroup while it waits. An exec naming a spare hands it cwd, argv and environment on its
- * descriptor 3 and the starter execs the command: no process start and no cgroup placement on the
- * exec's path. Without a spare, the held /bin/sh wrapper above is used.
+ * processes ahead of time on the runner's `spare` call, a round of them with one process start
+ * (the starter's batch mode: it forks the spares and stays as their reaper, reporting each exit);
+ * the runner moves each into its own exec cgroup while it waits. An exec naming a spare hands it
+ * cwd, argv and environment on its descriptor 3 and the starter execs the command: no process
+ * start and no cgroup placement on the exec's path. Without a spare, the held /bin/sh wrapper
+ * above is used.
  *
  * Timeout and cancel signal the process group and every attached descendant (proc.ts). Processes
  * that detached completely (setsid + parent exit) are killed by the runner, which holds each exec
  * in its own freezer cgroup; the daemon cannot do that itself because it has no privilege.
  */
 import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import type { Writable } from 'node:stream';
+import { EventEmitter } from 'node:events';
+import type { Socket } from 'node:net';
+import { constants as osConstants } from 'node:os';
+import type { Readable, Writable } from 'node:stream';
 import { existsSync } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -66,16 +71,149 @@ export interface ExecOptions {
   execStarter?: string;
 }
 
+/** The process an exec runs in, as runExec uses it: a held wrapper (a ChildProcess) or a Spare. */
+interface Proc {
+  readonly pid?: number;
+  readonly stdin: Writable;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  on(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): unknown;
+  on(event: 'close', listener: () => void): unknown;
+}
+
 /** What an exec runs in: a new held wrapper, or a spare starter and the request that starts it. */
 interface Launched {
-  child: ChildProcessWithoutNullStreams;
-  /** Spare: written to descriptor 3 to start the command. */
+  child: Proc;
+  /** Spare: written to its request descriptor to start the command. */
+  control?: Writable;
   request?: Buffer;
+}
+
+const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(Object.entries(osConstants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
+
+/**
+ * A spare exec starter from a batch (native.ts, "batch N"): one process start in the daemon makes
+ * N starters, each with its own stdin, stdout, stderr and request descriptors, and their reaper,
+ * which reports each exit on its status pipe. Behaves towards runExec like a ChildProcess: 'exit'
+ * with (code, signal), then 'close' once stdout and stderr closed too.
+ */
+class Spare extends EventEmitter {
+  exited = false;
+  /** The reaper ended before this one's exit was reported: its end is known only by its output closing. */
+  private orphaned = false;
+  private outputsOpen = 2;
+
+  constructor(
+    readonly pid: number,
+    readonly stdin: Socket,
+    readonly stdout: Socket,
+    readonly stderr: Socket,
+    readonly control: Socket,
+  ) {
+    super();
+    const closed = (): void => {
+      if (--this.outputsOpen > 0) return;
+      if (this.orphaned) this.exit(null, null);
+      else if (this.exited) this.emit('close');
+    };
+    stdout.once('close', closed);
+    stderr.once('close', closed);
+    for (const s of [stdin, stdout, stderr, control]) s.on('error', () => undefined);
+  }
+
+  exit(code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.exited) return;
+    this.exited = true;
+    this.emit('exit', code, signal);
+    if (this.outputsOpen === 0) this.emit('close');
+  }
+
+  /** The reaper is gone: the exit status will never come (reported as null, null). */
+  orphan(): void {
+    if (this.exited) return;
+    this.orphaned = true;
+    if (this.outputsOpen === 0) this.exit(null, null);
+  }
+
+  kill(sig: NodeJS.Signals): void {
+    if (this.exited) return;
+    try {
+      process.kill(this.pid, sig);
+    } catch {
+      // already gone
+    }
+  }
+
+  /** Lets go of its descriptors (an unused spare that ended or was discarded). */
+  discard(): void {
+    for (const s of [this.stdin, this.stdout, this.stderr, this.control]) s.destroy();
+  }
+}
+
+/** At most this many starters per batch (SpareParams.count). */
+const MAX_BATCH = 16;
+
+/** Starts `n` spares with one process start (their reaper); resolves once each has its pid. */
+async function startBatch(starter: string, cwd: string, n: number): Promise<Spare[]> {
+  const stdio: Array<'pipe' | 'ignore'> = ['ignore', 'pipe', 'ignore'];
+  for (let i = 0; i < 4 * n; i++) stdio.push('pipe');
+  const reaper = await spawnChild(starter, ['batch', String(n)], cwd, {}, { stdio, argv0: 'atelier-exec' });
+  return new Promise<Spare[]>((resolve, reject) => {
+    const pipes = reaper.stdio as unknown as Socket[];
+    const members = new Map<number, Spare>();
+    const started: Spare[] = [];
+    let pending = '';
+    let announced = false;
+    const status = reaper.stdout!;
+    status.setEncoding('utf8');
+    status.on('data', (chunk: string) => {
+      pending += chunk;
+      let nl: number;
+      while ((nl = pending.indexOf('\n')) >= 0) {
+        const [kind, a, b, c] = pending.slice(0, nl).split(' ');
+        pending = pending.slice(nl + 1);
+        if (kind === 'S') {
+          const i = Number(a);
+          const pid = Number(b);
+          if (!Number.isInteger(i) || i < 0 || i >= n || !Number.isInteger(pid) || pid <= 0) continue;
+          const base = 3 + 4 * i;
+          const spare = new Spare(pid, pipes[base]!, pipes[base + 1]!, pipes[base + 2]!, pipes[base + 3]!);
+          members.set(pid, spare);
+          started.push(spare);
+        } else if (kind === 'R') {
+          announced = true;
+          // Descriptors of starters that could not be forked are never used.
+          const used = new Set(started.flatMap((sp) => [sp.stdin, sp.stdout, sp.stderr, sp.control]));
+          for (let k = 3; k < pipes.length; k++) if (!used.has(pipes[k]!)) pipes[k]!.destroy();
+          if (started.length === 0) reject(new DaemonError('RESOURCE_EXHAUSTED', 'cannot start a process: the sandbox process limit is reached'));
+          else resolve(started);
+        } else if (kind === 'X') {
+          const spare = members.get(Number(a));
+          if (!spare) continue;
+          members.delete(Number(a));
+          const code = Number(b);
+          const sig = Number(c);
+          spare.exit(code >= 0 ? code : null, sig >= 0 ? (SIGNAL_NAMES.get(sig) ?? null) : null);
+        }
+      }
+    });
+    status.on('close', () => {
+      // The reaper ended (all its starters reaped, or killed): whatever it did not report is orphaned.
+      for (const spare of members.values()) spare.orphan();
+      members.clear();
+      if (!announced) {
+        for (const sp of started) sp.discard();
+        for (let k = 3; k < pipes.length; k++) pipes[k]!.destroy();
+        reject(new DaemonError('RESOURCE_EXHAUSTED', 'the exec starters ended before they were ready: the workspace is out of processes or memory'));
+      }
+    });
+    reaper.unref();
+  });
 }
 
 export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'kill' | 'spare'> {
   const running = new Map<string, RunningExec>();
-  const spares = new Map<string, ChildProcessWithoutNullStreams>();
+  const spares = new Map<string, Spare>();
   const shell = existsSync('/bin/bash') ? '/bin/bash' : '/bin/sh';
   let seq = 0;
 
@@ -84,7 +222,7 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
     const exec = typeof execId === 'string' ? running.get(execId) : undefined;
     if (exec) return exec;
     const spare = typeof execId === 'string' ? spares.get(execId) : undefined;
-    if (spare) return { release: () => undefined, signal: (sig) => void spare.kill(sig) };
+    if (spare) return { release: () => undefined, signal: (sig) => spare.kill(sig) };
     throw new DaemonError('NOT_FOUND', 'no running exec with that id', { execId });
   };
 
@@ -97,35 +235,43 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
       const execId = `x${++seq}`;
       let launched: Launched;
       if (p.spare !== undefined) {
-        const child = spares.get(p.spare);
-        if (!child || child.exitCode !== null || child.signalCode !== null) throw new DaemonError('NOT_FOUND', 'that spare is gone', { spare: p.spare });
+        const spare = spares.get(p.spare);
+        if (!spare || spare.exited) throw new DaemonError('NOT_FOUND', 'that spare is gone', { spare: p.spare });
         spares.delete(p.spare);
-        launched = { child, request: starterRequest(cwd, argv, env, p.stdin !== undefined) };
+        spare.removeAllListeners('exit');
+        launched = { child: spare, control: spare.control, request: starterRequest(cwd, argv, env, p.stdin !== undefined) };
       } else {
-        launched = { child: await spawnChild('/bin/sh', ['-c', wrapper(p.hold === true, p.stdin !== undefined), 'atelier-exec', ...argv], cwd, env) };
+        launched = { child: (await spawnChild('/bin/sh', ['-c', wrapper(p.hold === true, p.stdin !== undefined), 'atelier-exec', ...argv], cwd, env)) as ChildProcessWithoutNullStreams };
       }
       return runExec(execId, launched, p, ctx, running);
     },
     spare: async (params: unknown): Promise<SpareStarted> => {
       if (!opts.execStarter) throw new DaemonError('NOT_IMPLEMENTED', 'this daemon has no exec starter');
       if ((params as { fresh?: unknown } | undefined)?.fresh === true) {
-        for (const child of spares.values()) child.kill('SIGKILL');
+        for (const spare of spares.values()) {
+          spare.kill('SIGKILL');
+          spare.discard();
+        }
         spares.clear();
       }
-      const child = await spawnChild(opts.execStarter, [], opts.workspaceRoot, {}, ['pipe', 'pipe', 'pipe', 'pipe']);
-      const spareId = `s${++seq}`;
-      spares.set(spareId, child);
-      child.stdin.on('error', () => undefined);
-      (child.stdio[3] as Writable).on('error', () => undefined);
-      child.once('exit', () => {
-        // Ended unused (killed, or discarded): forget it and let go of its pipes.
-        if (spares.get(spareId) !== child) return;
-        spares.delete(spareId);
-        child.stdout.destroy();
-        child.stderr.destroy();
-        (child.stdio[3] as Writable).destroy();
+      const raw = (params as { count?: unknown } | undefined)?.count;
+      if (raw !== undefined && (typeof raw !== 'number' || !Number.isInteger(raw) || raw < 1 || raw > MAX_BATCH)) throw invalid(`count must be an integer from 1 to ${MAX_BATCH}`);
+      // Requests already read (an exec, above all) go first: starting a process blocks this loop.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      const batch = await startBatch(opts.execStarter, opts.workspaceRoot, (raw as number | undefined) ?? 1);
+      const out = batch.map((spare) => {
+        const spareId = `s${++seq}`;
+        spares.set(spareId, spare);
+        spare.once('exit', () => {
+          // Ended unused (killed, or discarded): forget it and let go of its pipes.
+          if (spares.get(spareId) !== spare) return;
+          spares.delete(spareId);
+          spare.discard();
+        });
+        return { spareId, pid: spare.pid };
       });
-      return { spareId, pid: child.pid! };
+      const [first, ...more] = out;
+      return more.length > 0 ? { ...first!, more } : first!;
     },
     release: (params: unknown) => {
       lookup(params).release();
@@ -177,8 +323,8 @@ async function runExec(
 
   child.stdin.on('error', () => undefined); // EPIPE when the command does not read its input
   const feedStdin = (): void => {
-    if (launched.request) {
-      const control = child.stdio[3] as Writable;
+    if (launched.control && launched.request) {
+      const control = launched.control;
       control.on('error', () => undefined);
       control.end(launched.request);
     } else if (p.hold) child.stdin.write('\n');
@@ -197,6 +343,7 @@ async function runExec(
       ctx.signal.removeEventListener('abort', onAbort);
       child.stdout.destroy();
       child.stderr.destroy();
+      if (child instanceof Spare) child.discard();
       if (error) return reject(error);
       resolve({
         exitCode: exit?.code ?? null,
@@ -286,20 +433,17 @@ async function runExec(
       feedStdin();
       startClock();
     }
-    const info: ExecStarted = { execId, pid };
-    ctx.emit('started', info);
+    // Only a held exec needs the runner to know its pid (to place it); a spare was placed already.
+    if (!launched.request) {
+      const info: ExecStarted = { execId, pid };
+      ctx.emit('started', info);
+    }
   });
 }
 
-function spawnChild(
-  file: string,
-  args: string[],
-  cwd: string,
-  env: Record<string, string>,
-  stdio: 'pipe' | ['pipe', 'pipe', 'pipe', 'pipe'] = 'pipe',
-): Promise<ChildProcessWithoutNullStreams> {
+function spawnChild(file: string, args: string[], cwd: string, env: Record<string, string>, opts: { stdio?: Array<'pipe' | 'ignore'>; argv0?: string } = {}): Promise<ChildProcess> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { cwd, env, detached: true, stdio, ...(file === '/bin/sh' ? {} : { argv0: 'atelier-exec' }) }) as ChildProcess as ChildProcessWithoutNullStreams;
+    const child = spawn(file, args, { cwd, env, detached: true, stdio: opts.stdio ?? 'pipe', ...(opts.argv0 ? { argv0: opts.argv0 } : {}) });
     if (child.pid !== undefined) return resolve(child);
     child.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EAGAIN') {

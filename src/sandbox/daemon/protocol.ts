@@ -3,7 +3,7 @@
  *
  *   request   {"id": 7, "method": "exec", "params": {...}}
  *   event     {"id": 7, "event": "stdout", "data": "<base64>"}        0..n, before the reply
- *             {"id": 7, "event": "started", "data": {"execId": "x1", "pid": 12}}
+ *             {"id": 7, "event": "started", "data": {"execId": "x1", "pid": 12}}   (not for execs in a spare)
  *   reply     {"id": 7, "result": {...}}
  *          or {"id": 7, "error": {"code": "INVALID_ARGUMENT", "message": "...", "details": {}}}
  *
@@ -252,18 +252,21 @@ export interface ExecParams {
 }
 
 /**
- * Parameters of `spare`: start one exec starter that waits for an exec (see ExecParams.spare).
+ * Parameters of `spare`: start exec starters that wait for an exec (see ExecParams.spare).
  * `fresh` first ends every spare started before (a runner that reattached does not know them).
+ * `count` (1-16, default 1) starters are started together, with one process start in the daemon.
  */
 export interface SpareParams {
   fresh?: boolean;
+  count?: number;
 }
 
-/** Result of `spare`. A spare is ended with `kill` and its id. */
+/** Result of `spare`: the first starter, and in `more` the others of the same `count`. A spare is ended with `kill` and its id. */
 export interface SpareStarted {
   spareId: string;
   /** Pid inside the sandbox's pid namespace. */
   pid: number;
+  more?: Array<{ spareId: string; pid: number }>;
 }
 
 /** Result of a command, from the daemon's `exec` or from an ephemeral sandbox. */
@@ -286,7 +289,7 @@ export interface ExecResult {
   durationMs: number;
 }
 
-/** Data of the `started` event of an exec. */
+/** Data of the `started` event of an exec (sent for execs that do not run in a spare: the runner places those by this pid). */
 export interface ExecStarted {
   execId: string;
   /** Pid inside the sandbox's pid namespace. */
