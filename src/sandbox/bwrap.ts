@@ -728,9 +728,9 @@ export class BwrapExecutor implements Executor {
   }
 
   /**
-   * /opt/atelier: the env file and package.json of this sandbox, the daemon code below it and (for
-   * the daemon) nodump.so, all copied in from descriptors, so neither the data directory nor the
-   * install path appears in the sandbox's /proc/self/mountinfo.
+   * /opt/atelier: the env file and package.json of this sandbox and, for the daemon's sandbox, the
+   * daemon code below it and nodump.so, all copied in from descriptors, so neither the data
+   * directory nor the install path appears in the sandbox's /proc/self/mountinfo.
    */
   private optData(p: RunPaths, withNodump: boolean): { source: string; target: string; mode?: string }[] {
     // The daemon's modules, its subdirectories (files/, search/, overview/) included; shallower first
@@ -741,7 +741,8 @@ export class BwrapExecutor implements Executor {
     return [
       { source: path.join(p.opt, 'package.json'), target: `${IN_OPT}/package.json` },
       { source: path.join(p.opt, 'env.json'), target: `${IN_OPT}/env.json` },
-      ...this.daemonFiles.map((f) => ({ source: path.join(this.daemonDir, f), target: `${IN_OPT}/daemon/${f}` })),
+      // Only the daemon's sandbox runs the daemon: a short-lived one (a clone) is not made to copy its code in.
+      ...(withNodump ? this.daemonFiles.map((f) => ({ source: path.join(this.daemonDir, f), target: `${IN_OPT}/daemon/${f}` })) : []),
       // The daemon's sandbox: nodump.so and the exec starter; short-lived ones: the egress runner and git's credential helper.
       ...(withNodump
         ? [{ source: NODUMP_SOURCE, target: IN_NODUMP }, { source: EXEC_STARTER_SOURCE, target: IN_EXEC_STARTER, mode: '0555' }]
