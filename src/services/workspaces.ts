@@ -446,7 +446,7 @@ export class WorkspaceService {
         took.clonedMs = Date.now() - t0;
         progress(1, 3, 'starting the sandbox');
         await sandbox;
-        progress(2, 3, 'recording the checkout');
+        progress(2, 3, 'reading the checkout');
         this.update(id, { state: 'active', head_oid: head, branch });
         this.setOption(id, 'cloneOid', head);
         this.deps.principals.setActiveWorkspace(principal, id);
