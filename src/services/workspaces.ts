@@ -258,9 +258,9 @@ export class WorkspaceService {
   }
 
   /** Stops and removes a spare sandbox nobody took (shutdown, or one left by an earlier runner). */
-  private async discardSpare(id: string, h: SandboxHandle | undefined): Promise<void> {
-    const handle = h ?? this.handleById(id);
-    if (handle) await this.deps.executor.destroy(handle).catch((e) => this.deps.log.warn({ err: e }, 'stopping the spare workspace sandbox failed'));
+  private async discardSpare(id: string, started: SandboxHandle | undefined): Promise<void> {
+    const handle = started ?? this.handleById(id);
+    await this.deps.executor.destroy(handle).catch((e) => this.deps.log.warn({ err: e }, 'stopping the spare workspace sandbox failed'));
     await this.removeFiles(id).catch((e) => this.deps.log.warn({ err: e }, 'removing the spare workspace files failed'));
     await rm(this.spareFile, { force: true });
   }
