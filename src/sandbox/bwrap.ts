@@ -529,11 +529,14 @@ export class BwrapExecutor implements Executor {
         else killGroup(child.pid);
       });
     } finally {
-      if (cg) {
+      // Nothing of the sandbox may outlive it: its pid namespace ended with the command, so its
+      // cgroup is normally empty and goes at once; anything left is killed first.
+      if (cg && !(await cg.removeIfEmpty())) {
         await cg.killAll();
         await cg.remove();
       }
-      await removeTreeNoFollow(p.dir);
+      // Its runtime files (generated /etc, the env file) are root's and no sandbox sees them: removed in the background.
+      void removeTreeNoFollow(p.dir).catch(() => undefined);
     }
   }
 

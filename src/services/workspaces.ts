@@ -151,7 +151,7 @@ export class WorkspaceService {
    * own mounted filesystem, so an open does not wait for a daemon to start (see prepareSpareSandbox).
    * ready resolves undefined when starting it failed (the open then starts one as usual).
    */
-  private spareSandbox: { id: string; ready: Promise<SandboxHandle | undefined> } | undefined;
+  private spareSandbox: { id: string; disk: Promise<void>; ready: Promise<SandboxHandle | undefined> } | undefined;
   private spareTimer: NodeJS.Timeout | undefined;
   private stopping = false;
   /** Sandboxes found dead and restarted, for workspace_status. */
@@ -223,12 +223,15 @@ export class WorkspaceService {
   private prepareSpareSandbox(): void {
     if (this.spareSandbox || this.stopping || this.deps.sandboxDisabledReason || this.deps.config.packagesEnabled) return;
     const id = newId('workspace');
+    const disk = (async () => {
+      await this.spareDisk;
+      await writeFile(this.spareFile, JSON.stringify({ id }), { mode: 0o600 });
+      await this.ensureDisk(id);
+      this.prepareSpareDisk();
+    })();
     const ready = (async (): Promise<SandboxHandle | undefined> => {
       try {
-        await this.spareDisk;
-        await writeFile(this.spareFile, JSON.stringify({ id }), { mode: 0o600 });
-        await this.ensureDisk(id);
-        this.prepareSpareDisk();
+        await disk;
         if (this.stopping) return undefined;
         return await this.deps.executor.create({ id, rootDir: this.rootDir(id), limits: this.sandboxLimits, network: 'none', env: {}, mounts: [] });
       } catch (e) {
@@ -236,7 +239,8 @@ export class WorkspaceService {
         return undefined;
       }
     })();
-    this.spareSandbox = { id, ready };
+    disk.catch(() => undefined); // reported through ready
+    this.spareSandbox = { id, disk, ready };
   }
 
   /** prepareSpareSandbox a moment after an open (SPARE_SANDBOX_DELAY_MS). */
@@ -250,7 +254,7 @@ export class WorkspaceService {
   }
 
   /** The spare sandbox for an open that can use one (see prepareSpareSandbox); it is the caller's from now on. */
-  private takeSpareSandbox(profile: NetworkProfile, envId: string | null): { id: string; ready: Promise<SandboxHandle | undefined> } | undefined {
+  private takeSpareSandbox(profile: NetworkProfile, envId: string | null): { id: string; disk: Promise<void>; ready: Promise<SandboxHandle | undefined> } | undefined {
     if (profile !== 'network-none' || envId !== null || this.deps.config.packagesEnabled) return undefined;
     const s = this.spareSandbox;
     this.spareSandbox = undefined;
@@ -385,9 +389,14 @@ export class WorkspaceService {
    */
   async ephemeralGit(workspace: { id: string }, command: string, opts: EphemeralGitOptions = {}): Promise<ExecResult> {
     await this.ensureDisk(workspace.id);
+    return this.runGit(workspace.id, command, opts);
+  }
+
+  /** ephemeralGit on a workspace whose filesystem the caller has just made sure of (the open's clone). */
+  private runGit(id: string, command: string, opts: EphemeralGitOptions): Promise<ExecResult> {
     return runEphemeralGit(
       { executor: this.deps.executor, egress: this.egress, repoCredentials: this.deps.repoCredentials, repos: this.deps.repos, runDir: join(this.deps.config.dataDir, 'run'), ...this.ids },
-      { id: workspace.id, repoDir: join(this.rootDir(workspace.id), 'repo'), limits: this.sandboxLimits },
+      { id, repoDir: join(this.rootDir(id), 'repo'), limits: this.sandboxLimits },
       command,
       opts,
     );
@@ -438,7 +447,8 @@ export class WorkspaceService {
         // ahead of time (the spare), or starts now while the clone runs: both only need the
         // workspace's filesystem, and the daemon touches nothing in the checkout until it is asked to.
         if (spare) void rm(this.spareFile, { force: true }); // the workspace's row now names it
-        await this.ensureDisk(id);
+        // A spare's filesystem was mounted when it was made (checked again only if that failed).
+        await (spare ? spare.disk.catch(() => this.ensureDisk(id)) : this.ensureDisk(id));
         took.diskMs = Date.now() - t0;
         sandbox = spare ? this.adoptSpare(id, spare.ready) : this.startSandbox(this.get(id));
         sandbox.then(() => (took.sandboxReadyMs = Date.now() - t0)).catch(() => undefined); // awaited below, or by the cleanup
@@ -479,7 +489,9 @@ export class WorkspaceService {
       : `set -e; ${GIT_BIN} clone -q ${depthArgs} ${ref ? '--branch "$REF"' : ''} "$REPO" .`;
     // What was checked out, read in the same sandbox (one sandbox fewer on the way to the first command).
     const report = `; printf '\\n%s\\n' "$(${GIT_BIN} rev-parse HEAD)"; ${GIT_BIN} symbolic-ref --short -q HEAD || echo '(detached)'`;
-    const r = await this.ephemeralGit({ id }, script + report, { repo, env: { REPO: repo.url, REF: ref ?? '', SINCE: openArgs.shallowSince ?? '' }, signal });
+    // No repository config exists before this script makes one (from these arguments only), so
+    // there is no repository driver to neutralise: the usual preamble (a git process) is skipped.
+    const r = await this.runGit(id, script + report, { neutralise: false, repo, env: { REPO: repo.url, REF: ref ?? '', SINCE: openArgs.shallowSince ?? '' }, signal });
     if (r.exitCode !== 0) throw gitFailure('clone', r);
     const [head, branch] = r.stdout.trim().split('\n').slice(-2);
     return { head: head && SHA_RE.test(head) ? head : null, branch: !branch || branch === '(detached)' ? null : branch };
