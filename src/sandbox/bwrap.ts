@@ -530,13 +530,17 @@ export class BwrapExecutor implements Executor {
       });
     } finally {
       // Nothing of the sandbox may outlive it: its pid namespace ended with the command, so its
-      // cgroup is normally empty and goes at once; anything left is killed first.
-      if (cg && !(await cg.removeIfEmpty())) {
-        await cg.killAll();
-        await cg.remove();
-      }
-      // Its runtime files (generated /etc, the env file) are root's and no sandbox sees them: removed in the background.
-      void removeTreeNoFollow(p.dir).catch(() => undefined);
+      // cgroup is normally empty and goes at once; anything left is killed first. Its runtime
+      // files go at the same time.
+      await Promise.all([
+        (async () => {
+          if (cg && !(await cg.removeIfEmpty())) {
+            await cg.killAll();
+            await cg.remove();
+          }
+        })(),
+        removeTreeNoFollow(p.dir),
+      ]);
     }
   }
 

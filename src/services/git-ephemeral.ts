@@ -112,10 +112,9 @@ export async function runEphemeralGit(
       signal: opts.signal,
     });
   } finally {
-    // The credential and the network end with the command; the directory's files (a closed
-    // socket, the CA bundle) are root's and no sandbox sees them any more: removed in the background.
+    // The credential and the network end with the command, then their directory goes.
     await Promise.all([broker?.close(), proxy?.close()]);
-    if (tmp) void rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+    if (tmp) await rm(tmp, { recursive: true, force: true });
   }
 }
 
