@@ -474,6 +474,7 @@ export class WorkspaceService {
         await this.stopSandbox(id);
         await this.removeFiles(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'cleanup after a failed open failed'));
         this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
+        if (spare) this.scheduleSpareSandbox(); // the next open gets one all the same
         throw err;
       }
     });

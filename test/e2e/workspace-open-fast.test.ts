@@ -193,6 +193,22 @@ describe('a plain open takes the spare sandbox', () => {
     for (const id of [a, b]) await ok('workspace_close', { workspaceId: id });
   }, 90_000);
 
+  it('a failed open (repository missing) removes the spare it took, and the next open gets a new one', async () => {
+    const spare = await waitFor(spareId);
+    const r = await call(c, 'workspace_open', { repositoryUrl: `${host.url}/approved/missing.git`, idempotencyKey: 'fast-missing' });
+    expect(!r.ok && r.error.code).toBe('NOT_FOUND');
+    expect(mountedRoot(spare)).toBe(false);
+    expect(existsSync(join(dataDir, 'workspaces', spare))).toBe(false);
+    expect(pidsInCgroup(`/${spare}`)).toEqual([]);
+    const next = await waitFor(() => {
+      const id = spareId();
+      return id && id !== spare ? id : undefined;
+    });
+    const w = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'fast-after-missing' });
+    expect(w.workspaceId).toBe(next);
+    await ok('workspace_close', { workspaceId: next });
+  }, 90_000);
+
   it('dependency-access does not take the spare (its sandbox has the proxy); the spare stays for the next plain open', async () => {
     const spare = await waitFor(spareId);
     const w = await ok('workspace_open', { repositoryUrl: repoUrl, networkProfile: 'dependency-access', idempotencyKey: 'fast-dep' });
