@@ -214,7 +214,8 @@ export class WorkspaceService {
   }
 
   /**
-   * Starts the sandbox of the next plain open ahead of time: a new workspace id, its filesystem
+   * Starts the sandbox of the next plain open ahead of time (after each open, and at start-up
+   * once the service has opened a workspace before): a new workspace id, its filesystem
    * mounted (from the spare disk image) and its daemon running, with the spec specFor gives such
    * a workspace (no network, no environment, no package mounts). Nothing of any repository or
    * owner secret is in it; the open that takes it clones into it as into a sandbox started then.
@@ -886,7 +887,9 @@ export class WorkspaceService {
     for (const id of active) {
       await this.locked(id, () => this.startSandbox(this.get(id))).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'could not restart workspace sandbox'));
     }
-    this.prepareSpareSandbox();
+    // A service that has opened workspaces keeps a spare sandbox from the start; one that never has
+    // (a fresh data directory) makes its first after its first open, not an idle sandbox for nothing.
+    if (this.deps.db.prepare('SELECT 1 FROM workspaces LIMIT 1').get()) this.prepareSpareSandbox();
     const every = Math.max(1000, Math.min(15_000, (this.deps.config.idleLeaseSeconds * 1000) / 4));
     this.reaper = setInterval(() => void this.reap().catch((e) => this.deps.log.error({ err: e }, 'reaper failed')), every);
     this.reaper.unref();

@@ -6,8 +6,8 @@
  * driver, hooks, a submodule) runs nothing, nothing of the clone (a process, its egress bridge,
  * the credential socket, the token) is in the workspace afterwards, and the spare holds nothing of
  * one workspace for the next. Opens that need another sandbox (dependency-access) do not take the
- * spare. A spare left by a killed runner is removed at the next start; a stopped service leaves
- * none behind.
+ * spare. A fresh service keeps none until its first open. A spare left by a killed runner is
+ * removed at the next start; a stopped service leaves none behind.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs';
@@ -88,6 +88,19 @@ beforeAll(async () => {
   svc = await startService({ dataDir });
   c = await connectV2(svc);
 }, 120_000);
+
+describe('a fresh service', () => {
+  it('keeps no idle sandbox until its first open, which starts its sandbox during the clone; then a spare waits', async () => {
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(existsSync(spareFile)).toBe(false);
+    expect(readFileSync('/proc/mounts', 'utf8')).not.toContain(` ${join(dataDir, 'workspaces')}/`);
+    const w = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'fast-first' });
+    expect(w).toMatchObject({ state: 'active', branch: 'main' });
+    const spare = await waitFor(spareId);
+    expect(spare).not.toBe(w.workspaceId);
+    await ok('workspace_close', { workspaceId: w.workspaceId });
+  }, 90_000);
+});
 
 afterAll(async () => {
   await c?.close();
