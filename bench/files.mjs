@@ -128,7 +128,8 @@ console.log(`symbols_search: cold index build ${f(coldMs)} (${cold.index.files} 
 // (3) files_read of 1 MiB (readAll), text and binary, vs reading and hashing on the host; the
 // daemon's own share is measured by calling fs.read on its socket directly.
 const { DaemonClient } = await import('../dist/sandbox/client.js');
-const sock = (await run('find', [join(dataDir, 'run'), '-name', 'd.sock'])).stdout.trim().split('\n')[0];
+// This workspace's daemon socket (<dataDir>/run/<sha256(id)[0:16]>/s/d.sock): the service also keeps a spare sandbox for the next open.
+const sock = join(dataDir, 'run', (await import('node:crypto')).createHash('sha256').update(ws).digest('hex').slice(0, 16), 's', 'd.sock');
 const daemon = new DaemonClient(sock);
 for (const [name, enc] of [['one-mib.txt', 'utf-8'], ['one-mib.bin', 'base64']]) {
   const r = await callTool('files_read', { workspaceId: ws, path: name, readAll: true });

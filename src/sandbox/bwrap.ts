@@ -622,11 +622,18 @@ export class BwrapExecutor implements Executor {
         else killGroup(child.pid);
       });
     } finally {
-      if (cg) {
-        await cg.killAll();
-        await cg.remove();
-      }
-      await removeTreeNoFollow(p.dir);
+      // Nothing of the sandbox may outlive it: its pid namespace ended with the command, so its
+      // cgroup is normally empty and goes at once; anything left is killed first. Its runtime
+      // files go at the same time.
+      await Promise.all([
+        (async () => {
+          if (cg && !(await cg.removeIfEmpty())) {
+            await cg.killAll();
+            await cg.remove();
+          }
+        })(),
+        removeTreeNoFollow(p.dir),
+      ]);
     }
   }
 
@@ -822,9 +829,9 @@ export class BwrapExecutor implements Executor {
   }
 
   /**
-   * /opt/atelier: the env file and package.json of this sandbox, the daemon code below it and (for
-   * the daemon) nodump.so, all copied in from descriptors, so neither the data directory nor the
-   * install path appears in the sandbox's /proc/self/mountinfo.
+   * /opt/atelier: the env file and package.json of this sandbox and, for the daemon's sandbox, the
+   * daemon code below it and nodump.so, all copied in from descriptors, so neither the data
+   * directory nor the install path appears in the sandbox's /proc/self/mountinfo.
    */
   private optData(p: RunPaths, withNodump: boolean): { source: string; target: string; mode?: string }[] {
     // The daemon's modules, its subdirectories (files/, search/, overview/) included; shallower first
@@ -835,7 +842,8 @@ export class BwrapExecutor implements Executor {
     return [
       { source: path.join(p.opt, 'package.json'), target: `${IN_OPT}/package.json` },
       { source: path.join(p.opt, 'env.json'), target: `${IN_OPT}/env.json` },
-      ...this.daemonFiles.map((f) => ({ source: path.join(this.daemonDir, f), target: `${IN_OPT}/daemon/${f}` })),
+      // Only the daemon's sandbox runs the daemon: a short-lived one (a clone) is not made to copy its code in.
+      ...(withNodump ? this.daemonFiles.map((f) => ({ source: path.join(this.daemonDir, f), target: `${IN_OPT}/daemon/${f}` })) : []),
       // The daemon's sandbox: nodump.so and the exec starter; short-lived ones: the egress runner and git's credential helper.
       ...(withNodump
         ? [{ source: NODUMP_SOURCE, target: IN_NODUMP }, { source: EXEC_STARTER_SOURCE, target: IN_EXEC_STARTER, mode: '0555' }]

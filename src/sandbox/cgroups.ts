@@ -246,6 +246,21 @@ export class SandboxCgroup {
     }
   }
 
+  /**
+   * Removes the sandbox's cgroups when no process is left in them, without freezing anything: the
+   * rmdir of its freezer group fails (EBUSY) while a process is in it, atomically, and every
+   * process of a sandbox is born in that group. False when something is left (killAll, then remove).
+   */
+  async removeIfEmpty(): Promise<boolean> {
+    try {
+      await rmdir(this.dirs.freezer);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return false;
+    }
+    await this.remove();
+    return true;
+  }
+
   /** Removes the sandbox's cgroups; every process must be gone (killAll first). */
   async remove(): Promise<void> {
     for (const c of uniqueControllers(this.dirs)) await removeTree(this.dirs[c]);

@@ -205,6 +205,7 @@ const EGRESS_RUN_C = `
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -275,6 +276,8 @@ int main(int argc, char **argv) {
         close(ls);
         int u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (u < 0 || connect(u, (struct sockaddr *)&up, sizeof up)) _exit(1);
+        /* Relay bytes as they come: Nagle would hold small writes for the peer's delayed ACK. */
+        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         relay(c, u);
         _exit(0);
       }

@@ -28,6 +28,11 @@ export interface EphemeralGitOptions {
   timeoutMs?: number;
   onOutput?: (s: 'stdout' | 'stderr', c: Buffer) => void;
   signal?: AbortSignal;
+  /**
+   * Prefix the command with NEUTRALISE_REPO_DRIVERS (default). Only a command that runs before any
+   * repository config exists (the clone, which makes it from the runner's arguments) may skip it.
+   */
+  neutralise?: boolean;
 }
 
 export interface EphemeralGitDeps {
@@ -45,6 +50,8 @@ export interface EphemeralGitDeps {
 /** Where the extra CA bundle is mounted in the short-lived sandbox. */
 const CA_IN_SANDBOX = '/run/atelier-ca.pem';
 const SYSTEM_CA = '/etc/ssl/certs/ca-certificates.crt';
+/** The system bundle, read once (the operator's extra CAs are read on every operation). */
+let systemCa: string | undefined;
 
 /**
  * Runs `command` (prefixed with the repository-driver neutralisation) in /workspace = `repoDir`,
@@ -68,20 +75,23 @@ export async function runEphemeralGit(
       // Root-owned (0711): the sandbox user may use the socket inside, never change the directory.
       await chmod(tmp, 0o711);
       const proxySocket = join(tmp, 'p.sock');
-      proxy = await deps.egress.startRepositoryHostOnly(proxySocket, workspace.id, opts.repo.host, opts.repo.port);
+      const repo = opts.repo;
+      // The proxy and the broker start side by side; whichever started is closed below if the other failed.
+      const [p, b] = await Promise.allSettled([
+        deps.egress.startRepositoryHostOnly(proxySocket, workspace.id, repo.host, repo.port),
+        deps.repoCredentials.resolve(repo).then((credential) => startCredentialBroker({ runDir: deps.runDir, repo, credential, uid: deps.uid, gid: deps.gid })),
+      ]);
+      if (p.status === 'fulfilled') proxy = p.value;
+      if (b.status === 'fulfilled') broker = b.value;
+      if (p.status === 'rejected') throw p.reason;
+      if (b.status === 'rejected') throw b.reason;
       network = { proxySocket };
-      broker = await startCredentialBroker({
-        runDir: deps.runDir,
-        repo: opts.repo,
-        credential: await deps.repoCredentials.resolve(opts.repo),
-        uid: deps.uid,
-        gid: deps.gid,
-      });
-      binds.push({ source: broker.dir, target: CRED_SOCKET_DIR, readOnly: true });
+      binds.push({ source: broker!.dir, target: CRED_SOCKET_DIR, readOnly: true });
       const ca = deps.repos.extraCaPem();
       if (ca) {
         const bundle = join(tmp, 'ca.pem');
-        await writeFile(bundle, readFileSync(SYSTEM_CA, 'utf8') + '\n' + ca, { mode: 0o644 });
+        systemCa ??= readFileSync(SYSTEM_CA, 'utf8');
+        await writeFile(bundle, systemCa + '\n' + ca, { mode: 0o644 });
         binds.push({ source: bundle, target: CA_IN_SANDBOX, readOnly: true });
         extraConfig.push(['http.sslCAInfo', CA_IN_SANDBOX]);
       }
@@ -92,7 +102,7 @@ export async function runEphemeralGit(
       binds,
       limits: workspace.limits,
       network,
-      command: NEUTRALISE_REPO_DRIVERS + command,
+      command: (opts.neutralise === false ? '' : NEUTRALISE_REPO_DRIVERS) + command,
       cwd: '/workspace',
       // With a repository host, every connection goes through its one-host proxy: no exceptions.
       env: { ...gitConfigEnv(extraConfig), ...(opts.repo ? { NO_PROXY: '', no_proxy: '' } : {}), ...opts.env },
@@ -102,8 +112,8 @@ export async function runEphemeralGit(
       signal: opts.signal,
     });
   } finally {
-    await broker?.close();
-    await proxy?.close();
+    // The credential and the network end with the command, then their directory goes.
+    await Promise.all([broker?.close(), proxy?.close()]);
     if (tmp) await rm(tmp, { recursive: true, force: true });
   }
 }

@@ -11,6 +11,7 @@
  * hooks, fsmonitor and other config that executes programs.
  */
 import { join } from 'node:path';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import type { DB } from '../store/db.js';
 import type { Statement } from 'better-sqlite3';
 import type { Config } from '../core/config.js';
@@ -127,6 +128,9 @@ function rowOf(row: Record<string, unknown>): WorkspaceRow {
   };
 }
 
+/** After an open, how long the next open's spare sandbox waits before it starts (the new workspace's first commands go first). */
+const SPARE_SANDBOX_DELAY_MS = 500;
+
 /** How long shutdown waits for running lifecycle and git steps before stopping sandboxes under them. */
 const SHUTDOWN_LOCK_WAIT_MS = 20_000;
 
@@ -141,6 +145,14 @@ export class WorkspaceService {
   private readonly disking = new Map<string, Promise<void>>();
   /** The spare disk image being formatted for the next open (sandbox/disk.ts). */
   private spareDisk: Promise<void> | undefined;
+  /**
+   * The spare workspace sandbox: the sandbox of the next plain open (network-none, no environment,
+   * no managed packages), started ahead of time under the workspace id that open will use, on its
+   * own mounted filesystem, so an open does not wait for a daemon to start (see prepareSpareSandbox).
+   * ready resolves undefined when starting it failed (the open then starts one as usual).
+   */
+  private spareSandbox: { id: string; disk: Promise<void>; ready: Promise<SandboxHandle | undefined> } | undefined;
+  private spareTimer: NodeJS.Timeout | undefined;
   private stopping = false;
   /** Sandboxes found dead and restarted, for workspace_status. */
   private readonly deaths = new Map<string, { at: string; restarts: number }>();
@@ -194,6 +206,73 @@ export class WorkspaceService {
     this.spareDisk = prepareSpareImage(this.diskOptions)
       .catch((e) => this.deps.log.warn({ err: e }, 'preparing a spare workspace disk failed'))
       .finally(() => (this.spareDisk = undefined));
+  }
+
+  /** Where the id of the spare workspace sandbox is kept while it exists (a restarted runner removes what it left). */
+  private get spareFile(): string {
+    return join(this.deps.config.dataDir, 'run', 'spare-workspace.json');
+  }
+
+  /**
+   * Starts the sandbox of the next plain open ahead of time (after each open, and at start-up
+   * once the service has opened a workspace before): a new workspace id, its filesystem
+   * mounted (from the spare disk image) and its daemon running, with the spec specFor gives such
+   * a workspace (no network, no environment, no package mounts). Nothing of any repository or
+   * owner secret is in it; the open that takes it clones into it as into a sandbox started then.
+   * Not made when managed packages are on (their mounts are chosen per workspace at its open).
+   */
+  private prepareSpareSandbox(): void {
+    if (this.spareSandbox || this.stopping || this.deps.sandboxDisabledReason || this.deps.config.packagesEnabled) return;
+    const id = newId('workspace');
+    const disk = (async () => {
+      await this.spareDisk;
+      await writeFile(this.spareFile, JSON.stringify({ id }), { mode: 0o600 });
+      await this.ensureDisk(id);
+      this.prepareSpareDisk();
+    })();
+    const ready = (async (): Promise<SandboxHandle | undefined> => {
+      try {
+        await disk;
+        if (this.stopping) return undefined;
+        return await this.deps.executor.create({ id, rootDir: this.rootDir(id), limits: this.sandboxLimits, network: 'none', env: {}, mounts: [] });
+      } catch (e) {
+        this.deps.log.warn({ err: e }, 'starting a spare workspace sandbox failed');
+        return undefined;
+      }
+    })();
+    disk.catch(() => undefined); // reported through ready
+    this.spareSandbox = { id, disk, ready };
+  }
+
+  /** prepareSpareSandbox a moment after an open (SPARE_SANDBOX_DELAY_MS). */
+  private scheduleSpareSandbox(): void {
+    if (this.spareTimer || this.spareSandbox) return;
+    this.spareTimer = setTimeout(() => {
+      this.spareTimer = undefined;
+      this.prepareSpareSandbox();
+    }, SPARE_SANDBOX_DELAY_MS);
+    this.spareTimer.unref();
+  }
+
+  /** The spare sandbox for an open that can use one (see prepareSpareSandbox); it is the caller's from now on. */
+  private takeSpareSandbox(profile: NetworkProfile, envId: string | null): { id: string; disk: Promise<void>; ready: Promise<SandboxHandle | undefined> } | undefined {
+    if (profile !== 'network-none' || envId !== null || this.deps.config.packagesEnabled) return undefined;
+    const s = this.spareSandbox;
+    this.spareSandbox = undefined;
+    return s;
+  }
+
+  /** Stops and removes a spare sandbox nobody took (shutdown, or one left by an earlier runner). */
+  private async discardSpare(id: string, started: SandboxHandle | undefined): Promise<void> {
+    const handle = started ?? this.handleById(id);
+    await this.deps.executor.destroy(handle).catch((e) => this.deps.log.warn({ err: e }, 'stopping the spare workspace sandbox failed'));
+    await this.removeFiles(id).catch((e) => this.deps.log.warn({ err: e }, 'removing the spare workspace files failed'));
+    await rm(this.spareFile, { force: true });
+  }
+
+  /** A handle for stopping a sandbox an earlier runner left, by id (its cgroups are found by id; the pid is only used without cgroups). */
+  private handleById(id: string): SandboxHandle {
+    return { id, socketPath: '', pid: -1 };
   }
 
   /** Deletes every file of a workspace (its filesystem, or its directory tree). */
@@ -274,6 +353,18 @@ export class WorkspaceService {
     return h;
   }
 
+  /** The workspace's sandbox is the spare started for it; one that failed to start or died is replaced by a fresh start. */
+  private async adoptSpare(id: string, ready: Promise<SandboxHandle | undefined>): Promise<SandboxHandle> {
+    const h = await ready;
+    if (h && (await this.deps.executor.alive(h))) {
+      this.handles.set(id, h);
+      this.update(id, { sandbox_json: JSON.stringify(h) });
+      return h;
+    }
+    if (h) await this.deps.executor.destroy(h).catch((e) => this.deps.log.warn({ err: e, workspace: id }, 'removing a dead spare sandbox failed'));
+    return this.startSandbox(this.get(id));
+  }
+
   private async stopSandbox(id: string): Promise<void> {
     const h = this.handles.get(id) ?? this.storedHandle(id);
     if (h) {
@@ -299,9 +390,14 @@ export class WorkspaceService {
    */
   async ephemeralGit(workspace: { id: string }, command: string, opts: EphemeralGitOptions = {}): Promise<ExecResult> {
     await this.ensureDisk(workspace.id);
+    return this.runGit(workspace.id, command, opts);
+  }
+
+  /** ephemeralGit on a workspace whose filesystem the caller has just made sure of (the open's clone). */
+  private runGit(id: string, command: string, opts: EphemeralGitOptions): Promise<ExecResult> {
     return runEphemeralGit(
       { executor: this.deps.executor, egress: this.egress, repoCredentials: this.deps.repoCredentials, repos: this.deps.repos, runDir: join(this.deps.config.dataDir, 'run'), ...this.ids },
-      { id: workspace.id, repoDir: join(this.rootDir(workspace.id), 'repo'), limits: this.sandboxLimits },
+      { id, repoDir: join(this.rootDir(id), 'repo'), limits: this.sandboxLimits },
       command,
       opts,
     );
@@ -328,7 +424,9 @@ export class WorkspaceService {
         );
     }
     const profile: NetworkProfile = openArgs.networkProfile ?? 'network-none';
-    const id = newId('workspace');
+    // A spare sandbox started ahead of time (its daemon up, its filesystem mounted) when this open can use one.
+    const spare = this.takeSpareSandbox(profile, envId);
+    const id = spare?.id ?? newId('workspace');
     const now = Date.now();
     const hard = new Date(now + this.deps.config.maxWorkspaceLifetimeSeconds * 1000).toISOString();
     const lease = this.leaseEnd(now, this.deps.config.idleLeaseSeconds, hard);
@@ -346,48 +444,59 @@ export class WorkspaceService {
       const took: Record<string, number> = {};
       try {
         progress(0, 3, `cloning ${repo.url}`);
-        // The workspace sandbox (its daemon's start-up is most of an open's fixed cost) starts while
-        // the clone runs: both only need the workspace's filesystem, and the daemon touches nothing
-        // in the checkout until it is asked to.
-        await this.ensureDisk(id);
+        // The workspace sandbox (its daemon's start-up is most of an open's fixed cost) was started
+        // ahead of time (the spare), or starts now while the clone runs: both only need the
+        // workspace's filesystem, and the daemon touches nothing in the checkout until it is asked to.
+        if (spare) void rm(this.spareFile, { force: true }); // the workspace's row now names it
+        // A spare's filesystem was mounted when it was made (checked again only if that failed).
+        await (spare ? spare.disk.catch(() => this.ensureDisk(id)) : this.ensureDisk(id));
         took.diskMs = Date.now() - t0;
-        sandbox = this.startSandbox(this.get(id));
+        sandbox = spare ? this.adoptSpare(id, spare.ready) : this.startSandbox(this.get(id));
         sandbox.then(() => (took.sandboxReadyMs = Date.now() - t0)).catch(() => undefined); // awaited below, or by the cleanup
-        await this.clone(id, repo, openArgs, signal);
+        const { head, branch } = await this.clone(id, repo, openArgs, signal);
         took.clonedMs = Date.now() - t0;
         progress(1, 3, 'starting the sandbox');
-        const h = await sandbox;
+        await sandbox;
         progress(2, 3, 'reading the checkout');
-        const info = await this.deps.executor.exec(h, { command: 'git rev-parse HEAD; git symbolic-ref --short -q HEAD || echo "(detached)"', env: gitConfigEnv(), timeoutMs: 30_000 });
-        const [head, branch] = info.stdout.trim().split('\n');
-        this.update(id, { state: 'active', head_oid: head ?? null, branch: branch === '(detached)' ? null : (branch ?? null) });
-        this.setOption(id, 'cloneOid', head ?? null);
+        this.update(id, { state: 'active', head_oid: head, branch });
+        this.setOption(id, 'cloneOid', head);
         this.deps.principals.setActiveWorkspace(principal, id);
         // Repository extensions (issue #19): the workspace's skill configuration, then activated on_workspace_open hooks (reported, never fatal).
         const hooks = await this.deps.hooks?.opened(id, { repositoryUrl: repo.url, skillSets: openArgs.skillSets, skillOverrides: openArgs.skillOverrides }, signal);
         progress(3, 3, 'ready');
         this.deps.log.debug({ workspace: id, ...took, totalMs: Date.now() - t0 }, 'workspace opened');
-        this.prepareSpareDisk(); // for the next open, now that this one is done
+        // For the next open, now that this one is done: the disk image at once, the sandbox (a daemon
+        // start, the heavier part) a moment later, out of the way of this workspace's first commands.
+        this.prepareSpareDisk();
+        this.scheduleSpareSandbox();
         return { ...this.describe(this.get(id)), ...(hooks ? { hooks: [hooks] } : {}) };
       } catch (err) {
         await sandbox?.catch(() => undefined);
         await this.stopSandbox(id);
         await this.removeFiles(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'cleanup after a failed open failed'));
         this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
+        if (spare) this.scheduleSpareSandbox(); // the next open gets one all the same
         throw err;
       }
     });
   }
 
-  private async clone(id: string, repo: ParsedRepoUrl, openArgs: OpenArgs, signal: AbortSignal): Promise<void> {
+  /** Clones into the workspace's filesystem; returns the checked-out commit and branch (null when detached), read by the same script. */
+  private async clone(id: string, repo: ParsedRepoUrl, openArgs: OpenArgs, signal: AbortSignal): Promise<{ head: string | null; branch: string | null }> {
     const depthArgs = openArgs.shallowSince ? `--shallow-since="$SINCE"` : openArgs.fetchDepth === 0 ? '' : `--depth=${openArgs.fetchDepth ?? 1}`;
     const ref = openArgs.ref;
     // Shell script inside the sandbox; every value arrives as an environment variable, never spliced into the script.
     const script = ref && SHA_RE.test(ref)
       ? `set -e; ${GIT_BIN} init -q .; ${GIT_BIN} remote add origin "$REPO"; ${GIT_BIN} fetch -q ${depthArgs} origin "$REF"; ${GIT_BIN} checkout -q --detach FETCH_HEAD`
       : `set -e; ${GIT_BIN} clone -q ${depthArgs} ${ref ? '--branch "$REF"' : ''} "$REPO" .`;
-    const r = await this.ephemeralGit({ id }, script, { repo, env: { REPO: repo.url, REF: ref ?? '', SINCE: openArgs.shallowSince ?? '' }, signal });
+    // What was checked out, read in the same sandbox (one sandbox fewer on the way to the first command).
+    const report = `; printf '\\n%s\\n' "$(${GIT_BIN} rev-parse HEAD)"; ${GIT_BIN} symbolic-ref --short -q HEAD || echo '(detached)'`;
+    // No repository config exists before this script makes one (from these arguments only), so
+    // there is no repository driver to neutralise: the usual preamble (a git process) is skipped.
+    const r = await this.runGit(id, script + report, { neutralise: false, repo, env: { REPO: repo.url, REF: ref ?? '', SINCE: openArgs.shallowSince ?? '' }, signal });
     if (r.exitCode !== 0) throw gitFailure('clone', r);
+    const [head, branch] = r.stdout.trim().split('\n').slice(-2);
+    return { head: head && SHA_RE.test(head) ? head : null, branch: !branch || branch === '(detached)' ? null : branch };
   }
 
   describe(workspace: WorkspaceRow): Record<string, unknown> {
@@ -735,6 +844,17 @@ export class WorkspaceService {
     for (const [id, h] of this.handles) {
       await this.deps.executor.request(h, 'ping', {}, { timeoutMs: 5_000 }).catch(() => this.deps.log.debug({ workspace: id }, 'sandbox daemon did not answer the keep-alive ping'));
     }
+    const spare = this.spareSandbox;
+    if (spare) {
+      const h = await spare.ready;
+      const answered = h ? await this.deps.executor.request(h, 'ping', {}, { timeoutMs: 5_000 }).then(() => true, () => false) : true;
+      if (!answered && this.spareSandbox === spare) {
+        // Gone (killed from outside, or out of its orphan grace): a fresh one replaces it.
+        this.spareSandbox = undefined;
+        await this.discardSpare(spare.id, h);
+        this.prepareSpareSandbox();
+      }
+    }
     const idle = this.deps.db.prepare("SELECT id FROM workspaces WHERE state = 'active' AND lease_expires_at <= ?").pluck().all(now) as string[];
     for (const id of idle) {
       await this.locked(id, async () => {
@@ -748,10 +868,17 @@ export class WorkspaceService {
   async startup(): Promise<void> {
     const opening = this.deps.db.prepare("SELECT id FROM workspaces WHERE state = 'opening'").pluck().all() as string[];
     for (const id of opening) {
+      // Its sandbox (started while it cloned, or a spare it took) may still run.
+      const h = this.storedHandle(id) ?? this.handleById(id);
+      await this.deps.executor.destroy(h).catch((e) => this.deps.log.warn({ err: e, workspace: id }, 'stopping the sandbox of a half-opened workspace failed'));
       await this.removeFiles(id).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'cleanup of a half-opened workspace failed'));
       this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
     }
     await this.reap();
+    // A spare workspace sandbox an earlier runner left (no open took it): stopped and removed.
+    const left = await readFile(this.spareFile, 'utf8').then((t) => (JSON.parse(t) as { id?: unknown }).id, () => undefined);
+    if (typeof left === 'string' && /^[A-Za-z0-9_-]{1,100}$/.test(left) && !this.deps.db.prepare('SELECT 1 FROM workspaces WHERE id = ?').get(left)) await this.discardSpare(left, undefined);
+    else await rm(this.spareFile, { force: true });
     if (this.deps.config.sandboxDiskMb > 0) {
       await cleanSpareImages(this.diskOptions).catch((e) => this.deps.log.warn({ err: e }, 'removing stale spare disks failed'));
       this.prepareSpareDisk();
@@ -760,6 +887,9 @@ export class WorkspaceService {
     for (const id of active) {
       await this.locked(id, () => this.startSandbox(this.get(id))).catch((e) => this.deps.log.error({ err: e, workspace: id }, 'could not restart workspace sandbox'));
     }
+    // A service that has opened workspaces keeps a spare sandbox from the start; one that never has
+    // (a fresh data directory) makes its first after its first open, not an idle sandbox for nothing.
+    if (this.deps.db.prepare('SELECT 1 FROM workspaces LIMIT 1').get()) this.prepareSpareSandbox();
     const every = Math.max(1000, Math.min(15_000, (this.deps.config.idleLeaseSeconds * 1000) / 4));
     this.reaper = setInterval(() => void this.reap().catch((e) => this.deps.log.error({ err: e }, 'reaper failed')), every);
     this.reaper.unref();
@@ -769,6 +899,10 @@ export class WorkspaceService {
   async shutdown(): Promise<void> {
     this.stopping = true;
     if (this.reaper) clearInterval(this.reaper);
+    if (this.spareTimer) clearTimeout(this.spareTimer);
+    const spare = this.spareSandbox;
+    this.spareSandbox = undefined;
+    if (spare) await this.discardSpare(spare.id, await spare.ready);
     await this.spareDisk;
     // Lifecycle steps in flight finish first, but a stuck one must not keep the service from
     // stopping: after SHUTDOWN_LOCK_WAIT_MS the sandboxes are stopped under it (its call fails).

@@ -503,6 +503,27 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
       expect(readdirSync(options.runDir!).length).toBe(runEntries);
     });
 
+    it('leave nothing running after a normal exit: a setsid\'d leftover dies with the sandbox, its cgroup is gone', async () => {
+      const id = `eph-left-${process.pid}`;
+      const r = await ex.runEphemeral({
+        id,
+        binds: [],
+        limits: LIMITS,
+        network: 'none',
+        command: `( setsid sh -c 'trap "" TERM HUP; exec sleep 1001' & ); ( sleep 1002 & ); echo started`,
+      });
+      expect(r).toMatchObject({ exitCode: 0, stdout: 'started\n', timedOut: false });
+      expect(cgroup(id).exists()).toBe(false);
+      const sleepers = readdirSync('/proc').filter((p) => {
+        try {
+          return /^\d+$/.test(p) && /^sleep\x00100[12]\x00$/.test(readFileSync(`/proc/${p}/cmdline`, 'utf8'));
+        } catch {
+          return false;
+        }
+      });
+      expect(sleepers).toEqual([]);
+    });
+
     it('are killed with their cgroup on timeout', async () => {
       const t0 = Date.now();
       const r = await ex.runEphemeral({

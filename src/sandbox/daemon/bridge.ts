@@ -6,7 +6,8 @@
 import { connect, createServer, type Server } from 'node:net';
 
 export async function startEgressBridge(host: string, port: number, proxySocket: string): Promise<Server> {
-  const server = createServer((client) => {
+  // noDelay: bytes are relayed as they come (Nagle would hold small writes for the peer's delayed ACK).
+  const server = createServer({ noDelay: true }, (client) => {
     const upstream = connect(proxySocket);
     client.pipe(upstream);
     upstream.pipe(client);

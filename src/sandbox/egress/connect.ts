@@ -180,6 +180,9 @@ export async function handleConnect(deps: ConnectDeps, rules: readonly CompiledR
 
   // 6. Tunnel.
   const up = upstream;
+  // Bytes are relayed as they come: Nagle's algorithm would hold a small write until the host's
+  // delayed ACK (up to 40 ms per request-response turn; most of a clone's cost through the proxy).
+  up.setNoDelay(true);
   up.on('error', () => {});
   decide(200, true, `allowed by rule ${rule.label}`, lastAddress);
   client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
