@@ -155,11 +155,11 @@ describe('a plain open takes the spare sandbox', () => {
     expect(files.stdout).not.toContain('PWNED');
     expect(files.stdout.trim().split('\n').pop()).toBe('0');
     expect(submoduleFetches()).toBe(before);
-    // Inside: only the daemon, its spare exec starters and this command; no git, no egress bridge,
+    // Inside: only the daemon, its spare exec starters (with their reaper) and this command; no git, no egress bridge,
     // no credential socket, no proxy socket, nothing listening for the clone's proxy.
     const ps = await sh(id, `for p in /proc/[0-9]*; do printf '%s ' "$(cat $p/comm 2>/dev/null)"; done; echo; ls -A /run/egress; ls -d /run/atelier-cred 2>&1; (exec 3<>/dev/tcp/127.0.0.1/3128) 2>&1 && echo PROXY-OPEN || echo proxy-closed`);
     const comms = ps.stdout.split('\n')[0]!.trim().split(/\s+/);
-    expect(comms.filter((x) => !['bwrap', 'node', 'exec-starter', 'bash', 'cat'].includes(x))).toEqual([]);
+    expect(comms.filter((x) => !['bwrap', 'node', 'exec-starter', 'spare-reaper', 'bash', 'cat'].includes(x))).toEqual([]);
     expect(comms.filter((x) => x === 'node')).toHaveLength(1);
     expect(ps.stdout).not.toMatch(/\bgit\b|egress-run|sleep/);
     expect(ps.stdout).toContain('No such file or directory'); // /run/atelier-cred
