@@ -64,6 +64,16 @@ function escapedTwice(s: string): { text: string; ascii: boolean } {
 }
 
 /**
+ * A `content` field next to `encoding: 'base64'` (files_read of a binary file, artifacts_read) is
+ * made by Buffer.toString('base64'): nothing in it needs escaping, so it is not even scanned. The
+ * one way something else could be in it is a redaction marker (a secret's name), and then it is
+ * escaped like any text.
+ */
+function isBase64Content(structured: Record<string, unknown>, key: string, value: string): boolean {
+  return key === 'content' && structured.encoding === 'base64' && !value.includes('[redacted:');
+}
+
+/**
  * The wire form of a result whose large string fields (top level, each at least LARGE_FIELD_CHARS)
  * add up to at least minChars; undefined otherwise (the caller serializes it the plain way). Fields
  * that short can only make a JSON text of at least minChars, so the decision matches the plain rule.
@@ -85,7 +95,8 @@ export function wireText(structured: Record<string, unknown>, minChars: number):
   if (frame.length !== large.length + 1) return undefined; // cannot happen (see PLACEHOLDER); the plain way then
   const pieces: Buffer[] = [Buffer.from(frame[0]!, 'utf8')];
   large.forEach((k, i) => {
-    const field = escapedTwice(structured[k] as string);
+    const value = structured[k] as string;
+    const field = isBase64Content(structured, k, value) ? { text: value, ascii: true } : escapedTwice(value);
     // Writing a string to a socket costs more than making the Buffer first (measured); ASCII is a plain copy.
     pieces.push(Buffer.from(field.text, field.ascii ? 'latin1' : 'utf8'), Buffer.from(frame[i + 1]!, 'utf8'));
   });

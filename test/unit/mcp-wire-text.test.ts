@@ -42,6 +42,15 @@ describe('wireText', () => {
     expect(wire(wireText(result, LARGE_RESULT_CHARS)!)).toBe(JSON.stringify(JSON.stringify(result)));
   });
 
+  it('base64 content (files_read of a binary file, artifacts_read), and base64 content a redaction marked', () => {
+    const b64 = Buffer.from(Array.from({ length: 100_000 }, (_, i) => (i * 7) & 255)).toString('base64');
+    const read = { path: 'x.bin', encoding: 'base64', content: b64, eof: true };
+    expect(wire(wireText(read, LARGE_RESULT_CHARS)!)).toBe(JSON.stringify(JSON.stringify(read)));
+    const redacted = { ...read, content: `${b64.slice(0, 1000)}[redacted:A"B\\C
+]${b64.slice(1000)}` };
+    expect(wire(wireText(redacted, LARGE_RESULT_CHARS)!)).toBe(JSON.stringify(JSON.stringify(redacted)));
+  });
+
   it('leaves a result whose large fields are under the bound to the plain rule', () => {
     expect(wireText({ content: 'x'.repeat(LARGE_RESULT_CHARS - 1) }, LARGE_RESULT_CHARS)).toBeUndefined();
     // Many small strings that add up: not large fields; the plain serialization decides.
