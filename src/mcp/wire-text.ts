@@ -26,7 +26,9 @@ export interface WireText {
   text(): string;
 }
 
-const PLACEHOLDER = 'atelier\u0001wire\u0001field'; // never in a result: control characters are escaped in any JSON
+// Stands for a large field while the rest is serialized. Should a small field hold this very text,
+// the frame splits into more pieces than expected and the result goes the plain way.
+const PLACEHOLDER = 'atelier\u0001wire\u0001field';
 const ESCAPED_PLACEHOLDER = JSON.stringify(JSON.stringify(PLACEHOLDER)).slice(3, -3);
 
 /** The JSON-string escape of the JSON-string escape of one character (what JSON.stringify(JSON.stringify(c)) puts between the quotes). */
