@@ -15,7 +15,7 @@ import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
 import type { OAuthStore } from '../services/oauth.js';
 import { McpLogLevels, mcpLogger } from './logging.js';
-import { directPath } from './node-transport.js';
+import { directPath, type NodeResponseTransport } from './node-transport.js';
 import { TokenVerifyCache } from '../services/token-cache.js';
 
 /**
@@ -53,7 +53,8 @@ function callerOf(authInfo: { clientId?: string; extra?: Record<string, unknown>
 
 export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpStats, oauth?: OAuthStore) {
   const logLevels = new McpLogLevels();
-  const factory = () => {
+  // `direct`: the direct path's transport, which writes a large result's text from its pieces.
+  const factory = (direct?: NodeResponseTransport) => {
     const server = new Server(
       { name: 'atelier', version: VERSION },
       { capabilities: { tools: { listChanged: false }, logging: {} }, instructions: INSTRUCTIONS },
@@ -84,6 +85,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
         signal: ctx.mcpReq.signal,
         access: caller.access,
         log,
+        deferText: direct ? (text) => direct.deferText(text) : undefined,
         progress:
           progressToken === undefined
             ? (_p, _t, message) => logStep(message)
@@ -101,7 +103,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     return server;
   };
 
-  const handler = createMcpHandler(factory, {
+  const handler = createMcpHandler(() => factory(), {
     legacy: 'stateless',
     maxRequestBodySize: MCP_MAX_BODY_BYTES, // the SDK's own default is 4 MiB
     onerror: (err) => app.log.debug({ err: err.message }, 'mcp request rejected'),

@@ -18,6 +18,7 @@
  * request the SDK would refuse) goes to the SDK's handler unchanged, so its answers stay the SDK's own.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import {
   isInitializeRequest,
@@ -30,6 +31,7 @@ import {
   type Transport,
   type TransportSendOptions,
 } from '@modelcontextprotocol/server';
+import type { WireText } from './wire-text.js';
 
 const SSE_HEADERS = {
   'content-type': 'text/event-stream',
@@ -51,6 +53,7 @@ export class NodeResponseTransport implements Transport {
   private sse = false;
   private closed = false;
   private timer: NodeJS.Timeout | undefined;
+  private readonly deferred = new Map<string, WireText>();
 
   constructor(
     private readonly res: ServerResponse,
@@ -59,6 +62,37 @@ export class NodeResponseTransport implements Transport {
   ) {}
 
   async start(): Promise<void> {}
+
+  /**
+   * Takes a large result's text block (src/mcp/wire-text.ts) and returns the stand-in the result
+   * carries through the SDK (which validates it as a string); send() writes the pieces in its place.
+   */
+  deferText(text: WireText): string {
+    const token = `atelier-wire-text-${randomBytes(16).toString('hex')}`;
+    this.deferred.set(token, text);
+    return token;
+  }
+
+  /** The answer's JSON with each stand-in replaced by its pieces, as parts to write in order; undefined when none is in it. */
+  private splice(json: string): Buffer[] | undefined {
+    const found: Array<{ at: number; token: string; text: WireText }> = [];
+    for (const [token, text] of this.deferred) {
+      // The stand-in is a whole JSON string of its own (the text block's value); it is random, so found only there.
+      const at = json.indexOf(`"${token}"`);
+      if (at >= 0) found.push({ at: at + 1, token, text });
+    }
+    this.deferred.clear();
+    if (found.length === 0) return undefined;
+    found.sort((a, b) => a.at - b.at);
+    const parts: Buffer[] = [];
+    let from = 0;
+    for (const f of found) {
+      parts.push(Buffer.from(json.slice(from, f.at)), ...f.text.pieces);
+      from = f.at + f.token.length;
+    }
+    parts.push(Buffer.from(json.slice(from)));
+    return parts;
+  }
 
   /** Delivers the request to the connected server; its answer goes to the response. */
   dispatch(message: JSONRPCMessage, extra: MessageExtraInfo): void {
@@ -89,7 +123,21 @@ export class NodeResponseTransport implements Transport {
     }
     this.answered = true;
     this.stopTimer();
-    if (this.sse) this.res.end(`event: message\ndata: ${json}\n\n`);
+    const parts = this.deferred.size > 0 ? this.splice(json) : undefined;
+    if (parts) {
+      // A large result's text block, written from its pieces (src/mcp/wire-text.ts).
+      if (this.sse) {
+        parts.unshift(Buffer.from('event: message\ndata: '));
+        parts.push(Buffer.from('\n\n'));
+      } else {
+        let length = 0;
+        for (const p of parts) length += p.length;
+        this.res.writeHead(200, { 'content-type': 'application/json', 'content-length': length });
+      }
+      this.res.cork();
+      for (const p of parts) this.res.write(p);
+      this.res.end(); // end() uncorks: the parts go out in one writev
+    } else if (this.sse) this.res.end(`event: message\ndata: ${json}\n\n`);
     else {
       const body = Buffer.from(json);
       this.res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length });
@@ -137,7 +185,8 @@ export class NodeResponseTransport implements Transport {
 
 /** What the direct path needs: the per-request Server factory and the SDK's handler for everything else. */
 export interface DirectPathOptions {
-  factory: () => { connect(t: Transport): Promise<void>; close(): Promise<void> };
+  /** The per-request Server; given the direct path's transport, whose deferText the tools/call handler may use. */
+  factory: (transport?: NodeResponseTransport) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
   sdk: Node;
   maxBodyBytes: number;
   keepAliveMs: number;
@@ -257,8 +306,8 @@ export function directPath(opts: DirectPathOptions): Node {
     const message = body.over || body.error ? undefined : servableRequest(Buffer.concat(body.chunks, body.bytes).toString('utf8'), header(req.headers['mcp-protocol-version']));
     if (!message) return opts.sdk(replay(req, body), res);
 
-    const server = opts.factory();
     const transport = new NodeResponseTransport(res, message.id, opts.keepAliveMs);
+    const server = opts.factory(transport);
     await server.connect(transport);
     // The client went away before the answer: close the exchange, which aborts the handler's signal.
     res.once('close', () => {

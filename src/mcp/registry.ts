@@ -13,6 +13,7 @@ import { ServiceError, errorEnvelope, notImplemented, type ErrorBody } from '../
 import { accessProblem, type Access } from '../core/toolsets.js';
 import { WorkspaceLocks } from '../core/locks.js';
 import type { LogNotifier } from './logging.js';
+import { wireText, type WireText } from './wire-text.js';
 
 export type { PublishedTool } from '../tools/validate.js';
 export { validationError } from '../tools/validate.js';
@@ -33,6 +34,12 @@ export interface CallContext {
   access?: Access;
   /** MCP log notifications (notifications/message) where the client asked for them. */
   log?: LogNotifier;
+  /**
+   * A transport that writes a large result's text block from its pieces (src/mcp/wire-text.ts):
+   * takes them and returns the stand-in text the result carries until the transport sends it.
+   * Absent: the text block holds the text itself.
+   */
+  deferText?: (text: WireText) => string;
 }
 
 /** What the pipeline needs of the application besides the services it hands to handlers. */
@@ -48,7 +55,12 @@ export type RegistryHost = Pick<App, 'log' | 'audit' | 'idempotency' | 'principa
  */
 export const LARGE_RESULT_CHARS = 64 * 1024;
 
-export function okResult(structured: Record<string, unknown>): CallToolResult {
+export function okResult(structured: Record<string, unknown>, deferText?: CallContext['deferText']): CallToolResult {
+  if (deferText) {
+    // Large string fields: serialized once, straight to the wire form, by the transport.
+    const wire = wireText(structured, LARGE_RESULT_CHARS);
+    if (wire) return { content: [{ type: 'text', text: deferText(wire) }] };
+  }
   const text = JSON.stringify(structured);
   if (text.length >= LARGE_RESULT_CHARS) return { content: [{ type: 'text', text }] };
   return { content: [{ type: 'text', text }], structuredContent: structured };
@@ -194,7 +206,7 @@ export class ToolRegistry extends ToolParser {
       if (!readOnly) auditCall(host, cc, name, args, 'ok');
       host.log.debug({ tool: name, ms: Date.now() - started }, 'tool call');
       // Secret values never leave in a result, whatever the tool.
-      return okResult(host.environments.redact(result));
+      return okResult(host.environments.redact(result), cc.deferText);
     } catch (err) {
       const body = errorEnvelope(err, (b) => host.environments.redact(b)).body.error;
       if (!(err instanceof ServiceError)) host.log.error({ tool: name, err }, 'tool handler failed');

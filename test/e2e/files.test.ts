@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, type Service } from './harness.js';
+import { call, connectV1, connectV2, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -94,6 +94,29 @@ describe('reads and writes', () => {
     const w = await ok('files_write', { path: 'run.sh', content: '#!/bin/sh\r\necho bye\r\n' });
     expect(w).toMatchObject({ created: false, mode: '0755' });
     expect((await sh('stat -c %a run.sh && od -c run.sh | head -1')).stdout).toMatch(/^755\n.*\\r +\\n/);
+  });
+
+  it('a large read of hostile text reaches both official clients byte for byte (its text block written from pieces)', async () => {
+    // Every ASCII character but NUL (which makes a read base64), so controls, quotes, backslashes and
+    // DEL; escape sequences spelled out, JSON that looks like the answer's own, the transport's
+    // stand-in prefix; over 64 KiB, so the text block only.
+    const every = Array.from({ length: 0x7f }, (_, i) => String.fromCharCode(i + 1)).join('');
+    const unit = `${every}\\u0000 \\" \\\\n "text":"atelier-wire-text-00" }]} ]}\n`;
+    const content = unit.repeat(Math.ceil(200_000 / unit.length));
+    await ok('files_write', { path: 'big/hostile.txt', content });
+    const v1 = await connectV1(svc);
+    try {
+      for (const client of [c, v1] as unknown as Client[]) {
+        const r = await client.callTool({ name: 'files_read', arguments: { workspaceId: ws, path: 'big/hostile.txt', readAll: true } });
+        expect(r.structuredContent).toBeUndefined();
+        const blocks = r.content as Array<{ type: string; text: string }>;
+        expect(blocks).toHaveLength(1);
+        const read = JSON.parse(blocks[0]!.text) as Record<string, unknown>;
+        expect(read).toMatchObject({ encoding: 'utf-8', content, sha256: sha(content), complete: true });
+      }
+    } finally {
+      await v1.close();
+    }
   });
 
   it('pages a text file with cursors on character boundaries, and readAll reads to the end within 1 MiB', async () => {

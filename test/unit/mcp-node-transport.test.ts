@@ -12,18 +12,41 @@ import { toNodeHandler } from '@modelcontextprotocol/node';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as TransportV1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { directPath, plainLegacyRequest, servableRequest } from '../../src/mcp/node-transport.js';
+import { directPath, plainLegacyRequest, servableRequest, type NodeResponseTransport } from '../../src/mcp/node-transport.js';
+import { okResult } from '../../src/mcp/registry.js';
 
 const MAX = 64 * 1024;
 let http: HttpServer;
 let url: string;
 let aborted = 0;
+let deferredTexts = 0;
 
-function factory() {
+/** A large result (src/mcp/wire-text.ts): every character that needs escaping, non-ASCII in the small fields. */
+const LARGE = {
+  path: 'dir/fïle "q".txt',
+  content: ('line "quoted" \\ back\tslash\r\n' + '\u0001\u001f\u007f').repeat(5000),
+  second: 'x'.repeat(70000),
+  n: 7,
+  nothing: null,
+};
+
+function factory(direct?: NodeResponseTransport) {
   const s = new Server({ name: 't', version: '1' }, { capabilities: { tools: {} } });
   s.setRequestHandler('tools/list', () => ({ tools: [{ name: 'echo', inputSchema: { type: 'object' } }] }));
   s.setRequestHandler('tools/call', async (req, ctx) => {
-    const args = (req.params.arguments ?? {}) as { sleepMs?: number; progress?: boolean };
+    const args = (req.params.arguments ?? {}) as { sleepMs?: number; progress?: boolean; large?: boolean };
+    if (args.large) {
+      if (args.progress) await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: req.params._meta?.progressToken ?? 0, progress: 1, message: 'half' } });
+      return okResult(
+        LARGE,
+        direct
+          ? (t) => {
+              deferredTexts++;
+              return direct.deferText(t);
+            }
+          : undefined,
+      );
+    }
     const token = req.params._meta?.progressToken;
     if (args.progress && token !== undefined) {
       await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2, message: 'half' } });
@@ -44,7 +67,7 @@ function factory() {
 }
 
 beforeAll(async () => {
-  const sdk = toNodeHandler(createMcpHandler(factory, { legacy: 'stateless', maxRequestBodySize: MAX }), { maxRequestBodySize: MAX });
+  const sdk = toNodeHandler(createMcpHandler(() => factory(), { legacy: 'stateless', maxRequestBodySize: MAX }), { maxRequestBodySize: MAX });
   const serve = directPath({ factory, sdk: sdk as never, maxBodyBytes: MAX, keepAliveMs: 150 });
   http = createServer((req, res) => {
     (req as { auth?: unknown }).auth = { token: 'x', clientId: 'caller-1', scopes: [] };
@@ -161,6 +184,53 @@ describe('the direct path', () => {
     expect((await v1.callTool({ name: 'echo', arguments: { progress: true } }, undefined, { onprogress: onprogress(p1) })).structuredContent).toEqual({ ok: true, who: 'caller-1' });
     expect((await v1.callTool({ name: 'echo', arguments: {} })).structuredContent).toEqual({ ok: true, who: 'caller-1' });
     expect(p1).toEqual(['half']);
+    await v1.close();
+  });
+});
+
+describe('a large result (its text block written from pieces)', () => {
+  const expected = { content: [{ type: 'text', text: JSON.stringify(LARGE) }] };
+
+  it('is the same JSON answer, byte for byte, as the plain serialization, with its length', async () => {
+    const before = deferredTexts;
+    const r = await post(call(20, { large: true }));
+    expect(deferredTexts).toBe(before + 1);
+    expect(r.type).toBe('application/json');
+    expect(Number(r.length)).toBe(Buffer.byteLength(r.text));
+    // The serializer's own output for the same message: the same escapes, nothing more, nothing less.
+    expect(JSON.stringify(JSON.parse(r.text))).toBe(r.text);
+    expect(JSON.parse(r.text)).toEqual({ jsonrpc: '2.0', id: 20, result: expected });
+    expect(r.text).not.toContain('atelier-wire-text');
+  });
+
+  it('is the last event of an SSE stream when a notification went first', async () => {
+    const r = await post(call(21, { large: true, progress: true }, { progressToken: 'p2' }));
+    expect(r.type).toBe('text/event-stream');
+    const events = r.text
+      .split('\n\n')
+      .filter((e) => e.startsWith('event: message'))
+      .map((e) => JSON.parse(e.split('\ndata: ')[1]!));
+    expect(events).toHaveLength(2);
+    expect(events[1]).toEqual({ jsonrpc: '2.0', id: 21, result: expected });
+  });
+
+  it('is the full text on the SDK path too (a batch)', async () => {
+    const before = deferredTexts;
+    const r = await post([call(22, { large: true }), call(23, {})]);
+    expect(deferredTexts).toBe(before);
+    expect(r.text).toContain('"id":22');
+    const event = r.text.split('\n\n').find((e) => e.includes('"id":22'))!;
+    expect(JSON.parse(event.split('\ndata: ')[1]!)).toEqual({ jsonrpc: '2.0', id: 22, result: expected });
+  });
+
+  it('reaches both official clients as the same text', async () => {
+    const v2 = new Client({ name: 'x', version: '1' });
+    await v2.connect(new StreamableHTTPClientTransport(new URL(url)));
+    expect(await v2.callTool({ name: 'echo', arguments: { large: true } })).toEqual(expected);
+    await v2.close();
+    const v1 = new ClientV1({ name: 'x', version: '1' });
+    await v1.connect(new TransportV1(new URL(url)));
+    expect(await v1.callTool({ name: 'echo', arguments: { large: true } })).toEqual(expected);
     await v1.close();
   });
 });

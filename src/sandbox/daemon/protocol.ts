@@ -21,6 +21,7 @@
  *
  * This module is shared by the daemon and the runner-side client, so it imports node built-ins only.
  */
+import { isAscii } from 'node:buffer';
 
 /** Bumped whenever the daemon's methods or message shapes change incompatibly (2: sandboxes with seccomp, a locked socket and the orphan bound; 3: raw body frames for fs.read; a runner replaces older ones at recovery). */
 export const DAEMON_VERSION = '3';
@@ -143,7 +144,9 @@ export class ReplyWithBody<T extends object> {
 }
 
 export function decodeBody(bytes: Buffer, encoding: BodySpec['encoding']): string {
-  return encoding === 'base64' ? bytes.toString('base64') : bytes.toString('utf8');
+  if (encoding === 'base64') return bytes.toString('base64');
+  // ASCII (most source text) is copied as Latin-1, the same string, without UTF-8 decoding.
+  return isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8');
 }
 
 /** The header line of a body frame. */

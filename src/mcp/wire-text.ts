@@ -1,0 +1,106 @@
+/**
+ * The text block of a large result, serialized once (docs/architecture.md, "Results").
+ *
+ * A large result (a files_read of a big range, a long git_diff, an artifact chunk) is sent as one
+ * text block holding the result's JSON, and that text is itself a string inside the JSON-RPC answer:
+ * the content is JSON-escaped twice. Done the plain way, JSON.stringify(result) and then
+ * JSON.stringify(message) each walk the whole megabyte character by character (on this machine's
+ * Node 20 about 6 ms per MiB each, more than the daemon takes to read the file), and the answer is
+ * then copied once more into a Buffer.
+ *
+ * Here the small rest of the result is serialized as usual, and each large string field is escaped
+ * straight to its final form on the wire (both escapings in one step, with native string search and
+ * replace, no per-character JavaScript) and never concatenated into one big string: the pieces are
+ * written to the socket as they are. The text a client receives is exactly the same JSON
+ * (test/unit/mcp-wire-text.test.ts compares it with the plain serialization).
+ */
+
+/** A top-level string field at least this long is escaped on its own, straight to the wire form. */
+export const LARGE_FIELD_CHARS = 16 * 1024;
+
+/** A large result's text block, as the inside of the JSON string that carries it in the JSON-RPC answer. */
+export interface WireText {
+  /** The inside of the JSON string (no surrounding quotes), as UTF-8 bytes, in pieces, in order. */
+  readonly pieces: Buffer[];
+  /** The text itself (JSON.stringify of the result), for a transport that cannot send pieces. */
+  text(): string;
+}
+
+// Stands for a large field while the rest is serialized. Should a small field hold this very text,
+// the frame splits into more pieces than expected and the result goes the plain way.
+const PLACEHOLDER = 'atelier\u0001wire\u0001field';
+const ESCAPED_PLACEHOLDER = JSON.stringify(JSON.stringify(PLACEHOLDER)).slice(3, -3);
+
+/** The JSON-string escape of the JSON-string escape of one character (what JSON.stringify(JSON.stringify(c)) puts between the quotes). */
+const TWICE: Record<string, string> = {};
+for (let c = 0; c < 0x20; c++) TWICE[String.fromCharCode(c)] = JSON.stringify(JSON.stringify(String.fromCharCode(c))).slice(3, -3);
+TWICE['"'] = JSON.stringify(JSON.stringify('"')).slice(3, -3);
+TWICE['\\'] = JSON.stringify(JSON.stringify('\\')).slice(3, -3);
+
+/** Control characters other than the common whitespace ones (those are replaced one by one). */
+const RARE_CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f]/;
+const RARE_CONTROL_G = /[\u0000-\u0008\u000b\u000c\u000e-\u001f]/g;
+
+/**
+ * JSON.stringify(JSON.stringify(s)) without its outer quotes, computed with native search and
+ * replace passes instead of two character-by-character walks. For text outside ASCII (where
+ * replaceAll on V8's two-byte strings is slower than the serializer, and lone surrogates must be
+ * written as \uXXXX) it is the serializer twice.
+ */
+export function escapeTwice(s: string): string {
+  return escapedTwice(s).text;
+}
+
+/** escapeTwice, and whether the result is ASCII (then its Latin-1 bytes are its UTF-8 bytes, and copied rather than encoded). */
+function escapedTwice(s: string): { text: string; ascii: boolean } {
+  // Buffer.byteLength equals the length only for ASCII; cheap on one-byte strings (V8's Latin-1 form).
+  if (Buffer.byteLength(s, 'utf8') !== s.length) return { text: JSON.stringify(JSON.stringify(s)).slice(3, -3), ascii: false };
+  // Backslashes first: every later replacement adds backslashes of its own.
+  if (s.includes('\\')) s = s.replaceAll('\\', TWICE['\\']!);
+  if (s.includes('"')) s = s.replaceAll('"', TWICE['"']!);
+  if (s.includes('\n')) s = s.replaceAll('\n', TWICE['\n']!);
+  if (s.includes('\t')) s = s.replaceAll('\t', TWICE['\t']!);
+  if (s.includes('\r')) s = s.replaceAll('\r', TWICE['\r']!);
+  if (RARE_CONTROL.test(s)) s = s.replace(RARE_CONTROL_G, (c) => TWICE[c]!);
+  return { text: s, ascii: true };
+}
+
+/**
+ * A `content` field next to `encoding: 'base64'` (files_read of a binary file, artifacts_read) is
+ * made by Buffer.toString('base64'): nothing in it needs escaping, so it is not even scanned. The
+ * one way something else could be in it is a redaction marker (a secret's name), and then it is
+ * escaped like any text.
+ */
+function isBase64Content(structured: Record<string, unknown>, key: string, value: string): boolean {
+  return key === 'content' && structured.encoding === 'base64' && !value.includes('[redacted:');
+}
+
+/**
+ * The wire form of a result whose large string fields (top level, each at least LARGE_FIELD_CHARS)
+ * add up to at least minChars; undefined otherwise (the caller serializes it the plain way). Fields
+ * that short can only make a JSON text of at least minChars, so the decision matches the plain rule.
+ */
+export function wireText(structured: Record<string, unknown>, minChars: number): WireText | undefined {
+  const large: string[] = [];
+  let total = 0;
+  for (const [k, v] of Object.entries(structured)) {
+    if (typeof v === 'string' && v.length >= LARGE_FIELD_CHARS) {
+      large.push(k);
+      total += v.length;
+    }
+  }
+  if (total < minChars) return undefined;
+  const small: Record<string, unknown> = { ...structured };
+  for (const k of large) small[k] = PLACEHOLDER;
+  // The rest of the result, escaped twice by the serializer (it is small); the placeholders split it.
+  const frame = JSON.stringify(JSON.stringify(small)).slice(1, -1).split(ESCAPED_PLACEHOLDER);
+  if (frame.length !== large.length + 1) return undefined; // cannot happen (see PLACEHOLDER); the plain way then
+  const pieces: Buffer[] = [Buffer.from(frame[0]!, 'utf8')];
+  large.forEach((k, i) => {
+    const value = structured[k] as string;
+    const field = isBase64Content(structured, k, value) ? { text: value, ascii: true } : escapedTwice(value);
+    // Writing a string to a socket costs more than making the Buffer first (measured); ASCII is a plain copy.
+    pieces.push(Buffer.from(field.text, field.ascii ? 'latin1' : 'utf8'), Buffer.from(frame[i + 1]!, 'utf8'));
+  });
+  return { pieces, text: () => JSON.stringify(structured) };
+}
