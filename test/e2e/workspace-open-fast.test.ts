@@ -9,7 +9,6 @@
  * spare. A fresh service keeps none until its first open. A spare left by a killed runner is
  * removed at the next start; a stopped service leaves none behind.
  */
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +17,7 @@ import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, startService, type Service } from './harness.js';
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
+import { releaseDataDir } from './cleanup.js';
 import { assertNothingLeft, leftoversOf } from './leftovers.js';
 
 let host: GitHost;
@@ -106,13 +106,7 @@ afterAll(async () => {
   await c?.close();
   await svc?.dispose();
   await host?.close();
-  try {
-    execFileSync('sh', ['-c', `for m in $(awk '{print $2}' /proc/mounts | grep '^${dataDir}/'); do umount -l "$m"; done`]);
-  } catch {
-    // nothing mounted
-  }
-  const { rmSync } = await import('node:fs');
-  rmSync(dataDir, { recursive: true, force: true });
+  releaseDataDir(dataDir);
   await assertNothingLeft(dataDir);
 });
 

@@ -2,7 +2,7 @@
  * The daemon on its own, run on the host (no sandbox) against a temporary workspace: protocol,
  * exec semantics, confinement of cwd, cancellation, and the in-daemon tree kill.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import path from 'node:path';
@@ -12,7 +12,7 @@ import { ServiceError } from '../../src/core/errors.js';
 import { DaemonClient } from '../../src/sandbox/client.js';
 import type { ExecResult, ExecStarted } from '../../src/sandbox/daemon/protocol.js';
 import { DAEMON_VERSION } from '../../src/sandbox/daemon/protocol.js';
-import { DAEMON_DIR, assertDaemonBuilt, isAlive, traversableTempDir } from './helpers.js';
+import { assertDaemonBuilt, isAlive, startTestDaemon, traversableTempDir } from './helpers.js';
 
 let base: string;
 let workspace: string;
@@ -27,22 +27,7 @@ beforeAll(async () => {
   mkdirSync(path.join(workspace, 'sub'), { recursive: true });
   symlinkSync('/', path.join(workspace, 'escape'));
   writeFileSync(path.join(base, 'env.json'), JSON.stringify({ PATH: '/usr/bin:/bin', SHLVL: '1', BASE_VAR: 'base' }));
-  socketPath = path.join(base, 'd.sock');
-  daemon = spawn(
-    process.execPath,
-    [path.join(DAEMON_DIR, 'main.js'), '--socket', socketPath, '--workspace', workspace, '--env-file', path.join(base, 'env.json')],
-    { stdio: ['ignore', 'inherit', 'inherit'] },
-  );
-  client = new DaemonClient(socketPath);
-  for (let i = 0; ; i++) {
-    try {
-      await client.ping(500);
-      break;
-    } catch (err) {
-      if (i > 200) throw err;
-      await sleep(25);
-    }
-  }
+  ({ daemon, client, socketPath } = await startTestDaemon(base, workspace));
 });
 
 afterAll(() => {

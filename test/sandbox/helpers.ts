@@ -1,7 +1,10 @@
 /** Shared set-up for the sandbox tests: the compiled daemon and short temporary directories. */
+import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { DaemonClient } from '../../src/sandbox/client.js';
 
 /** The tests run the compiled daemon: build first (npx tsc -p .). */
 export const DAEMON_DIR = fileURLToPath(new URL('../../dist/sandbox/daemon', import.meta.url));
@@ -28,5 +31,32 @@ export function isAlive(pid: number): boolean {
     return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
   } catch {
     return false;
+  }
+}
+
+/**
+ * Starts the compiled daemon on <base>/d.sock for `workspace` (its environment from <base>/env.json)
+ * and waits until it answers a ping.
+ */
+export async function startTestDaemon(
+  base: string,
+  workspace: string,
+  opts: { extraArgs?: string[]; stdout?: 'ignore' | 'inherit' } = {},
+): Promise<{ daemon: ChildProcess; client: DaemonClient; socketPath: string }> {
+  const socketPath = path.join(base, 'd.sock');
+  const daemon = spawn(
+    process.execPath,
+    [path.join(DAEMON_DIR, 'main.js'), '--socket', socketPath, '--workspace', workspace, '--env-file', path.join(base, 'env.json'), ...(opts.extraArgs ?? [])],
+    { stdio: ['ignore', opts.stdout ?? 'inherit', 'inherit'] },
+  );
+  const client = new DaemonClient(socketPath);
+  for (let i = 0; ; i++) {
+    try {
+      await client.ping(500);
+      return { daemon, client, socketPath };
+    } catch (err) {
+      if (i > 200) throw err;
+      await sleep(25);
+    }
   }
 }

@@ -4,7 +4,7 @@
  * with exit codes, signals, output and stdin as through a new process, spares that end unused,
  * bad counts, and a reaper killed under a running command.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -14,7 +14,7 @@ import { ServiceError } from '../../src/core/errors.js';
 import { DaemonClient } from '../../src/sandbox/client.js';
 import type { SpareStarted } from '../../src/sandbox/daemon/protocol.js';
 import { nativeArtifacts } from '../../src/sandbox/native.js';
-import { DAEMON_DIR, assertDaemonBuilt, isAlive, traversableTempDir } from './helpers.js';
+import { assertDaemonBuilt, isAlive, startTestDaemon, traversableTempDir } from './helpers.js';
 
 let base: string;
 let daemon: ChildProcess;
@@ -27,22 +27,7 @@ beforeAll(async () => {
   mkdirSync(workspace);
   writeFileSync(path.join(base, 'env.json'), JSON.stringify({ PATH: '/usr/bin:/bin', BASE_VAR: 'base' }));
   const { execStarter } = await nativeArtifacts(path.join(os.tmpdir(), 'atelier-native-test'));
-  const socketPath = path.join(base, 'd.sock');
-  daemon = spawn(
-    process.execPath,
-    [path.join(DAEMON_DIR, 'main.js'), '--socket', socketPath, '--workspace', workspace, '--env-file', path.join(base, 'env.json'), '--exec-starter', execStarter],
-    { stdio: ['ignore', 'ignore', 'inherit'] },
-  );
-  client = new DaemonClient(socketPath);
-  for (let i = 0; ; i++) {
-    try {
-      await client.ping(500);
-      break;
-    } catch (err) {
-      if (i > 200) throw err;
-      await sleep(25);
-    }
-  }
+  ({ daemon, client } = await startTestDaemon(base, workspace, { extraArgs: ['--exec-starter', execStarter], stdout: 'ignore' }));
 });
 
 afterAll(async () => {
