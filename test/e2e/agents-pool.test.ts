@@ -6,12 +6,11 @@
  * job; pool size 0 still runs agents (on demand); a bad pool size is refused at start-up.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawn } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT } from './harness.js';
+import { serveExpectingFailure } from './harness.js';
 import { PROVIDER_KEY, idleRuntimes, runtimeProcesses, startAgentEnv, type AgentEnv } from './agents-fixture.js';
 
 const idOf = (r: Record<string, any>) => r.agentId as string;
@@ -206,16 +205,7 @@ describe('agent runtime pool size setting', () => {
         [['--agent-pool-size', 'two'], {}],
         [[], { ATELIER_AGENT_POOL_SIZE: '1000000000000' }],
       ] as Array<[string[], Record<string, string>]>) {
-        const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-          const p = spawn(process.execPath, [join(ROOT, 'bin/atelier'), 'serve', '--data-dir', dataDir, '--port', '0', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-          let stderr = '';
-          p.stderr.on('data', (d) => (stderr += d));
-          const t = setTimeout(() => p.kill('SIGKILL'), 15_000);
-          p.on('exit', (code) => {
-            clearTimeout(t);
-            resolve({ code, stderr });
-          });
-        });
+        const r = await serveExpectingFailure(['--data-dir', dataDir, '--port', '0', ...args], env);
         expect(r.code, r.stderr).toBe(2);
         expect(r.stderr).toContain('--agent-pool-size / ATELIER_AGENT_POOL_SIZE');
         expect(r.stderr).toContain('an integer from 0 to 8');

@@ -86,6 +86,20 @@ export async function startService(opts: StartOptions = {}): Promise<Service> {
   };
 }
 
+/** `atelier serve` that is expected to refuse to start: its exit code and stderr (killed after 15 s). */
+export function serveExpectingFailure(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [BIN, 'serve', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    p.stderr.on('data', (d) => (stderr += d));
+    const t = setTimeout(() => p.kill('SIGKILL'), 15_000);
+    p.on('exit', (code) => {
+      clearTimeout(t);
+      resolve({ code, stderr });
+    });
+  });
+}
+
 /** Runs the CLI to completion. */
 export function runCli(args: string[], opts: { input?: string; env?: Record<string, string> } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolvePromise) => {

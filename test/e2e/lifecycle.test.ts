@@ -1,23 +1,9 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { BIN, call, connectV2, runCli, startService } from './harness.js';
+import { call, connectV2, runCli, serveExpectingFailure, startService } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
-
-function serveExpectingFailure(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string }> {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, [BIN, 'serve', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stderr = '';
-    p.stderr.on('data', (d) => (stderr += d));
-    const t = setTimeout(() => p.kill('SIGKILL'), 15_000);
-    p.on('exit', (code) => {
-      clearTimeout(t);
-      resolve({ code, stderr });
-    });
-  });
-}
 
 describe('start-up and shutdown', () => {
   it('first start prints URL, token and the claude mcp add line; a restart keeps tokens and prints none', async () => {

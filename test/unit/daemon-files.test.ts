@@ -12,8 +12,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DaemonClient } from '../../src/sandbox/client.js';
 import { fileMethods } from '../../src/sandbox/daemon/files/index.js';
 import { startServer } from '../../src/sandbox/daemon/server.js';
-import { DaemonError, FrameReader, ReplyWithBody, bodyHeader, type DaemonMethod, type ParamsOf, type ReplyOf } from '../../src/sandbox/daemon/protocol.js';
-import type { CallContext } from '../../src/sandbox/daemon/server.js';
+import { FrameReader, bodyHeader } from '../../src/sandbox/daemon/protocol.js';
+import { methodCaller } from './daemon-methods.js';
 
 const sha = (s: string | Buffer) => createHash('sha256').update(s).digest('hex');
 
@@ -23,25 +23,7 @@ let outside: string;
 let changed: string[][];
 let methods: ReturnType<typeof fileMethods>['methods'];
 
-const ctx = (): CallContext => ({ signal: new AbortController().signal, emit: () => true, drained: async () => undefined });
-
-/** Calls one file method as the server would: params as plain data, reply type from the protocol. */
-async function call<M extends DaemonMethod & keyof typeof methods>(method: M, params: ParamsOf<M>): Promise<ReplyOf<M>> {
-  const reply = await methods[method](params, ctx());
-  // fs.read sends its bytes as a raw body frame; decoded() is the reply as the runner's client sees it.
-  return (reply instanceof ReplyWithBody ? reply.decoded() : reply) as ReplyOf<M>;
-}
-
-/** The DaemonError a call fails with. */
-async function refusal<M extends DaemonMethod & keyof typeof methods>(method: M, params: ParamsOf<M>): Promise<DaemonError> {
-  try {
-    await call(method, params);
-  } catch (e) {
-    expect(e).toBeInstanceOf(DaemonError);
-    return e as DaemonError;
-  }
-  throw new Error(`${method} ${JSON.stringify(params).slice(0, 200)} succeeded; a refusal was expected`);
-}
+const { call, refusal } = methodCaller(() => methods);
 
 beforeEach(() => {
   base = mkdtempSync(join(tmpdir(), 'atelier-daemon-files-'));

@@ -9,32 +9,15 @@ import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { compileGlob, globToRegExp } from '../../src/sandbox/daemon/glob.js';
 import { analyseRepository } from '../../src/sandbox/daemon/overview/index.js';
-import { DaemonError, ReplyWithBody, type DaemonMethod, type ParamsOf, type ReplyOf } from '../../src/sandbox/daemon/protocol.js';
 import { workspaceFileMethods } from '../../src/sandbox/daemon/search/index.js';
-import type { CallContext } from '../../src/sandbox/daemon/server.js';
+import { methodCaller } from './daemon-methods.js';
 
 let base: string;
 let root: string;
 let outside: string;
 let methods: ReturnType<typeof workspaceFileMethods>;
 
-const ctx = (): CallContext => ({ signal: new AbortController().signal, emit: () => true, drained: async () => undefined });
-
-async function call<M extends DaemonMethod & keyof typeof methods>(method: M, params: ParamsOf<M>): Promise<ReplyOf<M>> {
-  const reply = await methods[method](params, ctx());
-  // fs.read sends its bytes as a raw body frame; decoded() is the reply as the runner's client sees it.
-  return (reply instanceof ReplyWithBody ? reply.decoded() : reply) as ReplyOf<M>;
-}
-
-async function refusal<M extends DaemonMethod & keyof typeof methods>(method: M, params: ParamsOf<M>): Promise<DaemonError> {
-  try {
-    await call(method, params);
-  } catch (e) {
-    expect(e).toBeInstanceOf(DaemonError);
-    return e as DaemonError;
-  }
-  throw new Error(`${method} succeeded; a refusal was expected`);
-}
+const { call, refusal } = methodCaller(() => methods);
 
 function put(files: Record<string, string>): void {
   for (const [rel, content] of Object.entries(files)) {

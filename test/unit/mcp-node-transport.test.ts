@@ -93,6 +93,15 @@ const call = (id: number, args: Record<string, unknown>, meta?: Record<string, u
   params: { name: 'echo', arguments: args, ...(meta ? { _meta: meta } : {}) },
 });
 
+
+/** The JSON-RPC messages of an SSE body, in order. */
+function sseMessages(text: string): Array<Record<string, unknown>> {
+  return text
+    .split('\n\n')
+    .filter((e) => e.startsWith('event: message'))
+    .map((e) => JSON.parse(e.split('\ndata: ')[1]!) as Record<string, unknown>);
+}
+
 describe('the direct path', () => {
   it('answers a call whose result comes first as one JSON body with its length', async () => {
     const r = await post(call(1, {}));
@@ -105,10 +114,7 @@ describe('the direct path', () => {
   it('streams SSE when a notification goes before the result, the result last', async () => {
     const r = await post(call(2, { progress: true }, { progressToken: 'p1' }));
     expect(r.type).toBe('text/event-stream');
-    const events = r.text
-      .split('\n\n')
-      .filter((e) => e.startsWith('event: message'))
-      .map((e) => JSON.parse(e.split('\ndata: ')[1]!));
+    const events = sseMessages(r.text);
     expect(events).toHaveLength(2);
     expect(events[0]).toMatchObject({ method: 'notifications/progress', params: { progressToken: 'p1', message: 'half' } });
     expect(events[1]).toMatchObject({ id: 2, result: { structuredContent: { ok: true } } });
@@ -206,10 +212,7 @@ describe('a large result (its text block written from pieces)', () => {
   it('is the last event of an SSE stream when a notification went first', async () => {
     const r = await post(call(21, { large: true, progress: true }, { progressToken: 'p2' }));
     expect(r.type).toBe('text/event-stream');
-    const events = r.text
-      .split('\n\n')
-      .filter((e) => e.startsWith('event: message'))
-      .map((e) => JSON.parse(e.split('\ndata: ')[1]!));
+    const events = sseMessages(r.text);
     expect(events).toHaveLength(2);
     expect(events[1]).toEqual({ jsonrpc: '2.0', id: 21, result: expected });
   });
