@@ -161,6 +161,36 @@ function queryToken(app: App, req: IncomingMessage, verify: Verifiers): { princi
  * only narrow what the token grants. Answers 401 with WWW-Authenticate naming the protected
  * resource metadata (RFC 9728), or 400 for a bad narrowing header; returns the AuthInfo otherwise.
  */
+/** How long, and how many bytes of, an unwanted request body are discarded before the connection is cut. */
+const DISCARD_MS = 500;
+const DISCARD_BYTES = 2 * MCP_MAX_BODY_BYTES;
+
+/**
+ * After an early answer to a request whose body is not wanted: the body is read and dropped (never
+ * kept), then the connection closes. Closing at once would make the kernel reset it while the client
+ * is still sending, and a client then reports the reset (EPIPE) instead of the answer. A body that
+ * trickles or never ends is cut after DISCARD_MS or DISCARD_BYTES, so it holds nothing for long.
+ */
+function discardThenClose(req: IncomingMessage): void {
+  const socket = req.socket;
+  // After a `Connection: close` answer node ends and then destroys the socket; only the end (our FIN)
+  // happens now, and the destroy waits for the body's end or the bounds below.
+  socket.destroySoon = () => socket.end();
+  let seen = 0;
+  const cut = (): void => {
+    clearTimeout(timer);
+    socket.destroy();
+  };
+  const timer = setTimeout(cut, DISCARD_MS);
+  timer.unref();
+  req.on('data', (chunk: Buffer) => {
+    seen += chunk.length;
+    if (seen > DISCARD_BYTES) cut();
+  });
+  req.once('end', cut);
+  req.once('error', () => clearTimeout(timer));
+}
+
 export function authenticate(app: App, oauth: OAuthStore | undefined, req: IncomingMessage, res: ServerResponse, tokens?: TokenVerifyCache): Record<string, unknown> | null {
   const verify = verifiers(app, oauth, tokens);
   const header = req.headers.authorization ?? '';
@@ -194,12 +224,13 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
   if (!principal) {
     const meta = `resource_metadata="${resourceMetadataUrl(issuer)}"`;
     const challenge = m || why !== 'unknown or revoked token' ? `Bearer realm="atelier", error="invalid_token", error_description="${why}", ${meta}` : `Bearer realm="atelier", ${meta}`;
-    // No body of an unauthenticated request is read: answer and close, so a trickled body holds nothing.
+    // No body of an unauthenticated request is kept: answer at once, then discard and close (below).
     res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': challenge, connection: 'close' });
     const message = m
       ? `the bearer token is not accepted (${why}); create one with \`atelier token create\`, or connect again through OAuth`
       : 'an owner bearer token is required: send "Authorization: Bearer <token>" (create one with `atelier token create`), or connect through OAuth (see docs/access.md)';
     res.end(JSON.stringify(errorEnvelope(new ServiceError('UNAUTHENTICATED', message)).body));
+    discardThenClose(req);
     return null;
   }
   try {
