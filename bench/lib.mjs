@@ -14,7 +14,9 @@ export const count = (full, smoke) => (SMOKE ? smoke : full);
 
 export async function startAtelier(args = [], givenDataDir) {
   const dataDir = givenDataDir ?? mkdtempSync(join(tmpdir(), 'atelier-bench-'));
-  const proc = spawn(process.execPath, [join(ROOT, 'bin/atelier'), 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  // BENCH_SERVICE_NODE_ARGS: node flags for the service process (say --cpu-prof --cpu-prof-dir=/tmp/p), for profiling.
+  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const proc = spawn(process.execPath, [...nodeArgs, join(ROOT, 'bin/atelier'), 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   await new Promise((resolve, reject) => {
     proc.stdout.on('data', (d) => {
