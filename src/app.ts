@@ -151,7 +151,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const log = opts.logger ?? createLogger(config.logLevel);
   const cursors = new CursorCodec(master);
   const secrets = new SecretBox(master);
-  const audit = new AuditLog(db);
+  const audit = new AuditLog(db, (err, lost) => log.error({ err, lost }, 'audit write failed'));
   const principals = new PrincipalState(db);
   const environments = new EnvironmentService(db, secrets);
   const repos = new RepositoryPolicy(config.configPath);
@@ -277,6 +277,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     firstRun,
     close() {
       try {
+        audit.flush();
         db.pragma('wal_checkpoint(TRUNCATE)');
       } finally {
         db.close();

@@ -131,11 +131,14 @@ export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyTool
   };
 }
 
-/** Step: the audit record of a call (state-changing calls, and refusals that matter). */
+/**
+ * Step: the audit record of a call (state-changing calls, and refusals that matter), written as
+ * soon as the answer has gone out (AuditLog.recordAfterReply).
+ */
 export function auditCall(host: Pick<RegistryHost, 'audit' | 'log'>, cc: CallContext, tool: string, args: Record<string, unknown>, outcome: 'ok' | 'refused' | 'failed', reason?: string): void {
   const targetField = TARGET_FIELDS.find((f) => typeof args[f] === 'string');
   try {
-    host.audit.record({
+    host.audit.recordAfterReply({
       actor: cc.actor,
       principal: cc.principal,
       action: tool,

@@ -25,18 +25,63 @@ export interface AuditRow extends AuditEntry {
 }
 
 export class AuditLog {
-  constructor(private readonly db: DB) {}
+  /** Entries of finished calls not written yet (see recordAfterReply), with their time. */
+  private pending: Array<{ id: string; at: string; entry: AuditEntry }> = [];
+  private flushing: NodeJS.Immediate | undefined;
+
+  /** onError: a deferred write failed (the database is gone or full); the entries are reported there. */
+  constructor(
+    private readonly db: DB,
+    private readonly onError: (err: unknown, lost: AuditEntry[]) => void = () => undefined,
+  ) {}
 
   record(auditEntry: AuditEntry): string {
+    this.flush();
     const id = newId('audit');
+    this.insert(id, nowIso(), auditEntry);
+    return id;
+  }
+
+  /**
+   * The entry of a tool call that has finished, written right after its answer has gone out: a
+   * SQLite commit (about 0.2 ms here) is then off the caller's wait (issue #21 item 3), not
+   * postponed. It is stamped now; it is written at the end of this turn of the event loop (a
+   * setImmediate runs after the answer's socket write), all entries of one turn in one transaction,
+   * and at once before anything reads the log (list), writes another entry (record) or the
+   * database closes (flush). A crash between the answer and that write loses it, exactly as a crash
+   * between the call's effect and a synchronous write would.
+   */
+  recordAfterReply(auditEntry: AuditEntry): string {
+    const id = newId('audit');
+    this.pending.push({ id, at: nowIso(), entry: auditEntry });
+    this.flushing ??= setImmediate(() => this.flush());
+    return id;
+  }
+
+  /** Writes the entries recordAfterReply holds; never throws (a failure goes to onError with the entries). */
+  flush(): void {
+    if (this.flushing) clearImmediate(this.flushing);
+    this.flushing = undefined;
+    if (this.pending.length === 0) return;
+    const batch = this.pending;
+    this.pending = [];
+    try {
+      if (batch.length === 1) this.insert(batch[0]!.id, batch[0]!.at, batch[0]!.entry);
+      else this.db.transaction(() => batch.forEach((b) => this.insert(b.id, b.at, b.entry)))();
+    } catch (err) {
+      this.onError(err, batch.map((b) => b.entry));
+    }
+  }
+
+  private insert(id: string, at: string, auditEntry: AuditEntry): void {
     this.db
       .prepare('INSERT INTO audit_log (id, at, actor, principal, action, target, outcome, reason, details_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
-      .run(id, nowIso(), auditEntry.actor, auditEntry.principal ?? null, auditEntry.action, auditEntry.target ?? null, auditEntry.outcome, auditEntry.reason ?? null, auditEntry.details ? JSON.stringify(auditEntry.details) : null);
-    return id;
+      .run(id, at, auditEntry.actor, auditEntry.principal ?? null, auditEntry.action, auditEntry.target ?? null, auditEntry.outcome, auditEntry.reason ?? null, auditEntry.details ? JSON.stringify(auditEntry.details) : null);
   }
 
   /** Newest first; `beforeSeq` pages backwards. */
   list(opts: { limit: number; beforeSeq?: number; actor?: string; action?: string; outcome?: string; target?: string; reasonPrefix?: string; since?: string; until?: string }): AuditRow[] {
+    this.flush();
     const where: string[] = [];
     const params: unknown[] = [];
     if (opts.beforeSeq !== undefined) (where.push('seq < ?'), params.push(opts.beforeSeq));
