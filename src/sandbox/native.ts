@@ -129,6 +129,25 @@ static char **list(void) {
   for (long i = 0; i < count; i++) if (!(v[i] = field())) return 0;
   return v;
 }
+/* Whether buf holds a whole request: the fields before argv, argc of them, envc, envc of them.
+   The starter goes on as soon as it does, without waiting for the end of the descriptor (the
+   writer's shutdown comes a turn of its event loop later). */
+static int complete(void) {
+  size_t at = 0; long nuls = 0, need = 4; int counts = 0;
+  while (nuls < need) {
+    char *end = memchr(buf + at, 0, len - at);
+    if (!end) return 0;
+    nuls++;
+    if (nuls == need && counts < 2) { /* a count: argc (then argv and envc follow), then envc */
+      long n = strtol(buf + at, 0, 10);
+      if (n < 0 || n > 1000000) return 1; /* malformed: the parser refuses it */
+      need += n + (counts == 0 ? 1 : 0);
+      counts++;
+    }
+    at = (size_t)(end - buf) + 1;
+  }
+  return 1;
+}
 static int serve(void) {
   size_t cap = 65536; buf = malloc(cap); if (!buf) return 125;
   for (;;) {
@@ -137,17 +156,19 @@ static int serve(void) {
     if (r < 0) { if (errno == EINTR) continue; return 125; }
     if (r == 0) break;
     len += (size_t)r;
+    if (complete()) break;
   }
   close(3);
-  /* request: stdin-flag cwd argc argv... envc env... (each NUL-terminated) */
-  char *flag = field(), *cwd = field(); char **argv = list(), **envp = list();
-  if (!flag || !cwd || !argv || !argv[0] || !envp) return 125; /* discarded without a request */
+  /* request: stdin-flag cwd file argc argv... envc env... (each NUL-terminated); an empty file
+     means argv[0], looked up in PATH */
+  char *flag = field(), *cwd = field(), *file = field(); char **argv = list(), **envp = list();
+  if (!flag || !cwd || !file || !argv || !argv[0] || !envp) return 125; /* discarded without a request */
   int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd >= 0) { if (write(fd, "0", 1) < 0) {} close(fd); }
   if (flag[0] != '1') { int n = open("/dev/null", O_RDONLY); if (n >= 0 && n != 0) { dup2(n, 0); close(n); } }
   if (chdir(cwd) != 0) { fprintf(stderr, "atelier-exec: cannot enter %s: %s\\n", cwd, strerror(errno)); return 126; }
   environ = envp;
-  execvp(argv[0], argv);
+  if (file[0]) execv(file, argv); else execvp(argv[0], argv);
   int e = errno;
   fprintf(stderr, "atelier-exec: %s: %s\\n", argv[0], strerror(e));
   return e == ENOENT ? 127 : 126;

@@ -5,7 +5,7 @@
  * bad counts, and a reaper killed under a running command.
  */
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -86,6 +86,40 @@ describe('spare exec starters in rounds', () => {
     expect(rc).toMatchObject({ exitCode: 0, stdout: 'fed in' });
     expect(rd).toMatchObject({ exitCode: 127 });
     expect(isAlive(a!.pid) || isAlive(b!.pid) || isAlive(c!.pid) || isAlive(d!.pid)).toBe(false);
+  });
+
+  it('runs a command line under bash-static where installed, reading as /bin/bash; argv as given', async () => {
+    const [a, b, c] = await round(3);
+    const probe = 'echo "$0|$BASH|$BASH_VERSION|$(readlink /proc/$$/exe)"; shopt | md5sum; set -o | md5sum';
+    const [ra, rb, rc] = await Promise.all([
+      run(a!, { command: probe }),
+      run(b!, { argv: ['/bin/bash', '-c', probe] }),
+      run(c!, { argv: ['sh', '-c', 'echo "$0"'] }),
+    ]);
+    const [lineA, ...modesA] = ra.stdout.trim().split('\n');
+    const [lineB, ...modesB] = rb.stdout.trim().split('\n');
+    const [zeroA, bashA, versionA, exeA] = lineA!.split('|');
+    const [zeroB, bashB, versionB, exeB] = lineB!.split('|');
+    // The same shell as an explicit /bin/bash: name, $BASH, version, options (shopt, set -o).
+    expect([zeroA, bashA, versionA]).toEqual([zeroB, bashB, versionB]);
+    expect(zeroA).toBe('/bin/bash');
+    expect(modesA).toEqual(modesB);
+    expect(exeB).toBe('/usr/bin/bash');
+    // bash-static is part of setup (scripts/setup.sh); without it the command runs /bin/bash itself.
+    expect(exeA).toBe(existsSync('/bin/bash-static') ? '/usr/bin/bash-static' : '/usr/bin/bash');
+    expect(rc).toMatchObject({ exitCode: 0, stdout: 'sh\n' });
+  });
+
+  it('reads a request larger than one read (argv and environment of hundreds of KiB) whole', async () => {
+    const [a, b] = await round(2);
+    const big = 'v'.repeat(100_000); // one string may not pass 128 KiB (the kernel's MAX_ARG_STRLEN)
+    const many = Array.from({ length: 2000 }, (_, i) => `arg${i}`);
+    const [ra, rb] = await Promise.all([
+      run(a!, { command: 'echo $((${#BIG} + ${#BIG2} + ${#BIG3})) $EMPTY_OK', env: { BIG: big, BIG2: big, BIG3: big, EMPTY_OK: '' } }),
+      run(b!, { argv: ['/bin/sh', '-c', 'echo $# "$1" "${2000}"', 'sh', ...many] }),
+    ]);
+    expect(ra).toMatchObject({ exitCode: 0, stdout: '300000\n' });
+    expect(rb).toMatchObject({ exitCode: 0, stdout: '2000 arg0 arg1999\n' });
   });
 
   it('times out a command in a spare and kills its tree', async () => {
