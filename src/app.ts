@@ -161,6 +161,8 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     uid: config.sandboxUid,
     gid: config.sandboxUid,
     bwrapPath: config.sandboxBwrapPath,
+    favorDynmods: config.sandboxFavorDynmods === 'on',
+    onNote: (message) => log.info(message),
   });
   const approvals = new ApprovalService({ db, audit });
   const locks = new WorkspaceLocks();

@@ -67,6 +67,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'sandboxCpus', flag: '--sandbox-cpus', env: 'ATELIER_SANDBOX_CPUS', kind: 'string', def: '', rule: 'a cpuset list such as 0 or 0-1 or 0,2', check: ((v: string) => v === '' || /^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(v)) as never, help: 'CPUs a workspace may use (cpuset; empty = all)' }),
   S({ key: 'sandboxDiskMb', flag: '--sandbox-disk-mb', env: 'ATELIER_SANDBOX_DISK_MB', kind: 'int', def: 10240, rule: 'an integer from 0 to 16777216 (0 = no separate filesystem, no disk limit)', check: ((v: number) => v === 0 || (v >= 64 && v <= 16777216)) as never, help: 'Disk limit of one workspace (its own filesystem), MiB' }),
   S({ key: 'agentPoolSize', flag: '--agent-pool-size', env: 'ATELIER_AGENT_POOL_SIZE', kind: 'int', def: 1, rule: 'an integer from 0 to 8 (0 = no pool: every agent runtime starts on demand)', check: ((v: number) => v >= 0 && v <= 8) as never, help: 'Agent runtimes kept pre-started and idle (sandboxed, holding no lease or secret) while an agent profile is active; see docs/agents.md' }),
+  S({ key: 'sandboxFavorDynmods', flag: '--sandbox-favor-dynmods', env: 'ATELIER_SANDBOX_FAVOR_DYNMODS', kind: 'string', def: 'on', rule: 'on or off', check: ((v: string) => v === 'on' || v === 'off') as never, help: "Set the kernel's cgroup favordynmods flag at the first sandbox (fast moves of commands into their cgroups; host-wide, see docs/sandbox.md)" }),
   S({ key: 'sandboxBwrapPath', flag: '--sandbox-bwrap-path', env: 'ATELIER_SANDBOX_BWRAP_PATH', kind: 'string', def: '/usr/bin/bwrap', rule: 'an absolute path', check: ((v: string) => v.startsWith('/')) as never, help: 'The bubblewrap binary' }),
   S({ key: 'outputMaxMb', flag: '--output-max-mb', env: 'ATELIER_OUTPUT_MAX_MB', kind: 'int', def: 16, rule: 'an integer from 1 to 4096', check: ((v: number) => v >= 1 && v <= 4096) as never, help: 'Output kept on disk per operation or task, MiB' }),
   S({ key: 'skillSuggestUrl', flag: '--skill-suggest-url', env: 'ATELIER_SKILL_SUGGEST_URL', kind: 'string', def: '', rule: 'an https URL (http only on loopback)', check: ((v: string) => v === '' || /^https:\/\/\S+$/.test(v) || /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(\/\S*)?$/.test(v)) as never, help: 'skill_suggest endpoint: the redacted prompt and the roster are POSTed there (needs --skill-suggest-key-file)' }),
@@ -110,6 +111,7 @@ export interface Config {
   sandboxMemoryMb: number;
   sandboxPidsMax: number;
   sandboxCpuPercent: number;
+  sandboxFavorDynmods: 'on' | 'off';
   sandboxCpus: string;
   sandboxDiskMb: number;
   sandboxBwrapPath: string;

@@ -42,13 +42,13 @@
  */
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, lstatSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { chown, link as fsLink, mkdir, open, readFile, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { ServiceError } from '../core/errors.js';
-import { CgroupManager, type SandboxCgroup } from './cgroups.js';
+import { CgroupManager, favorDynamicCgroupModifications, type SandboxCgroup } from './cgroups.js';
 import { DaemonClient } from './client.js';
 import { HeadTailCapture } from './daemon/output.js';
 import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type ParamsOf, type ReplyOf } from './daemon/protocol.js';
@@ -96,6 +96,13 @@ export interface BwrapExecutorOptions {
    * sandboxes whose runner never comes back (default 900000 ms = 15 min; 0 = never).
    */
   orphanGraceMs?: number;
+  /**
+   * Set the kernel's favordynmods cgroup flag once, when cgroups are first used (see
+   * favorDynamicCgroupModifications in cgroups.ts; the runner's sandboxFavorDynmods setting).
+   */
+  favorDynmods?: boolean;
+  /** Told once what became of favorDynmods (for the runner's log). */
+  onNote?: (message: string) => void;
 }
 
 /** Inside every sandbox. */
@@ -241,6 +248,8 @@ export class BwrapExecutor implements Executor {
   private readonly orphanGraceMs: number;
   private readonly allowNoCgroups: boolean;
   private readonly cgroupParent: string | undefined;
+  private readonly favorDynmods: boolean;
+  private readonly onNote: ((message: string) => void) | undefined;
   private cgroupManager: CgroupManager | null | undefined;
   private native: Promise<NativeArtifacts> | undefined;
   private daemonFiles: string[] | undefined;
@@ -267,6 +276,8 @@ export class BwrapExecutor implements Executor {
     this.orphanGraceMs = opts.orphanGraceMs ?? 900_000;
     this.allowNoCgroups = opts.allowNoCgroups ?? false;
     this.cgroupParent = opts.cgroupParent;
+    this.favorDynmods = opts.favorDynmods ?? false;
+    this.onNote = opts.onNote;
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
@@ -970,6 +981,10 @@ export class BwrapExecutor implements Executor {
     if (this.cgroupManager === undefined) {
       try {
         this.cgroupManager = CgroupManager.discover(this.cgroupParent);
+        if (this.favorDynmods) {
+          mkdirSync(this.runDir, { recursive: true, mode: 0o700 });
+          this.onNote?.(`cgroup favordynmods (fast task moves between cgroups): ${favorDynamicCgroupModifications(this.runDir)}`);
+        }
       } catch (err) {
         if (!this.allowNoCgroups) throw cgroupError(err);
         this.cgroupManager = null;
