@@ -5,6 +5,7 @@
 // 20 ms; at concurrency 8, p50 no worse than 1.2x bare bwrap's. Each goal is printed beside its
 // same-run baseline with met / not met; on a loaded machine judge the ratios.
 import { execFile } from 'node:child_process';
+import { Agent as httpAgent, request as httpRequest } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -41,6 +42,27 @@ const status = await measure(async () => {
   const r = await client.callTool({ name: 'workspace_status', arguments: { workspaceId: ws } });
   if (r.isError) throw new Error(r.content[0].text);
 }, { total: N, concurrency: 1, warmup: count(10, 1) });
+// The same call with no client library (a kept-alive node:http connection, the JSON-RPC request
+// written by hand, the answer read whole and parsed): what the service and the loopback cost, apart
+// from the official client's own share (printed beside the goals, which stay on the official client).
+const agent = new httpAgent({ keepAlive: true, maxSockets: 1 });
+const wireCall = (name, args) =>
+  new Promise((resolve, reject) => {
+    const req = httpRequest(svc.mcpUrl, { method: 'POST', agent, headers: { authorization: `Bearer ${svc.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' } }, (res) => {
+      const chunks = [];
+      res.on('data', (d) => chunks.push(d));
+      res.on('end', () => {
+        const m = JSON.parse(Buffer.concat(chunks).toString());
+        if (res.statusCode !== 200 || m.result?.isError) return reject(new Error(`wire ${name}: ${res.statusCode} ${JSON.stringify(m).slice(0, 200)}`));
+        resolve(m.result);
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name, arguments: args } }));
+  });
+const wireExec = await measure(() => wireCall('exec_run', { workspaceId: ws, command: 'true' }), { total: N, concurrency: 1, warmup: count(10, 1) });
+agent.destroy();
 const by = {};
 for (const concurrency of [1, 8]) {
   const b = await measure(bare, { total: N, concurrency, warmup: count(10, 1) });
@@ -56,6 +78,7 @@ console.log('breakdown at concurrency 1:');
 console.log(`  bare MCP ping            p50 ${f(ping.p50)}  p99 ${f(ping.p99)}`);
 console.log(`  MCP workspace_status     p50 ${f(status.p50)}  p99 ${f(status.p99)}  (a tools/call without a command)`);
 console.log(`  exec_run true beyond it  p50 ${f(by[1].t.p50 - status.p50)}  (the daemon request, the command, the exec's own service work)`);
+console.log(`  exec_run true on the wire, no client library (node:http)  p50 ${f(wireExec.p50)}  p99 ${f(wireExec.p99)}  (the official client's own share: ${f(by[1].t.p50 - wireExec.p50)})`);
 const { b: b1, t: t1 } = by[1];
 const { b: b8, t: t8 } = by[8];
 console.log('goals (issue #21 item 3), each beside its same-run baseline:');
