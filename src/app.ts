@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import type { Config } from './core/config.js';
 import { ConfigError } from './core/config.js';
 import { openDatabase, type DB } from './store/db.js';
+import { WalCheckpointer } from './store/checkpointer.js';
 import { createLogger, type Logger } from './core/log.js';
 import { CursorCodec } from './core/cursor.js';
 import { SecretBox } from './core/crypto.js';
@@ -142,7 +143,11 @@ export function prepareDataDir(dataDir: string): void {
   }
 }
 
-export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabledReason?: string } = {}): App {
+/**
+ * backgroundCheckpoints: WAL checkpoints in a worker thread rather than inside a commit on the
+ * event loop (src/store/checkpointer.ts); the serving process asks for it, one-shot CLI commands not.
+ */
+export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabledReason?: string; backgroundCheckpoints?: boolean } = {}): App {
   prepareDataDir(config.dataDir);
   const dbFile = join(config.dataDir, 'atelier.db');
   const firstRun = !existsSync(dbFile);
@@ -152,6 +157,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const cursors = new CursorCodec(master);
   const secrets = new SecretBox(master);
   const audit = new AuditLog(db, (err, lost) => log.error({ err, lost }, 'audit write failed'));
+  const checkpointer = opts.backgroundCheckpoints ? new WalCheckpointer(db, dbFile, { onError: (message) => log.warn(message) }) : undefined;
   const principals = new PrincipalState(db);
   const environments = new EnvironmentService(db, secrets);
   const repos = new RepositoryPolicy(config.configPath);
@@ -280,6 +286,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     close() {
       try {
         audit.flush();
+        checkpointer?.stop();
         db.pragma('wal_checkpoint(TRUNCATE)');
       } finally {
         db.close();

@@ -124,7 +124,7 @@ async function serve(argv: string[]): Promise<void> {
         'Fix the above (see `atelier doctor`), or, for development only, start with --unsafe-dev-no-sandbox (workspaces are then refused).',
     );
   }
-  const app = createApp(config, { sandboxDisabledReason: problems.length > 0 ? problems.map((p) => p.what).join(', ') + ' unavailable' : undefined });
+  const app = createApp(config, { sandboxDisabledReason: problems.length > 0 ? problems.map((p) => p.what).join(', ') + ' unavailable' : undefined, backgroundCheckpoints: true });
   // Signal handlers go in before anything listens, so a stop request is never lost.
   let server: Awaited<ReturnType<typeof startServer>> | undefined;
   let stopping = false;
