@@ -9,11 +9,16 @@
  * then copied once more into a Buffer.
  *
  * Here the small rest of the result is serialized as usual, and each large string field is escaped
- * straight to its final form on the wire (both escapings in one step, with native string search and
- * replace, no per-character JavaScript) and never concatenated into one big string: the pieces are
- * written to the socket as they are. The text a client receives is exactly the same JSON
- * (test/unit/mcp-wire-text.test.ts compares it with the plain serialization).
+ * straight to its final form on the wire (both escapings in one step) and never concatenated into
+ * one big string: the pieces are written to the socket as they are. The escaping is done by a tiny
+ * native addon (src/mcp/wire-native.ts: one C pass to count, one to fill a Buffer) when it is
+ * loaded, else in JavaScript with V8's native search and replace (no per-character JavaScript). The
+ * text a client receives is exactly the same JSON either way (test/unit/mcp-wire-text.test.ts and
+ * test/unit/mcp-wire-native.test.ts compare it with the plain serialization).
  */
+import { isAscii } from 'node:buffer';
+import { rawText, type RawText } from '../core/raw-text.js';
+import { wireNative } from './wire-native.js';
 
 /** A top-level string field at least this long is escaped on its own, straight to the wire form. */
 export const LARGE_FIELD_CHARS = 16 * 1024;
@@ -51,6 +56,15 @@ export function escapeTwice(s: string): string {
   return escapedTwice(s).text;
 }
 
+/** escapeTwice as UTF-8 bytes: by the addon when it is loaded, else in JavaScript. */
+export function escapeTwiceBytes(s: string): Buffer {
+  const native = wireNative();
+  if (native) return native.escapeTwice(s);
+  const field = escapedTwice(s);
+  // Writing a string to a socket costs more than making the Buffer first (measured); ASCII is a plain copy.
+  return Buffer.from(field.text, field.ascii ? 'latin1' : 'utf8');
+}
+
 /** escapeTwice, and whether the result is ASCII (then its Latin-1 bytes are its UTF-8 bytes, and copied rather than encoded). */
 function escapedTwice(s: string): { text: string; ascii: boolean } {
   // Buffer.byteLength equals the length only for ASCII; cheap on one-byte strings (V8's Latin-1 form).
@@ -79,28 +93,48 @@ function isBase64Content(structured: Record<string, unknown>, key: string, value
  * The wire form of a result whose large string fields (top level, each at least LARGE_FIELD_CHARS)
  * add up to at least minChars; undefined otherwise (the caller serializes it the plain way). Fields
  * that short can only make a JSON text of at least minChars, so the decision matches the plain rule.
+ *
+ * With the addon loaded, a field that is still the bytes it came as (core/raw-text.ts: files_read's
+ * content, when nothing read it as a string) is escaped from those bytes and never made a string:
+ * ASCII text (its length in characters is its length in bytes) and base64 (made from the bytes).
+ * Anything else is read as a string, as before.
  */
 export function wireText(structured: Record<string, unknown>, minChars: number): WireText | undefined {
-  const large: string[] = [];
+  const native = wireNative();
+  const large: Array<{ key: string; raw?: RawText }> = [];
   let total = 0;
-  for (const [k, v] of Object.entries(structured)) {
+  for (const key of Object.keys(structured)) {
+    const raw = native ? rawText(structured, key) : undefined;
+    const chars = !raw ? -1 : raw.encoding === 'base64' ? Math.ceil(raw.bytes.length / 3) * 4 : isAscii(raw.bytes) ? raw.bytes.length : -1;
+    if (raw && chars >= 0) {
+      if (chars >= LARGE_FIELD_CHARS) {
+        large.push({ key, raw });
+        total += chars;
+      }
+      continue;
+    }
+    const v = structured[key];
     if (typeof v === 'string' && v.length >= LARGE_FIELD_CHARS) {
-      large.push(k);
+      large.push({ key });
       total += v.length;
     }
   }
   if (total < minChars) return undefined;
-  const small: Record<string, unknown> = { ...structured };
-  for (const k of large) small[k] = PLACEHOLDER;
+  const isLarge = new Set(large.map((l) => l.key));
+  const small: Record<string, unknown> = {};
+  for (const key of Object.keys(structured)) small[key] = isLarge.has(key) ? PLACEHOLDER : structured[key];
   // The rest of the result, escaped twice by the serializer (it is small); the placeholders split it.
   const frame = JSON.stringify(JSON.stringify(small)).slice(1, -1).split(ESCAPED_PLACEHOLDER);
   if (frame.length !== large.length + 1) return undefined; // cannot happen (see PLACEHOLDER); the plain way then
   const pieces: Buffer[] = [Buffer.from(frame[0]!, 'utf8')];
-  large.forEach((k, i) => {
-    const value = structured[k] as string;
-    const field = isBase64Content(structured, k, value) ? { text: value, ascii: true } : escapedTwice(value);
-    // Writing a string to a socket costs more than making the Buffer first (measured); ASCII is a plain copy.
-    pieces.push(Buffer.from(field.text, field.ascii ? 'latin1' : 'utf8'), Buffer.from(frame[i + 1]!, 'utf8'));
+  large.forEach(({ key, raw }, i) => {
+    let field: Buffer | null = null;
+    if (raw && native) field = raw.encoding === 'base64' ? native.base64(raw.bytes) : native.escapeTwiceAscii(raw.bytes);
+    if (!field) {
+      const value = structured[key] as string;
+      field = isBase64Content(structured, key, value) ? Buffer.from(value, 'latin1') : escapeTwiceBytes(value);
+    }
+    pieces.push(field, Buffer.from(frame[i + 1]!, 'utf8'));
   });
   return { pieces, text: () => JSON.stringify(structured) };
 }

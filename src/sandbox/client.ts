@@ -7,9 +7,9 @@
  */
 import { connect, type Socket } from 'node:net';
 import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
+import { defineRawText } from '../core/raw-text.js';
 import {
   FrameReader,
-  decodeBody,
   encodeMessage,
   type DaemonErrorBody,
   type DaemonMessage,
@@ -193,8 +193,9 @@ export class DaemonClient {
     if ('event' in msg) pending.onEvent?.(msg.event, msg.data);
     else if ('error' in msg) pending.reject(toServiceError(msg.error));
     else {
-      // A raw body (fs.read's content) is decoded once, here, into the field it belongs to.
-      if (body && msg.body && msg.result && typeof msg.result === 'object') (msg.result as Record<string, unknown>)[msg.body.field] = decodeBody(body, msg.body.encoding);
+      // A raw body (fs.read's content) becomes the field it belongs to, decoded once when first read
+      // (core/raw-text.ts: the wire escapes it from the bytes).
+      if (body && msg.body && msg.result && typeof msg.result === 'object') defineRawText(msg.result as Record<string, unknown>, msg.body.field, body, msg.body.encoding);
       pending.resolve(msg.result);
     }
   }
