@@ -210,58 +210,75 @@ static napi_value escape_twice(napi_env env, napi_callback_info info) {
   return result;
 }
 
-/* The bytes of a Buffer (or any typed array) argument. */
-static int bytes_arg(napi_env env, napi_callback_info info, const unsigned char **s, size_t *len) {
-  size_t argc = 1;
-  napi_value arg;
+/* The bytes of a Buffer argument at argv[i]. */
+static int buffer_at(napi_env env, napi_value v, unsigned char **s, size_t *len) {
   bool ok = false;
   void *data = NULL;
-  if (napi_get_cb_info(env, info, &argc, &arg, NULL, NULL) != napi_ok) return 0;
-  if (argc < 1 || napi_is_buffer(env, arg, &ok) != napi_ok || !ok || napi_get_buffer_info(env, arg, &data, len) != napi_ok) {
+  if (napi_is_buffer(env, v, &ok) != napi_ok || !ok || napi_get_buffer_info(env, v, &data, len) != napi_ok) {
     napi_throw_type_error(env, NULL, "a Buffer is required");
     return 0;
   }
-  *s = data ? data : (const unsigned char *)"";
+  *s = data ? data : (unsigned char *)"";
   return 1;
 }
 
-/* escapeTwiceAscii(bytes: Buffer): Buffer | null: the twice-escaped form of ASCII text given as bytes; null when a byte is not ASCII. */
-static napi_value escape_twice_ascii(napi_env env, napi_callback_info info) {
-  const unsigned char *s;
-  size_t len, n, i = 0;
-  napi_value result;
-  void *data = NULL;
-  if (!bytes_arg(env, info, &s, &len)) return NULL;
+static int has_high_bit(const unsigned char *s, size_t len) {
+  size_t i = 0;
+  int high = 0;
 #ifdef __SSE2__
   __m128i any = _mm_setzero_si128();
   for (; i + 16 <= len; i += 16) any = _mm_or_si128(any, _mm_loadu_si128((const __m128i *)(s + i)));
-  int high = _mm_movemask_epi8(any);
-#else
-  int high = 0;
+  high = _mm_movemask_epi8(any);
 #endif
   for (; i < len; i++) high |= s[i] & 0x80;
-  if (high) { napi_get_null(env, &result); return result; }
+  return high != 0;
+}
+
+/* escapeTwiceAsciiInto(bytes: Buffer, target: Buffer): number. The twice-escaped form of the ASCII
+   text given as bytes: its length n; written to target[0, n) when target is long enough (else not
+   written); -1 when a byte is not ASCII. */
+static napi_value escape_twice_ascii_into(napi_env env, napi_callback_info info) {
+  size_t argc = 2, len, cap, n;
+  napi_value argv[2], result;
+  unsigned char *s, *t;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
+  if (argc < 2) { napi_throw_type_error(env, NULL, "escapeTwiceAsciiInto: bytes and target are required"); return NULL; }
+  if (!buffer_at(env, argv[0], &s, &len) || !buffer_at(env, argv[1], &t, &cap)) return NULL;
+  if (has_high_bit(s, len)) { napi_create_int64(env, -1, &result); return result; }
   n = count_ascii(s, len);
-  if (napi_create_buffer(env, n, &data, &result) != napi_ok) return NULL;
-  fill_ascii(s, len, data, (char *)data + n);
+  if (n <= cap) fill_ascii(s, len, (char *)t, (char *)t + n);
+  napi_create_int64(env, (int64_t)n, &result);
   return result;
 }
 
-/* base64(bytes: Buffer): Buffer: the base64 text of the bytes (as Buffer.toString('base64'), padded), as bytes. */
+/* base64Into(bytes: Buffer, target: Buffer): number. The base64 text of the bytes (as
+   Buffer.toString('base64'), padded): its length n, written to target[0, n) when it is long enough. */
 static uint16_t b64pair[4096];
 static void init_base64(void) {
   static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   for (int i = 0; i < 4096; i++) { unsigned char p[2] = { (unsigned char)a[i >> 6], (unsigned char)a[i & 63] }; memcpy(&b64pair[i], p, 2); }
 }
-static napi_value base64(napi_env env, napi_callback_info info) {
+static napi_value base64_into(napi_env env, napi_callback_info info) {
   static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  const unsigned char *s;
-  size_t len, i = 0;
-  napi_value result;
-  void *data = NULL;
-  if (!bytes_arg(env, info, &s, &len)) return NULL;
-  if (napi_create_buffer(env, (len + 2) / 3 * 4, &data, &result) != napi_ok) return NULL;
-  char *o = data;
+  size_t argc = 2, len, cap, n, i = 0;
+  napi_value argv[2], result;
+  unsigned char *s, *t;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
+  if (argc < 2) { napi_throw_type_error(env, NULL, "base64Into: bytes and target are required"); return NULL; }
+  if (!buffer_at(env, argv[0], &s, &len) || !buffer_at(env, argv[1], &t, &cap)) return NULL;
+  n = (len + 2) / 3 * 4;
+  napi_create_int64(env, (int64_t)n, &result);
+  if (n > cap) return result;
+  char *o = (char *)t;
+  /* 6 bytes to 8 characters at a time (reading 8), then 3 to 4 */
+  for (; i + 8 <= len; i += 6, o += 8) {
+    uint64_t w, out;
+    memcpy(&w, s + i, 8);
+    w = __builtin_bswap64(w);
+    uint32_t hi = (uint32_t)(w >> 40), lo = (uint32_t)(w >> 16) & 0xffffff;
+    out = (uint64_t)b64pair[hi >> 12] | ((uint64_t)b64pair[hi & 4095] << 16) | ((uint64_t)b64pair[lo >> 12] << 32) | ((uint64_t)b64pair[lo & 4095] << 48);
+    memcpy(o, &out, 8);
+  }
   for (; i + 3 <= len; i += 3, o += 4) {
     uint32_t v = ((uint32_t)s[i] << 16) | ((uint32_t)s[i + 1] << 8) | s[i + 2];
     memcpy(o, &b64pair[v >> 12], 2);
@@ -280,7 +297,7 @@ static int export_fn(napi_env env, napi_value exports, const char *name, napi_ca
 NAPI_MODULE_INIT() {
   init_table();
   init_base64();
-  if (!export_fn(env, exports, "escapeTwice", escape_twice) || !export_fn(env, exports, "escapeTwiceAscii", escape_twice_ascii) || !export_fn(env, exports, "base64", base64)) return NULL;
+  if (!export_fn(env, exports, "escapeTwice", escape_twice) || !export_fn(env, exports, "escapeTwiceAsciiInto", escape_twice_ascii_into) || !export_fn(env, exports, "base64Into", base64_into)) return NULL;
   return exports;
 }
 `;
@@ -293,10 +310,13 @@ const FILE = 'wire-text.node';
 export interface WireNative {
   /** JSON.stringify(JSON.stringify(s)).slice(3, -3), as UTF-8 bytes. */
   escapeTwice(s: string): Buffer;
-  /** The same for the text whose bytes are given, when they are all ASCII; null otherwise. */
-  escapeTwiceAscii(bytes: Buffer): Buffer | null;
-  /** bytes.toString('base64'), as bytes. */
-  base64(bytes: Buffer): Buffer;
+  /**
+   * The same for the ASCII text whose bytes are given: its length n, written to target[0, n) when
+   * target is that long (nothing written otherwise); -1 when a byte is not ASCII.
+   */
+  escapeTwiceAsciiInto(bytes: Buffer, target: Buffer): number;
+  /** bytes.toString('base64') as bytes: its length n, written to target[0, n) when target is that long. */
+  base64Into(bytes: Buffer, target: Buffer): number;
 }
 
 /** <install>/dist/native/<hash>: where scripts/setup.sh puts the addon. */
@@ -344,15 +364,17 @@ export function wireNative(): WireNative | null {
 export function loadWireNativeFile(file: string): WireNative | null {
   try {
     const m = createRequire(import.meta.url)(file) as Partial<WireNative>;
-    if (typeof m.escapeTwice !== 'function' || typeof m.escapeTwiceAscii !== 'function' || typeof m.base64 !== 'function') return null;
+    if (typeof m.escapeTwice !== 'function' || typeof m.escapeTwiceAsciiInto !== 'function' || typeof m.base64Into !== 'function') return null;
     // A quick self-check against the serializer before any result depends on it.
     const twice = (s: string) => Buffer.from(JSON.stringify(JSON.stringify(s)).slice(3, -3), 'utf8');
     const probe = 'a"\\\n\t\u0001\u007f é\ud800😀';
     const ascii = 'plain "ascii"\\\n\u001f'.repeat(5);
     const bytes = Buffer.from(Array.from({ length: 100 }, (_, i) => (i * 37) & 255));
     if (!m.escapeTwice(probe).equals(twice(probe)) || !m.escapeTwice(ascii).equals(twice(ascii))) return null;
-    if (!m.escapeTwiceAscii(Buffer.from(ascii, 'latin1'))?.equals(twice(ascii)) || m.escapeTwiceAscii(Buffer.from(probe)) !== null) return null;
-    if (m.base64(bytes).toString('latin1') !== bytes.toString('base64')) return null;
+    const out = Buffer.alloc(1024);
+    const n = m.escapeTwiceAsciiInto(Buffer.from(ascii, 'latin1'), out);
+    if (!out.subarray(0, n).equals(twice(ascii)) || m.escapeTwiceAsciiInto(Buffer.from(probe), out) !== -1) return null;
+    if (out.subarray(0, m.base64Into(bytes, out)).toString('latin1') !== bytes.toString('base64')) return null;
     return m as WireNative;
   } catch {
     return null;

@@ -16,8 +16,7 @@
  * text a client receives is exactly the same JSON either way (test/unit/mcp-wire-text.test.ts and
  * test/unit/mcp-wire-native.test.ts compare it with the plain serialization).
  */
-import { isAscii } from 'node:buffer';
-import { rawText, type RawText } from '../core/raw-text.js';
+import { rawText } from '../core/raw-text.js';
 import { wireNative } from './wire-native.js';
 
 /** A top-level string field at least this long is escaped on its own, straight to the wire form. */
@@ -29,6 +28,55 @@ export interface WireText {
   readonly pieces: Buffer[];
   /** The text itself (JSON.stringify of the result), for a transport that cannot send pieces. */
   text(): string;
+  /**
+   * The pieces have been written out and nothing holds them any more (say, the response's 'finish'):
+   * their memory may serve the next large result. Optional to call: unreleased memory is simply
+   * collected.
+   */
+  release(): void;
+}
+
+/**
+ * Output memory reused from one large result to the next. Each escaped field would otherwise be a
+ * new megabyte-sized Buffer, and V8 counts such external memory toward its next full collection
+ * (with a MiB read every few milliseconds, a full collection every ten reads or so).
+ * Only the written part of a block is ever sent.
+ */
+const POOL_KEEP = 4;
+const POOL_BLOCK_MAX = 16 * 1024 * 1024;
+const pool: Buffer[] = [];
+
+function lease(min: number): Buffer {
+  let best = -1;
+  for (let i = 0; i < pool.length; i++) if (pool[i]!.length >= min && (best < 0 || pool[i]!.length < pool[best]!.length)) best = i;
+  if (best >= 0) return pool.splice(best, 1)[0]!;
+  return Buffer.allocUnsafeSlow(Math.max(64 * 1024, 2 ** Math.ceil(Math.log2(Math.max(1, min)))));
+}
+
+function giveBack(block: Buffer): void {
+  if (block.length <= POOL_BLOCK_MAX && pool.length < POOL_KEEP && !pool.includes(block)) pool.push(block);
+}
+
+/** `write` fills a target and returns the length it needs (written when the target is that long; < 0: cannot). */
+function intoPooled(min: number, write: (target: Buffer) => number, blocks: Buffer[]): Buffer | undefined {
+  let block = lease(min);
+  let n = write(block);
+  if (n >= 0 && n > block.length) {
+    giveBack(block);
+    block = lease(n);
+    n = write(block);
+  }
+  if (n < 0 || n > block.length) {
+    giveBack(block);
+    return undefined;
+  }
+  blocks.push(block);
+  return block.subarray(0, n);
+}
+
+/** For tests: how many output blocks wait for reuse. */
+export function pooledBlocks(): number {
+  return pool.length;
 }
 
 // Stands for a large field while the rest is serialized. Should a small field hold this very text,
@@ -101,17 +149,26 @@ function isBase64Content(structured: Record<string, unknown>, key: string, value
  */
 export function wireText(structured: Record<string, unknown>, minChars: number): WireText | undefined {
   const native = wireNative();
-  const large: Array<{ key: string; raw?: RawText }> = [];
+  const large: Array<{ key: string; piece?: Buffer }> = [];
+  const blocks: Buffer[] = [];
+  const release = () => {
+    for (const b of blocks.splice(0)) giveBack(b);
+  };
   let total = 0;
   for (const key of Object.keys(structured)) {
     const raw = native ? rawText(structured, key) : undefined;
-    const chars = !raw ? -1 : raw.encoding === 'base64' ? Math.ceil(raw.bytes.length / 3) * 4 : isAscii(raw.bytes) ? raw.bytes.length : -1;
-    if (raw && chars >= 0) {
-      if (chars >= LARGE_FIELD_CHARS) {
-        large.push({ key, raw });
-        total += chars;
+    if (native && raw && raw.bytes.length >= LARGE_FIELD_CHARS) {
+      // From the bytes: base64 made from them; ASCII text (its length in characters is its length in
+      // bytes) escaped; text with other characters is read as a string below.
+      const piece =
+        raw.encoding === 'base64'
+          ? intoPooled(Math.ceil(raw.bytes.length / 3) * 4, (t) => native.base64Into(raw.bytes, t), blocks)
+          : intoPooled(raw.bytes.length, (t) => native.escapeTwiceAsciiInto(raw.bytes, t), blocks);
+      if (piece) {
+        large.push({ key, piece });
+        total += raw.encoding === 'base64' ? piece.length : raw.bytes.length;
+        continue;
       }
-      continue;
     }
     const v = structured[key];
     if (typeof v === 'string' && v.length >= LARGE_FIELD_CHARS) {
@@ -119,22 +176,26 @@ export function wireText(structured: Record<string, unknown>, minChars: number):
       total += v.length;
     }
   }
-  if (total < minChars) return undefined;
+  if (total < minChars) {
+    release();
+    return undefined;
+  }
   const isLarge = new Set(large.map((l) => l.key));
   const small: Record<string, unknown> = {};
   for (const key of Object.keys(structured)) small[key] = isLarge.has(key) ? PLACEHOLDER : structured[key];
   // The rest of the result, escaped twice by the serializer (it is small); the placeholders split it.
   const frame = JSON.stringify(JSON.stringify(small)).slice(1, -1).split(ESCAPED_PLACEHOLDER);
-  if (frame.length !== large.length + 1) return undefined; // cannot happen (see PLACEHOLDER); the plain way then
+  if (frame.length !== large.length + 1) {
+    release();
+    return undefined; // cannot happen (see PLACEHOLDER); the plain way then
+  }
   const pieces: Buffer[] = [Buffer.from(frame[0]!, 'utf8')];
-  large.forEach(({ key, raw }, i) => {
-    let field: Buffer | null = null;
-    if (raw && native) field = raw.encoding === 'base64' ? native.base64(raw.bytes) : native.escapeTwiceAscii(raw.bytes);
-    if (!field) {
+  large.forEach(({ key, piece }, i) => {
+    if (!piece) {
       const value = structured[key] as string;
-      field = isBase64Content(structured, key, value) ? Buffer.from(value, 'latin1') : escapeTwiceBytes(value);
+      piece = isBase64Content(structured, key, value) ? Buffer.from(value, 'latin1') : escapeTwiceBytes(value);
     }
-    pieces.push(field, Buffer.from(frame[i + 1]!, 'utf8'));
+    pieces.push(piece, Buffer.from(frame[i + 1]!, 'utf8'));
   });
-  return { pieces, text: () => JSON.stringify(structured) };
+  return { pieces, text: () => JSON.stringify(structured), release };
 }

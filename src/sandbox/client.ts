@@ -42,6 +42,9 @@ interface Pending {
   onEvent?: (event: string, data: unknown) => void;
 }
 
+/** Bytes read from the daemon's socket at a time (into one reused buffer per connection). */
+const READ_CHUNK = 64 * 1024;
+
 export class DaemonClient {
   private socket: Socket | undefined;
   private connecting: Promise<Socket> | undefined;
@@ -141,7 +144,11 @@ export class DaemonClient {
 
   private open(): Promise<Socket> {
     return new Promise<Socket>((resolve, reject) => {
-      const socket = connect(this.socketPath);
+      // Every read lands in one reused buffer (net's onread): a large reply is copied once into a
+      // Buffer of its size, without a new 64 KiB Buffer per read (FrameReader, chunksReused).
+      let deliver: ((chunk: Buffer) => void) | undefined;
+      const into = Buffer.allocUnsafe(READ_CHUNK);
+      const socket = connect({ path: this.socketPath, onread: { buffer: into, callback: (n: number) => (deliver?.(into.subarray(0, n)), true) } });
       const timer = setTimeout(() => {
         socket.destroy();
         reject(new ServiceError('UNAVAILABLE', 'sandbox daemon did not accept the connection in time'));
@@ -153,16 +160,17 @@ export class DaemonClient {
       socket.once('connect', () => {
         clearTimeout(timer);
         socket.removeAllListeners('error');
-        this.attach(socket);
+        deliver = this.attach(socket);
         resolve(socket);
       });
     });
   }
 
-  private attach(socket: Socket): void {
+  /** Takes the connection into use; returns what its reads are delivered to. */
+  private attach(socket: Socket): (chunk: Buffer) => void {
     this.socket = socket;
-    const reader = new FrameReader();
-    socket.on('data', (chunk: Buffer) => {
+    const reader = new FrameReader(undefined, true);
+    const deliver = (chunk: Buffer): void => {
       let messages: Array<{ line: string; body?: Buffer }>;
       try {
         messages = reader.push(chunk);
@@ -171,13 +179,14 @@ export class DaemonClient {
         return;
       }
       for (const m of messages) this.handle(m.line, m.body);
-    });
+    };
     socket.on('error', () => socket.destroy());
     socket.on('close', () => {
       if (this.socket === socket) this.socket = undefined;
       const lost = new ServiceError('UNAVAILABLE', 'connection to the sandbox daemon was lost');
       for (const p of [...this.pending.values()]) p.reject(lost);
     });
+    return deliver;
   }
 
   private handle(line: string, body?: Buffer): void {
