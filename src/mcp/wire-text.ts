@@ -16,7 +16,7 @@
  * text a client receives is exactly the same JSON either way (test/unit/mcp-wire-text.test.ts and
  * test/unit/mcp-wire-native.test.ts compare it with the plain serialization).
  */
-import { rawText } from '../core/raw-text.js';
+import { giveBackBlock, leaseBlock, rawText, releaseRawText } from '../core/raw-text.js';
 import { wireNative } from './wire-native.js';
 
 /** A top-level string field at least this long is escaped on its own, straight to the wire form. */
@@ -30,54 +30,31 @@ export interface WireText {
   text(): string;
   /**
    * The pieces have been written out and nothing holds them any more (say, the response's 'finish'):
-   * their memory may serve the next large result. Optional to call: unreleased memory is simply
-   * collected.
+   * their memory, and that of the bytes they were escaped from, may serve the next large result
+   * (text() cannot be called after). Optional to call: unreleased memory is simply collected.
    */
   release(): void;
 }
 
-/**
- * Output memory reused from one large result to the next. Each escaped field would otherwise be a
- * new megabyte-sized Buffer, and V8 counts such external memory toward its next full collection
- * (with a MiB read every few milliseconds, a full collection every ten reads or so).
- * Only the written part of a block is ever sent.
- */
-const POOL_KEEP = 4;
-const POOL_BLOCK_MAX = 16 * 1024 * 1024;
-const pool: Buffer[] = [];
-
-function lease(min: number): Buffer {
-  let best = -1;
-  for (let i = 0; i < pool.length; i++) if (pool[i]!.length >= min && (best < 0 || pool[i]!.length < pool[best]!.length)) best = i;
-  if (best >= 0) return pool.splice(best, 1)[0]!;
-  return Buffer.allocUnsafeSlow(Math.max(64 * 1024, 2 ** Math.ceil(Math.log2(Math.max(1, min)))));
-}
-
-function giveBack(block: Buffer): void {
-  if (block.length <= POOL_BLOCK_MAX && pool.length < POOL_KEEP && !pool.includes(block)) pool.push(block);
-}
-
 /** `write` fills a target and returns the length it needs (written when the target is that long; < 0: cannot). */
+/** Output in a pooled block (core/raw-text.ts): reused from one large result to the next. */
 function intoPooled(min: number, write: (target: Buffer) => number, blocks: Buffer[]): Buffer | undefined {
-  let block = lease(min);
+  let block = leaseBlock(min);
   let n = write(block);
   if (n >= 0 && n > block.length) {
-    giveBack(block);
-    block = lease(n);
+    giveBackBlock(block);
+    block = leaseBlock(n);
     n = write(block);
   }
   if (n < 0 || n > block.length) {
-    giveBack(block);
+    giveBackBlock(block);
     return undefined;
   }
   blocks.push(block);
   return block.subarray(0, n);
 }
 
-/** For tests: how many output blocks wait for reuse. */
-export function pooledBlocks(): number {
-  return pool.length;
-}
+export { pooledBlocks } from '../core/raw-text.js';
 
 // Stands for a large field while the rest is serialized. Should a small field hold this very text,
 // the frame splits into more pieces than expected and the result goes the plain way.
@@ -151,8 +128,12 @@ export function wireText(structured: Record<string, unknown>, minChars: number):
   const native = wireNative();
   const large: Array<{ key: string; piece?: Buffer }> = [];
   const blocks: Buffer[] = [];
+  const fromBytes: string[] = [];
+  // Output blocks, and the bytes of raw fields escaped from them (the daemon client's pooled body):
+  // after this, text() cannot read those fields again (it is for a transport that never took the pieces).
   const release = () => {
-    for (const b of blocks.splice(0)) giveBack(b);
+    for (const b of blocks.splice(0)) giveBackBlock(b);
+    for (const key of fromBytes.splice(0)) releaseRawText(structured, key);
   };
   let total = 0;
   for (const key of Object.keys(structured)) {
@@ -166,6 +147,7 @@ export function wireText(structured: Record<string, unknown>, minChars: number):
           : intoPooled(raw.bytes.length, (t) => native.escapeTwiceAsciiInto(raw.bytes, t), blocks);
       if (piece) {
         large.push({ key, piece });
+        fromBytes.push(key);
         total += raw.encoding === 'base64' ? piece.length : raw.bytes.length;
         continue;
       }
@@ -176,19 +158,18 @@ export function wireText(structured: Record<string, unknown>, minChars: number):
       total += v.length;
     }
   }
-  if (total < minChars) {
-    release();
+  // Not taken (the plain way follows, which reads the fields): only the output blocks go back.
+  const giveUp = () => {
+    for (const b of blocks.splice(0)) giveBackBlock(b);
     return undefined;
-  }
+  };
+  if (total < minChars) return giveUp();
   const isLarge = new Set(large.map((l) => l.key));
   const small: Record<string, unknown> = {};
   for (const key of Object.keys(structured)) small[key] = isLarge.has(key) ? PLACEHOLDER : structured[key];
   // The rest of the result, escaped twice by the serializer (it is small); the placeholders split it.
   const frame = JSON.stringify(JSON.stringify(small)).slice(1, -1).split(ESCAPED_PLACEHOLDER);
-  if (frame.length !== large.length + 1) {
-    release();
-    return undefined; // cannot happen (see PLACEHOLDER); the plain way then
-  }
+  if (frame.length !== large.length + 1) return giveUp(); // cannot happen (see PLACEHOLDER); the plain way then
   const pieces: Buffer[] = [Buffer.from(frame[0]!, 'utf8')];
   large.forEach(({ key, piece }, i) => {
     if (!piece) {

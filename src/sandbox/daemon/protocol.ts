@@ -181,6 +181,8 @@ export class FrameReader {
   constructor(
     private readonly maxBytes = MAX_LINE_BYTES,
     private readonly chunksReused = false,
+    /** Where a body of n bytes is read into (at least n bytes; only its first n are used). */
+    private readonly allocBody: (n: number) => Buffer = (n) => Buffer.allocUnsafeSlow(n),
   ) {
     this.lines = new LineSplitter(maxBytes, chunksReused);
   }
@@ -192,7 +194,7 @@ export class FrameReader {
       if (this.bodyWant >= 0) {
         const take = Math.min(this.bodyWant - this.bodyHave, rest.length);
         if (this.chunksReused) {
-          this.bodyBuf ??= Buffer.allocUnsafeSlow(this.bodyWant);
+          this.bodyBuf ??= this.allocBody(this.bodyWant).subarray(0, this.bodyWant);
           rest.copy(this.bodyBuf, this.bodyHave, 0, take);
         } else this.bodyParts.push(rest.subarray(0, take));
         this.bodyHave += take;
