@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WIRE_NATIVE_HASH, buildWireNative, loadWireNative, loadWireNativeFile, setWireNative, wireNative, type WireNative } from '../../src/mcp/wire-native.js';
 import { pooledBlocks, wireText } from '../../src/mcp/wire-text.js';
 import { LARGE_RESULT_CHARS } from '../../src/mcp/registry.js';
-import { copyText, defineRawText, rawText } from '../../src/core/raw-text.js';
+import { copyText, defineRawText, leaseBlock, rawText, releaseRawText } from '../../src/core/raw-text.js';
 
 const twice = (s: string) => Buffer.from(JSON.stringify(JSON.stringify(s)).slice(3, -3), 'utf8');
 const wire = (w: { pieces: Buffer[] }) => `"${Buffer.concat(w.pieces).toString('utf8')}"`;
@@ -259,6 +259,34 @@ describe('raw text fields (core/raw-text.ts)', () => {
     const b: Record<string, unknown> = {};
     defineRawText(b, 'content', Buffer.from([0, 1, 2, 255]), 'base64');
     expect(b.content).toBe('AAEC/w==');
+  });
+
+  it('bytes in a pooled block go back once released; the field then refuses to be read (never another call\'s bytes)', () => {
+    const block = leaseBlock(100_000);
+    const bytes = block.subarray(0, 5);
+    bytes.write('hello', 'latin1');
+    const a: Record<string, unknown> = { content: '' };
+    defineRawText(a, 'content', bytes, 'utf-8');
+    const b: Record<string, unknown> = { content: '' };
+    copyText(a, 'content', b);
+    const before = pooledBlocks();
+    releaseRawText(b, 'content');
+    expect(pooledBlocks()).toBe(before + 1);
+    expect(() => a.content).toThrow(/released/);
+    expect(() => JSON.stringify(b)).toThrow(/released/);
+    expect(rawText(a, 'content')).toBeUndefined();
+    releaseRawText(a, 'content'); // once only
+    expect(pooledBlocks()).toBe(before + 1);
+    // A field read before its release keeps its text; bytes not from the pool are never given back.
+    const c: Record<string, unknown> = {};
+    defineRawText(c, 'content', leaseBlock(10).subarray(0, 0), 'utf-8');
+    expect(c.content).toBe('');
+    releaseRawText(c, 'content');
+    expect(c.content).toBe('');
+    const d: Record<string, unknown> = {};
+    defineRawText(d, 'content', Buffer.from('own'), 'utf-8');
+    releaseRawText(d, 'content');
+    expect(d.content).toBe('own');
   });
 
   it('copyText keeps the bytes (and the target\'s key order); a plain field is copied as it is', () => {
