@@ -234,20 +234,49 @@ static int has_high_bit(const unsigned char *s, size_t len) {
   return high != 0;
 }
 
+/* One pass over ASCII bytes into a target of cap bytes: the length written; -1 when a byte is not
+   ASCII; -2 when the target is too short (what it holds is then unspecified). */
+static long fill_ascii_checked(const unsigned char *s, size_t n, char *o0, size_t cap) {
+  char *o = o0, *end = o0 + cap;
+  size_t i = 0;
+#ifdef __SSE2__
+  /* A 16-byte store, then at most 8 bytes of one escape 15 bytes on: 24 bytes of room. */
+  while (i + 16 <= n && (size_t)(end - o) >= 24) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+    _mm_storeu_si128((__m128i *)o, v);
+    unsigned m = special16(v); /* a byte >= 0x80 is flagged too (a signed compare) */
+    if (!m) { i += 16; o += 16; continue; }
+    unsigned k = (unsigned)__builtin_ctz(m);
+    i += k; o += k;
+    unsigned char c = s[i++];
+    if (c & 0x80) return -1;
+    memcpy(o, eform[c], 8);
+    o += elen[c];
+  }
+#endif
+  for (; i < n; i++) {
+    unsigned char c = s[i];
+    if (c & 0x80) return -1;
+    if ((size_t)(end - o) < elen[c]) return -2;
+    memcpy(o, eform[c], elen[c]);
+    o += elen[c];
+  }
+  return (long)(o - o0);
+}
+
 /* escapeTwiceAsciiInto(bytes: Buffer, target: Buffer): number. The twice-escaped form of the ASCII
-   text given as bytes: its length n; written to target[0, n) when target is long enough (else not
-   written); -1 when a byte is not ASCII. */
+   text given as bytes, in one pass: its length n, written to target[0, n) when target is long enough
+   (else target holds something unspecified and n is more than its length); -1 when a byte is not ASCII. */
 static napi_value escape_twice_ascii_into(napi_env env, napi_callback_info info) {
-  size_t argc = 2, len, cap, n;
+  size_t argc = 2, len, cap;
   napi_value argv[2], result;
   unsigned char *s, *t;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
   if (argc < 2) { napi_throw_type_error(env, NULL, "escapeTwiceAsciiInto: bytes and target are required"); return NULL; }
   if (!buffer_at(env, argv[0], &s, &len) || !buffer_at(env, argv[1], &t, &cap)) return NULL;
-  if (has_high_bit(s, len)) { napi_create_int64(env, -1, &result); return result; }
-  n = count_ascii(s, len);
-  if (n <= cap) fill_ascii(s, len, (char *)t, (char *)t + n);
-  napi_create_int64(env, (int64_t)n, &result);
+  long r = fill_ascii_checked(s, len, (char *)t, cap);
+  if (r == -2) r = has_high_bit(s, len) ? -1 : (long)count_ascii(s, len);
+  napi_create_int64(env, (int64_t)r, &result);
   return result;
 }
 
@@ -312,7 +341,8 @@ export interface WireNative {
   escapeTwice(s: string): Buffer;
   /**
    * The same for the ASCII text whose bytes are given: its length n, written to target[0, n) when
-   * target is that long (nothing written otherwise); -1 when a byte is not ASCII.
+   * target is that long (otherwise n is more than target's length, and what target holds is
+   * unspecified); -1 when a byte is not ASCII.
    */
   escapeTwiceAsciiInto(bytes: Buffer, target: Buffer): number;
   /** bytes.toString('base64') as bytes: its length n, written to target[0, n) when target is that long. */

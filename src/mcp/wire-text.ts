@@ -144,7 +144,7 @@ export function wireText(structured: Record<string, unknown>, minChars: number):
       const piece =
         raw.encoding === 'base64'
           ? intoPooled(Math.ceil(raw.bytes.length / 3) * 4, (t) => native.base64Into(raw.bytes, t), blocks)
-          : intoPooled(raw.bytes.length, (t) => native.escapeTwiceAsciiInto(raw.bytes, t), blocks);
+          : intoPooled(raw.bytes.length + (raw.bytes.length >> 2), (t) => native.escapeTwiceAsciiInto(raw.bytes, t), blocks);
       if (piece) {
         large.push({ key, piece });
         fromBytes.push(key);

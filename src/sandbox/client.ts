@@ -43,7 +43,7 @@ interface Pending {
 }
 
 /** Bytes read from the daemon's socket at a time (into one reused buffer per connection). */
-const READ_CHUNK = 64 * 1024;
+const READ_CHUNK = 256 * 1024;
 /** A body at least this long is read into a pooled block. */
 const POOLED_BODY_BYTES = 64 * 1024;
 

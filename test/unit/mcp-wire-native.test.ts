@@ -108,12 +108,17 @@ describe.skipIf(!compilerPresent)('the addon (built with gcc and Node\'s headers
       }
     });
 
-    it('says the length and writes nothing when the target is too short', () => {
+    it('says the length it needs, and writes nothing past the target, when the target is too short', () => {
       const s = Buffer.from('a"b\\c\n'.repeat(100), 'latin1');
-      const small = Buffer.alloc(10, 0xee);
-      const n = addon.escapeTwiceAsciiInto(s, small);
-      expect(n).toBe(twice(s.toString('latin1')).length);
-      expect(small.every((b) => b === 0xee)).toBe(true);
+      for (const size of [0, 10, 23, 24, 25, 100, 599]) {
+        const space = Buffer.alloc(size + 64, 0xee);
+        const n = addon.escapeTwiceAsciiInto(s, space.subarray(0, size));
+        expect(n).toBe(twice(s.toString('latin1')).length);
+        expect(space.subarray(size).every((b) => b === 0xee)).toBe(true);
+      }
+      // Non-ASCII after the point where the target ran out is still found.
+      const late = Buffer.concat([s, Buffer.from('é')]);
+      expect(addon.escapeTwiceAsciiInto(late, Buffer.alloc(10))).toBe(-1);
     });
 
     it('answers -1 for a byte that is not ASCII, wherever it is', () => {
