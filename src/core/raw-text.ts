@@ -104,6 +104,8 @@ export function releaseRawText(target: object, key: string): void {
  * what was written into it.
  */
 const POOL_KEEP = 8;
+/** At most this much memory waits in the pool (a few MiB in use: a read's body and its output). */
+const POOL_BYTES = 32 * 1024 * 1024;
 const BLOCK_MIN = 64 * 1024;
 const BLOCK_MAX = 16 * 1024 * 1024;
 const pool: ArrayBuffer[] = [];
@@ -128,6 +130,7 @@ export function isPooled(bytes: Buffer): boolean {
 export function giveBackBlock(bytes: Buffer): void {
   const ab = bytes.buffer as ArrayBuffer;
   if (!ours.has(ab) || ab.byteLength > BLOCK_MAX || pool.length >= POOL_KEEP || pool.includes(ab)) return;
+  if (pool.reduce((n, b) => n + b.byteLength, ab.byteLength) > POOL_BYTES) return;
   pool.push(ab);
 }
 
