@@ -54,6 +54,8 @@ if [ ${#sandbox_native[@]} -gt 0 ]; then
 fi
 node --input-type=module -e 'const m = await import("./dist/sandbox/native.js"); await m.buildNative(m.installNativeDir());'
 # --- end sandbox native pieces ---
+# Large results' escaping addon (src/mcp/wire-native.ts; gcc and Node's own headers): without it they are escaped in JavaScript.
+node --input-type=module -e 'const m = await import("./dist/mcp/wire-native.js"); await m.buildWireNative(m.installWireNativeDir());' || echo "setup: the wire-text addon was not built; large results are escaped in JavaScript (slower)" >&2
 # Dashboard front end (web/ -> dist/web/, bundled by esbuild; nothing fetched at run time).
 if [ ! -f dist/web/app.js ] || [ -n "$(find web scripts/build-web.mjs package.json -newer dist/web/app.js -print -quit)" ]; then
   echo "setup: building the dashboard" >&2

@@ -5,6 +5,7 @@
  * Every request needs an owner bearer token (401 with WWW-Authenticate otherwise).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { join } from 'node:path';
 import { createMcpHandler, Server } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { App } from '../app.js';
@@ -17,6 +18,7 @@ import type { OAuthStore } from '../services/oauth.js';
 import { McpLogLevels, mcpLogger } from './logging.js';
 import { directPath, type NodeResponseTransport } from './node-transport.js';
 import { TokenVerifyCache } from '../services/token-cache.js';
+import { loadWireNative } from './wire-native.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -52,6 +54,9 @@ function callerOf(authInfo: { clientId?: string; extra?: Record<string, unknown>
 }
 
 export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpStats, oauth?: OAuthStore) {
+  // Large results' native escaping (src/mcp/wire-native.ts): the installed addon now, else one built
+  // in the background; JavaScript meanwhile and whenever it cannot be had.
+  void loadWireNative(join(app.dataDir, 'run'), (why) => app.log.info({ why }, 'large results escaped in JavaScript (the wire-text addon is not available)'));
   const logLevels = new McpLogLevels();
   // `direct`: the direct path's transport, which writes a large result's text from its pieces.
   const factory = (direct?: NodeResponseTransport) => {

@@ -73,8 +73,8 @@ export class NodeResponseTransport implements Transport {
     return token;
   }
 
-  /** The answer's JSON with each stand-in replaced by its pieces, as parts to write in order; undefined when none is in it. */
-  private splice(json: string): Buffer[] | undefined {
+  /** The answer's JSON with each stand-in replaced by its pieces, as parts to write in order (and the texts used); undefined when none is in it. */
+  private splice(json: string): { parts: Buffer[]; texts: WireText[] } | undefined {
     const found: Array<{ at: number; token: string; text: WireText }> = [];
     for (const [token, text] of this.deferred) {
       // The stand-in is a whole JSON string of its own (the text block's value); it is random, so found only there.
@@ -91,7 +91,7 @@ export class NodeResponseTransport implements Transport {
       from = f.at + f.token.length;
     }
     parts.push(Buffer.from(json.slice(from)));
-    return parts;
+    return { parts, texts: found.map((f) => f.text) };
   }
 
   /** Delivers the request to the connected server; its answer goes to the response. */
@@ -123,8 +123,13 @@ export class NodeResponseTransport implements Transport {
     }
     this.answered = true;
     this.stopTimer();
-    const parts = this.deferred.size > 0 ? this.splice(json) : undefined;
-    if (parts) {
+    const spliced = this.deferred.size > 0 ? this.splice(json) : undefined;
+    if (spliced) {
+      const { parts, texts } = spliced;
+      // Once the response is flushed, the pieces' memory may serve the next large result.
+      this.res.once('finish', () => {
+        for (const t of texts) t.release();
+      });
       // A large result's text block, written from its pieces (src/mcp/wire-text.ts).
       if (this.sse) {
         parts.unshift(Buffer.from('event: message\ndata: '));

@@ -9,11 +9,15 @@
  * then copied once more into a Buffer.
  *
  * Here the small rest of the result is serialized as usual, and each large string field is escaped
- * straight to its final form on the wire (both escapings in one step, with native string search and
- * replace, no per-character JavaScript) and never concatenated into one big string: the pieces are
- * written to the socket as they are. The text a client receives is exactly the same JSON
- * (test/unit/mcp-wire-text.test.ts compares it with the plain serialization).
+ * straight to its final form on the wire (both escapings in one step) and never concatenated into
+ * one big string: the pieces are written to the socket as they are. The escaping is done by a tiny
+ * native addon (src/mcp/wire-native.ts: one C pass to count, one to fill a Buffer) when it is
+ * loaded, else in JavaScript with V8's native search and replace (no per-character JavaScript). The
+ * text a client receives is exactly the same JSON either way (test/unit/mcp-wire-text.test.ts and
+ * test/unit/mcp-wire-native.test.ts compare it with the plain serialization).
  */
+import { giveBackBlock, leaseBlock, rawText, releaseRawText } from '../core/raw-text.js';
+import { wireNative } from './wire-native.js';
 
 /** A top-level string field at least this long is escaped on its own, straight to the wire form. */
 export const LARGE_FIELD_CHARS = 16 * 1024;
@@ -24,7 +28,33 @@ export interface WireText {
   readonly pieces: Buffer[];
   /** The text itself (JSON.stringify of the result), for a transport that cannot send pieces. */
   text(): string;
+  /**
+   * The pieces have been written out and nothing holds them any more (say, the response's 'finish'):
+   * their memory, and that of the bytes they were escaped from, may serve the next large result
+   * (text() cannot be called after). Optional to call: unreleased memory is simply collected.
+   */
+  release(): void;
 }
+
+/** `write` fills a target and returns the length it needs (written when the target is that long; < 0: cannot). */
+/** Output in a pooled block (core/raw-text.ts): reused from one large result to the next. */
+function intoPooled(min: number, write: (target: Buffer) => number, blocks: Buffer[]): Buffer | undefined {
+  let block = leaseBlock(min);
+  let n = write(block);
+  if (n >= 0 && n > block.length) {
+    giveBackBlock(block);
+    block = leaseBlock(n);
+    n = write(block);
+  }
+  if (n < 0 || n > block.length) {
+    giveBackBlock(block);
+    return undefined;
+  }
+  blocks.push(block);
+  return block.subarray(0, n);
+}
+
+export { pooledBlocks } from '../core/raw-text.js';
 
 // Stands for a large field while the rest is serialized. Should a small field hold this very text,
 // the frame splits into more pieces than expected and the result goes the plain way.
@@ -49,6 +79,15 @@ const RARE_CONTROL_G = /[\u0000-\u0008\u000b\u000c\u000e-\u001f]/g;
  */
 export function escapeTwice(s: string): string {
   return escapedTwice(s).text;
+}
+
+/** escapeTwice as UTF-8 bytes: by the addon when it is loaded, else in JavaScript. */
+export function escapeTwiceBytes(s: string): Buffer {
+  const native = wireNative();
+  if (native) return native.escapeTwice(s);
+  const field = escapedTwice(s);
+  // Writing a string to a socket costs more than making the Buffer first (measured); ASCII is a plain copy.
+  return Buffer.from(field.text, field.ascii ? 'latin1' : 'utf8');
 }
 
 /** escapeTwice, and whether the result is ASCII (then its Latin-1 bytes are its UTF-8 bytes, and copied rather than encoded). */
@@ -79,28 +118,65 @@ function isBase64Content(structured: Record<string, unknown>, key: string, value
  * The wire form of a result whose large string fields (top level, each at least LARGE_FIELD_CHARS)
  * add up to at least minChars; undefined otherwise (the caller serializes it the plain way). Fields
  * that short can only make a JSON text of at least minChars, so the decision matches the plain rule.
+ *
+ * With the addon loaded, a field that is still the bytes it came as (core/raw-text.ts: files_read's
+ * content, when nothing read it as a string) is escaped from those bytes and never made a string:
+ * ASCII text (its length in characters is its length in bytes) and base64 (made from the bytes).
+ * Anything else is read as a string, as before.
  */
 export function wireText(structured: Record<string, unknown>, minChars: number): WireText | undefined {
-  const large: string[] = [];
+  const native = wireNative();
+  const large: Array<{ key: string; piece?: Buffer }> = [];
+  const blocks: Buffer[] = [];
+  const fromBytes: string[] = [];
+  // Output blocks, and the bytes of raw fields escaped from them (the daemon client's pooled body):
+  // after this, text() cannot read those fields again (it is for a transport that never took the pieces).
+  const release = () => {
+    for (const b of blocks.splice(0)) giveBackBlock(b);
+    for (const key of fromBytes.splice(0)) releaseRawText(structured, key);
+  };
   let total = 0;
-  for (const [k, v] of Object.entries(structured)) {
+  for (const key of Object.keys(structured)) {
+    const raw = native ? rawText(structured, key) : undefined;
+    if (native && raw && raw.bytes.length >= LARGE_FIELD_CHARS) {
+      // From the bytes: base64 made from them; ASCII text (its length in characters is its length in
+      // bytes) escaped; text with other characters is read as a string below.
+      const piece =
+        raw.encoding === 'base64'
+          ? intoPooled(Math.ceil(raw.bytes.length / 3) * 4, (t) => native.base64Into(raw.bytes, t), blocks)
+          : intoPooled(raw.bytes.length + (raw.bytes.length >> 2), (t) => native.escapeTwiceAsciiInto(raw.bytes, t), blocks);
+      if (piece) {
+        large.push({ key, piece });
+        fromBytes.push(key);
+        total += raw.encoding === 'base64' ? piece.length : raw.bytes.length;
+        continue;
+      }
+    }
+    const v = structured[key];
     if (typeof v === 'string' && v.length >= LARGE_FIELD_CHARS) {
-      large.push(k);
+      large.push({ key });
       total += v.length;
     }
   }
-  if (total < minChars) return undefined;
-  const small: Record<string, unknown> = { ...structured };
-  for (const k of large) small[k] = PLACEHOLDER;
+  // Not taken (the plain way follows, which reads the fields): only the output blocks go back.
+  const giveUp = () => {
+    for (const b of blocks.splice(0)) giveBackBlock(b);
+    return undefined;
+  };
+  if (total < minChars) return giveUp();
+  const isLarge = new Set(large.map((l) => l.key));
+  const small: Record<string, unknown> = {};
+  for (const key of Object.keys(structured)) small[key] = isLarge.has(key) ? PLACEHOLDER : structured[key];
   // The rest of the result, escaped twice by the serializer (it is small); the placeholders split it.
   const frame = JSON.stringify(JSON.stringify(small)).slice(1, -1).split(ESCAPED_PLACEHOLDER);
-  if (frame.length !== large.length + 1) return undefined; // cannot happen (see PLACEHOLDER); the plain way then
+  if (frame.length !== large.length + 1) return giveUp(); // cannot happen (see PLACEHOLDER); the plain way then
   const pieces: Buffer[] = [Buffer.from(frame[0]!, 'utf8')];
-  large.forEach((k, i) => {
-    const value = structured[k] as string;
-    const field = isBase64Content(structured, k, value) ? { text: value, ascii: true } : escapedTwice(value);
-    // Writing a string to a socket costs more than making the Buffer first (measured); ASCII is a plain copy.
-    pieces.push(Buffer.from(field.text, field.ascii ? 'latin1' : 'utf8'), Buffer.from(frame[i + 1]!, 'utf8'));
+  large.forEach(({ key, piece }, i) => {
+    if (!piece) {
+      const value = structured[key] as string;
+      piece = isBase64Content(structured, key, value) ? Buffer.from(value, 'latin1') : escapeTwiceBytes(value);
+    }
+    pieces.push(piece, Buffer.from(frame[i + 1]!, 'utf8'));
   });
-  return { pieces, text: () => JSON.stringify(structured) };
+  return { pieces, text: () => JSON.stringify(structured), release };
 }

@@ -7,9 +7,9 @@
  */
 import { connect, type Socket } from 'node:net';
 import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
+import { defineRawText, leaseBlock } from '../core/raw-text.js';
 import {
   FrameReader,
-  decodeBody,
   encodeMessage,
   type DaemonErrorBody,
   type DaemonMessage,
@@ -41,6 +41,11 @@ interface Pending {
   reject(err: unknown): void;
   onEvent?: (event: string, data: unknown) => void;
 }
+
+/** Bytes read from the daemon's socket at a time (into one reused buffer per connection). */
+const READ_CHUNK = 256 * 1024;
+/** A body at least this long is read into a pooled block. */
+const POOLED_BODY_BYTES = 64 * 1024;
 
 export class DaemonClient {
   private socket: Socket | undefined;
@@ -141,7 +146,11 @@ export class DaemonClient {
 
   private open(): Promise<Socket> {
     return new Promise<Socket>((resolve, reject) => {
-      const socket = connect(this.socketPath);
+      // Every read lands in one reused buffer (net's onread): a large reply is copied once into a
+      // Buffer of its size, without a new 64 KiB Buffer per read (FrameReader, chunksReused).
+      let deliver: ((chunk: Buffer) => void) | undefined;
+      const into = Buffer.allocUnsafe(READ_CHUNK);
+      const socket = connect({ path: this.socketPath, onread: { buffer: into, callback: (n: number) => (deliver?.(into.subarray(0, n)), true) } });
       const timer = setTimeout(() => {
         socket.destroy();
         reject(new ServiceError('UNAVAILABLE', 'sandbox daemon did not accept the connection in time'));
@@ -153,16 +162,18 @@ export class DaemonClient {
       socket.once('connect', () => {
         clearTimeout(timer);
         socket.removeAllListeners('error');
-        this.attach(socket);
+        deliver = this.attach(socket);
         resolve(socket);
       });
     });
   }
 
-  private attach(socket: Socket): void {
+  /** Takes the connection into use; returns what its reads are delivered to. */
+  private attach(socket: Socket): (chunk: Buffer) => void {
     this.socket = socket;
-    const reader = new FrameReader();
-    socket.on('data', (chunk: Buffer) => {
+    // A large body goes to a pooled block (core/raw-text.ts), given back once escaped onto the wire.
+    const reader = new FrameReader(undefined, true, (n) => (n >= POOLED_BODY_BYTES ? leaseBlock(n) : Buffer.allocUnsafeSlow(n)));
+    const deliver = (chunk: Buffer): void => {
       let messages: Array<{ line: string; body?: Buffer }>;
       try {
         messages = reader.push(chunk);
@@ -171,13 +182,14 @@ export class DaemonClient {
         return;
       }
       for (const m of messages) this.handle(m.line, m.body);
-    });
+    };
     socket.on('error', () => socket.destroy());
     socket.on('close', () => {
       if (this.socket === socket) this.socket = undefined;
       const lost = new ServiceError('UNAVAILABLE', 'connection to the sandbox daemon was lost');
       for (const p of [...this.pending.values()]) p.reject(lost);
     });
+    return deliver;
   }
 
   private handle(line: string, body?: Buffer): void {
@@ -193,8 +205,9 @@ export class DaemonClient {
     if ('event' in msg) pending.onEvent?.(msg.event, msg.data);
     else if ('error' in msg) pending.reject(toServiceError(msg.error));
     else {
-      // A raw body (fs.read's content) is decoded once, here, into the field it belongs to.
-      if (body && msg.body && msg.result && typeof msg.result === 'object') (msg.result as Record<string, unknown>)[msg.body.field] = decodeBody(body, msg.body.encoding);
+      // A raw body (fs.read's content) becomes the field it belongs to, decoded once when first read
+      // (core/raw-text.ts: the wire escapes it from the bytes).
+      if (body && msg.body && msg.result && typeof msg.result === 'object') defineRawText(msg.result as Record<string, unknown>, msg.body.field, body, msg.body.encoding);
       pending.resolve(msg.result);
     }
   }

@@ -10,6 +10,7 @@
 import { createHash } from 'node:crypto';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
+import { copyText } from '../core/raw-text.js';
 import type { DaemonMethod, GrepReply, ParamsOf, ReplyOf } from '../sandbox/daemon/protocol.js';
 import type { Executor } from '../sandbox/executor.js';
 import type { WorkspaceService } from './workspaces.js';
@@ -114,11 +115,13 @@ export class FileService {
       offset: reply.offset,
       length: reply.length,
       encoding: reply.encoding,
-      content: reply.content,
+      content: '',
       eof: reply.eof,
       nextOffset: reply.eof ? null : reply.nextOffset,
       nextCursor,
     };
+    // The content stays the daemon's bytes until read as a string (core/raw-text.ts); same key order.
+    copyText(reply as unknown as Record<string, unknown>, 'content', out);
     if (args.readAll) out.complete = reply.eof;
     return out;
   }

@@ -119,6 +119,36 @@ describe('reads and writes', () => {
     }
   });
 
+  it('1 MiB reads (the most one call returns) of hostile text and of binary, one after another, reach both official clients byte for byte', async () => {
+    // Escaped from the daemon's bytes by the native addon when it is loaded (src/mcp/wire-native.ts),
+    // into output memory reused from one read to the next: each read must be exactly its own file.
+    const every = Array.from({ length: 0x7f }, (_, i) => String.fromCharCode(i + 1)).join('');
+    const text = (every + '"'.repeat(50) + '\\'.repeat(50) + '\n').repeat(Math.ceil(1048576 / 228)).slice(0, 1048576);
+    const other = text.replaceAll('"', "'").slice(0, 1000_000);
+    const binary = Buffer.from(Array.from({ length: 1048576 }, (_, i) => (i * 7 + (i >> 9)) & 255));
+    await ok('files_write', { path: 'big/one-mib.txt', content: text });
+    await ok('files_write', { path: 'big/other.txt', content: other });
+    await ok('files_write', { path: 'big/a.b64', content: binary.subarray(0, 524286).toString('base64') });
+    await ok('files_write', { path: 'big/b.b64', content: binary.subarray(524286).toString('base64') });
+    expect((await sh('base64 -d big/a.b64 > big/one-mib.bin && base64 -d big/b.b64 >> big/one-mib.bin')).exitCode).toBe(0);
+    const v1 = await connectV1(svc);
+    try {
+      for (const client of [c, v1, c] as unknown as Client[]) {
+        for (const [p, want] of [['big/one-mib.txt', text], ['big/one-mib.bin', binary], ['big/other.txt', other]] as const) {
+          const r = await client.callTool({ name: 'files_read', arguments: { workspaceId: ws, path: p, readAll: true } });
+          const read = JSON.parse((r.content as Array<{ text: string }>)[0]!.text) as Record<string, unknown>;
+          if (typeof want === 'string') expect(read).toMatchObject({ encoding: 'utf-8', content: want, sha256: sha(want), complete: true });
+          else {
+            expect(read).toMatchObject({ encoding: 'base64', sha256: sha(want), complete: true });
+            expect(Buffer.from(read.content as string, 'base64').equals(want)).toBe(true);
+          }
+        }
+      }
+    } finally {
+      await v1.close();
+    }
+  });
+
   it('pages a text file with cursors on character boundaries, and readAll reads to the end within 1 MiB', async () => {
     const unit = 'αβγ-€-🙂 line of text\n';
     const content = unit.repeat(Math.ceil(150_000 / Buffer.byteLength(unit)));

@@ -99,6 +99,21 @@ describe('environments and secrets', () => {
     await ok('workspace_close', { workspaceId: id });
   });
 
+  it('a large files_read (its text block written from pieces) is redacted like any result', async () => {
+    const w = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'env-large-read' });
+    const id = w.workspaceId as string;
+    const value = 'big-read-secret-' + 'z'.repeat(24);
+    // 300 KiB of ASCII with the value in it, and control characters, quotes and backslashes.
+    const content = Array.from({ length: 3000 }, (_, i) => `line ${i} "q" \\ \t\u0001 ${value}\n`).join('');
+    await ok('files_write', { workspaceId: id, path: 'big.txt', content });
+    const plain = await ok('files_read', { workspaceId: id, path: 'big.txt', readAll: true });
+    expect(plain.content).toBe(content);
+    expect((await runCli(['env', 'set', 'global', 'BIG_READ_SECRET', '--secret', '--data-dir', svc.dataDir], { input: value + '\n' })).code).toBe(0);
+    const text = await ok('files_read', { workspaceId: id, path: 'big.txt', readAll: true });
+    expect(text.content).toBe(content.replaceAll(value, '[redacted:BIG_READ_SECRET]'));
+    await ok('workspace_close', { workspaceId: id });
+  });
+
   it('a workspace without an environment gets nothing injected', async () => {
     const w = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'env-none' });
     const r = await sh(w.workspaceId as string, 'echo "[${API_TOKEN:-unset}] [${GLOBAL_SECRET:-unset}]"');

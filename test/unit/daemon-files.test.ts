@@ -269,6 +269,27 @@ describe('body frames on the daemon socket', () => {
       expect(got[2]!.body).toBeUndefined();
       expect(got[3]!.body!.length).toBe(0);
     }
+    // As the runner's client reads: every chunk in the same memory (net onread), overwritten after
+    // each push, and bodies in blocks bigger than they are: nothing kept by reference, only n bytes used.
+    for (const size of [1, 2, 7, 64, wire.length]) {
+      const blocks: Buffer[] = [];
+      const reader = new FrameReader(undefined, true, (n) => {
+        const b = Buffer.alloc(n + 100, 0xee);
+        blocks.push(b);
+        return b;
+      });
+      const into = Buffer.alloc(size);
+      const got: Array<{ line: string; body?: Buffer }> = [];
+      for (let i = 0; i < wire.length; i += size) {
+        const n = wire.copy(into, 0, i, i + size);
+        got.push(...reader.push(into.subarray(0, n)));
+        into.fill(0x21); // the next read lands here
+      }
+      expect(got.map((m) => JSON.parse(m.line).id)).toEqual([1, 2, 3, 4]);
+      expect(got[1]!.body!.equals(body)).toBe(true);
+      expect(got[1]!.body!.buffer).toBe(blocks[0]!.buffer);
+      expect(got[3]!.body!.length).toBe(0);
+    }
     expect(() => new FrameReader(100).push(Buffer.from(bodyHeader(101)))).toThrow(/body frame/);
     expect(() => new FrameReader().push(Buffer.from('#-1\n'))).toThrow(/body frame/);
     expect(() => new FrameReader().push(Buffer.from('#12abc\n'))).toThrow(/body frame/);

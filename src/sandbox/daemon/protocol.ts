@@ -102,7 +102,11 @@ export class LineSplitter {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
 
-  constructor(private readonly maxLineBytes = MAX_LINE_BYTES) {}
+  /** `chunksReused`: the caller reuses each chunk's memory after push (an unfinished line is then copied). */
+  constructor(
+    private readonly maxLineBytes = MAX_LINE_BYTES,
+    private readonly chunksReused = false,
+  ) {}
 
   push(chunk: Buffer): string[] {
     const lines: string[] = [];
@@ -120,7 +124,7 @@ export class LineSplitter {
       const rest = chunk.subarray(start);
       this.pendingBytes += rest.length;
       if (this.pendingBytes > this.maxLineBytes) throw new Error('line too long');
-      this.pending.push(rest);
+      this.pending.push(this.chunksReused ? Buffer.from(rest) : rest);
     }
     return lines;
   }
@@ -165,9 +169,22 @@ export class FrameReader {
   private bodyParts: Buffer[] = [];
   private bodyHave = 0;
   private body: Buffer | undefined;
+  /** With reused chunks, the body being read: allocated once at its announced size and filled. */
+  private bodyBuf: Buffer | undefined;
 
-  constructor(private readonly maxBytes = MAX_LINE_BYTES) {
-    this.lines = new LineSplitter(maxBytes);
+  /**
+   * `chunksReused`: the caller reads every chunk into the same memory (net's `onread` with one
+   * buffer), so nothing is kept by reference: a body is copied into a Buffer of its announced size,
+   * an unfinished line is copied. It spares a megabyte-sized body the socket's own chunk Buffers
+   * (external memory V8 counts toward its next full collection).
+   */
+  constructor(
+    private readonly maxBytes = MAX_LINE_BYTES,
+    private readonly chunksReused = false,
+    /** Where a body of n bytes is read into (at least n bytes; only its first n are used). */
+    private readonly allocBody: (n: number) => Buffer = (n) => Buffer.allocUnsafeSlow(n),
+  ) {
+    this.lines = new LineSplitter(maxBytes, chunksReused);
   }
 
   push(chunk: Buffer): Array<{ line: string; body?: Buffer }> {
@@ -176,12 +193,16 @@ export class FrameReader {
     while (rest && rest.length > 0) {
       if (this.bodyWant >= 0) {
         const take = Math.min(this.bodyWant - this.bodyHave, rest.length);
-        this.bodyParts.push(rest.subarray(0, take));
+        if (this.chunksReused) {
+          this.bodyBuf ??= this.allocBody(this.bodyWant).subarray(0, this.bodyWant);
+          rest.copy(this.bodyBuf, this.bodyHave, 0, take);
+        } else this.bodyParts.push(rest.subarray(0, take));
         this.bodyHave += take;
         rest = rest.subarray(take);
         if (this.bodyHave === this.bodyWant) {
-          this.body = this.bodyParts.length === 1 ? this.bodyParts[0]! : Buffer.concat(this.bodyParts, this.bodyHave);
+          this.body = this.bodyBuf ?? (this.bodyParts.length === 1 ? this.bodyParts[0]! : Buffer.concat(this.bodyParts, this.bodyHave));
           this.bodyParts = [];
+          this.bodyBuf = undefined;
           this.bodyWant = -1;
         }
         continue;
