@@ -116,6 +116,14 @@ const PROXY_URL = `http://127.0.0.1:${PROXY_PORT}`;
 const IN_OPT = '/opt/atelier';
 const IN_NODUMP = `${IN_OPT}/lib/nodump.so`;
 const IN_EXEC_STARTER = `${IN_OPT}/lib/exec-starter`;
+/**
+ * Beside the exec starter, a link named `bash` to Debian's bash-static: a command line started
+ * through it reads as bash in every name the kernel keeps (comm, `ps`, `pgrep -x bash`) while
+ * skipping the dynamic loader (daemon/exec.ts). Dangling when bash-static is not installed, and the
+ * daemon then starts /bin/bash.
+ */
+const IN_STATIC_BASH = `${IN_OPT}/lib/bash`;
+const HOST_STATIC_BASH = '/usr/bin/bash-static';
 const IN_EGRESS_RUN = `${IN_OPT}/lib/egress-run`;
 /** git's credential helper in short-lived git sandboxes (native.ts CREDHELPER_C). */
 const IN_CREDHELPER = EPHEMERAL_CREDHELPER;
@@ -834,6 +842,7 @@ export class BwrapExecutor implements Executor {
       if (d.mode) a.push('--perms', d.mode);
       a.push('--ro-bind-data', `${DATA_MARK}${d.source}`, d.target);
     }
+    if (plan.data.some((d) => d.target === IN_EXEC_STARTER)) a.push('--symlink', HOST_STATIC_BASH, IN_STATIC_BASH);
     a.push('--remount-ro', '/', '--chdir', plan.cwd);
     for (const [k, v] of Object.entries(plan.env)) a.push('--setenv', k, v);
     return a;

@@ -5,7 +5,7 @@
  * bad counts, and a reaper killed under a running command.
  */
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -27,7 +27,12 @@ beforeAll(async () => {
   mkdirSync(workspace);
   writeFileSync(path.join(base, 'env.json'), JSON.stringify({ PATH: '/usr/bin:/bin', BASE_VAR: 'base' }));
   const { execStarter } = await nativeArtifacts(path.join(os.tmpdir(), 'atelier-native-test'));
-  ({ daemon, client } = await startTestDaemon(base, workspace, { extraArgs: ['--exec-starter', execStarter], stdout: 'ignore' }));
+  // As in a sandbox (bwrap.ts): the starter, and beside it a link named bash to bash-static.
+  const lib = path.join(base, 'lib');
+  mkdirSync(lib);
+  symlinkSync(execStarter, path.join(lib, 'exec-starter'));
+  symlinkSync('/usr/bin/bash-static', path.join(lib, 'bash'));
+  ({ daemon, client } = await startTestDaemon(base, workspace, { extraArgs: ['--exec-starter', path.join(lib, 'exec-starter')], stdout: 'ignore' }));
 });
 
 afterAll(async () => {
@@ -90,7 +95,7 @@ describe('spare exec starters in rounds', () => {
 
   it('runs a command line under bash-static where installed, reading as /bin/bash; argv as given', async () => {
     const [a, b, c] = await round(3);
-    const probe = 'echo "$0|$BASH|$BASH_VERSION|$(readlink /proc/$$/exe)"; shopt | md5sum; set -o | md5sum';
+    const probe = 'echo "$0|$BASH|$BASH_VERSION|$(readlink /proc/$$/exe)|$(cat /proc/$$/comm)"; shopt | md5sum; set -o | md5sum';
     const [ra, rb, rc] = await Promise.all([
       run(a!, { command: probe }),
       run(b!, { argv: ['/bin/bash', '-c', probe] }),
@@ -98,10 +103,12 @@ describe('spare exec starters in rounds', () => {
     ]);
     const [lineA, ...modesA] = ra.stdout.trim().split('\n');
     const [lineB, ...modesB] = rb.stdout.trim().split('\n');
-    const [zeroA, bashA, versionA, exeA] = lineA!.split('|');
-    const [zeroB, bashB, versionB, exeB] = lineB!.split('|');
-    // The same shell as an explicit /bin/bash: name, $BASH, version, options (shopt, set -o).
-    expect([zeroA, bashA, versionA]).toEqual([zeroB, bashB, versionB]);
+    const [zeroA, bashA, versionA, exeA, commA] = lineA!.split('|');
+    const [zeroB, bashB, versionB, exeB, commB] = lineB!.split('|');
+    // The same shell as an explicit /bin/bash: name, $BASH, version, the kernel's name (comm: ps,
+    // pgrep), options (shopt, set -o).
+    expect([zeroA, bashA, versionA, commA]).toEqual([zeroB, bashB, versionB, commB]);
+    expect(commA).toBe('bash');
     expect(zeroA).toBe('/bin/bash');
     expect(modesA).toEqual(modesB);
     expect(exeB).toBe('/usr/bin/bash');
