@@ -16,11 +16,12 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { buildDirAtomically } from '../core/native-build.js';
 
 const run = promisify(execFile);
 
@@ -366,15 +367,12 @@ export async function buildWireNative(dir: string): Promise<string> {
   if (existsSync(file)) return file;
   const include = nodeIncludeDirs()[0];
   if (!include) throw new Error("Node's headers (node_api.h) are not installed beside node nor in /usr/include/node");
-  const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
-  await mkdir(tmp, { recursive: true, mode: 0o755 });
   try {
-    await writeFile(path.join(tmp, 'wire-text.c'), WIRE_TEXT_C);
-    await run('gcc', ['-O2', '-Wall', '-shared', '-fPIC', `-I${include}`, '-o', path.join(tmp, FILE), path.join(tmp, 'wire-text.c')]);
-    await rm(dir, { recursive: true, force: true });
-    await rename(tmp, dir);
+    await buildDirAtomically(dir, async (tmp) => {
+      await writeFile(path.join(tmp, 'wire-text.c'), WIRE_TEXT_C);
+      await run('gcc', ['-O2', '-Wall', '-shared', '-fPIC', `-I${include}`, '-o', path.join(tmp, FILE), path.join(tmp, 'wire-text.c')]);
+    });
   } catch (err) {
-    await rm(tmp, { recursive: true, force: true });
     if (existsSync(file)) return file; // another process built it meanwhile
     const e = err as { stderr?: string; message: string };
     throw new Error(`cannot build the wire-text addon: ${(e.stderr || e.message).trim().slice(0, 500)}`);

@@ -17,6 +17,8 @@
  * test/unit/mcp-wire-native.test.ts compare it with the plain serialization).
  */
 import { giveBackBlock, leaseBlock, rawText, releaseRawText } from '../core/raw-text.js';
+
+export { pooledBlocks } from '../core/raw-text.js';
 import { wireNative } from './wire-native.js';
 
 /** A top-level string field at least this long is escaped on its own, straight to the wire form. */
@@ -36,8 +38,10 @@ export interface WireText {
   release(): void;
 }
 
-/** `write` fills a target and returns the length it needs (written when the target is that long; < 0: cannot). */
-/** Output in a pooled block (core/raw-text.ts): reused from one large result to the next. */
+/**
+ * Output in a pooled block (core/raw-text.ts), reused from one large result to the next. `write`
+ * fills a target and returns the length it needs (written when the target is that long; < 0: cannot).
+ */
 function intoPooled(min: number, write: (target: Buffer) => number, blocks: Buffer[]): Buffer | undefined {
   let block = leaseBlock(min);
   let n = write(block);
@@ -53,8 +57,6 @@ function intoPooled(min: number, write: (target: Buffer) => number, blocks: Buff
   blocks.push(block);
   return block.subarray(0, n);
 }
-
-export { pooledBlocks } from '../core/raw-text.js';
 
 // Stands for a large field while the rest is serialized. Should a small field hold this very text,
 // the frame splits into more pieces than expected and the result goes the plain way.
@@ -129,10 +131,13 @@ export function wireText(structured: Record<string, unknown>, minChars: number):
   const large: Array<{ key: string; piece?: Buffer }> = [];
   const blocks: Buffer[] = [];
   const fromBytes: string[] = [];
+  const giveBackOutput = () => {
+    for (const b of blocks.splice(0)) giveBackBlock(b);
+  };
   // Output blocks, and the bytes of raw fields escaped from them (the daemon client's pooled body):
   // after this, text() cannot read those fields again (it is for a transport that never took the pieces).
   const release = () => {
-    for (const b of blocks.splice(0)) giveBackBlock(b);
+    giveBackOutput();
     for (const key of fromBytes.splice(0)) releaseRawText(structured, key);
   };
   let total = 0;
@@ -159,10 +164,7 @@ export function wireText(structured: Record<string, unknown>, minChars: number):
     }
   }
   // Not taken (the plain way follows, which reads the fields): only the output blocks go back.
-  const giveUp = () => {
-    for (const b of blocks.splice(0)) giveBackBlock(b);
-    return undefined;
-  };
+  const giveUp = () => void giveBackOutput();
   if (total < minChars) return giveUp();
   const isLarge = new Set(large.map((l) => l.key));
   const small: Record<string, unknown> = {};

@@ -52,17 +52,9 @@ const CGROUP2_ROOT_FLAGS = ['nsdelegate', 'favordynmods', 'memory_localevents', 
  */
 export function favorDynamicCgroupModifications(privateDir: string): 'set' | 'already set' | `not set: ${string}` {
   if (process.getuid?.() !== 0) return 'not set: not root';
-  let flags: string[] = [];
-  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    const sep = line.indexOf(' - ');
-    if (sep < 0) continue;
-    const [fstype, , superOpts] = line.slice(sep + 3).split(' ');
-    if (fstype !== 'cgroup2' || !superOpts) continue;
-    const opts = superOpts.split(',');
-    if (opts.includes('favordynmods')) return 'already set';
-    flags = opts.filter((o) => CGROUP2_ROOT_FLAGS.includes(o));
-    break;
-  }
+  const hostOpts = mounts().find((m) => m.fstype === 'cgroup2')?.superOpts ?? [];
+  if (hostOpts.includes('favordynmods')) return 'already set';
+  const flags = hostOpts.filter((o) => CGROUP2_ROOT_FLAGS.includes(o));
   let dir: string | undefined;
   try {
     dir = mkdtempSync(path.join(privateDir, 'cg2-'));
@@ -95,15 +87,9 @@ export function discoverHierarchies(): Map<Controller, Hierarchy> {
     for (const name of names.split(',')) own.set(name, p);
   }
   const found = new Map<Controller, Hierarchy>();
-  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    const sep = line.indexOf(' - ');
-    if (sep < 0) continue;
-    const pre = line.slice(0, sep).split(' ');
-    const [fstype, , superOpts] = line.slice(sep + 3).split(' ');
-    if (fstype !== 'cgroup' || !superOpts) continue;
-    const mountRoot = unescapeMount(pre[3]!);
-    const mountPoint = unescapeMount(pre[4]!);
-    for (const opt of superOpts.split(',')) {
+  for (const { fstype, superOpts, mountRoot, mountPoint } of mounts()) {
+    if (fstype !== 'cgroup') continue;
+    for (const opt of superOpts) {
       const c = CONTROLLERS.find((x) => x === opt);
       if (!c || found.has(c)) continue;
       const ownPath = own.get(c) ?? '/';
@@ -113,6 +99,20 @@ export function discoverHierarchies(): Map<Controller, Hierarchy> {
     }
   }
   return found;
+}
+
+/** This process's mounts, from /proc/self/mountinfo: type, superblock options, the root shown and where. */
+function mounts(): Array<{ fstype: string; superOpts: string[]; mountRoot: string; mountPoint: string }> {
+  const out = [];
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const sep = line.indexOf(' - ');
+    if (sep < 0) continue;
+    const pre = line.slice(0, sep).split(' ');
+    const [fstype, , superOpts] = line.slice(sep + 3).split(' ');
+    if (!fstype || !superOpts) continue;
+    out.push({ fstype, superOpts: superOpts.split(','), mountRoot: unescapeMount(pre[3]!), mountPoint: unescapeMount(pre[4]!) });
+  }
+  return out;
 }
 
 function unescapeMount(s: string): string {

@@ -16,11 +16,12 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ServiceError } from '../core/errors.js';
+import { buildDirAtomically } from '../core/native-build.js';
 
 const run = promisify(execFile);
 
@@ -397,25 +398,22 @@ function present(dir: string): NativeArtifacts | null {
 export async function buildNative(dir: string): Promise<NativeArtifacts> {
   const done = present(dir);
   if (done) return done;
-  const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
-  await mkdir(tmp, { recursive: true, mode: 0o755 });
   try {
-    await writeFile(path.join(tmp, 'seccomp-gen.c'), SECCOMP_GEN_C);
-    await writeFile(path.join(tmp, 'nodump.c'), NODUMP_C);
-    await run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, 'seccomp-gen'), path.join(tmp, 'seccomp-gen.c'), '-lseccomp']);
-    await run(path.join(tmp, 'seccomp-gen'), [path.join(tmp, 'seccomp.bpf')]);
-    await run('gcc', ['-O2', '-Wall', '-shared', '-fPIC', '-o', path.join(tmp, 'nodump.so'), path.join(tmp, 'nodump.c')]);
-    // Small programs run inside sandboxes: static when the C library allows (no loader work at start).
-    for (const [name, source] of [['exec-starter', EXEC_STARTER_C], ['egress-run', EGRESS_RUN_C], ['credhelper', CREDHELPER_C]] as const) {
-      await writeFile(path.join(tmp, `${name}.c`), source);
-      await run('gcc', ['-O2', '-Wall', '-static', '-o', path.join(tmp, name), path.join(tmp, `${name}.c`)]).catch(() =>
-        run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, name), path.join(tmp, `${name}.c`)]),
-      );
-    }
-    await rm(dir, { recursive: true, force: true });
-    await rename(tmp, dir);
+    await buildDirAtomically(dir, async (tmp) => {
+      await writeFile(path.join(tmp, 'seccomp-gen.c'), SECCOMP_GEN_C);
+      await writeFile(path.join(tmp, 'nodump.c'), NODUMP_C);
+      await run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, 'seccomp-gen'), path.join(tmp, 'seccomp-gen.c'), '-lseccomp']);
+      await run(path.join(tmp, 'seccomp-gen'), [path.join(tmp, 'seccomp.bpf')]);
+      await run('gcc', ['-O2', '-Wall', '-shared', '-fPIC', '-o', path.join(tmp, 'nodump.so'), path.join(tmp, 'nodump.c')]);
+      // Small programs run inside sandboxes: static when the C library allows (no loader work at start).
+      for (const [name, source] of [['exec-starter', EXEC_STARTER_C], ['egress-run', EGRESS_RUN_C], ['credhelper', CREDHELPER_C]] as const) {
+        await writeFile(path.join(tmp, `${name}.c`), source);
+        await run('gcc', ['-O2', '-Wall', '-static', '-o', path.join(tmp, name), path.join(tmp, `${name}.c`)]).catch(() =>
+          run('gcc', ['-O2', '-Wall', '-o', path.join(tmp, name), path.join(tmp, `${name}.c`)]),
+        );
+      }
+    });
   } catch (err) {
-    await rm(tmp, { recursive: true, force: true });
     const e = err as { stderr?: string; message: string };
     throw new ServiceError(
       'FAILED_PRECONDITION',
