@@ -19,6 +19,7 @@ import { McpLogLevels, mcpLogger } from './logging.js';
 import { directPath, type NodeResponseTransport } from './node-transport.js';
 import { TokenVerifyCache } from '../services/token-cache.js';
 import { loadWireNative } from './wire-native.js';
+import type { WireText } from './wire-text.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -58,6 +59,49 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
   // in the background; JavaScript meanwhile and whenever it cannot be had.
   void loadWireNative(join(app.dataDir, 'run'), (why) => app.log.info({ why }, 'large results escaped in JavaScript (the wire-text addon is not available)'));
   const logLevels = new McpLogLevels();
+  /**
+   * tools/call, from the per-request Server's handler or straight from the direct path (plain calls,
+   * src/mcp/node-transport.ts): the registry's pipeline with the caller, progress and log messages.
+   * Its results always carry object structuredContent beside a text block, which the SDK's projection
+   * (projectCallToolResult) returns unchanged, so both routes answer the same.
+   */
+  const callTool = async (
+    params: { name: string; arguments?: Record<string, unknown>; _meta?: { progressToken?: string | number } },
+    c: { authInfo: unknown; signal: AbortSignal; mcp: unknown; deferText?: (text: WireText) => string },
+  ) => {
+    const caller = callerOf(c.authInfo as Parameters<typeof callerOf>[0]);
+    const principal = caller.principal;
+    const progressToken = params._meta?.progressToken;
+    const notify = (c.mcp as { mcpReq: { notify: (n: { method: 'notifications/progress'; params: Record<string, unknown> }) => Promise<void> } }).mcpReq.notify;
+    const log = mcpLogger(c.mcp, logLevels.get(caller.logKey), params.name);
+    // Progress messages also go out as log messages, once per distinct message (not per tick).
+    let lastLogged = '';
+    const logStep = (message: string | undefined) => {
+      if (message && message !== lastLogged && !/^waiting for operation /.test(message)) {
+        lastLogged = message;
+        log('info', message);
+      }
+    };
+    const result = await registry.call(app, params.name, params.arguments, {
+      principal,
+      actor: 'mcp',
+      signal: c.signal,
+      access: caller.access,
+      log,
+      deferText: c.deferText,
+      progress:
+        progressToken === undefined
+          ? (_p, _t, message) => logStep(message)
+          : (progress, total, message) => {
+              void notify({ method: 'notifications/progress', params: { progressToken, progress, total, message } }).catch(() => undefined);
+              logStep(message);
+            },
+    });
+    const key = `${params.name}|${result.isError ? (result.structuredContent?.error as { code: string }).code : 'ok'}`;
+    stats.calls.set(key, (stats.calls.get(key) ?? 0) + 1);
+    return result;
+  };
+
   // `direct`: the direct path's transport, which writes a large result's text from its pieces.
   const factory = (direct?: NodeResponseTransport) => {
     const server = new Server(
@@ -71,40 +115,9 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       return {};
     });
     server.setRequestHandler('tools/list', (_req, ctx) => ({ tools: visibleTools(registry, callerOf(ctx.http?.authInfo).access) }));
-    server.setRequestHandler('tools/call', async (req, ctx) => {
-      const caller = callerOf(ctx.http?.authInfo);
-      const principal = caller.principal;
-      const progressToken = req.params._meta?.progressToken;
-      const log = mcpLogger(ctx, logLevels.get(caller.logKey), req.params.name);
-      // Progress messages also go out as log messages, once per distinct message (not per tick).
-      let lastLogged = '';
-      const logStep = (message: string | undefined) => {
-        if (message && message !== lastLogged && !/^waiting for operation /.test(message)) {
-          lastLogged = message;
-          log('info', message);
-        }
-      };
-      const result = await registry.call(app, req.params.name, req.params.arguments, {
-        principal,
-        actor: 'mcp',
-        signal: ctx.mcpReq.signal,
-        access: caller.access,
-        log,
-        deferText: direct ? (text) => direct.deferText(text) : undefined,
-        progress:
-          progressToken === undefined
-            ? (_p, _t, message) => logStep(message)
-            : (progress, total, message) => {
-                void ctx.mcpReq
-                  .notify({ method: 'notifications/progress', params: { progressToken, progress, total, message } })
-                  .catch(() => undefined);
-                logStep(message);
-              },
-      });
-      const key = `${req.params.name}|${result.isError ? (result.structuredContent?.error as { code: string }).code : 'ok'}`;
-      stats.calls.set(key, (stats.calls.get(key) ?? 0) + 1);
-      return server.projectCallToolResult(result, undefined);
-    });
+    server.setRequestHandler('tools/call', async (req, ctx) =>
+      server.projectCallToolResult(await callTool(req.params, { authInfo: ctx.http?.authInfo, signal: ctx.mcpReq.signal, mcp: ctx, deferText: direct ? (text) => direct.deferText(text) : undefined }), undefined),
+    );
     return server;
   };
 
@@ -120,7 +133,13 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
 
   // The 2025-era POST of one request is served directly on node:http (src/mcp/node-transport.ts);
   // everything else goes through the SDK's handler.
-  const serve = directPath({ factory, sdk: node as never, maxBodyBytes: MCP_MAX_BODY_BYTES, keepAliveMs: SSE_KEEP_ALIVE_MS });
+  const serve = directPath({
+    factory,
+    sdk: node as never,
+    maxBodyBytes: MCP_MAX_BODY_BYTES,
+    keepAliveMs: SSE_KEEP_ALIVE_MS,
+    toolCall: (params, c) => callTool(params, { authInfo: c.authInfo, signal: c.signal, mcp: { mcpReq: { notify: c.notify } }, deferText: (text) => c.transport.deferText(text) }) as Promise<Record<string, unknown>>,
+  });
 
   const tokens = new TokenVerifyCache(app.db);
 

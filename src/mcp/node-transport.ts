@@ -25,6 +25,9 @@ import {
   isJsonContentType,
   parseJSONRPCMessage,
   PROTOCOL_VERSION_META_KEY,
+  ProtocolErrorCode,
+  SdkError,
+  SdkErrorCode,
   SUPPORTED_PROTOCOL_VERSIONS,
   type JSONRPCMessage,
   type MessageExtraInfo,
@@ -96,13 +99,18 @@ export class NodeResponseTransport implements Transport {
 
   /** Delivers the request to the connected server; its answer goes to the response. */
   dispatch(message: JSONRPCMessage, extra: MessageExtraInfo): void {
+    this.startKeepAlive();
+    this.onmessage!(message, extra);
+  }
+
+  /** A call still running after keepAliveMs turns the answer into an SSE stream with keep-alive comments. */
+  startKeepAlive(): void {
     if (this.keepAliveMs > 0) {
       this.timer = setTimeout(() => {
         this.timer = setInterval(() => this.keepAlive(), this.keepAliveMs).unref();
         this.keepAlive();
       }, this.keepAliveMs).unref();
     }
-    this.onmessage!(message, extra);
   }
 
   async send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
@@ -188,8 +196,32 @@ export class NodeResponseTransport implements Transport {
   }
 }
 
+/** A tools/call's params in the one shape the direct path serves without a per-request Server (plainToolCall). */
+export interface PlainToolCall {
+  name: string;
+  arguments?: Record<string, unknown>;
+  _meta?: { progressToken?: string | number };
+}
+
+/** What a plain tools/call is served with on the direct path: what the SDK's handler context would give it. */
+export interface PlainCallContext {
+  authInfo: MessageExtraInfo['authInfo'];
+  /** Aborted when the client goes away before the answer (as the SDK's Protocol does on close). */
+  signal: AbortSignal;
+  /** Sends a notification about this request (progress, log): the answer becomes an SSE stream. */
+  notify(notification: { method: string; params?: Record<string, unknown> }): Promise<void>;
+  /** The direct path's transport (its deferText takes a large result's text block). */
+  transport: NodeResponseTransport;
+}
+
 /** What the direct path needs: the per-request Server factory and the SDK's handler for everything else. */
 export interface DirectPathOptions {
+  /**
+   * Serves a plain tools/call (plainToolCall) without a per-request Server. Its result must be what
+   * the Server's tools/call handler would return after the SDK's projection, and a well-formed
+   * CallToolResult (the SDK validates the Server's result; this one is sent as given).
+   */
+  toolCall?: (params: PlainToolCall, ctx: PlainCallContext) => Promise<Record<string, unknown>>;
   /** The per-request Server; given the direct path's transport, whose deferText the tools/call handler may use. */
   factory: (transport?: NodeResponseTransport) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
   sdk: Node;
@@ -312,6 +344,9 @@ export function directPath(opts: DirectPathOptions): Node {
     if (!message) return opts.sdk(replay(req, body), res);
 
     const transport = new NodeResponseTransport(res, message.id, opts.keepAliveMs);
+    const authInfo = (req as IncomingMessage & { auth?: MessageExtraInfo['authInfo'] }).auth;
+    const plain = opts.toolCall && message.method === 'tools/call' ? plainToolCall((message as { params?: unknown }).params) : undefined;
+    if (plain) return serveToolCall(opts.toolCall!, plain, message.id, transport, res, authInfo);
     const server = opts.factory(transport);
     await server.connect(transport);
     // The client went away before the answer: close the exchange, which aborts the handler's signal.
@@ -319,6 +354,66 @@ export function directPath(opts: DirectPathOptions): Node {
       if (!transport.answered) void server.close();
     });
     if (res.destroyed) return void server.close();
-    transport.dispatch(message, { authInfo: (req as IncomingMessage & { auth?: MessageExtraInfo['authInfo'] }).auth });
+    transport.dispatch(message, { authInfo });
   };
+}
+
+/**
+ * The params of a tools/call in the shape the direct path serves without a per-request Server: a name,
+ * optional arguments (an object) and optional _meta holding only a progress token (a string or an
+ * integer). Every such request passes the SDK's own tools/call check, so the SDK's Server would
+ * hand it to the same handler; anything else (other keys, a task, other _meta) returns undefined
+ * and the Server serves it, with its own checks and answers. test/unit/mcp-node-transport.test.ts
+ * checks both against the SDK.
+ */
+export function plainToolCall(params: unknown): PlainToolCall | undefined {
+  if (!isPlainObject(params) || typeof params.name !== 'string') return undefined;
+  for (const k of Object.keys(params)) if (k !== 'name' && k !== 'arguments' && k !== '_meta') return undefined;
+  if (params.arguments !== undefined && !isPlainObject(params.arguments)) return undefined;
+  const meta = params._meta;
+  if (meta !== undefined) {
+    if (!isPlainObject(meta)) return undefined;
+    for (const k of Object.keys(meta)) if (k !== 'progressToken') return undefined;
+    const t = meta.progressToken;
+    if (t !== undefined && typeof t !== 'string' && !Number.isSafeInteger(t)) return undefined;
+  }
+  return params as unknown as PlainToolCall;
+}
+
+/**
+ * A plain tools/call answered without a per-request Server: the SDK's Server would build one, register
+ * its handlers, validate the request and the result with its schemas and route the answer through
+ * its Protocol, about a third of a millisecond of every call (issue #21 item 3); the handler and the
+ * answer are the same. A client that goes away first aborts the handler with the reason the SDK
+ * gives (ConnectionClosed); a handler that throws is answered as the SDK answers it (InternalError).
+ */
+async function serveToolCall(
+  toolCall: NonNullable<DirectPathOptions['toolCall']>,
+  params: PlainToolCall,
+  id: RequestId,
+  transport: NodeResponseTransport,
+  res: ServerResponse,
+  authInfo: MessageExtraInfo['authInfo'],
+): Promise<void> {
+  const controller = new AbortController();
+  res.once('close', () => {
+    if (transport.answered) return;
+    controller.abort(new SdkError(SdkErrorCode.ConnectionClosed, 'Connection closed'));
+    void transport.close();
+  });
+  if (res.destroyed) return;
+  transport.startKeepAlive();
+  const notify = (n: { method: string; params?: Record<string, unknown> }): Promise<void> => transport.send({ jsonrpc: '2.0', ...n } as JSONRPCMessage, { relatedRequestId: id });
+  let answer: JSONRPCMessage;
+  try {
+    const result = await toolCall(params, { authInfo, signal: controller.signal, notify, transport });
+    answer = { result, jsonrpc: '2.0', id } as JSONRPCMessage;
+  } catch (error) {
+    const e = error as { code?: unknown; message?: string; data?: unknown };
+    const thrown = Number.isSafeInteger(e?.code) ? (e.code as number) : ProtocolErrorCode.InternalError;
+    const code = thrown === -32002 ? ProtocolErrorCode.InvalidParams : thrown; // the 2025 codec's mapping
+    answer = { jsonrpc: '2.0', id, error: { code, message: e?.message ?? 'Internal error', ...(e?.data !== undefined ? { data: e.data } : {}) } } as JSONRPCMessage;
+  }
+  if (controller.signal.aborted) return;
+  await transport.send(answer);
 }

@@ -12,11 +12,11 @@ import { toNodeHandler } from '@modelcontextprotocol/node';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as TransportV1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { directPath, plainLegacyRequest, servableRequest, type NodeResponseTransport } from '../../src/mcp/node-transport.js';
+import { directPath, plainLegacyRequest, plainToolCall, servableRequest, type NodeResponseTransport } from '../../src/mcp/node-transport.js';
 import { okResult } from '../../src/mcp/registry.js';
 
 const MAX = 64 * 1024;
-let http: HttpServer;
+/** The server the current describe block talks to (post, fetch). */
 let url: string;
 let aborted = 0;
 let deferredTexts = 0;
@@ -30,55 +30,101 @@ const LARGE = {
   nothing: null,
 };
 
+/** What the test tool is given: the pieces of the SDK's handler context it uses. */
+interface EchoCtx {
+  signal: AbortSignal;
+  notify: (n: { method: 'notifications/progress'; params: Record<string, unknown> }) => Promise<void>;
+  who: unknown;
+  deferText?: (t: Parameters<NodeResponseTransport['deferText']>[0]) => string;
+}
+
+async function echoTool(params: { arguments?: Record<string, unknown>; _meta?: { progressToken?: string | number } }, ctx: EchoCtx) {
+  const args = (params.arguments ?? {}) as { sleepMs?: number; progress?: boolean; large?: boolean; fail?: boolean };
+  if (args.fail) throw new Error('the handler failed');
+  if (args.large) {
+    if (args.progress) await ctx.notify({ method: 'notifications/progress', params: { progressToken: params._meta?.progressToken ?? 0, progress: 1, message: 'half' } });
+    return okResult(
+      LARGE,
+      ctx.deferText
+        ? (t) => {
+            deferredTexts++;
+            return ctx.deferText!(t);
+          }
+        : undefined,
+    );
+  }
+  const token = params._meta?.progressToken;
+  if (args.progress && token !== undefined) {
+    await ctx.notify({ method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2, message: 'half' } });
+  }
+  if (args.sleepMs) {
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, args.sleepMs);
+      ctx.signal.addEventListener('abort', () => {
+        aborted++;
+        abortReasons.push(ctx.signal.reason);
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+  return { content: [{ type: 'text', text: 'é ok' }], structuredContent: { ok: true, who: ctx.who } };
+}
+
 function factory(direct?: NodeResponseTransport) {
   const s = new Server({ name: 't', version: '1' }, { capabilities: { tools: {} } });
   s.setRequestHandler('tools/list', () => ({ tools: [{ name: 'echo', inputSchema: { type: 'object' } }] }));
-  s.setRequestHandler('tools/call', async (req, ctx) => {
-    const args = (req.params.arguments ?? {}) as { sleepMs?: number; progress?: boolean; large?: boolean };
-    if (args.large) {
-      if (args.progress) await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: req.params._meta?.progressToken ?? 0, progress: 1, message: 'half' } });
-      return okResult(
-        LARGE,
-        direct
-          ? (t) => {
-              deferredTexts++;
-              return direct.deferText(t);
-            }
-          : undefined,
-      );
-    }
-    const token = req.params._meta?.progressToken;
-    if (args.progress && token !== undefined) {
-      await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2, message: 'half' } });
-    }
-    if (args.sleepMs) {
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, args.sleepMs);
-        ctx.mcpReq.signal.addEventListener('abort', () => {
-          aborted++;
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
-    return { content: [{ type: 'text', text: 'é ok' }], structuredContent: { ok: true, who: ctx.http?.authInfo?.clientId } };
-  });
+  s.setRequestHandler('tools/call', (req, ctx) =>
+    echoTool(req.params, { signal: ctx.mcpReq.signal, notify: (n) => ctx.mcpReq.notify(n), who: ctx.http?.authInfo?.clientId, deferText: direct ? (t) => direct.deferText(t) : undefined }) as never,
+  );
   return s;
 }
 
-beforeAll(async () => {
+/** A node:http server on the direct path: plain tools/call served without a per-request Server when `plain`. */
+async function listen(plain: boolean): Promise<{ server: HttpServer; url: string }> {
   const sdk = toNodeHandler(createMcpHandler(() => factory(), { legacy: 'stateless', maxRequestBodySize: MAX }), { maxRequestBodySize: MAX });
-  const serve = directPath({ factory, sdk: sdk as never, maxBodyBytes: MAX, keepAliveMs: 150 });
-  http = createServer((req, res) => {
+  const serve = directPath({
+    factory,
+    sdk: sdk as never,
+    maxBodyBytes: MAX,
+    keepAliveMs: 150,
+    toolCall: plain
+      ? (params, c) => {
+          plainServed++;
+          return echoTool(params, { signal: c.signal, notify: (n) => c.notify(n), who: (c.authInfo as { clientId?: string } | undefined)?.clientId, deferText: (t) => c.transport.deferText(t) }) as never;
+        }
+      : undefined,
+  });
+  const server = createServer((req, res) => {
     (req as { auth?: unknown }).auth = { token: 'x', clientId: 'caller-1', scopes: [] };
     void serve(req, res);
   });
-  await new Promise<void>((r) => http.listen(0, '127.0.0.1', r));
-  url = `http://127.0.0.1:${(http.address() as AddressInfo).port}/mcp`;
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp` };
+}
+
+const servers: HttpServer[] = [];
+/** Plain calls served without a per-request Server (as /mcp serves them). */
+let plainUrl: string;
+/** Every call through the SDK's per-request Server (the direct path without toolCall). */
+let serverUrl: string;
+let plainServed = 0;
+const abortReasons: unknown[] = [];
+
+beforeAll(async () => {
+  for (const plain of [true, false]) {
+    const l = await listen(plain);
+    servers.push(l.server);
+    if (plain) plainUrl = l.url;
+    else serverUrl = l.url;
+  }
+  url = plainUrl;
 });
 afterAll(async () => {
-  http.closeAllConnections();
-  await new Promise((r) => http.close(r));
+  for (const s of servers) {
+    s.closeAllConnections();
+    await new Promise((r) => s.close(r));
+  }
 });
 
 const H = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' };
@@ -102,7 +148,15 @@ function sseMessages(text: string): Array<Record<string, unknown>> {
     .map((e) => JSON.parse(e.split('\ndata: ')[1]!) as Record<string, unknown>);
 }
 
-describe('the direct path', () => {
+const MODES: Array<[string, () => string]> = [
+  ['plain calls served without a per-request Server', () => plainUrl],
+  ['every call through the per-request Server', () => serverUrl],
+];
+
+describe.each(MODES)('the direct path (%s)', (_mode, urlOf) => {
+  beforeAll(() => {
+    url = urlOf();
+  });
   it('answers a call whose result comes first as one JSON body with its length', async () => {
     const r = await post(call(1, {}));
     expect(r.status).toBe(200);
@@ -194,7 +248,10 @@ describe('the direct path', () => {
   });
 });
 
-describe('a large result (its text block written from pieces)', () => {
+describe.each(MODES)('a large result, its text block written from pieces (%s)', (_mode, urlOf) => {
+  beforeAll(() => {
+    url = urlOf();
+  });
   const expected = { content: [{ type: 'text', text: JSON.stringify(LARGE) }] };
 
   it('is the same JSON answer, byte for byte, as the plain serialization, with its length', async () => {
@@ -285,5 +342,76 @@ describe('the routing predicate', () => {
     expect(servableRequest('', undefined)).toBeUndefined();
     expect(servableRequest('{', undefined)).toBeUndefined();
     expect(servableRequest(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'x', extra: 1 }), undefined)).toBeUndefined();
+  });
+});
+
+describe('plain tools/call without a per-request Server', () => {
+  const bodies: unknown[] = [
+    call(30, {}),
+    call(31, { x: [1, { y: null }] }),
+    { jsonrpc: '2.0', id: 'k', method: 'tools/call', params: { name: 'echo' } },
+    { jsonrpc: '2.0', id: 32, method: 'tools/call', params: { name: '' } },
+    call(33, {}, { progressToken: 'p' }),
+    call(34, {}, { progressToken: 7 }),
+    call(35, { progress: true }, { progressToken: 8 }),
+    call(38, {}, {}),
+    // Not plain: the per-request Server serves these, with its own checks and answers.
+    call(36, {}, { progressToken: 1.5 }),
+    call(37, {}, { progressToken: 'p', other: 1 }),
+    { jsonrpc: '2.0', id: 39, method: 'tools/call', params: { name: 'echo', arguments: [] } },
+    { jsonrpc: '2.0', id: 40, method: 'tools/call', params: { name: 3 } },
+    { jsonrpc: '2.0', id: 41, method: 'tools/call', params: { arguments: {} } },
+    { jsonrpc: '2.0', id: 42, method: 'tools/call', params: { name: 'echo', arguments: null } },
+    { jsonrpc: '2.0', id: 43, method: 'tools/call', params: { name: 'echo', task: { ttl: 1000 } } },
+    { jsonrpc: '2.0', id: 44, method: 'tools/call' },
+  ];
+  const at = async (u: string, body: unknown) => {
+    const r = await fetch(u, { method: 'POST', headers: H, body: JSON.stringify(body) });
+    const text = await r.text();
+    return { status: r.status, type: r.headers.get('content-type'), message: r.headers.get('content-type') === 'text/event-stream' ? sseMessages(text) : JSON.parse(text) };
+  };
+
+  it('takes only calls the SDK accepts, and answers them as the per-request Server does', async () => {
+    let plain = 0;
+    for (const body of bodies) {
+      const params = (body as { params?: unknown }).params;
+      const before = plainServed;
+      const direct = await at(plainUrl, body);
+      const server = await at(serverUrl, body);
+      const what = JSON.stringify(body);
+      expect(direct, what).toEqual(server);
+      if (plainToolCall(params)) {
+        plain++;
+        expect(plainServed, what).toBe(before + 1);
+        // The SDK's own check of tools/call params accepts it: a result, not a JSON-RPC error.
+        const last = Array.isArray(server.message) ? server.message.at(-1) : server.message;
+        expect(last.result, what).toBeDefined();
+      } else expect(plainServed, what).toBe(before);
+    }
+    expect(plain).toBe(8);
+  });
+
+  it('answers a handler that throws as the SDK does (InternalError with its message)', async () => {
+    const body = call(45, { fail: true });
+    const direct = await at(plainUrl, body);
+    expect(direct.message).toEqual({ jsonrpc: '2.0', id: 45, error: { code: -32603, message: 'the handler failed' } });
+    expect(direct).toEqual(await at(serverUrl, body));
+  });
+
+  it('aborts the handler with the reason the SDK gives when the client goes away', async () => {
+    const reasons: string[] = [];
+    for (const u of [plainUrl, serverUrl]) {
+      const before = abortReasons.length;
+      const ac = new AbortController();
+      const p = fetch(u, { method: 'POST', headers: H, body: JSON.stringify(call(46, { sleepMs: 5000 })), signal: ac.signal }).catch(() => 'gone');
+      await new Promise((r) => setTimeout(r, 100));
+      ac.abort();
+      expect(await p).toBe('gone');
+      for (let i = 0; i < 50 && abortReasons.length === before; i++) await new Promise((r) => setTimeout(r, 20));
+      const reason = abortReasons.at(-1) as { name?: string; code?: unknown; message?: string };
+      reasons.push(`${reason.name}|${String(reason.code)}|${reason.message}`);
+    }
+    expect(reasons[0]).toBe(reasons[1]);
+    expect(reasons[0]).toContain('Connection closed');
   });
 });
