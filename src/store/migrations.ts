@@ -23,6 +23,7 @@
  *   services/memories     memory_notes
  *   services/knowledge    knowledge_projects, knowledge_items, knowledge_fts, knowledge_links
  *   services/artifacts    artifacts, artifact_blobs
+ *   services/token-cache  (0019) auth_epoch (moved by triggers on the token tables; only read)
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
@@ -32,6 +33,7 @@ import { m0014 } from './migrations/0014-knowledge.js';
 import { m0015 } from './migrations/0015-extensions.js';
 import { m0016 } from './migrations/0016-packages.js';
 import { m0018 } from './migrations/0018-knowledge-search.js';
+import { m0019 } from './migrations/0019-auth-epoch.js';
 
 export interface Migration {
   version: number;
@@ -342,4 +344,5 @@ export const MIGRATIONS: Migration[] = [
   m0015,
   m0016,
   m0018,
+  m0019,
 ];
