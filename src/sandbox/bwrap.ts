@@ -66,6 +66,7 @@ import {
 } from './executor.js';
 import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
 import { nativeArtifacts, type NativeArtifacts } from './native.js';
+import { HOST_LOCALE_DIR, localeArchive, type LocaleArchive } from './locale.js';
 
 export { removeSandboxRoot } from './rootdir.js';
 
@@ -131,6 +132,8 @@ const IN_CREDHELPER = EPHEMERAL_CREDHELPER;
 const SECCOMP_FD = 3;
 /** Marks a --ro-bind-data argument that names a host file; launch() replaces it with a descriptor. */
 const DATA_MARK = '\0data:';
+/** Stands for the locale archive and its mounts (src/sandbox/locale.ts; expanded, or dropped, in launchWithSeccomp()). */
+const LOCALE_MARK = '\0locale';
 /** Stands for the native nodump.so (resolved in launch()). */
 const NODUMP_SOURCE = '\0nodump';
 /** Stand for the native programs (resolved in launchWithSeccomp()). */
@@ -258,6 +261,7 @@ export class BwrapExecutor implements Executor {
   private readonly cgroupParent: string | undefined;
   private readonly favorDynmods: boolean;
   private readonly onNote: ((message: string) => void) | undefined;
+  private locale: Promise<LocaleArchive | undefined> | undefined;
   private cgroupManager: CgroupManager | null | undefined;
   private native: Promise<NativeArtifacts> | undefined;
   private daemonFiles: string[] | undefined;
@@ -727,6 +731,12 @@ export class BwrapExecutor implements Executor {
     }
   }
 
+  /** The sandboxes' locale archive (src/sandbox/locale.ts), made once; undefined when there is none. */
+  private localeArchive(): Promise<LocaleArchive | undefined> {
+    this.locale ??= localeArchive(this.runDir, HOST_LOCALE_DIR, (why) => this.onNote?.(why));
+    return this.locale;
+  }
+
   private nativeArtifacts(): Promise<NativeArtifacts> {
     this.native ??= nativeArtifacts(this.runDir).catch((err) => {
       this.native = undefined;
@@ -764,6 +774,16 @@ export class BwrapExecutor implements Executor {
       const options = sep < 0 ? bwrapArgv : bwrapArgv.slice(0, sep);
       const command = sep < 0 ? [] : bwrapArgv.slice(sep);
       for (const arg of options) {
+        if (arg === LOCALE_MARK) {
+          // A tmpfs over /usr/lib/locale holding the archive (a copy: no runner path shows inside)
+          // and the host's compiled locales (read-only binds), then made read-only.
+          const loc = await this.localeArchive();
+          if (!loc) continue;
+          argv.push('--tmpfs', HOST_LOCALE_DIR);
+          for (const l of loc.locales) argv.push('--ro-bind', path.join(loc.hostDir, l), path.posix.join(HOST_LOCALE_DIR, l));
+          argv.push('--perms', '0444', '--ro-bind-data', String(await fdFor(loc.archive)), path.posix.join(HOST_LOCALE_DIR, 'locale-archive'), '--remount-ro', HOST_LOCALE_DIR);
+          continue;
+        }
         if (!arg.startsWith(DATA_MARK)) {
           argv.push(arg);
           continue;
@@ -826,6 +846,7 @@ export class BwrapExecutor implements Executor {
       '--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--clearenv',
       ...id, '--hostname', HOSTNAME,
       ...systemArgs(),
+      LOCALE_MARK,
       '--dir', '/etc',
     ];
     for (const f of GENERATED_ETC) a.push('--ro-bind-data', `${DATA_MARK}${path.join(plan.etcDir, f)}`, `/etc/${f}`);

@@ -131,6 +131,24 @@ describe.skipIf(!isRoot)('sandbox hardening', () => {
     expect(leaking.sort()).toEqual(['/home/user', '/run/atelier', '/run/egress', '/tmp', '/workspace']);
   });
 
+  it('commands load the C.UTF-8 locale from one read-only archive (src/sandbox/locale.ts), and it is UTF-8', async () => {
+    const r = await sh(
+      'x=é; echo "len ${#x}"; locale charmap; grep -c locale-archive /proc/self/maps; ' +
+        'touch /usr/lib/locale/x 2>/dev/null && echo written || echo read-only; ' +
+        'echo > /usr/lib/locale/locale-archive 2>/dev/null && echo archive-written || echo archive-read-only; ls /usr/lib/locale',
+    );
+    expect(r.exitCode, r.stderr).toBe(0);
+    const [len, charmap, maps, dir, archive, ...listing] = r.stdout.trim().split('\n');
+    expect(len).toBe('len 1');
+    expect(charmap).toBe('UTF-8');
+    // grep itself (dynamically linked, LANG=C.UTF-8) has the archive mapped.
+    expect(Number(maps)).toBeGreaterThan(0);
+    expect(dir).toBe('read-only');
+    expect(archive).toBe('archive-read-only');
+    expect(listing).toContain('C.utf8');
+    expect(listing).toContain('locale-archive');
+  });
+
   it('a normal coding workload still works: git, node (with worker threads), npm, python threads, a C compiler', async () => {
     const r = await sh(
       [
