@@ -12,7 +12,11 @@ import { ROOT } from './harness.js';
 /** Each benchmark and what its output must say (a figure beside its baseline). */
 const BENCHES: Record<string, RegExp[]> = {
   'bench/mcp-overhead': [/bare node:http echo\s+p50 [\d.]+ ms/, /atelier MCP \(HTTP\)\s+p50 [\d.]+ ms .*ratio p50 [\d.]+x/],
-  'bench/exec': [/bare bwrap \/bin\/true\s+p50 [\d.]+ ms/, /MCP exec_run true\s+p50 [\d.]+ ms .*ratio p50 [\d.]+x/],
+  'bench/exec': [
+    /bare bwrap \/bin\/true\s+p50 [\d.]+ ms/,
+    /MCP exec_run true\s+p50 [\d.]+ ms .*ratio p50 [\d.]+x/,
+    /c1 exec_run true p50 < 5 ms:\s+[\d.]+ ms \(official v2 client [\d.]+ ms; .*\)\s+(met|NOT met)/,
+  ],
   'bench/workspace': [/open to first result: median [\d.]+ ms .*plain git clone --depth 1: median [\d.]+ ms; ratio [\d.]+x/, /trivial command: .*ratio [\d.]+x/],
   'bench/files': [/grep_search, rare pattern .*ratio [\d.]+x/, /symbols_search: cold index build [\d.]+ ms/, /files_read 1 MiB utf-8: median [\d.]+ ms .*ratio [\d.]+x/, /goal: files_read 1 MiB utf-8 .*within 2x the daemon alone: [\d.]+x .*: (met|NOT met)/],
   'bench/gateway': [/added p99: atelier [\d.]+ ms vs portkey [\d.]+ ms/, /throughput at c64: atelier \d+ rps/, /metered on the bench lease: \d+ input/],
