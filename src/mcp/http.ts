@@ -15,7 +15,7 @@ import { ServiceError, errorEnvelope } from '../core/errors.js';
 import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access } from '../core/toolsets.js';
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
 import type { OAuthStore } from '../services/oauth.js';
-import { McpLogLevels, mcpLogger } from './logging.js';
+import { McpLogLevels, mcpLogger, type McpNotifyContext } from './logging.js';
 import { directPath, type NodeResponseTransport } from './node-transport.js';
 import { TokenVerifyCache } from '../services/token-cache.js';
 import { loadWireNative } from './wire-native.js';
@@ -67,12 +67,11 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
    */
   const callTool = async (
     params: { name: string; arguments?: Record<string, unknown>; _meta?: { progressToken?: string | number } },
-    c: { authInfo: unknown; signal: AbortSignal; mcp: unknown; deferText?: (text: WireText) => string },
+    c: { authInfo: unknown; signal: AbortSignal; mcp: McpNotifyContext; deferText?: (text: WireText) => string },
   ) => {
     const caller = callerOf(c.authInfo as Parameters<typeof callerOf>[0]);
     const principal = caller.principal;
     const progressToken = params._meta?.progressToken;
-    const notify = (c.mcp as { mcpReq: { notify: (n: { method: 'notifications/progress'; params: Record<string, unknown> }) => Promise<void> } }).mcpReq.notify;
     const log = mcpLogger(c.mcp, logLevels.get(caller.logKey), params.name);
     // Progress messages also go out as log messages, once per distinct message (not per tick).
     let lastLogged = '';
@@ -93,7 +92,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
         progressToken === undefined
           ? (_p, _t, message) => logStep(message)
           : (progress, total, message) => {
-              void notify({ method: 'notifications/progress', params: { progressToken, progress, total, message } }).catch(() => undefined);
+              void c.mcp.mcpReq.notify({ method: 'notifications/progress', params: { progressToken, progress, total, message } }).catch(() => undefined);
               logStep(message);
             },
     });
@@ -138,7 +137,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     sdk: node as never,
     maxBodyBytes: MCP_MAX_BODY_BYTES,
     keepAliveMs: SSE_KEEP_ALIVE_MS,
-    toolCall: (params, c) => callTool(params, { authInfo: c.authInfo, signal: c.signal, mcp: { mcpReq: { notify: c.notify } }, deferText: (text) => c.transport.deferText(text) }) as Promise<Record<string, unknown>>,
+    toolCall: (params, c) =>
+      callTool(params, { authInfo: c.authInfo, signal: c.signal, mcp: { mcpReq: { notify: c.notify } }, deferText: (text) => c.transport.deferText(text) }) as Promise<Record<string, unknown>>,
   });
 
   const tokens = new TokenVerifyCache(app.db);

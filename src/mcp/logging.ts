@@ -29,13 +29,20 @@ export class McpLogLevels {
   }
 }
 
-interface NotifyCtx {
-  mcpReq: { notify: (n: { method: 'notifications/message'; params: { level: McpLogLevel; logger?: string; data: unknown } }) => Promise<void>; envelope?: Record<string, unknown> };
+/** What a request's log messages and progress go out through: the SDK's handler context, or the direct path's equivalent. */
+export interface McpNotifyContext {
+  mcpReq: {
+    notify: (
+      n:
+        | { method: 'notifications/message'; params: { level: McpLogLevel; logger?: string; data: unknown } }
+        | { method: 'notifications/progress'; params: { progressToken: string | number; progress: number; total?: number; message?: string } },
+    ) => Promise<void>;
+    envelope?: Record<string, unknown>;
+  };
 }
 
 /** The logger of one request: sends at or above the caller's threshold, nothing when no threshold was asked. */
-export function mcpLogger(ctx: unknown, stored: McpLogLevel | undefined, logger: string): LogNotifier {
-  const c = ctx as NotifyCtx;
+export function mcpLogger(c: McpNotifyContext, stored: McpLogLevel | undefined, logger: string): LogNotifier {
   const perRequest = c.mcpReq.envelope?.[LOG_LEVEL_META_KEY] as McpLogLevel | undefined;
   const threshold = perRequest && LOG_LEVELS.includes(perRequest) ? perRequest : stored;
   if (!threshold) return () => undefined;
