@@ -6,7 +6,8 @@
  * is another web stream copied back to the socket; under load that conversion was most of the
  * endpoint's time (docs/architecture.md, "Transport"). Here the body is read once, checked by the
  * same SDK predicates, handed to the same per-request Server, and the answer is written straight to
- * the ServerResponse.
+ * the ServerResponse. A plain tools/call (plainToolCall: what every client sends for a tool) skips
+ * the per-request Server too and goes to its handler directly (serveToolCall), with the same answers.
  *
  * The answer is JSON (application/json, one JSON.stringify, one buffer) when the result is the first
  * thing the server sends; as soon as anything else has to go first (a progress or log notification,
