@@ -7,13 +7,12 @@
 // worse than 1.2x bare bwrap's. Each goal is printed beside its same-run baseline with met / not
 // met; on a loaded machine judge the ratios.
 import { execFile } from 'node:child_process';
-import { Agent as httpAgent, request as httpRequest } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { count, loadGitHost, measure, startAtelierForGitHost } from './lib.mjs';
+import { count, loadGitHost, measure, startAtelierForGitHost, wireClient } from './lib.mjs';
 
 const run = promisify(execFile);
 const N = Number(process.env.BENCH_N ?? count(300, 5));
@@ -44,29 +43,20 @@ const status = await measure(async () => {
   const r = await client.callTool({ name: 'workspace_status', arguments: { workspaceId: ws } });
   if (r.isError) throw new Error(r.content[0].text);
 }, { total: N, concurrency: 1, warmup: count(10, 1) });
-// The same call with no client library (a kept-alive node:http connection, the JSON-RPC request
-// written by hand, the answer read whole and parsed): what the service and the loopback cost, apart
-// from the official client's own share (printed beside the goals, which stay on the official client).
-const agent = new httpAgent({ keepAlive: true, maxSockets: 1 });
+// The same calls with no client library (bench/lib.mjs wireClient, the answer read whole and
+// parsed): what the service and the loopback cost, apart from the official client's own share. The
+// c1 goals are judged on these.
+const wire = wireClient(svc);
+const wirePost = async (method, params) => {
+  const r = await wire.post(method, params);
+  const m = JSON.parse(r.body.toString());
+  if (r.status !== 200 || m.error || m.result?.isError) throw new Error(`wire ${method}: ${r.status} ${JSON.stringify(m).slice(0, 200)}`);
+  return m.result;
+};
 const wireCall = (name, args) => wirePost('tools/call', { name, arguments: args });
-const wirePost = (method, params) =>
-  new Promise((resolve, reject) => {
-    const req = httpRequest(svc.mcpUrl, { method: 'POST', agent, headers: { authorization: `Bearer ${svc.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' } }, (res) => {
-      const chunks = [];
-      res.on('data', (d) => chunks.push(d));
-      res.on('end', () => {
-        const m = JSON.parse(Buffer.concat(chunks).toString());
-        if (res.statusCode !== 200 || m.error || m.result?.isError) return reject(new Error(`wire ${method}: ${res.statusCode} ${JSON.stringify(m).slice(0, 200)}`));
-        resolve(m.result);
-      });
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }));
-  });
 const wireExec = await measure(() => wireCall('exec_run', { workspaceId: ws, command: 'true' }), { total: N, concurrency: 1, warmup: count(10, 1) });
 const wirePing = await measure(() => wirePost('ping', {}), { total: N, concurrency: 1, warmup: count(10, 1) });
-agent.destroy();
+wire.close();
 const by = {};
 for (const concurrency of [1, 8]) {
   const b = await measure(bare, { total: N, concurrency, warmup: count(10, 1) });

@@ -13,14 +13,14 @@
 //   node bench/files.mjs            (BENCH_FILES=30000 BENCH_N=15 to change the size and rounds;
 //                                    BENCH_PARTS=read for the files_read part alone)
 import { execFile } from 'node:child_process';
-import { Agent as httpAgent, createServer, request as httpRequest } from 'node:http';
+import { createServer } from 'node:http';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { count, loadGitHost, median, startAtelierForGitHost } from './lib.mjs';
+import { count, loadGitHost, median, startAtelierForGitHost, wireClient } from './lib.mjs';
 
 const run = promisify(execFile);
 const READ_ONLY = process.env.BENCH_PARTS === 'read';
@@ -176,26 +176,15 @@ async function capture(path) {
   if (!r.headers.get('content-type')?.startsWith('application/json') || at < 0) throw new Error(`unexpected answer for ${path}`);
   captured.set(path, Buffer.from(text.slice(0, at)));
 }
-// The service's answer on the wire, with no client library: one POST over a kept-alive node:http
-// connection, the body's bytes counted up to its Content-Length and not parsed (\`lean\` also parses
-// it, and the text block inside, as a minimal client would).
-const agent = new httpAgent({ keepAlive: true, maxSockets: 1 });
-const wire = (path, parse = false) =>
-  new Promise((resolve, reject) => {
-    const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'files_read', arguments: { workspaceId: ws, path, readAll: true } } });
-    const req = httpRequest(svc.mcpUrl, { method: 'POST', agent, headers: { authorization: `Bearer ${svc.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' } }, (res) => {
-      const chunks = [];
-      let n = 0;
-      res.on('data', (d) => { n += d.length; if (parse) chunks.push(d); });
-      res.on('end', () => {
-        if (res.statusCode !== 200 || n < 1048576) return reject(new Error(`wire read of ${path}: ${res.statusCode}, ${n} bytes`));
-        resolve(parse ? JSON.parse(JSON.parse(Buffer.concat(chunks).toString()).result.content[0].text) : n);
-      });
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
+// The service's answer on the wire, with no client library (bench/lib.mjs wireClient): the body's
+// bytes counted and not parsed (\`lean\` also parses it, and the text block inside, as a minimal
+// client would).
+const wireMcp = wireClient(svc);
+const wire = async (path, parse = false) => {
+  const r = await wireMcp.post('tools/call', { name: 'files_read', arguments: { workspaceId: ws, path, readAll: true } }, parse);
+  if (r.status !== 200 || r.bytes < 1048576) throw new Error(`wire read of ${path}: ${r.status}, ${r.bytes} bytes`);
+  return parse ? JSON.parse(JSON.parse(r.body.toString()).result.content[0].text) : r.bytes;
+};
 for (const [name, enc] of [['one-mib.txt', 'utf-8'], ['one-mib.bin', 'base64']]) {
   const r = await callTool('files_read', { workspaceId: ws, path: name, readAll: true });
   if (r.encoding !== enc || r.length !== 1048576) throw new Error(`unexpected read of ${name}`);
@@ -232,6 +221,7 @@ for (const [name, enc] of [['one-mib.txt', 'utf-8'], ['one-mib.bin', 'base64']])
 }
 
 daemon.close();
+wireMcp.close();
 await replayClient.close();
 replay.close();
 await callTool('workspace_close', { workspaceId: ws });

@@ -1,5 +1,6 @@
 // Shared helpers for benchmarks: start the real service, percentiles, concurrency runner.
 import { spawn } from 'node:child_process';
+import { Agent, request } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -96,4 +97,30 @@ export async function startAtelierForGitHost(host, config = {}) {
   }));
   execFileSync(process.execPath, [join(ROOT, 'bin/atelier'), 'credentials', 'add-token', `${host.url}/`, '--data-dir', dataDir], { input: host.token + '\n', stdio: ['pipe', 'ignore', 'inherit'] });
   return startAtelier([], dataDir);
+}
+
+/**
+ * A client of the service's /mcp with no client library: JSON-RPC requests POSTed by hand over one
+ * kept-alive node:http connection. `post` resolves with the status, the answer's byte count and,
+ * unless `keep` is false, its bytes (what the service itself costs, apart from a client's own share).
+ */
+export function wireClient(svc) {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const headers = { authorization: `Bearer ${svc.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' };
+  const post = (method, params, keep = true) =>
+    new Promise((resolve, reject) => {
+      const req = request(svc.mcpUrl, { method: 'POST', agent, headers }, (res) => {
+        const chunks = [];
+        let bytes = 0;
+        res.on('data', (d) => {
+          bytes += d.length;
+          if (keep) chunks.push(d);
+        });
+        res.on('end', () => resolve({ status: res.statusCode, bytes, body: keep ? Buffer.concat(chunks) : undefined }));
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }));
+    });
+  return { post, close: () => agent.destroy() };
 }

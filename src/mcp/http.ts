@@ -67,9 +67,9 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
    */
   const callTool = async (
     params: { name: string; arguments?: Record<string, unknown>; _meta?: { progressToken?: string | number } },
-    c: { authInfo: unknown; signal: AbortSignal; mcp: McpNotifyContext; deferText?: (text: WireText) => string },
+    c: { authInfo: Parameters<typeof callerOf>[0]; signal: AbortSignal; mcp: McpNotifyContext; deferText?: (text: WireText) => string },
   ) => {
-    const caller = callerOf(c.authInfo as Parameters<typeof callerOf>[0]);
+    const caller = callerOf(c.authInfo);
     const principal = caller.principal;
     const progressToken = params._meta?.progressToken;
     const log = mcpLogger(c.mcp, logLevels.get(caller.logKey), params.name);
@@ -137,8 +137,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     sdk: node as never,
     maxBodyBytes: MCP_MAX_BODY_BYTES,
     keepAliveMs: SSE_KEEP_ALIVE_MS,
-    toolCall: (params, c) =>
-      callTool(params, { authInfo: c.authInfo, signal: c.signal, mcp: { mcpReq: { notify: c.notify } }, deferText: (text) => c.transport.deferText(text) }) as Promise<Record<string, unknown>>,
+    toolCall: (params, c) => callTool(params, { authInfo: c.authInfo, signal: c.signal, mcp: { mcpReq: { notify: c.notify } }, deferText: (text) => c.transport.deferText(text) }),
   });
 
   const tokens = new TokenVerifyCache(app.db);
@@ -179,12 +178,6 @@ function queryToken(app: App, req: IncomingMessage, verify: Verifiers): { princi
   return { principal: v.principal, access: { toolsets: v.access.toolsets, readOnly: true } };
 }
 
-/**
- * The auth gate of /mcp: an owner bearer token (atl_…) or an OAuth access token (atla_…) bound to
- * this resource; then the connection's own narrowing (X-MCP-Toolsets, X-MCP-Readonly), which can
- * only narrow what the token grants. Answers 401 with WWW-Authenticate naming the protected
- * resource metadata (RFC 9728), or 400 for a bad narrowing header; returns the AuthInfo otherwise.
- */
 /** How long, and how many bytes of, an unwanted request body are discarded before the connection is cut. */
 const DISCARD_MS = 500;
 const DISCARD_BYTES = 2 * MCP_MAX_BODY_BYTES;
@@ -215,6 +208,12 @@ function discardThenClose(req: IncomingMessage): void {
   req.once('error', () => clearTimeout(timer));
 }
 
+/**
+ * The auth gate of /mcp: an owner bearer token (atl_…) or an OAuth access token (atla_…) bound to
+ * this resource; then the connection's own narrowing (X-MCP-Toolsets, X-MCP-Readonly), which can
+ * only narrow what the token grants. Answers 401 with WWW-Authenticate naming the protected
+ * resource metadata (RFC 9728), or 400 for a bad narrowing header; returns the AuthInfo otherwise.
+ */
 export function authenticate(app: App, oauth: OAuthStore | undefined, req: IncomingMessage, res: ServerResponse, tokens?: TokenVerifyCache): Record<string, unknown> | null {
   const verify = verifiers(app, oauth, tokens);
   const header = req.headers.authorization ?? '';

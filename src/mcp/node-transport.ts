@@ -222,7 +222,7 @@ export interface DirectPathOptions {
    * the Server's tools/call handler would return after the SDK's projection, and a well-formed
    * CallToolResult (the SDK validates the Server's result; this one is sent as given).
    */
-  toolCall?: (params: PlainToolCall, ctx: PlainCallContext) => Promise<Record<string, unknown>>;
+  toolCall?: (params: PlainToolCall, ctx: PlainCallContext) => Promise<object>;
   /** The per-request Server; given the direct path's transport, whose deferText the tools/call handler may use. */
   factory: (transport?: NodeResponseTransport) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
   sdk: Node;
