@@ -7,7 +7,7 @@
 import { createServer, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { classifyInboundRequest, createMcpHandler, PROTOCOL_VERSION_META_KEY, Server } from '@modelcontextprotocol/server';
+import { classifyInboundRequest, createMcpHandler, parseJSONRPCMessage, PROTOCOL_VERSION_META_KEY, Server } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
@@ -364,9 +364,14 @@ describe('plain tools/call without a per-request Server', () => {
     { jsonrpc: '2.0', id: 42, method: 'tools/call', params: { name: 'echo', arguments: null } },
     { jsonrpc: '2.0', id: 43, method: 'tools/call', params: { name: 'echo', task: { ttl: 1000 } } },
     { jsonrpc: '2.0', id: 44, method: 'tools/call' },
+    // Hostile: arguments nested thousands deep (plain: only their being an object is checked here),
+    // and an own __proto__ key in params (the SDK's JSON-RPC parse, which every request on this path
+    // goes through, drops it: what is left is plain, and answered as the Server answers it).
+    { jsonrpc: '2.0', id: 47, method: 'tools/call', params: { name: 'echo', arguments: Array.from({ length: 3000 }).reduce<Record<string, unknown>>((inner) => ({ a: inner }), {}) } },
+    '{"jsonrpc":"2.0","id":48,"method":"tools/call","params":{"name":"echo","__proto__":{"arguments":{}}}}',
   ];
   const at = async (u: string, body: unknown) => {
-    const r = await fetch(u, { method: 'POST', headers: H, body: JSON.stringify(body) });
+    const r = await fetch(u, { method: 'POST', headers: H, body: typeof body === 'string' ? body : JSON.stringify(body) });
     const text = await r.text();
     return { status: r.status, type: r.headers.get('content-type'), message: r.headers.get('content-type') === 'text/event-stream' ? sseMessages(text) : JSON.parse(text) };
   };
@@ -374,7 +379,13 @@ describe('plain tools/call without a per-request Server', () => {
   it('takes only calls the SDK accepts, and answers them as the per-request Server does', async () => {
     let plain = 0;
     for (const body of bodies) {
-      const params = (body as { params?: unknown }).params;
+      // As the direct path sees it: after the SDK's JSON-RPC parse (a message that fails it is the SDK's to answer).
+      let params: unknown;
+      try {
+        params = (parseJSONRPCMessage(typeof body === 'string' ? JSON.parse(body) : body) as { params?: unknown }).params;
+      } catch {
+        params = undefined;
+      }
       const before = plainServed;
       const direct = await at(plainUrl, body);
       const server = await at(serverUrl, body);
@@ -388,7 +399,7 @@ describe('plain tools/call without a per-request Server', () => {
         expect(last.result, what).toBeDefined();
       } else expect(plainServed, what).toBe(before);
     }
-    expect(plain).toBe(8);
+    expect(plain).toBe(10);
   });
 
   it('answers a handler that throws as the SDK does (InternalError with its message)', async () => {
