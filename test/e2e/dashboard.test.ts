@@ -67,6 +67,9 @@ async function go(p: Page, id: string): Promise<void> {
   await p.goto(`${svc.url}/#/${id}`);
   await p.waitForSelector(`main.content[data-page="${id}"]`);
   await p.waitForLoadState('networkidle');
+  // A hash route is no new document, so the load state may already be idle from the page before
+  // while this page's data is still on its way: wait until nothing on it says Loading….
+  await p.waitForFunction(() => !document.querySelector('main.content')?.textContent?.includes('Loading…'));
 }
 
 /** Session cookie and CSRF token of the browser's session, for direct REST checks. */
