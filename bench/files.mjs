@@ -8,7 +8,8 @@
 // service's answer read by a bare node:http client that counts its bytes. The official v2 client's
 // figures are printed beside it with the client's own floor (the very same answer replayed by a bare
 // node:http server), which on Node 20 is already 2.5-3x the daemon alone before the service does
-// anything, so the goal cannot be judged through it (docs/architecture.md, "Results").
+// anything, so the goal cannot be judged through it (docs/architecture.md, "Results"). (4) The other
+// large results on the wire beside it (no goal): exec_run printing the same 1 MiB, git_diff of it.
 //
 //   node bench/files.mjs            (BENCH_FILES=30000 BENCH_N=15 to change the size and rounds;
 //                                    BENCH_PARTS=read for the files_read part alone)
@@ -219,6 +220,24 @@ for (const [name, enc] of [['one-mib.txt', 'utf-8'], ['one-mib.bin', 'base64']])
   console.log(`files_read 1 MiB ${enc}: on the wire parsed as a minimal client would (node:http, JSON.parse of the answer and of its text block) median ${f(median(leans))} (${(median(leans) / base).toFixed(2)}x)`);
   console.log(`goal: files_read 1 MiB ${enc} on the wire (the service's answer, node:http, bytes counted) within ${GOAL_READ}x the daemon alone: ${onWire.toFixed(2)}x (${f(median(wires))} vs ${f(base)}): ${onWire <= GOAL_READ ? 'met' : 'NOT met'}`);
 }
+
+// The same care for the other large results (issue #21 item 4): a command's 1 MiB of output
+// (exec_run, its stdout a raw body frame on the daemon hop) and a 1 MiB diff (git_diff: git's run
+// plus the same output path), on the wire beside files_read of the same file. No goal: watched.
+await callTool('exec_run', { workspaceId: ws, command: 'git add -N one-mib.txt' });
+const post = async (name, args, least = 1048576) => {
+  const r = await wireMcp.post('tools/call', { name, arguments: args }, false);
+  if (r.status !== 200 || r.bytes < least) throw new Error(`wire ${name}: ${r.status}, ${r.bytes} bytes`);
+};
+const others = { files_read: [], exec_run: [], git_diff: [], 'exec_run (output to /dev/null)': [] };
+for (let i = 0; i < N * 2; i++) {
+  others.files_read.push((await time(() => post('files_read', { workspaceId: ws, path: 'one-mib.txt', readAll: true }))).ms);
+  others.exec_run.push((await time(() => post('exec_run', { workspaceId: ws, command: 'cat one-mib.txt', maxOutputBytes: 1048576 }))).ms);
+  others.git_diff.push((await time(() => post('git_diff', { workspaceId: ws, path: 'one-mib.txt', readAll: true }))).ms);
+  others['exec_run (output to /dev/null)'].push((await time(() => post('exec_run', { workspaceId: ws, command: 'cat one-mib.txt > /dev/null' }, 100))).ms);
+}
+const readMs = median(others.files_read);
+console.log(`1 MiB results on the wire (no goal): ${Object.entries(others).map(([k, v]) => `${k} ${f(median(v))} (${(median(v) / readMs).toFixed(2)}x files_read)`).join('; ')}`);
 
 daemon.close();
 wireMcp.close();

@@ -83,6 +83,16 @@ export function copyText(from: Record<string, unknown>, key: string, to: Record<
 }
 
 /**
+ * `{ ...head, ...from }`, except that a raw field of `from` stays bytes (copyText) instead of being
+ * read as a string by the spread: a tool adding a few fields in front of a service's result.
+ */
+export function withFields(head: Record<string, unknown>, from: object): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...head };
+  for (const key of Object.keys(from)) copyText(from as Record<string, unknown>, key, out);
+  return out;
+}
+
+/**
  * The bytes behind `target[key]` are no longer needed (they have been escaped onto the wire): when
  * they live in a pooled block, the block goes back to the pool, and reading the text of any copy of
  * the field that was not read before throws from now on (instead of reading the next call's bytes).

@@ -1,6 +1,7 @@
 /** Spec section "Commands and shells" (8 tools). */
 import { defineTool } from './define.js';
 import { ServiceError } from '../core/errors.js';
+import { withFields } from '../core/raw-text.js';
 import { CUR, IDEM, OPID, PATH, SHID, WSID, int, str, z } from './types.js';
 
 const domain = 'Commands and shells';
@@ -32,7 +33,8 @@ export const execRun = defineTool({
     if (args.approvalGrantToken) throw new ServiceError('INVALID_ARGUMENT', 'approvalGrantToken: only meaningful with privileged true', { field: 'approvalGrantToken' });
     if (args.async) return ctx.services.commands.startOperation(ws, 'exec_run', args.command, args.cwd, args.timeoutMs, ctx.signal);
     const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, undefined, ctx.signal);
-    return { workspaceId: ws, ...r };
+    // The output stays the daemon's bytes on its way to the wire (core/raw-text.ts).
+    return withFields({ workspaceId: ws }, r);
   },
   description:
     'Run one non-interactive shell command in the workspace as the non-root user and return its exit code and bounded output (time limit up to 300000 ms). ' +
@@ -62,7 +64,7 @@ export const bash = defineTool({
     const ws = ctx.workspaceId(args.workspaceId);
     if (args.async) return ctx.services.commands.startOperation(ws, 'bash', args.command, args.cwd, args.timeoutMs, ctx.signal);
     const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, undefined, ctx.signal);
-    return { target: 'workspace', workspaceId: ws, ...r };
+    return withFields({ target: 'workspace', workspaceId: ws }, r);
   },
   description:
     'Run a bash command. target workspace (default) behaves like exec_run in the workspace; target toolbox runs in a disposable container with no network, checkout, secrets or workspace, where the owner-bound managed packages are available (exists only when the operator enables packages). ' +

@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, startService, type Service, httpRequest, dashboardLogin } from './harness.js';
+import { call, connectV1, connectV2, startService, type Service, httpRequest, dashboardLogin } from './harness.js';
+import { HeadTailCapture } from '../../src/sandbox/daemon/output.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -82,6 +83,44 @@ describe('exec_run and bash', () => {
     expect(r.stdout).toMatch(/\[\.\.\. \d+ bytes omitted \.\.\.\]/);
     expect(r.stdout.length).toBeLessThan(8192);
     expect(rssKb(svc.proc.pid!) - before).toBeLessThan(100 * 1024);
+  }, 90_000);
+
+  it('large output (a raw body frame on the daemon hop) reaches both official clients as the very text it always was', async () => {
+    // Hostile ASCII (every character but NUL, quotes, backslashes, lines that look like the daemon's
+    // own frames and JSON lines), then UTF-8 with invalid bytes: what the command printed, decoded as
+    // UTF-8 with replacement, exactly as when the output crossed the daemon's socket inside JSON.
+    const every = Array.from({ length: 0x7f }, (_, i) => String.fromCharCode(i + 1)).join('');
+    const unit = `${every}\n#12\n{"id":1,"result":{"stdout":""},"body":{"field":"stdout","encoding":"base64"}}\n"\\"\\\\n\n`;
+    const ascii = Buffer.from(unit.repeat(Math.ceil(300_000 / unit.length)));
+    const mixed = Buffer.concat(Array.from({ length: 12_000 }, (_, i) => Buffer.concat([Buffer.from(`é漢😀 ${i} `), Buffer.from([[0xff], [0x80], [0xe6, 0xbc], [0xf0, 0x9f], [0xc0]][i % 5]!), Buffer.from('\n')])));
+    const files: Array<[string, Buffer]> = [['out/ascii.bin', ascii], ['out/mixed.bin', mixed], ['out/edge-below.bin', ascii.subarray(0, 65535)], ['out/edge-at.bin', ascii.subarray(0, 65536)]];
+    for (const [path, bytes] of files) {
+      await ok('files_write', { workspaceId: ws, path: `${path}.b64`, content: bytes.toString('base64') });
+      expect((await sh(`base64 -d ${path}.b64 > ${path}`)).exitCode).toBe(0);
+    }
+    const v1 = await connectV1(svc);
+    try {
+      for (const client of [c, v1, c] as unknown as Client[]) {
+        for (const [path, bytes] of files) {
+          for (const tool of ['exec_run', 'bash']) {
+            const r = await client.callTool({ name: tool, arguments: { workspaceId: ws, command: `cat ${path}; echo done >&2`, maxOutputBytes: 1048576 } });
+            const got = JSON.parse((r.content as Array<{ text: string }>)[0]!.text) as Exec & { stdoutBytes: number };
+            expect(got).toMatchObject({ exitCode: 0, stderr: 'done\n', stdoutTruncated: false, stdoutBytes: bytes.length });
+            expect(got.stdout === bytes.toString('utf8')).toBe(true);
+          }
+        }
+        // Truncated: the head and the tail around the marker, cut on character boundaries, as the
+        // daemon's capture makes it.
+        const r = await client.callTool({ name: 'exec_run', arguments: { workspaceId: ws, command: 'cat out/mixed.bin out/ascii.bin out/mixed.bin', maxOutputBytes: 300_001 } });
+        const got = JSON.parse((r.content as Array<{ text: string }>)[0]!.text) as Exec;
+        const capture = new HeadTailCapture(300_001);
+        capture.push(Buffer.concat([mixed, ascii, mixed]));
+        expect(got.stdoutTruncated).toBe(true);
+        expect(got.stdout === capture.text()).toBe(true);
+      }
+    } finally {
+      await v1.close();
+    }
   }, 90_000);
 
   it('the toolbox target runs without network, checkout, secrets or workspace', async () => {

@@ -26,7 +26,7 @@ async function ok(name: string, args: Record<string, unknown>): Promise<Record<s
   if (!r.ok) throw new Error(`${name} failed: ${r.text}`);
   return r.result;
 }
-const sh = async (workspaceId: string, command: string) => (await ok('exec_run', { workspaceId, command })) as { stdout: string; stderr: string; exitCode: number };
+const sh = async (workspaceId: string, command: string, extra: Record<string, unknown> = {}) => (await ok('exec_run', { workspaceId, command, ...extra })) as { stdout: string; stderr: string; exitCode: number };
 const waitFor = async (what: () => Promise<boolean>, ms: number) => {
   const end = Date.now() + ms;
   while (Date.now() < end) {
@@ -76,6 +76,14 @@ describe('environments and secrets', () => {
     expect(r.stdout).toContain('token=[redacted:API_TOKEN] global=[redacted:GLOBAL_SECRET] plain=hello-plain');
     expect(r.stderr).toContain('[redacted:API_TOKEN]');
     expect(r.stdout).toContain(String(SECRET.length)); // the real value is there, only the output is redacted
+    // Large output (it crosses the daemon hop as raw bytes, and the wire from them when nothing reads
+    // it): the secret at the start, in the middle and at the very end of 300 KB is redacted all the same.
+    const big = await sh(id, 'echo "$API_TOKEN"; for i in $(seq 1 5000); do echo "line $i of filler text to make the output large enough"; done; echo "mid=$API_TOKEN"; seq 1 20000; echo -n "$API_TOKEN"', { maxOutputBytes: 1048576 });
+    expect(big.stdout.length).toBeGreaterThan(200_000);
+    expect(big.stdout).not.toContain(SECRET);
+    expect(big.stdout.startsWith('[redacted:API_TOKEN]\nline 1 of')).toBe(true);
+    expect(big.stdout).toContain('mid=[redacted:API_TOKEN]\n1\n');
+    expect(big.stdout.endsWith('20000\n[redacted:API_TOKEN]')).toBe(true);
     const list = await ok('secrets_list', { workspaceId: id });
     const names = (list.secrets as Array<{ name: string; scope: string; description: string }>).map((s) => `${s.scope}:${s.name}`);
     expect(names.sort()).toEqual(['environment:API_TOKEN', 'global:GLOBAL_SECRET']);

@@ -428,6 +428,9 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
                 return false;
               }
             });
+        // The background child is forked before the command returns, but its execve of sleep may
+        // come a moment later on a loaded machine (its cmdline is bash's until then).
+        for (let i = 0; i < 100 && marked().length === 0; i++) await sleep(50);
         expect(marked().length).toBe(1);
         await dev.stop(h);
         await sleep(100);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { HeadTailCapture } from '../../src/sandbox/daemon/output.js';
-import { LineSplitter } from '../../src/sandbox/daemon/protocol.js';
+import { LineSplitter, decodeBody } from '../../src/sandbox/daemon/protocol.js';
 
 describe('HeadTailCapture', () => {
   it('keeps everything under the limit', () => {
@@ -41,6 +41,34 @@ describe('HeadTailCapture', () => {
     for (let i = 0; i < 10_000; i++) c.push(chunk);
     expect(c.totalBytes).toBe(4096 * 10_000);
     expect(c.text().length).toBeLessThan(1100);
+  });
+
+  it('bytes() is what text() decodes from, for any bytes, chunking and limit (large output crosses the daemon socket as those bytes)', () => {
+    // A seeded generator: the same cases every run. Bytes drawn to hit UTF-8's edges: ASCII, valid
+    // two-, three- and four-byte characters, lone continuation bytes, cut sequences, 0xC0/0xF8-0xFF.
+    let seed = 0x2545f491;
+    const rnd = (n: number) => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return seed % n;
+    };
+    const pieces = [Buffer.from('a'), Buffer.from('\n'), Buffer.from('é'), Buffer.from('漢'), Buffer.from('😀'), Buffer.from([0x80]), Buffer.from([0xe6, 0xbc]), Buffer.from([0xf0, 0x9f]), Buffer.from([0xc0]), Buffer.from([0xff]), Buffer.from('[... 3 bytes omitted ...]')];
+    for (let round = 0; round < 400; round++) {
+      const parts: Buffer[] = [];
+      const length = rnd(400);
+      for (let i = 0; i < length; i++) parts.push(pieces[rnd(pieces.length)]!);
+      const all = Buffer.concat(parts);
+      const c = new HeadTailCapture(2 + rnd(300));
+      for (let at = 0; at < all.length; ) {
+        const n = 1 + rnd(40);
+        c.push(all.subarray(at, at + n));
+        at += n;
+      }
+      const bytes = c.bytes();
+      expect(decodeBody(bytes, 'utf-8')).toBe(c.text());
+      expect(bytes.toString('utf8')).toBe(c.text());
+      if (!c.truncated) expect(bytes.equals(all)).toBe(true);
+      expect(c.keptBytes).toBeLessThanOrEqual(all.length);
+    }
   });
 });
 

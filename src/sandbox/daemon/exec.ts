@@ -29,14 +29,16 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { HeadTailCapture } from './output.js';
 import { signalTree } from './proc.js';
-import { DaemonError, type ExecParams, type ExecResult, type ExecStarted, type SpareStarted } from './protocol.js';
-import type { CallContext, Handlers } from './server.js';
+import { DaemonError, ReplyWithBody, type ExecParams, type ExecResult, type ExecStarted, type SpareStarted } from './protocol.js';
+import type { CallContext, Handlers, Reply } from './server.js';
 
 const DEFAULT_TIMEOUT_MS = 60_000;
 const MAX_TIMEOUT_MS = 86_400_000;
 const DEFAULT_MAX_OUTPUT_BYTES = 262_144;
 const MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
 const MAX_KILL_GRACE_MS = 60_000;
+/** Kept stdout at least this long goes to the runner as a raw body frame instead of inside the reply's JSON. */
+export const RAW_OUTPUT_BYTES = 64 * 1024;
 const HOLD_TIMEOUT_MS = 10_000;
 /** After the command exits, how long to wait for background processes to close inherited pipes. */
 const EXIT_DRAIN_MS = 250;
@@ -234,7 +236,7 @@ export function execMethods(opts: ExecOptions): Handlers<'exec' | 'release' | 'k
   };
 
   return {
-    exec: async (params: unknown, ctx: CallContext): Promise<ExecResult> => {
+    exec: async (params: unknown, ctx: CallContext): Promise<Reply<ExecResult>> => {
       const p = parseExecParams(params);
       const cwd = await resolveCwd(opts.workspaceRoot, p.cwd ?? '.');
       const argv = p.argv ?? [shell, '-c', p.command!];
@@ -311,7 +313,7 @@ async function runExec(
   p: ExecParams,
   ctx: CallContext,
   running: Map<string, RunningExec>,
-): Promise<ExecResult> {
+): Promise<Reply<ExecResult>> {
   const timeoutMs = p.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const maxOutput = p.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
   const killGraceMs = p.killGraceMs ?? 0;
@@ -342,7 +344,7 @@ async function runExec(
     child.stdin.end();
   };
 
-  return new Promise<ExecResult>((resolve, reject) => {
+  return new Promise<Reply<ExecResult>>((resolve, reject) => {
     let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
     let settled = false;
     const settle = (error?: DaemonError): void => {
@@ -355,19 +357,23 @@ async function runExec(
       child.stderr.destroy();
       if (child instanceof Spare) child.discard();
       if (error) return reject(error);
-      resolve({
+      // Large output goes to the runner as a raw body frame (protocol.ts): never escaped into the
+      // reply's JSON here nor parsed there; the runner decodes it once, as UTF-8, to the same text.
+      const rawStdout = stdout.keptBytes >= RAW_OUTPUT_BYTES;
+      const result: ExecResult = {
         exitCode: exit?.code ?? null,
         signal: exit?.signal ?? null,
         timedOut,
         cancelled,
-        stdout: stdout.text(),
+        stdout: rawStdout ? '' : stdout.text(),
         stderr: stderr.text(),
         stdoutBytes: stdout.totalBytes,
         stderrBytes: stderr.totalBytes,
         stdoutTruncated: stdout.truncated,
         stderrTruncated: stderr.truncated,
         durationMs: Date.now() - started,
-      });
+      };
+      resolve(rawStdout ? new ReplyWithBody(result, 'stdout', stdout.bytes(), 'utf-8') : result);
     };
 
     const terminate = (): void => {

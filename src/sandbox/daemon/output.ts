@@ -61,13 +61,36 @@ export class HeadTailCapture {
    * splits a character; the omitted count includes those few bytes.
    */
   text(): string {
+    const cut = this.cut();
+    if (!cut) return Buffer.concat([...this.head, ...this.tail], this.keptBytes).toString('utf8');
+    return `${cut.head.toString('utf8')}${cut.marker}${cut.tail.toString('utf8')}`;
+  }
+
+  /** Bytes kept (head and tail), before any marker. */
+  get keptBytes(): number {
+    return this.headBytes + this.tailBytes;
+  }
+
+  /**
+   * The kept text as bytes whose UTF-8 decoding is exactly text(): the head, the marker and the
+   * tail side by side. (The marker is ASCII and starts and ends with a newline, so a UTF-8 decoder
+   * is in its initial state on each side of it: decoding the whole equals decoding the parts, the
+   * replacement of invalid bytes included; test/sandbox/output.test.ts checks it.)
+   */
+  bytes(): Buffer {
+    const cut = this.cut();
+    if (!cut) return Buffer.concat([...this.head, ...this.tail], this.keptBytes);
+    return Buffer.concat([cut.head, Buffer.from(cut.marker), cut.tail]);
+  }
+
+  /** When output was omitted: head and tail cut back to character boundaries, and the marker between them. */
+  private cut(): { head: Buffer; marker: string; tail: Buffer } | undefined {
+    if (!this.truncated) return undefined;
     const head = Buffer.concat(this.head);
     const tail = Buffer.concat(this.tail);
-    if (!this.truncated) return Buffer.concat([head, tail]).toString('utf8');
     const h = head.subarray(0, utf8HeadCut(head));
     const t = tail.subarray(utf8TailCut(tail));
-    const omitted = this.total - h.length - t.length;
-    return `${h.toString('utf8')}\n[... ${omitted} bytes omitted ...]\n${t.toString('utf8')}`;
+    return { head: h, marker: `\n[... ${this.total - h.length - t.length} bytes omitted ...]\n`, tail: t };
   }
 }
 

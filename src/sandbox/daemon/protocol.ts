@@ -10,8 +10,9 @@
  * `data` is a base64 string for the byte-stream events (stdout, stderr) and a JSON object for
  * every other event.
  *
- * A reply may carry one body of raw bytes (a file's content), so that big content is never
- * escaped into JSON, base64-inflated or parsed on this hop:
+ * A reply may carry one body of raw bytes (fs.read's content; exec's stdout when at least
+ * RAW_OUTPUT_BYTES of it is kept), so that big content is never escaped into JSON, base64-inflated
+ * or parsed on this hop:
  *
  *   body      #1048576\n<1048576 raw bytes>{"id": 7, "result": {..., "content": ""}, "body": {"field": "content", "encoding": "utf-8"}}\n
  *
@@ -23,7 +24,7 @@
  */
 import { isAscii } from 'node:buffer';
 
-/** Bumped whenever the daemon's methods or message shapes change incompatibly (2: sandboxes with seccomp, a locked socket and the orphan bound; 3: raw body frames for fs.read; a runner replaces older ones at recovery). */
+/** Bumped whenever the daemon's methods or message shapes change incompatibly (2: sandboxes with seccomp, a locked socket and the orphan bound; 3: raw body frames for fs.read; a runner replaces older ones at recovery). exec's stdout as a body did not bump it: every v3 client takes a body for any field. */
 export const DAEMON_VERSION = '3';
 
 /** Longest accepted line, in bytes, in either direction. */
