@@ -279,7 +279,9 @@ export class SandboxCgroup {
         if (retry && err.code === 'EBUSY') setTimeout(() => attempt(false), 100).unref();
       });
     };
-    attempt(true);
+    // Started once this turn of the event loop is over (the reply written), so neither handing it
+    // to the thread pool nor the pool thread's rmdir competes with the reply for two CPUs.
+    setImmediate(() => attempt(true));
   }
 
   /** Kills every process of one exec's sub-cgroup. */
