@@ -13,6 +13,7 @@ import type { DB } from '../store/db.js';
 import { tx } from '../store/db.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
+import { defineRawText, leaseBlock, rawText, releaseRawText } from '../core/raw-text.js';
 import { newId } from '../core/ids.js';
 import type { FileService } from './files.js';
 import type { WorkspaceService } from './workspaces.js';
@@ -165,10 +166,15 @@ export class ArtifactService {
           sha = result.sha256;
           this.checkLimits(size, sha, rel);
         }
-        const buf = Buffer.from(result.content, result.encoding === 'base64' ? 'base64' : 'utf8');
+        // The file's bytes as the daemon sent them (core/raw-text.ts), not decoded into a string and
+        // encoded back; a content that was read as a string already is encoded from it as before.
+        const raw = rawText(result, 'content');
+        const buf = raw ? raw.bytes : Buffer.from(result.content, result.encoding === 'base64' ? 'base64' : 'utf8');
         hash.update(buf);
         writeSync(fd, buf);
         written += buf.length;
+        // Its memory may serve the next chunk (the daemon client's block pool); nothing reads it again.
+        releaseRawText(result, 'content');
         progress(written, size, 'bytes copied');
         if (result.eof || !result.nextCursor) break;
         cursor = result.nextCursor;
@@ -257,7 +263,8 @@ export class ArtifactService {
     const artifact = this.get(owner, args.artifactId, 'artifacts_read');
     if (args.offset > artifact.size) throw new ServiceError('INVALID_ARGUMENT', `artifacts_read: offset: ${args.offset} is beyond the end of the artifact (${artifact.size} bytes)`, { field: 'offset', size: artifact.size });
     const len = Math.min(args.limit, artifact.size - args.offset);
-    const buf = Buffer.alloc(len);
+    // A large chunk is read into a block of the pool (core/raw-text.ts), given back once the answer is written.
+    const buf = len >= 65536 ? leaseBlock(len).subarray(0, len) : Buffer.alloc(len);
     const fd = openSync(this.blobPath(artifact.sha256), 'r');
     try {
       let got = 0;
@@ -271,7 +278,7 @@ export class ArtifactService {
       closeSync(fd);
     }
     const end = args.offset + len;
-    return {
+    const out: Record<string, unknown> = {
       artifactId: artifact.id,
       logicalName: artifact.logical_name,
       generation: artifact.generation,
@@ -280,11 +287,14 @@ export class ArtifactService {
       offset: args.offset,
       length: len,
       encoding: 'base64',
-      content: buf.toString('base64'),
+      content: '',
       chunkSha256: createHash('sha256').update(buf).digest('hex'),
       eof: end >= artifact.size,
       nextOffset: end >= artifact.size ? null : end,
     };
+    // The chunk stays bytes until read as a string: the wire base64-encodes it from them (same key order).
+    defineRawText(out, 'content', buf, 'base64');
+    return out;
   }
 
   async restore(
