@@ -128,41 +128,6 @@ describe('artifacts', () => {
     expect((await fail('artifacts_restore', { artifactId: oneId, path: 'restored/absent.bin', expectedSha256: twoSha }, ws2)).code).toBe('CONFLICT');
   }, 120_000);
 
-  it('snapshots text and mixed files from the bytes the daemon sent, and 1 MiB chunks of two artifacts in turn reach both official clients exactly', async () => {
-    // Text whose multi-byte characters straddle the 1 MiB chunk boundary, then a file whose first
-    // chunk is text and whose second is binary: each chunk is written as the daemon's bytes.
-    const text = Buffer.from('é漢😀 abc\n'.repeat(200_000));
-    const mixed = Buffer.concat([Buffer.from('x'.repeat(MiB)), Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 13) & 255))]);
-    const made: Array<[string, Buffer]> = [['out/text.txt', text], ['out/mixed.dat', mixed]];
-    const ids: string[] = [];
-    for (const [path, bytes] of made) {
-      for (let at = 0, part = 0; at < bytes.length; at += 600_000, part++) {
-        await ok('files_write', { path: `${path}.${part}.b64`, content: bytes.subarray(at, at + 600_000).toString('base64') });
-      }
-      await sh(`for f in $(ls ${path}.*.b64 | sort -t. -k3 -n); do base64 -d "$f"; done > ${path} && rm ${path}.*.b64`);
-      const s = await ok('artifacts_snapshot', { path, logicalName: path.slice(4) });
-      expect(s).toMatchObject({ size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') });
-      ids.push(s.artifactId as string);
-    }
-    // The chunks are read into reused memory and encoded onto the wire from it: alternate the two.
-    const v1 = await connectV1(svc);
-    try {
-      for (const client of [c, v1, c] as unknown as Client[]) {
-        for (const [i, [, bytes]] of made.entries()) {
-          for (let offset = 0; offset < bytes.length; offset += MiB) {
-            const r = await client.callTool({ name: 'artifacts_read', arguments: { artifactId: ids[i], offset, limit: MiB } });
-            const got = JSON.parse((r.content as Array<{ text: string }>)[0]!.text) as R;
-            const want = bytes.subarray(offset, offset + MiB);
-            expect(Buffer.from(String(got.content), 'base64').equals(want)).toBe(true);
-            expect(got.chunkSha256).toBe(createHash('sha256').update(want).digest('hex'));
-          }
-        }
-      }
-    } finally {
-      await v1.close();
-    }
-  }, 120_000);
-
   it('stores identical content once, bumps the generation on a new snapshot, guards delete, collects unreferenced blobs', async () => {
     const blobs = blobCount();
     const used = (await ok('artifacts_list', {})).usedBytes as number;
@@ -289,4 +254,40 @@ describe('artifacts', () => {
     await bad('artifacts_delete', {}, 'artifactId');
     expect((await fail('artifacts_read', { artifactId: 'art_' + 'z'.repeat(24) })).code).toBe('NOT_FOUND');
   });
+
+  // Last: the artifacts it makes would show in the listing test above.
+  it('snapshots text and mixed files from the bytes the daemon sent, and 1 MiB chunks of two artifacts in turn reach both official clients exactly', async () => {
+    // Text whose multi-byte characters straddle the 1 MiB chunk boundary, then a file whose first
+    // chunk is text and whose second is binary: each chunk is written as the daemon's bytes.
+    const text = Buffer.from('é漢😀 abc\n'.repeat(200_000));
+    const mixed = Buffer.concat([Buffer.from('x'.repeat(MiB)), Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 13) & 255))]);
+    const made: Array<[string, Buffer]> = [['out/text.txt', text], ['out/mixed.dat', mixed]];
+    const ids: string[] = [];
+    for (const [path, bytes] of made) {
+      for (let at = 0, part = 0; at < bytes.length; at += 600_000, part++) {
+        await ok('files_write', { path: `${path}.${part}.b64`, content: bytes.subarray(at, at + 600_000).toString('base64') });
+      }
+      await sh(`for f in $(ls ${path}.*.b64 | sort -t. -k3 -n); do base64 -d "$f"; done > ${path} && rm ${path}.*.b64`);
+      const s = await ok('artifacts_snapshot', { path, logicalName: path.slice(4) });
+      expect(s).toMatchObject({ size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') });
+      ids.push(s.artifactId as string);
+    }
+    // The chunks are read into reused memory and encoded onto the wire from it: alternate the two.
+    const v1 = await connectV1(svc);
+    try {
+      for (const client of [c, v1, c] as unknown as Client[]) {
+        for (const [i, [, bytes]] of made.entries()) {
+          for (let offset = 0; offset < bytes.length; offset += MiB) {
+            const r = await client.callTool({ name: 'artifacts_read', arguments: { artifactId: ids[i], offset, limit: MiB } });
+            const got = JSON.parse((r.content as Array<{ text: string }>)[0]!.text) as R;
+            const want = bytes.subarray(offset, offset + MiB);
+            expect(Buffer.from(String(got.content), 'base64').equals(want)).toBe(true);
+            expect(got.chunkSha256).toBe(createHash('sha256').update(want).digest('hex'));
+          }
+        }
+      }
+    } finally {
+      await v1.close();
+    }
+  }, 120_000);
 });
