@@ -10,6 +10,7 @@ import { join, resolve } from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as TransportV1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { afterEach } from 'vitest';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const BIN = join(ROOT, 'bin/atelier');
@@ -35,6 +36,20 @@ export interface StartOptions {
   /** Resolve once the banner is printed; when false, wait for exit instead (for start-up errors). */
   expectStart?: boolean;
 }
+
+/** The services this test file started, newest last (for the logs of a failed test). */
+const started: Array<{ port: string; log: () => string; running: () => boolean }> = [];
+const FAILED_TEST_LOG_LINES = 60;
+
+// A failed test shows the end of the log of each service of its file still running (the service
+// logs to stderr): what a timeout in CI needs to be understood afterwards.
+afterEach(({ task }) => {
+  if (task.result?.state !== 'fail') return;
+  for (const s of started.filter((x) => x.running()).slice(-3)) {
+    const lines = s.log().trimEnd().split('\n').slice(-FAILED_TEST_LOG_LINES);
+    console.error(`--- "${task.name}" failed: the last ${lines.length} log lines of the service on port ${s.port} ---\n${lines.join('\n')}\n--- end of log ---`);
+  }
+});
 
 export async function startService(opts: StartOptions = {}): Promise<Service> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'atelier-e2e-'));
@@ -62,6 +77,7 @@ export async function startService(opts: StartOptions = {}): Promise<Service> {
     });
   });
   const mcpUrl = /MCP URL:\s+(\S+)/.exec(out)![1]!;
+  started.push({ port: new URL(mcpUrl).port, log: () => err, running: () => proc.exitCode === null && proc.signalCode === null });
   const token = /Owner token:\s+(atl_\S+)/.exec(out)?.[1] ?? '';
   const loginLink = /Dashboard:\s+(\S+)/.exec(out)![1]!;
   const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
