@@ -131,6 +131,14 @@ export function leaseBlock(min: number): Buffer {
   return block;
 }
 
+/**
+ * Memory for `n` bytes about to be filled: from the pool when it is large enough to be worth it (a
+ * block is at least 64 KiB), else a Buffer of its own. Exactly `n` long; its contents are undefined.
+ */
+export function leaseBytes(n: number): Buffer {
+  return (n >= BLOCK_MIN ? leaseBlock(n) : Buffer.allocUnsafeSlow(n)).subarray(0, n);
+}
+
 /** Whether these bytes live in a block of the pool. */
 export function isPooled(bytes: Buffer): boolean {
   return ours.has(bytes.buffer);

@@ -7,7 +7,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
-import { defineRawText, leaseBlock } from '../core/raw-text.js';
+import { defineRawText, leaseBytes } from '../core/raw-text.js';
 import {
   FrameReader,
   encodeMessage,
@@ -44,8 +44,6 @@ interface Pending {
 
 /** Bytes read from the daemon's socket at a time (into one reused buffer per connection). */
 const READ_CHUNK = 256 * 1024;
-/** A body at least this long is read into a pooled block. */
-const POOLED_BODY_BYTES = 64 * 1024;
 
 export class DaemonClient {
   private socket: Socket | undefined;
@@ -172,7 +170,7 @@ export class DaemonClient {
   private attach(socket: Socket): (chunk: Buffer) => void {
     this.socket = socket;
     // A large body goes to a pooled block (core/raw-text.ts), given back once escaped onto the wire.
-    const reader = new FrameReader(undefined, true, (n) => (n >= POOLED_BODY_BYTES ? leaseBlock(n) : Buffer.allocUnsafeSlow(n)));
+    const reader = new FrameReader(undefined, true, leaseBytes);
     const deliver = (chunk: Buffer): void => {
       let messages: Array<{ line: string; body?: Buffer }>;
       try {

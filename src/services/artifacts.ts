@@ -13,7 +13,7 @@ import type { DB } from '../store/db.js';
 import { tx } from '../store/db.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
-import { defineRawText, leaseBlock, rawText, releaseRawText } from '../core/raw-text.js';
+import { defineRawText, leaseBytes, rawText, releaseRawText } from '../core/raw-text.js';
 import { newId } from '../core/ids.js';
 import type { FileService } from './files.js';
 import type { WorkspaceService } from './workspaces.js';
@@ -264,7 +264,7 @@ export class ArtifactService {
     if (args.offset > artifact.size) throw new ServiceError('INVALID_ARGUMENT', `artifacts_read: offset: ${args.offset} is beyond the end of the artifact (${artifact.size} bytes)`, { field: 'offset', size: artifact.size });
     const len = Math.min(args.limit, artifact.size - args.offset);
     // A large chunk is read into a block of the pool (core/raw-text.ts), given back once the answer is written.
-    const buf = len >= 65536 ? leaseBlock(len).subarray(0, len) : Buffer.alloc(len);
+    const buf = leaseBytes(len);
     const fd = openSync(this.blobPath(artifact.sha256), 'r');
     try {
       let got = 0;
