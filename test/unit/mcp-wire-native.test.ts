@@ -5,6 +5,7 @@
  * JavaScript, tested below with the addon unloaded).
  */
 import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -150,6 +151,24 @@ describe.skipIf(!compilerPresent)('the addon (built with gcc and Node\'s headers
       const small = Buffer.alloc(3, 0xee);
       expect(addon.base64Into(bytes.subarray(0, 10), small)).toBe(16);
       expect(small.every((b) => b === 0xee)).toBe(true);
+    });
+
+    it('is Buffer.toString("base64") for random bytes at every offset and length around the 12-byte SIMD step, writing nothing past its length', () => {
+      const bytes = randomBytes(4096);
+      const target = Buffer.alloc(8192);
+      const seen = new Set<string>();
+      for (let offset = 0; offset < 16; offset++) {
+        for (let len = 0; len < 200; len++) {
+          target.fill(0xee);
+          const src = bytes.subarray(offset * 200 + offset, offset * 200 + offset + len);
+          const n = addon.base64Into(src, target);
+          const text = target.subarray(0, n).toString('latin1');
+          expect(text).toBe(src.toString('base64'));
+          expect(target.subarray(n).every((b) => b === 0xee)).toBe(true);
+          for (const ch of text) seen.add(ch);
+        }
+      }
+      expect(seen.size).toBe(65); // the 64 symbols and '='
     });
   });
 
