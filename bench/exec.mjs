@@ -5,14 +5,15 @@
 // 20 ms, judged on the service's answer on the wire (a bare node:http client; the official v2
 // client's figures, which add that client's own cost, printed beside); at concurrency 8, p50 no
 // worse than 1.2x bare bwrap's. Each goal is printed beside its same-run baseline with met / not
-// met; on a loaded machine judge the ratios.
+// met; on a loaded machine judge the ratios. Also printed (no goal): the service process's own CPU
+// per exec_run and per ping on the wire, steadier than latency for comparing two versions.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { count, loadGitHost, measure, startAtelierForGitHost, wireClient } from './lib.mjs';
+import { count, cpuPerCall, cpuText, loadGitHost, measure, startAtelierForGitHost, wireClient } from './lib.mjs';
 
 const run = promisify(execFile);
 const N = Number(process.env.BENCH_N ?? count(300, 5));
@@ -56,6 +57,13 @@ const wirePost = async (method, params) => {
 const wireCall = (name, args) => wirePost('tools/call', { name, arguments: args });
 const wireExec = await measure(() => wireCall('exec_run', { workspaceId: ws, command: 'true' }), { total: N, concurrency: 1, warmup: count(10, 1) });
 const wirePing = await measure(() => wirePost('ping', {}), { total: N, concurrency: 1, warmup: count(10, 1) });
+// The service's own CPU per call (its process's user + system time over N more calls on the wire):
+// steadier than latency for comparing two versions on this shared machine. No goal.
+const serial = (fn) => async () => {
+  for (let i = 0; i < N; i++) await fn();
+};
+const execCpu = await cpuPerCall(svc.pid, N, serial(() => wireCall('exec_run', { workspaceId: ws, command: 'true' })));
+const pingCpu = await cpuPerCall(svc.pid, N, serial(() => wirePost('ping', {})));
 wire.close();
 const by = {};
 for (const concurrency of [1, 8]) {
@@ -74,6 +82,7 @@ console.log(`  MCP workspace_status     p50 ${f(status.p50)}  p99 ${f(status.p99
 console.log(`  exec_run true beyond it  p50 ${f(by[1].t.p50 - status.p50)}  (the daemon request, the command, the exec's own service work)`);
 console.log(`  exec_run true on the wire, no client library (node:http)  p50 ${f(wireExec.p50)}  p99 ${f(wireExec.p99)}  (the official client's own share: ${f(by[1].t.p50 - wireExec.p50)})`);
 console.log(`  bare MCP ping on the wire                                  p50 ${f(wirePing.p50)}  p99 ${f(wirePing.p99)}  (the official client's own share: ${f(ping.p50 - wirePing.p50)})`);
+console.log(`  service CPU per call on the wire (no goal): exec_run true ${cpuText(execCpu)}; ping ${cpuText(pingCpu)}`);
 const { b: b1, t: t1 } = by[1];
 const { b: b8, t: t8 } = by[8];
 // The c1 goals are judged on the service's answer on the wire, as item 4's is: what the official v2

@@ -1,7 +1,7 @@
 // Shared helpers for benchmarks: start the real service, percentiles, concurrency runner.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { Agent, request } from 'node:http';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -32,6 +32,8 @@ export async function startAtelier(args = [], givenDataDir) {
     mcpUrl,
     token,
     dataDir,
+    /** The service's process (for cpuMs). */
+    pid: proc.pid,
     async stop() {
       proc.kill('SIGTERM');
       await new Promise((r) => proc.once('exit', r));
@@ -124,3 +126,28 @@ export function wireClient(svc) {
     });
   return { post, close: () => agent.destroy() };
 }
+
+const TICK_MS = 1000 / Number(execFileSync('getconf', ['CLK_TCK']).toString().trim() || 100);
+
+/**
+ * The CPU time a process has used so far (user and system, ms; in clock ticks, 10 ms each here),
+ * from /proc/<pid>/stat. Over a few hundred calls it gives the service's CPU per call: steadier than
+ * latency on a shared two-CPU machine for comparing two versions (no goal rests on it).
+ */
+export function cpuMs(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { user: Number(f[11]) * TICK_MS, system: Number(f[12]) * TICK_MS };
+}
+
+/** Runs fn and returns the process's CPU per call (µs) over `calls` calls made by it. */
+export async function cpuPerCall(pid, calls, fn) {
+  const a = cpuMs(pid);
+  await fn();
+  const b = cpuMs(pid);
+  const us = (ms) => (ms * 1000) / calls;
+  return { user: us(b.user - a.user), system: us(b.system - a.system), total: us(b.user - a.user + b.system - a.system), calls };
+}
+
+/** cpuPerCall's result as printed. */
+export const cpuText = (c) => `${c.total.toFixed(0)} us (user ${c.user.toFixed(0)}, system ${c.system.toFixed(0)}) over ${c.calls} calls`;
