@@ -6,7 +6,7 @@
 // client's figures, which add that client's own cost, printed beside); at concurrency 8, p50 no
 // worse than 1.2x bare bwrap's. Each goal is printed beside its same-run baseline with met / not
 // met; on a loaded machine judge the ratios. Also printed (no goal): the service process's own CPU
-// per exec_run and per ping on the wire, steadier than latency for comparing two versions.
+// per exec_run and per ping on the wire (the work, without the wake-ups latency includes).
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -58,7 +58,7 @@ const wireCall = (name, args) => wirePost('tools/call', { name, arguments: args 
 const wireExec = await measure(() => wireCall('exec_run', { workspaceId: ws, command: 'true' }), { total: N, concurrency: 1, warmup: count(10, 1) });
 const wirePing = await measure(() => wirePost('ping', {}), { total: N, concurrency: 1, warmup: count(10, 1) });
 // The service's own CPU per call (its process's user + system time over N more calls on the wire):
-// steadier than latency for comparing two versions on this shared machine. No goal.
+// the work without the wake-ups latency includes (bench/lib.mjs cpuMs). No goal.
 const serial = (fn) => async () => {
   for (let i = 0; i < N; i++) await fn();
 };

@@ -10,7 +10,7 @@
 // node:http server), which on Node 20 is already 2.5-3x the daemon alone before the service does
 // anything, so the goal cannot be judged through it (docs/architecture.md, "Results"). (4) The other
 // large results on the wire beside it (no goal): exec_run printing the same 1 MiB, git_diff of it.
-// With (3), the service process's own CPU per read on the wire (no goal; steadier than latency).
+// With (3), the service process's own CPU per read on the wire (no goal).
 //
 //   node bench/files.mjs            (BENCH_FILES=30000 BENCH_N=15 to change the size and rounds;
 //                                    BENCH_PARTS=read for the files_read part alone)
@@ -220,8 +220,8 @@ for (const [name, enc] of [['one-mib.txt', 'utf-8'], ['one-mib.bin', 'base64']])
   console.log(`files_read 1 MiB ${enc}: the client's own floor (the same answer replayed by a bare node:http server, callTool alone) median ${f(median(floor))} (${(median(floor) / base).toFixed(2)}x the daemon alone); the service beyond it ${f(median(rawCalls) - median(floor))} (${((median(rawCalls) - median(floor)) / base).toFixed(2)}x the daemon alone)`);
   console.log(`files_read 1 MiB ${enc}: on the wire parsed as a minimal client would (node:http, JSON.parse of the answer and of its text block) median ${f(median(leans))} (${(median(leans) / base).toFixed(2)}x)`);
   console.log(`goal: files_read 1 MiB ${enc} on the wire (the service's answer, node:http, bytes counted) within ${GOAL_READ}x the daemon alone: ${onWire.toFixed(2)}x (${f(median(wires))} vs ${f(base)}): ${onWire <= GOAL_READ ? 'met' : 'NOT met'}`);
-  // The service's own CPU per read on the wire (its process's user + system time): steadier than
-  // latency for comparing two versions. No goal.
+  // The service's own CPU per read on the wire (its process's user + system time): the work
+  // without the wake-ups latency includes (bench/lib.mjs cpuMs). No goal.
   const cpu = await cpuPerCall(svc.pid, N * 8, async () => {
     for (let i = 0; i < N * 8; i++) await wire(name);
   });

@@ -131,8 +131,10 @@ const TICK_MS = 1000 / Number(execFileSync('getconf', ['CLK_TCK']).toString().tr
 
 /**
  * The CPU time a process has used so far (user and system, ms; in clock ticks, 10 ms each here),
- * from /proc/<pid>/stat. Over a few hundred calls it gives the service's CPU per call: steadier than
- * latency on a shared two-CPU machine for comparing two versions (no goal rests on it).
+ * from /proc/<pid>/stat. Over a few hundred calls it gives the service's CPU per call: the work
+ * itself, without the waits for wake-ups that latency includes. Versions compared in one sitting
+ * agree within a few percent; across the day it drifts with the machine as latency does (no goal
+ * rests on it).
  */
 export function cpuMs(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
