@@ -55,6 +55,9 @@ export type RegistryHost = Pick<App, 'log' | 'audit' | 'idempotency' | 'principa
  */
 export const LARGE_RESULT_CHARS = 64 * 1024;
 
+/** A tool call running longer than this is logged (warn, "tool call still running"), and again at each further interval. */
+export const SLOW_CALL_MS = 20_000;
+
 export function okResult(structured: Record<string, unknown>, deferText?: CallContext['deferText']): CallToolResult {
   if (deferText) {
     // Large string fields: serialized once, straight to the wire form, by the transport.
@@ -196,6 +199,12 @@ export class ToolRegistry extends ToolParser {
     const readOnly = c.def.badges.includes('readOnly');
     let args: Record<string, unknown> | undefined;
     const started = Date.now();
+    // A call still running after SLOW_CALL_MS says so in the log, and again every SLOW_CALL_MS: what
+    // an operator (or a timed-out test's log dump) needs to tell which call hangs.
+    const watchdog = setInterval(() => {
+      host.log.warn({ tool: name, workspaceId: args?.workspaceId, ms: Date.now() - started }, 'tool call still running');
+    }, SLOW_CALL_MS);
+    watchdog.unref();
     try {
       requireAccess(cc.access, c.def);
       args = parseArgs(c.def, c.schema, raw);
@@ -218,6 +227,8 @@ export class ToolRegistry extends ToolParser {
         auditCall(host, cc, name, args ?? {}, body.code === 'INTERNAL' ? 'failed' : 'refused', `${body.code}: ${body.message}`);
       }
       return errorResult(body);
+    } finally {
+      clearInterval(watchdog);
     }
   }
 }
