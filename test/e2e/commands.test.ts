@@ -354,7 +354,8 @@ describe('privileged commands', () => {
     const other = await call(c, 'exec_run', { workspaceId: ws, command: 'id -u; echo x', privileged: true, approvalGrantToken: grant });
     expect(!other.ok && other.error.message).toContain('another command');
     const r = (await ok('exec_run', { workspaceId: ws, command: 'id -u', privileged: true, approvalGrantToken: grant })) as unknown as Exec;
-    expect(r.stdout.trim()).toBe('0');
+    // On failure, say what the privileged run itself reported (it failed once in CI with no output).
+    expect(r.stdout.trim(), JSON.stringify({ exitCode: r.exitCode, signal: r.signal, timedOut: r.timedOut, stderr: r.stderr })).toBe('0');
     const reuse = await call(c, 'exec_run', { workspaceId: ws, command: 'id -u', privileged: true, approvalGrantToken: grant });
     expect(!reuse.ok && reuse.error.code).toBe('PERMISSION_DENIED');
     // Root inside its own namespace only: the host stays out of reach.
@@ -384,7 +385,7 @@ describe('privileged commands: what the owner sees and what the run can reach', 
     const { shown, run } = await approveAndRun(command);
     expect(shown.command).toBe(command);
     expect(shown.commandSha256).toBe(createHash('sha256').update(command).digest('hex'));
-    expect(run.exitCode).toBe(0);
+    expect(run.exitCode, JSON.stringify({ signal: run.signal, timedOut: run.timedOut, stdout: run.stdout, stderr: run.stderr })).toBe(0);
     expect((await sh('cat hidden-tail.txt')).stdout).toBe('the-hidden-tail\n');
   });
 
