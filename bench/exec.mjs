@@ -59,11 +59,8 @@ const wireExec = await measure(() => wireCall('exec_run', { workspaceId: ws, com
 const wirePing = await measure(() => wirePost('ping', {}), { total: N, concurrency: 1, warmup: count(10, 1) });
 // The service's own CPU per call (its process's user + system time over N more calls on the wire):
 // the work without the wake-ups latency includes (bench/lib.mjs cpuMs). No goal.
-const serial = (fn) => async () => {
-  for (let i = 0; i < N; i++) await fn();
-};
-const execCpu = await cpuPerCall(svc.pid, N, serial(() => wireCall('exec_run', { workspaceId: ws, command: 'true' })));
-const pingCpu = await cpuPerCall(svc.pid, N, serial(() => wirePost('ping', {})));
+const execCpu = await cpuPerCall(svc.pid, N, () => wireCall('exec_run', { workspaceId: ws, command: 'true' }));
+const pingCpu = await cpuPerCall(svc.pid, N, () => wirePost('ping', {}));
 wire.close();
 const by = {};
 for (const concurrency of [1, 8]) {

@@ -222,9 +222,7 @@ for (const [name, enc] of [['one-mib.txt', 'utf-8'], ['one-mib.bin', 'base64']])
   console.log(`goal: files_read 1 MiB ${enc} on the wire (the service's answer, node:http, bytes counted) within ${GOAL_READ}x the daemon alone: ${onWire.toFixed(2)}x (${f(median(wires))} vs ${f(base)}): ${onWire <= GOAL_READ ? 'met' : 'NOT met'}`);
   // The service's own CPU per read on the wire (its process's user + system time): the work
   // without the wake-ups latency includes (bench/lib.mjs cpuMs). No goal.
-  const cpu = await cpuPerCall(svc.pid, N * 8, async () => {
-    for (let i = 0; i < N * 8; i++) await wire(name);
-  });
+  const cpu = await cpuPerCall(svc.pid, N * 8, () => wire(name));
   console.log(`files_read 1 MiB ${enc}: service CPU per read on the wire (no goal): ${cpuText(cpu)}`);
 }
 

@@ -127,7 +127,7 @@ export function wireClient(svc) {
   return { post, close: () => agent.destroy() };
 }
 
-const TICK_MS = 1000 / Number(execFileSync('getconf', ['CLK_TCK']).toString().trim() || 100);
+let tickMs;
 
 /**
  * The CPU time a process has used so far (user and system, ms; in clock ticks, 10 ms each here),
@@ -139,16 +139,19 @@ const TICK_MS = 1000 / Number(execFileSync('getconf', ['CLK_TCK']).toString().tr
 export function cpuMs(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return { user: Number(f[11]) * TICK_MS, system: Number(f[12]) * TICK_MS };
+  tickMs ??= 1000 / Number(execFileSync('getconf', ['CLK_TCK']).toString().trim() || 100);
+  return { user: Number(f[11]) * tickMs, system: Number(f[12]) * tickMs };
 }
 
-/** Runs fn and returns the process's CPU per call (µs) over `calls` calls made by it. */
-export async function cpuPerCall(pid, calls, fn) {
+/** Makes `calls` calls of `call`, one after another, and returns the process's CPU per call (µs). */
+export async function cpuPerCall(pid, calls, call) {
   const a = cpuMs(pid);
-  await fn();
+  for (let i = 0; i < calls; i++) await call();
   const b = cpuMs(pid);
   const us = (ms) => (ms * 1000) / calls;
-  return { user: us(b.user - a.user), system: us(b.system - a.system), total: us(b.user - a.user + b.system - a.system), calls };
+  const user = us(b.user - a.user);
+  const system = us(b.system - a.system);
+  return { user, system, total: user + system, calls };
 }
 
 /** cpuPerCall's result as printed. */

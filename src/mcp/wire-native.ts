@@ -4,8 +4,9 @@
  * `JSON.stringify(JSON.stringify(s)).slice(3, -3)`) straight into a Buffer, in one native pass to
  * count and one to fill, 16 characters at a time with SSE2 where the CPU has it (base64 12 bytes
  * at a time with SSSE3: 0.15 ms a MiB here, against 0.30 scalar and 0.21 for Node 20's
- * Buffer.toString). Pure JavaScript cannot do it fast enough on this machine (two serializer walks of a MiB are ~13 ms; the
- * search-and-replace passes ~4 ms and megabyte-sized intermediate strings for the collector).
+ * Buffer.toString). Pure JavaScript cannot do it fast enough on this machine (two serializer walks
+ * of a MiB are ~13 ms; the search-and-replace passes ~4 ms and megabyte-sized intermediate strings
+ * for the collector).
  *
  * As src/sandbox/native.ts: the C source lives here, the artifact goes to a directory named after
  * its hash, first `<install>/dist/native/<hash>/wire-text.node` (built by scripts/setup.sh), else
