@@ -639,11 +639,14 @@ export class BwrapExecutor implements Executor {
         cwd: spec.cwd ?? '/',
         asRoot: spec.privileged === true,
       });
-      const child = await this.launchWithSeccomp(cg, undefined, false, [...args, '--', ...command], ['pipe', 'pipe', 'pipe']);
-      return await collect(child, spec, started, async () => {
-        if (cg) await cg.killAll();
-        else killGroup(child.pid);
-      });
+      // collect() listens from the moment of the spawn (launchWithSeccomp's `attach`).
+      const { done } = await this.launchWithSeccomp(cg, undefined, false, [...args, '--', ...command], ['pipe', 'pipe', 'pipe'], (child) => ({
+        done: collect(child, spec, started, async () => {
+          if (cg) await cg.killAll();
+          else killGroup(child.pid);
+        }),
+      }));
+      return await done;
     } finally {
       // Nothing of the sandbox may outlive it: its pid namespace ended with the command, so its
       // cgroup is normally empty and goes at once; anything left is killed first. Its runtime
@@ -698,15 +701,25 @@ export class BwrapExecutor implements Executor {
       ];
       const log = await open(p.log, 'a', 0o600);
       let child: ChildProcess;
+      // An early end is seen however soon it comes (launchWithSeccomp's `attach` runs at the spawn).
+      let exited: string | undefined;
       try {
-        child = await this.launchWithSeccomp(cg, DAEMON_OOM_SCORE_ADJ, true, [...args, '--', ...daemon], ['ignore', log.fd, log.fd]);
+        child = await this.launchWithSeccomp(cg, DAEMON_OOM_SCORE_ADJ, true, [...args, '--', ...daemon], ['ignore', log.fd, log.fd], (c) => {
+          c.once('exit', (code, sig) => {
+            exited = sig ?? `exit ${code}`;
+          });
+          c.once('error', (err) => {
+            exited = `cannot start: ${err.message}`;
+          });
+          return c;
+        });
       } finally {
         await log.close();
       }
       // The sandbox outlives the runner (recover() reattaches), so the runner does not wait for it.
       child.unref();
       pid = child.pid!;
-      const client = await this.waitReady(p, child);
+      const client = await this.waitReady(p, () => exited);
       // Listening now, and no workspace process exists yet: the socket and its directory become
       // root's, so no workspace process can connect to, replace or remove them (docs/sandbox.md).
       await lockDaemonSocket(p.sockDir, path.basename(p.socket));
@@ -749,14 +762,20 @@ export class BwrapExecutor implements Executor {
    * launch() with bubblewrap's arguments passed through a descriptor (`bwrap --args FD`, so the
    * sandbox's pid 1 shows no host path in its command line), the seccomp program on descriptor
    * SECCOMP_FD (`--seccomp`), and every --ro-bind-data file opened and passed as a descriptor.
+   *
+   * `attach` gets the child in the same tick as the spawn, before this function's own clean-up
+   * awaits anything: a child that ends within those awaits would otherwise have its output
+   * drained and discarded by Node (an unread pipe is flushed at exit) and its 'close' emitted
+   * before anyone listens, which is how a short-lived sandbox came back empty or never answered.
    */
-  private async launchWithSeccomp(
+  private async launchWithSeccomp<T>(
     cg: SandboxCgroup | undefined,
     oomScoreAdj: number | undefined,
     keeper: boolean,
     bwrapArgv: string[],
     stdio: StdioOptions,
-  ): Promise<ChildProcess> {
+    attach: (child: ChildProcess) => T,
+  ): Promise<T> {
     const native = await this.nativeArtifacts();
     const open_: FileHandle[] = [];
     const fds: number[] = [];
@@ -801,7 +820,7 @@ export class BwrapExecutor implements Executor {
       await writeFile(argsFile, argv.map((x) => `${x}\0`).join(''), { mode: 0o600 });
       try {
         const argsSlot = await fdFor(argsFile);
-        return this.launch(cg, oomScoreAdj, keeper, ['--args', String(argsSlot), ...command], [...(stdio as unknown[]).slice(0, 3), ...fds] as StdioOptions);
+        return attach(this.launch(cg, oomScoreAdj, keeper, ['--args', String(argsSlot), ...command], [...(stdio as unknown[]).slice(0, 3), ...fds] as StdioOptions));
       } finally {
         await rm(argsFile, { force: true });
       }
@@ -947,14 +966,11 @@ export class BwrapExecutor implements Executor {
     }
   }
 
-  private async waitReady(p: RunPaths, child: ChildProcess): Promise<DaemonClient> {
-    let exited: string | undefined;
-    child.once('exit', (code, sig) => {
-      exited = sig ?? `exit ${code}`;
-    });
+  private async waitReady(p: RunPaths, exitedHow: () => string | undefined): Promise<DaemonClient> {
     const client = new DaemonClient(p.socket, { connectTimeoutMs: 1_000 });
     const deadline = Date.now() + this.startTimeoutMs;
     for (;;) {
+      const exited = exitedHow();
       if (exited !== undefined) {
         throw new ServiceError('FAILED_PRECONDITION', `sandbox ended during start-up (${exited})`, { log: await tail(p.log) });
       }

@@ -75,6 +75,15 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
     expect(await probeSandboxSupport(options)).toEqual({ ok: true, problems: [] });
   });
 
+  it('a daemon that ends at once is reported at once, not after the start-up timeout', async () => {
+    const quick = new BwrapExecutor({ ...options, nodePath: '/bin/false', startTimeoutMs: 30_000 });
+    const s = spec();
+    const t0 = Date.now();
+    await expect(quick.create(s)).rejects.toMatchObject({ code: 'FAILED_PRECONDITION', message: 'sandbox ended during start-up (exit 1)' });
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(cgroup(s.id).exists()).toBe(false);
+  });
+
   describe('one sandbox', () => {
     let s: SandboxSpec;
     let h: SandboxHandle;
@@ -561,6 +570,28 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
         expect(Buffer.concat(out).toString()).toBe(r.stdout);
       } finally {
         proxy.server.close();
+      }
+    });
+
+    it('started eight at a time, each answers with its whole output (a quick end before anyone listened once lost it, or the answer)', { timeout: 60_000 }, async () => {
+      // Eight launches at once keep the thread pool busy between each spawn and the first listener;
+      // `id -u` ends within that gap. Before the fix the output was drained away (ok, empty stdout)
+      // or 'close' came before the listener and the call never answered.
+      const dir = path.join(base, 'eph-many');
+      mkdirSync(dir);
+      chmodSync(dir, 0o777);
+      for (let round = 0; round < 3; round++) {
+        const runs = await Promise.all(
+          Array.from({ length: 8 }, (_, i) =>
+            Promise.race([
+              ex.runEphemeral({ binds: [{ source: dir, target: '/workspace' }], limits: LIMITS, network: 'none', cwd: '/workspace', command: 'id -u; echo done >&2', privileged: i % 2 === 0, timeoutMs: 20_000 }),
+              sleep(25_000).then(() => 'no answer' as const),
+            ]),
+          ),
+        );
+        runs.forEach((r, i) => {
+          expect(r, `round ${round}, run ${i}`).toMatchObject({ exitCode: 0, stdout: i % 2 === 0 ? '0\n' : '1000\n', stderr: 'done\n', timedOut: false });
+        });
       }
     });
   });
