@@ -45,6 +45,7 @@ import { KnowledgeService, Embedder } from './services/knowledge.js';
 import { ArtifactService } from './services/artifacts.js';
 import { OAuthStore } from './services/oauth.js';
 import { ToolRegistry } from './mcp/registry.js';
+import { wireNative } from './mcp/wire-native.js';
 import { CATALOG } from './tools/index.js';
 import { WorkspaceLocks } from './core/locks.js';
 
@@ -169,6 +170,9 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     bwrapPath: config.sandboxBwrapPath,
     favorDynmods: config.sandboxFavorDynmods === 'on',
     onNote: (message) => log.info(message),
+    // The runner's native addon (loaded by the MCP transport at start): large files_read ranges
+    // through the daemon's open descriptor (src/sandbox/handoff.ts).
+    descriptorCalls: wireNative,
   });
   const approvals = new ApprovalService({ db, audit });
   const locks = new WorkspaceLocks();

@@ -182,6 +182,15 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
         return `atelier_tool_calls_total{tool="${tool}",outcome="${outcome}"} ${v}`;
       }),
     ];
+    const handoffs = app.executor.fileHandoffs?.();
+    if (handoffs) {
+      lines.push(
+        '# HELP atelier_file_handoffs_total files_read ranges read through the daemon\'s handed-off descriptor (taken), and handoffs refused or failed (read the ordinary way)',
+        '# TYPE atelier_file_handoffs_total counter',
+        `atelier_file_handoffs_total{outcome="taken"} ${handoffs.taken}`,
+        `atelier_file_handoffs_total{outcome="refused"} ${handoffs.refused}`,
+      );
+    }
     return reply.header('content-type', 'text/plain; version=0.0.4').send(lines.join('\n') + '\n');
   });
   await fastify.ready();

@@ -6,7 +6,8 @@
  * at a time with SSSE3: 0.15 ms a MiB here, against 0.30 scalar and 0.21 for Node 20's
  * Buffer.toString). Pure JavaScript cannot do it fast enough on this machine (two serializer walks
  * of a MiB are ~13 ms; the search-and-replace passes ~4 ms and megabyte-sized intermediate strings
- * for the collector).
+ * for the collector). It also gives the runner three system calls Node lacks (SO_PEERCRED,
+ * pidfd_open, pidfd_getfd) for files_read's descriptor handoff (src/sandbox/handoff.ts).
  *
  * As src/sandbox/native.ts: the C source lives here, the artifact goes to a directory named after
  * its hash, first `<install>/dist/native/<hash>/wire-text.node` (built by scripts/setup.sh), else
@@ -33,7 +34,12 @@ const run = promisify(execFile);
  * UTF-16 and written as UTF-8, a lone surrogate as the `\\udxxx` the serializer writes for it.
  */
 export const WIRE_TEXT_C = `
+#define _GNU_SOURCE
 #include <node_api.h>
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,6 +355,55 @@ static napi_value base64_into(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/* ---- descriptors (files_read's handoff, src/sandbox/handoff.ts): three calls Node lacks ---- */
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+/* The integer arguments; 0 (and a thrown TypeError) when one is not a number. */
+static int int_args(napi_env env, napi_callback_info info, size_t want, int32_t *out) {
+  size_t argc = 2;
+  napi_value argv[2];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return 0;
+  for (size_t i = 0; i < want; i++) {
+    if (i >= argc || napi_get_value_int32(env, argv[i], &out[i]) != napi_ok) { napi_throw_type_error(env, NULL, "integer arguments are required"); return 0; }
+  }
+  return 1;
+}
+
+static napi_value int_result(napi_env env, long r) {
+  napi_value v;
+  napi_create_int32(env, r < 0 ? -errno : (int32_t)r, &v);
+  return v;
+}
+
+/* peerPid(fd): the pid (in our namespace) of the process that listened on, or connected, the other end of a Unix socket; -errno on failure. */
+static napi_value peer_pid(napi_env env, napi_callback_info info) {
+  int32_t a[1];
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (!int_args(env, info, 1, a)) return NULL;
+  if (getsockopt(a[0], SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return int_result(env, -1);
+  return int_result(env, cred.pid > 0 ? cred.pid : (errno = ESRCH, -1));
+}
+
+/* pidfdOpen(pid): a pidfd (close-on-exec) or -errno. */
+static napi_value pidfd_open_(napi_env env, napi_callback_info info) {
+  int32_t a[1];
+  if (!int_args(env, info, 1, a)) return NULL;
+  return int_result(env, syscall(SYS_pidfd_open, a[0], 0));
+}
+
+/* pidfdGetfd(pidfd, fd): a duplicate (close-on-exec) of that process's descriptor fd, or -errno. */
+static napi_value pidfd_getfd_(napi_env env, napi_callback_info info) {
+  int32_t a[2];
+  if (!int_args(env, info, 2, a)) return NULL;
+  return int_result(env, syscall(SYS_pidfd_getfd, a[0], a[1], 0));
+}
+
 static int export_fn(napi_env env, napi_value exports, const char *name, napi_callback cb) {
   napi_value fn;
   return napi_create_function(env, name, NAPI_AUTO_LENGTH, cb, NULL, &fn) == napi_ok && napi_set_named_property(env, exports, name, fn) == napi_ok;
@@ -361,7 +416,8 @@ NAPI_MODULE_INIT() {
   __builtin_cpu_init();
   have_ssse3 = __builtin_cpu_supports("ssse3");
 #endif
-  if (!export_fn(env, exports, "escapeTwice", escape_twice) || !export_fn(env, exports, "escapeTwiceAsciiInto", escape_twice_ascii_into) || !export_fn(env, exports, "base64Into", base64_into)) return NULL;
+  if (!export_fn(env, exports, "escapeTwice", escape_twice) || !export_fn(env, exports, "escapeTwiceAsciiInto", escape_twice_ascii_into) || !export_fn(env, exports, "base64Into", base64_into)
+      || !export_fn(env, exports, "peerPid", peer_pid) || !export_fn(env, exports, "pidfdOpen", pidfd_open_) || !export_fn(env, exports, "pidfdGetfd", pidfd_getfd_)) return NULL;
   return exports;
 }
 `;
@@ -382,6 +438,12 @@ export interface WireNative {
   escapeTwiceAsciiInto(bytes: Buffer, target: Buffer): number;
   /** bytes.toString('base64') as bytes: its length n, written to target[0, n) when target is that long. */
   base64Into(bytes: Buffer, target: Buffer): number;
+  /** The pid (in the runner's namespace) of the process at the other end of a connected Unix socket; -errno on failure. */
+  peerPid(fd: number): number;
+  /** pidfd_open(2): a pidfd (close-on-exec), or -errno. */
+  pidfdOpen(pid: number): number;
+  /** pidfd_getfd(2): a duplicate (close-on-exec) of that process's descriptor, or -errno. */
+  pidfdGetfd(pidfd: number, fd: number): number;
 }
 
 /** <install>/dist/native/<hash>: where scripts/setup.sh puts the addon. */
@@ -425,8 +487,9 @@ export function wireNative(): WireNative | null {
 /** Loads the addon from a file; null (and nothing changed) when it cannot be loaded or does not answer correctly. */
 export function loadWireNativeFile(file: string): WireNative | null {
   try {
-    const m = createRequire(import.meta.url)(file) as Partial<WireNative>;
-    if (typeof m.escapeTwice !== 'function' || typeof m.escapeTwiceAsciiInto !== 'function' || typeof m.base64Into !== 'function') return null;
+    const exported = createRequire(import.meta.url)(file) as Partial<WireNative>;
+    for (const f of ['escapeTwice', 'escapeTwiceAsciiInto', 'base64Into', 'peerPid', 'pidfdOpen', 'pidfdGetfd'] as const) if (typeof exported[f] !== 'function') return null;
+    const m = exported as WireNative;
     // A quick self-check against the serializer before any result depends on it.
     const twice = (s: string) => Buffer.from(JSON.stringify(JSON.stringify(s)).slice(3, -3), 'utf8');
     const probe = 'a"\\\n\t\u0001\u007f é\ud800😀';

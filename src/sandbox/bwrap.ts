@@ -51,7 +51,8 @@ import { ServiceError } from '../core/errors.js';
 import { CgroupManager, favorDynamicCgroupModifications, type SandboxCgroup } from './cgroups.js';
 import { DaemonClient } from './client.js';
 import { HeadTailCapture } from './daemon/output.js';
-import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type ParamsOf, type ReplyOf } from './daemon/protocol.js';
+import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type FsReadParams, type FsReadReply, type ParamsOf, type ReplyOf } from './daemon/protocol.js';
+import { FileHandoff, type DescriptorCalls } from './handoff.js';
 import {
   EPHEMERAL_CREDHELPER,
   type EphemeralBind,
@@ -102,8 +103,13 @@ export interface BwrapExecutorOptions {
    * favorDynamicCgroupModifications in cgroups.ts; the runner's sandboxFavorDynmods setting).
    */
   favorDynmods?: boolean;
-  /** Told once what became of favorDynmods (for the runner's log). */
+  /** Told once what became of favorDynmods, and when a sandbox's files_read handoff is switched off (for the runner's log). */
   onNote?: (message: string) => void;
+  /**
+   * pidfd_open, pidfd_getfd and SO_PEERCRED (the runner's native addon, once loaded): with them a
+   * large files_read takes the daemon's open descriptor instead of its bytes (handoff.ts).
+   */
+  descriptorCalls?: () => DescriptorCalls | null;
 }
 
 /** Inside every sandbox. */
@@ -273,6 +279,8 @@ export class BwrapExecutor implements Executor {
   private readonly execCgroups = new Map<string, SandboxCgroup>();
   /** Per sandbox: spare exec starters already in their exec cgroups (see exec()). */
   private readonly spares = new Map<string, SparePool>();
+  /** files_read's descriptor handoff (handoff.ts), per sandbox. */
+  private readonly handoff: FileHandoff;
 
   constructor(opts: BwrapExecutorOptions = {}) {
     this.runDir = path.resolve(opts.runDir ?? '/run/atelier');
@@ -290,6 +298,7 @@ export class BwrapExecutor implements Executor {
     this.cgroupParent = opts.cgroupParent;
     this.favorDynmods = opts.favorDynmods ?? false;
     this.onNote = opts.onNote;
+    this.handoff = new FileHandoff(opts.descriptorCalls ?? (() => null), (m) => this.onNote?.(m));
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
@@ -309,7 +318,41 @@ export class BwrapExecutor implements Executor {
     opts: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void } = {},
   ): Promise<ReplyOf<M>> {
     if (method === 'exec' || method === 'release') throw new ServiceError('INVALID_ARGUMENT', `use exec() for ${method}: it places the command in its cgroup`);
+    if (method === 'fs.read') return this.readFile(h, params as FsReadParams, opts) as Promise<ReplyOf<M>>;
     return this.client(h).request(method, params, opts);
+  }
+
+  fileHandoffs(): { taken: number; refused: number } {
+    return { ...this.handoff.counts };
+  }
+
+  /**
+   * fs.read, a large range through the descriptor handoff when this sandbox has it (handoff.ts):
+   * the daemon names its open descriptor and the runner reads the bytes itself. The first read of
+   * a sandbox sets the handoff up (or finds it unavailable); a handoff that fails switches it off for
+   * the sandbox and the read is asked again the ordinary way.
+   */
+  private async readFile(h: SandboxHandle, params: FsReadParams, opts: { signal?: AbortSignal; timeoutMs?: number }): Promise<FsReadReply> {
+    const { handOff: _ignored, release: _theirs, ...plain } = params;
+    const client = this.client(h);
+    if (!this.handoff.enabled(h.id)) {
+      const reply = await client.request('fs.read', plain, opts);
+      // Set up once the connection is open (its peer is the daemon), when the addon is loaded.
+      if (!this.handoff.known(h.id) && this.handoff.calls()) {
+        const spec = this.specs.get(h.id);
+        const cg = this.existingCgroup(h.id);
+        if (spec) await this.handoff.prepare(h.id, client, spec.rootDir, cg ? () => cg.members() : undefined).catch(() => undefined);
+      }
+      return reply;
+    }
+    const reply = await client.request('fs.read', { ...plain, handOff: true, release: this.handoff.releases(h.id) }, opts);
+    if (!reply.handOff) return reply;
+    try {
+      return await this.handoff.take(h.id, client, reply);
+    } catch (err) {
+      this.handoff.off(h.id, (err as Error).message);
+      return client.request('fs.read', plain, opts);
+    }
   }
 
   /**
@@ -511,6 +554,7 @@ export class BwrapExecutor implements Executor {
     if (pool) for (const w of pool.waiters.splice(0)) w(undefined);
     this.keepers.delete(h.id);
     this.execCgroups.delete(h.id);
+    this.handoff.forget(h.id);
     this.clients.get(h.id)?.close();
     this.clients.delete(h.id);
     this.specs.delete(h.id);
@@ -550,6 +594,7 @@ export class BwrapExecutor implements Executor {
     }
     this.clients.get(spec.id)?.close();
     this.clients.set(spec.id, client);
+    this.handoff.forget(spec.id);
     this.keepers.set(spec.id, state.pid);
     this.specs.set(spec.id, spec);
     return { id: spec.id, socketPath: p.socket, pid: state.pid };
@@ -725,6 +770,7 @@ export class BwrapExecutor implements Executor {
       await lockDaemonSocket(p.sockDir, path.basename(p.socket));
       this.clients.get(spec.id)?.close();
       this.clients.set(spec.id, client);
+      this.handoff.forget(spec.id);
       this.keepers.set(spec.id, pid);
       const state: RunState = { id: spec.id, pid, startedAt: new Date().toISOString(), proxy: proxyState };
       await writeFile(p.state, JSON.stringify(state), { mode: 0o600 });

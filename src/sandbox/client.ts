@@ -119,6 +119,13 @@ export class DaemonClient {
     return this.request('ping', undefined, { timeoutMs });
   }
 
+  /** The descriptor of the open connection (for SO_PEERCRED, src/sandbox/handoff.ts); undefined when none is open. */
+  socketFd(): number | undefined {
+    if (!this.socket || this.socket.destroyed) return undefined;
+    const fd = (this.socket as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+    return typeof fd === 'number' && fd >= 0 ? fd : undefined;
+  }
+
   /** Whether a connection to the daemon is open now (it closes when the daemon ends). */
   get connected(): boolean {
     return this.socket !== undefined && !this.socket.destroyed;

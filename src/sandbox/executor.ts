@@ -139,4 +139,6 @@ export interface Executor {
    * reject as ServiceError with the daemon's code.
    */
   request<M extends DaemonMethod>(h: SandboxHandle, method: M, params: ParamsOf<M>, opts?: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void }): Promise<ReplyOf<M>>;
+  /** Counters for /metrics: files_read ranges taken through a handed-off descriptor, and handoffs refused (read the ordinary way). */
+  fileHandoffs?(): { taken: number; refused: number };
 }

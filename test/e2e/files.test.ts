@@ -149,6 +149,50 @@ describe('reads and writes', () => {
     }
   });
 
+  it('ranges of 64 KiB or more are read through the daemon\'s handed-off descriptor (counted in /metrics): pages still end on character boundaries, binary stays exact', async () => {
+    const handoffs = async (): Promise<{ taken: number; refused: number }> => {
+      const text = await (await fetch(`${svc.url}/metrics`, { headers: { authorization: `Bearer ${svc.token}` } })).text();
+      const n = (outcome: string) => Number(new RegExp(`^atelier_file_handoffs_total\\{outcome="${outcome}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? NaN);
+      return { taken: n('taken'), refused: n('refused') };
+    };
+    // Four-, three- and two-byte characters, so that a 100,001-byte page ends inside one.
+    const unit = '🙂αβγ-€ handed off\n';
+    const content = unit.repeat(Math.ceil(400_000 / Buffer.byteLength(unit)));
+    await ok('files_write', { path: 'big/handoff.txt', content });
+    await ok('files_read', { path: 'big/handoff.txt', limit: 70_000 }); // the sandbox's first read sets the handoff up
+    const before = await handoffs();
+    let text = '';
+    let cursor: string | undefined;
+    let pages = 0;
+    let large = 0;
+    do {
+      const r = await ok('files_read', { path: 'big/handoff.txt', limit: 100_001, ...(cursor ? { cursor } : {}) });
+      expect(r.encoding).toBe('utf-8');
+      expect(r.length).toBeLessThanOrEqual(100_001);
+      // The daemon hands off a range of 64 KiB or more (the last page here is smaller).
+      if (Math.min(100_001, (r.size as number) - (r.offset as number)) >= 65_536) large++;
+      text += r.content as string;
+      cursor = (r.nextCursor as string | null) ?? undefined;
+      pages++;
+    } while (cursor);
+    expect(text).toBe(content);
+    expect(pages).toBeGreaterThanOrEqual(4);
+    const bin = Buffer.from(Array.from({ length: 200_000 }, (_, i) => (i * 13 + (i >> 7)) & 255));
+    await ok('files_write', { path: 'big/handoff.b64', content: bin.toString('base64') });
+    expect((await sh('base64 -d big/handoff.b64 > big/handoff.bin')).exitCode).toBe(0);
+    const b = await ok('files_read', { path: 'big/handoff.bin', offset: 1000, limit: 150_000 });
+    expect(b).toMatchObject({ encoding: 'base64', offset: 1000, length: 150_000, eof: false, nextOffset: 151_000, sha256: sha(bin) });
+    expect(Buffer.from(b.content as string, 'base64').equals(bin.subarray(1000, 151_000))).toBe(true);
+    // Below 64 KiB the bytes still come over the daemon's socket.
+    const small = await ok('files_read', { path: 'big/handoff.bin', offset: 0, limit: 1000 });
+    expect(Buffer.from(small.content as string, 'base64').equals(bin.subarray(0, 1000))).toBe(true);
+    const after = await handoffs();
+    expect(large).toBe(4);
+    expect(after.taken - before.taken).toBe(large + 1);
+    expect(after.refused).toBe(before.refused);
+    expect(before.refused).toBe(0);
+  });
+
   it('pages a text file with cursors on character boundaries, and readAll reads to the end within 1 MiB', async () => {
     const unit = 'αβγ-€-🙂 line of text\n';
     const content = unit.repeat(Math.ceil(150_000 / Buffer.byteLength(unit)));

@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -73,6 +73,45 @@ describe('fs.write and fs.read', () => {
     writeFileSync(join(root, 'p.txt'), 'changed');
     expect((await refusal('fs.read', { path: 'p.txt', offset: 5, expectSha256Prefix: p1.sha256.slice(0, 16) })).code).toBe('CONFLICT');
     expect((await refusal('fs.read', { path: 'p.txt', offset: 100 })).details.field).toBe('offset');
+  });
+
+  it('hands off the open descriptor of a range of 64 KiB or more when asked, holds it until fs.release, and at most 64 at once', async () => {
+    const big = 'x'.repeat(70_000);
+    writeFileSync(join(root, 'big.txt'), big);
+    const fdsNow = () => readdirSync('/proc/self/fd').length;
+    const before = fdsNow();
+    const r = await call('fs.read', { path: 'big.txt', offset: 1000, limit: 66_000, handOff: true });
+    expect(r).toMatchObject({ offset: 1000, length: 66_000, content: '', eof: false, nextOffset: 67_000, size: 70_000, sha256: sha(big) });
+    expect(r.handOff).toEqual({ fd: expect.any(Number), ino: String(statSync(join(root, 'big.txt')).ino) });
+    expect(readlinkSync(`/proc/self/fd/${r.handOff.fd}`)).toBe(join(root, 'big.txt'));
+    expect(fdsNow()).toBe(before + 1);
+    expect(await call('fs.release', { fds: [r.handOff.fd] })).toEqual({ released: 1 });
+    expect(fdsNow()).toBe(before);
+    // Only what it holds: a second release, any other number, or junk, closes nothing.
+    expect(await call('fs.release', { fds: [r.handOff.fd, 0, 1, 2, -1, 'x', 1e9] })).toEqual({ released: 0 });
+    expect(await call('fs.release', { fds: 'all' })).toEqual({ released: 0 });
+    // Or carried by the next read, released before it opens anything.
+    const r2 = await call('fs.read', { path: 'big.txt', limit: 66_000, handOff: true });
+    expect(fdsNow()).toBe(before + 1);
+    const r3 = await call('fs.read', { path: 'big.txt', limit: 66_000, handOff: true, release: [r2.handOff.fd] });
+    expect(r3.handOff.fd).toBe(r2.handOff.fd); // the number came free first
+    expect(fdsNow()).toBe(before + 1);
+    await call('fs.read', { path: 'nope.txt', release: [r3.handOff.fd] }).catch(() => undefined);
+    expect(fdsNow()).toBe(before);
+    // Small ranges, and reads that do not ask, come as bytes.
+    expect((await call('fs.read', { path: 'big.txt', limit: 65_535, handOff: true })).handOff).toBeUndefined();
+    expect((await call('fs.read', { path: 'big.txt', limit: 66_000, offset: 69_000, handOff: true })).handOff).toBeUndefined();
+    expect((await call('fs.read', { path: 'big.txt', limit: 66_000 })).handOff).toBeUndefined();
+    // A runner that never releases: at most 64 held, then bytes again.
+    const held: number[] = [];
+    for (let i = 0; i < 70; i++) {
+      const x = await call('fs.read', { path: 'big.txt', limit: 66_000, handOff: true });
+      if (x.handOff) held.push(x.handOff.fd);
+      else expect(x.content).toBe(big.slice(0, 66_000));
+    }
+    expect(held.length).toBe(64);
+    expect(await call('fs.release', { fds: held })).toEqual({ released: 64 });
+    expect(fdsNow()).toBe(before);
   });
 
   it('compares and swaps with expectedSha256: a mismatch changes nothing and names the current hash', async () => {

@@ -364,6 +364,10 @@ export type FsReadParams = {
   limit?: number;
   /** CONFLICT when the file's SHA-256 no longer starts with this (a cursor's guard). */
   expectSha256Prefix?: string;
+  /** The runner can take the open descriptor instead of the bytes (files/read.ts, src/sandbox/handoff.ts). */
+  handOff?: boolean;
+  /** Descriptors handed off earlier that the runner has taken: closed first (fs.release without a message of its own). */
+  release?: number[];
 };
 
 export type FsReadReply = {
@@ -378,7 +382,17 @@ export type FsReadReply = {
   content: string;
   eof: boolean;
   nextOffset: number;
+  /**
+   * Set instead of a body when the descriptor was handed off: the runner duplicates `fd` out of the
+   * daemon, reads `length` bytes at `offset` itself, cuts and encodes them (shapeRange), and releases
+   * the daemon's descriptor (`release` of its next fs.read, or fs.release within a second). `ino` is
+   * the file's inode (a decimal string), checked on the copy.
+   */
+  handOff?: { fd: number; ino: string };
 };
+
+export type FsReleaseParams = { fds: number[] };
+export type FsReleaseReply = { released: number };
 
 /** One file to write: `content`, or `contentBase64` (its UTF-8 bytes) when JSON escaping would bloat it. */
 export type FsWriteFile = {
@@ -667,6 +681,7 @@ export type DaemonMethods = {
   overview: { params: OverviewParams; reply: RepositoryOverview };
   'fs.list': { params: FsListParams; reply: FsListReply };
   'fs.read': { params: FsReadParams; reply: FsReadReply };
+  'fs.release': { params: FsReleaseParams; reply: FsReleaseReply };
   'fs.write': { params: FsWriteParams; reply: WriteResult };
   'fs.writeBatch': { params: FsWriteBatchParams; reply: FsWriteBatchReply };
   'fs.patch': { params: FsPatchParams; reply: FsPatchReply };

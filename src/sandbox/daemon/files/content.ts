@@ -57,8 +57,9 @@ export function sha256(buf: Buffer): string {
   return createHash('sha256').update(buf).digest('hex');
 }
 
-export async function readRange(fd: number, offset: number, length: number): Promise<Buffer> {
-  const buf = Buffer.allocUnsafe(length);
+/** Up to `length` bytes at `offset` (fewer at the end of the file), into `into` when given (at least `length` long). */
+export async function readRange(fd: number, offset: number, length: number, into?: Buffer): Promise<Buffer> {
+  const buf = into ? into.subarray(0, length) : Buffer.allocUnsafe(length);
   let got = 0;
   while (got < length) {
     const { bytesRead } = await readAsync(fd, buf, got, length - got, offset + got);
@@ -102,6 +103,23 @@ export function unpackContent(p: Record<string, unknown>): Record<string, unknow
   if (p.content !== undefined) throw invalid('give content or contentBase64, not both', { field: 'content' });
   const { contentBase64, ...rest } = p;
   return { ...rest, content: Buffer.from(contentBase64 as string, 'base64').toString('utf8') };
+}
+
+/**
+ * fs.read's range as it is answered (by the daemon, or by the runner reading a handed-off
+ * descriptor, src/sandbox/handoff.ts): when more of the file follows, cut back to a UTF-8
+ * character boundary if the part before it is text; then its encoding.
+ */
+export function shapeRange(buf: Buffer, offset: number, size: number): { buf: Buffer; end: number; encoding: 'utf-8' | 'base64' } {
+  let end = offset + buf.length;
+  if (end < size) {
+    const cut = utf8Boundary(buf);
+    if (cut > 0 && cut < buf.length && buf.indexOf(0) === -1 && isUtf8(buf.subarray(0, cut))) {
+      buf = buf.subarray(0, cut);
+      end = offset + cut;
+    }
+  }
+  return { buf, end, encoding: encodingOf(buf) };
 }
 
 /** The encoding rule: valid UTF-8 without NUL bytes is text, anything else base64. */

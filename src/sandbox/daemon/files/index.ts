@@ -1,5 +1,5 @@
 /**
- * File methods of the daemon (fs.list, fs.read, fs.write, fs.writeBatch, fs.patch, fs.delete,
+ * File methods of the daemon (fs.list, fs.read and fs.release, fs.write, fs.writeBatch, fs.patch, fs.delete,
  * fs.move, fs.mkdir) and the confinement every file and search method goes through. One module per
  * method group: list.ts, read.ts, write.ts, edit.ts (fs.patch), manage.ts (delete, move, mkdir);
  * confinement.ts walks paths, context.ts holds the shared state and the write staging steps.
@@ -39,7 +39,7 @@ export { Confinement, fdPath, joinRel, parentRel } from './confinement.js';
 export type { FileMethodOptions } from './context.js';
 
 /** The file methods. */
-export type FileMethod = 'fs.list' | 'fs.read' | 'fs.write' | 'fs.writeBatch' | 'fs.patch' | 'fs.delete' | 'fs.move' | 'fs.mkdir';
+export type FileMethod = 'fs.list' | 'fs.read' | 'fs.release' | 'fs.write' | 'fs.writeBatch' | 'fs.patch' | 'fs.delete' | 'fs.move' | 'fs.mkdir';
 
 export function fileMethods(opts: FileMethodOptions): { methods: Handlers<FileMethod>; confinement: Confinement } {
   const fc = fileContext(opts);
