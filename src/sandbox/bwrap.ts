@@ -348,7 +348,7 @@ export class BwrapExecutor implements Executor {
     const reply = await client.request('fs.read', { ...plain, handOff: true, release: this.handoff.releases(h.id) }, opts);
     if (!reply.handOff) return reply;
     try {
-      return await this.handoff.take(h.id, client, reply);
+      return this.handoff.take(h.id, client, reply);
     } catch (err) {
       this.handoff.off(h.id, (err as Error).message);
       return client.request('fs.read', plain, opts);

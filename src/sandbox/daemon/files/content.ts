@@ -57,9 +57,8 @@ export function sha256(buf: Buffer): string {
   return createHash('sha256').update(buf).digest('hex');
 }
 
-/** Up to `length` bytes at `offset` (fewer at the end of the file), into `into` when given (at least `length` long). */
-export async function readRange(fd: number, offset: number, length: number, into?: Buffer): Promise<Buffer> {
-  const buf = into ? into.subarray(0, length) : Buffer.allocUnsafe(length);
+export async function readRange(fd: number, offset: number, length: number): Promise<Buffer> {
+  const buf = Buffer.allocUnsafe(length);
   let got = 0;
   while (got < length) {
     const { bytesRead } = await readAsync(fd, buf, got, length - got, offset + got);
