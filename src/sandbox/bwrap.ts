@@ -1192,20 +1192,50 @@ function daemonEnv(): Record<string, string> {
   return { PATH: '/usr/bin:/bin', HOME: SANDBOX_USER.home, LANG: 'C.UTF-8' };
 }
 
-/** Streams an ephemeral sandbox's output into bounded captures and waits for it to end. */
-function collect(
+/** After a short-lived sandbox was killed (timeout, cancel), how long its end may take to be seen. */
+const KILLED_CLOSE_GRACE_MS = 10_000;
+
+/** Streams an ephemeral sandbox's output into bounded captures and waits for it to end (exported for its tests). */
+export function collect(
   child: ChildProcess,
   spec: EphemeralSpec,
   started: number,
   kill: () => Promise<void>,
+  closeGraceMs = KILLED_CLOSE_GRACE_MS,
 ): Promise<ExecResult> {
   const maxOutput = spec.maxOutputBytes ?? 262_144;
   const out = { stdout: new HeadTailCapture(maxOutput), stderr: new HeadTailCapture(maxOutput) };
   let timedOut = false;
   let cancelled = false;
   return new Promise<ExecResult>((resolve, reject) => {
+    let settled = false;
+    let lastResort: NodeJS.Timeout | undefined;
+    const finish = (code: number | null, sig: NodeJS.Signals | null): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      clearTimeout(lastResort);
+      spec.signal?.removeEventListener('abort', onAbort);
+      resolve({
+        exitCode: code,
+        signal: sig,
+        timedOut,
+        cancelled,
+        stdout: out.stdout.text(),
+        stderr: out.stderr.text(),
+        stdoutBytes: out.stdout.totalBytes,
+        stderrBytes: out.stderr.totalBytes,
+        stdoutTruncated: out.stdout.truncated,
+        stderrTruncated: out.stderr.truncated,
+        durationMs: Date.now() - started,
+      });
+    };
     const stop = (): void => {
       kill().catch(() => undefined);
+      // Killed, it must end: should its 'close' still not come (a pipe held open by something
+      // outside the sandbox's cgroup, say), the call answers anyway, with what was captured,
+      // instead of holding the workspace's lock for good.
+      lastResort ??= setTimeout(() => finish(child.exitCode, child.signalCode ?? 'SIGKILL'), closeGraceMs);
     };
     const timer = setTimeout(() => {
       timedOut = true;
@@ -1227,26 +1257,13 @@ function collect(
     if (spec.stdin !== undefined) child.stdin!.write(spec.stdin);
     child.stdin!.end();
     child.on('error', (err) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
+      clearTimeout(lastResort);
       reject(new ServiceError('INTERNAL', `cannot start the sandbox: ${err.message}`));
     });
-    child.on('close', (code, sig) => {
-      clearTimeout(timer);
-      spec.signal?.removeEventListener('abort', onAbort);
-      resolve({
-        exitCode: code,
-        signal: sig,
-        timedOut,
-        cancelled,
-        stdout: out.stdout.text(),
-        stderr: out.stderr.text(),
-        stdoutBytes: out.stdout.totalBytes,
-        stderrBytes: out.stderr.totalBytes,
-        stdoutTruncated: out.stdout.truncated,
-        stderrTruncated: out.stderr.truncated,
-        durationMs: Date.now() - started,
-      });
-    });
+    child.on('close', (code, sig) => finish(code, sig));
   });
 }
 
