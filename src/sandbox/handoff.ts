@@ -30,6 +30,7 @@ import { closeSync, fstatSync, lstatSync, readSync } from 'node:fs';
 import path from 'node:path';
 import { defineRawText, giveBackBlock, leaseBytes } from '../core/raw-text.js';
 import type { DaemonClient } from './client.js';
+import { FILE_LIMITS } from './daemon/files/common.js';
 import { shapeRange } from './daemon/files/content.js';
 import type { FsReadReply } from './daemon/protocol.js';
 
@@ -146,6 +147,12 @@ export class FileHandoff {
     let local = -1;
     try {
       if (!s) throw new Error('no handoff for this sandbox');
+      // The daemon's numbers are checked before anything is sized by them.
+      const { offset, length, size } = reply;
+      const whole = (n: unknown): boolean => Number.isSafeInteger(n) && (n as number) >= 0;
+      if (!whole(offset) || !whole(length) || !whole(size) || length > FILE_LIMITS.readBytes || offset + length > size) {
+        throw new Error(`the handed-off range is out of bounds (offset ${offset}, length ${length}, size ${size})`);
+      }
       local = this.calls()!.pidfdGetfd(s.pidfd, handed.fd);
     } finally {
       // The daemon's copy goes whatever happened here: with the next read's request, or within a second.

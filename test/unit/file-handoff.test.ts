@@ -129,6 +129,9 @@ describe.skipIf(!usable)('the files_read descriptor handoff', () => {
     const regFd = openSync(regular, 'r');
     named.push(['another inode than the one named', regFd, String(fstatSync(regFd).ino + 1)]);
     named.push(['a descriptor the daemon does not have', 987_654, '1']);
+    // A range no read can ask for (more than 1 MiB, past the size, negative, not a number): refused before anything is allocated for it.
+    const okFd = openSync(regular, 'r');
+    const okIno = String(fstatSync(okFd).ino);
     try {
       for (const [what, fd, ino] of named) {
         const h = await prepared();
@@ -142,7 +145,22 @@ describe.skipIf(!usable)('the files_read descriptor handoff', () => {
         expect(h.enabled('ws_x')).toBe(false);
         expect(h.counts.refused).toBe(1);
       }
+      for (const [what, r] of [
+        ['10 GB', reply(okFd, okIno, 10e9)],
+        ['past the size', reply(okFd, okIno, 100, 100, 50)],
+        ['a negative offset', reply(okFd, okIno, 100, 10, -5)],
+        ['a length that is not a number', { ...reply(okFd, okIno, 100), length: '100' as unknown as number }],
+      ] as const) {
+        const h = await prepared();
+        released.length = 0;
+        const before = openFds();
+        expect(() => h.take('ws_x', client, r), what).toThrow(/out of bounds/);
+        expect(openFds(), what).toBe(before);
+        h.off('ws_x', 'test');
+        expect(released, what).toEqual([okFd]);
+      }
     } finally {
+      closeSync(okFd);
       for (const [, fd] of named.slice(0, -1)) if (fd !== sockFd) closeSync(fd);
       rmSync(elsewhere, { recursive: true, force: true });
     }
