@@ -405,6 +405,35 @@ describe('confinement', () => {
     await ok('files_write', { path: '.stop', content: '' });
     await sh('for i in $(seq 1 40); do [ -e .stop ] || exit 0; sleep 0.25; done; exit 1');
   }, 60_000);
+
+  it('the same race on a range large enough to be handed off: the runner only ever reads the file the daemon opened', async () => {
+    // Swapped between a 100 KB regular file and a symlink to a large host file the sandbox can see
+    // (node's binary): a handed-off descriptor is always the workspace file, never the host's.
+    const safe = 'safe large content\n'.repeat(6000);
+    await ok('files_write', { path: 'big-race.good', content: safe });
+    await sh('cp big-race.good big-race.txt && rm -f .stop2');
+    await ok('exec_run', {
+      async: true,
+      command: '(end=$(( $(date +%s) + 30 )); while [ ! -e .stop2 ] && [ $(date +%s) -lt $end ]; do ln -sfn /usr/bin/node .evil2 && mv -Tf .evil2 big-race.txt; cp big-race.good .good2 && mv -f .good2 big-race.txt; done; rm -f .stop2) >/dev/null 2>&1 &',
+    });
+    let good = 0;
+    let refused = 0;
+    for (let i = 0; i < 60; i++) {
+      const r = await call(c, 'files_read', { workspaceId: ws, path: 'big-race.txt', limit: 100_000 });
+      if (r.ok) {
+        expect(r.result.encoding).toBe('utf-8');
+        expect(r.result.content).toBe(safe.slice(0, 100_000));
+        good++;
+      } else {
+        expect(['PERMISSION_DENIED', 'NOT_FOUND']).toContain(r.error.code);
+        refused++;
+      }
+    }
+    expect(good + refused).toBe(60);
+    expect(good).toBeGreaterThan(0);
+    await ok('files_write', { path: '.stop2', content: '' });
+    await sh('for i in $(seq 1 40); do [ -e .stop2 ] || exit 0; sleep 0.25; done; exit 1');
+  }, 60_000);
 });
 
 describe('search', () => {
