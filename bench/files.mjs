@@ -10,7 +10,8 @@
 // node:http server), which on Node 20 is already 2.5-3x the daemon alone before the service does
 // anything, so the goal cannot be judged through it (docs/architecture.md, "Results"). (4) The other
 // large results on the wire beside it (no goal): exec_run printing the same 1 MiB, git_diff of it.
-// With (3), the service process's own CPU per read on the wire (no goal).
+// With (3), the service process's own CPU per read on the wire (no goal), and how many reads took
+// the daemon's open descriptor (the handoff, src/sandbox/handoff.ts) from the service's /metrics.
 //
 //   node bench/files.mjs            (BENCH_FILES=30000 BENCH_N=15 to change the size and rounds;
 //                                    BENCH_PARTS=read for the files_read part alone)
@@ -224,6 +225,13 @@ for (const [name, enc] of [['one-mib.txt', 'utf-8'], ['one-mib.bin', 'base64']])
   // without the wake-ups latency includes (bench/lib.mjs cpuMs). No goal.
   const cpu = await cpuPerCall(svc.pid, N * 8, () => wire(name));
   console.log(`files_read 1 MiB ${enc}: service CPU per read on the wire (no goal): ${cpuText(cpu)}`);
+}
+// Whether those reads took the daemon's descriptor (src/sandbox/handoff.ts) or came over its socket:
+// the service's own counter, so a handoff silently switched off shows here.
+{
+  const metrics = await (await fetch(new URL('/metrics', svc.mcpUrl), { headers: { authorization: `Bearer ${svc.token}` } })).text();
+  const n = (outcome) => Number(new RegExp(`^atelier_file_handoffs_total\\{outcome="${outcome}"\\} (\\d+)$`, 'm').exec(metrics)?.[1] ?? NaN);
+  console.log(`files_read handoff (the runner reads the daemon's open descriptor): taken ${n('taken')}, refused ${n('refused')}`);
 }
 
 // The same care for the other large results (issue #21 item 4): a command's 1 MiB of output
