@@ -1210,12 +1210,17 @@ export function collect(
   return new Promise<ExecResult>((resolve, reject) => {
     let settled = false;
     let lastResort: NodeJS.Timeout | undefined;
-    const finish = (code: number | null, sig: NodeJS.Signals | null): void => {
-      if (settled) return;
+    /** The first end only (close, the last resort, or a failed start): its timers and listener go. */
+    const settle = (): boolean => {
+      if (settled) return false;
       settled = true;
       clearTimeout(timer);
       clearTimeout(lastResort);
       spec.signal?.removeEventListener('abort', onAbort);
+      return true;
+    };
+    const finish = (code: number | null, sig: NodeJS.Signals | null): void => {
+      if (!settle()) return;
       resolve({
         exitCode: code,
         signal: sig,
@@ -1257,11 +1262,7 @@ export function collect(
     if (spec.stdin !== undefined) child.stdin!.write(spec.stdin);
     child.stdin!.end();
     child.on('error', (err) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      clearTimeout(lastResort);
-      reject(new ServiceError('INTERNAL', `cannot start the sandbox: ${err.message}`));
+      if (settle()) reject(new ServiceError('INTERNAL', `cannot start the sandbox: ${err.message}`));
     });
     child.on('close', (code, sig) => finish(code, sig));
   });

@@ -11,7 +11,7 @@ import type { Handlers } from '../server.js';
 import type { FileContext } from './context.js';
 
 /** Ranges this large or larger may be handed off; a smaller one costs less as a body frame. */
-export const HANDOFF_MIN_BYTES = 64 * 1024;
+const HANDOFF_MIN_BYTES = 64 * 1024;
 /** Descriptors held for the runner at most at once (beyond that, bytes are sent as before). */
 const HANDOFF_MAX_HELD = 64;
 /** A handed-off descriptor the runner never releases is closed after this long. */
