@@ -249,6 +249,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       get list() {
         return registry.list;
       },
+      grantFor: (access, operations) => registry.grant({ access, operations: operations ?? undefined, actor: 'mcp' }),
     },
   });
   const app: App = {

@@ -65,6 +65,24 @@ export interface LeaseRequest {
   budgets: { maxInputTokens: number; maxOutputTokens: number; maxCostMicros: number };
   /** ISO time after which the lease stops working. */
   expiresAt: string;
+  /**
+   * Agent trees: the carve (POST /admin/leases/:id/carve) this child's budgets come from; the
+   * lease's budgets are the carve's, each capped by `budgets`, and its parent is the carved lease.
+   */
+  carveId?: string;
+}
+
+/** POST /admin/leases/:id/carve: what a child agent takes from its parent's lease. */
+export interface CarveRequest {
+  inputTokens: number;
+  outputTokens: number;
+  costMicros: number;
+}
+
+/** The answer to a carve: its id and what the parent lease has left after it (or, refused, before it). */
+export interface CarveAnswer {
+  carveId: string;
+  parentRemaining: CarveRequest;
 }
 
 export interface LeaseInfo {

@@ -1,9 +1,9 @@
 /**
  * The admin API the runner drives (/admin/*, Authorization: Bearer <admin secret>): status,
- * snapshots, leases, agent-tree cost budgets, usage events and windows. docs/gateway.md has the table.
+ * snapshots, leases, agent-tree carves, usage events and windows. docs/gateway.md has the table.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { NO_POLICIES, type LeaseRequest, type Snapshot, type SpendPolicies } from '../contracts/gateway.js';
+import { NO_POLICIES, type CarveAnswer, type CarveRequest, type LeaseRequest, type Snapshot, type SpendPolicies } from '../contracts/gateway.js';
 import { gatewayStatus, type GatewayContext } from './context.js';
 import { readBody, sendError, sendJson } from './http.js';
 import { buildRoutes, leaseBudgets, leaseProblem, routeKey, snapshotProblem } from './routing.js';
@@ -52,26 +52,32 @@ export async function handleAdmin(ctx: GatewayContext, req: IncomingMessage, res
     if (bad) return sendError(res, 400, 'invalid_lease', `lease: ${bad}`);
     const route = ctx.routes.get(routeKey(b.profileId, b.revision));
     if (!route) return sendError(res, 409, 'route_unavailable', `profile ${b.profileId} revision ${b.revision} is not in the current snapshot`, { noProfilesSinceRestart: ctx.generation === null });
+    if (b.carveId !== undefined && !budget.carves.has(b.carveId)) return sendError(res, 409, 'carve_unavailable', `carve ${b.carveId} is not held (used, released, or lost with a gateway restart)`);
     const { lease, token } = budget.issue({ ...b, budgets: leaseBudgets(b.budgets, route.src.limits) });
     return sendJson(res, 201, { ...budget.info(lease), token });
   }
-  // Agent trees (docs/agents.md): a child's cost budget is carved out of its parent's lease, and what the child did not spend goes back.
-  const bm = /^\/admin\/leases\/([A-Za-z0-9_-]+)\/cost-budget$/.exec(path);
-  if (bm && m === 'POST') {
-    const l = budget.leasesById.get(bm[1]!);
-    let delta: unknown;
+  // Agent trees (docs/agents.md "Trees"): a child's budgets are carved out of its parent's lease at
+  // spawn; the carve becomes the child's lease (carveId) or goes back (DELETE). What an ended lease
+  // leaves goes back up the tree by itself (Budget.revoke), so the runner never adds budget.
+  const cm = /^\/admin\/leases\/([A-Za-z0-9_-]+)\/carve$/.exec(path);
+  if (cm && m === 'POST') {
+    let body: Partial<CarveRequest>;
     try {
-      delta = (JSON.parse((await readBody(req, 4096))?.toString('utf8') ?? '') as { deltaMicros?: unknown }).deltaMicros;
+      body = JSON.parse((await readBody(req, 4096))?.toString('utf8') ?? '') as Partial<CarveRequest>;
     } catch {
       return sendError(res, 400, 'invalid_request', 'body: not JSON');
     }
-    if (!Number.isSafeInteger(delta)) return sendError(res, 400, 'invalid_request', 'deltaMicros must be an integer');
-    if (!l || l.revoked) return sendError(res, 404, 'not_found', 'no such live lease');
-    const next = l.budgets.maxCostMicros + (delta as number);
-    const floor = l.usedCost + l.resCost;
-    if (next < floor) return sendError(res, 409, 'budget_exceeded', `the lease has ${Math.max(0, l.budgets.maxCostMicros - floor)} micro-USD left`, { remainingMicros: Math.max(0, l.budgets.maxCostMicros - floor) });
-    l.budgets.maxCostMicros = next;
-    return sendJson(res, 200, budget.info(l));
+    for (const k of ['inputTokens', 'outputTokens', 'costMicros'] as const)
+      if (!Number.isSafeInteger(body?.[k]) || (body[k] as number) < 0) return sendError(res, 400, 'invalid_request', `${k} must be a non-negative integer`);
+    const r = budget.carve(cm[1]!, body as CarveRequest);
+    if (!r.ok && r.reason === 'not_found') return sendError(res, 404, 'not_found', 'no such live lease');
+    if (!r.ok) return sendError(res, 409, 'budget_exceeded', `${r.field} is more than the lease has left`, { field: r.field, parentRemaining: r.room });
+    return sendJson(res, 201, { carveId: r.carve.id, parentRemaining: r.room } satisfies CarveAnswer);
+  }
+  const rm = /^\/admin\/carves\/([A-Za-z0-9_-]+)$/.exec(path);
+  if (rm && m === 'DELETE') {
+    if (!budget.releaseCarve(rm[1]!)) return sendError(res, 404, 'not_found', 'no such carve held');
+    return sendJson(res, 200, { released: rm[1] });
   }
   const lm = /^\/admin\/leases\/([A-Za-z0-9_-]+)$/.exec(path);
   if (lm && (m === 'GET' || m === 'DELETE')) {

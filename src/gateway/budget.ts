@@ -34,7 +34,32 @@ export interface Lease {
   resIn: number;
   resOut: number;
   resCost: number;
+  /**
+   * Agent trees: the lease this one's budget was carved from (null for a root). What is left of a
+   * lease when it ends goes back to its nearest ancestor still live (see Budget.carve).
+   */
+  parent: Lease | null;
+  /** Whether what was left of this ended lease has been given back (once, when it is revoked and idle). */
+  returned: boolean;
 }
+
+/** The three budgets a lease holds and a carve moves. */
+export interface Amounts {
+  inputTokens: number;
+  outputTokens: number;
+  costMicros: number;
+}
+
+/** Part of a live lease's budget set aside for a child agent whose lease is not issued yet. */
+export interface Carve {
+  id: string;
+  from: Lease;
+  amounts: Amounts;
+}
+
+/** Which budget a carve did not fit, by the spawn field that asked for it. */
+export const CARVE_FIELDS: Record<keyof Amounts, string> = { inputTokens: 'maxInputTokens', outputTokens: 'maxOutputTokens', costMicros: 'maxCostMicros' };
+const DIMS = ['inputTokens', 'outputTokens', 'costMicros'] as const;
 
 interface WindowState {
   spent: number; // settled + unreconciled by this boot
@@ -91,10 +116,34 @@ export class Budget {
   readonly events: UsageEvent[] = [];
   seq = 0;
   openReservations = 0;
+  /** Carves set aside for children whose lease is not issued yet, by id. */
+  readonly carves = new Map<string, Carve>();
+  /** Budget given back by ended leases that had no live ancestor left (it went to no one: the tree is over). */
+  forfeited: Amounts = { inputTokens: 0, outputTokens: 0, costMicros: 0 };
 
   constructor(private readonly now: () => number = Date.now) {}
 
+  /**
+   * Issues a lease. With `carveId` (an agent tree's child) its budgets are the carve's, each
+   * further capped by `req.budgets` (the profile's limits); what the cap leaves of the carve goes
+   * back at once, and the lease remembers its parent. A carve is used once.
+   */
   issue(req: LeaseRequest): { lease: Lease; token: string } {
+    let carve: Carve | undefined;
+    if (req.carveId !== undefined) {
+      carve = this.carves.get(req.carveId);
+      if (!carve) throw new Error(`no carve ${req.carveId} is held (released, used, or never made)`);
+      this.carves.delete(carve.id);
+    }
+    const budgets = carve
+      ? { maxInputTokens: Math.min(req.budgets.maxInputTokens, carve.amounts.inputTokens), maxOutputTokens: Math.min(req.budgets.maxOutputTokens, carve.amounts.outputTokens), maxCostMicros: Math.min(req.budgets.maxCostMicros, carve.amounts.costMicros) }
+      : { ...req.budgets };
+    if (carve)
+      this.giveBack(carve.from, {
+        inputTokens: carve.amounts.inputTokens - budgets.maxInputTokens,
+        outputTokens: carve.amounts.outputTokens - budgets.maxOutputTokens,
+        costMicros: carve.amounts.costMicros - budgets.maxCostMicros,
+      });
     const token = 'atlg_' + randomToken(40);
     const lease: Lease = {
       id: 'lease_' + randomToken(24),
@@ -102,7 +151,7 @@ export class Budget {
       agentId: req.agentId,
       profileId: req.profileId,
       revision: req.revision,
-      budgets: { ...req.budgets },
+      budgets,
       expiresAtMs: Date.parse(req.expiresAt),
       revoked: false,
       revokedReason: null,
@@ -113,20 +162,91 @@ export class Budget {
       resIn: 0,
       resOut: 0,
       resCost: 0,
+      parent: carve?.from ?? null,
+      returned: false,
     };
     this.leases.set(lease.tokenHash, lease);
     this.leasesById.set(lease.id, lease);
     return { lease, token };
   }
 
-  /** Revoking stops new requests at once; requests in flight settle normally. */
+  /**
+   * Revoking stops new requests at once; requests in flight settle normally. Once nothing is in
+   * flight, what is left of the lease goes back up its tree (giveBackLeft).
+   */
   revoke(id: string): Lease | undefined {
     const l = this.leasesById.get(id);
     if (!l) return undefined;
     l.revoked = true;
     this.leases.delete(l.tokenHash);
-    if (l.resCost === 0) this.leasesById.delete(id);
+    this.giveBackLeft(l);
+    if (idle(l)) this.leasesById.delete(id);
     return l;
+  }
+
+  /** What a lease may still reserve, per budget (never negative). */
+  room(l: Lease): Amounts {
+    return {
+      inputTokens: Math.max(0, l.budgets.maxInputTokens - l.usedIn - l.resIn),
+      outputTokens: Math.max(0, l.budgets.maxOutputTokens - l.usedOut - l.resOut),
+      costMicros: Math.max(0, l.budgets.maxCostMicros - l.usedCost - l.resCost),
+    };
+  }
+
+  /**
+   * Agent trees: sets `amounts` aside from a live lease's budgets for a child (all three budgets,
+   * atomically with the lease's own reservations: this is synchronous). Refused, changing nothing,
+   * when any amount is more than the lease has left. The carve becomes the child's lease budgets at
+   * issue (carveId), or goes back with release().
+   */
+  carve(leaseId: string, amounts: Amounts): { ok: true; carve: Carve; room: Amounts } | { ok: false; reason: 'not_found' } | { ok: false; reason: 'exceeded'; field: string; room: Amounts } {
+    const l = this.leasesById.get(leaseId);
+    if (!l || l.revoked) return { ok: false, reason: 'not_found' };
+    const room = this.room(l);
+    for (const d of ['costMicros', 'inputTokens', 'outputTokens'] as const) if (amounts[d] > room[d]) return { ok: false, reason: 'exceeded', field: CARVE_FIELDS[d], room };
+    l.budgets = { maxInputTokens: l.budgets.maxInputTokens - amounts.inputTokens, maxOutputTokens: l.budgets.maxOutputTokens - amounts.outputTokens, maxCostMicros: l.budgets.maxCostMicros - amounts.costMicros };
+    const c: Carve = { id: 'carve_' + randomToken(24), from: l, amounts: { ...amounts } };
+    this.carves.set(c.id, c);
+    return { ok: true, carve: c, room: this.room(l) };
+  }
+
+  /** A carve whose child never got a lease goes back up the tree. Unknown (already used or released): false. */
+  releaseCarve(id: string): boolean {
+    const c = this.carves.get(id);
+    if (!c) return false;
+    this.carves.delete(id);
+    this.giveBack(c.from, c.amounts);
+    return true;
+  }
+
+  /**
+   * Adds `amounts` to the budgets of the nearest lease that is still live, starting at `from` and
+   * walking up the tree; with none left (the whole chain above has ended) it goes to no one.
+   */
+  private giveBack(from: Lease | null, amounts: Amounts): void {
+    if (DIMS.every((d) => amounts[d] <= 0)) return;
+    let to = from;
+    while (to && to.revoked) to = to.parent;
+    if (!to) {
+      for (const d of DIMS) this.forfeited[d] += Math.max(0, amounts[d]);
+      return;
+    }
+    to.budgets = {
+      maxInputTokens: to.budgets.maxInputTokens + Math.max(0, amounts.inputTokens),
+      maxOutputTokens: to.budgets.maxOutputTokens + Math.max(0, amounts.outputTokens),
+      maxCostMicros: to.budgets.maxCostMicros + Math.max(0, amounts.costMicros),
+    };
+  }
+
+  /**
+   * An ended lease with nothing in flight gives back exactly what is left of it (its budgets, which
+   * already exclude what it carved for its children, minus what it used), once. Children carved
+   * from it keep their own budgets; what they leave goes up past it when they end.
+   */
+  private giveBackLeft(l: Lease): void {
+    if (!l.revoked || l.returned || !idle(l)) return;
+    l.returned = true;
+    this.giveBack(l.parent, { inputTokens: l.budgets.maxInputTokens - l.usedIn, outputTokens: l.budgets.maxOutputTokens - l.usedOut, costMicros: l.budgets.maxCostMicros - l.usedCost });
   }
 
   byToken(token: string): Lease | undefined {
@@ -257,8 +377,9 @@ export class Budget {
       w.spent += cost;
     }
     this.openReservations--;
+    if (l.revoked) this.giveBackLeft(l);
     // A lease the owner revoked goes when idle; one ended by an overrun stays visible (admin GET) until swept.
-    if (l.revoked && l.resCost === 0 && l.revokedReason === null) this.leasesById.delete(l.id);
+    if (l.revoked && idle(l) && l.revokedReason === null) this.leasesById.delete(l.id);
     this.push({ seq: 0, type: 'settle', at: new Date(this.now()).toISOString(), reservationId: r.id, costMicros: cost, usage, unreconciled, ...(reason ? { reason } : {}), ...(overrun ? { overrun } : {}) });
     return cost;
   }
@@ -280,10 +401,17 @@ export class Budget {
   sweep(): void {
     const cutoff = this.now() - 3600_000;
     for (const l of this.leasesById.values()) {
-      if (l.expiresAtMs < cutoff && l.resCost === 0) {
+      if (l.expiresAtMs < cutoff && idle(l)) {
+        l.revoked = true;
+        this.giveBackLeft(l);
         this.leases.delete(l.tokenHash);
         this.leasesById.delete(l.id);
       }
     }
   }
+}
+
+/** Nothing of the lease is reserved by a request in flight. */
+function idle(l: Lease): boolean {
+  return l.resCost === 0 && l.resIn === 0 && l.resOut === 0;
 }

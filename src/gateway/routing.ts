@@ -155,6 +155,7 @@ export function leaseProblem(b: LeaseRequest): string | null {
   if (!bu || typeof bu !== 'object') return 'budgets are required';
   for (const k of ['maxInputTokens', 'maxOutputTokens', 'maxCostMicros'] as const) if (!Number.isSafeInteger(bu[k]) || bu[k] < 0) return `budgets.${k} must be a non-negative integer`;
   if (typeof b.expiresAt !== 'string' || Number.isNaN(Date.parse(b.expiresAt))) return 'expiresAt must be an ISO time';
+  if (b.carveId !== undefined && (typeof b.carveId !== 'string' || !/^carve_[A-Za-z0-9_-]{1,100}$/.test(b.carveId))) return 'carveId must be a carve_ identifier';
   return null;
 }
 

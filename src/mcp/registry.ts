@@ -11,6 +11,7 @@ import type { Actor, ToolContext, ToolServices } from '../tools/context.js';
 import { ToolParser, parseArgs, type PublishedTool } from '../tools/validate.js';
 import { ServiceError, errorEnvelope, notImplemented, type ErrorBody } from '../core/errors.js';
 import { accessProblem, type Access } from '../core/toolsets.js';
+import { callerGrant, commandsRefusal, withCaller, COMMAND_TOOL, type CallerGrant } from '../core/caller.js';
 import { WorkspaceLocks } from '../core/locks.js';
 import type { LogNotifier } from './logging.js';
 import { wireText, type WireText } from './wire-text.js';
@@ -32,6 +33,12 @@ export interface CallContext {
   progress?: (progress: number, total?: number, message?: string) => void;
   /** What this caller may see and call (toolsets, read-only); absent means everything. */
   access?: Access;
+  /**
+   * A proxied call of an agent: the agent's proxyOperations (with `access`, the access of whoever
+   * spawned its tree): the call is checked exactly as a direct call with that access would be, and
+   * only these tools may be called.
+   */
+  operations?: Iterable<string>;
   /** MCP log notifications (notifications/message) where the client asked for them. */
   log?: LogNotifier;
   /**
@@ -88,11 +95,19 @@ export function requireImplemented(def: AnyToolDef): NonNullable<AnyToolDef['run
   return def.run;
 }
 
-/** Step: the caller's access (toolsets, read-only) allows the tool; enforced on every call, not only hidden from tools/list. */
-export function requireAccess(access: Access | undefined, def: AnyToolDef): void {
-  if (!access) return;
-  const problem = accessProblem(access, def);
-  if (problem) throw new ServiceError('PERMISSION_DENIED', problem, { tool: def.name, rule: access.readOnly && !def.badges.includes('readOnly') ? 'read-only access' : 'toolset not granted' });
+/**
+ * Step: the caller's grant (toolsets, read-only, an agent's proxyOperations) allows the tool;
+ * enforced on every call, not only hidden from tools/list. A tool that runs commands indirectly
+ * (runsCommands) needs a caller that could run exec_run itself.
+ */
+export function requireAccess(grant: CallerGrant, def: AnyToolDef): void {
+  const problem = grant.problem(def.name);
+  if (problem) {
+    const rule = grant.access.readOnly && !def.badges.includes('readOnly') ? 'read-only access' : grant.operations && !grant.operations.has(def.name) && !accessProblem(grant.access, def) ? 'not among the agent\'s proxyOperations' : 'toolset not granted';
+    throw new ServiceError('PERMISSION_DENIED', problem, { tool: def.name, rule });
+  }
+  if (def.runsCommands && !grant.mayRunCommands)
+    throw new ServiceError('PERMISSION_DENIED', commandsRefusal(def.name, grant), { tool: def.name, rule: `runs commands: needs ${COMMAND_TOOL}` });
 }
 
 /** The published tools this access shows in tools/list. */
@@ -115,7 +130,7 @@ export function resolveWorkspace(host: Pick<RegistryHost, 'principals'>, princip
 }
 
 /** Step: the context a handler runs with (services only; no store, no secrets). */
-export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyToolDef, args: Record<string, unknown>): ToolContext {
+export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyToolDef, args: Record<string, unknown>, grant: CallerGrant): ToolContext {
   const workspace = def.workspace ? resolveWorkspace(host, cc.principal, args.workspaceId as string | undefined) : undefined;
   return {
     services: host,
@@ -131,6 +146,7 @@ export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyTool
     },
     workspaceId: (given) => resolveWorkspace(host, cc.principal, given),
     activeWorkspace: () => host.principals.activeWorkspace(cc.principal) ?? undefined,
+    caller: grant,
   };
 }
 
@@ -187,6 +203,12 @@ export class ToolRegistry extends ToolParser {
     this.idempotent = new IdempotentRunner(locks);
   }
 
+  /** The grant of a call's caller: its access, and for an agent its operations. */
+  grant(cc: Pick<CallContext, 'access' | 'operations' | 'actor'>): CallerGrant {
+    const agentId = typeof cc.actor === 'string' && cc.actor.startsWith('agent_') ? cc.actor : null;
+    return callerGrant(cc.access, cc.operations ?? null, agentId, (t) => this.get(t));
+  }
+
   /** Every tool's published form (compiled on first use; the server reads it at start). */
   get list(): PublishedTool[] {
     return (this.published ??= this.names().map((n) => this.compiled(n)!.published));
@@ -206,15 +228,17 @@ export class ToolRegistry extends ToolParser {
     }, SLOW_CALL_MS);
     watchdog.unref();
     try {
-      requireAccess(cc.access, c.def);
+      const grant = this.grant(cc);
+      requireAccess(grant, c.def);
       args = parseArgs(c.def, c.schema, raw);
       const run = requireImplemented(c.def);
-      const ctx = handlerContext(host, cc, c.def, args);
+      const ctx = handlerContext(host, cc, c.def, args, grant);
       const parsed = args;
       const key = c.def.idempotency === 'key' && typeof args.idempotencyKey === 'string' ? args.idempotencyKey : undefined;
       // A key replays within the workspace it acted on: an omitted workspaceId is keyed as the one it resolved to.
       const keyed = c.def.workspace ? { ...args, workspaceId: ctx.workspace } : args;
-      const result = key ? await this.idempotent.run(host, name, key, keyed, () => run(parsed, ctx)) : await run(args, ctx);
+      // Everything the call reaches (a hook fired inside git_commit) runs as this caller (core/caller.ts).
+      const result = await withCaller(grant, () => (key ? this.idempotent.run(host, name, key, keyed, () => run(parsed, ctx)) : run(parsed, ctx)));
       if (!readOnly) auditCall(host, cc, name, args, 'ok');
       host.log.debug({ tool: name, ms: Date.now() - started }, 'tool call');
       // Secret values never leave in a result, whatever the tool.

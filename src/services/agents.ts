@@ -25,6 +25,8 @@ import type { ModelService } from './models.js';
 import type { WorkspaceService } from './workspaces.js';
 import type { EnvironmentService } from './environments.js';
 import type { LeaseInfo } from '../contracts/gateway.js';
+import type { CallerGrant } from '../core/caller.js';
+import { FULL_ACCESS, describeAccess, intersect, type Access } from '../core/toolsets.js';
 import {
   type AgentStartConfig,
   type AgentTool,
@@ -70,12 +72,20 @@ export interface AgentCaller {
   actor: Actor;
   principal: string;
   owner: string;
+  /** What the caller may do: binds the agents it spawns and the agents it may message or cancel. */
+  grant: CallerGrant;
 }
 
 /** How the service reaches the tool registry (set at composition by the server). */
 export interface ToolGateway {
-  call(name: string, args: Record<string, unknown>, cc: { principal: string; actor: Actor; signal: AbortSignal }): Promise<{ isError?: boolean; content: Array<{ type: 'text'; text: string }>; structuredContent?: Record<string, unknown> }>;
+  call(
+    name: string,
+    args: Record<string, unknown>,
+    cc: { principal: string; actor: Actor; signal: AbortSignal; access: Access; operations: Iterable<string> },
+  ): Promise<{ isError?: boolean; content: Array<{ type: 'text'; text: string }>; structuredContent?: Record<string, unknown> }>;
   list: AgentTool[];
+  /** The grant of a caller with this access (and, for an agent, these operations): what it may call. */
+  grantFor(access: Access, operations: Iterable<string> | null): CallerGrant;
 }
 
 interface Row {
@@ -101,6 +111,10 @@ interface Row {
   repository_context: string;
   lease_id: string | null;
   carved_micros: number;
+  carved_input_tokens: number;
+  carved_output_tokens: number;
+  /** The access of whoever spawned the tree (JSON of Access); null on rows from before it was kept (full access). */
+  access_json: string | null;
   used_json: string | null;
   log_bytes: number;
   summary: string | null;
@@ -125,6 +139,10 @@ interface Live {
   servers: Server[];
   conn: Socket | null;
   leaseId: string | null;
+  /** The part of the parent's lease set aside for this child until its own lease is issued (then null). */
+  carveId: string | null;
+  /** The access every proxied call of this agent is checked with. */
+  access: Access;
   logBytes: number;
   outputCapped: boolean;
   steersSent: number;
@@ -251,7 +269,7 @@ export class AgentService {
       throw new ServiceError('FAILED_PRECONDITION', `profileId: profile ${spawnArgs.profileId} is ${pin.status}; agent_spawn uses an active profile only (the owner activates it on the dashboard)`, { field: 'profileId', status: pin.status });
     if (pin.credentialStatus !== 'active')
       throw new ServiceError('FAILED_PRECONDITION', `profileId: the credential of profile ${spawnArgs.profileId} is ${pin.credentialStatus}`, { field: 'profileId', credentialStatus: pin.credentialStatus });
-    const ops = this.checkOperations(spawnArgs.proxyOperations, pin.body.maxProxyOperations, spawnArgs.profileId);
+    const ops = this.checkOperations(spawnArgs.proxyOperations, pin.body.maxProxyOperations, spawnArgs.profileId, agentCaller.grant);
     // The parent: same workspace, live, and its tree carries agent_spawn and these operations.
     let parent: Row | null = null;
     if (parentId) {
@@ -264,8 +282,16 @@ export class AgentService {
       const parentOps = new Set(JSON.parse(parent.proxy_ops_json) as string[]);
       const wider = ops.filter((o) => !parentOps.has(o));
       if (wider.length)
-        throw new ServiceError('PERMISSION_DENIED', `proxyOperations: a child may use only its parent's operations; not allowed: ${wider.join(', ')}`, { field: 'proxyOperations', operations: wider });
+        throw new ServiceError('PERMISSION_DENIED', `proxyOperations: a child may use only its parent's operations; not allowed: ${wider.join(', ')}`, { field: 'proxyOperations', operations: wider, rule: "a child's operations lie within its parent's" });
+      // A child spawned by the owner (not by its parent agent) is bound by the tree's access too.
+      const parentAccess = accessOf(parent);
+      const treeGrant = this.deps.tools.grantFor(parentAccess, null);
+      const outside = ops.filter((o) => treeGrant.problem(o) !== null);
+      if (outside.length)
+        throw new ServiceError('PERMISSION_DENIED', `proxyOperations: outside the access of the tree of ${parent.id} (${describeAccess(parentAccess)}): ${outside.join(', ')}`, { field: 'proxyOperations', operations: outside, rule: 'the access of whoever spawned the root binds the whole tree' });
     }
+    // The access every call of the new agent is checked with: its spawner's, within its tree's.
+    const access = parent ? intersect(agentCaller.grant.access, accessOf(parent)) : agentCaller.grant.access;
     const ws = this.deps.workspaces.get(agentCaller.workspace);
     if (ws.state !== 'active') throw new ServiceError('FAILED_PRECONDITION', `workspace ${agentCaller.workspace} is ${ws.state}`, { field: 'workspaceId', state: ws.state });
 
@@ -273,15 +299,24 @@ export class AgentService {
     await this.deps.gateway.ensureReady();
 
     const id = newId('agent');
-    // A child's cost budget is carved out of what its parent has left (atomically, on the parent's lease).
-    let carved = 0;
+    // A child's budgets (cost and both token budgets) are carved out of what its parent has left,
+    // atomically on the parent's lease at the gateway; the carve becomes the child's lease.
+    let carveId: string | null = null;
     if (parent) {
       const pl = parent.lease_id ? this.live.get(parent.id) : undefined;
       if (!pl || !parent.lease_id) throw new ServiceError('FAILED_PRECONDITION', `parentAgentId: agent ${parent.id} holds no live lease yet; retry once it runs`, { field: 'parentAgentId', status: parent.status });
-      const r = await this.deps.gateway.adjustLeaseCost(parent.lease_id, -spawnArgs.maxCostMicros);
-      if (!r.ok)
-        throw new ServiceError('FAILED_PRECONDITION', `maxCostMicros: ${spawnArgs.maxCostMicros} would pass what parent ${parent.id} has left of its cost budget (${r.remainingMicros ?? 'unknown'} micro-USD); a tree never spends more than its root was given`, { field: 'maxCostMicros', parentRemainingMicros: r.remainingMicros });
-      carved = spawnArgs.maxCostMicros;
+      const r = await this.deps.gateway.carve(parent.lease_id, { inputTokens: spawnArgs.maxInputTokens, outputTokens: spawnArgs.maxOutputTokens, costMicros: spawnArgs.maxCostMicros });
+      if (!r.ok) {
+        const rem = r.parentRemaining;
+        const field = (r.field ?? 'maxCostMicros') as 'maxInputTokens' | 'maxOutputTokens' | 'maxCostMicros';
+        const left = rem ? { maxInputTokens: rem.inputTokens, maxOutputTokens: rem.outputTokens, maxCostMicros: rem.costMicros } : null;
+        throw new ServiceError(
+          'FAILED_PRECONDITION',
+          `${field}: ${spawnArgs[field]} would pass what parent ${parent.id} has left of its ${field === 'maxCostMicros' ? 'cost budget' : field === 'maxInputTokens' ? 'input token budget' : 'output token budget'} (${left ? left[field] : 'unknown'}${field === 'maxCostMicros' ? ' micro-USD' : ' tokens'}); a tree never spends more than its root was given`,
+          { field, parentRemaining: left, parentRemainingMicros: left?.maxCostMicros ?? null },
+        );
+      }
+      carveId = r.carveId;
     }
     const now = Date.now();
     const budgets: AgentBudgets = { ttlSeconds: spawnArgs.ttlSeconds, maxOutputBytes: spawnArgs.maxOutputBytes, maxInputTokens: spawnArgs.maxInputTokens, maxOutputTokens: spawnArgs.maxOutputTokens, maxCostMicros: spawnArgs.maxCostMicros };
@@ -307,7 +342,10 @@ export class AgentService {
       budgets_json: JSON.stringify(budgets),
       repository_context: spawnArgs.repositoryContext ?? 'profile_a',
       lease_id: null,
-      carved_micros: carved,
+      carved_micros: parent ? spawnArgs.maxCostMicros : 0,
+      carved_input_tokens: parent ? spawnArgs.maxInputTokens : 0,
+      carved_output_tokens: parent ? spawnArgs.maxOutputTokens : 0,
+      access_json: JSON.stringify(access),
       used_json: null,
       log_bytes: 0,
       summary: null,
@@ -320,7 +358,12 @@ export class AgentService {
       expires_at: new Date(now + spawnArgs.ttlSeconds * 1000).toISOString(),
     };
     const cols = Object.keys(row).filter((k) => k !== 'seq');
-    this.deps.db.prepare(`INSERT INTO agents (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`).run(...cols.map((k) => (row as unknown as Record<string, unknown>)[k]));
+    try {
+      this.deps.db.prepare(`INSERT INTO agents (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`).run(...cols.map((k) => (row as unknown as Record<string, unknown>)[k]));
+    } catch (e) {
+      if (carveId) await this.deps.gateway.releaseCarve(carveId).catch(() => false);
+      throw e;
+    }
     const stored = this.row(id);
     const live: Live = {
       id,
@@ -334,6 +377,8 @@ export class AgentService {
       servers: [],
       conn: null,
       leaseId: null,
+      carveId,
+      access,
       logBytes: 0,
       outputCapped: false,
       steersSent: 0,
@@ -360,7 +405,7 @@ export class AgentService {
    * the pinned revision's maxProxyOperations (OWNER_APPROVAL_REQUIRED otherwise: only the owner
    * can widen what a profile may proxy, see docs/agents.md).
    */
-  private checkOperations(given: string[], allowed: string[], profileId: string): string[] {
+  private checkOperations(given: string[], allowed: string[], profileId: string, grant: CallerGrant): string[] {
     const ops = [...new Set(given)];
     const known = new Map(this.deps.tools.list.map((t) => [t.name, t]));
     const unknown = ops.filter((o) => !known.has(o));
@@ -368,6 +413,14 @@ export class AgentService {
     const never = ops.filter((o) => NEVER_PROXIED.has(o) || !((known.get(o)!.inputSchema.properties as Record<string, unknown> | undefined) ?? {}).workspaceId);
     if (never.length)
       throw new ServiceError('INVALID_ARGUMENT', `proxyOperations: these tools cannot be proxied by an agent (they do not act inside one workspace or act on the caller's session): ${never.join(', ')}`, { field: 'proxyOperations', operations: never });
+    // Narrowed access binds what the caller sets in motion: an agent gets only tools its spawner may call itself.
+    const denied = ops.map((o) => [o, grant.problem(o)] as const).filter(([, p]) => p !== null);
+    if (denied.length)
+      throw new ServiceError(
+        'PERMISSION_DENIED',
+        `proxyOperations: this caller may not call ${denied.map(([o]) => o).join(', ')} itself, so no agent it spawns may: ${denied.map(([, p]) => p).join('; ')}`,
+        { field: 'proxyOperations', operations: denied.map(([o]) => o), rule: 'an agent may use only tools its spawner may call (toolsets, read-only, its own proxyOperations)' },
+      );
     const allow = new Set(allowed);
     const outside = ops.filter((o) => !allow.has(o));
     if (outside.length)
@@ -406,7 +459,9 @@ export class AgentService {
           revision: row.revision,
           budgets: { maxInputTokens: live.budgets.maxInputTokens, maxOutputTokens: live.budgets.maxOutputTokens, maxCostMicros: live.budgets.maxCostMicros },
           expiresAt: new Date(live.deadlineMs + 30_000).toISOString(),
+          ...(live.carveId ? { carveId: live.carveId } : {}),
         });
+        live.carveId = null; // it is the lease now
       } catch (e) {
         if (e instanceof ServiceError && e.code === 'UNAVAILABLE') return await this.gatewayLost(live, e.message);
         return await this.finish(live, 'FAILED', { reason: `the lease was refused: ${(e as Error).message}`, error: toErrorBody(e) });
@@ -588,7 +643,8 @@ export class AgentService {
     live.calls.add(ac);
     const started = Date.now();
     try {
-      const res = await this.deps.tools.call(name, args, { principal: live.row.principal, actor: live.id as Actor, signal: ac.signal });
+      // Checked as a direct call with the spawner's access would be, limited to this agent's operations.
+      const res = await this.deps.tools.call(name, args, { principal: live.row.principal, actor: live.id as Actor, signal: ac.signal, access: live.access, operations: live.ops });
       const text = res.structuredContent ? JSON.stringify(res.structuredContent) : res.content.map((c) => c.text).join('\n');
       this.log(live, { type: 'tool_result', name, isError: res.isError === true, bytes: Buffer.byteLength(text), ms: Date.now() - started, head: clip(text, 300) });
       return { isError: res.isError === true, text };
@@ -666,12 +722,12 @@ export class AgentService {
         if (!info) info = live.lastLease;
         await this.deps.gateway.syncUsage().catch(() => undefined);
       }
-      // Carving: what the child did not spend (nor hold reserved) goes back to a live parent.
-      if (live.row.carved_micros > 0 && live.row.parent_id) {
-        const spent = (info?.used.costMicros ?? 0) + (info?.reserved.costMicros ?? 0);
-        const back = live.row.carved_micros - Math.min(live.row.carved_micros, live.leaseId && !info ? live.row.carved_micros : spent);
-        const parent = this.live.get(live.row.parent_id);
-        if (back > 0 && parent?.leaseId && !parent.ending) await this.deps.gateway.adjustLeaseCost(parent.leaseId, back).catch(() => undefined);
+      // A carve whose child never got a lease goes back up the tree. What a lease leaves goes back by
+      // itself at the gateway once it is revoked and idle (never computed here: docs/agents.md "Trees").
+      if (live.carveId) {
+        const carveId = live.carveId;
+        live.carveId = null;
+        await this.deps.gateway.releaseCarve(carveId).catch(() => false);
       }
       for (const s of live.servers) s.close();
       live.conn?.destroy();
@@ -685,6 +741,12 @@ export class AgentService {
       this.appendRaw(live.id, { type: 'status', status, reason: options.reason ?? null, ...(summary ? { summary: clip(summary, 4096) } : {}) });
       this.live.delete(live.id);
       this.deps.log.info({ agentId: live.id, status }, 'agent ended');
+      // A tree ends with its parent: children still live when their parent ends (other than by a
+      // cancel, which already cascades, or a runner stop, which ends them all) are cancelled.
+      if (status !== 'CANCELLED' && status !== 'INTERRUPTED') {
+        const children = [...this.live.values()].filter((l) => l.row.parent_id === live.id && !l.ending);
+        for (const c of children) void this.cancelTree(this.row(c.id), `its parent agent ${live.id} ended ${status} while it ran; a tree ends with its parent`, live.id).catch((e) => this.deps.log.error({ agentId: c.id, err: (e as Error).message }, 'cancelling the children of an ended agent failed'));
+      }
     })();
     return live.ending;
   }
@@ -748,6 +810,23 @@ export class AgentService {
     return row;
   }
 
+  /**
+   * Narrowed access binds what a caller steers: it reaches (messages, cancels, reads the log of)
+   * only an agent it could have spawned itself, one whose every operation it may call. (The
+   * agent's children have operations within the agent's, so the rule covers the whole subtree.)
+   */
+  private reachable(row: Row, agentCaller: AgentCaller, what: string): void {
+    const g = agentCaller.grant;
+    if (g.unnarrowed) return;
+    const denied = (JSON.parse(row.proxy_ops_json) as string[]).filter((o) => g.problem(o) !== null);
+    if (denied.length)
+      throw new ServiceError(
+        'PERMISSION_DENIED',
+        `agentId: this caller may not ${what} agent ${row.id}: it could not have spawned it (its operations ${denied.join(', ')} are outside this caller's access: ${describeAccess(g.access)}${g.operations ? ` and proxyOperations ${[...g.operations].join(', ')}` : ''})`,
+        { field: 'agentId', operations: denied, rule: 'a caller reaches only agents it could have spawned' },
+      );
+  }
+
   private isDescendant(row: Row, ancestor: string): boolean {
     let cur: Row | undefined = row;
     for (let i = 0; cur && cur.parent_id && i < 1000; i++) {
@@ -779,7 +858,8 @@ export class AgentService {
     }
     const used = lease?.used ?? { inputTokens: 0, outputTokens: 0, costMicros: 0 };
     const reserved = lease && !TERMINAL.has(row.status) ? lease.reserved : { inputTokens: 0, outputTokens: 0, costMicros: 0 };
-    const carvedToChildren = (this.deps.db.prepare('SELECT COALESCE(SUM(carved_micros), 0) FROM agents WHERE parent_id = ?').pluck().get(row.id) as number) ?? 0;
+    const carved = this.deps.db.prepare('SELECT COALESCE(SUM(carved_micros), 0) AS cost, COALESCE(SUM(carved_input_tokens), 0) AS input, COALESCE(SUM(carved_output_tokens), 0) AS output FROM agents WHERE parent_id = ?').get(row.id) as { cost: number; input: number; output: number };
+    const carvedToChildren = carved.cost;
     const fig = (budget: number, u: number, res: number) => ({ budget, used: u, reserved: res, remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, budget - u - res) });
     const costRoom = lease?.budgets.maxCostMicros ?? agentBudgets.maxCostMicros;
     const logBytes = live ? live.logBytes : row.log_bytes;
@@ -808,8 +888,8 @@ export class AgentService {
       budgets: {
         ttlSeconds: { budget: agentBudgets.ttlSeconds, elapsedSeconds: Math.max(0, Math.floor((ended - Date.parse(row.created_at)) / 1000)), remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, Math.floor((Date.parse(row.expires_at) - Date.now()) / 1000)) },
         maxOutputBytes: { budget: agentBudgets.maxOutputBytes, used: logBytes, remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, agentBudgets.maxOutputBytes - logBytes) },
-        maxInputTokens: fig(agentBudgets.maxInputTokens, used.inputTokens, reserved.inputTokens),
-        maxOutputTokens: fig(agentBudgets.maxOutputTokens, used.outputTokens, reserved.outputTokens),
+        maxInputTokens: { ...fig(agentBudgets.maxInputTokens, used.inputTokens, reserved.inputTokens), carvedToChildren: carved.input, remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, (lease?.budgets.maxInputTokens ?? agentBudgets.maxInputTokens) - used.inputTokens - reserved.inputTokens) },
+        maxOutputTokens: { ...fig(agentBudgets.maxOutputTokens, used.outputTokens, reserved.outputTokens), carvedToChildren: carved.output, remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, (lease?.budgets.maxOutputTokens ?? agentBudgets.maxOutputTokens) - used.outputTokens - reserved.outputTokens) },
         maxCostMicros: { ...fig(agentBudgets.maxCostMicros, used.costMicros, reserved.costMicros), carvedToChildren, remaining: TERMINAL.has(row.status) ? 0 : Math.max(0, costRoom - used.costMicros - reserved.costMicros) },
       },
       spend: { ...this.deps.spend.agentSpend(row.id), unit: 'micro-USD', estimate: true },
@@ -838,6 +918,7 @@ export class AgentService {
 
   logs(args: { agentId: string; cursor?: string; limitBytes: number }, agentCaller: AgentCaller): Record<string, unknown> {
     const row = this.visible(args.agentId, agentCaller);
+    this.reachable(row, agentCaller, 'read the log of');
     const file = this.logFile(row.id);
     const size = existsSync(file) ? statSync(file).size : 0;
     const start = args.cursor === undefined ? 0 : Number(args.cursor);
@@ -882,6 +963,7 @@ export class AgentService {
 
   message(args: { agentId: string; mode: 'steer' | 'followUp'; message: string }, agentCaller: AgentCaller): Record<string, unknown> {
     const row = this.visible(args.agentId, agentCaller);
+    this.reachable(row, agentCaller, 'message');
     const live = this.live.get(row.id);
     if (TERMINAL.has(row.status) || row.status === 'CANCELLING' || !live || live.ending)
       throw new ServiceError('FAILED_PRECONDITION', `agentId: agent ${row.id} is ${live?.ending && !TERMINAL.has(row.status) ? 'ending' : row.status}; messages go to a SPAWNING or RUNNING agent only`, { field: 'agentId', status: row.status });
@@ -896,6 +978,7 @@ export class AgentService {
 
   async cancel(args: { agentId: string; reason?: string }, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
     const r = this.visible(args.agentId, agentCaller);
+    this.reachable(r, agentCaller, 'cancel');
     return this.cancelTree(r, args.reason ?? `cancelled by ${agentCaller.actor}`, agentCaller.actor);
   }
 
@@ -1032,6 +1115,17 @@ export class AgentService {
   /** For tests and the dashboard: live agents in this process. */
   liveCount(): number {
     return this.live.size;
+  }
+}
+
+/** The access an agent's tree was spawned with (rows from before it was kept: full access). */
+function accessOf(row: Row): Access {
+  if (!row.access_json) return FULL_ACCESS;
+  try {
+    const a = JSON.parse(row.access_json) as Access;
+    return { toolsets: Array.isArray(a.toolsets) ? a.toolsets : null, readOnly: a.readOnly === true };
+  } catch {
+    return { toolsets: [], readOnly: true };
   }
 }
 

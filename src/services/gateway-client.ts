@@ -14,7 +14,7 @@ import type { Config } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
 import type { Logger } from '../core/log.js';
 import { readProviderOverrides, type ProviderOverrides } from '../core/providers.js';
-import type { GatewayStatus, LeaseInfo, LeaseRequest, Snapshot, SnapshotRoute, UsageEvent } from '../contracts/gateway.js';
+import type { CarveAnswer, CarveRequest, GatewayStatus, LeaseInfo, LeaseRequest, Snapshot, SnapshotRoute, UsageEvent } from '../contracts/gateway.js';
 import type { SpendService } from './spend.js';
 
 export interface PushState {
@@ -223,14 +223,21 @@ export class GatewayClient {
   }
 
   /**
-   * Moves a live lease's cost budget by deltaMicros (agent trees: a child's budget is carved out
-   * of its parent's and the unspent part goes back). Refused (ok: false) when a cut would pass
-   * what the lease has left.
+   * Agent trees: sets a child's budgets aside from its parent's live lease (all three at once).
+   * Refused (ok: false) when one is more than the parent has left, naming its spawn field, or when
+   * the parent lease is gone.
    */
-  async adjustLeaseCost(leaseId: string, deltaMicros: number): Promise<{ ok: true; info: LeaseInfo } | { ok: false; remainingMicros: number | null }> {
-    const r = await this.call<LeaseInfo & { error?: { details?: { remainingMicros?: number } } }>('POST', `/admin/leases/${encodeURIComponent(leaseId)}/cost-budget`, { deltaMicros });
-    if (r.status === 200) return { ok: true, info: r.body };
-    return { ok: false, remainingMicros: r.body.error?.details?.remainingMicros ?? null };
+  async carve(parentLeaseId: string, amounts: CarveRequest): Promise<{ ok: true; carveId: string; parentRemaining: CarveRequest } | { ok: false; field: string | null; parentRemaining: CarveRequest | null }> {
+    const r = await this.call<CarveAnswer & { error?: { details?: { field?: string; parentRemaining?: CarveRequest } } }>('POST', `/admin/leases/${encodeURIComponent(parentLeaseId)}/carve`, amounts);
+    if (r.status === 201) return { ok: true, carveId: r.body.carveId, parentRemaining: r.body.parentRemaining };
+    if (r.status >= 500) throw new ServiceError('UNAVAILABLE', `the gateway could not carve the budget (${r.status})`, {});
+    return { ok: false, field: r.body.error?.details?.field ?? null, parentRemaining: r.body.error?.details?.parentRemaining ?? null };
+  }
+
+  /** Gives back a carve whose child never got a lease (false when the gateway holds no such carve). */
+  async releaseCarve(carveId: string): Promise<boolean> {
+    const r = await this.call('DELETE', `/admin/carves/${encodeURIComponent(carveId)}`);
+    return r.status === 200;
   }
 
   /** Host and port of the gateway's agent endpoint (the runner relays each agent's socket to it). */

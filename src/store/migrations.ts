@@ -34,6 +34,7 @@ import { m0015 } from './migrations/0015-extensions.js';
 import { m0016 } from './migrations/0016-packages.js';
 import { m0018 } from './migrations/0018-knowledge-search.js';
 import { m0019 } from './migrations/0019-auth-epoch.js';
+import { m0020 } from './migrations/0020-caller-binding.js';
 
 export interface Migration {
   version: number;
@@ -345,4 +346,5 @@ export const MIGRATIONS: Migration[] = [
   m0016,
   m0018,
   m0019,
+  m0020,
 ];

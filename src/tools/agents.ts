@@ -48,7 +48,7 @@ export const agentSpawn = defineTool({
       .describe('Which client family\'s repository instruction files go with the task; omitted behaves as profile_a; none sends the task alone'),
   },
   run: async (args, ctx) => {
-    const r = await ctx.services.agents.spawn(args, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner });
+    const r = await ctx.services.agents.spawn(args, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller });
     // A milestone for clients that asked for MCP log messages (logging/setLevel).
     ctx.log('info', `agent ${String(r.agentId)} ${String(r.status).toLowerCase()} on profile ${args.profileId}`, { agentId: r.agentId, status: r.status, profileId: args.profileId });
     return r;
@@ -68,7 +68,7 @@ export const agentStatus = defineTool({
     agentId: AGENTID.optional(),
     idempotencyKey: IDEM.optional().describe('The idempotencyKey of the agent_spawn call, to find the agent it started'),
   },
-  run: (a, ctx) => ctx.services.agents.status(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
+  run: (a, ctx) => ctx.services.agents.status(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller }),
 });
 
 export const agentLogs = defineTool({
@@ -89,7 +89,7 @@ export const agentLogs = defineTool({
       .describe('Decimal cursor string from a previous page ("0" = start of the log). Omit for the start.'),
     limitBytes: int(1024, 262144).default(65536).describe('Most bytes to return (1024-262144)'),
   },
-  run: (a, ctx) => ctx.services.agents.logs(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
+  run: (a, ctx) => ctx.services.agents.logs(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller }),
 });
 
 export const agentMessage = defineTool({
@@ -108,7 +108,7 @@ export const agentMessage = defineTool({
     mode: z.enum(['steer', 'followUp']).describe('steer: change course now; followUp: deliver when the current turn ends'),
     message: z.string().min(1),
   },
-  run: (a, ctx) => ctx.services.agents.message(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
+  run: (a, ctx) => ctx.services.agents.message(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller }),
 });
 
 export const agentCancel = defineTool({
@@ -124,7 +124,7 @@ export const agentCancel = defineTool({
     reason: z.string().max(2000).optional().describe('Why the agent is cancelled (kept with the agent, max 2000 characters)'),
   },
   run: async (args, ctx) => {
-    const r = await ctx.services.agents.cancel(args, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner });
+    const r = await ctx.services.agents.cancel(args, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller });
     ctx.log('info', `agent ${args.agentId} cancel requested`, { agentId: args.agentId, cancelled: r.cancelled });
     return r;
   },
@@ -149,7 +149,7 @@ export const agentList = defineTool({
       .describe('Cursor from a previous page: decimal positive integer text. Omit for the first page.'),
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
   },
-  run: (a, ctx) => ctx.services.agents.list(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner }),
+  run: (a, ctx) => ctx.services.agents.list(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller }),
 });
 
 export const tools = [agentSpawn, agentStatus, agentLogs, agentMessage, agentCancel, agentList];

@@ -43,6 +43,7 @@ export interface ToolServices {
 }
 
 export type { Actor } from '../services/audit.js';
+import type { CallerGrant } from '../core/caller.js';
 import type { Actor } from '../services/audit.js';
 
 /** What a tool handler gets besides its validated arguments. */
@@ -74,4 +75,6 @@ export interface ToolContext {
   workspaceId: (given: string | undefined) => string;
   /** The caller's active workspace, if any (for tools where a workspace only narrows the answer). */
   activeWorkspace: () => string | undefined;
+  /** What the caller may do (toolsets, read-only, an agent's operations): binds what it sets in motion. */
+  caller: CallerGrant;
 }

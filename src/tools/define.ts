@@ -55,6 +55,12 @@ export interface ToolDef<S extends z.ZodRawShape = z.ZodRawShape> {
    * different input, CONFLICT) for 24 hours.
    */
   idempotency?: 'key';
+  /**
+   * The tool runs commands in the workspace indirectly (a hook, a skill script, a deployment, a
+   * task, a coding session's input): the registry refuses it to a caller that could not run the
+   * same command with exec_run (docs/access.md "What a caller sets in motion").
+   */
+  runsCommands?: true;
   /** The issue that builds the tool; shown in NOT_IMPLEMENTED errors and docs/STATUS.md. */
   tracking: Tracking;
   /** Present once the tool is built. Returns the structuredContent object. */

@@ -4,7 +4,7 @@ import { CUR, INT, SHA, WSID, int, name, str, z } from './types.js';
 
 const domain = 'Repository extensions';
 const tracking = 'repository extensions' as const;
-const who = (ctx: { principal: string; actor: import('./context.js').Actor }) => ({ principal: ctx.principal, actor: ctx.actor });
+const who = (ctx: { principal: string; actor: import('./context.js').Actor; caller: import('../core/caller.js').CallerGrant }) => ({ principal: ctx.principal, actor: ctx.actor, grant: ctx.caller });
 
 /** Skill names: 1-120 chars of A-Za-z0-9._:- */
 const SKILL_NAME = name(1, 120, ':').describe('Skill name: 1-120 characters of A-Z a-z 0-9 . _ : -');
@@ -59,6 +59,7 @@ export const skillsRun = defineTool({
   name: 'skills_run',
   domain,
   badges: ['destructive', 'openWorld'],
+  runsCommands: true,
   tracking,
   run: (a, ctx) => ctx.services.extensions.skills.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
@@ -99,6 +100,7 @@ export const hooksRun = defineTool({
   name: 'hooks_run',
   domain,
   badges: ['destructive', 'openWorld'],
+  runsCommands: true,
   tracking,
   run: (a, ctx) => ctx.services.extensions.hooks.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
@@ -118,6 +120,7 @@ export const hooksActivate = defineTool({
   name: 'hooks_activate',
   domain,
   badges: ['destructive'],
+  runsCommands: true,
   tracking,
   run: (a, ctx) => ctx.services.extensions.hooks.activate(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',
@@ -160,6 +163,7 @@ export const deploymentsRun = defineTool({
   name: 'deployments_run',
   domain,
   badges: ['destructive', 'openWorld'],
+  runsCommands: true,
   tracking,
   run: (a, ctx) => ctx.services.extensions.deployments.runTool(ctx.workspace, a, who(ctx), ctx.signal),
   workspace: 'optional',

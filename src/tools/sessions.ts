@@ -22,6 +22,7 @@ export const sessionsOpen = defineTool({
   name: 'sessions_open',
   domain,
   badges: ['idempotent'],
+  runsCommands: true,
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.openTerminal(ctx.workspace, 'session', a.cwd, a.name),
@@ -40,6 +41,7 @@ export const sessionsIo = defineTool({
   name: 'sessions_io',
   domain,
   badges: ['destructive', 'openWorld'],
+  runsCommands: true,
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.terminalIo(ctx.workspace, 'session', a.sessionId, a.input, a.cursor, a.waitMs, ctx.signal),
@@ -85,6 +87,7 @@ export const tasksRun = defineTool({
   name: 'tasks_run',
   domain,
   badges: ['destructive', 'idempotent', 'openWorld'],
+  runsCommands: true,
   tracking: '#5 commands',
   workspace: 'optional',
   run: async (args, ctx) => {

@@ -206,21 +206,28 @@ describe('trees', () => {
     e.fake.scripts.set('idle', looping({ input: 100, output: 10 }, 400));
     const ops = ['files_read', 'agent_spawn', 'agent_status'];
     const root = idOf(await spawn({ profileId: 'coder-chat', prompt: '#agent=idle root', proxyOperations: ops, maxCostMicros: 1_000_000, repositoryContext: 'none' }));
+    // Token budgets are carved like cost (issue #31): children ask for a part of the root's 200 000 / 32 000.
+    const toks = { maxInputTokens: 50_000, maxOutputTokens: 8_000 };
     await e.waitFor(root, (s) => s.status === 'RUNNING' && s.leaseId);
-    const tooBig = await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child', proxyOperations: ['files_read'], parentAgentId: root, maxCostMicros: 2_000_000 });
+    const tooBig = await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child', proxyOperations: ['files_read'], parentAgentId: root, maxCostMicros: 2_000_000, ...toks });
     expect(!tooBig.ok && tooBig.error.code).toBe('FAILED_PRECONDITION');
     expect(!tooBig.ok && tooBig.error.details.field).toBe('maxCostMicros');
     const wider = await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child', proxyOperations: ['files_read', 'grep_search'], parentAgentId: root, maxCostMicros: 1000 });
     expect(!wider.ok && wider.error.code).toBe('PERMISSION_DENIED');
-    const child = idOf(await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child', proxyOperations: ops, parentAgentId: root, maxCostMicros: 600_000, repositoryContext: 'none' }));
+    const tooManyTokens = await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child', proxyOperations: ['files_read'], parentAgentId: root, maxCostMicros: 1000, maxInputTokens: 200_000 });
+    expect(!tooManyTokens.ok && tooManyTokens.error.code).toBe('FAILED_PRECONDITION');
+    expect(!tooManyTokens.ok && tooManyTokens.error.details.field).toBe('maxInputTokens');
+    const child = idOf(await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child', proxyOperations: ops, parentAgentId: root, maxCostMicros: 600_000, repositoryContext: 'none', ...toks }));
     await e.waitFor(child, (s) => s.status === 'RUNNING' && s.leaseId);
     const rootNow = await e.ok('agent_status', { agentId: root });
     expect(rootNow.budgets.maxCostMicros.carvedToChildren).toBe(600_000);
     expect(rootNow.budgets.maxCostMicros.remaining).toBeLessThanOrEqual(400_000);
+    expect(rootNow.budgets.maxInputTokens.carvedToChildren).toBe(50_000);
+    expect(rootNow.budgets.maxInputTokens.remaining).toBeLessThanOrEqual(150_000);
     // The parent has under 400 000 left: a second 600 000 child is refused.
-    const second = await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child2', proxyOperations: ops, parentAgentId: root, maxCostMicros: 600_000 });
+    const second = await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child2', proxyOperations: ops, parentAgentId: root, maxCostMicros: 600_000, ...toks });
     expect(!second.ok && second.error.code).toBe('FAILED_PRECONDITION');
-    const grand = idOf(await spawn({ profileId: 'coder-chat', prompt: '#agent=idle grandchild', proxyOperations: ['files_read'], parentAgentId: child, maxCostMicros: 100_000, repositoryContext: 'none' }));
+    const grand = idOf(await spawn({ profileId: 'coder-chat', prompt: '#agent=idle grandchild', proxyOperations: ['files_read'], parentAgentId: child, maxCostMicros: 100_000, maxInputTokens: 10_000, maxOutputTokens: 2_000, repositoryContext: 'none' }));
     const g = await e.waitFor(grand, (s) => s.status === 'RUNNING' && s.leaseId);
     expect(g).toMatchObject({ parentAgentId: child, rootAgentId: root, depth: 2 });
     const kids = await e.ok('agent_list', { parentAgentId: root });

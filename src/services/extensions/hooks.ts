@@ -11,6 +11,7 @@ import type { AuditLog, Actor } from '../audit.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import type { Logger } from '../../core/log.js';
 import { ServiceError } from '../../core/errors.js';
+import { COMMAND_TOOL, currentCaller, type CallerGrant } from '../../core/caller.js';
 import { isoIn, nowIso } from '../../core/clock.js';
 import type { WorkspaceService } from '../workspaces.js';
 import { HOOK_EVENTS, HOOK_MANIFEST, parseHookManifest, type HookDef, type HookEvent, type Manifest } from './format.js';
@@ -34,6 +35,15 @@ interface Activation {
   manifestSha256: string;
   activatedAt: string;
   expiresAt: string;
+  /** 'repository': every workspace of the repository (made by the owner with full access); 'workspace': only the workspace it was made in. */
+  scope: 'repository' | 'workspace';
+}
+
+/** Who acts: for audit, and the grant that decides what their activation reaches. */
+export interface HookActor {
+  principal: string;
+  actor: Actor;
+  grant?: CallerGrant;
 }
 
 export class HookService {
@@ -43,10 +53,24 @@ export class HookService {
     return this.deps.workspaces.get(workspaceId).repositoryUrl;
   }
 
-  private activations(repositoryUrl: string): Activation[] {
+  /** The unexpired activations that reach this workspace: its repository's, and its own. */
+  private activations(repositoryUrl: string, workspaceId: string): Activation[] {
     this.deps.db.prepare('DELETE FROM hook_activations WHERE expires_at <= ?').run(nowIso());
-    const rows = this.deps.db.prepare('SELECT event, manifest_sha256, activated_at, expires_at FROM hook_activations WHERE repository_url = ?').all(repositoryUrl) as Array<Record<string, string>>;
-    return rows.map((r) => ({ event: r.event as HookEvent, manifestSha256: r.manifest_sha256!, activatedAt: r.activated_at!, expiresAt: r.expires_at! }));
+    const rows = this.deps.db
+      .prepare("SELECT event, manifest_sha256, activated_at, expires_at, workspace_id FROM hook_activations WHERE repository_url = ? AND workspace_id IN ('', ?) ORDER BY workspace_id, event")
+      .all(repositoryUrl, workspaceId) as Array<Record<string, string>>;
+    return rows.map((r) => ({ event: r.event as HookEvent, manifestSha256: r.manifest_sha256!, activatedAt: r.activated_at!, expiresAt: r.expires_at!, scope: r.workspace_id ? 'workspace' : 'repository' }));
+  }
+
+  /** The activation of an event that the current manifest matches (the repository's first), else the first one. */
+  private activationFor(acts: Activation[], event: HookEvent, manifestSha256: string | null): Activation | undefined {
+    const of = acts.filter((x) => x.event === event);
+    return of.find((x) => x.manifestSha256 === manifestSha256) ?? of[0];
+  }
+
+  /** Activations of a workspace end with it (repository ones stay until they expire). */
+  forgetWorkspace(workspaceId: string): void {
+    this.deps.db.prepare('DELETE FROM hook_activations WHERE workspace_id = ?').run(workspaceId);
   }
 
   /** The current manifest, or null when the checkout has none. */
@@ -57,17 +81,17 @@ export class HookService {
 
   async listTool(workspaceId: string, args: { event?: HookEvent; includeInactive: boolean; limit: number; cursor?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
     const manifest = await this.manifest(workspaceId, signal);
-    const acts = this.activations(this.repo(workspaceId));
+    const acts = this.activations(this.repo(workspaceId), workspaceId);
     const rows = (manifest?.items ?? [])
       .filter((h) => !args.event || h.event === args.event)
       .map((hook) => {
-        const act = acts.find((x) => x.event === hook.event);
+        const act = this.activationFor(acts, hook.event, manifest?.sha256 ?? null);
         const reason = !act
           ? `not activated for ${hook.event}: review the manifest and call hooks_activate with its manifestSha256`
           : act.manifestSha256 !== manifest!.sha256
             ? `the manifest changed since activation (activated ${act.manifestSha256}, now ${manifest!.sha256}): nothing of it runs until it is activated again`
             : null;
-        return { name: hook.name, event: hook.event, command: hook.command, timeoutMs: hook.timeoutMs, sha256: hook.sha256, active: reason === null, ...(reason ? { inactiveReason: reason } : { activatedAt: act!.activatedAt, expiresAt: act!.expiresAt }) };
+        return { name: hook.name, event: hook.event, command: hook.command, timeoutMs: hook.timeoutMs, sha256: hook.sha256, active: reason === null, ...(reason ? { inactiveReason: reason } : { activatedAt: act!.activatedAt, expiresAt: act!.expiresAt, activationScope: act!.scope }) };
       })
       .filter((h) => args.includeInactive || h.active);
     const file = `${args.event ?? ''}|${args.includeInactive}`;
@@ -87,7 +111,15 @@ export class HookService {
     };
   }
 
-  async activate(workspaceId: string, args: { manifestSha256: string; events: HookEvent[]; retentionSeconds?: number }, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  /**
+   * Enrols the manifest's exact digest for some events. Only the owner with full access (not
+   * narrowed, not read-only, not an agent) enrols it for every workspace of the repository; any
+   * other caller (the registry already refused one that could not run exec_run) enrols it for this
+   * workspace only, where it could run the same commands itself, and the activation ends with the
+   * workspace: it never fires later in another workspace (one opened with an environment's secrets,
+   * say) that the caller could not reach.
+   */
+  async activate(workspaceId: string, args: { manifestSha256: string; events: HookEvent[]; retentionSeconds?: number }, who: HookActor, signal?: AbortSignal): Promise<Record<string, unknown>> {
     const events = [...new Set(args.events)];
     if (events.length !== args.events.length) throw new ServiceError('INVALID_ARGUMENT', 'events: each event at most once', { field: 'events' });
     const manifest = await this.manifest(workspaceId, signal);
@@ -100,13 +132,15 @@ export class HookService {
     const expiresAt = isoIn(retention * 1000);
     const repo = this.repo(workspaceId);
     const now = nowIso();
+    const grant = who.grant ?? currentCaller();
+    const scope: Activation['scope'] = grant?.unnarrowed ? 'repository' : 'workspace';
     const put = this.deps.db.prepare(
-      'INSERT INTO hook_activations (repository_url, event, manifest_sha256, activated_at, expires_at, activated_by) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(repository_url, event) DO UPDATE SET manifest_sha256 = excluded.manifest_sha256, activated_at = excluded.activated_at, expires_at = excluded.expires_at, activated_by = excluded.activated_by',
+      'INSERT INTO hook_activations (repository_url, event, workspace_id, manifest_sha256, activated_at, expires_at, activated_by, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(repository_url, event, workspace_id) DO UPDATE SET manifest_sha256 = excluded.manifest_sha256, activated_at = excluded.activated_at, expires_at = excluded.expires_at, activated_by = excluded.activated_by, actor = excluded.actor',
     );
     this.deps.db.transaction(() => {
-      for (const e of events) put.run(repo, e, want, now, expiresAt, who.principal);
+      for (const e of events) put.run(repo, e, scope === 'repository' ? '' : workspaceId, want, now, expiresAt, who.principal, who.actor);
     })();
-    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_activate', target: workspaceId, outcome: 'ok', details: { repositoryUrl: repo, manifestSha256: want, events, expiresAt } });
+    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_activate', target: workspaceId, outcome: 'ok', details: { repositoryUrl: repo, manifestSha256: want, events, expiresAt, scope } });
     return {
       workspaceId,
       repositoryUrl: repo,
@@ -116,21 +150,42 @@ export class HookService {
       expiresAt,
       retentionSeconds: retention,
       hooks: manifest.items.filter((h) => events.includes(h.event)).map((h) => ({ name: h.name, event: h.event, sha256: h.sha256 })),
-      scope: 'every workspace of this repository whose manifest has this exact digest, until expiresAt',
+      activationScope: scope,
+      scope:
+        scope === 'repository'
+          ? 'every workspace of this repository whose manifest has this exact digest, until expiresAt'
+          : `this workspace only (${workspaceId}), while its manifest has this exact digest, until expiresAt or until the workspace closes: a narrowed token or grant, or an agent, activates hooks only where it could run the commands itself (the owner with full access activates them for the repository)`,
     };
   }
 
-  deactivate(workspaceId: string, events: HookEvent[] | undefined, who: { principal: string; actor: Actor }): Record<string, unknown> {
+  /**
+   * Removes activations of some events: this workspace's own, and (for the owner with full access
+   * only) the repository's. A narrowed caller cannot remove the owner's repository activations (a
+   * pre_commit gate, say); they are listed as kept.
+   */
+  deactivate(workspaceId: string, events: HookEvent[] | undefined, who: HookActor): Record<string, unknown> {
     const repo = this.repo(workspaceId);
     const list = events ? [...new Set(events)] : [...HOOK_EVENTS];
-    const before = this.activations(repo).map((x) => x.event);
-    const del = this.deps.db.prepare('DELETE FROM hook_activations WHERE repository_url = ? AND event = ?');
+    const owner = (who.grant ?? currentCaller())?.unnarrowed === true;
+    const before = this.activations(repo, workspaceId);
+    const del = this.deps.db.prepare('DELETE FROM hook_activations WHERE repository_url = ? AND event = ? AND workspace_id = ?');
     this.deps.db.transaction(() => {
-      for (const e of list) del.run(repo, e);
+      for (const e of list) {
+        del.run(repo, e, workspaceId);
+        if (owner) del.run(repo, e, '');
+      }
     })();
-    const removed = list.filter((e) => before.includes(e));
-    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_deactivate', target: workspaceId, outcome: 'ok', details: { repositoryUrl: repo, events: list, removed } });
-    return { workspaceId, repositoryUrl: repo, deactivated: removed, remaining: this.activations(repo).map((x) => x.event) };
+    const after = this.activations(repo, workspaceId);
+    const removed = [...new Set(before.filter((x) => list.includes(x.event) && !after.some((y) => y.event === x.event && y.scope === x.scope)).map((x) => x.event))];
+    const kept = after.filter((x) => list.includes(x.event)).map((x) => ({ event: x.event, scope: x.scope }));
+    this.deps.audit.record({ actor: who.actor, principal: who.principal, action: 'hooks_deactivate', target: workspaceId, outcome: 'ok', details: { repositoryUrl: repo, events: list, removed, kept } });
+    return {
+      workspaceId,
+      repositoryUrl: repo,
+      deactivated: removed,
+      remaining: [...new Set(after.map((x) => x.event))],
+      ...(kept.length ? { kept, keptReason: "the repository's activations were made by the owner with full access; only such a caller removes them" } : {}),
+    };
   }
 
   private async runOne(workspaceId: string, hook: HookDef, event: string, timeoutMs: number, signal?: AbortSignal): Promise<HookRunRecord> {
@@ -146,7 +201,7 @@ export class HookService {
   async runTool(
     workspaceId: string,
     args: { name: string; event?: HookEvent; expectedSha256?: string; expectedManifestSha256?: string; timeoutMs: number },
-    who: { principal: string; actor: Actor },
+    who: HookActor,
     signal?: AbortSignal,
   ): Promise<Record<string, unknown>> {
     const manifest = await this.manifest(workspaceId, signal);
@@ -159,7 +214,7 @@ export class HookService {
     if (args.event && args.event !== hook.event) throw new ServiceError('INVALID_ARGUMENT', `event: hook ${hook.name} is a ${hook.event} hook, not ${args.event}`, { field: 'event', hookEvent: hook.event });
     if (args.expectedSha256 && args.expectedSha256.toLowerCase() !== hook.sha256)
       throw new ServiceError('CONFLICT', `expectedSha256: hook ${hook.name} changed: its SHA-256 is now ${hook.sha256}; nothing ran`, { field: 'expectedSha256', currentSha256: hook.sha256 });
-    const act = this.activations(this.repo(workspaceId)).find((x) => x.event === hook.event);
+    const act = this.activationFor(this.activations(this.repo(workspaceId), workspaceId), hook.event, manifest.sha256);
     if (!act || act.manifestSha256 !== manifest.sha256)
       throw new ServiceError(
         'FAILED_PRECONDITION',
@@ -173,12 +228,28 @@ export class HookService {
     return { workspaceId, manifestSha256: manifest.sha256, sha256: hook.sha256, ...rec, timeoutMs: Math.min(args.timeoutMs, hook.timeoutMs) };
   }
 
-  /** HookRunner.fire: runs the activated hooks of one event; never throws. */
+  /**
+   * HookRunner.fire: runs the activated hooks of one event; never throws. The hooks run on behalf
+   * of the caller whose call reached this point (core/caller.ts): one that could not run exec_run
+   * runs none. Its commit is refused while pre_commit hooks are active (the owner's gate stays a
+   * gate); the other events are skipped, said in the result.
+   */
   async fire(workspaceId: string, event: FiredEvent, signal?: AbortSignal): Promise<HookFiring | undefined> {
     try {
-      const act = this.activations(this.repo(workspaceId)).find((x) => x.event === event);
-      if (!act) return undefined;
+      const acts = this.activations(this.repo(workspaceId), workspaceId);
+      if (!acts.some((x) => x.event === event)) return undefined;
+      const caller = currentCaller();
+      if (caller && !caller.mayRunCommands) {
+        const why = `hooks run commands, and the caller of this ${event} may not run commands (${caller.problem(COMMAND_TOOL)}); a caller never sets in motion a command it could not run with ${COMMAND_TOOL}`;
+        this.deps.audit.record({ actor: 'system', action: 'hooks_fire', target: workspaceId, outcome: 'refused', reason: why, details: { event } });
+        if (event === 'pre_commit') {
+          const rec: HookRunRecord = { name: '(hooks)', event, exitCode: null, signal: null, timedOut: false, durationMs: 0, stdout: '', stderr: why, stdoutTruncated: false, stderrTruncated: false };
+          return { event, ran: [], failed: rec, message: `pre_commit hooks are active for this repository and did not run: ${why}` };
+        }
+        return { event, ran: [], failed: null, skipped: why };
+      }
       const manifest = await this.manifest(workspaceId, signal);
+      const act = this.activationFor(acts, event, manifest?.sha256 ?? null)!;
       if (!manifest || manifest.sha256 !== act.manifestSha256 || manifest.problems.length) {
         const skipped = !manifest ? `no manifest at ${HOOK_MANIFEST}` : manifest.problems.length ? `the manifest is malformed` : `the manifest changed since activation (activated ${act.manifestSha256}, now ${manifest.sha256}); nothing of it ran`;
         this.deps.audit.record({ actor: 'system', action: 'hooks_fire', target: workspaceId, outcome: 'refused', reason: skipped, details: { event } });

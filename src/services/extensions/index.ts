@@ -56,6 +56,7 @@ export class ExtensionService implements HookRunner {
 
   forgetWorkspace(workspaceId: string): void {
     this.skills.forgetWorkspace(workspaceId);
+    this.hooks.forgetWorkspace(workspaceId);
   }
 
   /** skill_suggest: at most one roster skill; the endpoint's answer only when it names a roster skill. */
