@@ -66,7 +66,7 @@ export function providerExtraHeaders(providerInfo: ProviderInfo): Record<string,
 
 export class ModelCatalog {
   constructor(private readonly opts: { db: DB; cursors: CursorCodec; models: ModelService; prices?: PriceList }) {
-    opts.models.catalogPrice = (provider, sourceModelId) => this.cachedPrice(provider, sourceModelId);
+    opts.models.catalogPrice = (provider, model) => this.cachedPrice(provider, model);
   }
 
   /** Parses an OpenAI-style listing ({ data: [...] } or [...]). */
@@ -257,10 +257,15 @@ export class ModelCatalog {
     return null;
   }
 
-  private cachedPrice(provider: ProviderId, sourceModelId: string): { pricing: FullPricing; fetchedAt: string; stale: boolean } | null {
-    const e = this.cachedEntry(provider, sourceModelId);
+  /**
+   * The cached catalog price of `model` (the entry whose providerModelId it is) and where that price
+   * comes from (its pricing.provenance.sourceModelId). Looked up by the routed model, never by a
+   * client's catalogPriceRef: another model's entry is never this model's price.
+   */
+  private cachedPrice(provider: ProviderId, model: string): { pricing: FullPricing; sourceModelId: string; fetchedAt: string; stale: boolean } | null {
+    const e = this.cachedEntry(provider, model);
     if (!e || e.pricing.inputMicrosPerMillionTokens === null || e.pricing.outputMicrosPerMillionTokens === null) return null;
-    const { provenance: _p, ...pr } = e.pricing;
-    return { pricing: pr as FullPricing, fetchedAt: e.fetchedAt, stale: e.stale };
+    const { provenance, ...pr } = e.pricing;
+    return { pricing: pr as FullPricing, sourceModelId: provenance.sourceModelId, fetchedAt: e.fetchedAt, stale: e.stale };
   }
 }

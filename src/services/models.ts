@@ -129,8 +129,12 @@ interface CredRow {
 
 const aadOf = (id: string, version: number) => `provider_credential:${id}:v${version}`;
 
-/** Catalog prices the repricing review and catalog verification read (never fetched here; rule 4). */
-export type CatalogPriceLookup = (provider: ProviderId, sourceModelId: string) => { pricing: FullPricing; fetchedAt: string; stale: boolean } | null;
+/**
+ * The cached catalog price of a model, as the repricing review and catalog verification read it
+ * (never fetched here; rule 4): the price of the cached entry whose providerModelId is `model`, with
+ * that entry's pricing.provenance.sourceModelId (where the catalog says the price comes from).
+ */
+export type CatalogPriceLookup = (provider: ProviderId, model: string) => { pricing: FullPricing; sourceModelId: string; fetchedAt: string; stale: boolean } | null;
 
 export class ModelService {
   /** Set by the catalog when it exists; without it no price is catalog-verified. */
@@ -297,11 +301,24 @@ export class ModelService {
     };
   }
 
-  /** Whether the prices equal the cached catalog price of catalogPriceRef (never fetches; rule 4). */
-  private catalogVerified(provider: ProviderId, ref: { sourceModelId: string } | null, pricing: FullPricing): boolean {
+  /**
+   * Whether catalogPriceRef names the catalog source of the model the profile routes to: the model
+   * itself, or the pricing.provenance.sourceModelId of that model's own cached catalog entry. A ref
+   * to any other model pins nothing (issue #31 item 8: a cheap model's price on an expensive route).
+   */
+  private refMatchesRoute(ref: { sourceModelId: string } | null, model: string, c: ReturnType<CatalogPriceLookup>): boolean {
+    return !!ref && (ref.sourceModelId === model || (!!c && ref.sourceModelId === c.sourceModelId));
+  }
+
+  /**
+   * Whether the prices are catalog-verified: catalogPriceRef names the catalog source of the routed
+   * `model` and the prices equal that model's cached catalog price (never fetches; rule 4). The
+   * price compared is always the routed model's, whatever the ref names.
+   */
+  private catalogVerified(provider: ProviderId, model: string, ref: { sourceModelId: string } | null, pricing: FullPricing): boolean {
     if (!ref || provider === 'custom') return false;
-    const c = this.catalogPrice(provider, ref.sourceModelId);
-    return !!c && canonicalJson(c.pricing) === canonicalJson(pricing);
+    const c = this.catalogPrice(provider, model);
+    return !!c && this.refMatchesRoute(ref, model, c) && canonicalJson(c.pricing) === canonicalJson(pricing);
   }
 
   private routeHash(result: { credentialId: string; model: string; apiMode: ApiMode; customUpstreamUrl: string | null }): string {
@@ -386,10 +403,22 @@ export class ModelService {
     }
     if (cred.status !== 'active') issues.push({ field: 'credentialId', message: `credential ${credentialId} is disabled: the profile will not route until the owner enables it`, severity: 'warning' });
 
-    const verified = this.catalogVerified(provider, catalogPriceRef, pricing);
+    // Verified against the model this revision routes to (after this update), never the ref's own model.
+    const verified = this.catalogVerified(provider, model, catalogPriceRef, pricing);
     const priceSource: RevisionBody['priceSource'] = verified ? 'catalog' : 'override';
-    if (catalogPriceRef && !verified)
-      issues.push({ field: 'catalogPriceRef', message: 'the prices do not match a cached catalog price for this sourceModelId: they are kept as an override', severity: 'warning' });
+    if (catalogPriceRef && !verified) {
+      const routed = provider === 'custom' ? null : this.catalogPrice(provider, model);
+      issues.push({
+        field: 'catalogPriceRef',
+        message:
+          provider === 'custom'
+            ? 'custom has no catalog: the prices are kept as an override'
+            : !this.refMatchesRoute(catalogPriceRef, model, routed)
+              ? `sourceModelId ${catalogPriceRef.sourceModelId} is not the catalog source of model ${model}, the model this profile routes to${routed ? ` (its catalog entry names ${routed.sourceModelId})` : ''}: only the routed model's catalog price is catalog-verified; the prices are kept as an override`
+              : `the prices do not match the cached catalog price of model ${model}${routed ? '' : ' (none is cached)'}: they are kept as an override`,
+        severity: 'warning',
+      });
+    }
 
     // Constraint 4 (and 2, 3): an unbound custom URL.
     if (provider === 'custom' && customUpstreamUrl && !this.boundUrls(credentialId).has(customUpstreamUrl))
@@ -440,14 +469,18 @@ export class ModelService {
     };
   }
 
-  /** Rule 4: compares pinned prices only with the cached catalog price; custom is always unknown. */
+  /**
+   * Rule 4: compares pinned prices only with the cached catalog price of the model the revision
+   * routes to (never with the model catalogPriceRef names, which may be another one); custom is
+   * always unknown. A ref that is not that model's catalog source is reported beside the status.
+   */
   pricingReview(provider: ProviderId, body: RevisionBody): Record<string, unknown> {
     if (provider === 'custom') return { status: 'unknown', reason: 'custom has no catalog' };
-    const ref = body.catalogPriceRef?.sourceModelId ?? body.model;
-    const c = this.catalogPrice(provider, ref);
-    if (!c) return { status: 'unknown', reason: 'no cached catalog price for this model', sourceModelId: ref };
+    const c = this.catalogPrice(provider, body.model);
+    const ref = body.catalogPriceRef ? { catalogPriceRef: { sourceModelId: body.catalogPriceRef.sourceModelId, matchesRoutedModel: this.refMatchesRoute(body.catalogPriceRef, body.model, c) } } : {};
+    if (!c) return { status: 'unknown', reason: 'no cached catalog price for this model', model: body.model, sourceModelId: body.model, ...ref };
     const same = canonicalJson(c.pricing) === canonicalJson(body.pricing);
-    return { status: same ? 'current' : 'differs', sourceModelId: ref, catalogPricing: c.pricing, catalogFetchedAt: c.fetchedAt, stale: c.stale, priceSource: body.priceSource };
+    return { status: same ? 'current' : 'differs', model: body.model, sourceModelId: c.sourceModelId, catalogPricing: c.pricing, catalogFetchedAt: c.fetchedAt, stale: c.stale, priceSource: body.priceSource, ...ref };
   }
 
   validate(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string): Record<string, unknown> {
