@@ -418,12 +418,31 @@ export class CommandService {
     return { sessions: page.map((r) => this.describeTerm(r)), nextCursor: rows.length > limit && last ? this.deps.cursors.encode('sessions_list', { c: last.created_at, i: last.id }) : null };
   }
 
-  /** Runs an approved privileged command: uid 0 in its own user namespace, workspace bound, no network. */
+  /**
+   * The working directory of a privileged run as its grant binds it and the owner sees it: relative
+   * to the workspace, `.` and empty segments dropped (`./src/` is `src`, `.` is `.`). Refused before
+   * any approval is asked for or spent: absolute, `..` anywhere, a NUL, or (checked through the
+   * workspace daemon, as the workspace user, like every exec) missing or not a directory.
+   */
+  async privilegedCwd(workspaceId: string, cwd: string, signal?: AbortSignal): Promise<string> {
+    if (cwd.includes('\0')) throw new ServiceError('INVALID_ARGUMENT', 'cwd: NUL characters are not allowed in a path', { field: 'cwd' });
+    const parts = cwd.split('/').filter((p) => p !== '' && p !== '.');
+    if (cwd.startsWith('/') || parts.includes('..')) throw new ServiceError('PERMISSION_DENIED', `cwd: ${JSON.stringify(cwd)} leaves the workspace (privileged runs take a workspace-relative directory without ..)`, { field: 'cwd' });
+    const rel = parts.join('/') || '.';
+    await this.deps.workspaces.activeHandle(workspaceId);
+    await this.checkCwd(workspaceId, rel, signal);
+    return rel;
+  }
+
+  /**
+   * Runs an approved privileged command: uid 0 in its own user namespace, workspace bound, no
+   * network. `cwd` is what privilegedCwd returned (the directory the grant binds).
+   */
   async runPrivileged(workspaceId: string, command: string, cwd: string, timeoutMs: number, maxOutputBytes: number, signal: AbortSignal): Promise<ExecResult> {
     await this.deps.workspaces.activeHandle(workspaceId);
     const root = this.deps.workspaces.rootDir(workspaceId);
-    const rel = cwd.replace(/^\.\/?/, '');
-    if (rel.split('/').includes('..') || cwd.startsWith('/')) throw new ServiceError('PERMISSION_DENIED', `cwd: ${cwd} leaves the workspace`, { field: 'cwd' });
+    const parts = cwd.split('/').filter((p) => p !== '' && p !== '.');
+    if (cwd.startsWith('/') || parts.includes('..')) throw new ServiceError('PERMISSION_DENIED', `cwd: ${cwd} leaves the workspace`, { field: 'cwd' });
     return this.deps.executor.runEphemeral({
       binds: [
         { source: join(root, 'repo'), target: '/workspace' },
@@ -432,7 +451,7 @@ export class CommandService {
       limits: this.deps.workspaces.sandboxLimits,
       network: 'none',
       command,
-      cwd: rel ? `/workspace/${rel}` : '/workspace',
+      cwd: parts.length ? `/workspace/${parts.join('/')}` : '/workspace',
       timeoutMs,
       maxOutputBytes,
       signal,

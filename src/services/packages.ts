@@ -34,6 +34,7 @@ import { newId } from '../core/ids.js';
 import { nowIso } from '../core/clock.js';
 import { sha256Hex } from '../core/crypto.js';
 import { canonicalJson } from '../core/canonical-json.js';
+import { quoted } from '../core/display.js';
 import { resolveNpm, type PlannedPackage } from './packages/npm.js';
 import { PIP_PYTHON, normalise, pipAvailable, resolvePip, runtimePython, type PlannedWheel } from './packages/pip.js';
 import { riskSignals } from './packages/risk.js';
@@ -959,18 +960,28 @@ function publicPackage(pkg: PlannedPackage): Record<string, unknown> {
   return { name: pkg.name, version: pkg.version, location: pkg.location, source: pkg.resolved, integrity: pkg.integrity, unpackedSize: pkg.unpackedSize, binaries: Object.keys(pkg.bin), installScripts: Object.keys(pkg.scripts), deprecated: pkg.deprecated, publishedAt: pkg.publishedAt };
 }
 
+/**
+ * The plan as the owner reads it on the approval. Every value that comes from a package or its
+ * registry (names, versions, integrities, sources, binaries, lifecycle script values, warnings) is
+ * quoted with JSON string escaping, so none can end its line and forge another: a script value
+ * holding "\nplanDigest: ..." shows as one quoted line with \n in it. (Characters JSON leaves as
+ * they are, such as bidirectional controls, are escaped and flagged where the approval is shown.)
+ */
 function planText(body: Record<string, unknown>, digest: string): string {
   const lines = [
-    `${body.ecosystem} package ${body.name}@${body.version} for scope ${body.scope}${body.workspaceId ? ` (workspace ${body.workspaceId})` : ''}`,
-    `source: ${body.source}`,
-    `integrity: ${body.integrity}`,
+    `${body.ecosystem} package ${quoted(`${body.name}@${body.version}`)} for scope ${body.scope}${body.workspaceId ? ` (workspace ${body.workspaceId})` : ''}`,
+    `source: ${quoted(body.source)}`,
+    `integrity: ${quoted(body.integrity)}`,
     `dependencies: ${body.dependencyCount}`,
   ];
-  for (const p of body.packages as Array<Record<string, unknown>>) lines.push(`  ${p.name}@${p.version} ${p.integrity ?? (p.sha256 ? 'sha256:' + p.sha256 : '')}`);
+  for (const p of body.packages as Array<Record<string, unknown>>)
+    lines.push(`  ${quoted(`${p.name}@${p.version}`)} ${p.integrity ? `integrity ${quoted(p.integrity)}` : p.sha256 ? `sha256 ${quoted(p.sha256)}` : 'no integrity'}`);
+  const bins = (body.binaries as Array<{ name: string; package: string; topLevel: boolean }> | null) ?? [];
+  for (const b of bins) lines.push(`binary ${quoted(b.name)} of ${quoted(b.package)}${b.topLevel ? ' (the requested package)' : ''}`);
   const ls = body.lifecycleScripts as { allowed: boolean; willRun: Array<{ package: string; scripts: Record<string, string> }> };
   lines.push(`lifecycle scripts: ${ls.allowed ? 'ALLOWED' : 'off'}`);
-  for (const w of ls.willRun) for (const [k, v] of Object.entries(w.scripts)) lines.push(`  ${w.package} ${k}: ${v}`);
-  for (const w of body.warnings as Array<{ message: string }>) lines.push(`warning: ${w.message}`);
+  for (const w of ls.willRun) for (const [k, v] of Object.entries(w.scripts)) lines.push(`  ${quoted(w.package)} ${quoted(k)}: ${quoted(v)}`);
+  for (const w of body.warnings as Array<{ kind: string; package: string; message: string }>) lines.push(`warning ${w.kind} ${quoted(w.package)}: ${quoted(w.message)}`);
   lines.push(`planDigest: ${digest}`);
   return lines.join('\n');
 }

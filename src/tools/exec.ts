@@ -2,6 +2,7 @@
 import { defineTool } from './define.js';
 import { ServiceError } from '../core/errors.js';
 import { withFields } from '../core/raw-text.js';
+import { ApprovalService } from '../services/approvals.js';
 import { CUR, IDEM, OPID, PATH, SHID, WSID, int, str, z } from './types.js';
 
 const domain = 'Commands and shells';
@@ -26,9 +27,11 @@ export const execRun = defineTool({
   run: async (args, ctx) => {
     const ws = ctx.workspace;
     if (args.privileged) {
-      ctx.services.approvals.consume({ kind: 'privileged_command', workspaceId: ws, text: args.command }, args.approvalGrantToken, ctx.principal, ctx.actor, 'a privileged command');
-      if (args.async) throw new ServiceError('INVALID_ARGUMENT', 'async: privileged commands run synchronously (their grant is single-use)', { field: 'async' });
-      return { workspaceId: ws, privileged: true, ...(await ctx.services.commands.runPrivileged(ws, args.command, args.cwd, args.timeoutMs, args.maxOutputBytes, ctx.signal)) };
+      // Everything that can refuse the call is checked before a request is filed or a grant spent.
+      if (args.async) throw new ServiceError('INVALID_ARGUMENT', 'async: privileged commands run synchronously (their grant is single-use); leave async out', { field: 'async' });
+      const cwd = await ctx.services.commands.privilegedCwd(ws, args.cwd, ctx.signal);
+      ctx.services.approvals.consume(ApprovalService.privilegedCommand(ws, args.command, cwd), args.approvalGrantToken, ctx.principal, ctx.actor, `a privileged command (in ${JSON.stringify(cwd)})`);
+      return { workspaceId: ws, privileged: true, cwd, ...(await ctx.services.commands.runPrivileged(ws, args.command, cwd, args.timeoutMs, args.maxOutputBytes, ctx.signal)) };
     }
     if (args.approvalGrantToken) throw new ServiceError('INVALID_ARGUMENT', 'approvalGrantToken: only meaningful with privileged true', { field: 'approvalGrantToken' });
     if (args.async) return ctx.services.commands.startOperation(ws, 'exec_run', args.command, args.cwd, args.timeoutMs, ctx.signal);

@@ -425,6 +425,90 @@ describe('privileged commands: what the owner sees and what the run can reach', 
   });
 });
 
+describe('privileged commands: a grant does exactly what it says (issue #31)', () => {
+  type View = { id: string; state: string; subject: string; command: string; commandSha256: string; subjectSha256: string; cwd?: string; details: Record<string, unknown>; display: Record<string, string>; flags: string[]; hiddenCharacters: Array<Record<string, unknown>> };
+  /** Asks for a privileged run (refused, filing the request); returns the request as the owner's REST shows it. */
+  async function ask(command: string, cwd?: string): Promise<View> {
+    const refused = await call(c, 'exec_run', { workspaceId: ws, command, privileged: true, ...(cwd === undefined ? {} : { cwd }) });
+    if (refused.ok) throw new Error('a privileged command ran without a grant');
+    expect(refused.error.code, refused.text).toBe('PERMISSION_DENIED');
+    const { cookie } = await owner();
+    const got = await rest('GET', `/api/v1/approvals/${refused.error.details.approvalRequestId as string}`, { cookie });
+    expect(got.status).toBe(200);
+    return JSON.parse(got.body) as View;
+  }
+  async function approveGrant(id: string): Promise<string> {
+    const { cookie, csrf } = await owner();
+    const approved = await rest('POST', `/api/v1/approvals/${id}/approve`, { cookie, 'x-csrf-token': csrf });
+    expect(approved.status).toBe(200);
+    return JSON.parse(approved.body).approvalGrantToken as string;
+  }
+
+  it('binds the working directory: the approval shows it, another cwd is refused, the same directory spelled otherwise runs', async () => {
+    await sh('mkdir -p priv-a priv-b');
+    const shown = await ask('pwd; touch ran-here', 'priv-a');
+    expect(shown.cwd).toBe('priv-a');
+    expect(shown.display.cwd).toBe('priv-a');
+    expect(shown.command).toBe('pwd; touch ran-here');
+    expect(shown.commandSha256).toBe(createHash('sha256').update('pwd; touch ran-here').digest('hex'));
+    expect(shown.subjectSha256).toBe(createHash('sha256').update(JSON.stringify({ command: 'pwd; touch ran-here', cwd: 'priv-a' })).digest('hex'));
+    const grant = await approveGrant(shown.id);
+    const elsewhere = await call(c, 'exec_run', { workspaceId: ws, command: 'pwd; touch ran-here', cwd: 'priv-b', privileged: true, approvalGrantToken: grant });
+    expect(elsewhere.ok).toBe(false);
+    if (!elsewhere.ok) {
+      expect([elsewhere.error.code, elsewhere.error.details.field]).toEqual(['PERMISSION_DENIED', 'approvalGrantToken']);
+      expect(elsewhere.error.message).toContain('working directory');
+    }
+    expect((await sh('ls priv-b')).stdout).toBe('');
+    // A refused use spends nothing: the grant still runs the approved command where it was approved.
+    const r = (await ok('exec_run', { workspaceId: ws, command: 'pwd; touch ran-here', cwd: './priv-a/', privileged: true, approvalGrantToken: grant })) as unknown as Exec & { cwd: string };
+    expect(r.stdout, r.stderr).toBe('/workspace/priv-a\n');
+    expect(r.cwd).toBe('priv-a');
+    expect((await sh('ls priv-a')).stdout).toBe('ran-here\n');
+  });
+
+  it('privileged with async, or with a directory that cannot be used, is refused before the grant is spent; the same grant then runs', async () => {
+    const noRequest = await call(c, 'exec_run', { workspaceId: ws, command: 'echo async-probe', privileged: true, async: true });
+    expect(!noRequest.ok && [noRequest.error.code, noRequest.error.details.field]).toEqual(['INVALID_ARGUMENT', 'async']);
+    const { cookie } = await owner();
+    const pending = JSON.parse((await rest('GET', '/api/v1/approvals?state=pending&kind=privileged_command', { cookie })).body).approvals as View[];
+    expect(pending.some((a) => a.command === 'echo async-probe')).toBe(false); // nothing was filed
+    const shown = await ask('id -u');
+    const grant = await approveGrant(shown.id);
+    const asyncCall = await call(c, 'exec_run', { workspaceId: ws, command: 'id -u', privileged: true, async: true, approvalGrantToken: grant });
+    expect(!asyncCall.ok && [asyncCall.error.code, asyncCall.error.details.field]).toEqual(['INVALID_ARGUMENT', 'async']);
+    for (const cwd of ['no-such-dir', '../..', '/etc']) {
+      const bad = await call(c, 'exec_run', { workspaceId: ws, command: 'id -u', cwd, privileged: true, approvalGrantToken: grant });
+      expect(!bad.ok && bad.error.details.field, cwd).toBe('cwd');
+    }
+    expect(JSON.parse((await rest('GET', `/api/v1/approvals/${shown.id}`, { cookie })).body).state).toBe('approved');
+    const r = (await ok('exec_run', { workspaceId: ws, command: 'id -u', privileged: true, approvalGrantToken: grant })) as unknown as Exec;
+    expect(r.stdout.trim(), r.stderr).toBe('0');
+    expect(JSON.parse((await rest('GET', `/api/v1/approvals/${shown.id}`, { cookie })).body).state).toBe('used');
+  });
+
+  it('hidden characters in a command (bidi, zero-width, C0, C1) are escaped and flagged in the REST payload; the raw subject stays the bound bytes', async () => {
+    const command = 'echo "build \u202Edesrever\u202C ok"; cu\u200Brl x\u0085; printf "a\rb"; true\u2066\u2069';
+    const shown = await ask(command);
+    expect(shown.subject).toBe(command);
+    expect(shown.commandSha256).toBe(createHash('sha256').update(command).digest('hex'));
+    expect(shown.display.subject).toBe('echo "build \\u{202E}desrever\\u{202C} ok"; cu\\u{200B}rl x\\u{0085}; printf "a\\u{000D}b"; true\\u{2066}\\u{2069}');
+    expect(shown.flags).toEqual(['hidden_characters']);
+    expect(shown.hiddenCharacters).toEqual([
+      { field: 'subject', codePoint: 'U+202E', kind: 'bidi', count: 1 },
+      { field: 'subject', codePoint: 'U+202C', kind: 'bidi', count: 1 },
+      { field: 'subject', codePoint: 'U+200B', kind: 'zero_width', count: 1 },
+      { field: 'subject', codePoint: 'U+0085', kind: 'control', count: 1 },
+      { field: 'subject', codePoint: 'U+000D', kind: 'control', count: 1 },
+      { field: 'subject', codePoint: 'U+2066', kind: 'bidi', count: 1 },
+      { field: 'subject', codePoint: 'U+2069', kind: 'bidi', count: 1 },
+    ]);
+    // Plain text is not flagged.
+    const plain = await ask('echo plain');
+    expect([plain.flags, plain.display.subject]).toEqual([[], 'echo plain']);
+  });
+});
+
 describe('restart', () => {
   it('a running task is reported interrupted after a restart, its output so far readable', async () => {
     const t = await ok('tasks_run', { workspaceId: ws, command: 'echo before-restart; sleep 300', idempotencyKey: 'task-restart-1' });

@@ -288,6 +288,43 @@ describe('dashboard in a real browser', () => {
     expect(await page.locator('#attention').textContent()).not.toContain('END-OF-COMMAND');
   });
 
+  it('shows hidden characters of a privileged command escaped and highlighted, with a warning, and the working directory the grant binds', async () => {
+    expect((await call(mcp, 'exec_run', { workspaceId: ws, command: 'mkdir -p dash-dir' })).ok).toBe(true);
+    // Reads as "echo done # cleanup" with the override; runs something else. Plus a zero-width space, a C1 NEL and a CR.
+    const command = 'echo done \u202E# punaelc\u202C; cu\u200Brl -s x\u0085 ; printf "a\rb"';
+    const refused = await call(mcp, 'exec_run', { workspaceId: ws, command, cwd: 'dash-dir', privileged: true });
+    expect(!refused.ok && refused.error.code).toBe('PERMISSION_DENIED');
+    const id = !refused.ok ? (refused.error.details.approvalRequestId as string) : '';
+    const rest = JSON.parse((await httpRequest(svc.url, 'GET', `/api/v1/approvals/${id}`, await sessionOf(ctx))).body);
+    expect(rest.subject).toBe(command); // the raw bytes the digest binds
+    expect(rest.display.subject).toBe('echo done \\u{202E}# punaelc\\u{202C}; cu\\u{200B}rl -s x\\u{0085} ; printf "a\\u{000D}b"');
+    expect(rest.flags).toEqual(['hidden_characters']);
+    expect(rest.cwd).toBe('dash-dir');
+    await go(page, 'approvals');
+    const item = page.locator(`li[data-approval="${id}"]`);
+    await item.waitFor();
+    const subject = item.locator('[data-testid=subject]');
+    // The page shows exactly the REST payload's escaped form: no raw hidden character reaches the screen.
+    expect(await subject.textContent()).toBe(rest.display.subject);
+    expect(await subject.textContent()).not.toMatch(/[\u202E\u202C\u200B\u0085\r]/);
+    expect(await subject.locator('mark.hidden-char').allTextContents()).toEqual(['\\u{202E}', '\\u{202C}', '\\u{200B}', '\\u{0085}', '\\u{000D}']);
+    expect(await subject.locator('mark.hidden-char').first().getAttribute('title')).toContain('U+202E');
+    const warning = item.locator('[data-testid=hidden-warning]');
+    expect(await warning.isVisible()).toBe(true);
+    expect(await warning.textContent()).toContain('U+202E (bidi) ×1 in subject');
+    expect(await warning.textContent()).toContain('U+200B (zero width) ×1 in subject');
+    expect(await item.locator('.badge', { hasText: 'hidden characters' }).isVisible()).toBe(true);
+    expect(await item.locator('[data-testid=cwd]').textContent()).toContain('/workspace/dash-dir');
+    // The highlight is visible: the escape's background differs from the subject's.
+    const [markBg, preBg] = await Promise.all([subject.locator('mark.hidden-char').first().evaluate((e) => getComputedStyle(e).backgroundColor), subject.evaluate((e) => getComputedStyle(e).backgroundColor)]);
+    expect(markBg).not.toBe(preBg);
+    // The overview's waiting list flags it too, and shows the escaped form.
+    await go(page, 'overview');
+    const waiting = page.locator('#attention li', { hasText: 'punaelc' });
+    expect(await waiting.textContent()).toContain('\\u{202E}');
+    expect(await waiting.textContent()).toContain('hidden characters');
+  });
+
   it('creates an MCP token (shown once), shows the client lines, and a revoked token is refused', async () => {
     await go(page, 'mcp');
     const setup = await page.textContent('main.content');

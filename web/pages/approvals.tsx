@@ -1,5 +1,7 @@
 import { useState } from 'preact/hooks';
 import { Action, api, Badge, Copy, Empty, ErrorBox, Section, usePoll, when } from '../lib';
+// The one function that decides what the owner sees (the REST payload's `display` comes from it too).
+import { displaySegments } from '../../src/core/display';
 
 const KIND: Record<string, string> = { privileged_command: 'Privileged command', package_plan: 'Package plan', skill_script: 'Skill script' };
 
@@ -16,21 +18,67 @@ function Grant(p: { id: string; grant: any; onDone: () => void }) {
   );
 }
 
+/**
+ * Untrusted text as the owner must read it: every hidden character (bidi controls, zero-width and
+ * other format characters, controls, odd spaces) as a visible \u{XXXX} escape, highlighted.
+ * Rendered as text nodes by Preact, never as HTML.
+ */
+export function Shown(p: { text: string; multiline?: boolean }) {
+  return (
+    <>
+      {displaySegments(p.text, { multiline: p.multiline ?? true }).map((s, i) =>
+        s.hidden ? (
+          <mark class="hidden-char" title={`${s.hidden.codePoint} (${s.hidden.kind.replace('_', ' ')}): hidden in the raw text`} key={i}>
+            {s.text}
+          </mark>
+        ) : (
+          s.text
+        ),
+      )}
+    </>
+  );
+}
+
+function HiddenWarning(p: { a: any }) {
+  const list = (p.a.hiddenCharacters ?? []) as Array<{ field: string; codePoint: string; kind: string; count: number }>;
+  if (!(p.a.flags ?? []).includes('hidden_characters')) return null;
+  return (
+    <div class="notice bad" role="alert" data-testid="hidden-warning">
+      <strong>Hidden characters.</strong> This request holds characters that display differently from what they are (or not at all); each is shown as a highlighted{' '}
+      <code>\u{'{…}'}</code> escape. What runs is the raw text, not what it would look like unescaped:{' '}
+      {list.map((h) => `${h.codePoint} (${h.kind.replace('_', ' ')}) ×${h.count} in ${h.field}`).join('; ')}.
+    </div>
+  );
+}
+
 function Request(p: { a: any; reload: () => Promise<void>; onGrant: (g: any) => void }) {
   const a = p.a;
+  const hidden = (a.flags ?? []).includes('hidden_characters');
   return (
     <li class={`item ${a.state === 'pending' ? 'attention' : ''}`} data-approval={a.id}>
       <div class="item-h">
         <strong>{KIND[a.kind] ?? a.kind}</strong> <Badge kind={a.state === 'pending' ? 'warn' : a.state === 'approved' ? 'ok' : a.state === 'denied' ? 'bad' : 'muted'}>{a.state}</Badge>{' '}
+        {hidden ? <Badge kind="bad">hidden characters</Badge> : null}{' '}
         <span class="muted small">
-          {a.workspaceId ? `workspace ${a.workspaceId}` : 'no workspace'} · asked by {a.requestedBy ?? 'unknown'} · {when(a.createdAt)}
+          {a.workspaceId ? `workspace ${a.workspaceId}` : 'no workspace'} · asked by {a.requestedBy === null ? 'unknown' : <Shown text={a.requestedBy} multiline={false} />} · {when(a.createdAt)}
         </span>
       </div>
-      <pre class="subject" data-testid="subject">{a.subject}</pre>
+      <HiddenWarning a={a} />
+      {a.kind === 'privileged_command' && typeof a.cwd === 'string' ? (
+        <div class="row small" data-testid="cwd">
+          Runs in <code>{a.cwd === '.' ? '/workspace' : <>/workspace/<Shown text={a.cwd} multiline={false} /></>}</code> (working directory <code><Shown text={a.cwd} multiline={false} /></code>, bound by the grant)
+        </div>
+      ) : null}
+      <pre class="subject" data-testid="subject"><Shown text={a.subject} /></pre>
       <div class="muted small digest">
         SHA-256 <code>{a.subjectSha256}</code>
+        {a.kind === 'privileged_command' ? ' (of the command and its working directory)' : ''}
       </div>
-      {Object.keys(a.details ?? {}).length ? <pre class="small">{JSON.stringify(a.details, null, 2)}</pre> : null}
+      {a.kind !== 'privileged_command' && Object.keys(a.details ?? {}).length ? (
+        <pre class="small" data-testid="details">
+          <Shown text={JSON.stringify(a.details, null, 2)} />
+        </pre>
+      ) : null}
       {a.state === 'pending' ? (
         <div class="row">
           <Action label="Approve" kind="primary" testid="approve" run={async () => (p.onGrant(await api('POST', `/approvals/${a.id}/approve`)), p.reload())} />

@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, Badge, Empty, ErrorBox, Section, usd, usePoll, when } from '../lib';
+import { Shown } from './approvals';
 
 const LAST_VISIT = 'atelier.overview.lastVisit';
 
@@ -67,7 +68,7 @@ export function Overview() {
         <ul class="list">
           {att.approvals.map((a: any) => (
             <li>
-              <Badge kind="warn">approval</Badge> <a href="#/approvals">{a.kind.replace('_', ' ')}</a> in {a.workspaceId || 'no workspace'}: <code class="clip">{a.subject}</code> <span class="muted small">{when(a.createdAt)}</span>
+              <Badge kind="warn">approval</Badge> <a href="#/approvals">{a.kind.replace('_', ' ')}</a> in {a.workspaceId || 'no workspace'}: <code class="clip"><Shown text={a.subject} /></code>{(a.flags ?? []).includes('hidden_characters') ? <> <Badge kind="bad">hidden characters</Badge></> : null} <span class="muted small">{when(a.createdAt)}</span>
             </li>
           ))}
           {att.profileDrafts.map((p: any) => (

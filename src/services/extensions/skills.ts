@@ -457,6 +457,50 @@ export class SkillService {
     return Buffer.concat(parts);
   }
 
+  /**
+   * What the owner approves for a skill script (docs/extensions.md, "What the approval shows"):
+   * every file staged beside the script, since the script can run or read any of them from
+   * $SKILL_DIR, each with its path, size and SHA-256, then the content of each: the script first,
+   * then the others by path. Text content lines are prefixed with "| " so no file can forge a header
+   * or another file's lines; a binary file is named, not shown. Values from the skill (names, paths,
+   * arguments) are JSON-quoted so none can break a line.
+   */
+  static approvalText(
+    s: { workspaceId: string; skill: Skill; script: string; args: string[]; scriptSha: string; digest: string },
+    contents: Contents,
+  ): string {
+    const scriptPath = `scripts/${s.script}`;
+    const paths = [...contents.keys()].sort((a, b) => (a === scriptPath ? -1 : b === scriptPath ? 1 : a < b ? -1 : a > b ? 1 : 0));
+    const q = (v: string) => JSON.stringify(v);
+    const isBinary = (buf: Buffer) => buf.includes(0) || !Buffer.from(buf.toString('utf8'), 'utf8').equals(buf);
+    const lines = [
+      `Run script ${q(s.script)} of the ${s.skill.source} skill ${q(s.skill.name)} (${q(s.skill.location)}) in workspace ${s.workspaceId}`,
+      `args: ${JSON.stringify(s.args)}`,
+      `script SHA-256: ${s.scriptSha}`,
+      `skill SHA-256: ${s.digest} (binds every file below)`,
+      `The script runs from a private copy of ALL ${paths.length} files of the skill ($SKILL_DIR): it can run or read any of them, so every one is shown.`,
+      `files (SHA-256, bytes, path):`,
+    ];
+    for (const p of paths) {
+      const buf = contents.get(p)!;
+      lines.push(`  ${sha256(buf)}  ${String(buf.length).padStart(8)}  ${q(p)}${p === scriptPath ? '  (the script)' : isBinary(buf) ? '  (binary)' : ''}`);
+    }
+    for (const p of paths) {
+      const buf = contents.get(p)!;
+      const role = p === scriptPath ? 'the script' : 'staged beside it';
+      if (isBinary(buf)) {
+        lines.push(`=== ${q(p)} (${role}; binary, ${buf.length} bytes, SHA-256 ${sha256(buf)}; content not shown) ===`);
+        continue;
+      }
+      lines.push(`=== ${q(p)} (${role}; ${buf.length} bytes, SHA-256 ${sha256(buf)}) ===`);
+      const body = buf.toString('utf8');
+      const content = body.endsWith('\n') ? body.slice(0, -1) : body;
+      if (buf.length) for (const line of content.split('\n')) lines.push(`| ${line}`);
+      if (buf.length && !body.endsWith('\n')) lines.push('(no newline at the end of the file)');
+    }
+    return lines.join('\n');
+  }
+
   async readTool(
     workspaceId: string,
     args: { name: string; source?: SkillSource; expectedSha256?: string; offset: number; limit: number },
@@ -517,10 +561,7 @@ export class SkillService {
     const needsApproval = skill.source === 'repository' || skill.source === 'workspace';
     if (needsApproval) {
       const subject = { source: skill.source, skill: skill.name, location: skill.location, script: args.script, scriptSha256: scriptSha, skillSha256: digest, args: args.args };
-      const text =
-        `Run script ${args.script} of the ${skill.source} skill ${skill.name} (${skill.location}) in workspace ${workspaceId}\n` +
-        `args: ${JSON.stringify(args.args)}\nscript SHA-256: ${scriptSha}\nskill SHA-256: ${digest}\nfiles:\n${files.map((f) => `  ${f.sha256}  ${f.path}`).join('\n')}\n` +
-        `--- ${scriptPath} ---\n${body.toString('utf8')}`;
+      const text = SkillService.approvalText({ workspaceId, skill, script: args.script, args: args.args, scriptSha, digest }, contents);
       approvalId = this.deps.approvals.consume(
         { kind: 'skill_script', workspaceId, text, digest: sha256(canonical(subject)), details: subject },
         args.approvalGrantToken,
