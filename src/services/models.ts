@@ -306,8 +306,8 @@ export class ModelService {
    * itself, or the pricing.provenance.sourceModelId of that model's own cached catalog entry. A ref
    * to any other model pins nothing (issue #31 item 8: a cheap model's price on an expensive route).
    */
-  private refMatchesRoute(ref: { sourceModelId: string } | null, model: string, c: ReturnType<CatalogPriceLookup>): boolean {
-    return !!ref && (ref.sourceModelId === model || (!!c && ref.sourceModelId === c.sourceModelId));
+  private refMatchesRoute(ref: { sourceModelId: string } | null, model: string, cached: ReturnType<CatalogPriceLookup>): boolean {
+    return !!ref && (ref.sourceModelId === model || (!!cached && ref.sourceModelId === cached.sourceModelId));
   }
 
   /**
