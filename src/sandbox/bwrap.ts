@@ -142,6 +142,8 @@ const IN_CREDHELPER = EPHEMERAL_CREDHELPER;
 const SECCOMP_FD = 3;
 /** Marks a --ro-bind-data argument that names a host file; launch() replaces it with a descriptor. */
 const DATA_MARK = '\0data:';
+/** The same for a caller's file (EphemeralBind): opened O_NOFOLLOW. */
+const DATA_NOFOLLOW_MARK = '\0data-nofollow:';
 /** Stands for the locale archive and its mounts (src/sandbox/locale.ts; expanded, or dropped, in launchWithSeccomp()). */
 const LOCALE_MARK = '\0locale';
 /** Stands for the native nodump.so (resolved in launch()). */
@@ -685,13 +687,15 @@ export class BwrapExecutor implements Executor {
       const withSockets = proxy !== undefined || binds.some((b) => b.sockets);
       await this.prepareRunDir(p, env, withSockets);
       const mounts: Mount[] = [];
-      const files: { source: string; target: string }[] = [];
+      const files: { source: string; target: string; noFollow: boolean }[] = [];
       for (const [i, b] of binds.entries()) {
+        const st = b.sockets ? undefined : await lstat(b.source);
         if (b.sockets) {
           mounts.push({ source: await this.relayDirectory(p, i, b.source, relays, dirs), target: b.target, readOnly: true });
-        } else if (b.readOnly && (await lstat(b.source)).isFile()) {
-          // A read-only file (a CA bundle, a package.json) is copied in from a descriptor: no host path shows.
-          files.push({ source: b.source, target: b.target });
+        } else if (b.readOnly && st!.isFile() && st!.mode & 0o004) {
+          // A read-only file anyone may read (a CA bundle, a package.json) is copied in from a
+          // descriptor (opened O_NOFOLLOW): no host path shows. Others stay binds (what the sandbox user may read of them is unchanged).
+          files.push({ source: b.source, target: b.target, noFollow: true });
         } else {
           mounts.push({ source: b.source, target: b.target, readOnly: b.readOnly ?? false });
         }
@@ -862,8 +866,8 @@ export class BwrapExecutor implements Executor {
     const native = await this.nativeArtifacts();
     const open_: FileHandle[] = [];
     const fds: number[] = [];
-    const fdFor = async (file: string): Promise<number> => {
-      const fh = await open(file, 'r');
+    const fdFor = async (file: string, noFollow = false): Promise<number> => {
+      const fh = await open(file, noFollow ? fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW : 'r');
       open_.push(fh);
       fds.push(fh.fd);
       return 2 + fds.length; // stdio slot in the child
@@ -884,6 +888,10 @@ export class BwrapExecutor implements Executor {
           argv.push('--tmpfs', HOST_LOCALE_DIR);
           for (const l of loc.locales) argv.push('--ro-bind', path.join(loc.hostDir, l), path.posix.join(HOST_LOCALE_DIR, l));
           argv.push('--perms', '0444', '--ro-bind-data', String(await fdFor(loc.archive)), path.posix.join(HOST_LOCALE_DIR, 'locale-archive'), '--remount-ro', HOST_LOCALE_DIR);
+          continue;
+        }
+        if (arg.startsWith(DATA_NOFOLLOW_MARK)) {
+          argv.push(String(await fdFor(arg.slice(DATA_NOFOLLOW_MARK.length), true)));
           continue;
         }
         if (!arg.startsWith(DATA_MARK)) {
@@ -937,7 +945,7 @@ export class BwrapExecutor implements Executor {
     tmpfs: string[];
     etcDir: string;
     /** Files copied into the sandbox from descriptors (--ro-bind-data): no host path shows in mountinfo. */
-    data: { source: string; target: string; mode?: string }[];
+    data: { source: string; target: string; mode?: string; noFollow?: boolean }[];
     env: Record<string, string>;
     cwd: string;
     /** Privileged: uid 0 inside a new user namespace, every capability scoped to that namespace. */
@@ -963,7 +971,7 @@ export class BwrapExecutor implements Executor {
     for (const dir of new Set(plan.data.map((d) => path.posix.dirname(d.target)))) a.push('--dir', dir);
     for (const d of plan.data) {
       if (d.mode) a.push('--perms', d.mode);
-      a.push('--ro-bind-data', `${DATA_MARK}${d.source}`, d.target);
+      a.push('--ro-bind-data', `${d.noFollow ? DATA_NOFOLLOW_MARK : DATA_MARK}${d.source}`, d.target);
     }
     if (plan.data.some((d) => d.target === IN_EXEC_STARTER)) a.push('--symlink', HOST_STATIC_BASH, IN_STATIC_BASH);
     a.push('--remount-ro', '/', '--chdir', plan.cwd);

@@ -917,8 +917,10 @@ export class PackageService {
       const rel = this.deps.db.prepare('SELECT digest FROM package_releases WHERE id = ?').get(record.release_id) as { digest: string } | undefined;
       if (!rel) continue;
       const source = join(this.root, 'releases', rel.digest);
-      if (!existsSync(source)) {
-        this.deps.log.warn({ release: record.release_id, workspace: workspaceId }, 'bound release missing on disk; not mounted');
+      // Releases are directories root made (tree.ts); one a build before issue #31 left as a symbolic link is never mounted (bubblewrap would follow it).
+      const st = await lstat(source).catch(() => null);
+      if (!st?.isDirectory()) {
+        this.deps.log.warn({ release: record.release_id, workspace: workspaceId, kind: st ? 'not a directory' : 'missing' }, 'bound release missing on disk or not a directory; not mounted');
         continue;
       }
       const target = releaseTarget(record.ecosystem, record.name);
