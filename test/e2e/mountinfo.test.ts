@@ -68,6 +68,15 @@ describe('mountinfo inside sandboxes', () => {
       expectNoHostPath(r.stdout);
       expect(mountAt(r.stdout, '/run/atelier')).toEqual(['/s', '/run/atelier', 'tmpfs']);
       expect(mountAt(r.stdout, '/run/egress')).toEqual(['/egress', '/run/egress', 'tmpfs']);
+      // The tmpfs is no new surface: nothing can be added to, replaced in or executed from it.
+      const hostile = await ok('exec_run', {
+        workspaceId: ws,
+        command:
+          'for d in /run/atelier /run/egress; do touch $d/x 2>/dev/null && echo "$d writable"; ln -s / $d/l 2>/dev/null && echo "$d linkable"; done; ' +
+          'mv /run/egress/proxy.sock /tmp/ 2>/dev/null && echo moved; rm -f /run/atelier/d.sock 2>/dev/null; test -S /run/atelier/d.sock || echo removed; ' +
+          'grep -E " /run/(atelier|egress) " /proc/self/mountinfo | grep -c noexec',
+      });
+      expect(hostile.stdout).toBe('2\n');
       if (networkProfile === 'dependency-access') {
         // The proxy still answers through the relay (a refused host is the proxy's answer, not a broken socket).
         const p = await ok('exec_run', { workspaceId: ws, command: 'curl -s -o /dev/null -w "%{http_connect}" -x http://127.0.0.1:3128 https://denied.invalid/ ; echo " rc=$?"' });
