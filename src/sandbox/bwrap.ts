@@ -24,14 +24,15 @@
  * /workspace = rootDir/repo, /home/user = rootDir/home, /tmp = rootDir/tmp (all read-write),
  * /opt/atelier (daemon code, its env file and nodump.so, copied in from descriptors with
  * --ro-bind-data), /run/atelier (the daemon socket's directory, root's once the daemon listens)
- * and /run/egress (read-only; holds proxy.sock with a proxy). The root itself is
+ * and /run/egress (read-only; holds proxy.sock with a proxy), both from the sandbox's private
+ * tmpfs (runfs.ts), so no host path shows in its mountinfo. The root itself is
  * remounted read-only. Never bound: the host's /, /run, /root, /home, /var, /tmp or the
  * service's data directory.
  *
  * Network: always a fresh network namespace with only loopback. With a proxy the daemon runs a
- * bridge on 127.0.0.1:3128 to /run/egress/proxy.sock (the host proxy socket, hard-linked into a
- * per-sandbox directory so a restarted runner can attach its new proxy; see attachProxy) and the
- * usual proxy variables point at the bridge.
+ * bridge on 127.0.0.1:3128 to /run/egress/proxy.sock (the runner's relay to the host proxy
+ * socket, listening in the sandbox's tmpfs; a restarted runner listens there again: see
+ * attachProxy) and the usual proxy variables point at the bridge.
  *
  * Exec timeouts: every exec runs in a per-exec freezer cgroup (cgroups.ts). Usually the command
  * starts in a spare exec starter the runner placed there ahead of time (see exec()); otherwise the
@@ -43,7 +44,9 @@
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
-import { chown, link as fsLink, mkdir, open, readFile, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { constants as fsConstants } from 'node:fs';
+import { chown, lstat, mkdir, open, readFile, readdir, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import type { Server } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -68,6 +71,7 @@ import {
 import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
 import { nativeArtifacts, type NativeArtifacts } from './native.js';
 import { HOST_LOCALE_DIR, localeArchive, type LocaleArchive } from './locale.js';
+import { closeRelays, mountRunFs, relaySocket, unmountRunFs } from './runfs.js';
 
 export { removeSandboxRoot } from './rootdir.js';
 
@@ -138,6 +142,8 @@ const IN_CREDHELPER = EPHEMERAL_CREDHELPER;
 const SECCOMP_FD = 3;
 /** Marks a --ro-bind-data argument that names a host file; launch() replaces it with a descriptor. */
 const DATA_MARK = '\0data:';
+/** The same for a caller's file (EphemeralBind): opened O_NOFOLLOW. */
+const DATA_NOFOLLOW_MARK = '\0data-nofollow:';
 /** Stands for the locale archive and its mounts (src/sandbox/locale.ts; expanded, or dropped, in launchWithSeccomp()). */
 const LOCALE_MARK = '\0locale';
 /** Stands for the native nodump.so (resolved in launch()). */
@@ -211,13 +217,15 @@ interface RunPaths {
   log: string;
   etc: string;
   opt: string;
+  /** The sandbox's private tmpfs (runfs.ts): the socket directory and the egress directory are in it. */
+  mnt: string;
   egress: string;
   sockDir: string;
   socket: string;
 }
 
-/** How the egress proxy socket reaches the sandbox (see attachProxy). */
-type ProxyState = { mode: 'link'; source: string } | { mode: 'bind'; source: string; dev: number; ino: number };
+/** How the egress proxy socket reaches the sandbox: relayed from its tmpfs (see attachProxy). */
+type ProxyState = { mode: 'relay'; source: string };
 
 /** <runDir>/<key>/state.json, written when a sandbox has started; read by recover(). */
 interface RunState {
@@ -281,6 +289,8 @@ export class BwrapExecutor implements Executor {
   private readonly spares = new Map<string, SparePool>();
   /** files_read's descriptor handoff (handoff.ts), per sandbox. */
   private readonly handoff: FileHandoff;
+  /** Per long-lived sandbox: the relay of its egress proxy socket (runfs.ts). */
+  private readonly relays = new Map<string, Server[]>();
 
   constructor(opts: BwrapExecutorOptions = {}) {
     this.runDir = path.resolve(opts.runDir ?? '/run/atelier');
@@ -562,8 +572,11 @@ export class BwrapExecutor implements Executor {
     const cg = this.existingCgroup(h.id);
     if (cg) await cg.killAll();
     else await killKeeper(h.pid);
+    await closeRelays(this.relays.get(h.id) ?? []);
+    this.relays.delete(h.id);
     await rm(p.socket, { force: true });
     await rm(p.state, { force: true });
+    await unmountRunFs(p.mnt);
   }
 
   async destroy(h: SandboxHandle): Promise<void> {
@@ -587,7 +600,7 @@ export class BwrapExecutor implements Executor {
       const pong = await client.ping(2_000);
       if (pong.version !== DAEMON_VERSION) throw new Error('daemon version differs');
       // The egress proxy lives in the runner, so after a restart its socket is a new file.
-      if (!(await this.reattachProxy(p, state, spec.network))) throw new Error('egress proxy cannot be reattached');
+      if (!(await this.reattachProxy(spec.id, p, state, spec.network))) throw new Error('egress proxy cannot be reattached');
     } catch {
       client.close();
       return null;
@@ -666,11 +679,32 @@ export class BwrapExecutor implements Executor {
     const p = this.paths(id);
     const cg = await this.sandboxCgroup(id, spec.limits);
     const started = Date.now();
+    const relays: Server[] = [];
+    const dirs: FileHandle[] = [];
     try {
       const env = commandEnv(spec.env, spec.network);
-      await this.prepareRunDir(p, env);
-      const mounts: Mount[] = binds.map((b) => ({ source: b.source, target: b.target, readOnly: b.readOnly ?? false }));
-      if (proxy) mounts.push({ source: proxy, target: IN_PROXY_SOCKET, readOnly: true });
+      // Sockets shared with the host come from the sandbox's own tmpfs (runfs.ts), relayed.
+      const withSockets = proxy !== undefined || binds.some((b) => b.sockets);
+      await this.prepareRunDir(p, env, withSockets);
+      const mounts: Mount[] = [];
+      const files: { source: string; target: string; noFollow: boolean }[] = [];
+      for (const [i, b] of binds.entries()) {
+        const st = b.sockets ? undefined : await lstat(b.source);
+        if (b.sockets) {
+          mounts.push({ source: await this.relayDirectory(p, i, b.source, relays, dirs), target: b.target, readOnly: true });
+        } else if (b.readOnly && st!.isFile() && st!.mode & 0o004) {
+          // A read-only file anyone may read (a CA bundle, a package.json) is copied in from a
+          // descriptor (opened O_NOFOLLOW): no host path shows. Others stay binds (what the sandbox user may read of them is unchanged).
+          files.push({ source: b.source, target: b.target, noFollow: true });
+        } else {
+          mounts.push({ source: b.source, target: b.target, readOnly: b.readOnly ?? false });
+        }
+      }
+      if (proxy) {
+        await mkdir(p.egress, { mode: 0o755 });
+        relays.push(await relaySocket(path.join(p.egress, path.basename(IN_PROXY_SOCKET)), () => proxy, this.ids));
+        mounts.push({ source: p.egress, target: path.dirname(IN_PROXY_SOCKET), readOnly: true });
+      }
       const bound = new Set(binds.map((b) => b.target));
       const argv = spec.argv ?? ['/bin/bash', '-c', spec.command!];
       // With a proxy the native egress runner starts the bridge and execs the command (native.ts).
@@ -679,7 +713,7 @@ export class BwrapExecutor implements Executor {
         mounts,
         tmpfs: ['/tmp', SANDBOX_USER.home].filter((t) => !bound.has(t)),
         etcDir: p.etc,
-        data: this.optData(p, false),
+        data: [...this.optData(p, false), ...files],
         env,
         cwd: spec.cwd ?? '/',
         asRoot: spec.privileged === true,
@@ -695,7 +729,7 @@ export class BwrapExecutor implements Executor {
     } finally {
       // Nothing of the sandbox may outlive it: its pid namespace ended with the command, so its
       // cgroup is normally empty and goes at once; anything left is killed first. Its runtime
-      // files go at the same time.
+      // files (its relays and tmpfs first) go at the same time.
       await Promise.all([
         (async () => {
           if (cg && !(await cg.removeIfEmpty())) {
@@ -703,7 +737,12 @@ export class BwrapExecutor implements Executor {
             await cg.remove();
           }
         })(),
-        removeTreeNoFollow(p.dir),
+        (async () => {
+          await closeRelays(relays);
+          for (const d of dirs) await d.close();
+          await unmountRunFs(p.mnt);
+          await removeTreeNoFollow(p.dir);
+        })(),
       ]);
     }
   }
@@ -721,11 +760,11 @@ export class BwrapExecutor implements Executor {
     try {
       await prepareRootDir(spec.rootDir, this.ids);
       await assertTraversable(path.join(spec.rootDir, 'repo'), this.ids);
-      await this.prepareRunDir(p, commandEnv(spec.env, spec.network));
+      await this.prepareRunDir(p, commandEnv(spec.env, spec.network), true);
       await mkdir(p.sockDir, { mode: 0o700 });
       await chown(p.sockDir, this.ids.uid, this.ids.gid);
       await mkdir(p.egress, { mode: 0o755 });
-      const proxyState = proxy ? await this.attachProxy(p, proxy) : null;
+      const proxyState = proxy ? await this.attachProxy(spec.id, p, proxy) : null;
       const mounts: Mount[] = [
         { source: path.join(spec.rootDir, 'repo'), target: '/workspace', readOnly: false },
         { source: path.join(spec.rootDir, 'home'), target: SANDBOX_USER.home, readOnly: false },
@@ -733,7 +772,6 @@ export class BwrapExecutor implements Executor {
         { source: p.sockDir, target: IN_SOCKET_DIR, readOnly: false },
         { source: p.egress, target: path.dirname(IN_PROXY_SOCKET), readOnly: true },
       ];
-      if (proxyState?.mode === 'bind') mounts.push({ source: proxy!, target: IN_PROXY_SOCKET, readOnly: true });
       // Managed-package releases: always read-only.
       for (const m of spec.mounts ?? []) mounts.push({ ...validateBind(m), readOnly: true });
       // The daemon alone preloads nodump.so (PR_SET_DUMPABLE 0); commands get the env file's environment.
@@ -786,6 +824,9 @@ export class BwrapExecutor implements Executor {
       } else if (pid !== undefined) {
         await killKeeper(pid);
       }
+      await closeRelays(this.relays.get(spec.id) ?? []);
+      this.relays.delete(spec.id);
+      await unmountRunFs(p.mnt).catch(() => undefined);
       throw err;
     }
   }
@@ -825,8 +866,8 @@ export class BwrapExecutor implements Executor {
     const native = await this.nativeArtifacts();
     const open_: FileHandle[] = [];
     const fds: number[] = [];
-    const fdFor = async (file: string): Promise<number> => {
-      const fh = await open(file, 'r');
+    const fdFor = async (file: string, noFollow = false): Promise<number> => {
+      const fh = await open(file, noFollow ? fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW : 'r');
       open_.push(fh);
       fds.push(fh.fd);
       return 2 + fds.length; // stdio slot in the child
@@ -847,6 +888,10 @@ export class BwrapExecutor implements Executor {
           argv.push('--tmpfs', HOST_LOCALE_DIR);
           for (const l of loc.locales) argv.push('--ro-bind', path.join(loc.hostDir, l), path.posix.join(HOST_LOCALE_DIR, l));
           argv.push('--perms', '0444', '--ro-bind-data', String(await fdFor(loc.archive)), path.posix.join(HOST_LOCALE_DIR, 'locale-archive'), '--remount-ro', HOST_LOCALE_DIR);
+          continue;
+        }
+        if (arg.startsWith(DATA_NOFOLLOW_MARK)) {
+          argv.push(String(await fdFor(arg.slice(DATA_NOFOLLOW_MARK.length), true)));
           continue;
         }
         if (!arg.startsWith(DATA_MARK)) {
@@ -900,7 +945,7 @@ export class BwrapExecutor implements Executor {
     tmpfs: string[];
     etcDir: string;
     /** Files copied into the sandbox from descriptors (--ro-bind-data): no host path shows in mountinfo. */
-    data: { source: string; target: string; mode?: string }[];
+    data: { source: string; target: string; mode?: string; noFollow?: boolean }[];
     env: Record<string, string>;
     cwd: string;
     /** Privileged: uid 0 inside a new user namespace, every capability scoped to that namespace. */
@@ -926,7 +971,7 @@ export class BwrapExecutor implements Executor {
     for (const dir of new Set(plan.data.map((d) => path.posix.dirname(d.target)))) a.push('--dir', dir);
     for (const d of plan.data) {
       if (d.mode) a.push('--perms', d.mode);
-      a.push('--ro-bind-data', `${DATA_MARK}${d.source}`, d.target);
+      a.push('--ro-bind-data', `${d.noFollow ? DATA_NOFOLLOW_MARK : DATA_MARK}${d.source}`, d.target);
     }
     if (plan.data.some((d) => d.target === IN_EXEC_STARTER)) a.push('--symlink', HOST_STATIC_BASH, IN_STATIC_BASH);
     a.push('--remount-ro', '/', '--chdir', plan.cwd);
@@ -958,44 +1003,55 @@ export class BwrapExecutor implements Executor {
   }
 
   /**
-   * Makes /run/egress/proxy.sock inside the sandbox reach `proxySocket`. The sandbox sees the
-   * directory p.egress, so a hard link placed there now (or again after a runner restart, when
-   * the proxy listens on a new socket file) is what the bridge connects to. Across filesystems
-   * no link is possible and the socket file itself is bound, which pins that very socket.
+   * Makes /run/egress/proxy.sock inside the sandbox reach `proxySocket`: a relay listening in the
+   * sandbox's tmpfs (runfs.ts). The tmpfs outlives a runner restart, so a restarted runner, whose
+   * proxy listens on a new socket file, listens there again (reattachProxy).
    */
-  private async attachProxy(p: RunPaths, proxySocket: string): Promise<ProxyState> {
-    const link = path.join(p.egress, 'proxy.sock');
-    await rm(link, { force: true });
-    try {
-      await fsLink(proxySocket, link);
-      return { mode: 'link', source: proxySocket };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
-      // An empty file as the mount point for the socket bind.
-      await writeFile(link, '', { mode: 0o644 });
-      const st = await stat(proxySocket);
-      return { mode: 'bind', source: proxySocket, dev: st.dev, ino: st.ino };
-    }
+  private async attachProxy(id: string, p: RunPaths, proxySocket: string): Promise<ProxyState> {
+    await closeRelays(this.relays.get(id) ?? []);
+    this.relays.set(id, [await relaySocket(path.join(p.egress, path.basename(IN_PROXY_SOCKET)), () => proxySocket, this.ids)]);
+    return { mode: 'relay', source: proxySocket };
   }
 
-  /** recover(): true when the sandbox's egress matches `network` (re-linking the proxy socket if needed). */
-  private async reattachProxy(p: RunPaths, state: RunState, network: SandboxNetwork): Promise<boolean> {
+  /** recover(): true when the sandbox's egress matches `network` (relaying the proxy socket again if needed). */
+  private async reattachProxy(id: string, p: RunPaths, state: RunState, network: SandboxNetwork): Promise<boolean> {
     if (network === 'none' || state.proxy === null) return network === 'none' && state.proxy === null;
-    if (state.proxy.source !== network.proxySocket) return false;
+    // A sandbox started before the relays (its proxy socket hard-linked or bound) is started again.
+    if (state.proxy.mode !== 'relay' || state.proxy.source !== network.proxySocket) return false;
     await this.checkProxySocket(network.proxySocket);
-    if (state.proxy.mode === 'link') {
-      await this.attachProxy(p, network.proxySocket);
-      return true;
-    }
-    const st = await stat(network.proxySocket);
-    return st.dev === state.proxy.dev && st.ino === state.proxy.ino;
+    await this.attachProxy(id, p, network.proxySocket);
+    return true;
   }
 
-  /** Fresh per-sandbox runtime directory with the generated /etc and /opt/atelier (env file). */
-  private async prepareRunDir(p: RunPaths, env: Record<string, string>): Promise<void> {
+  /**
+   * A directory of sockets the runner serves (EphemeralBind.sockets), as a directory of relays in
+   * the sandbox's tmpfs: `<mnt>/x<i>/<name>` for each socket in it now. The relays reach the
+   * sockets through a descriptor of the directory (opened O_NOFOLLOW), so they follow it through a
+   * rename (an agent's socket directory is renamed once assigned) and never resolve its path again.
+   */
+  private async relayDirectory(p: RunPaths, i: number, source: string, relays: Server[], dirs: FileHandle[]): Promise<string> {
+    const dir = await open(source, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW);
+    dirs.push(dir);
+    const via = `/proc/self/fd/${dir.fd}`;
+    const into = path.join(p.mnt, `x${i}`);
+    await mkdir(into, { mode: 0o755 });
+    for (const name of await readdir(via)) {
+      if (!(await lstat(path.join(via, name))).isSocket()) continue;
+      relays.push(await relaySocket(path.join(into, name), () => path.join(via, name), this.ids));
+    }
+    return into;
+  }
+
+  /**
+   * Fresh per-sandbox runtime directory with the generated /etc and /opt/atelier (env file) and,
+   * for a sandbox that shares sockets with the host, its private tmpfs (runfs.ts) at p.mnt.
+   */
+  private async prepareRunDir(p: RunPaths, env: Record<string, string>, withSockets: boolean): Promise<void> {
     await mkdir(this.runDir, { recursive: true, mode: 0o711 });
+    await unmountRunFs(p.mnt);
     await removeTreeNoFollow(p.dir);
     await mkdir(p.dir, { mode: 0o711 });
+    if (withSockets) await mountRunFs(p.mnt);
     await mkdir(p.etc, { mode: 0o755 });
     for (const [name, content] of Object.entries(etcContent())) {
       await writeFile(path.join(p.etc, name), content, { mode: 0o644 });
@@ -1103,9 +1159,10 @@ export class BwrapExecutor implements Executor {
       log: path.join(dir, 'daemon.log'),
       etc: path.join(dir, 'etc'),
       opt: path.join(dir, 'opt'),
-      egress: path.join(dir, 'egress'),
-      sockDir: path.join(dir, 's'),
-      socket: path.join(dir, 's', 'd.sock'),
+      mnt: path.join(dir, 'm'),
+      egress: path.join(dir, 'm', 'egress'),
+      sockDir: path.join(dir, 'm', 's'),
+      socket: path.join(dir, 'm', 's', 'd.sock'),
     };
   }
 

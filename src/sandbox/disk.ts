@@ -13,10 +13,11 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, readdir, realpath, rename, rm, rmdir, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, rmdir, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { ServiceError } from '../core/errors.js';
+import { isMountPoint } from './runfs.js';
 
 const run = promisify(execFile);
 
@@ -31,24 +32,34 @@ export function imagePath(dataDir: string, id: string): string {
   return join(dataDir, 'disks', `${id}.img`);
 }
 
-/** Whether dir is a mount point: read from /proc/self/mountinfo (no process spawned). */
-async function isMountPoint(dir: string): Promise<boolean> {
-  let real: string;
-  try {
-    real = await realpath(dir);
-  } catch {
-    return false;
-  }
-  // mountinfo escapes space, tab, newline and backslash as octal.
-  const target = real.replace(/[ \t\n\\]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
-  const text = await readFile('/proc/self/mountinfo', 'utf8');
-  return text.split('\n').some((line) => line.split(' ')[4] === target);
-}
-
-async function makeImage(o: DiskOptions, img: string): Promise<void> {
+async function makeImage(o: Pick<DiskOptions, 'sizeMb' | 'uid' | 'gid'>, img: string): Promise<void> {
   await writeFile(img, '', { mode: 0o600 });
   await truncate(img, o.sizeMb * 1024 * 1024);
   await run('mkfs.ext4', ['-q', '-F', '-m', '0', '-E', `lazy_itable_init=1,lazy_journal_init=1,root_owner=${o.uid}:${o.gid}`, img]);
+}
+
+/**
+ * A filesystem of its own for one package build (docs/packages.md): a fresh sparse ext4 image of
+ * sizeMb at `img`, its root root's, loop-mounted nosuid,nodev at `dir`. What the builder sandbox
+ * is given from it shows in its mountinfo as a path of that filesystem, not of the host.
+ */
+export async function mountScratchDisk(img: string, sizeMb: number, dir: string): Promise<void> {
+  try {
+    await makeImage({ sizeMb, uid: 0, gid: 0 }, img);
+    await run('mount', ['-o', 'loop,nosuid,nodev,noatime', img, dir]);
+  } catch (e) {
+    throw new ServiceError('INTERNAL', `could not make the build filesystem: ${(e as { stderr?: string }).stderr?.trim() || (e as Error).message}`);
+  }
+}
+
+/** Unmounts what mountScratchDisk mounted at dir (lazily when something still holds it). */
+export async function unmountScratchDisk(dir: string): Promise<void> {
+  if (!(await isMountPoint(dir))) return;
+  try {
+    await run('umount', [dir]);
+  } catch {
+    await run('umount', ['-l', dir]);
+  }
 }
 
 const SPARE_PREFIX = '.spare-';

@@ -75,6 +75,14 @@ export interface EphemeralBind {
   /** Absolute path inside the sandbox. */
   target: string;
   readOnly?: boolean;
+  /**
+   * The source is a directory of Unix sockets the runner serves (an agent's control and gateway,
+   * the credential broker's): the sandbox gets a directory of relays to the sockets in it at the
+   * start, from its own tmpfs, instead of a bind of the host directory (no host path shows in its
+   * mountinfo; src/sandbox/runfs.ts). Read-only. A read-only bind of a regular file anyone may
+   * read is copied in (no host path either; opened O_NOFOLLOW); other binds are bind mounts.
+   */
+  sockets?: boolean;
 }
 
 /**

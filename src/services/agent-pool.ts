@@ -229,7 +229,7 @@ export class AgentRuntimePool {
           { source: join(ROOT, 'dist', 'agent'), target: '/opt/agent/dist/agent', readOnly: true },
           { source: join(ROOT, 'dist', 'contracts'), target: '/opt/agent/dist/contracts', readOnly: true },
           { source: join(ROOT, 'node_modules', 'openai'), target: '/opt/agent/node_modules/openai', readOnly: true },
-          { source: dir, target: AGENT_SOCKET_DIR, readOnly: true },
+          { source: dir, target: AGENT_SOCKET_DIR, readOnly: true, sockets: true },
         ],
         limits: { memoryBytes: 256 * 1024 * 1024, pidsMax: 64, cpuQuotaPercent: 100 },
         network: 'none',

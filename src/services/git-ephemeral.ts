@@ -86,7 +86,7 @@ export async function runEphemeralGit(
       if (p.status === 'rejected') throw p.reason;
       if (b.status === 'rejected') throw b.reason;
       network = { proxySocket };
-      binds.push({ source: broker!.dir, target: CRED_SOCKET_DIR, readOnly: true });
+      binds.push({ source: broker!.dir, target: CRED_SOCKET_DIR, readOnly: true, sockets: true });
       const ca = deps.repos.extraCaPem();
       if (ca) {
         const bundle = join(tmp, 'ca.pem');

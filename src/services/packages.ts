@@ -17,9 +17,8 @@
  *   workspace) point at releases, with a generation and a rollback history. A workspace mounts what
  *   was bound when its sandbox was first made and keeps it until it is recreated.
  */
-import { createHash } from 'node:crypto';
-import { chmod, chown, lchown, lstat, mkdir, readdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
-import { createReadStream, existsSync, readFileSync } from 'node:fs';
+import { chmod, chown, lchown, lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { DB } from '../store/db.js';
@@ -38,6 +37,9 @@ import { quoted } from '../core/display.js';
 import { resolveNpm, type PlannedPackage } from './packages/npm.js';
 import { PIP_PYTHON, normalise, pipAvailable, resolvePip, runtimePython, type PlannedWheel } from './packages/pip.js';
 import { riskSignals } from './packages/risk.js';
+import { copyTreeNoFollow, TreeRefusal, type TreeEntry } from './packages/tree.js';
+import { mountScratchDisk, unmountScratchDisk } from '../sandbox/disk.js';
+import { removeTreeNoFollow } from '../sandbox/rootdir.js';
 
 export type Ecosystem = 'npm' | 'uv';
 export type Scope = 'owner' | 'workspace';
@@ -138,14 +140,7 @@ export interface PlanInput {
   lifecycleScripts?: boolean;
 }
 
-interface ReleaseFile {
-  path: string;
-  type: 'file' | 'dir' | 'symlink';
-  mode: number;
-  size?: number;
-  sha256?: string;
-  target?: string;
-}
+type ReleaseFile = TreeEntry;
 
 export class PackageService {
   private readonly root: string;
@@ -485,9 +480,14 @@ export class PackageService {
     try {
       const build = JSON.parse(plan.build_json) as BuildSpec;
       await this.dirs();
-      await rm(buildDir, { recursive: true, force: true });
+      await removeBuildDir(buildDir);
       await mkdir(buildDir, { recursive: true, mode: 0o711 });
-      const work = join(buildDir, 'work');
+      // The build's own filesystem (as a workspace's, sandboxDiskMb): the builder's /build shows
+      // no host path in its mountinfo, and a build that fills it fails alone (docs/packages.md).
+      const disk = join(buildDir, 'fs');
+      await mkdir(disk, { mode: 0o711 });
+      if (this.deps.config.sandboxDiskMb > 0) await mountScratchDisk(join(buildDir, 'fs.img'), this.deps.config.sandboxDiskMb, disk);
+      const work = join(disk, 'work');
       await mkdir(work, { mode: 0o700 });
       this.setApply(id, 'BUILDING', build.ecosystem === 'npm' ? 'fetching and installing the pinned packages (npm ci)' : 'fetching and installing the pinned wheels (pip --require-hashes)');
       const result = await this.builder(id, buildDir, work, build);
@@ -503,9 +503,20 @@ export class PackageService {
         throw new ApplyFailure(code, message, tail(text));
       }
       this.setApply(id, 'VERIFYING', 'checking the installed tree against the plan');
-      const tree = build.ecosystem === 'npm' ? join(work, 'node_modules') : join(work, 'site');
-      await this.verifyTree(build, work);
-      const files = await walkTree(tree);
+      // The builder's processes are gone (its cgroup is removed or runEphemeral failed), but its
+      // tree is still its: root takes a copy by descriptor into a directory only root can write,
+      // and everything after (checks, launch checks, the release) uses that copy (tree.ts).
+      const stage = join(buildDir, 'stage');
+      await mkdir(stage, { mode: 0o711 });
+      const tree = join(stage, 'tree');
+      let files: ReleaseFile[];
+      try {
+        files = await copyTreeNoFollow(work, build.ecosystem === 'npm' ? 'node_modules' : 'site', tree);
+      } catch (e) {
+        if (e instanceof TreeRefusal) throw new ApplyFailure('TREE_MISMATCH', e.message, null);
+        throw e;
+      }
+      await this.verifyTree(build, tree);
       const bins = build.ecosystem === 'npm' ? await npmBinaries(tree) : await pythonBinaries(tree);
       this.setApply(id, 'LAUNCH_CHECK', `starting each binary once with no network (${bins.length})`);
       for (const b of bins) await this.launchCheck(build.ecosystem, plan.name, tree, b);
@@ -520,7 +531,7 @@ export class PackageService {
       this.setApply(id, 'FAILED', 'failed; nothing was installed', { error_code: f.code, error_message: f.message, output_tail: f.tail });
       this.deps.audit.record({ actor: 'system', action: 'packages_release', target: id, outcome: 'failed', reason: `${f.code}: ${f.message}` });
     } finally {
-      await rm(buildDir, { recursive: true, force: true }).catch(() => undefined);
+      await removeBuildDir(buildDir).catch((err: unknown) => this.deps.log.warn({ err, applyId: id }, 'package build directory not removed'));
     }
   }
 
@@ -581,11 +592,11 @@ export class PackageService {
     }
   }
 
-  /** The installed tree holds exactly the planned packages at their planned versions. */
-  private async verifyTree(build: BuildSpec, work: string): Promise<void> {
+  /** The installed tree (root's copy: node_modules or site) holds exactly the planned packages at their planned versions. */
+  private async verifyTree(build: BuildSpec, tree: string): Promise<void> {
     if (build.ecosystem === 'npm') {
       const want = new Map(build.packages.map((p) => [p.location, p]));
-      const found = await npmInventory(join(work, 'node_modules'));
+      const found = await npmInventory(tree);
       for (const [loc, p] of want) {
         const got = found.get(loc);
         if (!got) throw new ApplyFailure('TREE_MISMATCH', `${p.name}@${p.version} is missing at ${loc} after the install`, null);
@@ -593,8 +604,7 @@ export class PackageService {
       }
       for (const [loc, got] of found) if (!want.has(loc)) throw new ApplyFailure('TREE_MISMATCH', `${got.name}@${got.version} at ${loc} is not in the plan`, null);
     } else {
-      const site = join(work, 'site');
-      const entries = await readdir(site).catch(() => [] as string[]);
+      const entries = await readdir(tree).catch(() => [] as string[]);
       const dists = new Map<string, string>();
       for (const e of entries) {
         const m = /^(.+)-([^-]+)\.dist-info$/.exec(e);
@@ -635,9 +645,8 @@ export class PackageService {
     if (have && existsSync(dir)) return have;
     await mkdir(join(this.root, 'releases'), { recursive: true, mode: 0o711 });
     await rm(dir, { recursive: true, force: true });
-    // Immutable: root-owned, nothing writable, readable by the sandbox user through a read-only bind.
-    await chownTree(tree, 0);
-    await freeze(tree);
+    // Immutable: root made every entry of the copy (root-owned, nothing writable, readable by the
+    // sandbox user through a read-only bind); both directories are root's, so nothing redirects the rename.
     await rename(tree, dir);
     if (have) return have;
     const versions =
@@ -909,8 +918,10 @@ export class PackageService {
       const rel = this.deps.db.prepare('SELECT digest FROM package_releases WHERE id = ?').get(record.release_id) as { digest: string } | undefined;
       if (!rel) continue;
       const source = join(this.root, 'releases', rel.digest);
-      if (!existsSync(source)) {
-        this.deps.log.warn({ release: record.release_id, workspace: workspaceId }, 'bound release missing on disk; not mounted');
+      // Releases are directories root made (tree.ts); one a build before issue #31 left as a symbolic link is never mounted (bubblewrap would follow it).
+      const st = await lstat(source).catch(() => null);
+      if (!st?.isDirectory()) {
+        this.deps.log.warn({ release: record.release_id, workspace: workspaceId, kind: st ? 'not a directory' : 'missing' }, 'bound release missing on disk or not a directory; not mounted');
         continue;
       }
       const target = releaseTarget(record.ecosystem, record.name);
@@ -938,6 +949,15 @@ export class PackageService {
       .prepare(`UPDATE package_applies SET state = 'FAILED', step = 'interrupted', error_code = 'INTERRUPTED', error_message = 'the service restarted during the build; nothing was installed: apply the plan again with a new plan', ended_at = ? WHERE state IN (${ACTIVE_APPLY.map(() => '?').join(',')})`)
       .run(nowIso(), ...ACTIVE_APPLY);
     this.deps.db.prepare("UPDATE package_resolutions SET state = 'FAILED', error_json = ?, ended_at = ? WHERE state = 'RESOLVING'").run(JSON.stringify({ code: 'UNAVAILABLE', message: 'the service restarted during the resolution; plan again', retryable: true, details: {} }), nowIso());
+    // What those builds left (their filesystems still mounted) goes too.
+    const builds = join(this.root, 'build');
+    void readdir(builds)
+      .then(async (ids) => {
+        for (const b of ids) if (!this.running.has(b)) await removeBuildDir(join(builds, b));
+      })
+      .catch((err: unknown) => {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.deps.log.warn({ err }, 'leftover package build directories not removed');
+      });
   }
 
   /** Waits for work in flight (tests and shutdown). */
@@ -1030,37 +1050,10 @@ async function chownTree(dir: string, uid: number): Promise<void> {
   }
 }
 
-/** Makes a tree read-only for everyone (files keep their execute bits). */
-async function freeze(dir: string): Promise<void> {
-  for (const e of await readdir(dir, { withFileTypes: true })) {
-    const path = join(dir, e.name);
-    if (e.isSymbolicLink()) continue;
-    if (e.isDirectory()) await freeze(path);
-    else {
-      const st = await lstat(path);
-      await chmod(path, st.mode & 0o111 ? 0o555 : 0o444);
-    }
-  }
-  await chmod(dir, 0o555);
-}
-
-/** Every entry of a tree, without following symlinks, with hashes of regular files. */
-async function walkTree(dir: string, rel = ''): Promise<ReleaseFile[]> {
-  const out: ReleaseFile[] = [];
-  const entries = (await readdir(join(dir, rel), { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1));
-  for (const e of entries) {
-    const path = rel ? `${rel}/${e.name}` : e.name;
-    const full = join(dir, path);
-    const st = await lstat(full);
-    if (st.isSymbolicLink()) out.push({ path: path, type: 'symlink', mode: 0o777, target: await readlink(full) });
-    else if (st.isDirectory()) {
-      out.push({ path: path, type: 'dir', mode: st.mode & 0o777 });
-      out.push(...(await walkTree(dir, path)));
-    } else if (st.isFile()) {
-      out.push({ path: path, type: 'file', mode: st.mode & 0o111 ? 0o555 : 0o444, size: st.size, sha256: await sha256OfFile(full) });
-    } else throw new ApplyFailure('TREE_MISMATCH', `${path}: the install left a special file (not a file, directory or symlink)`, null);
-  }
-  return out;
+/** A build directory gone: its filesystem unmounted first (a runner that died mid-build leaves it mounted), then removed by a descriptor walk that never follows a link. */
+async function removeBuildDir(buildDir: string): Promise<void> {
+  await unmountScratchDisk(join(buildDir, 'fs'));
+  await removeTreeNoFollow(buildDir);
 }
 
 /** node_modules locations -> name and version from each package.json (symlinks not followed). */
@@ -1101,11 +1094,4 @@ async function npmBinaries(nm: string): Promise<Array<{ name: string; rel: strin
 async function pythonBinaries(site: string): Promise<Array<{ name: string; rel: string }>> {
   const names = await readdir(join(site, 'bin')).catch(() => [] as string[]);
   return names.sort().map((n) => ({ name: n, rel: `bin/${n}` }));
-}
-
-/** SHA-256 of a file, streamed (a release may hold large files; none is held whole). */
-async function sha256OfFile(file: string): Promise<string> {
-  const h = createHash('sha256');
-  for await (const chunk of createReadStream(file)) h.update(chunk as Buffer);
-  return h.digest('hex');
 }

@@ -5,7 +5,8 @@
  */
 import { expect } from 'vitest';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { startGitHost, type GitHost } from '../fixtures/githost.js';
 import { startFakeAgentProvider, type FakeAgentProvider } from '../fixtures/fake-agent-provider.js';
 import { call, connectV2, dashboardLogin, httpRequest, type Service } from './harness.js';
@@ -146,10 +147,21 @@ function allRuntimeProcesses(): string[] {
   }
 }
 
+/**
+ * The slot of an idle runtime: its sandbox is named agent-rt-<slot> (its cgroup says so), and the
+ * slot is idle while the runner's control socket directory is still <dataDir>/run/agents/idle-<slot>
+ * (/proc/net/unix keeps the path the socket was bound at; the directory is renamed once assigned).
+ * The sandbox's own mountinfo names no host directory (docs/sandbox.md "Host paths").
+ */
 function idleSlot(line: string): string | null {
   try {
-    const m = /\/run\/agents\/idle-([0-9a-f]{16}) \/run\/agent /.exec(readFileSync(`/proc/${line.trim().split(/\s+/)[0]}/mountinfo`, 'utf8'));
-    return m ? m[1]! : null;
+    const slot = /\/agent-rt-([0-9a-f]{16})$/m.exec(readFileSync(`/proc/${line.trim().split(/\s+/)[0]}/cgroup`, 'utf8'))?.[1];
+    if (!slot) return null;
+    const bound = readFileSync('/proc/net/unix', 'utf8')
+      .split('\n')
+      .map((l) => l.trim().split(/\s+/)[7])
+      .find((p) => p?.endsWith(`/run/agents/idle-${slot}/control.sock`));
+    return bound && existsSync(dirname(bound)) ? slot : null;
   } catch {
     return null;
   }

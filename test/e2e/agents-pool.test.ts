@@ -121,6 +121,9 @@ describe('agent runtime pool (default size 1)', () => {
     }
     expect(mounts).not.toContain('/workspaces/');
     expect(mounts).not.toContain('master.key');
+    // No host path of the data directory (issue #31 item 7): the socket directory is relayed from the sandbox's own tmpfs.
+    expect(mounts).not.toContain(e.svc.dataDir);
+    expect(mounts).toMatch(/^\S+ \S+ \S+ \/x\d+ \/run\/agent \S+.* - tmpfs /m);
     expect(memoryHas(pid, 'atlg_')).toBe(false);
     expect(memoryHas(pid, PROVIDER_KEY)).toBe(false);
 

@@ -360,6 +360,7 @@ describe('secrets and the owner view', () => {
       }
       expect(mounts).not.toContain('/workspaces/');
       expect(mounts).not.toContain('master.key');
+      expect(mounts).not.toContain(e.svc.dataDir);
     }
     const end = await e.waitEnd(id);
     expect(end.status).toBe('SUCCEEDED');

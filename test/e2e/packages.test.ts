@@ -12,7 +12,7 @@ import { call, connectV2, dashboardLogin, httpRequest, startService, type Servic
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import { startRegistry, type Registry } from '../fixtures/verdaccio.js';
 import { startPyIndex, type PyIndex } from '../fixtures/pypi-index.js';
-import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { GitHost } from '../fixtures/githost.js';
@@ -278,6 +278,67 @@ describe('npm plans', () => {
     expect((await ok('packages_list', {})).bindings.find((x: R) => x.name === 'evil-fifo')).toBeUndefined();
   });
 
+  it('a postinstall that swaps node_modules for a symlink to a host directory: refused, nothing followed, no host file changed, no release', async () => {
+    const dir = decoy('evil-swap');
+    try {
+      await reg.publish({
+        name: 'evil-swap',
+        version: '1.0.0',
+        // The same path exists inside the builder (its own /tmp), so npm finishes happily through the link.
+        scripts: { postinstall: `mkdir -p ${dir} && cp -a /build/node_modules/. ${dir}/ && mv /build/node_modules /build/nm-real && ln -s ${dir} /build/node_modules` },
+      });
+      const r = await install({ ecosystem: 'npm', name: 'evil-swap', lifecycleScripts: true });
+      expect([r.apply.state, r.apply.errorCode], JSON.stringify(r.apply)).toEqual(['FAILED', 'TREE_MISMATCH']);
+      expect(r.apply.error).toMatch(/^node_modules: the install left a symbolic link/);
+      expectUntouched(dir, 'evil-swap');
+      expectReleasesAreDirectories();
+      expect((await ok('packages_list', {})).bindings.find((x: R) => x.name === 'evil-swap')).toBeUndefined();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a postinstall that leaves a loop swapping node_modules with a symlink: the loop dies with the build, nothing is followed, a release is a directory of root\'s', async () => {
+    const dir = decoy('evil-swapper');
+    const marker = `swaploop${Math.random().toString(36).slice(2, 10)}`;
+    try {
+      await reg.publish({
+        name: 'evil-swapper',
+        version: '1.0.0',
+        files: { 'index.js': 'module.exports = 1;\n', 'swap.py': SWAPPER },
+        scripts: { postinstall: `mkdir -p ${dir} && cp -a /build/node_modules/. ${dir}/ && ln -s ${dir} /build/nm-link && (setsid python3 swap.py ${marker} </dev/null >/dev/null 2>&1 &)` },
+      });
+      const r = await install({ ecosystem: 'npm', name: 'evil-swapper', lifecycleScripts: true });
+      // The build's processes are gone before root reads the tree (its pid namespace and cgroup ended with npm).
+      expect(processesNaming(marker)).toEqual([]);
+      expectUntouched(dir, 'evil-swapper');
+      expectReleasesAreDirectories();
+      // Depending on where the loop was when npm ended: refused (a symlink at the top), or built from the real directory.
+      if (r.apply.state === 'SUCCEEDED') {
+        const tb = await ok('bash', { target: 'toolbox', command: 'ls -A /opt/packages/npm/evil-swapper/node_modules' });
+        expect(tb.stdout).not.toContain('.canary');
+      } else {
+        expect(['TREE_MISMATCH', 'BUILD_FAILED'], JSON.stringify(r.apply)).toContain(r.apply.errorCode);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('the builder\'s mountinfo names no host path: /build is its own filesystem, the proxy and the CA come from no host directory', async () => {
+    await reg.publish({ name: 'mountinfo-probe', version: '1.0.0', scripts: { postinstall: 'cat /proc/self/mountinfo > mountinfo.txt' } });
+    const r = await install({ ecosystem: 'npm', name: 'mountinfo-probe', lifecycleScripts: true });
+    expect(r.apply.state, JSON.stringify(r.apply)).toBe('SUCCEEDED');
+    const mountinfo = (await ok('bash', { target: 'toolbox', command: 'cat /opt/packages/npm/mountinfo-probe/node_modules/mountinfo-probe/mountinfo.txt' })).stdout as string;
+    expect(mountinfo).toContain(' /build ');
+    for (const dir of [svc.dataDir, process.env.ATELIER_TEST_RUN_DIR].filter((d): d is string => !!d)) {
+      expect(mountinfo.split('\n').filter((l) => l.includes(dir)), `lines naming ${dir}`).toEqual([]);
+    }
+    const at = (m: string) => mountinfo.split('\n').map((l) => [l.split(' ')[3], l.split(' ')[4], l.split(' - ')[1]?.split(' ')[0]]).find((f) => f[1] === m);
+    expect(at('/build')).toEqual(['/work', '/build', 'ext4']);
+    expect(at('/run/egress')).toEqual(['/egress', '/run/egress', 'tmpfs']);
+  });
+
   it('apt is not supported; bad input is named', async () => {
     expect((await refused('packages_plan', { ecosystem: 'apt', name: 'curl' })).code).toBe('NOT_SUPPORTED');
     const noWs = await refused('packages_plan', { ecosystem: 'npm', name: 'cli-demo', scope: 'workspace' });
@@ -495,3 +556,67 @@ describe('when resolution is slow, and when packages are off', () => {
     }
   });
 });
+
+/**
+ * Runs in the builder, left behind by a postinstall: exchanges /build/node_modules with a symlink
+ * to the decoy (renameat2 RENAME_EXCHANGE: the name never goes missing), mostly leaving the link in place.
+ */
+const SWAPPER = `
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
+while True:
+    libc.renameat2(AT_FDCWD, b'/build/node_modules', AT_FDCWD, b'/build/nm-link', RENAME_EXCHANGE)
+    time.sleep(0.2)
+    libc.renameat2(AT_FDCWD, b'/build/node_modules', AT_FDCWD, b'/build/nm-link', RENAME_EXCHANGE)
+    time.sleep(0.005)
+`;
+
+/**
+ * A host directory that looks like the package's node_modules (so a runner following a link to it
+ * would find the plan's package there), at a /tmp path the builder can make in its own /tmp too,
+ * owned by another uid with a private file in it.
+ */
+function decoy(pkg: string): string {
+  const dir = `/tmp/atelier-decoy-${Math.random().toString(36).slice(2, 10)}`;
+  mkdirSync(join(dir, pkg), { recursive: true, mode: 0o755 });
+  writeFileSync(join(dir, pkg, 'package.json'), JSON.stringify({ name: pkg, version: '1.0.0' }), { mode: 0o644 });
+  writeFileSync(join(dir, '.canary'), 'host secret', { mode: 0o600 });
+  for (const p of [dir, join(dir, pkg), join(dir, pkg, 'package.json'), join(dir, '.canary')]) chownSync(p, 12345, 12345);
+  chmodSync(dir, 0o700);
+  chmodSync(join(dir, pkg), 0o755);
+  return dir;
+}
+
+function expectUntouched(dir: string, pkg: string): void {
+  const want: Array<[string, number]> = [[dir, 0o700], [join(dir, pkg), 0o755], [join(dir, pkg, 'package.json'), 0o644], [join(dir, '.canary'), 0o600]];
+  for (const [p, mode] of want) {
+    const st = lstatSync(p);
+    expect([p, st.uid, st.mode & 0o777]).toEqual([p, 12345, mode]);
+  }
+  expect(readFileSync(join(dir, '.canary'), 'utf8')).toBe('host secret');
+}
+
+/** Every release in the store is a directory of root's, read-only (never a symlink). */
+function expectReleasesAreDirectories(): void {
+  const releases = join(svc.dataDir, 'packages', 'releases');
+  for (const n of readdirSync(releases)) {
+    const st = lstatSync(join(releases, n));
+    expect([n, st.isDirectory(), st.uid, st.mode & 0o777]).toEqual([n, true, 0, 0o555]);
+  }
+}
+
+/** Host processes whose command line names `text`. */
+function processesNaming(text: string): string[] {
+  const out: string[] = [];
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p) || Number(p) === process.pid) continue;
+    try {
+      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8');
+      if (cmd.includes(text)) out.push(`${p} ${cmd.split('\0').join(' ')}`);
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}

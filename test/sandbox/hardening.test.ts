@@ -127,8 +127,14 @@ describe.skipIf(!isRoot)('sandbox hardening', () => {
     expect(cmdline).not.toContain(install);
     expect(cmdline).not.toContain(base);
     const leaking = mountinfo!.split('\n').filter((l) => l.includes(base)).map((l) => l.split(' ')[4]);
-    // Bound from the host by necessity: the workspace tree (without its own filesystem) and the two socket directories.
-    expect(leaking.sort()).toEqual(['/home/user', '/run/atelier', '/run/egress', '/tmp', '/workspace']);
+    // Bound from the host by necessity: the workspace tree (here without its own filesystem). The
+    // two socket directories come from the sandbox's own tmpfs (src/sandbox/runfs.ts).
+    expect(leaking.sort()).toEqual(['/home/user', '/tmp', '/workspace']);
+    const sockets = mountinfo!.split('\n').filter((l) => / \/run\/(atelier|egress) /.test(l));
+    expect(sockets.map((l) => [l.split(' ')[3], l.split(' ')[4], l.split(' - ')[1]?.split(' ')[0]])).toEqual([
+      ['/s', '/run/atelier', 'tmpfs'],
+      ['/egress', '/run/egress', 'tmpfs'],
+    ]);
   });
 
   it('commands load the C.UTF-8 locale from one read-only archive (src/sandbox/locale.ts), and it is UTF-8', async () => {
