@@ -12,7 +12,7 @@ import { tx } from '../store/db.js';
 import { safeEqual, sha256Hex } from '../core/crypto.js';
 import { randomToken } from '../core/ids.js';
 import { isoIn, nowIso } from '../core/clock.js';
-import { accessFromScope, type Access } from '../core/toolsets.js';
+import { accessFromScope, intersect, scopeFromAccess, type Access } from '../core/toolsets.js';
 
 /** The authorization server's paths (served by src/mcp/oauth/routes.ts; the consent page by src/dashboard/oauth.ts). */
 export const OAUTH_PATHS = {
@@ -89,6 +89,21 @@ export function s256(verifier: string): string {
 }
 
 const VERIFIER_RE = /^[A-Za-z0-9._~-]{43,128}$/;
+
+/**
+ * A token's access: the grant's, narrowed by the scope stored on the token (NULL for tokens issued
+ * before migration 0020: the grant's). An intersection, so never wider than the grant.
+ */
+export function tokenAccess(grantScope: string, tokenScope: string | null): Access {
+  const granted = accessFromScope(grantScope);
+  return tokenScope === null ? granted : intersect(granted, accessFromScope(tokenScope));
+}
+
+/** True when `asked` is within `bound` (same or fewer toolsets; read-only kept). */
+export function narrows(asked: Access, bound: Access): boolean {
+  const toolsets = bound.toolsets === null || (asked.toolsets !== null && asked.toolsets.every((t) => bound.toolsets!.includes(t)));
+  return toolsets && (!bound.readOnly || asked.readOnly);
+}
 
 export class OAuthStore {
   constructor(
@@ -237,10 +252,17 @@ export class OAuthStore {
     }
   }
 
+  /**
+   * A refresh rotates the refresh token. Its `scope` may only narrow what this refresh token
+   * carries (the grant's scope, or what an earlier refresh of its chain narrowed it to); without a
+   * scope the new tokens carry the same. The narrowing sticks to the chain: a later refresh cannot
+   * widen back to the grant (docs/access.md). Both new tokens store their scope, and verifyAccess
+   * enforces it.
+   */
   refresh(client: ClientRecord, refreshToken: string, scope: string | undefined, resource: string | undefined): TokenSet {
     {
       const row = this.db
-        .prepare("SELECT t.token_hash, t.grant_id, t.expires_at, t.used_at, t.revoked_at, g.client_id FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = ? AND t.kind = 'refresh'")
+        .prepare("SELECT t.token_hash, t.grant_id, t.expires_at, t.used_at, t.revoked_at, t.scope, g.client_id FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = ? AND t.kind = 'refresh'")
         .get(sha256Hex(refreshToken)) as Record<string, string | null> | undefined;
       if (!row || row.client_id !== client.id) throw new OAuthFailure('invalid_grant', 'unknown refresh token');
       if (row.used_at) {
@@ -251,18 +273,18 @@ export class OAuthStore {
       if (row.expires_at! <= nowIso()) throw new OAuthFailure('invalid_grant', 'refresh token expired');
       const grant = this.liveGrant(row.grant_id!);
       if (resource !== undefined && resource !== grant.resource) throw new OAuthFailure('invalid_target', 'resource does not match the grant');
-      let newScope = grant.scope;
-      if (scope !== undefined && scope !== grant.scope) {
-        // Narrowing only: every asked scope must be within the granted access.
+      // What this refresh token may hand on: the grant, narrowed by the token's own scope.
+      const carried = tokenAccess(grant.scope, row.scope);
+      let next = carried;
+      if (scope !== undefined && scope.trim() !== '') {
         const asked = accessFromScope(scope);
-        const granted = accessFromScope(grant.scope);
-        const within = (granted.toolsets === null || (asked.toolsets !== null && asked.toolsets.every((t) => granted.toolsets!.includes(t)))) && (!granted.readOnly || asked.readOnly);
-        if (!within) throw new OAuthFailure('invalid_scope', 'a refresh may only narrow the granted scope');
-        newScope = scope;
+        if (!narrows(asked, carried))
+          throw new OAuthFailure('invalid_scope', `scope: a refresh may only narrow the scope this refresh token carries (${scopeFromAccess(carried) || 'mcp'}), never widen it`);
+        next = intersect(carried, asked);
       }
       this.db.prepare('UPDATE oauth_tokens SET used_at = ? WHERE token_hash = ?').run(nowIso(), row.token_hash);
       this.touchClient(client.id);
-      return this.issue(grant.id, newScope);
+      return this.issue(grant.id, scopeFromAccess(next));
     }
   }
 
@@ -282,7 +304,7 @@ export class OAuthStore {
     const hash = sha256Hex(token);
     const record = this.db
       .prepare(
-        `SELECT t.token_hash, t.expires_at, g.id AS grant_id, g.client_id, g.scope, g.resource FROM oauth_tokens t
+        `SELECT t.token_hash, t.expires_at, t.scope AS token_scope, g.id AS grant_id, g.client_id, g.scope, g.resource FROM oauth_tokens t
          JOIN oauth_grants g ON g.id = t.grant_id JOIN oauth_clients c ON c.id = g.client_id
          WHERE t.token_hash = ? AND t.kind = 'access' AND t.revoked_at IS NULL AND g.revoked_at IS NULL AND c.revoked_at IS NULL`,
       )
@@ -293,7 +315,7 @@ export class OAuthStore {
       clientId: record.client_id!,
       grantId: record.grant_id!,
       resource: record.resource!,
-      access: accessFromScope(record.scope),
+      access: tokenAccess(record.scope!, record.token_scope ?? null),
       expiresAt: Math.floor(Date.parse(record.expires_at!) / 1000),
     };
   }
@@ -316,10 +338,10 @@ export class OAuthStore {
     const access = ACCESS_PREFIX + randomToken(43);
     const refresh = REFRESH_PREFIX + randomToken(43);
     const ttl = this.accessTtlMs();
-    const ins = this.db.prepare('INSERT INTO oauth_tokens (token_hash, grant_id, kind, created_at, expires_at) VALUES (?, ?, ?, ?, ?)');
+    const ins = this.db.prepare('INSERT INTO oauth_tokens (token_hash, grant_id, kind, scope, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)');
     tx(this.db, () => {
-      ins.run(sha256Hex(access), grantId, 'access', nowIso(), isoIn(ttl));
-      ins.run(sha256Hex(refresh), grantId, 'refresh', nowIso(), isoIn(REFRESH_TTL_MS));
+      ins.run(sha256Hex(access), grantId, 'access', scope, nowIso(), isoIn(ttl));
+      ins.run(sha256Hex(refresh), grantId, 'refresh', scope, nowIso(), isoIn(REFRESH_TTL_MS));
     });
     return { access_token: access, token_type: 'Bearer', expires_in: Math.floor(ttl / 1000), refresh_token: refresh, ...(scope ? { scope } : {}) };
   }

@@ -7,7 +7,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, StreamableHTTPClientTransport, UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/client';
-import { call, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
+import { call, connectV2, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
 
 let svc: Service;
 let session: { cookie: string; csrf: string };
@@ -224,6 +224,58 @@ describe('OAuth scopes', () => {
     expect(names).not.toContain('git_status');
     expect(names).not.toContain('agent_list');
     expect(names).not.toContain('workspace_open');
+  }, 60_000);
+  it('a refresh with a narrower scope issues a token that is narrowed: files_write is refused with it, and the chain cannot widen back', async () => {
+    const id = await register();
+    const { challenge, verifier } = pkce();
+    const code = await codeFor(id, challenge);
+    const full = JSON.parse((await httpRequest(svc.url, 'POST', '/oauth/token', FORM, form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, client_id: id, code_verifier: verifier }))).body);
+    const refresh = async (refresh_token: string, scope?: string) =>
+      httpRequest(svc.url, 'POST', '/oauth/token', FORM, form({ grant_type: 'refresh_token', refresh_token, client_id: id, ...(scope === undefined ? {} : { scope }) }));
+    const toolNames = async (token: string) => {
+      const c = await connectV2(svc, token);
+      const names = (await c.listTools()).tools.map((t) => t.name);
+      const write = await call(c, 'files_write', { workspaceId: 'ws_' + 'a'.repeat(24), path: 'a.txt', content: 'x' });
+      await c.close();
+      return { names, write };
+    };
+    const before = await toolNames(full.access_token);
+    expect(before.names).toContain('files_write');
+    if (!before.write.ok) expect(before.write.error.code).not.toBe('PERMISSION_DENIED'); // full access: refused later, for the unknown workspace
+
+    const r1 = await refresh(full.refresh_token, 'readonly');
+    expect(r1.status).toBe(200);
+    const t1 = JSON.parse(r1.body);
+    expect(t1.scope).toBe('readonly');
+    const narrowed = await toolNames(t1.access_token);
+    expect(narrowed.names).toContain('files_read');
+    expect(narrowed.names).not.toContain('files_write');
+    expect(narrowed.write.ok).toBe(false);
+    if (!narrowed.write.ok) {
+      expect(narrowed.write.error.code).toBe('PERMISSION_DENIED');
+      expect(narrowed.write.error.message).toMatch(/read-only/);
+    }
+
+    // The narrowing sticks to the chain: a refresh without scope keeps it, one asking wider is refused
+    // (and does not use up the refresh token), a narrower one narrows further.
+    const t2 = JSON.parse((await refresh(t1.refresh_token)).body);
+    expect(t2.scope).toBe('readonly');
+    expect((await toolNames(t2.access_token)).names).not.toContain('files_write');
+    for (const wider of ['mcp', 'toolset:files', 'toolset:all', 'toolset:agents']) {
+      const w = await refresh(t2.refresh_token, wider);
+      expect(w.status, wider).toBe(400);
+      expect(JSON.parse(w.body).error).toBe('invalid_scope');
+      expect(JSON.parse(w.body).error_description).toMatch(/scope: a refresh may only narrow/);
+    }
+    const t3 = JSON.parse((await refresh(t2.refresh_token, 'toolset:files readonly')).body);
+    expect(t3.scope).toBe('toolset:files readonly');
+    const files = await toolNames(t3.access_token);
+    expect(files.names).toContain('files_read');
+    expect(files.names).not.toContain('workspace_list');
+    expect(files.names).not.toContain('files_write');
+    // The grant itself (what the owner approved, listed on the dashboard) is unchanged.
+    const list = JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/oauth/clients', { cookie: session.cookie })).body);
+    expect(list.clients.find((x: { id: string }) => x.id === id).grants[0].scope).toBe('');
   }, 60_000);
 });
 
