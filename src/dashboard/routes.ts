@@ -66,10 +66,18 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
   f.get('/healthz', async () => ({ status: 'ok' }));
 
   // Every page and asset answers with a strict Content-Security-Policy: only this origin's own
-  // script and style files, no inline script, no framing (see docs/dashboard.md).
+  // script and style files, no inline script, no framing (see docs/dashboard.md). A page that sets
+  // its own (the OAuth consent page, whose form must reach the client's redirect URI, and the
+  // authorization errors) keeps it: these headers are defaults, never a replacement.
   f.addHook('onSend', async (req, reply) => {
     if (req.url.startsWith('/api/') || req.url === '/mcp') return;
-    reply.header('content-security-policy', CSP).header('x-content-type-options', 'nosniff').header('x-frame-options', 'DENY').header('referrer-policy', 'same-origin');
+    const defaults: Array<[string, string]> = [
+      ['content-security-policy', CSP],
+      ['x-content-type-options', 'nosniff'],
+      ['x-frame-options', 'DENY'],
+      ['referrer-policy', 'same-origin'],
+    ];
+    for (const [name, value] of defaults) if (!reply.hasHeader(name)) reply.header(name, value);
   });
 
   registerAssets(f);

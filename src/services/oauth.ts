@@ -83,6 +83,20 @@ export interface VerifiedAccess {
   expiresAt: number;
 }
 
+/**
+ * A client's self-declared name as shown to the owner: Unicode format characters (bidirectional
+ * overrides and isolates such as U+202E, zero-width characters, the BOM) removed, control
+ * characters, line and paragraph separators and whitespace runs made one space, at most 100
+ * characters. Pages also set it in <bdi>, so what remains cannot reorder the text around it.
+ */
+export function cleanClientName(name: string): string {
+  const clean = name
+    .replace(/\p{Cf}/gu, '')
+    .replace(/[\p{Cc}\p{Zl}\p{Zp}\s]+/gu, ' ')
+    .trim();
+  return [...clean].slice(0, 100).join('') || 'unnamed client';
+}
+
 /** base64url(SHA-256(verifier)) per RFC 7636 section 4.6. */
 export function s256(verifier: string): string {
   return createHash('sha256').update(verifier, 'ascii').digest('base64url');
@@ -183,6 +197,16 @@ export class OAuthStore {
       for (const g of grants) this.revokeGrant(g, 'client revoked by the owner');
       return true;
     });
+  }
+
+  /**
+   * True when the owner approved a request of this client with exactly this redirect URI and the
+   * grant is still live: only then may /oauth/authorize send an error back to it (a redirect).
+   */
+  approvedRedirect(clientId: string, redirectUri: string): boolean {
+    return !!this.db
+      .prepare('SELECT 1 FROM oauth_codes c JOIN oauth_grants g ON g.id = c.grant_id WHERE c.client_id = ? AND c.redirect_uri = ? AND g.revoked_at IS NULL LIMIT 1')
+      .get(clientId, redirectUri);
   }
 
   // ---- authorization requests and consent ----
