@@ -16,12 +16,17 @@ function esc(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 }
 
-/** The CSP of the consent page: nothing but this document and a form posting to itself (then redirecting to the client). */
+/**
+ * The CSP of the consent page: nothing but this document and a form posting to itself, then
+ * redirecting to the client (browsers apply form-action to that redirect too). The redirect target
+ * is its origin; a private-use scheme, or an IPv6 literal such as http://[::1]:PORT (CSP source
+ * lists cannot name one: Chromium ignores it), is named by its scheme.
+ */
 function csp(redirectUri?: string): string {
   let target = '';
   if (redirectUri) {
     const u = new URL(redirectUri);
-    target = u.protocol === 'http:' || u.protocol === 'https:' ? ` ${u.origin}` : ` ${u.protocol}`;
+    target = (u.protocol === 'http:' || u.protocol === 'https:') && !u.hostname.startsWith('[') ? ` ${u.origin}` : ` ${u.protocol}`;
   }
   return `default-src 'none'; form-action 'self'${target}; frame-ancestors 'none'; base-uri 'none'`;
 }

@@ -181,6 +181,33 @@ describe('OAuth in chromium', () => {
     await page.close();
   }, 60_000);
 
+  it('a native app on the IPv6 loopback ([::1]) gets its code too', async () => {
+    const got: URL[] = [];
+    const v6 = createServer((req, res) => {
+      got.push(new URL(req.url ?? '/', 'http://[::1]'));
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end('ok');
+    });
+    await new Promise<void>((r) => v6.listen(0, '::1', () => r()));
+    try {
+      const uri = `http://[::1]:${(v6.address() as AddressInfo).port}/cb`;
+      const reg = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'v6 app', redirect_uris: [uri] }));
+      const id = JSON.parse(reg.body).client_id;
+      const q = new URLSearchParams({ response_type: 'code', client_id: id, redirect_uri: uri, code_challenge: 'b'.repeat(43), code_challenge_method: 'S256', state: 'v6' });
+      const { page, violations } = await watchedPage();
+      await page.goto(`${svc.url}/oauth/authorize?${q}`);
+      await page.click('button[value=approve]');
+      await page.waitForURL((u) => u.hostname === '[::1]', { timeout: 20_000 }).catch(() => undefined);
+      expect(violations).toEqual([]);
+      expect(got.length).toBe(1);
+      expect(got[0]!.searchParams.get('state')).toBe('v6');
+      expect(got[0]!.searchParams.get('code')).toBeTruthy();
+      await page.close();
+    } finally {
+      await new Promise((r) => v6.close(r));
+    }
+  }, 60_000);
+
   it('a hostile client name is isolated in <bdi>, without format characters, and marked as self-declared', async () => {
     // U+202E (right-to-left override) and friends would reorder the rest of the page's sentence.
     const hostile = 'Atelier\u202E\u2066 official \u200Bapp\u2069\u061C\uFEFF';
