@@ -87,7 +87,9 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
     const s = sessionOf(req);
     reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-store');
     const login = (req.query as Record<string, string | undefined>).login;
-    if (!s) return reply.send(loginPage(app.auth.hasPassword(), login === 'failed', login === 'throttled' ? app.loginThrottle.refusal(addressKey(req.ip)) : null));
+    // After a throttled form post: the delay or lockout as it stands now (a busy or concurrent refusal is not kept: a generic line).
+    const throttled = login === 'throttled' ? (app.loginThrottle.refusal(addressKey(req.ip)) ?? { reason: 'busy', scope: 'service', until: Date.now() + 1000 }) : null;
+    if (!s) return reply.send(loginPage(app.auth.hasPassword(), login === 'failed', throttled));
     return reply.send(appShell());
   });
 
@@ -220,7 +222,7 @@ function throttleText(r: Refusal): string {
     case 'concurrent':
       return 'a password check from this address is already running: wait for its answer';
     default:
-      return 'too many password checks are running: try again in a second';
+      return 'too many password checks are running: try again in a moment';
   }
 }
 

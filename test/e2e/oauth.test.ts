@@ -526,9 +526,16 @@ describe('OAuth refusals', () => {
     for (const c of listed) expect(c.name).not.toMatch(/[\u202A-\u202E\u2066-\u2069\u200E\u200F\uFEFF]/);
     const onlyFormat = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: '\u202E\u202E', redirect_uris: [REDIRECT] }));
     expect(JSON.parse(onlyFormat.body).client_name).toBe('unnamed client');
-    const huge = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'x'.repeat(3 * 1024 * 1024), redirect_uris: [REDIRECT] }));
-    expect(huge.status).toBeGreaterThanOrEqual(400);
-    expect(huge.status).toBeLessThan(500);
+    // Over the 2 MiB body limit: a 4xx answer, or (when the answer and the close come while this
+    // client is still writing the body) the connection cut under it; never a registration.
+    const huge = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'x'.repeat(3 * 1024 * 1024), redirect_uris: [REDIRECT] })).then(
+      (r) => r.status,
+      (e: NodeJS.ErrnoException) => e.code,
+    );
+    if (typeof huge === 'number') {
+      expect(huge).toBeGreaterThanOrEqual(400);
+      expect(huge).toBeLessThan(500);
+    } else expect(['EPIPE', 'ECONNRESET']).toContain(huge);
     const deep = '{"redirect_uris":["' + REDIRECT + '"],"x":' + '['.repeat(5000) + ']'.repeat(5000) + '}';
     const d = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, deep);
     expect(d.status).toBeLessThan(500);
