@@ -30,7 +30,7 @@ let waiters: Array<(u: URL) => void> = [];
 function nextCallback(page: Page, violations: string[]): Promise<URL> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(async () => {
-      const shown = await page.textContent('body').catch(() => '');
+      const shown = await page.textContent('body', { timeout: 2000 }).catch(() => '');
       reject(new Error(`the browser never reached the client's redirect URI; refused by the browser: ${JSON.stringify(violations)}; it shows ${page.url()}: ${shown?.slice(0, 300)}`));
     }, 20_000);
     waiters.push((u) => {
@@ -44,6 +44,11 @@ beforeAll(async () => {
   svc = await startService({ args: ['--unsafe-dev-no-sandbox'] });
   callbackServer = createServer((req, res) => {
     const u = new URL(req.url ?? '/', redirectUri);
+    if (u.pathname !== '/callback') {
+      // The browser's own requests (a favicon) are not the redirect.
+      res.writeHead(404).end();
+      return;
+    }
     callbacks.push(u);
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
     res.end('<!doctype html><title>client callback</title><p>Back in the client.</p>');
@@ -111,6 +116,9 @@ class BrowserProvider implements OAuthClientProvider {
 /** A page that records what the browser refused by a Content-Security-Policy. */
 async function watchedPage(): Promise<{ page: Page; violations: string[] }> {
   const page = await ctx.newPage();
+  // Every wait fails by itself, naming what it waited for, well before the test's own timeout.
+  page.setDefaultTimeout(15_000);
+  page.setDefaultNavigationTimeout(15_000);
   const violations: string[] = [];
   page.on('console', (m) => {
     if (/Content.Security.Policy|violates|Refused to/i.test(m.text())) violations.push(m.text());
@@ -122,7 +130,9 @@ async function watchedPage(): Promise<{ page: Page; violations: string[] }> {
 /** The official client's first attempt: 401, discovery, dynamic registration, the authorization URL (PKCE S256). */
 async function startConnect(provider: BrowserProvider): Promise<StreamableHTTPClientTransport> {
   const transport = new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { authProvider: provider });
-  await expect(new Client({ name: 'oauth-browser-e2e', version: '1.0.0' }).connect(transport)).rejects.toThrow(UnauthorizedError);
+  const connecting = new Client({ name: 'oauth-browser-e2e', version: '1.0.0' }).connect(transport);
+  const bound = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the client did not finish discovery and registration in 20 s')), 20_000).unref());
+  await expect(Promise.race([connecting, bound])).rejects.toThrow(UnauthorizedError);
   expect(provider.info.client_id).toMatch(/^oauthc_/);
   expect(provider.authUrl!.searchParams.get('code_challenge_method')).toBe('S256');
   return transport;
@@ -179,14 +189,15 @@ describe('OAuth in chromium', () => {
     expect(cb.searchParams.get('code')).toBeNull();
     expect(violations).toEqual([]);
     await page.close();
-  }, 60_000);
+  }, 90_000);
 
   it('a native app on the IPv6 loopback ([::1]) gets its code too', async () => {
-    const got: URL[] = [];
+    let landed: (u: URL) => void = () => undefined;
+    const arrived = new Promise<URL>((r) => (landed = r));
     const v6 = createServer((req, res) => {
-      got.push(new URL(req.url ?? '/', 'http://[::1]'));
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end('ok');
+      landed(new URL(req.url ?? '/', 'http://[::1]'));
     });
     await new Promise<void>((r) => v6.listen(0, '::1', () => r()));
     try {
@@ -196,17 +207,23 @@ describe('OAuth in chromium', () => {
       const q = new URLSearchParams({ response_type: 'code', client_id: id, redirect_uri: uri, code_challenge: 'b'.repeat(43), code_challenge_method: 'S256', state: 'v6' });
       const { page, violations } = await watchedPage();
       await page.goto(`${svc.url}/oauth/authorize?${q}`);
+      await page.waitForSelector('button[value=approve]');
       await page.click('button[value=approve]');
-      await page.waitForURL((u) => u.hostname === '[::1]', { timeout: 20_000 }).catch(() => undefined);
+      let timer: NodeJS.Timeout | undefined;
+      const cb = await Promise.race([
+        arrived,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(async () => reject(new Error(`no request reached ${uri}; refused by the browser: ${JSON.stringify(violations)}; it shows ${page.url()}: ${(await page.textContent('body', { timeout: 2000 }).catch(() => ''))?.slice(0, 300)}`)), 20_000);
+        }),
+      ]).finally(() => clearTimeout(timer));
+      expect(cb.searchParams.get('state')).toBe('v6');
+      expect(cb.searchParams.get('code')).toBeTruthy();
       expect(violations).toEqual([]);
-      expect(got.length).toBe(1);
-      expect(got[0]!.searchParams.get('state')).toBe('v6');
-      expect(got[0]!.searchParams.get('code')).toBeTruthy();
       await page.close();
     } finally {
       await new Promise((r) => v6.close(r));
     }
-  }, 60_000);
+  }, 90_000);
 
   it('a hostile client name is isolated in <bdi>, without format characters, and marked as self-declared', async () => {
     // U+202E (right-to-left override) and friends would reorder the rest of the page's sentence.
