@@ -44,6 +44,7 @@ import { MemoryService } from './services/memories.js';
 import { KnowledgeService, Embedder } from './services/knowledge.js';
 import { ArtifactService } from './services/artifacts.js';
 import { OAuthStore } from './services/oauth.js';
+import { LoginThrottle } from './services/login-throttle.js';
 import { ToolRegistry } from './mcp/registry.js';
 import { wireNative } from './mcp/wire-native.js';
 import { CATALOG } from './tools/index.js';
@@ -97,6 +98,8 @@ export interface App {
   readonly artifacts: ArtifactService;
   /** The OAuth authorization server's clients, grants and tokens (issue #16). */
   readonly oauth: OAuthStore;
+  /** Delays, lockouts and a bound on concurrent checks for the dashboard's password login (issue #31). */
+  readonly loginThrottle: LoginThrottle;
   /** The one per-workspace lock (lifecycle, git) and per-idempotency-key lock (core/locks.ts). */
   readonly locks: WorkspaceLocks;
   /** Every tool, and the call pipeline every transport (and agents' proxied calls) goes through. */
@@ -285,6 +288,21 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     modelChecks: new ConnectionChecks({ models, catalog: modelCatalog, audit }),
     agents,
     oauth: new OAuthStore(db, () => config.oauthAccessTokenSeconds * 1000),
+    loginThrottle: new LoginThrottle(
+      { perAddress: config.loginLockoutFailures, overall: config.loginLockoutFailuresOverall, lockoutMs: config.loginLockoutSeconds * 1000 },
+      (e) => {
+        const until = new Date(e.until).toISOString();
+        audit.record({
+          actor: 'dashboard',
+          action: 'login_lockout',
+          target: e.key,
+          outcome: 'refused',
+          reason: `${e.failures} failed password logins ${e.scope === 'overall' ? 'from all addresses' : `from ${e.key}`}: password login locked ${e.scope === 'overall' ? 'for everyone' : 'for this address'} until ${until} (the one-time login link still works)`,
+          details: { scope: e.scope, until, lockoutsInARow: e.lockouts },
+        });
+        log.warn({ scope: e.scope, key: e.key, until }, 'password login locked after repeated failures');
+      },
+    ),
     locks,
     registry,
     firstRun,

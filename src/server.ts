@@ -182,6 +182,23 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
         return `atelier_tool_calls_total{tool="${tool}",outcome="${outcome}"} ${v}`;
       }),
     ];
+    const login = app.loginThrottle.metrics();
+    lines.push(
+      '# HELP atelier_login_password_checks_total Password checks (scrypt) of the dashboard login, by result',
+      '# TYPE atelier_login_password_checks_total counter',
+      `atelier_login_password_checks_total{outcome="ok"} ${login.checks.ok}`,
+      `atelier_login_password_checks_total{outcome="wrong"} ${login.checks.wrong}`,
+      '# HELP atelier_login_refused_total Password logins refused without a check (delay, lockout, a check from the same address running, busy)',
+      '# TYPE atelier_login_refused_total counter',
+      ...Object.entries(login.refused).map(([reason, n]) => `atelier_login_refused_total{reason="${reason}"} ${n}`),
+      '# HELP atelier_login_lockouts_total Password login lockouts, per address and overall',
+      '# TYPE atelier_login_lockouts_total counter',
+      `atelier_login_lockouts_total{scope="address"} ${login.lockouts.address}`,
+      `atelier_login_lockouts_total{scope="overall"} ${login.lockouts.overall}`,
+      '# HELP atelier_login_password_checks_running_max The most password checks that ran at once since start',
+      '# TYPE atelier_login_password_checks_running_max gauge',
+      `atelier_login_password_checks_running_max ${login.runningMax}`,
+    );
     const handoffs = app.executor.fileHandoffs?.();
     if (handoffs) {
       lines.push(

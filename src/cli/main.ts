@@ -1,5 +1,5 @@
 /**
- * bin/atelier: serve, token create|list|revoke, owner set-password, doctor.
+ * bin/atelier: serve, token create|list|revoke, owner set-password|login-link, doctor.
  * Every serve flag is also an ATELIER_* variable and a config.json key (see core/config.ts).
  */
 import { existsSync } from 'node:fs';
@@ -24,6 +24,7 @@ import { agentRoutes } from '../dashboard/agents.js';
 import { ownerRoutes } from '../dashboard/owner.js';
 import { VERSION } from '../core/version.js';
 import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
+import { LOGIN_LINK_TTL_MS } from '../services/auth.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
 
@@ -37,6 +38,7 @@ Usage:
   atelier token list                      list tokens (never their values)
   atelier token revoke ID                 revoke a token by id
   atelier owner set-password              set the dashboard password (reads it from stdin)
+  atelier owner login-link [--json]       print a one-time dashboard login link (15 minutes; works while password login is locked)
   atelier repos allow|deny|remove RULE... approve (or deny) repositories: an exact https URL or a prefix ending in /*
   atelier repos list                      show the approved and denied repositories
   atelier repos ca add FILE | list | remove FILE
@@ -255,7 +257,21 @@ async function token(argv: string[]): Promise<void> {
 }
 
 async function owner(argv: string[]): Promise<void> {
-  if (argv[0] !== 'set-password') throw new ConfigError('usage: atelier owner set-password');
+  if (argv[0] === 'login-link') {
+    // The way into the dashboard that no password-login lockout touches (docs/operations.md).
+    const { common, rest } = splitCommon(argv.slice(1), ['--json']);
+    await withApp(common, (app) => {
+      const token = app.auth.createLoginLink();
+      app.audit.record({ actor: 'cli', action: 'login_link_create', outcome: 'ok' });
+      const origin = app.config.publicOrigin || `http://${app.config.host.includes(':') ? `[${app.config.host}]` : app.config.host}:${app.config.port}`;
+      const path = `/login?token=${token}`;
+      const expiresAt = new Date(Date.now() + LOGIN_LINK_TTL_MS).toISOString();
+      if (rest['--json'] === true) process.stdout.write(JSON.stringify({ url: origin + path, path, expiresAt }) + '\n');
+      else process.stdout.write(`${origin}${path}\n(one-time dashboard login link, valid ${LOGIN_LINK_TTL_MS / 60_000} minutes; on another address or port, keep the path)\n`);
+    });
+    return;
+  }
+  if (argv[0] !== 'set-password') throw new ConfigError('usage: atelier owner set-password | login-link');
   const { common } = splitCommon(argv.slice(1), []);
   const pw = await readSecretFromStdin('New owner password (at least 12 characters): ');
   await withApp(common, async (app) => {

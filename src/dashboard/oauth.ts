@@ -9,19 +9,24 @@ import type { App } from '../app.js';
 import { ServiceError } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
 import { accessFromScope, describeAccess, intersect, scopeFromAccess, TOOLSETS, type Access } from '../core/toolsets.js';
-import { OAUTH_PATHS, type OAuthStore, type PendingRequest } from '../services/oauth.js';
+import { cleanClientName, OAUTH_PATHS, type OAuthStore, type PendingRequest } from '../services/oauth.js';
 import { parseCookies, SESSION_COOKIE, type ApiRegistrar } from './routes.js';
 
 function esc(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 }
 
-/** The CSP of the consent page: nothing but this document and a form posting to itself (then redirecting to the client). */
+/**
+ * The CSP of the consent page: nothing but this document and a form posting to itself, then
+ * redirecting to the client (browsers apply form-action to that redirect too). The redirect target
+ * is its origin; a private-use scheme, or an IPv6 literal such as http://[::1]:PORT (CSP source
+ * lists cannot name one: Chromium ignores it), is named by its scheme.
+ */
 function csp(redirectUri?: string): string {
   let target = '';
   if (redirectUri) {
     const u = new URL(redirectUri);
-    target = u.protocol === 'http:' || u.protocol === 'https:' ? ` ${u.origin}` : ` ${u.protocol}`;
+    target = (u.protocol === 'http:' || u.protocol === 'https:') && !u.hostname.startsWith('[') ? ` ${u.origin}` : ` ${u.protocol}`;
   }
   return `default-src 'none'; form-action 'self'${target}; frame-ancestors 'none'; base-uri 'none'`;
 }
@@ -30,6 +35,10 @@ function page(title: string, body: string): string {
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>${esc(title)} · Atelier</title></head><body><main><h1>${esc(title)}</h1>${body}</main></body></html>`;
 }
 
+/**
+ * Referrer-Policy same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with
+ * the form's POST, which the origin guard refuses; same-origin still sends no Referer to the client.
+ */
 function send(reply: FastifyReply, status: number, html: string, redirectUri?: string): FastifyReply {
   return reply
     .code(status)
@@ -37,7 +46,8 @@ function send(reply: FastifyReply, status: number, html: string, redirectUri?: s
     .header('cache-control', 'no-store')
     .header('content-security-policy', csp(redirectUri))
     .header('x-frame-options', 'DENY')
-    .header('referrer-policy', 'no-referrer')
+    .header('x-content-type-options', 'nosniff')
+    .header('referrer-policy', 'same-origin')
     .send(html);
 }
 
@@ -92,7 +102,7 @@ export function registerConsent(f: FastifyInstance, app: App, store: OAuthStore)
       200,
       page(
         'Connect an MCP client?',
-        `<p>The client <strong>${esc(client.name)}</strong> (id <code>${esc(client.id)}</code>, registered ${esc(client.createdAt)}) asks for access to <code>${esc(pending.resource)}</code>. Untick what it should not get:</p>
+        `<p class="client">The client <bdi><strong>${esc(cleanClientName(client.name))}</strong></bdi> (its name is chosen by the client itself and not verified; id <code>${esc(client.id)}</code>, registered ${esc(client.createdAt)}) asks for access to <code>${esc(pending.resource)}</code>. Untick what it should not get:</p>
 <p>After approval you return to <code>${esc(redirectHost.protocol === 'http:' || redirectHost.protocol === 'https:' ? redirectHost.origin + redirectHost.pathname : pending.redirectUri)}</code>. Approve only a client you just started connecting yourself.</p>
 <form method="post" action="${OAUTH_PATHS.consent}"><input type="hidden" name="request" value="${esc(id)}"><input type="hidden" name="csrf" value="${esc(s.csrf)}">${accessChoices(pending)}
 <button type="submit" name="decision" value="approve">Approve</button> <button type="submit" name="decision" value="deny">Deny</button></form>`,
@@ -120,7 +130,7 @@ export function registerConsent(f: FastifyInstance, app: App, store: OAuthStore)
       pending.scope = scopeFromAccess(access);
       const code = store.approve(pending);
       u.searchParams.set('code', code);
-      app.audit.record({ actor: 'dashboard', action: 'oauth_consent', target: client.id, outcome: 'ok', details: { client: client.name, access: describeAccess(access) } });
+      app.audit.record({ actor: 'dashboard', action: 'oauth_consent', target: client.id, outcome: 'ok', details: { client: cleanClientName(client.name), access: describeAccess(access) } });
     } else {
       u.searchParams.set('error', 'access_denied');
       u.searchParams.set('error_description', 'the owner denied the request');
@@ -139,7 +149,7 @@ export function oauthClientRoutes(store: OAuthStore): ApiRegistrar {
     api.get('/oauth/clients', async () => ({
       clients: store.connectedClients().map((c) => ({
         id: c.id,
-        name: c.name,
+        name: cleanClientName(c.name),
         redirectUris: c.redirectUris,
         createdAt: c.createdAt,
         lastUsedAt: c.lastUsedAt,

@@ -77,6 +77,8 @@ export const ownerRoutes: ApiRegistrar = (api, app) => {
       gatewayPush: { lastAttemptAt: p.lastAttemptAt, lastSuccessAt: p.lastSuccessAt, lastError: p.lastError, generation: p.generation },
       providerCredentials: app.models.listCredentials().length,
       profiles: { total: profiles.length, active: profiles.filter((x) => x.status === 'active').length },
+      // Password login throttling: delays, lockouts per address and overall (src/services/login-throttle.ts).
+      login: app.loginThrottle.view(),
       asOf: new Date().toISOString(),
     };
   });

@@ -10,6 +10,7 @@ import { safeEqual } from '../core/crypto.js';
 import { SESSION_TTL_MS } from '../services/auth.js';
 import type { DashboardSession } from '../services/auth.js';
 import { CSP, registerAssets } from './assets.js';
+import { addressKey, type Refusal } from '../services/login-throttle.js';
 
 export const SESSION_COOKIE = 'atelier_session';
 
@@ -66,10 +67,18 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
   f.get('/healthz', async () => ({ status: 'ok' }));
 
   // Every page and asset answers with a strict Content-Security-Policy: only this origin's own
-  // script and style files, no inline script, no framing (see docs/dashboard.md).
+  // script and style files, no inline script, no framing (see docs/dashboard.md). A page that sets
+  // its own (the OAuth consent page, whose form must reach the client's redirect URI, and the
+  // authorization errors) keeps it: these headers are defaults, never a replacement.
   f.addHook('onSend', async (req, reply) => {
     if (req.url.startsWith('/api/') || req.url === '/mcp') return;
-    reply.header('content-security-policy', CSP).header('x-content-type-options', 'nosniff').header('x-frame-options', 'DENY').header('referrer-policy', 'same-origin');
+    const defaults: Array<[string, string]> = [
+      ['content-security-policy', CSP],
+      ['x-content-type-options', 'nosniff'],
+      ['x-frame-options', 'DENY'],
+      ['referrer-policy', 'same-origin'],
+    ];
+    for (const [name, value] of defaults) if (!reply.hasHeader(name)) reply.header(name, value);
   });
 
   registerAssets(f);
@@ -77,8 +86,10 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
   f.get('/', async (req, reply) => {
     const s = sessionOf(req);
     reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-store');
-    const failed = (req.query as Record<string, string | undefined>).login === 'failed';
-    if (!s) return reply.send(loginPage(app.auth.hasPassword(), failed));
+    const login = (req.query as Record<string, string | undefined>).login;
+    // After a throttled form post: the delay or lockout as it stands now (a busy or concurrent refusal is not kept: a generic line).
+    const throttled = login === 'throttled' ? (app.loginThrottle.refusal(addressKey(req.ip)) ?? { reason: 'busy', scope: 'service', until: Date.now() + 1000 }) : null;
+    if (!s) return reply.send(loginPage(app.auth.hasPassword(), login === 'failed', throttled));
     return reply.send(appShell());
   });
 
@@ -95,17 +106,32 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
     return reply.redirect('/', 303);
   });
 
+  // Password login, throttled (src/services/login-throttle.ts, docs/operations.md): per address and
+  // overall, growing delays then a lockout; one check per address at a time and a bounded queue of
+  // scrypt checks. A refused attempt runs no check. The one-time link above is never throttled.
   f.post('/login', async (req, reply) => {
     const body = (req.body ?? {}) as Record<string, unknown>;
     const password = typeof body.password === 'string' ? body.password : '';
-    if (!password || !(await app.auth.checkPassword(password))) {
-      app.audit.record({ actor: 'dashboard', action: 'login', outcome: 'refused', reason: 'wrong password or no password set' });
-      if ((req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded')) return reply.redirect('/?login=failed', 303);
+    const form = (req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded');
+    const address = addressKey(req.ip);
+    // An empty or over-long password (set-password takes at most 1024 characters) is a failure
+    // without a check, throttled and counted like any other.
+    const plausible = password.length > 0 && password.length <= 1024;
+    const result = await app.loginThrottle.attempt(req.ip, async () => plausible && (await app.auth.checkPassword(password)));
+    if (result.outcome === 'refused') {
+      const retryAfter = Math.max(1, Math.ceil((result.until - Date.now()) / 1000));
+      reply.header('retry-after', String(retryAfter));
+      if (form) return reply.redirect('/?login=throttled', 303);
+      return sendError(reply, throttleError(result, retryAfter));
+    }
+    if (result.outcome === 'wrong') {
+      app.audit.record({ actor: 'dashboard', action: 'login', target: address, outcome: 'refused', reason: 'wrong password or no password set' });
+      if (form) return reply.redirect('/?login=failed', 303);
       return sendError(reply, new ServiceError('UNAUTHENTICATED', 'wrong password, or no owner password is set (run `atelier owner set-password`)', { field: 'password' }));
     }
     const s = startSession(reply);
-    app.audit.record({ actor: 'dashboard', action: 'login', outcome: 'ok' });
-    if ((req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded')) return reply.redirect('/', 303);
+    app.audit.record({ actor: 'dashboard', action: 'login', target: address, outcome: 'ok' });
+    if (form) return reply.redirect('/', 303);
     return { csrfToken: s.csrf, expiresAt: s.expiresAt };
   });
 
@@ -178,11 +204,37 @@ function page(title: string, body: string): string {
 <body class="plain"><main class="login"><h1>${esc(title)}</h1>${body}</main></body></html>`;
 }
 
-function loginPage(hasPassword: boolean, failed: boolean): string {
+/** The answer to a throttled password login: 429 (a delay or lockout, or a check from this address already running) or 503 (busy). */
+function throttleError(r: Refusal, retryAfter: number): ServiceError {
+  const details = { field: 'password', rule: r.reason === 'busy' ? 'bounded concurrent password checks' : 'login throttle', reason: r.reason, scope: r.scope, retryAfterSeconds: retryAfter, until: new Date(r.until).toISOString() };
+  return new ServiceError(r.reason === 'busy' ? 'UNAVAILABLE' : 'RESOURCE_EXHAUSTED', `password: ${throttleText(r)}; no password was checked. ${LINK_HINT}`, details);
+}
+
+const LINK_HINT = 'The one-time login link still works: run `atelier owner login-link` on the machine.';
+
+function throttleText(r: Refusal): string {
+  const until = new Date(r.until).toISOString().slice(11, 19) + ' UTC';
+  switch (r.reason) {
+    case 'lockout':
+      return `too many failed logins ${r.scope === 'overall' ? 'from all addresses: password login is locked for everyone' : 'from this address: password login is locked for it'} until ${until}`;
+    case 'delay':
+      return `too many failed logins ${r.scope === 'overall' ? 'from all addresses' : 'from this address'}: try again after ${until}`;
+    case 'concurrent':
+      return 'a password check from this address is already running: wait for its answer';
+    default:
+      return 'too many password checks are running: try again in a moment';
+  }
+}
+
+function loginPage(hasPassword: boolean, failed: boolean, throttled: Refusal | null): string {
   const hint = hasPassword
     ? ''
     : '<p class="muted">No owner password is set yet. Use the one-time login link printed when the service started, or run <code>atelier owner set-password</code>.</p>';
-  const err = failed ? '<p class="error" role="alert">Wrong password, or no owner password is set.</p>' : '';
+  const err = failed
+    ? '<p class="error" role="alert">Wrong password, or no owner password is set.</p>'
+    : throttled
+      ? `<p class="error" role="alert">${esc(throttleText(throttled))}. No password was checked.</p><p class="muted">The one-time login link still works: run <code>atelier owner login-link</code> on the machine.</p>`
+      : '';
   return page(
     'Atelier',
     `${err}${hint}<form method="post" action="/login" class="stack"><label>Owner password <input type="password" name="password" autocomplete="current-password" required></label><button type="submit" class="primary">Log in</button></form>`,

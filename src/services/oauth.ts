@@ -12,7 +12,7 @@ import { tx } from '../store/db.js';
 import { safeEqual, sha256Hex } from '../core/crypto.js';
 import { randomToken } from '../core/ids.js';
 import { isoIn, nowIso } from '../core/clock.js';
-import { accessFromScope, type Access } from '../core/toolsets.js';
+import { accessFromScope, intersect, scopeFromAccess, type Access } from '../core/toolsets.js';
 
 /** The authorization server's paths (served by src/mcp/oauth/routes.ts; the consent page by src/dashboard/oauth.ts). */
 export const OAUTH_PATHS = {
@@ -83,12 +83,41 @@ export interface VerifiedAccess {
   expiresAt: number;
 }
 
+/**
+ * A client's self-declared name as shown to the owner: Unicode format characters (bidirectional
+ * overrides and isolates such as U+202E, zero-width characters, the BOM) removed, control
+ * characters, line and paragraph separators and whitespace runs made one space, at most 100
+ * characters. Pages also set it in <bdi>, so what remains cannot reorder the text around it.
+ */
+export function cleanClientName(name: string): string {
+  const clean = name
+    .replace(/\p{Cf}/gu, '')
+    .replace(/[\p{Cc}\p{Zl}\p{Zp}\s]+/gu, ' ')
+    .trim();
+  return [...clean].slice(0, 100).join('') || 'unnamed client';
+}
+
 /** base64url(SHA-256(verifier)) per RFC 7636 section 4.6. */
 export function s256(verifier: string): string {
   return createHash('sha256').update(verifier, 'ascii').digest('base64url');
 }
 
 const VERIFIER_RE = /^[A-Za-z0-9._~-]{43,128}$/;
+
+/**
+ * A token's access: the grant's, narrowed by the scope stored on the token (NULL for tokens issued
+ * before migration 0020: the grant's). An intersection, so never wider than the grant.
+ */
+export function tokenAccess(grantScope: string, tokenScope: string | null): Access {
+  const granted = accessFromScope(grantScope);
+  return tokenScope === null ? granted : intersect(granted, accessFromScope(tokenScope));
+}
+
+/** True when `asked` is within `bound` (same or fewer toolsets; read-only kept). */
+export function narrows(asked: Access, bound: Access): boolean {
+  const toolsets = bound.toolsets === null || (asked.toolsets !== null && asked.toolsets.every((t) => bound.toolsets!.includes(t)));
+  return toolsets && (!bound.readOnly || asked.readOnly);
+}
 
 export class OAuthStore {
   constructor(
@@ -170,6 +199,16 @@ export class OAuthStore {
     });
   }
 
+  /**
+   * True when the owner approved a request of this client with exactly this redirect URI and the
+   * grant is still live: only then may /oauth/authorize send an error back to it (a redirect).
+   */
+  approvedRedirect(clientId: string, redirectUri: string): boolean {
+    return !!this.db
+      .prepare('SELECT 1 FROM oauth_codes c JOIN oauth_grants g ON g.id = c.grant_id WHERE c.client_id = ? AND c.redirect_uri = ? AND g.revoked_at IS NULL LIMIT 1')
+      .get(clientId, redirectUri);
+  }
+
   // ---- authorization requests and consent ----
 
   savePending(req: PendingRequest): string | null {
@@ -237,10 +276,17 @@ export class OAuthStore {
     }
   }
 
+  /**
+   * A refresh rotates the refresh token. Its `scope` may only narrow what this refresh token
+   * carries (the grant's scope, or what an earlier refresh of its chain narrowed it to); without a
+   * scope the new tokens carry the same. The narrowing sticks to the chain: a later refresh cannot
+   * widen back to the grant (docs/access.md). Both new tokens store their scope, and verifyAccess
+   * enforces it.
+   */
   refresh(client: ClientRecord, refreshToken: string, scope: string | undefined, resource: string | undefined): TokenSet {
     {
       const row = this.db
-        .prepare("SELECT t.token_hash, t.grant_id, t.expires_at, t.used_at, t.revoked_at, g.client_id FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = ? AND t.kind = 'refresh'")
+        .prepare("SELECT t.token_hash, t.grant_id, t.expires_at, t.used_at, t.revoked_at, t.scope, g.client_id FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = ? AND t.kind = 'refresh'")
         .get(sha256Hex(refreshToken)) as Record<string, string | null> | undefined;
       if (!row || row.client_id !== client.id) throw new OAuthFailure('invalid_grant', 'unknown refresh token');
       if (row.used_at) {
@@ -251,18 +297,18 @@ export class OAuthStore {
       if (row.expires_at! <= nowIso()) throw new OAuthFailure('invalid_grant', 'refresh token expired');
       const grant = this.liveGrant(row.grant_id!);
       if (resource !== undefined && resource !== grant.resource) throw new OAuthFailure('invalid_target', 'resource does not match the grant');
-      let newScope = grant.scope;
-      if (scope !== undefined && scope !== grant.scope) {
-        // Narrowing only: every asked scope must be within the granted access.
+      // What this refresh token may hand on: the grant, narrowed by the token's own scope.
+      const carried = tokenAccess(grant.scope, row.scope);
+      let next = carried;
+      if (scope !== undefined && scope.trim() !== '') {
         const asked = accessFromScope(scope);
-        const granted = accessFromScope(grant.scope);
-        const within = (granted.toolsets === null || (asked.toolsets !== null && asked.toolsets.every((t) => granted.toolsets!.includes(t)))) && (!granted.readOnly || asked.readOnly);
-        if (!within) throw new OAuthFailure('invalid_scope', 'a refresh may only narrow the granted scope');
-        newScope = scope;
+        if (!narrows(asked, carried))
+          throw new OAuthFailure('invalid_scope', `scope: a refresh may only narrow the scope this refresh token carries (${scopeFromAccess(carried) || 'mcp'}), never widen it`);
+        next = intersect(carried, asked);
       }
       this.db.prepare('UPDATE oauth_tokens SET used_at = ? WHERE token_hash = ?').run(nowIso(), row.token_hash);
       this.touchClient(client.id);
-      return this.issue(grant.id, newScope);
+      return this.issue(grant.id, scopeFromAccess(next));
     }
   }
 
@@ -282,7 +328,7 @@ export class OAuthStore {
     const hash = sha256Hex(token);
     const record = this.db
       .prepare(
-        `SELECT t.token_hash, t.expires_at, g.id AS grant_id, g.client_id, g.scope, g.resource FROM oauth_tokens t
+        `SELECT t.token_hash, t.expires_at, t.scope AS token_scope, g.id AS grant_id, g.client_id, g.scope, g.resource FROM oauth_tokens t
          JOIN oauth_grants g ON g.id = t.grant_id JOIN oauth_clients c ON c.id = g.client_id
          WHERE t.token_hash = ? AND t.kind = 'access' AND t.revoked_at IS NULL AND g.revoked_at IS NULL AND c.revoked_at IS NULL`,
       )
@@ -293,7 +339,7 @@ export class OAuthStore {
       clientId: record.client_id!,
       grantId: record.grant_id!,
       resource: record.resource!,
-      access: accessFromScope(record.scope),
+      access: tokenAccess(record.scope!, record.token_scope ?? null),
       expiresAt: Math.floor(Date.parse(record.expires_at!) / 1000),
     };
   }
@@ -316,10 +362,10 @@ export class OAuthStore {
     const access = ACCESS_PREFIX + randomToken(43);
     const refresh = REFRESH_PREFIX + randomToken(43);
     const ttl = this.accessTtlMs();
-    const ins = this.db.prepare('INSERT INTO oauth_tokens (token_hash, grant_id, kind, created_at, expires_at) VALUES (?, ?, ?, ?, ?)');
+    const ins = this.db.prepare('INSERT INTO oauth_tokens (token_hash, grant_id, kind, scope, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)');
     tx(this.db, () => {
-      ins.run(sha256Hex(access), grantId, 'access', nowIso(), isoIn(ttl));
-      ins.run(sha256Hex(refresh), grantId, 'refresh', nowIso(), isoIn(REFRESH_TTL_MS));
+      ins.run(sha256Hex(access), grantId, 'access', scope, nowIso(), isoIn(ttl));
+      ins.run(sha256Hex(refresh), grantId, 'refresh', scope, nowIso(), isoIn(REFRESH_TTL_MS));
     });
     return { access_token: access, token_type: 'Bearer', expires_in: Math.floor(ttl / 1000), refresh_token: refresh, ...(scope ? { scope } : {}) };
   }

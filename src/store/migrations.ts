@@ -24,6 +24,7 @@
  *   services/knowledge    knowledge_projects, knowledge_items, knowledge_fts, knowledge_links
  *   services/artifacts    artifacts, artifact_blobs
  *   services/token-cache  (0019) auth_epoch (moved by triggers on the token tables; only read)
+ *   services/oauth  (0020) oauth_tokens.scope
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
@@ -35,6 +36,7 @@ import { m0016 } from './migrations/0016-packages.js';
 import { m0018 } from './migrations/0018-knowledge-search.js';
 import { m0019 } from './migrations/0019-auth-epoch.js';
 import { m0020 } from './migrations/0020-caller-binding.js';
+import { m0021 } from './migrations/0021-oauth-token-scope.js';
 
 export interface Migration {
   version: number;
@@ -347,4 +349,5 @@ export const MIGRATIONS: Migration[] = [
   m0018,
   m0019,
   m0020,
+  m0021,
 ];

@@ -7,7 +7,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, StreamableHTTPClientTransport, UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/client';
-import { call, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
+import { call, connectV2, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
 
 let svc: Service;
 let session: { cookie: string; csrf: string };
@@ -225,6 +225,58 @@ describe('OAuth scopes', () => {
     expect(names).not.toContain('agent_list');
     expect(names).not.toContain('workspace_open');
   }, 60_000);
+  it('a refresh with a narrower scope issues a token that is narrowed: files_write is refused with it, and the chain cannot widen back', async () => {
+    const id = await register();
+    const { challenge, verifier } = pkce();
+    const code = await codeFor(id, challenge);
+    const full = JSON.parse((await httpRequest(svc.url, 'POST', '/oauth/token', FORM, form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, client_id: id, code_verifier: verifier }))).body);
+    const refresh = async (refresh_token: string, scope?: string) =>
+      httpRequest(svc.url, 'POST', '/oauth/token', FORM, form({ grant_type: 'refresh_token', refresh_token, client_id: id, ...(scope === undefined ? {} : { scope }) }));
+    const toolNames = async (token: string) => {
+      const c = await connectV2(svc, token);
+      const names = (await c.listTools()).tools.map((t) => t.name);
+      const write = await call(c, 'files_write', { workspaceId: 'ws_' + 'a'.repeat(24), path: 'a.txt', content: 'x' });
+      await c.close();
+      return { names, write };
+    };
+    const before = await toolNames(full.access_token);
+    expect(before.names).toContain('files_write');
+    if (!before.write.ok) expect(before.write.error.code).not.toBe('PERMISSION_DENIED'); // full access: refused later, for the unknown workspace
+
+    const r1 = await refresh(full.refresh_token, 'readonly');
+    expect(r1.status).toBe(200);
+    const t1 = JSON.parse(r1.body);
+    expect(t1.scope).toBe('readonly');
+    const narrowed = await toolNames(t1.access_token);
+    expect(narrowed.names).toContain('files_read');
+    expect(narrowed.names).not.toContain('files_write');
+    expect(narrowed.write.ok).toBe(false);
+    if (!narrowed.write.ok) {
+      expect(narrowed.write.error.code).toBe('PERMISSION_DENIED');
+      expect(narrowed.write.error.message).toMatch(/read-only/);
+    }
+
+    // The narrowing sticks to the chain: a refresh without scope keeps it, one asking wider is refused
+    // (and does not use up the refresh token), a narrower one narrows further.
+    const t2 = JSON.parse((await refresh(t1.refresh_token)).body);
+    expect(t2.scope).toBe('readonly');
+    expect((await toolNames(t2.access_token)).names).not.toContain('files_write');
+    for (const wider of ['mcp', 'toolset:files', 'toolset:all', 'toolset:agents']) {
+      const w = await refresh(t2.refresh_token, wider);
+      expect(w.status, wider).toBe(400);
+      expect(JSON.parse(w.body).error).toBe('invalid_scope');
+      expect(JSON.parse(w.body).error_description).toMatch(/scope: a refresh may only narrow/);
+    }
+    const t3 = JSON.parse((await refresh(t2.refresh_token, 'toolset:files readonly')).body);
+    expect(t3.scope).toBe('toolset:files readonly');
+    const files = await toolNames(t3.access_token);
+    expect(files.names).toContain('files_read');
+    expect(files.names).not.toContain('workspace_list');
+    expect(files.names).not.toContain('files_write');
+    // The grant itself (what the owner approved, listed on the dashboard) is unchanged.
+    const list = JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/oauth/clients', { cookie: session.cookie })).body);
+    expect(list.clients.find((x: { id: string }) => x.id === id).grants[0].scope).toBe('');
+  }, 60_000);
 });
 
 describe('OAuth refusals', () => {
@@ -248,9 +300,94 @@ describe('OAuth refusals', () => {
     expect(huge.status).toBe(400);
   });
 
-  it('refuses a request without PKCE or with the plain method (error back to the redirect URI)', async () => {
+  it('is no open redirector: errors for a client the owner has not approved are a page here; only an approved redirect URI gets them back', async () => {
+    // Registration is open: anyone may register a client whose redirect URI is a phishing page.
+    const PHISH = 'https://evil.example/login';
+    const r = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'raw client', redirect_uris: [PHISH, REDIRECT] }));
+    const id = JSON.parse(r.body).client_id as string;
+    const { challenge } = pkce();
+    const errors: Array<Record<string, string | undefined>> = [
+      { response_type: 'token' },
+      { code_challenge: undefined },
+      { scope: 'toolset:nonsense' },
+      { resource: 'https://other.example/mcp' },
+    ];
+    const tryAll = async (redirect: string) => {
+      const out: Array<{ status: number; location?: string; body: string; csp: string }> = [];
+      for (const e of errors) {
+        const a = await httpRequest(svc.url, 'GET', authorizePath(id, { code_challenge: challenge, code_challenge_method: 'S256', redirect_uri: redirect, ...e }));
+        out.push({ status: a.status, location: a.headers.location as string | undefined, body: a.body, csp: String(a.headers['content-security-policy']) });
+      }
+      return out;
+    };
+    for (const a of await tryAll(PHISH)) {
+      expect(a.status).toBe(400);
+      expect(a.location).toBeUndefined();
+      expect(a.body).toContain('Authorization request refused');
+      expect(a.body).not.toContain('evil.example');
+      expect(a.csp).toContain("default-src 'none'");
+      expect(a.csp).toContain("form-action 'none'");
+    }
+    // The owner approves a request to REDIRECT: errors now go back there (RFC 6749 section 4.1.2.1),
+    // never to the other registered URI, which the owner never approved.
+    await codeFor(id, challenge);
+    for (const a of await tryAll(REDIRECT)) {
+      expect(a.status).toBe(302);
+      expect(new URL(a.location!).origin + new URL(a.location!).pathname).toBe(REDIRECT);
+      expect(new URL(a.location!).searchParams.get('error')).toBeTruthy();
+    }
+    for (const a of await tryAll(PHISH)) expect(a.location).toBeUndefined();
+    // Revoked by the owner: a page again.
+    await httpRequest(svc.url, 'DELETE', `/api/v1/oauth/clients/${id}`, { cookie: session.cookie, 'x-csrf-token': session.csrf });
+    for (const a of await tryAll(REDIRECT)) {
+      expect(a.status).toBe(400);
+      expect(a.location).toBeUndefined();
+    }
+  }, 60_000);
+
+  it('registration takes only https, loopback http and reverse-domain private-use redirect URIs', async () => {
+    const reg = (u: string) => httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'uri check', redirect_uris: [u] }));
+    for (const u of ['https://app.example/cb', 'http://127.0.0.1:33418/cb', 'http://[::1]/cb', 'http://localhost:8080/cb', 'com.example.app:/oauth2redirect', 'io.github.someone.client://callback']) {
+      const r = await reg(u);
+      expect(r.status, u).toBe(201);
+      expect(JSON.parse(r.body).redirect_uris).toEqual([u]);
+    }
+    const refused: Array<[string, RegExp]> = [
+      ['http://evil.example/cb', /loopback/],
+      ['http://127.0.0.1.evil.example/cb', /loopback/],
+      ['myapp:/cb', /reverse-domain/],
+      ['ms-settings:privacy', /reverse-domain/],
+      ['intent://scan/#Intent;scheme=zxing;end', /fragment/],
+      ['javascript:alert(1)', /reverse-domain/],
+      ['data:text/html,<script>alert(1)</script>', /reverse-domain/],
+      ['file:///etc/passwd', /reverse-domain/],
+      ['vbscript:msgbox', /reverse-domain/],
+      ['https://user:pw@app.example/cb', /user name or password/],
+      ['https://app.example/cb#', /fragment/],
+      ['https://app.example/c\u202Eb', /ASCII/],
+      ['com.example.app:/cb x', /ASCII/],
+      ['.example:/cb', /absolute URI/],
+    ];
+    for (const [u, why] of refused) {
+      const r = await reg(u);
+      expect(r.status, u).toBe(400);
+      const b = JSON.parse(r.body);
+      expect(b.error, u).toBe('invalid_redirect_uri');
+      expect(b.error_description, u).toMatch(/^redirect_uris: /);
+      expect(b.error_description, u).toMatch(why);
+    }
+  });
+
+  it('refuses a request without PKCE or with the plain method (a page until the owner approved the redirect URI, then back to it)', async () => {
     const id = await register();
     const { challenge, verifier } = pkce();
+    // Not yet approved by the owner: the error is a page here, not a redirect.
+    const fresh = await httpRequest(svc.url, 'GET', authorizePath(id, {}));
+    expect(fresh.status).toBe(400);
+    expect(fresh.headers.location).toBeUndefined();
+    expect(fresh.body).toContain('<code>invalid_request</code>: code_challenge is required');
+    // Once the owner approved a request to this redirect URI, errors go back to it (RFC 6749 section 4.1.2.1).
+    const code = await codeFor(id, challenge);
     const none = await httpRequest(svc.url, 'GET', authorizePath(id, {}));
     expect(none.status).toBe(302);
     const loc = new URL(String(none.headers.location));
@@ -261,7 +398,6 @@ describe('OAuth refusals', () => {
     const noMethod = await httpRequest(svc.url, 'GET', authorizePath(id, { code_challenge: challenge }));
     expect(new URL(String(noMethod.headers.location)).searchParams.get('error')).toBe('invalid_request');
     // A token request without the verifier is refused (and burns the code).
-    const code = await codeFor(id, challenge);
     const t = await httpRequest(svc.url, 'POST', '/oauth/token', FORM, form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, client_id: id }));
     expect(t.status).toBe(400);
     // A wrong verifier too.
@@ -358,8 +494,11 @@ describe('OAuth refusals', () => {
     expect(cb.searchParams.get('code')).toBeNull();
     const g = await httpRequest(svc.url, 'POST', '/oauth/token', FORM, form({ grant_type: 'password', client_id: id }));
     expect(JSON.parse(g.body).error).toBe('unsupported_grant_type');
+    // A denied request approves nothing: the client's errors are still a page, not a redirect.
     const scope = await httpRequest(svc.url, 'GET', authorizePath(id, { code_challenge: challenge, code_challenge_method: 'S256', scope: 'toolset:nonsense' }));
-    expect(new URL(String(scope.headers.location)).searchParams.get('error')).toBe('invalid_scope');
+    expect(scope.status).toBe(400);
+    expect(scope.headers.location).toBeUndefined();
+    expect(scope.body).toContain('<code>invalid_scope</code>');
     const consentUnknown = await httpRequest(svc.url, 'GET', '/oauth/consent?request=forged', { cookie: session.cookie });
     expect(consentUnknown.status).toBe(400);
   }, 60_000);
@@ -374,9 +513,29 @@ describe('OAuth refusals', () => {
     expect(page.body).not.toContain('<script>');
     expect(page.body).not.toContain('<img');
     expect(page.body).toContain('&lt;script&gt;');
-    const huge = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'x'.repeat(3 * 1024 * 1024), redirect_uris: [REDIRECT] }));
-    expect(huge.status).toBeGreaterThanOrEqual(400);
-    expect(huge.status).toBeLessThan(500);
+    // Format characters (a right-to-left override would reorder the page around the name) are
+    // removed at registration, and the name is isolated and marked as the client's own claim.
+    const bidi = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'Claude\u202E\u200F (verified)\u2066\n\tby Atelier\uFEFF', redirect_uris: [REDIRECT] }));
+    expect(JSON.parse(bidi.body).client_name).toBe('Claude (verified) by Atelier');
+    const bidiId = JSON.parse(bidi.body).client_id;
+    const ba = await httpRequest(svc.url, 'GET', authorizePath(bidiId, { code_challenge: challenge, code_challenge_method: 'S256' }));
+    const bpage = await httpRequest(svc.url, 'GET', String(ba.headers.location), { cookie: session.cookie });
+    expect(bpage.body).toContain('<bdi><strong>Claude (verified) by Atelier</strong></bdi> (its name is chosen by the client itself and not verified;');
+    expect(bpage.body).not.toMatch(/[\u202A-\u202E\u2066-\u2069\u200E\u200F\uFEFF]/);
+    const listed = JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/oauth/clients', { cookie: session.cookie })).body).clients as Array<{ name: string }>;
+    for (const c of listed) expect(c.name).not.toMatch(/[\u202A-\u202E\u2066-\u2069\u200E\u200F\uFEFF]/);
+    const onlyFormat = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: '\u202E\u202E', redirect_uris: [REDIRECT] }));
+    expect(JSON.parse(onlyFormat.body).client_name).toBe('unnamed client');
+    // Over the 2 MiB body limit: a 4xx answer, or (when the answer and the close come while this
+    // client is still writing the body) the connection cut under it; never a registration.
+    const huge = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'x'.repeat(3 * 1024 * 1024), redirect_uris: [REDIRECT] })).then(
+      (r) => r.status,
+      (e: NodeJS.ErrnoException) => e.code,
+    );
+    if (typeof huge === 'number') {
+      expect(huge).toBeGreaterThanOrEqual(400);
+      expect(huge).toBeLessThan(500);
+    } else expect(['EPIPE', 'ECONNRESET']).toContain(huge);
     const deep = '{"redirect_uris":["' + REDIRECT + '"],"x":' + '['.repeat(5000) + ']'.repeat(5000) + '}';
     const d = await httpRequest(svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, deep);
     expect(d.status).toBeLessThan(500);
@@ -388,7 +547,8 @@ describe('OAuth refusals', () => {
     expect(json.status).toBe(400);
     expect(JSON.parse(json.body).error).toBe('invalid_request');
     const longState = await httpRequest(svc.url, 'GET', authorizePath(id, { code_challenge: challenge, code_challenge_method: 'S256', state: 's'.repeat(2000) }));
-    expect(new URL(String(longState.headers.location)).searchParams.get('error')).toBe('invalid_request');
+    expect(longState.status).toBe(400);
+    expect(longState.body).toContain('<code>invalid_request</code>: state too long');
     // A forged consent POST without a session issues nothing.
     const forged = await httpRequest(svc.url, 'POST', '/oauth/consent', FORM, form({ request: 'x', csrf: 'y', decision: 'approve' }));
     expect(forged.status).toBe(401);

@@ -110,7 +110,7 @@ export function McpAccess() {
           <ul class="list">
             {(data.oauth.clients ?? []).map((c: any) => (
               <li class="row">
-                <strong>{c.name ?? c.clientName ?? c.id}</strong> <span class="grow muted small">{c.id} · {when(c.createdAt)}</span>
+                <bdi><strong>{c.name ?? c.clientName ?? c.id}</strong></bdi> <span class="muted small">(name chosen by the client)</span> <span class="grow muted small">{c.id} · {when(c.createdAt)}</span>
                 <Action label="Disconnect" kind="danger" confirm={`Disconnect ${c.name ?? c.id}?`} run={async () => (await api('DELETE', `/oauth/clients/${encodeURIComponent(c.id)}`), reload())} />
               </li>
             ))}

@@ -122,6 +122,47 @@ export function Overview() {
           </dd>
         </dl>
       </Section>
+      {o.login ? <PasswordLogin login={o.login} /> : null}
     </div>
+  );
+}
+
+/** Password login throttling (GET /api/v1/overview `login`): lockouts and delays the owner should see. */
+function PasswordLogin(p: { login: any }) {
+  const l = p.login;
+  const overall = l.overall;
+  const locked = overall.lockedUntil || l.lockedAddresses > 0;
+  return (
+    <Section title="Password login" id="password-login">
+      {overall.lockedUntil ? (
+        <p role="alert">
+          <Badge kind="bad">locked for everyone</Badge> until {when(overall.lockedUntil)}: too many failed password logins from all addresses.
+        </p>
+      ) : overall.delayedUntil ? (
+        <p>
+          <Badge kind="warn">slowed down</Badge> for everyone until {when(overall.delayedUntil)} ({overall.failures} failed logins)
+        </p>
+      ) : (
+        <p class="muted small">
+          {overall.failures ? `${overall.failures} failed password login(s) recently` : 'No failed password logins recently'}; lockout after {l.limits.perAddress} from one address or {l.limits.overall} from all.
+        </p>
+      )}
+      {l.addresses.length ? (
+        <ul class="list">
+          {l.addresses.map((a: any) => (
+            <li>
+              <code>{a.address}</code>{' '}
+              {a.lockedUntil ? <Badge kind="bad">locked until {when(a.lockedUntil)}</Badge> : a.delayedUntil ? <Badge kind="warn">slowed down until {when(a.delayedUntil)}</Badge> : null}{' '}
+              <span class="muted small">{a.failures} failure(s) since the last lockout</span>
+            </li>
+          ))}
+        </ul>
+      ) : null}
+      {locked ? (
+        <p class="muted small">
+          The one-time login link still works: <code>atelier owner login-link</code> on the machine. Sessions already open are not affected.
+        </p>
+      ) : null}
+    </Section>
   );
 }

@@ -14,7 +14,7 @@ import { z } from 'zod';
 import type { App } from '../../app.js';
 import { ServiceError } from '../../core/errors.js';
 import { accessFromScope, scopesSupported, scopeFromAccess } from '../../core/toolsets.js';
-import { OAUTH_PATHS, OAuthFailure, type OAuthStore } from '../../services/oauth.js';
+import { cleanClientName, OAUTH_PATHS, OAuthFailure, type OAuthStore } from '../../services/oauth.js';
 
 /** Paths a browser-based client (the MCP Inspector) calls cross-origin: no cookies, CORS open. */
 export const OAUTH_CORS_PATHS = new Set([
@@ -57,21 +57,51 @@ export function authorizationServerMetadata(issuer: string) {
   };
 }
 
-/** Redirect URIs: https, http on a loopback host, or a private-use scheme (RFC 8252); never a fragment. */
+const LOOPBACK_HOSTS = ['127.0.0.1', '[::1]', 'localhost'];
+
+/**
+ * Redirect URIs a client may register: https, http on a loopback host, or a native app's private-use
+ * scheme named by a reverse domain (RFC 8252 section 7.1: `com.example.app:/callback`). Printable
+ * ASCII only (a URI percent-encodes the rest, and a bidi override in one could disguise it on the
+ * consent page), no fragment, no user or password. Anything else (`javascript:`, `data:`, a bare
+ * `myapp:`, an OS handler such as `ms-settings:`) is refused.
+ */
 export function redirectUriProblem(u: string): string | null {
   if (u.length > 2000) return 'too long';
+  if (!/^[\x21-\x7e]+$/.test(u)) return 'must be printable ASCII without spaces (percent-encode anything else)';
   let url: URL;
   try {
     url = new URL(u);
   } catch {
     return 'not an absolute URI';
   }
-  if (url.hash) return 'must not contain a fragment';
+  if (u.includes('#')) return 'must not contain a fragment';
+  if (url.username || url.password) return 'must not contain a user name or password';
   const scheme = url.protocol.slice(0, -1).toLowerCase();
-  if (scheme === 'https') return null;
-  if (scheme === 'http') return ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname) ? null : 'http is allowed only on a loopback host (use https)';
-  if (['javascript', 'data', 'file', 'vbscript', 'blob', 'about', 'ftp', 'ws', 'wss'].includes(scheme)) return `scheme ${scheme} is not allowed`;
-  return null; // private-use scheme of a native app
+  if (scheme === 'https') return url.hostname ? null : 'https needs a host';
+  if (scheme === 'http') return LOOPBACK_HOSTS.includes(url.hostname) ? null : 'http is allowed only on a loopback host (127.0.0.1, [::1], localhost); use https';
+  if (/^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$/.test(scheme)) return null;
+  return `scheme ${scheme}: must be https, http on a loopback host, or a native app's reverse-domain private-use scheme such as com.example.app:/callback (RFC 8252)`;
+}
+
+function escHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}
+
+/**
+ * An authorization error answered in the browser instead of a redirect to the client: a plain page
+ * under a CSP that allows nothing (no script, no style, no form, no framing).
+ */
+function errorPage(reply: FastifyReply, status: number, error: string, description: string, why: string): FastifyReply {
+  const html = `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><title>Authorization request refused · Atelier</title></head><body><main><h1>Authorization request refused</h1><p><code>${escHtml(error)}</code>: ${escHtml(description)}</p><p>${escHtml(why)}</p><p>Return to your MCP client and start the connection again.</p></main></body></html>`;
+  return reply
+    .code(status)
+    .header('content-type', 'text/html; charset=utf-8')
+    .header('cache-control', 'no-store')
+    .header('content-security-policy', "default-src 'none'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'")
+    .header('x-frame-options', 'DENY')
+    .header('referrer-policy', 'no-referrer')
+    .send(html);
 }
 
 const RegistrationSchema = z
@@ -181,7 +211,7 @@ export function registerOAuthRoutes(f: FastifyInstance, app: App, store: OAuthSt
       }
       if (!store.registrationRoom())
         return reply.code(429).header('retry-after', '3600').header('cache-control', 'no-store').send({ error: 'temporarily_unavailable', error_description: 'too many clients registered and not yet approved; try again later' });
-      const name = (m.client_name ?? 'unnamed client').replace(/[\u0000-\u001f\u007f]/g, '');
+      const name = cleanClientName(m.client_name ?? '');
       const metadata = {
         client_name: name,
         redirect_uris: m.redirect_uris,
@@ -209,13 +239,21 @@ export function registerOAuthRoutes(f: FastifyInstance, app: App, store: OAuthSt
       const clientId = str('client_id');
       const redirectUri = str('redirect_uri');
       const client = clientId ? store.client(clientId) : null;
-      // Without a known client and an exactly registered redirect URI there is nowhere safe to send an error.
-      if (!client || client.revokedAt) return reply.code(400).header('content-type', 'text/plain; charset=utf-8').send('OAuth error: unknown or revoked client_id (register with POST /oauth/register first).');
+      // RFC 6749 section 4.1.2.1: without a known client and an exactly registered redirect URI
+      // there is nowhere safe to send an error. Beyond it (RFC 9700 section 4.11.2), registration is
+      // open, so a registered URI proves nothing: errors go back to the client only on a redirect URI
+      // the owner already approved a request for (a live grant of this client issued a code to it);
+      // otherwise they are a page here, and this origin is no open redirector.
+      if (!client || client.revokedAt)
+        return errorPage(reply, 400, 'invalid_request', 'unknown or revoked client_id', 'Register the client with POST /oauth/register first.');
       const redirect = redirectUri;
       if (!redirect || !client.redirectUris.includes(redirect))
-        return reply.code(400).header('content-type', 'text/plain; charset=utf-8').send('OAuth error: redirect_uri is missing or does not exactly match a redirect URI registered for this client.');
+        return errorPage(reply, 400, 'invalid_request', 'redirect_uri is missing or does not exactly match a redirect URI registered for this client', 'The error is not sent to an unregistered redirect URI.');
       const state = str('state');
+      const trusted = store.approvedRedirect(client.id, redirect);
       const back = (error: string, description: string) => {
+        if (!trusted)
+          return errorPage(reply, 400, error, description, 'The owner has not approved this client for this redirect URI yet, so the error is shown here rather than sent to it.');
         const u = new URL(redirect);
         u.searchParams.set('error', error);
         u.searchParams.set('error_description', description);
