@@ -10,8 +10,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { createHash } from 'node:crypto';
-import { call, runCli } from './harness.js';
+import { createHash, randomBytes } from 'node:crypto';
+import { call, httpRequest, runCli } from './harness.js';
 import { startAgentEnv, type AgentEnv } from './agents-fixture.js';
 
 const OPS = ['files_read', 'files_write', 'exec_run', 'git_push', 'agent_spawn', 'agent_status', 'agent_list', 'workspace_status', 'hooks_activate', 'hooks_list', 'hooks_run'];
@@ -46,6 +46,37 @@ async function narrowed(...flags: string[]): Promise<{ c: Client; tool: (n: stri
   const tok = JSON.parse(r.stdout).token as string;
   const c = new Client({ name: 'access-indirect', version: '1.0.0' });
   await c.connect(new StreamableHTTPClientTransport(new URL(e.svc.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${tok}` } } }));
+  clients.push(c);
+  return { c, tool: (n, a) => call(c, n, a) };
+}
+
+/**
+ * An OAuth access token narrowed by scope, through the real authorization server: registration,
+ * authorize with PKCE and the scope, the owner's consent (the dashboard session), the code
+ * exchanged at the token endpoint; then the official MCP client with that token.
+ */
+async function oauthNarrowed(scope: string): Promise<{ c: Client; tool: (n: string, a: Record<string, unknown>) => ReturnType<typeof call> }> {
+  const redirect = 'http://127.0.0.1:9/callback';
+  const reg = await httpRequest(e.svc.url, 'POST', '/oauth/register', { 'content-type': 'application/json' }, JSON.stringify({ client_name: 'narrowed connector', redirect_uris: [redirect], token_endpoint_auth_method: 'none' }));
+  expect(reg.status, reg.body).toBe(201);
+  const clientId = JSON.parse(reg.body).client_id as string;
+  const verifier = randomBytes(32).toString('base64url');
+  const challenge = createHash('sha256').update(verifier).digest('base64url');
+  const q = new URLSearchParams({ response_type: 'code', client_id: clientId, redirect_uri: redirect, state: 's1', resource: e.svc.mcpUrl, scope, code_challenge: challenge, code_challenge_method: 'S256' });
+  const a = await httpRequest(e.svc.url, 'GET', `/oauth/authorize?${q}`);
+  expect(a.status, a.body).toBe(303);
+  const page = await httpRequest(e.svc.url, 'GET', String(a.headers.location), { cookie: e.cookie });
+  const request = /name="request" value="([^"]+)"/.exec(page.body)![1]!;
+  const csrf = /name="csrf" value="([^"]+)"/.exec(page.body)![1]!;
+  const ticked = Object.fromEntries([...page.body.matchAll(/name="(ts_[a-z]+|readonly)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
+  const post = await httpRequest(e.svc.url, 'POST', '/oauth/consent', { cookie: e.cookie, 'content-type': 'application/x-www-form-urlencoded', origin: e.svc.url }, new URLSearchParams({ request, csrf, decision: 'approve', ...ticked }).toString());
+  expect(post.status, post.body).toBe(303);
+  const code = new URL(String(post.headers.location)).searchParams.get('code')!;
+  const tok = await httpRequest(e.svc.url, 'POST', '/oauth/token', { 'content-type': 'application/x-www-form-urlencoded' }, new URLSearchParams({ grant_type: 'authorization_code', code, redirect_uri: redirect, client_id: clientId, code_verifier: verifier, resource: e.svc.mcpUrl }).toString());
+  expect(tok.status, tok.body).toBe(200);
+  const access = JSON.parse(tok.body).access_token as string;
+  const c = new Client({ name: 'access-indirect-oauth', version: '1.0.0' });
+  await c.connect(new StreamableHTTPClientTransport(new URL(e.svc.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${access}` } } }));
   clients.push(c);
   return { c, tool: (n, a) => call(c, n, a) };
 }
@@ -178,6 +209,31 @@ describe('commands set in motion indirectly', () => {
     await denied(s.tool('tasks_run', { workspaceId: ws, command: 'touch task-pwned' }), /runs commands/, 'tasks_run');
     await denied(s.tool('sessions_open', { workspaceId: ws }), /runs commands/, 'sessions_open');
     expect(await exists(ws, 'task-pwned')).toBe(false);
+    await e.ok('workspace_close', { workspaceId: ws });
+  });
+
+  it('an OAuth grant narrowed to the research preset is bound the same way on every indirect path', async () => {
+    const ws = (await openHooked('oauth-research')).workspaceId as string;
+    const o = await oauthNarrowed('toolset:research');
+    expect((await o.c.listTools()).tools.map((t) => t.name)).not.toContain('exec_run');
+    expect((await o.tool('files_read', { workspaceId: ws, path: 'README.md' })).ok).toBe(true);
+    await denied(o.tool('hooks_activate', { workspaceId: ws, manifestSha256: MANIFEST_SHA, events: ['manual'] }), /runs commands/, 'hooks_activate');
+    await denied(o.tool('hooks_run', { workspaceId: ws, name: 'marker' }), /runs commands/, 'hooks_run');
+    await denied(o.tool('skills_run', { workspaceId: ws, name: 'atelier-review-changes', script: 'review.sh' }), /runs commands/, 'skills_run');
+    await denied(o.tool('deployments_run', { workspaceId: ws, name: 'staging' }), /runs commands/, 'deployments_run');
+    expect(await exists(ws, 'hook-manual')).toBe(false);
+    // A grant with the agents toolset but not commands: no agent with exec_run, no steering the owner's.
+    const d = await oauthNarrowed('toolset:delegate');
+    await denied(d.tool('agent_spawn', { workspaceId: ws, profileId: 'wide', prompt: '#agent=never x', idempotencyKey: 'oauth-spawn-1', proxyOperations: ['exec_run'], repositoryContext: 'none' }), /spawner may call/, 'exec_run');
+    // Owner activation of the repository's hooks, then a git commit through a narrowed grant: refused, the gate did not run.
+    await e.ok('hooks_activate', { workspaceId: ws, manifestSha256: MANIFEST_SHA, events: ['pre_commit'] });
+    const g = await oauthNarrowed('toolset:git');
+    await e.ok('files_write', { workspaceId: ws, path: 'oauth-change.txt', content: 'x\n' });
+    expect((await g.tool('git_add', { workspaceId: ws, paths: ['oauth-change.txt'] })).ok).toBe(true);
+    const commit = await g.tool('git_commit', { workspaceId: ws, message: 'oauth commit', authorName: 'OAuth', authorEmail: 'oauth@example.com' });
+    expect(!commit.ok && commit.error.code).toBe('FAILED_PRECONDITION');
+    expect(await exists(ws, 'hook-precommit')).toBe(false);
+    await e.ok('hooks_deactivate', { workspaceId: ws });
     await e.ok('workspace_close', { workspaceId: ws });
   });
 
