@@ -179,9 +179,9 @@ export class LoginThrottle {
 
   // ---- internals ----
 
-  private refuse(r: Refusal): AttemptResult {
-    this.counters.refused[r.reason]++;
-    return { outcome: 'refused', ...r };
+  private refuse(refusal: Refusal): AttemptResult {
+    this.counters.refused[refusal.reason]++;
+    return { outcome: 'refused', ...refusal };
   }
 
   /** Waits for a free check slot (admission already bounded the queue). */
@@ -222,27 +222,27 @@ export class LoginThrottle {
   }
 
   /** Counts one failure; true when it starts a lockout. */
-  private count(c: Counter, limit: number, now: number): boolean {
-    c.failures++;
-    c.lastFailureAt = now;
-    if (c.failures >= limit) {
-      c.lockouts++;
-      c.lockedUntil = now + Math.min(this.limits.lockoutMs * 2 ** (c.lockouts - 1), MAX_LOCKOUT_MS);
-      c.failures = 0;
-      c.delayedUntil = 0;
+  private count(counter: Counter, limit: number, now: number): boolean {
+    counter.failures++;
+    counter.lastFailureAt = now;
+    if (counter.failures >= limit) {
+      counter.lockouts++;
+      counter.lockedUntil = now + Math.min(this.limits.lockoutMs * 2 ** (counter.lockouts - 1), MAX_LOCKOUT_MS);
+      counter.failures = 0;
+      counter.delayedUntil = 0;
       return true;
     }
     const free = Math.floor(limit / 2);
-    if (c.failures > free) c.delayedUntil = now + Math.min(1000 * 2 ** (c.failures - free - 1), MAX_DELAY_MS);
+    if (counter.failures > free) counter.delayedUntil = now + Math.min(1000 * 2 ** (counter.failures - free - 1), MAX_DELAY_MS);
     return false;
   }
 
   /** Forgets failures after a quiet FORGET_AFTER_MS, and past lockouts after LOCKOUT_MEMORY_MS. */
-  private decay(c: Counter, now: number): Counter {
-    if (c.lockedUntil > now || c.delayedUntil > now) return c;
-    if (c.failures > 0 && now - c.lastFailureAt > FORGET_AFTER_MS) c.failures = 0;
-    if (c.lockouts > 0 && now - c.lockedUntil > LOCKOUT_MEMORY_MS) c.lockouts = 0;
-    return c;
+  private decay(counter: Counter, now: number): Counter {
+    if (counter.lockedUntil > now || counter.delayedUntil > now) return counter;
+    if (counter.failures > 0 && now - counter.lastFailureAt > FORGET_AFTER_MS) counter.failures = 0;
+    if (counter.lockouts > 0 && now - counter.lockedUntil > LOCKOUT_MEMORY_MS) counter.lockouts = 0;
+    return counter;
   }
 
   /** Keeps the address table bounded: idle entries go first, then the oldest unlocked one. */

@@ -160,12 +160,12 @@ async function copyFile(from: FileHandle, to: string, mode: number): Promise<{ s
  * An errno while reading the tree as a refusal naming the entry. O_NOFOLLOW on a symbolic link
  * answers ELOOP, or ENOTDIR with O_DIRECTORY: an lstat of the entry (in `dir`, when given) tells.
  */
-async function refusalOf(e: unknown, dir: FileHandle | null, name: string, path: string, what: string): Promise<Error> {
-  const code = (e as NodeJS.ErrnoException).code;
+async function refusalOf(err: unknown, dir: FileHandle | null, name: string, path: string, what: string): Promise<Error> {
+  const code = (err as NodeJS.ErrnoException).code;
   const link = code === 'ELOOP' || (code === 'ENOTDIR' && dir !== null && (await lstat(at(dir, name)).then((st) => st.isSymbolicLink(), () => false)));
   if (link) return new TreeRefusal(`${path}: the install left a symbolic link where ${what} must be (never followed)`);
   if (code === 'ENOTDIR') return new TreeRefusal(`${path}: the install left something other than a directory where ${what} must be`);
   if (code === 'ENOENT') return new TreeRefusal(`${path}: ${what} is missing, or was removed while the tree was being copied`);
   if (code === 'ENXIO' || code === 'EWOULDBLOCK' || code === 'EAGAIN') return new TreeRefusal(`${path}: the install left a special file (not a file, directory or symlink)`);
-  return e instanceof Error ? e : new Error(String(e));
+  return err instanceof Error ? err : new Error(String(err));
 }
