@@ -142,8 +142,8 @@ console.log(`symbols_search: cold index build ${f(coldMs)} (${cold.index.files} 
 // (3) files_read of 1 MiB (readAll), text and binary, vs reading and hashing on the host; the
 // daemon's own share is measured by calling fs.read on its socket directly.
 const { DaemonClient } = await import('../dist/sandbox/client.js');
-// This workspace's daemon socket (<dataDir>/run/<sha256(id)[0:16]>/s/d.sock): the service also keeps a spare sandbox for the next open.
-const sock = join(dataDir, 'run', (await import('node:crypto')).createHash('sha256').update(ws).digest('hex').slice(0, 16), 's', 'd.sock');
+// This workspace's daemon socket (<dataDir>/run/<sha256(id)[0:16]>/m/s/d.sock, in the sandbox's own socket tmpfs): the service also keeps a spare sandbox for the next open.
+const sock = join(dataDir, 'run', (await import('node:crypto')).createHash('sha256').update(ws).digest('hex').slice(0, 16), 'm', 's', 'd.sock');
 const daemon = new DaemonClient(sock);
 const GOAL_READ = 2; // issue #21 item 4: files_read of 1 MiB within 2x the daemon alone
 
