@@ -17,6 +17,8 @@ import { SkillService, type SkillOverride, type SkillSetSel } from './skills.js'
 import { HookService } from './hooks.js';
 import { DeploymentService } from './deployments.js';
 import type { FiredEvent, HookFiring, HookRunner } from './hook-runner.js';
+/** How long skill_suggest waits for the semantic ranking before it answers lexically. */
+const SEMANTIC_TIMEOUT_MS = 3_000;
 import { askEndpoint, hybridSuggestion, localSuggestion, redactPrompt, type Embedder } from './suggest.js';
 
 export interface ExtensionDeps {
@@ -66,7 +68,14 @@ export class ExtensionService implements HookRunner {
     let ranking = 'lexical';
     if (this.deps.embedder) {
       try {
-        local = await hybridSuggestion(prompt, roster, this.deps.embedder);
+        // The semantic half is a bonus: a model busy elsewhere (the knowledge store re-embedding) never holds the call up.
+        let timer: NodeJS.Timeout | undefined;
+        const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`the embedding model did not answer within ${SEMANTIC_TIMEOUT_MS} ms`)), SEMANTIC_TIMEOUT_MS)));
+        try {
+          local = await Promise.race([hybridSuggestion(prompt, roster, this.deps.embedder), late]);
+        } finally {
+          clearTimeout(timer);
+        }
         ranking = 'lexical+semantic';
       } catch (e) {
         this.deps.log.warn({ err: (e as Error).message }, 'skill_suggest: the embedding function failed; lexical ranking only');
