@@ -18,6 +18,11 @@ export async function startAtelier(args = [], givenDataDir) {
   // BENCH_SERVICE_NODE_ARGS: node flags for the service process (say --cpu-prof --cpu-prof-dir=/tmp/p), for profiling.
   const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean);
   const proc = spawn(process.execPath, [...nodeArgs, join(ROOT, 'bin/atelier'), 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'warn', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  // A bench that fails half-way (an uncaught error ends it) takes its service with it: a service
+  // left running would hold the test run's directory (the suite's last check fails on it).
+  const reap = () => proc.kill('SIGKILL');
+  process.once('exit', reap);
+  proc.once('exit', () => process.removeListener('exit', reap));
   let out = '';
   await new Promise((resolve, reject) => {
     proc.stdout.on('data', (d) => {
