@@ -23,8 +23,8 @@ const SECOND_MS = 20;
 const MiB = 1_048_576;
 type R = Record<string, unknown>;
 
-async function ok(name: string, args: R, ws = ws1): Promise<R> {
-  const r = await call(c, name, { ...(name === 'artifacts_list' || name === 'artifacts_read' || name === 'artifacts_delete' ? {} : { workspaceId: ws }), ...args });
+async function ok(name: string, args: R, ws = ws1, timeoutMs?: number): Promise<R> {
+  const r = await call(c, name, { ...(name === 'artifacts_list' || name === 'artifacts_read' || name === 'artifacts_delete' ? {} : { workspaceId: ws }), ...args }, timeoutMs);
   if (!r.ok) throw new Error(`${name} failed: ${r.text}`);
   return r.result;
 }
@@ -176,7 +176,7 @@ describe('artifacts', () => {
     await sh(`head -c ${200 * MiB} /dev/urandom > big.bin`);
     const bigSha = await shaOf('big.bin');
     const t0 = Date.now();
-    const s = await ok('artifacts_snapshot', { path: 'big.bin', logicalName: 'big.bin' });
+    const s = await ok('artifacts_snapshot', { path: 'big.bin', logicalName: 'big.bin' }, ws1, 300_000);
     const tSnap = Date.now() - t0;
     expect(s).toMatchObject({ size: 200 * MiB, sha256: bigSha });
     const t1 = Date.now();
@@ -184,7 +184,7 @@ describe('artifacts', () => {
     const tRead = Date.now() - t1;
     expect(r).toMatchObject({ bytes: 200 * MiB, sha: bigSha, calls: 200 });
     const t2 = Date.now();
-    await ok('artifacts_restore', { artifactId: s.artifactId, path: 'big-restored.bin' }, ws2);
+    await ok('artifacts_restore', { artifactId: s.artifactId, path: 'big-restored.bin' }, ws2, 300_000);
     const tRestore = Date.now() - t2;
     expect(await shaOf('big-restored.bin', ws2)).toBe(bigSha);
     console.log(`200 MiB: snapshot ${tSnap} ms, chunked read ${tRead} ms, restore ${tRestore} ms`);

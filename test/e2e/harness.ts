@@ -150,9 +150,13 @@ export interface ToolError {
   details: Record<string, unknown>;
 }
 
-/** Calls a tool and returns either its structured result or its structured error. */
-export async function call(c: AnyClient, name: string, args: Record<string, unknown>): Promise<{ ok: true; result: Record<string, unknown> } | { ok: false; error: ToolError; text: string }> {
-  const r = (await c.callTool({ name, arguments: args })) as { isError?: boolean; structuredContent?: Record<string, unknown>; content: Array<{ type: string; text?: string }> };
+/**
+ * Calls a tool and returns either its structured result or its structured error. `timeoutMs`: the
+ * client's request timeout for calls that move hundreds of megabytes (the client's own default is
+ * 60 s, which a 200 MiB restore on a loaded 2-core machine can pass).
+ */
+export async function call(c: AnyClient, name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<{ ok: true; result: Record<string, unknown> } | { ok: false; error: ToolError; text: string }> {
+  const r = (await (c as Client).callTool({ name, arguments: args }, timeoutMs ? { timeout: timeoutMs } : undefined)) as { isError?: boolean; structuredContent?: Record<string, unknown>; content: Array<{ type: string; text?: string }> };
   if (r.isError) return { ok: false, error: r.structuredContent!.error as ToolError, text: r.content.map((x) => x.text ?? '').join('') };
   // Large results come once, as the JSON text block only (docs/architecture.md, "Results").
   return { ok: true, result: r.structuredContent ?? (JSON.parse(r.content[0]!.text!) as Record<string, unknown>) };
