@@ -289,7 +289,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     agents,
     oauth: new OAuthStore(db, () => config.oauthAccessTokenSeconds * 1000),
     loginThrottle: new LoginThrottle(
-      { perAddress: config.loginLockoutFailures, overall: config.loginLockoutFailuresOverall, lockoutMs: config.loginLockoutSeconds * 1000 },
+      { perAddress: config.loginLockoutFailures, overall: config.loginLockoutFailuresOverall, lockoutMs: config.loginLockoutSeconds * 1000, delayMs: config.loginDelaySeconds * 1000 },
       (e) => {
         const until = new Date(e.until).toISOString();
         audit.record({

@@ -78,6 +78,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'oauthAccessTokenSeconds', flag: '--oauth-access-token-seconds', env: 'ATELIER_OAUTH_ACCESS_TOKEN_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 5 to 86400', check: ((v: number) => v >= 5 && v <= 86400) as never, help: 'Lifetime of OAuth access tokens, seconds (refresh tokens rotate)' }),
   S({ key: 'loginLockoutFailures', flag: '--login-lockout-failures', env: 'ATELIER_LOGIN_LOCKOUT_FAILURES', kind: 'int', def: 10, rule: 'an integer from 2 to 1000', check: ((v: number) => v >= 2 && v <= 1000) as never, help: 'Failed password logins from one address that lock password login for it (growing delays from half of them on; docs/operations.md)' }),
   S({ key: 'loginLockoutFailuresOverall', flag: '--login-lockout-failures-overall', env: 'ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL', kind: 'int', def: 100, rule: 'an integer from 2 to 100000', check: ((v: number) => v >= 2 && v <= 100000) as never, help: 'Failed password logins from all addresses together that lock password login for everyone (the one-time link still works)' }),
+  S({ key: 'loginDelaySeconds', flag: '--login-delay-seconds', env: 'ATELIER_LOGIN_DELAY_SECONDS', kind: 'int', def: 1, rule: 'an integer from 1 to 60', check: ((v: number) => v >= 1 && v <= 60) as never, help: 'The first delay after failed password logins, seconds (doubled for each further failure, at most 60 s; docs/operations.md)' }),
   S({ key: 'loginLockoutSeconds', flag: '--login-lockout-seconds', env: 'ATELIER_LOGIN_LOCKOUT_SECONDS', kind: 'int', def: 900, rule: 'an integer from 1 to 86400', check: ((v: number) => v >= 1 && v <= 86400) as never, help: 'Length of the first password-login lockout, seconds (doubled for each lockout in a row, at most a day)' }),
   S({ key: 'retentionSecondMs', flag: '--retention-second-ms', env: 'ATELIER_RETENTION_SECOND_MS', kind: 'int', def: 1000, rule: 'an integer from 1 to 1000', check: ((v: number) => v >= 1 && v <= 1000) as never, help: 'TESTING ONLY: milliseconds one second of memory, knowledge and artifact retention lasts (1000 in production; tests shorten it)' }),
   S({ key: 'knowledgeEmbeddings', flag: '--knowledge-embeddings', env: 'ATELIER_KNOWLEDGE_EMBEDDINGS', kind: 'string', def: 'on', rule: 'on or off', check: ((v: string) => v === 'on' || v === 'off') as never, help: 'Semantic half of knowledge_search (local embedding model); off answers lexically only' }),
@@ -113,6 +114,7 @@ export interface Config {
   loginLockoutFailures: number;
   loginLockoutFailuresOverall: number;
   loginLockoutSeconds: number;
+  loginDelaySeconds: number;
   sandboxUid: number;
   sandboxMemoryMb: number;
   sandboxPidsMax: number;

@@ -36,6 +36,8 @@ export interface LoginLimits {
   overall: number;
   /** The first lockout's length, ms. */
   lockoutMs: number;
+  /** The first delay's length, ms (each further failure doubles it, at most MAX_DELAY_MS). Default 1000. */
+  delayMs?: number;
 }
 
 interface Counter {
@@ -233,7 +235,7 @@ export class LoginThrottle {
       return true;
     }
     const free = Math.floor(limit / 2);
-    if (counter.failures > free) counter.delayedUntil = now + Math.min(1000 * 2 ** (counter.failures - free - 1), MAX_DELAY_MS);
+    if (counter.failures > free) counter.delayedUntil = now + Math.min((this.limits.delayMs ?? 1000) * 2 ** (counter.failures - free - 1), MAX_DELAY_MS);
     return false;
   }
 

@@ -76,8 +76,9 @@ async function auditOf(svc: Service, cookie: string, action: string): Promise<Ar
 
 describe('password login throttling', () => {
   it('per address: growing delays, then a lockout; no check runs while refused; other addresses, sessions and the one-time link are unaffected', async () => {
-    // Lockout after 4 failures from one address: 2 free, then a 1 s delay, then the lockout.
-    const svc = await serviceWithPassword({ ATELIER_LOGIN_LOCKOUT_FAILURES: '4', ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL: '1000' });
+    // Lockout after 4 failures from one address: 2 free, then a 10 s delay (long enough that the
+    // next request arrives within it however loaded the machine), then the lockout.
+    const svc = await serviceWithPassword({ ATELIER_LOGIN_LOCKOUT_FAILURES: '4', ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL: '1000', ATELIER_LOGIN_DELAY_SECONDS: '10' });
     const owner = await dashboardLogin(svc); // a session opened before the attack
     const ATTACKER = '127.0.0.2';
     expect((await login(svc, ATTACKER, 'wrong password 1')).status).toBe(401);
@@ -155,8 +156,9 @@ describe('password login throttling', () => {
   }, 240_000);
 
   it('overall: failures from many addresses lock password login for everyone; the one-time link still works', async () => {
-    // Lockout after 8 failures from all addresses together: 4 free, then delays of 1, 2 and 4 s.
-    const svc = await serviceWithPassword({ ATELIER_LOGIN_LOCKOUT_FAILURES: '1000', ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL: '8' });
+    // Lockout after 8 failures from all addresses together: 4 free, then delays of 5, 10 and 20 s
+    // (a first delay of 5 s, not the default 1 s: the next request must arrive within it on a loaded machine).
+    const svc = await serviceWithPassword({ ATELIER_LOGIN_LOCKOUT_FAILURES: '1000', ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL: '8', ATELIER_LOGIN_DELAY_SECONDS: '5' });
     const owner = await dashboardLogin(svc);
     let n = 10;
     const next = () => `127.0.0.${n++}`;
