@@ -30,6 +30,14 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   echo "setup: installing npm dependencies (better-sqlite3 builds from source, about 90 s)" >&2
   npm ci --no-audit --no-fund --loglevel=error
 fi
+# The newest MCP conformance suite and the Node 22 it needs (test/e2e/conformance-next.test.ts): a
+# project of its own, so that its `node` binary is not linked into the root's node_modules/.bin,
+# where it would run vitest, the service and better-sqlite3's build (docs/clients.md).
+if [ ! -f test/conformance-next/node_modules/.package-lock.json ] \
+   || [ test/conformance-next/package-lock.json -nt test/conformance-next/node_modules/.package-lock.json ]; then
+  echo "setup: installing the MCP conformance suite and its Node 22 (test/conformance-next)" >&2
+  npm ci --prefix test/conformance-next --no-audit --no-fund --loglevel=error
+fi
 
 # Build when dist/ is missing or any source is newer than the last build.
 if [ ! -f dist/.built ] || [ -n "$(find src tsconfig.json package.json -newer dist/.built -print -quit)" ]; then
