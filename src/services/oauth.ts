@@ -67,6 +67,8 @@ export interface CimdCache {
   /** Validators for a conditional request; null under no-store or when the server sent none. */
   etag: string | null;
   lastModified: string | null;
+  /** The answer's Cache-Control, for a 304 that carries none (RFC 9111 section 4.3.4). */
+  cacheControl: string | null;
 }
 
 /** A validated metadata document, as kept. */
@@ -188,11 +190,11 @@ export class OAuthStore {
   cimdClient(url: string): CimdClientRecord | null {
     const id = this.db.prepare('SELECT id FROM oauth_clients WHERE metadata_url = ? AND revoked_at IS NULL').pluck().get(url) as string | undefined;
     if (!id) return null;
-    const c = this.db.prepare('SELECT doc_fresh_until, doc_etag, doc_last_modified, doc_fetched_at FROM oauth_clients WHERE id = ?').get(id) as Record<string, string | null>;
+    const c = this.db.prepare('SELECT doc_fresh_until, doc_etag, doc_last_modified, doc_cache_control, doc_fetched_at FROM oauth_clients WHERE id = ?').get(id) as Record<string, string | null>;
     return {
       ...this.client(id)!,
       metadataUrl: url,
-      cache: { freshUntil: c.doc_fresh_until ?? null, etag: c.doc_etag ?? null, lastModified: c.doc_last_modified ?? null },
+      cache: { freshUntil: c.doc_fresh_until ?? null, etag: c.doc_etag ?? null, lastModified: c.doc_last_modified ?? null, cacheControl: c.doc_cache_control ?? null },
       fetchedAt: c.doc_fetched_at!,
     };
   }
@@ -207,26 +209,28 @@ export class OAuthStore {
       const existing = this.db.prepare('SELECT id FROM oauth_clients WHERE metadata_url = ? AND revoked_at IS NULL').pluck().get(url) as string | undefined;
       if (existing) {
         this.db
-          .prepare('UPDATE oauth_clients SET name = ?, redirect_uris_json = ?, metadata_json = ?, doc_fresh_until = ?, doc_etag = ?, doc_last_modified = ?, doc_fetched_at = ? WHERE id = ?')
-          .run(doc.name, JSON.stringify(doc.redirectUris), JSON.stringify(doc.metadata), cache.freshUntil, cache.etag, cache.lastModified, now, existing);
+          .prepare('UPDATE oauth_clients SET name = ?, redirect_uris_json = ?, metadata_json = ?, doc_fresh_until = ?, doc_etag = ?, doc_last_modified = ?, doc_cache_control = ?, doc_fetched_at = ? WHERE id = ?')
+          .run(doc.name, JSON.stringify(doc.redirectUris), JSON.stringify(doc.metadata), cache.freshUntil, cache.etag, cache.lastModified, cache.cacheControl, now, existing);
         return true;
       }
       if (!this.registrationRoom()) return false;
       this.db
         .prepare(
-          'INSERT INTO oauth_clients (id, name, redirect_uris_json, metadata_json, secret_hash, created_at, metadata_url, doc_fresh_until, doc_etag, doc_last_modified, doc_fetched_at) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)',
+          'INSERT INTO oauth_clients (id, name, redirect_uris_json, metadata_json, secret_hash, created_at, metadata_url, doc_fresh_until, doc_etag, doc_last_modified, doc_cache_control, doc_fetched_at) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)',
         )
-        .run('oauthc_' + randomToken(24), doc.name, JSON.stringify(doc.redirectUris), JSON.stringify(doc.metadata), now, url, cache.freshUntil, cache.etag, cache.lastModified, now);
+        .run('oauthc_' + randomToken(24), doc.name, JSON.stringify(doc.redirectUris), JSON.stringify(doc.metadata), now, url, cache.freshUntil, cache.etag, cache.lastModified, cache.cacheControl, now);
       return true;
     });
     return made ? this.cimdClient(url) : null;
   }
 
-  /** A revalidation answered 304: the kept document stays, with the cache state the answer gives. */
+  /** A revalidation answered 304: the kept document stays, with the cache state the answer gives (its headers update the kept ones). */
   refreshCimdCache(id: string, cache: CimdCache): void {
     this.db
-      .prepare('UPDATE oauth_clients SET doc_fresh_until = ?, doc_etag = coalesce(?, doc_etag), doc_last_modified = coalesce(?, doc_last_modified), doc_fetched_at = ? WHERE id = ? AND revoked_at IS NULL')
-      .run(cache.freshUntil, cache.etag, cache.lastModified, nowIso(), id);
+      .prepare(
+        'UPDATE oauth_clients SET doc_fresh_until = ?, doc_etag = coalesce(?, doc_etag), doc_last_modified = coalesce(?, doc_last_modified), doc_cache_control = coalesce(?, doc_cache_control), doc_fetched_at = ? WHERE id = ? AND revoked_at IS NULL',
+      )
+      .run(cache.freshUntil, cache.etag, cache.lastModified, cache.cacheControl, nowIso(), id);
   }
 
   client(id: string): ClientRecord | null {

@@ -371,7 +371,8 @@ describe('the HTTP caching rules', () => {
     host.set('/c/etag.json', (req, res) => {
       if (status !== 200) return void res.writeHead(status, { 'content-type': 'application/json' }).end('{}');
       const etag = `"v${version}"`;
-      if (req.headers['if-none-match'] === etag) return void res.writeHead(304, { etag, 'cache-control': 'no-cache' }).end();
+      // A 304 need not repeat Cache-Control: the kept answer's no-cache still rules (RFC 9111 section 4.3.4).
+      if (req.headers['if-none-match'] === etag) return void res.writeHead(304, { etag }).end();
       res.writeHead(200, { 'content-type': 'application/json', etag, 'cache-control': 'no-cache' }).end(cimdDocument(url, REDIRECT, { client_name: `version ${version}` }));
     });
     expect(await nameOn(url)).toBe('version 1');

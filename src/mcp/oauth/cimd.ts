@@ -123,8 +123,9 @@ export function parseCacheControl(v: string | undefined): Map<string, string> {
  * ETag and Last-Modified are kept for a conditional request (If-None-Match, If-Modified-Since).
  */
 export function cachePolicy(h: IncomingHttpHeaders, nowMs: number): CimdCache {
-  const cc = parseCacheControl(header(h, 'cache-control'));
-  if (cc.has('no-store')) return { freshUntil: null, etag: null, lastModified: null };
+  const ccRaw = header(h, 'cache-control');
+  const cc = parseCacheControl(ccRaw);
+  if (cc.has('no-store')) return { freshUntil: null, etag: null, lastModified: null, cacheControl: null };
   const etagRaw = header(h, 'etag');
   const etag = etagRaw && etagRaw.length <= 200 && /^(W\/)?"[\x21\x23-\x7e]*"$/.test(etagRaw) ? etagRaw : null;
   const lmRaw = header(h, 'last-modified');
@@ -149,7 +150,8 @@ export function cachePolicy(h: IncomingHttpHeaders, nowMs: number): CimdCache {
     const remaining = lifetime - age;
     fresh = remaining <= 0 ? 0 : Math.min(Math.max(remaining, CIMD_FRESH_FLOOR_MS), CIMD_FRESH_CEILING_MS);
   }
-  return { freshUntil: fresh > 0 ? new Date(nowMs + fresh).toISOString() : null, etag, lastModified };
+  const cacheControl = ccRaw !== undefined && ccRaw.length <= 500 && /^[\x20-\x7e]*$/.test(ccRaw) ? ccRaw : null;
+  return { freshUntil: fresh > 0 ? new Date(nowMs + fresh).toISOString() : null, etag, lastModified, cacheControl };
 }
 
 // ---- the document ----
@@ -395,7 +397,10 @@ export class CimdClients {
     if (kept?.cache.freshUntil && Date.parse(kept.cache.freshUntil) > Date.now()) return { client: kept, change: 'same' };
     const prior = kept && (kept.cache.etag || kept.cache.lastModified) ? { etag: kept.cache.etag, lastModified: kept.cache.lastModified } : undefined;
     const got = await this.fetcher.fetch(url, prior);
-    const cache = cachePolicy(got.headers, Date.now());
+    // A 304's headers update the kept answer's (RFC 9111 section 4.3.4): without a Cache-Control of
+    // its own, the kept one (no-cache, say) still rules.
+    const headers = got.status === 304 && header(got.headers, 'cache-control') === undefined && kept?.cache.cacheControl ? { ...got.headers, 'cache-control': kept.cache.cacheControl } : got.headers;
+    const cache = cachePolicy(headers, Date.now());
     if (got.status === 304) {
       this.store.refreshCimdCache(kept!.id, cache);
       const again = this.store.cimdClient(url);
