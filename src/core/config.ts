@@ -76,6 +76,8 @@ export const SETTINGS: Setting[] = [
   S({ key: 'httpHeadersTimeoutMs', flag: '--http-headers-timeout-ms', env: 'ATELIER_HTTP_HEADERS_TIMEOUT_MS', kind: 'int', def: 30000, rule: 'an integer from 500 to 300000, at most --http-request-timeout-ms', check: ((v: number) => v >= 500 && v <= 300000) as never, help: 'Time a client has to send request headers, and the idle time allowed to a connection that has not authenticated, ms' }),
   S({ key: 'httpMaxUnauthenticatedConnections', flag: '--http-max-unauthenticated-connections', env: 'ATELIER_HTTP_MAX_UNAUTHENTICATED_CONNECTIONS', kind: 'int', def: 64, rule: 'an integer from 1 to 100000', check: ((v: number) => v >= 1 && v <= 100000) as never, help: 'Open connections that have not yet shown a valid token or session; past it the oldest is closed' }),
   S({ key: 'oauthAccessTokenSeconds', flag: '--oauth-access-token-seconds', env: 'ATELIER_OAUTH_ACCESS_TOKEN_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 5 to 86400', check: ((v: number) => v >= 5 && v <= 86400) as never, help: 'Lifetime of OAuth access tokens, seconds (refresh tokens rotate)' }),
+  S({ key: 'oauthCimdAllowLoopback', flag: '--oauth-cimd-allow-loopback', env: 'ATELIER_OAUTH_CIMD_ALLOW_LOOPBACK', kind: 'bool', def: false, help: 'DEVELOPMENT AND TESTS ONLY: fetch OAuth Client ID Metadata Documents from loopback addresses too (only with a loopback --host and no public origin)' }),
+  S({ key: 'oauthCimdCaFile', flag: '--oauth-cimd-ca-file', env: 'ATELIER_OAUTH_CIMD_CA_FILE', kind: 'string', def: '', rule: 'an absolute path to a PEM file', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Extra CA certificates (PEM) trusted when fetching OAuth Client ID Metadata Documents, beside the system ones' }),
   S({ key: 'loginLockoutFailures', flag: '--login-lockout-failures', env: 'ATELIER_LOGIN_LOCKOUT_FAILURES', kind: 'int', def: 10, rule: 'an integer from 2 to 1000', check: ((v: number) => v >= 2 && v <= 1000) as never, help: 'Failed password logins from one address that lock password login for it (growing delays from half of them on; docs/operations.md)' }),
   S({ key: 'loginLockoutFailuresOverall', flag: '--login-lockout-failures-overall', env: 'ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL', kind: 'int', def: 100, rule: 'an integer from 2 to 100000', check: ((v: number) => v >= 2 && v <= 100000) as never, help: 'Failed password logins from all addresses together that lock password login for everyone (the one-time link still works)' }),
   S({ key: 'loginDelaySeconds', flag: '--login-delay-seconds', env: 'ATELIER_LOGIN_DELAY_SECONDS', kind: 'int', def: 1, rule: 'an integer from 1 to 60', check: ((v: number) => v >= 1 && v <= 60) as never, help: 'The first delay after failed password logins, seconds (doubled for each further failure, at most 60 s; docs/operations.md)' }),
@@ -111,6 +113,8 @@ export interface Config {
   skillSuggestUrl: string;
   skillSuggestKeyFile: string;
   oauthAccessTokenSeconds: number;
+  oauthCimdAllowLoopback: boolean;
+  oauthCimdCaFile: string;
   loginLockoutFailures: number;
   loginLockoutFailuresOverall: number;
   loginLockoutSeconds: number;
@@ -237,6 +241,21 @@ export function loadConfig(argv: string[] = [], env: NodeJS.ProcessEnv = process
     throw new ConfigError(
       `invalid setting --public-origin / ATELIER_PUBLIC_ORIGIN: required when --host / ATELIER_HOST is not a loopback address (got host ${JSON.stringify(c.host)}); Host and Origin headers are checked against it`,
     );
+  }
+  if (c.oauthCimdAllowLoopback && (!isLoopback(c.host) || (c.publicOrigin !== '' && !isLoopback(new URL(c.publicOrigin).hostname)))) {
+    throw new ConfigError(
+      `invalid setting --oauth-cimd-allow-loopback / ATELIER_OAUTH_CIMD_ALLOW_LOOPBACK: for development and tests only, so only with a loopback --host and no public origin (got host ${JSON.stringify(c.host)}${c.publicOrigin ? `, public origin ${JSON.stringify(c.publicOrigin)}` : ''}): a deployment reachable from elsewhere must not fetch client metadata documents from its own loopback interface`,
+      'oauthCimdAllowLoopback',
+    );
+  }
+  if (c.oauthCimdCaFile) {
+    let pem = '';
+    try {
+      pem = readFileSync(c.oauthCimdCaFile, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`invalid setting --oauth-cimd-ca-file / ATELIER_OAUTH_CIMD_CA_FILE: ${c.oauthCimdCaFile} cannot be read (${(e as NodeJS.ErrnoException).code})`, 'oauthCimdCaFile');
+    }
+    if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`invalid setting --oauth-cimd-ca-file / ATELIER_OAUTH_CIMD_CA_FILE: ${c.oauthCimdCaFile} holds no PEM certificate`, 'oauthCimdCaFile');
   }
   if (c.maxWorkspaceLifetimeSeconds < c.idleLeaseSeconds) {
     throw new ConfigError(

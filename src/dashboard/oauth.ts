@@ -9,7 +9,7 @@ import type { App } from '../app.js';
 import { ServiceError } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
 import { accessFromScope, describeAccess, intersect, scopeFromAccess, TOOLSETS, type Access } from '../core/toolsets.js';
-import { cleanClientName, OAUTH_PATHS, type OAuthStore, type PendingRequest } from '../services/oauth.js';
+import { cleanClientName, OAUTH_PATHS, type ClientRecord, type OAuthStore, type PendingRequest } from '../services/oauth.js';
 import { parseCookies, SESSION_COOKIE, type ApiRegistrar } from './routes.js';
 
 function esc(s: string): string {
@@ -70,6 +70,20 @@ export function chosenAccess(p: PendingRequest, body: Record<string, unknown>): 
   return intersect(asked, chosen);
 }
 
+/**
+ * Who asks, in words. A registered client is its self-chosen name and id. A metadata-document
+ * client is its self-declared name and the host of its client_id URL: the host is what was
+ * verified (the document came from it over HTTPS with a valid certificate), the name is not.
+ */
+function clientIntro(client: ClientRecord, resource: string): string {
+  const name = `<bdi><strong>${esc(cleanClientName(client.name))}</strong></bdi>`;
+  if (!client.metadataUrl)
+    return `<p class="client">The client ${name} (its name is chosen by the client itself and not verified; id <code>${esc(client.id)}</code>, registered ${esc(client.createdAt)}) asks for access to <code>${esc(resource)}</code>. Untick what it should not get:</p>`;
+  const host = new URL(client.metadataUrl).host;
+  return `<p class="client">A client from <strong class="host">${esc(host)}</strong> asks for access to <code>${esc(resource)}</code>. It calls itself ${name}.</p>
+<p>Verified: its metadata document was fetched over HTTPS from <code>${esc(host)}</code>, at <code>${esc(client.metadataUrl)}</code>, so whoever controls that host published this client. Not verified: the name, which the document declares itself. Untick what it should not get:</p>`;
+}
+
 export function registerConsent(f: FastifyInstance, app: App, store: OAuthStore): void {
   const sessionOf = (req: FastifyRequest) => {
     const id = parseCookies(req.headers.cookie)[SESSION_COOKIE];
@@ -102,7 +116,7 @@ export function registerConsent(f: FastifyInstance, app: App, store: OAuthStore)
       200,
       page(
         'Connect an MCP client?',
-        `<p class="client">The client <bdi><strong>${esc(cleanClientName(client.name))}</strong></bdi> (its name is chosen by the client itself and not verified; id <code>${esc(client.id)}</code>, registered ${esc(client.createdAt)}) asks for access to <code>${esc(pending.resource)}</code>. Untick what it should not get:</p>
+        `${clientIntro(client, pending.resource)}
 <p>After approval you return to <code>${esc(redirectHost.protocol === 'http:' || redirectHost.protocol === 'https:' ? redirectHost.origin + redirectHost.pathname : pending.redirectUri)}</code>. Approve only a client you just started connecting yourself.</p>
 <form method="post" action="${OAUTH_PATHS.consent}"><input type="hidden" name="request" value="${esc(id)}"><input type="hidden" name="csrf" value="${esc(s.csrf)}">${accessChoices(pending)}
 <button type="submit" name="decision" value="approve">Approve</button> <button type="submit" name="decision" value="deny">Deny</button></form>`,
@@ -130,7 +144,7 @@ export function registerConsent(f: FastifyInstance, app: App, store: OAuthStore)
       pending.scope = scopeFromAccess(access);
       const code = store.approve(pending);
       u.searchParams.set('code', code);
-      app.audit.record({ actor: 'dashboard', action: 'oauth_consent', target: client.id, outcome: 'ok', details: { client: cleanClientName(client.name), access: describeAccess(access) } });
+      app.audit.record({ actor: 'dashboard', action: 'oauth_consent', target: client.id, outcome: 'ok', details: { client: cleanClientName(client.name), ...(client.metadataUrl ? { url: client.metadataUrl } : {}), access: describeAccess(access) } });
     } else {
       u.searchParams.set('error', 'access_denied');
       u.searchParams.set('error_description', 'the owner denied the request');
@@ -150,6 +164,9 @@ export function oauthClientRoutes(store: OAuthStore): ApiRegistrar {
       clients: store.connectedClients().map((c) => ({
         id: c.id,
         name: cleanClientName(c.name),
+        // A metadata-document client: the URL it presents as client_id, and its host (verified).
+        metadataUrl: c.metadataUrl,
+        host: c.metadataUrl ? new URL(c.metadataUrl).host : null,
         redirectUris: c.redirectUris,
         createdAt: c.createdAt,
         lastUsedAt: c.lastUsedAt,

@@ -5,6 +5,11 @@
  * opaque access and refresh tokens stored as SHA-256 hashes. Access tokens are short-lived and
  * bound to one resource (RFC 8707); refresh tokens rotate on use, and presenting a used refresh
  * token revokes the whole grant (replay detection, OAuth 2.1 section 4.3.1).
+ *
+ * Clients come two ways: registered (RFC 7591, an `oauthc_` id this server made), or identified by
+ * the HTTPS URL of their Client ID Metadata Document (CIMD, src/mcp/oauth/cimd.ts fetches and
+ * checks it): such a client is a row like a registered one, with its own `oauthc_` id that grants,
+ * codes and tokens name, and the URL in `metadata_url`; the client itself presents the URL.
  */
 import { createHash } from 'node:crypto';
 import type { DB } from '../store/db.js';
@@ -51,6 +56,37 @@ export interface ClientRecord {
   createdAt: string;
   lastUsedAt: string | null;
   revokedAt: string | null;
+  /** The Client ID Metadata Document URL the client presents as its client_id; null for a registered client. */
+  metadataUrl: string | null;
+}
+
+/** What the HTTP caching rules allow of a client's fetched metadata document. */
+export interface CimdCache {
+  /** Fresh until (ISO); null: revalidate at every authorization request. */
+  freshUntil: string | null;
+  /** Validators for a conditional request; null under no-store or when the server sent none. */
+  etag: string | null;
+  lastModified: string | null;
+  /** The answer's Cache-Control, for a 304 that carries none (RFC 9111 section 4.3.4). */
+  cacheControl: string | null;
+}
+
+/** A validated metadata document, as kept. */
+export interface CimdDocument {
+  name: string;
+  redirectUris: string[];
+  metadata: Record<string, unknown>;
+}
+
+export interface CimdClientRecord extends ClientRecord {
+  metadataUrl: string;
+  cache: CimdCache;
+  fetchedAt: string;
+}
+
+/** True when a client_id is a Client ID Metadata Document URL rather than an id this server made. */
+export function isMetadataUrlClientId(id: string): boolean {
+  return id.startsWith('https://');
 }
 
 export interface PendingRequest {
@@ -132,8 +168,9 @@ export class OAuthStore {
    * bounded: those never approved are forgotten after a day, and at most MAX_UNAPPROVED live.
    */
   registrationRoom(): boolean {
+    // A metadata-document client counts from its last fetch (each authorization request refreshes it).
     this.db
-      .prepare(`DELETE FROM oauth_clients WHERE revoked_at IS NULL AND created_at < ? AND id NOT IN (SELECT client_id FROM oauth_grants)`)
+      .prepare(`DELETE FROM oauth_clients WHERE revoked_at IS NULL AND coalesce(doc_fetched_at, created_at) < ? AND id NOT IN (SELECT client_id FROM oauth_grants)`)
       .run(new Date(Date.now() - 24 * 3600_000).toISOString());
     const n = this.db.prepare('SELECT count(*) FROM oauth_clients WHERE revoked_at IS NULL AND id NOT IN (SELECT client_id FROM oauth_grants)').pluck().get() as number;
     return n < MAX_UNAPPROVED;
@@ -146,7 +183,54 @@ export class OAuthStore {
     this.db
       .prepare('INSERT INTO oauth_clients (id, name, redirect_uris_json, metadata_json, secret_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)')
       .run(id, name, JSON.stringify(redirectUris), JSON.stringify(metadata), secret ? sha256Hex(secret) : null, createdAt);
-    return { client: { id, name, redirectUris, metadata, hasSecret: !!secret, createdAt, lastUsedAt: null, revokedAt: null }, secret };
+    return { client: { id, name, redirectUris, metadata, hasSecret: !!secret, createdAt, lastUsedAt: null, revokedAt: null, metadataUrl: null }, secret };
+  }
+
+  /** The live (not revoked) client identified by this metadata document URL, with its cache state. */
+  cimdClient(url: string): CimdClientRecord | null {
+    const id = this.db.prepare('SELECT id FROM oauth_clients WHERE metadata_url = ? AND revoked_at IS NULL').pluck().get(url) as string | undefined;
+    if (!id) return null;
+    const c = this.db.prepare('SELECT doc_fresh_until, doc_etag, doc_last_modified, doc_cache_control, doc_fetched_at FROM oauth_clients WHERE id = ?').get(id) as Record<string, string | null>;
+    return {
+      ...this.client(id)!,
+      metadataUrl: url,
+      cache: { freshUntil: c.doc_fresh_until ?? null, etag: c.doc_etag ?? null, lastModified: c.doc_last_modified ?? null, cacheControl: c.doc_cache_control ?? null },
+      fetchedAt: c.doc_fetched_at!,
+    };
+  }
+
+  /**
+   * Keeps a freshly fetched and validated metadata document: updates the live client of this URL,
+   * or makes one (null when too many clients wait for the owner's approval, as for registration).
+   */
+  saveCimdClient(url: string, doc: CimdDocument, cache: CimdCache): CimdClientRecord | null {
+    const now = nowIso();
+    const made = tx(this.db, () => {
+      const existing = this.db.prepare('SELECT id FROM oauth_clients WHERE metadata_url = ? AND revoked_at IS NULL').pluck().get(url) as string | undefined;
+      if (existing) {
+        this.db
+          .prepare('UPDATE oauth_clients SET name = ?, redirect_uris_json = ?, metadata_json = ?, doc_fresh_until = ?, doc_etag = ?, doc_last_modified = ?, doc_cache_control = ?, doc_fetched_at = ? WHERE id = ?')
+          .run(doc.name, JSON.stringify(doc.redirectUris), JSON.stringify(doc.metadata), cache.freshUntil, cache.etag, cache.lastModified, cache.cacheControl, now, existing);
+        return true;
+      }
+      if (!this.registrationRoom()) return false;
+      this.db
+        .prepare(
+          'INSERT INTO oauth_clients (id, name, redirect_uris_json, metadata_json, secret_hash, created_at, metadata_url, doc_fresh_until, doc_etag, doc_last_modified, doc_cache_control, doc_fetched_at) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)',
+        )
+        .run('oauthc_' + randomToken(24), doc.name, JSON.stringify(doc.redirectUris), JSON.stringify(doc.metadata), now, url, cache.freshUntil, cache.etag, cache.lastModified, cache.cacheControl, now);
+      return true;
+    });
+    return made ? this.cimdClient(url) : null;
+  }
+
+  /** A revalidation answered 304: the kept document stays, with the cache state the answer gives (its headers update the kept ones). */
+  refreshCimdCache(id: string, cache: CimdCache): void {
+    this.db
+      .prepare(
+        'UPDATE oauth_clients SET doc_fresh_until = ?, doc_etag = coalesce(?, doc_etag), doc_last_modified = coalesce(?, doc_last_modified), doc_cache_control = coalesce(?, doc_cache_control), doc_fetched_at = ? WHERE id = ? AND revoked_at IS NULL',
+      )
+      .run(cache.freshUntil, cache.etag, cache.lastModified, cache.cacheControl, nowIso(), id);
   }
 
   client(id: string): ClientRecord | null {
@@ -161,12 +245,15 @@ export class OAuthStore {
       createdAt: record.created_at!,
       lastUsedAt: record.last_used_at,
       revokedAt: record.revoked_at,
+      metadataUrl: record.metadata_url ?? null,
     };
   }
 
   /** Authenticates a client at the token and revocation endpoints (public clients send no secret). */
-  authenticateClient(id: string | undefined, secret: string | undefined): ClientRecord {
-    if (!id) throw new OAuthFailure('invalid_client', 'client_id is required', 401);
+  authenticateClient(presented: string | undefined, secret: string | undefined): ClientRecord {
+    if (!presented) throw new OAuthFailure('invalid_client', 'client_id is required', 401);
+    // A metadata-document client presents its URL: its live row (none once the owner revoked it).
+    const id = isMetadataUrlClientId(presented) ? ((this.db.prepare('SELECT id FROM oauth_clients WHERE metadata_url = ? AND revoked_at IS NULL').pluck().get(presented) as string | undefined) ?? '') : presented;
     const row = this.db.prepare('SELECT secret_hash, revoked_at FROM oauth_clients WHERE id = ?').get(id) as { secret_hash: string | null; revoked_at: string | null } | undefined;
     if (!row || row.revoked_at) throw new OAuthFailure('invalid_client', 'unknown or revoked client', 401);
     if (row.secret_hash) {

@@ -109,9 +109,15 @@ export function McpAccess() {
           {(data.oauth.clients ?? []).length === 0 ? <Empty>No OAuth client is connected.</Empty> : null}
           <ul class="list">
             {(data.oauth.clients ?? []).map((c: any) => (
-              <li class="row">
-                <bdi><strong>{c.name ?? c.clientName ?? c.id}</strong></bdi> <span class="muted small">(name chosen by the client)</span> <span class="grow muted small">{c.id} · {when(c.createdAt)}</span>
-                <Action label="Disconnect" kind="danger" confirm={`Disconnect ${c.name ?? c.id}?`} run={async () => (await api('DELETE', `/oauth/clients/${encodeURIComponent(c.id)}`), reload())} />
+              <li class="row" data-oauth-client={c.id}>
+                <bdi><strong>{c.name ?? c.clientName ?? c.id}</strong></bdi> <span class="muted small">(name chosen by the client)</span>{' '}
+                {c.metadataUrl ? (
+                  <span class="small" data-testid="oauth-client-url">
+                    from <strong>{c.host}</strong> (verified): <code>{c.metadataUrl}</code>
+                  </span>
+                ) : null}{' '}
+                <span class="grow muted small">{c.id} · {when(c.createdAt)}</span>
+                <Action label="Disconnect" kind="danger" testid={`disconnect-${c.id}`} confirm={`Disconnect ${c.name ?? c.id}?`} run={async () => (await api('DELETE', `/oauth/clients/${encodeURIComponent(c.id)}`), reload())} />
               </li>
             ))}
           </ul>

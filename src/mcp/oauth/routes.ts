@@ -3,18 +3,23 @@
  *   GET  /.well-known/oauth-protected-resource[/mcp]  RFC 9728 (built by the MCP SDK's helper)
  *   GET  /.well-known/oauth-authorization-server      RFC 8414
  *   POST /oauth/register                              RFC 7591 dynamic client registration
- *   GET  /oauth/authorize                             code flow, PKCE S256 only, exact redirect URI
+ *   GET  /oauth/authorize                             code flow, PKCE S256 only, exact redirect URI;
+ *                                                     a client_id may be a Client ID Metadata Document URL (cimd.ts)
  *   POST /oauth/token                                 authorization_code, refresh_token (rotated)
  *   POST /oauth/revoke                                RFC 7009
  * The consent step (the owner, logged in on the dashboard) is src/dashboard/oauth.ts.
  */
+import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { buildOAuthProtectedResourceMetadata, getOAuthProtectedResourceMetadataUrl } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { App } from '../../app.js';
 import { ServiceError } from '../../core/errors.js';
+import { ConfigError } from '../../core/config.js';
 import { accessFromScope, scopesSupported, scopeFromAccess } from '../../core/toolsets.js';
-import { cleanClientName, OAUTH_PATHS, OAuthFailure, type OAuthStore } from '../../services/oauth.js';
+import { cleanClientName, isMetadataUrlClientId, OAUTH_PATHS, OAuthFailure, type ClientRecord, type OAuthStore } from '../../services/oauth.js';
+import { redirectUriProblem } from './redirect-uris.js';
+import { CimdClients, CimdFailure, CimdFetcher } from './cimd.js';
 
 /** Paths a browser-based client (the MCP Inspector) calls cross-origin: no cookies, CORS open. */
 export const OAUTH_CORS_PATHS = new Set([
@@ -54,35 +59,11 @@ export function authorizationServerMetadata(issuer: string) {
     revocation_endpoint_auth_methods_supported: ['none', 'client_secret_post', 'client_secret_basic'],
     scopes_supported: scopesSupported(),
     authorization_response_iss_parameter_supported: true,
+    client_id_metadata_document_supported: true,
   };
 }
 
-const LOOPBACK_HOSTS = ['127.0.0.1', '[::1]', 'localhost'];
-
-/**
- * Redirect URIs a client may register: https, http on a loopback host, or a native app's private-use
- * scheme named by a reverse domain (RFC 8252 section 7.1: `com.example.app:/callback`). Printable
- * ASCII only (a URI percent-encodes the rest, and a bidi override in one could disguise it on the
- * consent page), no fragment, no user or password. Anything else (`javascript:`, `data:`, a bare
- * `myapp:`, an OS handler such as `ms-settings:`) is refused.
- */
-export function redirectUriProblem(u: string): string | null {
-  if (u.length > 2000) return 'too long';
-  if (!/^[\x21-\x7e]+$/.test(u)) return 'must be printable ASCII without spaces (percent-encode anything else)';
-  let url: URL;
-  try {
-    url = new URL(u);
-  } catch {
-    return 'not an absolute URI';
-  }
-  if (u.includes('#')) return 'must not contain a fragment';
-  if (url.username || url.password) return 'must not contain a user name or password';
-  const scheme = url.protocol.slice(0, -1).toLowerCase();
-  if (scheme === 'https') return url.hostname ? null : 'https needs a host';
-  if (scheme === 'http') return LOOPBACK_HOSTS.includes(url.hostname) ? null : 'http is allowed only on a loopback host (127.0.0.1, [::1], localhost); use https';
-  if (/^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$/.test(scheme)) return null;
-  return `scheme ${scheme}: must be https, http on a loopback host, or a native app's reverse-domain private-use scheme such as com.example.app:/callback (RFC 8252)`;
-}
+export { redirectUriProblem };
 
 function escHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
@@ -155,7 +136,23 @@ function cors(reply: FastifyReply): FastifyReply {
     .header('access-control-max-age', '600');
 }
 
+/** The metadata-document clients of this instance: fetches under the instance's settings. */
+function cimdClients(app: App, store: OAuthStore): CimdClients {
+  let extraCa: string | undefined;
+  if (app.config.oauthCimdCaFile) {
+    try {
+      extraCa = readFileSync(app.config.oauthCimdCaFile, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`invalid setting --oauth-cimd-ca-file / ATELIER_OAUTH_CIMD_CA_FILE: ${app.config.oauthCimdCaFile} cannot be read (${(e as NodeJS.ErrnoException).code})`, 'oauthCimdCaFile');
+    }
+    if (!extraCa.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`invalid setting --oauth-cimd-ca-file / ATELIER_OAUTH_CIMD_CA_FILE: ${app.config.oauthCimdCaFile} holds no PEM certificate`, 'oauthCimdCaFile');
+  }
+  if (app.config.oauthCimdAllowLoopback) app.log.warn('--oauth-cimd-allow-loopback: OAuth client metadata documents may be fetched from loopback addresses (development and tests only)');
+  return new CimdClients(store, new CimdFetcher({ allowLoopback: app.config.oauthCimdAllowLoopback, extraCa }));
+}
+
 export function registerOAuthRoutes(f: FastifyInstance, app: App, store: OAuthStore): void {
+  const cimd = cimdClients(app, store);
   f.register(async (scope) => {
     scope.addHook('onRequest', async (req, reply) => {
       const path = (req.url ?? '/').split('?')[0]!;
@@ -238,17 +235,38 @@ export function registerOAuthRoutes(f: FastifyInstance, app: App, store: OAuthSt
       reply.header('cache-control', 'no-store').header('referrer-policy', 'no-referrer');
       const clientId = str('client_id');
       const redirectUri = str('redirect_uri');
-      const client = clientId ? store.client(clientId) : null;
+      let client: ClientRecord | null = null;
+      if (clientId && isMetadataUrlClientId(clientId)) {
+        // A Client ID Metadata Document URL: the client is what the document at it says (fetched
+        // now unless a fresh copy is kept). Any failure is a page: there is no client to send it to.
+        try {
+          const r = await cimd.resolve(clientId);
+          client = r.client;
+          if (r.change !== 'same')
+            app.audit.record({ actor: 'system', action: 'oauth_client_metadata', target: client.id, outcome: 'ok', details: { url: clientId, name: client.name, change: r.change } });
+        } catch (e) {
+          if (!(e instanceof CimdFailure)) throw e;
+          app.log.info({ clientId: clientId.slice(0, 300), reason: e.message }, 'oauth: client metadata document refused');
+          return errorPage(
+            reply,
+            e.error === 'temporarily_unavailable' ? 503 : 400,
+            e.error,
+            // Parts of the message come from the document's host: no format or control characters.
+            `client_id ${clientId.slice(0, 300)}: ${e.message.replace(/[\p{Cf}\p{Cc}]/gu, '')}`,
+            'This client identifies itself by the URL of its metadata document; Atelier could not use that document, so there is no client to send this error to.',
+          );
+        }
+      } else if (clientId) client = store.client(clientId);
       // RFC 6749 section 4.1.2.1: without a known client and an exactly registered redirect URI
       // there is nowhere safe to send an error. Beyond it (RFC 9700 section 4.11.2), registration is
       // open, so a registered URI proves nothing: errors go back to the client only on a redirect URI
       // the owner already approved a request for (a live grant of this client issued a code to it);
       // otherwise they are a page here, and this origin is no open redirector.
       if (!client || client.revokedAt)
-        return errorPage(reply, 400, 'invalid_request', 'unknown or revoked client_id', 'Register the client with POST /oauth/register first.');
+        return errorPage(reply, 400, 'invalid_request', 'unknown or revoked client_id', 'Register the client with POST /oauth/register first, or use the https URL of its Client ID Metadata Document as client_id.');
       const redirect = redirectUri;
       if (!redirect || !client.redirectUris.includes(redirect))
-        return errorPage(reply, 400, 'invalid_request', 'redirect_uri is missing or does not exactly match a redirect URI registered for this client', 'The error is not sent to an unregistered redirect URI.');
+        return errorPage(reply, 400, 'invalid_request', `redirect_uri is missing or does not exactly match a redirect URI ${client.metadataUrl ? "listed in the client's metadata document" : 'registered for this client'}`, 'The error is not sent to an unregistered redirect URI.');
       const state = str('state');
       const trusted = store.approvedRedirect(client.id, redirect);
       const back = (error: string, description: string) => {
