@@ -19,7 +19,7 @@ import { ServiceError } from '../core/errors.js';
 import { READ_LIMIT } from '../services/files.js';
 import { registerPrompts } from './prompts.js';
 import { readSkillResource, registerSkills, skillResources } from './skills-ext.js';
-import { META, activeRoster, cacheFields, decodeSegment, encodeSegment, mayUse, mimeTypeOf, page, requireTool, rpcError, type SurfaceDeps } from './surface.js';
+import { META, activeRoster, cacheFields, decodeSegment, encodeSegment, knownMimeType, mayUse, mimeTypeOf, page, requireTool, rpcError, type SurfaceDeps } from './surface.js';
 
 export const FILE_URI_PREFIX = 'atelier://workspaces/';
 export const FILE_URI_TEMPLATE = 'atelier://workspaces/{workspaceId}/files/{+path}';
@@ -132,7 +132,11 @@ export function resourceLinks(tool: string, workspaceId: string | undefined, res
     links.push({ type: 'resource_link', uri: fileUri(workspaceId, path), name: path.replace(/^\.\//, ''), ...extra });
   };
   if (tool === 'files_list') {
-    for (const e of (result.entries as Array<{ path?: string; type?: string; size?: number }> | undefined) ?? []) if (e.type === 'file') add(e.path, { mimeType: mimeTypeOf(e.path ?? '', true), ...(typeof e.size === 'number' ? { size: e.size } : {}) });
+    for (const e of (result.entries as Array<{ path?: string; type?: string; size?: number }> | undefined) ?? []) {
+      if (e.type !== 'file') continue;
+      const mimeType = knownMimeType(e.path ?? '');
+      add(e.path, { ...(mimeType ? { mimeType } : {}), ...(typeof e.size === 'number' ? { size: e.size } : {}) });
+    }
     return links;
   }
   const counts = new Map<string, number>();

@@ -130,10 +130,15 @@ export function page<T>(app: App, kind: string, items: T[], workspaceId: string 
 
 /** The MIME type a file name suggests; text without a known type is text/plain, other bytes application/octet-stream. */
 export function mimeTypeOf(path: string, text: boolean): string {
+  return knownMimeType(path) ?? (text ? 'text/plain' : 'application/octet-stream');
+}
+
+/** The MIME type of a known file name extension, or undefined (before the bytes are seen). */
+export function knownMimeType(path: string): string | undefined {
   const base = path.slice(path.lastIndexOf('/') + 1);
   const dot = base.lastIndexOf('.');
   const ext = dot > 0 ? base.slice(dot + 1).toLowerCase() : '';
-  return MIME[ext] ?? (text ? 'text/plain' : 'application/octet-stream');
+  return Object.hasOwn(MIME, ext) ? MIME[ext] : undefined;
 }
 
 const MIME: Record<string, string> = {
