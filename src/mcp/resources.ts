@@ -8,17 +8,20 @@
  * encoding rule). A read returns at most 1 MiB (files_read's limit); a larger file is read in
  * ranges named by the query `?offset=N&length=M`: a read without one returns the first range, and
  * the contents' `uri` then names exactly that range, with `_meta["atelier/file"]` giving the size
- * and the next range's URI. resources/list lists the roster's skills (their SKILL.md), not files:
+ * and the next range's URI. A directory (`…/files` is the root) is listed with the skills
+ * extension's resources/directory/read, a page at a time as files_list lists it. resources/list
+ * lists the roster's skills (their SKILL.md), not files:
  * a checkout holds far too many; files are found with files_list, grep_search and symbols_search,
  * whose results carry `resource_link` items to these URIs. Decisions: docs/files.md, "Files as MCP
  * resources", and docs/clients.md.
  */
 import type { Server, ServerContext } from '@modelcontextprotocol/server';
-import { SKILLS_EXTENSION_ID } from '@modelcontextprotocol/server/ext/skills';
+import { DIRECTORY_MIME_TYPE, RESOURCES_DIRECTORY_READ_METHOD, SKILLS_EXTENSION_ID } from '@modelcontextprotocol/server/ext/skills';
+import { z } from 'zod';
 import { ServiceError } from '../core/errors.js';
 import { READ_LIMIT } from '../services/files.js';
 import { registerPrompts } from './prompts.js';
-import { readSkillResource, registerSkills, skillResources } from './skills-ext.js';
+import { readSkillDirectory, readSkillResource, registerSkills, skillResources } from './skills-ext.js';
 import { META, activeRoster, cacheFields, decodeSegment, encodeSegment, knownMimeType, mayUse, mimeTypeOf, page, requireTool, rpcError, type SurfaceDeps } from './surface.js';
 
 export const FILE_URI_PREFIX = 'atelier://workspaces/';
@@ -54,7 +57,7 @@ export function fileUri(workspaceId: string, path: string): string {
  * Parses a file URI strictly, from its text (never through a URL parser, which would resolve
  * `..` and `%2e%2e` segments away into another path): every rule broken is refused naming it.
  */
-export function parseFileUri(uri: string): FileUri {
+export function parseFileUri(uri: string, directory = false): FileUri {
   if (uri.length > MAX_URI_LENGTH) throw new ServiceError('INVALID_ARGUMENT', `uri: longer than ${MAX_URI_LENGTH} characters`, { field: 'uri', rule: `at most ${MAX_URI_LENGTH} characters` });
   if (!uri.startsWith(FILE_URI_PREFIX)) throw new ServiceError('INVALID_ARGUMENT', `uri: a workspace file is ${FILE_URI_TEMPLATE}`, { field: 'uri', rule: FILE_URI_TEMPLATE });
   if (uri.includes('#')) throw new ServiceError('INVALID_ARGUMENT', 'uri: a fragment (#) is not part of a file URI; percent-encode a "#" in a file name as %23', { field: 'uri', rule: 'no fragment' });
@@ -63,10 +66,12 @@ export function parseFileUri(uri: string): FileUri {
   const segs = base.slice(FILE_URI_PREFIX.length).split('/');
   const workspaceId = decodeSegment(segs[0] ?? '', 'uri');
   if (!WORKSPACE_ID.test(workspaceId)) throw new ServiceError('INVALID_ARGUMENT', 'uri: the workspace segment must be a workspace identifier (ws_ then 20-80 of A-Z a-z 0-9 _ -)', { field: 'uri', rule: 'workspace identifier' });
-  if (segs[1] !== 'files' || segs.length < 3) throw new ServiceError('INVALID_ARGUMENT', `uri: a workspace file is ${FILE_URI_TEMPLATE}`, { field: 'uri', rule: FILE_URI_TEMPLATE });
-  const path = segs.slice(2).map((s) => decodeSegment(s, 'uri')).join('/');
+  if (segs[1] !== 'files' || (segs.length < 3 && !directory)) throw new ServiceError('INVALID_ARGUMENT', `uri: a workspace file is ${FILE_URI_TEMPLATE}`, { field: 'uri', rule: FILE_URI_TEMPLATE });
+  // A directory: atelier://workspaces/<id>/files is the checkout's root.
+  const path = segs.length < 3 ? '.' : segs.slice(2).map((s) => decodeSegment(s, 'uri')).join('/');
   if ([...path].length > MAX_PATH_CHARS) throw new ServiceError('INVALID_ARGUMENT', `uri: the path is longer than ${MAX_PATH_CHARS} characters`, { field: 'uri', rule: `path at most ${MAX_PATH_CHARS} characters` });
   const out: FileUri = { workspaceId, path, base };
+  if (q >= 0 && directory) throw new ServiceError('INVALID_ARGUMENT', 'uri: a directory URI takes no query (pages go by cursor)', { field: 'uri', rule: 'no query' });
   if (q >= 0) out.range = parseRange(uri.slice(q + 1));
   return out;
 }
@@ -121,6 +126,31 @@ async function readFile(deps: SurfaceDeps, uri: string, f: FileUri, signal: Abor
 }
 
 /**
+ * resources/directory/read of a workspace directory: its entries as files_list lists them (the same
+ * daemon call, cursor and page size bounds), files with their size, directories as
+ * inode/directory, symlinks as plain resources (a read follows them only inside the checkout);
+ * fifos, sockets and devices are left out (nothing can read them).
+ */
+async function readFileDirectory(deps: SurfaceDeps, f: FileUri, cursor: string | undefined, signal: AbortSignal): Promise<Record<string, unknown>> {
+  const r = (await deps.app.files.list(f.workspaceId, { path: f.path, cursor, limit: DIRECTORY_PAGE }, signal)) as { entries: Array<{ name: string; path: string; type: string; size: number }>; nextCursor: string | null };
+  const resources: Array<Record<string, unknown>> = [];
+  for (const e of r.entries) {
+    const uri = fileUri(f.workspaceId, e.path);
+    if (e.type === 'directory') resources.push({ uri, name: e.name, mimeType: DIRECTORY_MIME_TYPE });
+    else if (e.type === 'file') {
+      const mimeType = knownMimeType(e.name);
+      resources.push({ uri, name: e.name, ...(mimeType ? { mimeType } : {}), size: e.size });
+    } else if (e.type === 'symlink') resources.push({ uri, name: e.name });
+  }
+  return { resources, ...(r.nextCursor ? { nextCursor: r.nextCursor } : {}) };
+}
+
+/** Entries per page of a workspace directory read. */
+const DIRECTORY_PAGE = 200;
+
+const DirectoryParams = z.looseObject({ uri: z.string(), cursor: z.string().optional() });
+
+/**
  * resource_link items for a files_list, grep_search or symbols_search result (additive content;
  * structuredContent is unchanged): one per file listed or matched, in result order, at most MAX_LINKS.
  */
@@ -159,7 +189,7 @@ export function registerResourceSurfaces(server: Server, deps: SurfaceDeps): voi
   server.registerCapabilities({
     resources: { subscribe: false, listChanged: false },
     prompts: { listChanged: false },
-    extensions: { [SKILLS_EXTENSION_ID]: {} },
+    extensions: { [SKILLS_EXTENSION_ID]: { directoryRead: true } },
   });
   server.setRequestHandler('resources/templates/list', (_req, ctx: ServerContext) => {
     const caller = deps.caller(ctx);
@@ -200,6 +230,24 @@ export function registerResourceSurfaces(server: Server, deps: SurfaceDeps): voi
         return { ...(await readFile(deps, uri, parseFileUri(uri), ctx.mcpReq.signal)), ...cacheFields(server, 0) } as never;
       }
       throw new ServiceError('NOT_FOUND', `uri: no such resource; Atelier serves workspace files as ${FILE_URI_TEMPLATE} and skills as skill:// URIs (skills/list, resources/list)`, { field: 'uri' });
+    } catch (e) {
+      throw rpcError(deps.app, e, uri.slice(0, 2000));
+    }
+  });
+  // The skills extension's directory read, for a skill's directories and a workspace's alike.
+  server.setRequestHandler(RESOURCES_DIRECTORY_READ_METHOD, { params: DirectoryParams }, async (params, ctx: ServerContext) => {
+    const caller = deps.caller(ctx);
+    const uri = params.uri;
+    try {
+      let page: Record<string, unknown>;
+      if (uri.startsWith('skill://')) {
+        requireTool(deps, caller, 'skills_list', RESOURCES_DIRECTORY_READ_METHOD, uri.slice(0, 300));
+        page = await readSkillDirectory(deps, uri, params.cursor, ctx.mcpReq.signal);
+      } else if (uri.startsWith('atelier:')) {
+        requireTool(deps, caller, 'files_list', RESOURCES_DIRECTORY_READ_METHOD, uri.slice(0, 300));
+        page = await readFileDirectory(deps, parseFileUri(uri, true), params.cursor, ctx.mcpReq.signal);
+      } else throw new ServiceError('NOT_FOUND', `uri: no such directory; Atelier serves workspace directories as atelier://workspaces/{workspaceId}/files[/{+path}] and skill directories as skill:// URIs`, { field: 'uri' });
+      return { ...page, ...cacheFields(server, 0) };
     } catch (e) {
       throw rpcError(deps.app, e, uri.slice(0, 2000));
     }

@@ -2,7 +2,8 @@
  * The workspace's skills through the MCP skills extension (io.modelcontextprotocol/skills,
  * SEP-2640): `skills/list` (the roster of the caller's active workspace, one entry per skill with
  * its SKILL.md front matter and every file's SHA-256 and size), `skills/get` (one skill by the URI
- * of its SKILL.md, listed or not) and each file of a skill as a resource read with resources/read.
+ * of its SKILL.md, listed or not), each file of a skill as a resource read with resources/read, and
+ * its directories listed with resources/directory/read (registered in src/mcp/resources.ts).
  *
  * URIs: `skill://owner/<name>/<file>` and `skill://built-in/<name>/<file>` for the skills that are
  * the same in every workspace; `skill://workspace/<workspaceId>/<name>/<file>` and
@@ -20,13 +21,13 @@
  */
 import { isUtf8 } from 'node:buffer';
 import type { Server, ServerContext } from '@modelcontextprotocol/server';
-import { SKILLS_GET_METHOD, SKILLS_LIST_METHOD, SkillCatalogError, skillEntry } from '@modelcontextprotocol/server/ext/skills';
+import { DIRECTORY_MIME_TYPE, SKILLS_GET_METHOD, SKILLS_LIST_METHOD, SkillCatalogError, skillEntry } from '@modelcontextprotocol/server/ext/skills';
 import { z } from 'zod';
 import type { App } from '../app.js';
 import { ServiceError } from '../core/errors.js';
 import { SKILL_SOURCES, TOOL_SKILL_NAME, type SkillSource } from '../services/extensions/format.js';
 import type { Skill } from '../services/extensions/skills.js';
-import { META, activeRoster, cacheFields, decodeSegment, encodeSegment, mayUse, mimeTypeOf, page, requireTool, rpcError, type SurfaceDeps } from './surface.js';
+import { META, activeRoster, cacheFields, decodeSegment, encodeSegment, knownMimeType, mayUse, mimeTypeOf, page, requireTool, rpcError, type SurfaceDeps } from './surface.js';
 
 const WORKSPACE_ID = /^ws_[A-Za-z0-9_-]{20,80}$/;
 const MAX_URI_LENGTH = 16_384;
@@ -59,8 +60,12 @@ export interface SkillUri {
   file: string;
 }
 
-/** Parses a skill file URI from its text (no URL parser resolves `..` away); every rule broken is refused naming it. */
-export function parseSkillUri(uri: string): SkillUri {
+/**
+ * Parses a skill file URI from its text (no URL parser resolves `..` away); every rule broken is
+ * refused naming it. With `directory`, the URI may name the skill's root (`file` is then '') or a
+ * directory inside it.
+ */
+export function parseSkillUri(uri: string, directory = false): SkillUri {
   const bad = (why: string, rule: string) => new ServiceError('INVALID_ARGUMENT', `uri: ${why}`, { field: 'uri', rule });
   if (uri.length > MAX_URI_LENGTH) throw bad(`longer than ${MAX_URI_LENGTH} characters`, `at most ${MAX_URI_LENGTH} characters`);
   if (!uri.startsWith('skill://')) throw bad('a skill file is skill://<source>/…/<name>/<file>', 'skill URI');
@@ -77,7 +82,7 @@ export function parseSkillUri(uri: string): SkillUri {
   const name = decodeSegment(segs[at++] ?? '', 'uri');
   if (!TOOL_SKILL_NAME.test(name)) throw bad('the skill name must be 1-120 characters of A-Z a-z 0-9 . _ : -', 'skill name');
   const rest = segs.slice(at);
-  if (rest.length === 0) throw bad('names a skill directory, not a file; its SKILL.md is …/SKILL.md', 'file of a skill');
+  if (rest.length === 0 && !directory) throw bad('names a skill directory, not a file (list it with resources/directory/read; its SKILL.md is …/SKILL.md)', 'file of a skill');
   return { source, workspaceId, name, file: rest.map((s) => decodeSegment(s, 'uri')).join('/') };
 }
 
@@ -143,11 +148,43 @@ export async function readSkillResource(deps: SurfaceDeps, uri: string, signal: 
   const { skill, contents } = await loadSkill(deps.app, u.source, u.workspaceId, u.name, signal);
   const bytes = contents.get(u.file);
   if (!bytes) {
+    if ([...contents.keys()].some((p) => p.startsWith(`${u.file}/`)))
+      throw new ServiceError('INVALID_ARGUMENT', `uri: ${JSON.stringify(u.file.slice(0, 200))} is a directory of the skill, not a file; list it with resources/directory/read`, { field: 'uri', rule: 'file of a skill' });
     const files = [...contents.keys()].sort();
     throw new ServiceError('NOT_FOUND', `uri: the ${skill.source} skill ${skill.name} has no file ${JSON.stringify(u.file.slice(0, 200))} (its files: ${files.slice(0, 20).join(', ')}${files.length > 20 ? ', …' : ''})`, { field: 'uri' });
   }
   const text = isUtf8(bytes) && !bytes.includes(0);
   return { contents: [{ uri, mimeType: u.file === 'SKILL.md' ? 'text/markdown' : mimeTypeOf(u.file, text), ...(text ? { text: bytes.toString('utf8') } : { blob: bytes.toString('base64') }) }] };
+}
+
+/**
+ * resources/directory/read of a skill's root or of a directory inside it: its direct children, from
+ * the skill's own file list (files with their size, directories as inode/directory), in one page.
+ */
+export async function readSkillDirectory(deps: SurfaceDeps, uri: string, cursor: string | undefined, signal: AbortSignal): Promise<{ resources: Array<Record<string, unknown>> }> {
+  const u = parseSkillUri(uri, true);
+  if (cursor !== undefined) throw new ServiceError('INVALID_ARGUMENT', "cursor: a skill directory's listing has a single page; list it again without a cursor", { field: 'cursor', rule: 'cursor' });
+  const { skill } = await loadSkill(deps.app, u.source, u.workspaceId, u.name, signal);
+  const root = skillRoot(skill.source, u.workspaceId, skill.name);
+  if (skill.files.some((f) => f.path === u.file))
+    throw new ServiceError('INVALID_ARGUMENT', `uri: ${JSON.stringify(u.file.slice(0, 200))} is a file of the skill, not a directory resource; read it with resources/read`, { field: 'uri', rule: 'directory of a skill' });
+  const prefix = u.file === '' ? '' : `${u.file}/`;
+  const children = new Map<string, Record<string, unknown>>();
+  for (const f of skill.files) {
+    if (!f.path.startsWith(prefix)) continue;
+    const rest = f.path.slice(prefix.length);
+    const slash = rest.indexOf('/');
+    if (slash < 0) {
+      const mimeType = f.path === 'SKILL.md' ? 'text/markdown' : knownMimeType(rest);
+      children.set(rest, { uri: skillFileUri(root, f.path), name: rest, ...(mimeType ? { mimeType } : {}), size: f.size });
+    } else {
+      const dir = rest.slice(0, slash);
+      children.set(`${dir}/`, { uri: skillFileUri(root, prefix + dir), name: dir, mimeType: DIRECTORY_MIME_TYPE });
+    }
+  }
+  if (children.size === 0) throw new ServiceError('NOT_FOUND', `uri: the ${skill.source} skill ${skill.name} has no directory ${JSON.stringify(u.file.slice(0, 200))}`, { field: 'uri' });
+  const resources = [...children.values()].sort((a, b) => ((a.uri as string) < (b.uri as string) ? -1 : (a.uri as string) > (b.uri as string) ? 1 : 0));
+  return { resources };
 }
 
 const ListParams = z.looseObject({ cursor: z.string().optional() }).optional();

@@ -122,7 +122,7 @@ describe('capabilities', () => {
     for (const caps of [c.getServerCapabilities(), v1.getServerCapabilities()]) {
       expect(caps?.resources).toEqual({ subscribe: false, listChanged: false });
       expect(caps?.prompts).toEqual({ listChanged: false });
-      expect((caps as { extensions?: Record<string, unknown> }).extensions?.['io.modelcontextprotocol/skills']).toEqual({});
+      expect((caps as { extensions?: Record<string, unknown> }).extensions?.['io.modelcontextprotocol/skills']).toEqual({ directoryRead: true });
     }
   });
 });
@@ -168,6 +168,16 @@ describe('skills through the skills extension (SEP-2640)', () => {
     }
     const md = await sc.read(repo);
     expect(md.body).toMatch(/Instructions for repo-helper/);
+    // Its directories, from its own file list.
+    const root = `skill://repository/${ws}/repo-helper`;
+    expect((await sc.readDirectory(root)).resources).toEqual([
+      { uri: `${root}/SKILL.md`, name: 'SKILL.md', mimeType: 'text/markdown', size: repo.resources !== 'dynamic' ? repo.resources.find((r) => r.uri.endsWith('/SKILL.md'))!.size : -1 },
+      { uri: `${root}/references`, name: 'references', mimeType: 'inode/directory' },
+      { uri: `${root}/scripts`, name: 'scripts', mimeType: 'inode/directory' },
+    ]);
+    expect((await sc.readDirectory(`${root}/references`)).resources).toEqual([{ uri: `${root}/references/GUIDE.md`, name: 'GUIDE.md', mimeType: 'text/markdown', size: Buffer.byteLength(FIXTURE['.agents/skills/repo-helper/references/GUIDE.md']!) }]);
+    expect(await rpcFailure(sc.readDirectory(`${root}/SKILL.md`))).toMatchObject({ code: -32602, error: { code: 'INVALID_ARGUMENT', details: { rule: 'directory of a skill' } } });
+    expect(await rpcFailure(sc.readDirectory(`${root}/nothing`))).toMatchObject({ code: -32602, error: { code: 'NOT_FOUND' } });
     // A shadowed skill is still served by its URI (listed or not), as skills_read serves it by source.
     const shadowed = await sc.get(`skill://repository/${ws}/atelier-review-changes/SKILL.md`);
     expect(shadowed.skill.frontmatter.description).toMatch(/shadowed/);
@@ -248,6 +258,34 @@ describe('workspace files as resources', () => {
     await ro.close();
   }, 120_000);
 
+  it('lists workspace directories with resources/directory/read, a page at a time (read-only token)', async () => {
+    await sh('mkdir -p many && cd many && touch $(seq -f f%03g 1 450) && mkfifo pipe');
+    const ro = await connectV2(svc, readOnlyToken);
+    const sc = new SkillsClient(ro);
+    const top = await sc.readDirectory(`atelier://workspaces/${ws}/files`);
+    expect(top).toMatchObject({ ttlMs: 0, cacheScope: 'private' });
+    expect(top.resources).toEqual(
+      expect.arrayContaining([
+        { uri: fileUri('README.md'), name: 'README.md', mimeType: 'text/markdown', size: Buffer.byteLength(FIXTURE['README.md']!) },
+        { uri: fileUri('src'), name: 'src', mimeType: 'inode/directory' },
+        { uri: fileUri('passwd-link'), name: 'passwd-link' },
+      ]),
+    );
+    // 450 files and a fifo: every file over three pages (the client walks the cursors), the fifo left out.
+    const many = await sc.readDirectory(fileUri('many'));
+    expect(many.resources.map((r) => r.name)).toEqual(Array.from({ length: 450 }, (_, i) => `f${String(i + 1).padStart(3, '0')}`));
+    const first = (await ro.request({ method: 'resources/directory/read', params: { uri: fileUri('many') } } as never, z.looseObject({ resources: z.array(z.unknown()), nextCursor: z.string().optional() }) as never)) as { resources: unknown[]; nextCursor?: string };
+    expect(first.resources).toHaveLength(200);
+    expect(first.nextCursor).toBeTruthy();
+    const wrong = await rpcFailure(ro.request({ method: 'resources/directory/read', params: { uri: fileUri('src'), cursor: first.nextCursor } } as never, z.looseObject({}) as never));
+    expect(wrong).toMatchObject({ code: -32602, error: { code: 'INVALID_ARGUMENT', details: { field: 'cursor' } } });
+    expect(await rpcFailure(sc.readDirectory(fileUri('README.md')))).toMatchObject({ code: -32602, error: { code: 'FAILED_PRECONDITION' } });
+    expect(await rpcFailure(sc.readDirectory(fileUri('up-link')))).toMatchObject({ code: -32602, error: { code: 'PERMISSION_DENIED' } });
+    expect(await rpcFailure(sc.readDirectory(`${fileUri('src')}/../..`))).toMatchObject({ code: -32602, error: { code: 'INVALID_ARGUMENT' } });
+    await sh('rm -rf many');
+    await ro.close();
+  }, 120_000);
+
   it('reads a large file in ranges: the first range names itself, and the ranges put together are the file', async () => {
     const whole = await ok('files_read', { workspaceId: ws, path: 'big.txt', limit: 1 });
     const size = whole.size as number;
@@ -298,6 +336,7 @@ describe('access', () => {
   it('a token without the files toolset sees no file template and is refused a file; one without extensions sees no prompts or skills and is refused them', async () => {
     const extOnly = await connectV2(svc, await token(['--name', 'ext', '--toolsets', 'workspace,extensions']));
     expect((await extOnly.listResourceTemplates()).resourceTemplates).toEqual([]);
+    expect(await rpcFailure(new SkillsClient(extOnly).readDirectory(`atelier://workspaces/${ws}/files`))).toMatchObject({ code: -32602, error: { code: 'PERMISSION_DENIED', details: { tool: 'files_list' } } });
     const refused = await rpcFailure(extOnly.readResource({ uri: fileUri('README.md') }));
     expect(refused).toMatchObject({ code: -32602, error: { code: 'PERMISSION_DENIED', details: { tool: 'files_read', rule: 'toolset not granted' } } });
     expect(refused.message).toMatch(/toolset files/);
@@ -313,13 +352,14 @@ describe('access', () => {
       filesOnly.getPrompt({ name: 'repo-helper' }),
       filesOnly.readResource({ uri: `skill://repository/${ws}/repo-helper/SKILL.md` }),
       filesOnly.request({ method: 'skills/get', params: { uri: `skill://repository/${ws}/repo-helper/SKILL.md` } }, z.looseObject({}) as never),
+      filesOnly.request({ method: 'resources/directory/read', params: { uri: `skill://repository/${ws}/repo-helper` } }, z.looseObject({}) as never),
     ]) {
       expect(await rpcFailure(p)).toMatchObject({ code: -32602, error: { code: 'PERMISSION_DENIED', details: { rule: 'toolset not granted' } } });
     }
     expect((await filesOnly.readResource({ uri: fileUri('README.md') })).contents[0]).toMatchObject({ text: FIXTURE['README.md'] });
     await filesOnly.close();
     // Refusals are audited as refused tool calls are.
-    for (const action of ['resources/read', 'prompts/get', 'skills/get']) {
+    for (const action of ['resources/read', 'prompts/get', 'skills/get', 'resources/directory/read']) {
       const audit = await httpRequest(svc.url, 'GET', `/api/v1/audit-log?outcome=refused&action=${encodeURIComponent(action)}`, { cookie: dash.cookie });
       const entries = JSON.parse(audit.body).entries as Array<{ actor: string; reason: string }>;
       expect(entries.length, action).toBeGreaterThan(0);
@@ -367,7 +407,8 @@ describe('hostile resource URIs', () => {
     await refusedWith(`${skill}/../../../README.md`, 'INVALID_ARGUMENT', /"\.\." path segments are not allowed/);
     await refusedWith(`${skill}/%2e%2e/%2e%2e/README.md`, 'INVALID_ARGUMENT', /"\.\." path segments are not allowed/);
     await refusedWith(`skill://workspace/${ws}/scratch/leak`, 'NOT_FOUND', /has no file "leak"/);
-    await refusedWith(`${skill}/references`, 'NOT_FOUND', /has no file "references"/);
+    await refusedWith(`${skill}/references`, 'INVALID_ARGUMENT', /is a directory of the skill, not a file; list it with resources\/directory\/read/);
+    await refusedWith(`${skill}/references/NOPE.md`, 'NOT_FOUND', /has no file "references\/NOPE.md"/);
     await refusedWith(`skill://repository/ws_AAAAAAAAAAAAAAAAAAAAAAAA/repo-helper/SKILL.md`, 'NOT_FOUND', /no workspace/);
     await refusedWith(`skill://elsewhere/repo-helper/SKILL.md`, 'INVALID_ARGUMENT', /names the source/);
     await refusedWith(`skill://owner/no-such/SKILL.md`, 'NOT_FOUND', /no owner skill no-such/);

@@ -57,6 +57,20 @@ describe('file URIs', () => {
   });
 });
 
+describe('directory URIs', () => {
+  it('name the checkout root without a path, take no query, and refuse what a file URI refuses', () => {
+    expect(parseFileUri(`atelier://workspaces/${WS}/files`, true)).toMatchObject({ workspaceId: WS, path: '.' });
+    expect(parseFileUri(fileUri(WS, 'src/a b'), true)).toMatchObject({ path: 'src/a b' });
+    expect(refused(() => parseFileUri(`atelier://workspaces/${WS}/files`)).message).toMatch(/\{\+path\}/);
+    expect(refused(() => parseFileUri(`${fileUri(WS, 'src')}?offset=1`, true)).rule).toBe('no query');
+    expect(refused(() => parseFileUri(`${fileUri(WS, 'src')}/`, true)).rule).toBe('no empty, . or .. segments');
+    expect(refused(() => parseFileUri(`${fileUri(WS, 'src')}/..`, true)).rule).toBe('no empty, . or .. segments');
+    expect(parseSkillUri(`skill://repository/${WS}/x`, true)).toEqual({ source: 'repository', workspaceId: WS, name: 'x', file: '' });
+    expect(parseSkillUri('skill://owner/x/references', true)).toMatchObject({ file: 'references' });
+    expect(refused(() => parseSkillUri('skill://owner/x/%2e%2e', true)).rule).toBe('no empty, . or .. segments');
+  });
+});
+
 describe('skill URIs', () => {
   it('name the source first, the workspace for checkout skills, then the skill and its file', () => {
     expect(skillRoot('owner', null, 'notes')).toBe('skill://owner/notes');
