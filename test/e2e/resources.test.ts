@@ -309,9 +309,10 @@ describe('workspace files as resources', () => {
     expect(mid.text).toBe(Buffer.concat(parts).subarray(100, 110).toString());
   }, 120_000);
 
-  it('files_list, grep_search and symbols_search results carry resource_link items that resources/read resolves; structuredContent is unchanged', async () => {
+  it('files_list, grep_search and symbols_search results carry resource_link items that resources/read resolves; structuredContent is unchanged (read-only token)', async () => {
+    const ro = await connectV2(svc, readOnlyToken);
     const links = async (name: string, args: Record<string, unknown>) => {
-      const r = (await c.callTool({ name, arguments: { workspaceId: ws, ...args } })) as { content: Array<Record<string, unknown>>; structuredContent?: Record<string, unknown> };
+      const r = (await ro.callTool({ name, arguments: { workspaceId: ws, ...args } })) as { content: Array<Record<string, unknown>>; structuredContent?: Record<string, unknown> };
       expect(r.content[0]!.type).toBe('text');
       expect(JSON.parse(r.content[0]!.text as string)).toEqual(r.structuredContent);
       expect(Object.keys(r.structuredContent!)).not.toContain('links');
@@ -329,6 +330,7 @@ describe('workspace files as resources', () => {
     // The 2025-era direct path carries them too.
     const r1 = (await v1.callTool({ name: 'grep_search', arguments: { workspaceId: ws, pattern: 'addNumbers' } })) as { content: Array<{ type: string; uri?: string }> };
     expect(r1.content.filter((x) => x.type === 'resource_link').map((x) => x.uri)).toEqual([fileUri('src/index.ts')]);
+    await ro.close();
   }, 120_000);
 });
 
