@@ -393,6 +393,12 @@ describe('hostile resource URIs', () => {
     await refusedWith(`${base}/README.md%00.txt`, 'INVALID_ARGUMENT', /NUL/);
     await refusedWith(`${base}/${'a/'.repeat(600)}x`, 'INVALID_ARGUMENT', /longer than 1024 characters/);
     await refusedWith(`${base}/${'%41'.repeat(6000)}`, 'INVALID_ARGUMENT', /longer than 16384 characters/);
+    // On 2026-07-28 the URI also travels in the Mcp-Name header: Node's header bound refuses it first.
+    const status = await c.readResource({ uri: `${base}/${'%41'.repeat(6000)}` }).then(
+      () => 0,
+      (e: { data?: { status?: number } }) => e.data?.status,
+    );
+    expect(status).toBe(431);
     await refusedWith(`${base}/README.md?offset=0&length=99999999`, 'INVALID_ARGUMENT', /length must be 1-1048576/);
     await refusedWith(`${base}/README.md?path=/etc/passwd`, 'INVALID_ARGUMENT', /unknown parameter "path"/);
     await refusedWith(`${base}/README.md#x`, 'INVALID_ARGUMENT', /fragment/);
