@@ -20,6 +20,7 @@ import { directPath, type NodeResponseTransport } from './node-transport.js';
 import { TokenVerifyCache } from '../services/token-cache.js';
 import { loadWireNative } from './wire-native.js';
 import type { WireText } from './wire-text.js';
+import { LINKED_TOOLS, registerResourceSurfaces, resourceLinks } from './resources.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -81,6 +82,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
         log('info', message);
       }
     };
+    // files_list, grep_search and symbols_search results also carry resource_link items (src/mcp/resources.ts).
+    let links: Array<Record<string, unknown>> = [];
     const result = await registry.call(app, params.name, params.arguments, {
       principal,
       actor: 'mcp',
@@ -88,6 +91,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       access: caller.access,
       log,
       deferText: c.deferText,
+      onResult: LINKED_TOOLS.has(params.name) ? (tool, ws, structured) => (links = resourceLinks(tool, ws, structured)) : undefined,
       progress:
         progressToken === undefined
           ? (_p, _t, message) => logStep(message)
@@ -98,6 +102,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     });
     const key = `${params.name}|${result.isError ? (result.structuredContent?.error as { code: string }).code : 'ok'}`;
     stats.calls.set(key, (stats.calls.get(key) ?? 0) + 1);
+    if (links.length && !result.isError) result.content = [...result.content, ...(links as never[])];
     return result;
   };
 
@@ -114,6 +119,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       return {};
     });
     server.setRequestHandler('tools/list', (_req, ctx) => ({ tools: visibleTools(registry, callerOf(ctx.http?.authInfo).access) }));
+    // Resources (workspace files, skill files), prompts (skills) and the skills extension: src/mcp/resources.ts.
+    registerResourceSurfaces(server, { app, registry, caller: (ctx) => callerOf(ctx.http?.authInfo) });
     server.setRequestHandler('tools/call', async (req, ctx) =>
       server.projectCallToolResult(await callTool(req.params, { authInfo: ctx.http?.authInfo, signal: ctx.mcpReq.signal, mcp: ctx, deferText: direct ? (text) => direct.deferText(text) : undefined }), undefined),
     );

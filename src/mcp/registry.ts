@@ -47,6 +47,11 @@ export interface CallContext {
    * Absent: the text block holds the text itself.
    */
   deferText?: (text: WireText) => string;
+  /**
+   * Sees a successful result (redacted) with the workspace the call acted on, before it is shaped:
+   * the MCP endpoint adds resource_link items from it (src/mcp/resources.ts).
+   */
+  onResult?: (tool: string, workspaceId: string | undefined, result: Record<string, unknown>) => void;
 }
 
 /** What the pipeline needs of the application besides the services it hands to handlers. */
@@ -242,7 +247,9 @@ export class ToolRegistry extends ToolParser {
       if (!readOnly) auditCall(host, cc, name, args, 'ok');
       host.log.debug({ tool: name, ms: Date.now() - started }, 'tool call');
       // Secret values never leave in a result, whatever the tool.
-      return okResult(host.environments.redact(result), cc.deferText);
+      const redacted = host.environments.redact(result);
+      cc.onResult?.(name, c.def.workspace ? ctx.workspace : undefined, redacted);
+      return okResult(redacted, cc.deferText);
     } catch (err) {
       const body = errorEnvelope(err, (b) => host.environments.redact(b)).body.error;
       if (!(err instanceof ServiceError)) host.log.error({ tool: name, err }, 'tool handler failed');

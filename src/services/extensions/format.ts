@@ -67,6 +67,8 @@ export interface SkillMeta {
   allowedTools?: string[];
   /** Body after the front matter (not kept in listings). */
   body: string;
+  /** SKILL.md as read, whole: what the skills extension's hosts parse and verify (src/mcp/skills-ext.ts). */
+  markdown: string;
   problems: string[];
   /** False when the skill cannot be used (no usable name or description, unparseable front matter). */
   usable: boolean;
@@ -80,7 +82,7 @@ export interface SkillMeta {
  */
 export function parseSkillMd(text: string, dirName: string): SkillMeta {
   const problems: string[] = [];
-  const out: SkillMeta = { name: null, description: null, body: '', problems, usable: false };
+  const out: SkillMeta = { name: null, description: null, body: '', markdown: text, problems, usable: false };
   const src = text.replace(/^\uFEFF/, '');
   const match = /^---[ \t]*\r?\n([\s\S]*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|$)/.exec(src);
   if (!match) {
