@@ -235,6 +235,26 @@ describe('2025-11-25: URL-mode elicitation on the call\'s own stream', () => {
     await c.close();
   });
 
+  it('a session is its principal\'s: another token presenting it gets the plain refusal, no elicitation', async () => {
+    const init = await httpRequest(svc.url, 'POST', '/mcp', { authorization: `Bearer ${svc.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: { elicitation: { url: {} } }, clientInfo: { name: 'raw', version: '1' } } }));
+    const session = String(init.headers['mcp-session-id']);
+    expect(session).toMatch(/^mcps_[A-Za-z0-9_-]{32}$/);
+    // A client that declares no URL elicitation gets no session (stateless, as before).
+    const plainInit = await httpRequest(svc.url, 'POST', '/mcp', { authorization: `Bearer ${svc.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }));
+    expect(plainInit.headers['mcp-session-id']).toBeUndefined();
+    const other = await token();
+    const r = await httpRequest(
+      svc.url,
+      'POST',
+      '/mcp',
+      { authorization: `Bearer ${other}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25', 'mcp-session-id': session },
+      JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'exec_run', arguments: privileged('id -u; echo borrowed-session') } }),
+    );
+    expect(r.body).not.toContain('elicitation/create');
+    const answer = JSON.parse(r.body.startsWith('{') ? r.body : r.body.split('\n').filter((l) => l.startsWith('data: ')).pop()!.slice(6));
+    expect(answer.result.structuredContent.error).toMatchObject({ code: 'PERMISSION_DENIED', details: { field: 'approvalGrantToken' } });
+  });
+
   it('an answer posted by another principal for the same elicitation is not taken: the client\'s own answer decides', async () => {
     const other = await token();
     let id = '';

@@ -6,11 +6,9 @@
  * result of type "task"), so its task-augmented tools/call is sent as the 2026-07-28 wire has it
  * (Modern below) and tasks/get, tasks/cancel go through the v2 client's request() with a schema.
  */
-import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport as TransportV1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { call, connectV1, dashboardLogin, httpRequest, runCli, startService, type Service } from './harness.js';
@@ -177,7 +175,12 @@ describe('2026-07-28: the Tasks extension', () => {
 
   it('a finished task carries exactly the call\'s result, audited as the call', async () => {
     const created = await modern.ok('tools/call', { name: 'exec_run', arguments: { workspaceId: ws, command: 'echo out; echo err >&2; exit 3' } });
-    const done = await modern.waitFor(created.taskId as string, ['completed', 'failed', 'cancelled']);
+    await modern.waitFor(created.taskId as string, ['completed', 'failed', 'cancelled']);
+    // The official v2 client, negotiated to 2026-07-28 with the extension declared, reads it with tasks/get.
+    const v2 = new Client({ name: 'tasks-e2e-v2', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' }, capabilities: { extensions: { [TASKS]: {} } } });
+    await v2.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${svc.token}` } } }));
+    const done = (await v2.request({ method: 'tasks/get', params: { taskId: created.taskId as string } }, ANY)) as Record<string, unknown>;
+    await v2.close();
     expect(done.status).toBe('completed');
     const result = done.result as { structuredContent: Record<string, unknown>; content: Array<{ text: string }>; isError?: boolean };
     expect(result.structuredContent).toMatchObject({ workspaceId: ws, exitCode: 3, stdout: 'out\n', stderr: 'err\n', timedOut: false });
@@ -300,8 +303,3 @@ describe('across a runner restart', () => {
   }, 120_000);
 });
 
-void readFileSync;
-void Client;
-void StreamableHTTPClientTransport;
-void TransportV1;
-void ANY;
