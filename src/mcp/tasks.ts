@@ -308,6 +308,7 @@ export class McpTasks {
             if (this.waiters.get(task.id)?.key === key) this.waiters.delete(task.id);
             signal.removeEventListener('abort', onAbort);
             task.input(null);
+            task.status(answer === 'accept' ? `the client opened approval request ${ask.approvalId}: waiting for the owner's decision` : `the client did not open approval request ${ask.approvalId}`);
             resolve(answer);
           };
           const onAbort = () => done('cancel');
