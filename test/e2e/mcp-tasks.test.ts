@@ -126,6 +126,14 @@ describe('clients that do not negotiate tasks see no change', () => {
   it('v1 and 2026-07-28 calls without the capability answer the plain result; only 2025-era tools/list names taskSupport', async () => {
     const plain = await ok('exec_run', { workspaceId: ws, command: 'echo plain' });
     expect(plain).toMatchObject({ exitCode: 0, stdout: 'plain\n' });
+    // The official v2 client without the extension, on either era: the plain result.
+    for (const versionNegotiation of [undefined, { mode: 'auto' as const }]) {
+      const v2 = new Client({ name: 'tasks-e2e-v2-plain', version: '1.0.0' }, versionNegotiation ? { versionNegotiation } : {});
+      await v2.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${svc.token}` } } }));
+      const r = await call(v2, 'exec_run', { workspaceId: ws, command: 'echo v2-plain' });
+      expect(r.ok && r.result).toMatchObject({ exitCode: 0, stdout: 'v2-plain\n' });
+      await v2.close();
+    }
     const m = await modernNoTasks.ok('tools/call', { name: 'exec_run', arguments: { workspaceId: ws, command: 'echo modern' } });
     expect(m.resultType).toBe('complete');
     expect(m.structuredContent).toMatchObject({ exitCode: 0, stdout: 'modern\n' });
