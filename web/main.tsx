@@ -29,7 +29,8 @@ export const PAGES = [
 ] as const;
 
 function currentPage(): string {
-  const h = location.hash.replace(/^#\/?/, '').split('?')[0]!;
+  // A page may take one more path segment: #/approvals/<id> is one approval request (its deep link).
+  const h = location.hash.replace(/^#\/?/, '').split('?')[0]!.split('/')[0]!;
   return PAGES.some((p) => p.id === h) ? h : 'overview';
 }
 

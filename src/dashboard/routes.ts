@@ -93,6 +93,14 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
     return reply.send(appShell());
   });
 
+  // One approval request's own page (docs/dashboard.md): the URL an MCP client opens for its user when a
+  // call waits for the owner's approval (docs/mcp-tasks.md). The app shows it on the approvals page.
+  f.get<{ Params: { id: string } }>('/approvals/:id', async (req, reply) => {
+    reply.header('cache-control', 'no-store');
+    if (!/^apr_[A-Za-z0-9_-]{1,100}$/.test(req.params.id)) return reply.code(404).header('content-type', 'text/html; charset=utf-8').send(page('No such approval request', '<p>This is not the address of an approval request.</p><p><a href="/#/approvals">Approvals</a></p>'));
+    return reply.redirect(`/#/approvals/${req.params.id}`, 302);
+  });
+
   // One-time login link printed at start: consumes the link, starts a session, redirects home.
   f.get('/login', async (req, reply) => {
     const token = (req.query as Record<string, string | undefined>).token;

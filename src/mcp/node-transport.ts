@@ -36,6 +36,7 @@ import {
   type TransportSendOptions,
 } from '@modelcontextprotocol/server';
 import type { WireText } from './wire-text.js';
+import type { ClientRequests, LegacySessions } from './legacy-sessions.js';
 
 const SSE_HEADERS = {
   'content-type': 'text/event-stream',
@@ -213,6 +214,10 @@ export interface PlainCallContext {
   notify(notification: { method: string; params?: Record<string, unknown> }): Promise<void>;
   /** The direct path's transport (its deferText takes a large result's text block). */
   transport: NodeResponseTransport;
+  /** The capabilities the client declared in its initialize, when its session is known (legacy-sessions.ts); undefined otherwise. */
+  clientCapabilities?: Record<string, unknown>;
+  /** Sends a request to the client on this call's stream and waits for its answer (when the path has ClientRequests). */
+  request?: (method: string, params: Record<string, unknown>, signal: AbortSignal, timeoutMs: number) => Promise<Record<string, unknown>>;
 }
 
 /** What the direct path needs: the per-request Server factory and the SDK's handler for everything else. */
@@ -228,6 +233,10 @@ export interface DirectPathOptions {
   sdk: Node;
   maxBodyBytes: number;
   keepAliveMs: number;
+  /** Sessions of the 2025-era clients that declared URL-mode elicitation (legacy-sessions.ts). */
+  sessions?: LegacySessions;
+  /** Requests to clients in the middle of a call, and their POSTed answers (legacy-sessions.ts). */
+  clientRequests?: ClientRequests;
 }
 
 interface ReadBody {
@@ -280,6 +289,14 @@ function replay(req: IncomingMessage, body: ReadBody): IncomingMessage {
 const header = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v.join(', ') : v);
 
 const isPlainObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+function parseOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
 
 /**
  * Whether the SDK's entry routes this POST to its 2025-era stateless leg as a single request
@@ -341,13 +358,33 @@ export function directPath(opts: DirectPathOptions): Node {
     // A declared length over the bound: the SDK refuses it without reading anything.
     if (Number(header(req.headers['content-length'])) > opts.maxBodyBytes) return opts.sdk(req, res);
     const body = await readBody(req, opts.maxBodyBytes);
-    const message = body.over || body.error ? undefined : servableRequest(Buffer.concat(body.chunks, body.bytes).toString('utf8'), header(req.headers['mcp-protocol-version']));
+    const authInfo = (req as IncomingMessage & { auth?: MessageExtraInfo['authInfo'] }).auth;
+    const principal = authInfo?.clientId ?? '';
+    const text = body.over || body.error ? '' : Buffer.concat(body.chunks, body.bytes).toString('utf8');
+    // A client's answer to a request this path sent it in the middle of a call (looked for only while one waits).
+    if (opts.clientRequests?.waiting && text && opts.clientRequests.take(parseOrUndefined(text), principal)) {
+      res.writeHead(202).end();
+      return;
+    }
+    const message = text ? servableRequest(text, header(req.headers['mcp-protocol-version'])) : undefined;
     if (!message) return opts.sdk(replay(req, body), res);
 
     const transport = new NodeResponseTransport(res, message.id, opts.keepAliveMs);
-    const authInfo = (req as IncomingMessage & { auth?: MessageExtraInfo['authInfo'] }).auth;
+    if (message.method === 'initialize' && opts.sessions) {
+      const session = opts.sessions.open(principal, ((message as { params?: { capabilities?: unknown } }).params ?? {}).capabilities);
+      if (session) res.setHeader('mcp-session-id', session);
+    }
     const plain = opts.toolCall && message.method === 'tools/call' ? plainToolCall((message as { params?: unknown }).params) : undefined;
-    if (plain) return serveToolCall(opts.toolCall!, plain, message.id, transport, res, authInfo);
+    if (plain) {
+      const extra: Pick<PlainCallContext, 'clientCapabilities' | 'request'> = {
+        clientCapabilities: opts.sessions?.capabilities(header(req.headers['mcp-session-id']), principal),
+        request: opts.clientRequests
+          ? (method, params, signal, timeoutMs) =>
+              opts.clientRequests!.request((m) => transport.send(m as JSONRPCMessage, { relatedRequestId: message.id }), principal, method, params, signal, timeoutMs)
+          : undefined,
+      };
+      return serveToolCall(opts.toolCall!, plain, message.id, transport, res, authInfo, extra);
+    }
     const server = opts.factory(transport);
     await server.connect(transport);
     // The client went away before the answer: close the exchange, which aborts the handler's signal.
@@ -395,6 +432,7 @@ async function serveToolCall(
   transport: NodeResponseTransport,
   res: ServerResponse,
   authInfo: MessageExtraInfo['authInfo'],
+  extra: Pick<PlainCallContext, 'clientCapabilities' | 'request'> = {},
 ): Promise<void> {
   const controller = new AbortController();
   res.once('close', () => {
@@ -407,7 +445,7 @@ async function serveToolCall(
   const notify = (n: { method: string; params?: Record<string, unknown> }): Promise<void> => transport.send({ jsonrpc: '2.0', ...n } as JSONRPCMessage, { relatedRequestId: id });
   let answer: JSONRPCMessage;
   try {
-    const result = await toolCall(params, { authInfo, signal: controller.signal, notify, transport });
+    const result = await toolCall(params, { authInfo, signal: controller.signal, notify, transport, ...extra });
     answer = { result, jsonrpc: '2.0', id } as JSONRPCMessage;
   } catch (error) {
     const e = error as { code?: unknown; message?: string; data?: unknown };

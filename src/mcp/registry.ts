@@ -15,6 +15,7 @@ import { callerGrant, commandsRefusal, withCaller, COMMAND_TOOL, type CallerGran
 import { WorkspaceLocks } from '../core/locks.js';
 import type { LogNotifier } from './logging.js';
 import { wireText, type WireText } from './wire-text.js';
+import { InputRequired, runWithApprovals, type InCallApprovals } from './in-call-approvals.js';
 
 export type { PublishedTool } from '../tools/validate.js';
 export { validationError } from '../tools/validate.js';
@@ -52,6 +53,13 @@ export interface CallContext {
    * the MCP endpoint adds resource_link items from it (src/mcp/resources.ts).
    */
   onResult?: (tool: string, workspaceId: string | undefined, result: Record<string, unknown>) => void;
+  /**
+   * The client can open an owner approval inside the call (src/mcp/in-call-approvals.ts): a refusal
+   * for a pending approval then waits for the owner instead of answering. Absent: today's refusal.
+   */
+  approvals?: InCallApprovals;
+  /** Where a command's output goes as it comes (a call run as an MCP task: its operation's log). */
+  output?: (chunk: Buffer) => void;
 }
 
 /** What the pipeline needs of the application besides the services it hands to handlers. */
@@ -152,6 +160,7 @@ export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyTool
     workspaceId: (given) => resolveWorkspace(host, cc.principal, given),
     activeWorkspace: () => host.principals.activeWorkspace(cc.principal) ?? undefined,
     caller: grant,
+    output: cc.output,
   };
 }
 
@@ -243,7 +252,9 @@ export class ToolRegistry extends ToolParser {
       // A key replays within the workspace it acted on: an omitted workspaceId is keyed as the one it resolved to.
       const keyed = c.def.workspace ? { ...args, workspaceId: ctx.workspace } : args;
       // Everything the call reaches (a hook fired inside git_commit) runs as this caller (core/caller.ts).
-      const result = await withCaller(grant, () => (key ? this.idempotent.run(host, name, key, keyed, () => run(parsed, ctx)) : run(parsed, ctx)));
+      // A refusal for a pending owner approval waits for the owner where the client can open it (in-call-approvals.ts).
+      const attempt = () => runWithApprovals(host.approvals, cc.approvals, name, cc.signal, async () => run(parsed, ctx));
+      const result = await withCaller(grant, () => (key ? this.idempotent.run(host, name, key, keyed, attempt) : attempt()));
       if (!readOnly) auditCall(host, cc, name, args, 'ok');
       host.log.debug({ tool: name, ms: Date.now() - started }, 'tool call');
       // Secret values never leave in a result, whatever the tool.
@@ -251,6 +262,8 @@ export class ToolRegistry extends ToolParser {
       cc.onResult?.(name, c.def.workspace ? ctx.workspace : undefined, redacted);
       return okResult(redacted, cc.deferText);
     } catch (err) {
+      // The call ends with an input_required result (2026-07-28): no outcome yet, nothing to audit or replay.
+      if (err instanceof InputRequired) throw err;
       const body = errorEnvelope(err, (b) => host.environments.redact(b)).body.error;
       if (!(err instanceof ServiceError)) host.log.error({ tool: name, err }, 'tool handler failed');
       else host.log.info({ tool: name, code: body.code, ms: Date.now() - started }, 'tool call refused');

@@ -11,6 +11,8 @@
  * every view carries it as the owner must read it: hidden characters escaped and flagged
  * (core/display.ts). Every step is audited.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { EventEmitter } from 'node:events';
 import type { DB } from '../store/db.js';
 import type { AuditLog } from './audit.js';
 import type { Actor } from './audit.js';
@@ -120,8 +122,46 @@ const BINDS: Record<ApprovalKind, string> = {
 /** Workspace column value for subjects outside any workspace (the column is NOT NULL). */
 const NO_WORKSPACE = '';
 
+/**
+ * An approval the owner granted while the call that asked for it waited (approvals inside the
+ * client, docs/mcp-tasks.md): the call runs again inside this scope, and consume() spends that
+ * request's grant itself when it binds exactly the subject asked for now (kind, workspace, digest),
+ * as a grant token would. Nothing outside the waiting call can enter the scope.
+ */
+const inCallApproval = new AsyncLocalStorage<string>();
+
+/** Runs `fn` as the call that waited for approval request `id` (the id of a request it filed itself). */
+export function withApprovedRequest<T>(id: string | undefined, fn: () => T): T {
+  return id === undefined ? fn() : inCallApproval.run(id, fn);
+}
+
 export class ApprovalService {
+  /** Each decision, by request id (for calls waiting on it: waitDecision). */
+  private readonly decisions = new EventEmitter().setMaxListeners(0);
+
   constructor(private readonly deps: { db: DB; audit: AuditLog }) {}
+
+  /**
+   * The state of request `id` once the owner has decided it (or at once when it is not pending),
+   * waiting at most `timeoutMs`, or until `signal` aborts; a request still undecided then answers
+   * 'pending'. NOT_FOUND for an unknown id.
+   */
+  async waitDecision(id: string, timeoutMs: number, signal: AbortSignal): Promise<ApprovalState> {
+    const now = (): ApprovalState => this.get(id).state;
+    if (now() !== 'pending' || signal.aborted) return now();
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.decisions.off(id, done);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      this.decisions.on(id, done);
+      signal.addEventListener('abort', done, { once: true });
+    });
+    return now();
+  }
 
   /** The digest a subject binds. */
   static digestOf(subject: ApprovalSubject): string {
@@ -177,7 +217,12 @@ export class ApprovalService {
    * returns the approval id. Every refusal names why.
    */
   consume(subject: ApprovalSubject, token: string | undefined, principal: string, actor: Actor, how: string): string {
-    if (!token) throw this.requestApproval(subject, principal, actor, how);
+    if (!token) {
+      const approved = inCallApproval.getStore();
+      const used = approved === undefined ? null : this.consumeInCall(approved, subject, principal, actor);
+      if (used) return used;
+      throw this.requestApproval(subject, principal, actor, how);
+    }
     const digest = ApprovalService.digestOf(subject);
     const db = this.deps.db;
     const hash = sha256Hex(token);
@@ -201,6 +246,21 @@ export class ApprovalService {
     if (used.changes !== 1) throw bad('the grant was already used');
     this.deps.audit.record({ actor, principal, action: `${subject.kind}_grant`, target: subject.workspaceId, outcome: 'ok', details: { approvalId: row.id } });
     return row.id;
+  }
+
+  /**
+   * The grant of request `id`, spent by the call that waited for it (withApprovedRequest): only when
+   * the request is approved, unexpired, unused and binds exactly this kind, workspace and digest.
+   * Returns the id when spent; null otherwise (the caller then files a request for what it asks now).
+   */
+  private consumeInCall(id: string, subject: ApprovalSubject, principal: string, actor: Actor): string | null {
+    const row = this.deps.db.prepare('SELECT * FROM approvals WHERE id = ?').get(id) as Row | undefined;
+    if (!row || row.kind !== subject.kind || row.workspace_id !== (subject.workspaceId ?? NO_WORKSPACE) || row.command_sha256 !== ApprovalService.digestOf(subject)) return null;
+    const now = nowIso();
+    const used = this.deps.db.prepare("UPDATE approvals SET state = 'used', used_at = ? WHERE id = ? AND state = 'approved' AND grant_expires_at > ?").run(now, id, now);
+    if (used.changes !== 1) return null;
+    this.deps.audit.record({ actor, principal, action: `${subject.kind}_grant`, target: subject.workspaceId, outcome: 'ok', details: { approvalId: id, inCall: true } });
+    return id;
   }
 
   /**
@@ -263,6 +323,7 @@ export class ApprovalService {
     if (!approve) {
       db.prepare("UPDATE approvals SET state = 'denied', decided_at = ?, decided_by = ? WHERE id = ?").run(nowIso(), actor, id);
       this.deps.audit.record({ actor, action: `${row.kind}_deny`, target: id, outcome: 'ok' });
+      this.decisions.emit(id);
       return { id, kind: row.kind, state: 'denied' };
     }
     const grant = 'agt_' + randomToken(40);
@@ -275,6 +336,7 @@ export class ApprovalService {
       id,
     );
     this.deps.audit.record({ actor, action: `${row.kind}_approve`, target: id, outcome: 'ok', details: { subjectSha256: row.command_sha256 } });
+    this.decisions.emit(id);
     return {
       id,
       kind: row.kind,

@@ -5,7 +5,7 @@
  * disk (<dataDir>/state/output/<id>.log, merged stdout and stderr in the order written) up to a
  * configured cap, never in memory. State names: docs/commands.md.
  */
-import { createWriteStream, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { mkdir, open, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DB } from '../store/db.js';
@@ -23,6 +23,8 @@ import { safeEqual, sha256Hex } from '../core/crypto.js';
 export type RunState = 'pending' | 'running' | 'succeeded' | 'failed' | 'timed_out' | 'cancelled' | 'dependency_failed' | 'interrupted';
 const ENDED: RunState[] = ['succeeded', 'failed', 'timed_out', 'cancelled', 'dependency_failed', 'interrupted'];
 const OUTPUT_PAGE = 65536;
+/** Calls older than this are looked at for removal (each by its own time to live, which is at least this). */
+const CALL_TTL_SCAN_MS = 60 * 60 * 1000;
 
 interface Deps {
   db: DB;
@@ -39,6 +41,42 @@ interface Deps {
 interface Running {
   abort: AbortController;
   done: Promise<void>;
+}
+
+/** How a tool call run as an MCP task ended: the call's result, or the protocol error it failed with. */
+export type CallOutcome = { result: Record<string, unknown>; isError: boolean } | { error: { code: number; message: string; data?: unknown } };
+
+/** A tool call run as an MCP task, as its operation records it (docs/mcp-tasks.md). */
+export interface CallRecord {
+  id: string;
+  tool: string;
+  workspaceId: string | null;
+  principal: string;
+  /** The grant it was started under (JSON of the caller's access, operations and agent). */
+  binding: string;
+  state: RunState;
+  reason: string | null;
+  result: Record<string, unknown> | null;
+  error: { code: number; message: string; data?: unknown } | null;
+  /** What the call waits for from the client (an approval to open), while it waits. */
+  input: Record<string, unknown> | null;
+  statusMessage: string | null;
+  createdAt: string;
+  updatedAt: string;
+  endedAt: string | null;
+  ttlMs: number;
+}
+
+/** What a call run as a task is handed: its signal, and where its live output and status go. */
+export interface CallHandle {
+  id: string;
+  signal: AbortSignal;
+  /** Appends to the operation's output log (operation_status reads it), within the output cap. */
+  output(chunk: Buffer): void;
+  /** A short line on where the call is (kept in memory while it runs; the last one is recorded). */
+  status(message: string): void;
+  /** The input the call waits for (null when it no longer waits); recorded at once. */
+  input(request: Record<string, unknown> | null): void;
 }
 
 function stateOf(result: ExecResult): { state: RunState; reason: string | null } {
@@ -171,9 +209,13 @@ export class CommandService {
     return { operationId: id, state: 'running', workspaceId, async: true };
   }
 
-  private opRow(id: string): Record<string, unknown> {
+  /**
+   * An operation by id. A tool call run as an MCP task belongs to the principal that started it:
+   * for anyone else (`principal` given and different) it does not exist.
+   */
+  private opRow(id: string, principal?: string): Record<string, unknown> {
     const r = this.deps.db.prepare('SELECT * FROM operations WHERE id = ?').get(id) as Record<string, unknown> | undefined;
-    if (!r) throw new ServiceError('NOT_FOUND', `operationId: no operation ${id}`, { field: 'operationId' });
+    if (!r || (principal !== undefined && typeof r.principal === 'string' && r.principal !== principal)) throw new ServiceError('NOT_FOUND', `operationId: no operation ${id}`, { field: 'operationId' });
     return r;
   }
 
@@ -198,14 +240,14 @@ export class CommandService {
     };
   }
 
-  async operationStatus(id: string, cursor: string | undefined): Promise<Record<string, unknown>> {
-    const r = this.opRow(id);
+  async operationStatus(id: string, cursor: string | undefined, principal?: string): Promise<Record<string, unknown>> {
+    const r = this.opRow(id, principal);
     const out = await this.readOutput('op_output', id, cursor);
     return { ...this.describeRun(this.opRow(id), 'operationId'), output: out.output, nextCursor: out.cursor, moreOutput: out.more, outputNote: 'stdout and stderr merged in the order written', tool: r.tool };
   }
 
-  async operationWait(id: string, timeoutMs: number, signal: AbortSignal, progress?: (p: number, t?: number, m?: string) => void): Promise<Record<string, unknown>> {
-    this.opRow(id);
+  async operationWait(id: string, timeoutMs: number, signal: AbortSignal, progress?: (p: number, t?: number, m?: string) => void, principal?: string): Promise<Record<string, unknown>> {
+    this.opRow(id, principal);
     const run = this.running.get(id);
     let waitedOut = false;
     if (run) {
@@ -226,12 +268,12 @@ export class CommandService {
         }),
       ]);
     }
-    const status = await this.operationStatus(id, undefined);
+    const status = await this.operationStatus(id, undefined, principal);
     return { ...status, ended: ENDED.includes(status.state as RunState), waitTimedOut: waitedOut };
   }
 
-  async operationCancel(id: string): Promise<Record<string, unknown>> {
-    const r = this.opRow(id);
+  async operationCancel(id: string, principal?: string): Promise<Record<string, unknown>> {
+    const r = this.opRow(id, principal);
     const run = this.running.get(id);
     if (!run) return { operationId: id, state: r.state, alreadyEnded: true };
     run.abort.abort();
@@ -332,6 +374,148 @@ export class CommandService {
       nodes: rows.map((r) => ({ taskId: r.id, state: r.state, command: r.command!.length > 200 ? r.command!.slice(0, 200) + '…' : r.command })),
       edges: rows.flatMap((r) => (JSON.parse(r.depends_on!) as string[]).map((dep) => ({ from: dep, to: r.id, meaning: `${r.id} runs after ${dep} succeeds` }))),
     };
+  }
+
+  // ---------- tool calls run as MCP tasks ----------
+
+  private readonly callStatus = new Map<string, string>();
+
+  /**
+   * Starts a tool call as an operation of its own (an MCP task, docs/mcp-tasks.md): the row exists
+   * before this returns (a tasks/get for the id resolves at once), `run` goes on in the background
+   * with the operation's signal, and its outcome is recorded on the row. After a restart a call
+   * that was running is interrupted like every operation (startup), with its output kept.
+   */
+  startCall(opts: { tool: string; workspaceId: string | null; command: string; principal: string; binding: string; ttlMs: number; run: (h: CallHandle) => Promise<CallOutcome> }): CallRecord {
+    this.pruneCalls();
+    const id = newId('operation');
+    const now = nowIso();
+    this.deps.db
+      .prepare(
+        "INSERT INTO operations (id, workspace_id, tool, command, cwd, timeout_ms, state, created_at, principal, binding_json, updated_at, ttl_ms) VALUES (?, ?, ?, ?, '.', 0, 'running', ?, ?, ?, ?, ?)",
+      )
+      .run(id, opts.workspaceId ?? '', opts.tool, opts.command, now, opts.principal, opts.binding, now, opts.ttlMs);
+    const abort = new AbortController();
+    const file = join(this.outDir, `${id}.log`);
+    const cap = this.outputCap;
+    let bytes = 0;
+    let truncated = false;
+    let out: WriteStream | undefined;
+    const handle: CallHandle = {
+      id,
+      signal: abort.signal,
+      output: (chunk) => {
+        bytes += chunk.length;
+        const room = cap - (bytes - chunk.length);
+        if (room < chunk.length) truncated = true;
+        if (room <= 0) return;
+        if (!out) {
+          mkdirSync(this.outDir, { recursive: true, mode: 0o700 });
+          out = createWriteStream(file, { flags: 'a', mode: 0o600 });
+        }
+        out.write(room >= chunk.length ? chunk : chunk.subarray(0, room));
+      },
+      status: (message) => {
+        this.callStatus.set(id, message.slice(0, 500));
+      },
+      input: (request) => {
+        this.deps.db.prepare('UPDATE operations SET input_json = ?, updated_at = ? WHERE id = ?').run(request === null ? null : JSON.stringify(request), nowIso(), id);
+      },
+    };
+    const done = (async () => {
+      let outcome: CallOutcome;
+      try {
+        outcome = await opts.run(handle);
+      } catch (e) {
+        outcome = { error: { code: -32603, message: (e as Error)?.message ?? String(e) } };
+      }
+      if (out) await new Promise<void>((r) => out!.end(r));
+      const cancelled = abort.signal.aborted;
+      const state: RunState = this.stopping && cancelled ? 'interrupted' : cancelled ? 'cancelled' : 'error' in outcome || outcome.isError ? 'failed' : 'succeeded';
+      const reason = state === 'interrupted' ? 'interrupted by a service shutdown; output so far is kept' : state === 'cancelled' ? 'cancelled by the client' : 'error' in outcome ? outcome.error.message : null;
+      const end = nowIso();
+      this.deps.db
+        .prepare('UPDATE operations SET state = ?, reason = ?, result_json = ?, error_json = ?, input_json = NULL, status_message = ?, output_bytes = ?, output_truncated = ?, ended_at = ?, updated_at = ? WHERE id = ?')
+        .run(
+          state,
+          reason,
+          'result' in outcome && !cancelled ? JSON.stringify(outcome.result) : null,
+          'error' in outcome && !cancelled ? JSON.stringify(outcome.error) : null,
+          this.callStatus.get(id) ?? null,
+          bytes,
+          truncated ? 1 : 0,
+          end,
+          end,
+          id,
+        );
+      this.callStatus.delete(id);
+      this.running.delete(id);
+    })().catch((e) => this.deps.log.error({ err: e, id }, 'call bookkeeping failed'));
+    this.running.set(id, { abort, done });
+    return this.call(id)!;
+  }
+
+  /** A call run as an MCP task, or null when there is none by that id (or it is an exec operation). */
+  call(id: string): CallRecord | null {
+    const r = this.deps.db.prepare('SELECT * FROM operations WHERE id = ? AND principal IS NOT NULL').get(id) as Record<string, unknown> | undefined;
+    if (!r) return null;
+    const json = <T>(v: unknown): T | null => (typeof v === 'string' ? (JSON.parse(v) as T) : null);
+    return {
+      id: r.id as string,
+      tool: r.tool as string,
+      workspaceId: (r.workspace_id as string) || null,
+      principal: r.principal as string,
+      binding: r.binding_json as string,
+      state: r.state as RunState,
+      reason: (r.reason as string | null) ?? null,
+      result: json(r.result_json),
+      error: json(r.error_json),
+      input: json(r.input_json),
+      statusMessage: this.callStatus.get(id) ?? (r.status_message as string | null) ?? null,
+      createdAt: r.created_at as string,
+      updatedAt: (r.updated_at as string | null) ?? (r.created_at as string),
+      endedAt: (r.ended_at as string | null) ?? null,
+      ttlMs: (r.ttl_ms as number | null) ?? 0,
+    };
+  }
+
+  /** The calls one principal started, oldest first, from a cursor (for the 2025-11-25 tasks/list). */
+  listCalls(principal: string, cursor: string | undefined, limit: number): { calls: CallRecord[]; nextCursor: string | null } {
+    const after = cursor ? this.deps.cursors.decode<{ c: string; i: string }>('mcp_tasks', cursor) : null;
+    const ids = this.deps.db
+      .prepare(`SELECT id FROM operations WHERE principal = ? ${after ? 'AND (created_at > ? OR (created_at = ? AND id > ?))' : ''} ORDER BY created_at, id LIMIT ?`)
+      .pluck()
+      .all(principal, ...(after ? [after.c, after.c, after.i] : []), limit + 1) as string[];
+    const calls = ids.slice(0, limit).map((id) => this.call(id)!);
+    const last = calls[calls.length - 1];
+    return { calls, nextCursor: ids.length > limit && last ? this.deps.cursors.encode('mcp_tasks', { c: last.createdAt, i: last.id }) : null };
+  }
+
+  /** Resolves once the call has ended (at once when it is not running in this process). */
+  async callEnded(id: string, signal?: AbortSignal): Promise<void> {
+    const run = this.running.get(id);
+    if (!run) return;
+    await Promise.race([run.done, new Promise<void>((resolve) => (signal?.aborted ? resolve() : signal?.addEventListener('abort', () => resolve(), { once: true })))]);
+  }
+
+  /** Asks a running call to stop (its signal aborts); false when it is not running. */
+  cancelCall(id: string): boolean {
+    const run = this.running.get(id);
+    if (!run) return false;
+    run.abort.abort();
+    return true;
+  }
+
+  /** Calls whose time to live has passed since they were created, and that have ended, are removed with their output. */
+  private pruneCalls(): void {
+    const due = this.deps.db
+      .prepare("SELECT id, created_at, ttl_ms FROM operations WHERE principal IS NOT NULL AND ended_at IS NOT NULL AND ttl_ms > 0 AND created_at < ?")
+      .all(new Date(Date.now() - CALL_TTL_SCAN_MS).toISOString()) as Array<{ id: string; created_at: string; ttl_ms: number }>;
+    for (const r of due) {
+      if (Date.parse(r.created_at) + r.ttl_ms > Date.now()) continue;
+      this.deps.db.prepare('DELETE FROM operations WHERE id = ?').run(r.id);
+      void rm(join(this.outDir, `${r.id}.log`), { force: true });
+    }
   }
 
   // ---------- terminals: shells and sessions ----------
@@ -483,11 +667,14 @@ export class CommandService {
   /** After a restart: what was running is interrupted (its output so far stays readable). */
   startup(): void {
     const why = 'interrupted by a service restart; output so far is kept';
-    this.deps.db.prepare("UPDATE operations SET state = 'interrupted', reason = ?, ended_at = ? WHERE state = 'running'").run(why, nowIso());
+    const now = nowIso();
+    this.deps.db.prepare("UPDATE operations SET state = 'interrupted', reason = ?, ended_at = ?, updated_at = ? WHERE state = 'running'").run(why, now, now);
     this.deps.db.prepare("UPDATE tasks SET state = 'interrupted', reason = ?, ended_at = ? WHERE state = 'running'").run(why, nowIso());
     this.deps.db.prepare("UPDATE terminals SET state = 'interrupted', reason = ?, closed_at = ? WHERE state = 'open'").run('the terminal ended with the service restart', nowIso());
+    this.deps.db.prepare('UPDATE operations SET input_json = NULL, updated_at = ? WHERE principal IS NOT NULL AND input_json IS NOT NULL').run(nowIso());
     const ws = this.deps.db.prepare("SELECT DISTINCT workspace_id FROM tasks WHERE state = 'pending'").pluck().all() as string[];
     for (const w of ws) this.schedule(w);
+    this.pruneCalls();
   }
 
   /** When a workspace closes: stop what runs and remove its output files. */

@@ -26,6 +26,7 @@
  *   services/token-cache  (0019) auth_epoch (moved by triggers on the token tables; only read)
  *   services/oauth  (0020) oauth_tokens.scope
  *   services/oauth  (0022) oauth_clients.metadata_url, doc_* (Client ID Metadata Documents)
+ *   services/commands (0023) operations: tool calls run as MCP tasks
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
@@ -39,6 +40,7 @@ import { m0019 } from './migrations/0019-auth-epoch.js';
 import { m0020 } from './migrations/0020-caller-binding.js';
 import { m0021 } from './migrations/0021-oauth-token-scope.js';
 import { m0022 } from './migrations/0022-oauth-cimd.js';
+import { m0023 } from './migrations/0023-mcp-tasks.js';
 
 export interface Migration {
   version: number;
@@ -353,4 +355,5 @@ export const MIGRATIONS: Migration[] = [
   m0020,
   m0021,
   m0022,
+  m0023,
 ];

@@ -77,4 +77,6 @@ export interface ToolContext {
   activeWorkspace: () => string | undefined;
   /** What the caller may do (toolsets, read-only, an agent's operations): binds what it sets in motion. */
   caller: CallerGrant;
+  /** Where a command's output goes as it comes, when the call keeps a log (a call run as an MCP task); absent otherwise. */
+  output?: (chunk: Buffer) => void;
 }

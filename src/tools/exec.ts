@@ -7,6 +7,9 @@ import { CUR, IDEM, OPID, PATH, SHID, WSID, int, str, z } from './types.js';
 
 const domain = 'Commands and shells';
 
+/** A call that keeps a log (an MCP task, docs/mcp-tasks.md) also gets the output as it comes; the result is the same. */
+const streamTo = (output: ((chunk: Buffer) => void) | undefined) => (output ? (_stream: 'stdout' | 'stderr', chunk: Buffer) => output(chunk) : undefined);
+
 const COMMAND = str(1, 32768).describe('Shell command line to run (1-32768 characters)');
 const TIMEOUT_MS = int(100, 300000).default(60000).describe('Time limit in milliseconds (100-300000); the command is killed when it passes');
 const MAX_OUTPUT_BYTES = int(1024, 1048576)
@@ -35,7 +38,7 @@ export const execRun = defineTool({
     }
     if (args.approvalGrantToken) throw new ServiceError('INVALID_ARGUMENT', 'approvalGrantToken: only meaningful with privileged true', { field: 'approvalGrantToken' });
     if (args.async) return ctx.services.commands.startOperation(ws, 'exec_run', args.command, args.cwd, args.timeoutMs, ctx.signal);
-    const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, undefined, ctx.signal);
+    const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, streamTo(ctx.output), ctx.signal);
     // The output stays the daemon's bytes on its way to the wire (core/raw-text.ts).
     return withFields({ workspaceId: ws }, r);
   },
@@ -66,7 +69,7 @@ export const bash = defineTool({
     }
     const ws = ctx.workspaceId(args.workspaceId);
     if (args.async) return ctx.services.commands.startOperation(ws, 'bash', args.command, args.cwd, args.timeoutMs, ctx.signal);
-    const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, undefined, ctx.signal);
+    const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, streamTo(ctx.output), ctx.signal);
     return withFields({ target: 'workspace', workspaceId: ws }, r);
   },
   description:
@@ -140,7 +143,7 @@ export const operationStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.services.commands.operationStatus(a.operationId, a.cursor),
+  run: (a, ctx) => ctx.services.commands.operationStatus(a.operationId, a.cursor, ctx.principal),
   description:
     'State of an asynchronous operation (from exec_run or bash with async) and its output since cursor; returns at once. ' +
     'To block until it finishes use operation_wait.',
@@ -155,7 +158,7 @@ export const operationCancel = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.services.commands.operationCancel(a.operationId),
+  run: (a, ctx) => ctx.services.commands.operationCancel(a.operationId, ctx.principal),
   description: 'Cancel a running asynchronous operation and kill its processes; effects already made are not rolled back. Cancelling a finished operation changes nothing.',
   input: {
     operationId: OPID,
@@ -167,7 +170,7 @@ export const operationWait = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.services.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal, ctx.progress),
+  run: (a, ctx) => ctx.services.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal, ctx.progress, ctx.principal),
   description:
     'Wait up to timeoutMs (100-300000) for an asynchronous operation to finish and return its state; a timeout is not an error, the operation keeps running. ' +
     'Use operation_status for an immediate check or to page through output.',

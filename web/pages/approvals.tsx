@@ -1,15 +1,20 @@
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { Action, api, Badge, Copy, Empty, ErrorBox, Section, usePoll, when } from '../lib';
 // The one function that decides what the owner sees (the REST payload's `display` comes from it too).
 import { displaySegments } from '../../src/core/display';
 
 const KIND: Record<string, string> = { privileged_command: 'Privileged command', package_plan: 'Package plan', skill_script: 'Skill script' };
 
-function Grant(p: { id: string; grant: any; onDone: () => void }) {
+function Grant(p: { id: string; grant: any; onDone: () => void; inCall?: boolean }) {
   return (
     <div class="notice ok" data-testid="grant" data-approval-grant={p.id}>
-      <strong>Request {p.id} approved. Grant issued, shown once.</strong> Give it to the client that asked (it calls again with <code>approvalGrantToken</code>); single use, bound to the exact content,
-      valid until {when(p.grant.expiresAt)}.
+      <strong>Request {p.id} approved. Grant issued, shown once.</strong>{' '}
+      {p.inCall ? (
+        <>If the client that opened this page still waits, its call goes on now and spends the grant itself: nothing to copy. Otherwise give it to the client (it calls again with <code>approvalGrantToken</code>);</>
+      ) : (
+        <>Give it to the client that asked (it calls again with <code>approvalGrantToken</code>);</>
+      )}{' '}
+      single use, bound to the exact content, valid until {when(p.grant.expiresAt)}.
       <Copy text={p.grant.approvalGrantToken} />
       <button type="button" class="plain small" onClick={p.onDone}>
         Done
@@ -93,15 +98,45 @@ function Request(p: { a: any; reload: () => Promise<void>; onGrant: (g: any) => 
   );
 }
 
+/** The request a deep link names (#/approvals/<id>: the page an MCP client opens for its user), if any. */
+function linkedId(): string | null {
+  const m = /^#\/?approvals\/([A-Za-z0-9_-]{1,100})$/.exec(location.hash);
+  return m ? m[1]! : null;
+}
+
+/** The request a deep link names, shown first whatever its state: what a client that waits for it opened. */
+function Linked(p: { id: string; onGrant: (g: any) => void; reloadList: () => Promise<void> }) {
+  const { data, error, reload } = usePoll(() => api('GET', `/approvals/${p.id}`), 5_000, [p.id]);
+  return (
+    <Section title={`Request ${p.id}`} id="linked-approval">
+      <p class="muted small">An MCP client opened this request for you: the call that asked for it waits for your decision and goes on once you approve (its grant is spent by that call), or stops if you deny.</p>
+      {error ? <ErrorBox error={error} /> : null}
+      {data ? (
+        <ul class="items" data-testid="linked-approval">
+          <Request a={data} reload={async () => (await reload(), await p.reloadList())} onGrant={p.onGrant} />
+        </ul>
+      ) : null}
+    </Section>
+  );
+}
+
 export function Approvals() {
+  const [linked, setLinked] = useState<string | null>(linkedId());
+  useEffect(() => {
+    const on = () => setLinked(linkedId());
+    addEventListener('hashchange', on);
+    return () => removeEventListener('hashchange', on);
+  }, []);
   const [showAll, setShowAll] = useState(false);
   // Grants live here, not in the request's row: an approved request leaves the pending list at once.
   const [grants, setGrants] = useState<Array<{ id: string; grant: any }>>([]);
   const { data, error, reload } = usePoll(() => api('GET', showAll ? '/approvals' : '/approvals?state=pending'), 5_000, [showAll]);
-  const list = (data?.approvals as any[]) ?? [];
+  const list = ((data?.approvals as any[]) ?? []).filter((a) => a.id !== linked);
   return (
+    <>
+    {linked ? <Linked id={linked} reloadList={reload} onGrant={(g) => setGrants((gs) => [...gs, { id: linked, grant: g }])} /> : null}
     <Section
-      title={showAll ? 'All requests' : `Pending (${list.length})`}
+      title={linked ? (showAll ? 'Other requests' : `Other pending (${list.length})`) : showAll ? 'All requests' : `Pending (${list.length})`}
       actions={
         <button type="button" class="plain small" onClick={() => setShowAll(!showAll)}>
           {showAll ? 'Pending only' : 'Show decided too'}
@@ -110,7 +145,7 @@ export function Approvals() {
     >
       <p class="muted small">One queue for every kind of request. Each shows the full text the grant will be bound to: read it all before approving.</p>
       {grants.map((g) => (
-        <Grant id={g.id} grant={g.grant} key={g.id} onDone={() => setGrants((gs) => gs.filter((x) => x.id !== g.id))} />
+        <Grant id={g.id} grant={g.grant} key={g.id} inCall={g.id === linked} onDone={() => setGrants((gs) => gs.filter((x) => x.id !== g.id))} />
       ))}
       {error ? <ErrorBox error={error} /> : null}
       {data && list.length === 0 ? <Empty>Nothing is waiting for your approval.</Empty> : null}
@@ -120,5 +155,6 @@ export function Approvals() {
         ))}
       </ul>
     </Section>
+    </>
   );
 }
