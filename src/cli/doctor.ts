@@ -40,6 +40,8 @@ export async function collectChecks(bwrapPath = '/usr/bin/bwrap'): Promise<Check
   await bin('git', 'git', ['--version'], 'git');
   await bin('ripgrep', 'rg', ['--version'], 'ripgrep');
   await bin('universal-ctags', 'ctags', ['--version'], 'universal-ctags', /Universal Ctags/);
+  // Managed packages: each release is a squashfs image (docs/packages.md); without it no plan can be built.
+  await bin('squashfs-tools', 'mksquashfs', ['-version'], 'squashfs-tools', /mksquashfs version/);
 
   const userns = await tryRun('unshare', ['--user', '--map-root-user', 'true']);
   checks.push({

@@ -148,6 +148,7 @@ async function serve(argv: string[]): Promise<void> {
     await app.gateway.stop().catch(() => undefined);
     await app.commands.shutdown().catch(() => undefined);
     await app.workspaces.shutdown().catch(() => undefined);
+    await app.packages.shutdown().catch(() => undefined);
     app.memories.stop();
     app.artifacts.stop();
     await app.knowledge.stop().catch(() => undefined);
@@ -163,9 +164,12 @@ async function serve(argv: string[]): Promise<void> {
   // so /healthz and MCP calls are answered only by a recovered service (docs/operations.md).
   try {
     app.commands.startup();
+    // Release mounts an earlier runner left go before any sandbox starts (docs/packages.md).
+    await app.packages.startup();
     await app.workspaces.startup();
   } catch (e) {
     await app.workspaces.shutdown().catch(() => undefined);
+    await app.packages.shutdown().catch(() => undefined);
     app.close();
     throw e;
   }
@@ -173,6 +177,7 @@ async function serve(argv: string[]): Promise<void> {
     server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     await app.workspaces.shutdown().catch(() => undefined);
+    await app.packages.shutdown().catch(() => undefined);
     app.close();
     const err = e as NodeJS.ErrnoException;
     if (err.code === 'EADDRINUSE') throw new ConfigError(`invalid setting --port / ATELIER_PORT: port ${config.port} on ${config.host} is already in use`);
@@ -188,6 +193,7 @@ async function serve(argv: string[]): Promise<void> {
     // Nothing half-started stays behind: close the listener and the database, then report.
     await server.close().catch(() => undefined);
     await app.workspaces.shutdown().catch(() => undefined);
+    await app.packages.shutdown().catch(() => undefined);
     app.close();
     throw e;
   }

@@ -17,8 +17,8 @@
  *   workspace) point at releases, with a generation and a rollback history. A workspace mounts what
  *   was bound when its sandbox was first made and keeps it until it is recreated.
  */
-import { chmod, chown, lchown, lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { existsSync, readFileSync } from 'node:fs';
+import { chmod, chown, lchown, lstat, mkdir, readdir, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { existsSync, lstatSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { DB } from '../store/db.js';
@@ -38,7 +38,9 @@ import { resolveNpm, type PlannedPackage } from './packages/npm.js';
 import { PIP_PYTHON, normalise, pipAvailable, resolvePip, runtimePython, type PlannedWheel } from './packages/pip.js';
 import { riskSignals } from './packages/risk.js';
 import { copyTreeNoFollow, TreeRefusal, type TreeEntry } from './packages/tree.js';
+import { IMAGES_UNAVAILABLE, ImageProblem, imageMatches, imagesAvailable, makeReleaseImage, mountPointsBelow, mountReleaseImage, unmountRelease, type ReleaseImage } from './packages/image.js';
 import { mountScratchDisk, unmountScratchDisk } from '../sandbox/disk.js';
+import { isMountPoint } from '../sandbox/runfs.js';
 import { removeTreeNoFollow } from '../sandbox/rootdir.js';
 
 export type Ecosystem = 'npm' | 'uv';
@@ -148,17 +150,39 @@ export class PackageService {
   private readonly resolving = new Map<string, Promise<void>>();
   private readonly waiters = new Set<() => void>();
   private executorImageCache: string | undefined;
+  /** Release images mounted by this runner (digest -> the mount, settled once mounted; a failed one is forgotten). */
+  private readonly mounted = new Map<string, Promise<void>>();
+  /** Release directories from before images being converted (digest -> the conversion). */
+  private readonly converting = new Map<string, Promise<ReleaseImage>>();
+  /** Why a release could not be mounted, as this runner last found (digest -> the reason, for packages_list and packages_status). */
+  private readonly damaged = new Map<string, string>();
 
   constructor(private readonly deps: Deps) {
-    // Traversable (not listable) by sandbox uids: builders bind their build directory, sandboxes their releases.
+    // Traversable (not listable) by sandbox uids: builders bind their build directory, sandboxes
+    // the mounts of release images (mounts/<digest>). The images themselves (releases/) are root's alone.
     this.root = join(deps.config.dataDir, 'packages');
   }
 
   private async dirs(): Promise<void> {
     await mkdir(this.root, { recursive: true, mode: 0o711 });
     await chmod(this.root, 0o711);
-    for (const d of ['build', 'releases']) await mkdir(join(this.root, d), { recursive: true, mode: 0o711 });
-    await mkdir(join(this.root, 'cache'), { recursive: true, mode: 0o700 });
+    for (const d of ['build', 'mounts']) await mkdir(join(this.root, d), { recursive: true, mode: 0o711 });
+    for (const d of ['releases', 'cache']) {
+      await mkdir(join(this.root, d), { recursive: true, mode: 0o700 });
+      await chmod(join(this.root, d), 0o700);
+    }
+  }
+
+  /** The release's image (root's, 0400) and where this runner mounts it for sandboxes to bind. */
+  private imagePath(digest: string): string {
+    return join(this.root, 'releases', `${digest}.sqfs`);
+  }
+  private mountPoint(digest: string): string {
+    return join(this.root, 'mounts', digest);
+  }
+  /** Where a runner before release images kept the release: a directory (converted on first need, or at start). */
+  private legacyPath(digest: string): string {
+    return join(this.root, 'releases', digest);
   }
 
   // ---------- guards ----------
@@ -247,6 +271,7 @@ export class PackageService {
     let core: Record<string, unknown>;
     let build: BuildSpec;
     let approvalUnavailable: string | null = this.deps.sandboxDisabledReason ? `builds need sandboxes, and this instance runs without them (${this.deps.sandboxDisabledReason})` : null;
+    if (!approvalUnavailable && !(await imagesAvailable())) approvalUnavailable = IMAGES_UNAVAILABLE;
     if (input.ecosystem === 'npm') {
       const npmResolution = await resolveNpm(input.name, input.version, { registry: this.deps.config.packagesNpmRegistry, ca: this.caPem(), cacheDir });
       const scripts = input.lifecycleScripts === true;
@@ -518,10 +543,29 @@ export class PackageService {
       }
       await this.verifyTree(build, tree);
       const bins = build.ecosystem === 'npm' ? await npmBinaries(tree) : await pythonBinaries(tree);
+      // The release is an image of root's copy (packages/image.ts): what the launch checks run
+      // and every sandbox mounts is that image, a filesystem of its own (no host path in mountinfo).
+      this.setApply(id, 'VERIFYING', 'making the release image');
+      const img = join(buildDir, 'release.sqfs');
+      let image: ReleaseImage;
+      try {
+        image = await makeReleaseImage(tree, img);
+      } catch (e) {
+        if (e instanceof ImageProblem) throw new ApplyFailure('BUILD_FAILED', e.message, null);
+        throw e;
+      }
       this.setApply(id, 'LAUNCH_CHECK', `starting each binary once with no network (${bins.length})`);
-      for (const b of bins) await this.launchCheck(build.ecosystem, plan.name, tree, b);
+      if (bins.length) {
+        const mounted = join(buildDir, 'rel');
+        await mountReleaseImage(img, image, mounted);
+        try {
+          for (const b of bins) await this.launchCheck(build.ecosystem, plan.name, mounted, b);
+        } finally {
+          await unmountRelease(mounted);
+        }
+      }
       const digest = sha256Hex(canonicalJson({ ecosystem: build.ecosystem, name: plan.name, files }));
-      const release = await this.storeRelease(plan, build, tree, digest, files, bins);
+      const release = await this.storeRelease(plan, build, img, image, digest, files, bins);
       const binding = this.bind(plan, release.id);
       this.setApply(id, 'SUCCEEDED', 'release built, verified and bound', { release_id: release.id, binding_id: binding.id });
       this.deps.audit.record({ actor: 'system', action: 'packages_release', target: release.id, outcome: 'ok', details: { applyId: id, digest, bindingId: binding.id } });
@@ -618,11 +662,12 @@ export class PackageService {
     }
   }
 
-  private async launchCheck(ecosystem: Ecosystem, name: string, tree: string, bin: { name: string; rel: string }): Promise<void> {
+  /** Starts one binary of the release, mounted (its image) at `mounted`, with --version and no network. */
+  private async launchCheck(ecosystem: Ecosystem, name: string, mounted: string, bin: { name: string; rel: string }): Promise<void> {
     const target = releaseTarget(ecosystem, name);
     const env: Record<string, string> = ecosystem === 'uv' ? { PYTHONPATH: target } : {};
     const result = await this.deps.executor.runEphemeral({
-      binds: [{ source: tree, target, readOnly: true }],
+      binds: [{ source: mounted, target, readOnly: true }],
       limits: this.deps.workspaces().sandboxLimits,
       network: 'none',
       argv: [`${target}/${bin.rel}`, '--version'],
@@ -639,20 +684,29 @@ export class PackageService {
       throw new ApplyFailure('LAUNCH_CHECK_FAILED', `binary ${bin.name} started but could not load its own modules`, tail(result.stderr));
   }
 
-  private async storeRelease(plan: PlanRow, build: BuildSpec, tree: string, digest: string, files: ReleaseFile[], bins: Array<{ name: string; rel: string }>): Promise<ReleaseRow> {
+  /**
+   * Stores the image as the release of `digest`. An identical tree is the same release: one whose
+   * image is in place stays as it is; one whose image is missing or was found damaged (or is still
+   * a directory from before images) gets this image.
+   */
+  private async storeRelease(plan: PlanRow, build: BuildSpec, img: string, image: ReleaseImage, digest: string, files: ReleaseFile[], bins: Array<{ name: string; rel: string }>): Promise<ReleaseRow> {
     const have = this.deps.db.prepare('SELECT * FROM package_releases WHERE digest = ?').get(digest) as ReleaseRow | undefined;
-    const dir = join(this.root, 'releases', digest);
-    if (have && existsSync(dir)) return have;
-    await mkdir(join(this.root, 'releases'), { recursive: true, mode: 0o711 });
-    await rm(dir, { recursive: true, force: true });
-    // Immutable: root made every entry of the copy (root-owned, nothing writable, readable by the
-    // sandbox user through a read-only bind); both directories are root's, so nothing redirects the rename.
-    await rename(tree, dir);
-    if (have) return have;
+    const recorded = have ? releaseImage(have) : undefined;
+    if (have && recorded && !this.hasLegacyEntry(digest) && (await imageMatches(this.imagePath(digest), recorded))) return have;
+    await this.dirs();
+    // Immutable: root made the image from its own copy (readable by root only; sandboxes see it
+    // mounted read-only); both directories are root's, so nothing redirects the rename.
+    await rename(img, this.imagePath(digest));
+    await removeTreeNoFollow(this.legacyPath(digest));
+    this.damaged.delete(digest);
+    if (have) {
+      this.setReleaseImage(have, image);
+      return have;
+    }
     const versions =
       build.ecosystem === 'npm' ? build.packages.map((p) => ({ name: p.name, version: p.version, location: p.location })) : build.wheels.map((w) => ({ name: w.name, version: w.version, sha256: w.sha256 }));
     const size = files.reduce((n, f) => n + (f.size ?? 0), 0);
-    const manifest = { versions, binaries: bins.map((b) => b.name), size, files: files.length, filesDigest: digest, planId: plan.id, planDigest: plan.digest };
+    const manifest = { versions, binaries: bins.map((b) => b.name), size, files: files.length, filesDigest: digest, planId: plan.id, planDigest: plan.digest, image };
     const id = newId('packageRelease');
     this.deps.db
       .prepare('INSERT INTO package_releases (id, digest, ecosystem, name, version, manifest_json, executor_image, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
@@ -700,9 +754,44 @@ export class PackageService {
       size: manifest.size,
       files: manifest.files,
       stale: release.executor_image !== (await this.executorImage()),
-      present: existsSync(join(this.root, 'releases', release.digest)),
+      ...this.presence(release),
       createdAt: release.created_at,
     };
+  }
+
+  /** `present`, and when it is not, `problem`: why the release cannot be mounted (missing, replaced, damaged). */
+  private presence(release: ReleaseRow): { present: boolean; problem?: string } {
+    const problem = this.releaseProblem(release);
+    return problem === null ? { present: true } : { present: false, problem };
+  }
+
+  /**
+   * Why the release cannot be mounted, as far as is known without hashing its image (a mount hashes
+   * it; what a mount of this runner found is remembered): null when its image is in place, or its
+   * directory from before release images is (converted when first needed, and at start).
+   */
+  private releaseProblem(release: ReleaseRow): string | null {
+    const known = this.damaged.get(release.digest);
+    if (known) return known;
+    const image = lstatOrNull(this.imagePath(release.digest));
+    if (image?.isFile() && releaseImage(release)) return null;
+    const legacy = lstatOrNull(this.legacyPath(release.digest));
+    if (legacy?.isDirectory()) return null;
+    if (legacy) return `its directory (from before release images) was replaced by ${legacy.isSymbolicLink() ? 'a symbolic link' : 'something that is not a directory'} (never followed)`;
+    if (!image) return 'its image is missing on disk';
+    if (!image.isFile()) return 'its image was replaced by something that is not a regular file (never followed)';
+    return 'its image has no recorded digest (the service stopped while storing it)';
+  }
+
+  /** Whether anything is at the place a release directory from before images was kept (converted, or refused, when the release is next needed). */
+  private hasLegacyEntry(digest: string): boolean {
+    return lstatOrNull(this.legacyPath(digest)) !== null;
+  }
+
+  private setReleaseImage(release: ReleaseRow, image: ReleaseImage): void {
+    const manifest = { ...(JSON.parse(release.manifest_json) as Record<string, unknown>), image };
+    this.deps.db.prepare('UPDATE package_releases SET manifest_json = ? WHERE id = ?').run(JSON.stringify(manifest), release.id);
+    release.manifest_json = JSON.stringify(manifest);
   }
 
   async list(scope: Scope | undefined, workspaceId: string | undefined, includeHistory: boolean): Promise<Record<string, unknown>> {
@@ -734,8 +823,10 @@ export class PackageService {
         throw new ServiceError('STALE_GENERATION', `expectedGeneration: binding ${bindingId} is at generation ${b.generation}, not ${expectedGeneration}; read it again with packages_list`, { field: 'expectedGeneration', currentGeneration: b.generation });
       const inHistory = db.prepare('SELECT 1 FROM package_binding_history WHERE binding_id = ? AND release_id = ?').get(bindingId, releaseId);
       if (!inHistory) throw new ServiceError('NOT_FOUND', `releaseId: ${releaseId} is not in the history of binding ${bindingId} (packages_list with includeHistory lists it)`, { field: 'releaseId' });
-      const rel = db.prepare('SELECT digest FROM package_releases WHERE id = ?').get(releaseId) as { digest: string };
-      if (!existsSync(join(this.root, 'releases', rel.digest))) throw new ServiceError('FAILED_PRECONDITION', `releaseId: release ${releaseId} is missing on disk; apply its plan again`, { field: 'releaseId' });
+      const rel = db.prepare('SELECT * FROM package_releases WHERE id = ?').get(releaseId) as ReleaseRow;
+      const problem = this.releaseProblem(rel);
+      if (problem !== null)
+        throw new ServiceError('FAILED_PRECONDITION', `releaseId: release ${releaseId} (${rel.name}@${rel.version}) cannot be mounted: ${problem}; plan the package again (a new plan, approved, builds the release again)`, { field: 'releaseId', problem });
       db.prepare('UPDATE package_bindings SET release_id = ?, generation = generation + 1, updated_at = ? WHERE id = ?').run(releaseId, nowIso(), bindingId);
       db.prepare('UPDATE package_binding_history SET bound_at = ? WHERE binding_id = ? AND release_id = ?').run(nowIso(), bindingId, releaseId);
       this.deps.audit.record({ actor, principal, action: 'packages_rollback', target: bindingId, outcome: 'ok', details: { releaseId } });
@@ -778,7 +869,13 @@ export class PackageService {
       )
       .all() as ReleaseRow[];
     for (const r of garbage) {
-      await rm(join(this.root, 'releases', r.digest), { recursive: true, force: true });
+      // Unmounted here first (sandboxes that still bind it keep their own mount until they end; the
+      // loop device goes with the last one), then the image (and a directory from before images).
+      this.mounted.delete(r.digest);
+      this.damaged.delete(r.digest);
+      await unmountRelease(this.mountPoint(r.digest));
+      await rm(this.imagePath(r.digest), { force: true });
+      await removeTreeNoFollow(this.legacyPath(r.digest));
       db.prepare('DELETE FROM package_releases WHERE id = ?').run(r.id);
     }
     return garbage.map((r) => r.id);
@@ -838,8 +935,9 @@ export class PackageService {
       .filter((p) => this.deps.approvals.get(p.approval_id!).state === 'pending')
       .map((p) => ({ planId: p.id, name: p.name, version: p.version, ecosystem: p.ecosystem, scope: p.scope, workspaceId: p.workspace_id, planDigest: p.digest, approvalRequestId: p.approval_id }));
     const missing = (db.prepare('SELECT * FROM package_releases r WHERE EXISTS (SELECT 1 FROM package_bindings b WHERE b.release_id = r.id)').all() as ReleaseRow[])
-      .filter((r) => !existsSync(join(this.root, 'releases', r.digest)))
-      .map((r) => ({ releaseId: r.id, name: r.name, version: r.version }));
+      .map((r) => ({ r, problem: this.releaseProblem(r) }))
+      .filter((x) => x.problem !== null)
+      .map(({ r, problem }) => ({ releaseId: r.id, ecosystem: r.ecosystem, name: r.name, version: r.version, problem }));
     const needing: Array<Record<string, unknown>> = [];
     for (const ws of this.deps.workspaces().retained()) {
       const mounted = this.recordedMounts(ws);
@@ -915,15 +1013,13 @@ export class PackageService {
     const binDirs: string[] = [];
     const pyPaths: string[] = [];
     for (const record of set) {
-      const rel = this.deps.db.prepare('SELECT digest FROM package_releases WHERE id = ?').get(record.release_id) as { digest: string } | undefined;
+      const rel = this.deps.db.prepare('SELECT * FROM package_releases WHERE id = ?').get(record.release_id) as ReleaseRow | undefined;
       if (!rel) continue;
-      const source = join(this.root, 'releases', rel.digest);
-      // Releases are directories root made (tree.ts); one a build before issue #31 left as a symbolic link is never mounted (bubblewrap would follow it).
-      const st = await lstat(source).catch(() => null);
-      if (!st?.isDirectory()) {
-        this.deps.log.warn({ release: record.release_id, workspace: workspaceId, kind: st ? 'not a directory' : 'missing' }, 'bound release missing on disk or not a directory; not mounted');
-        continue;
-      }
+      // The release's image, mounted by this runner (verified when mounted): a filesystem whose root
+      // is the release, so the sandbox's mountinfo names no host path. One that cannot be mounted
+      // (missing, replaced, damaged) is left out, logged and reported by packages_list and packages_status.
+      const source = await this.mountedRelease(rel, workspaceId);
+      if (!source) continue;
       const target = releaseTarget(record.ecosystem, record.name);
       mounts.push({ source, target, readOnly: true });
       if (record.ecosystem === 'npm') binDirs.push(`${target}/.bin`);
@@ -935,6 +1031,105 @@ export class PackageService {
     return { mounts, env };
   }
 
+  /** The host mount of the release's image (mounted the first time a sandbox needs it), or null when it cannot be mounted. */
+  private async mountedRelease(release: ReleaseRow, workspaceId: string | null): Promise<string | null> {
+    const mountPoint = this.mountPoint(release.digest);
+    for (let attempt = 0; attempt < 2; attempt++) {
+      let pending = this.mounted.get(release.digest);
+      if (!pending) {
+        const mounting = this.mountRelease(release, mountPoint);
+        pending = mounting;
+        this.mounted.set(release.digest, mounting);
+        mounting.catch(() => (this.mounted.get(release.digest) === mounting ? this.mounted.delete(release.digest) : undefined));
+      }
+      try {
+        await pending;
+      } catch (e) {
+        const problem = e instanceof ImageProblem ? e.message : 'it could not be mounted (the service logged the cause)';
+        this.damaged.set(release.digest, problem);
+        this.deps.log.warn({ release: release.id, name: release.name, version: release.version, workspace: workspaceId, problem, err: e instanceof ImageProblem ? undefined : e }, 'bound release not mounted');
+        return null;
+      }
+      if (await isMountPoint(mountPoint)) {
+        this.damaged.delete(release.digest);
+        return mountPoint;
+      }
+      // Unmounted behind this runner's back: mount it again.
+      if (this.mounted.get(release.digest) === pending) this.mounted.delete(release.digest);
+    }
+    return null;
+  }
+
+  /** Mounts the release's image at mountPoint, converting a release directory from before images first. */
+  private async mountRelease(release: ReleaseRow, mountPoint: string): Promise<void> {
+    await this.dirs();
+    const image = this.hasLegacyEntry(release.digest) ? await this.convert(release) : releaseImage(release);
+    if (!image)
+      throw lstatOrNull(this.imagePath(release.digest))
+        ? new ImageProblem('corrupt', 'its image has no recorded digest (the service stopped while storing it)')
+        : new ImageProblem('missing', 'its image is missing on disk');
+    // What an earlier runner left mounted here is not trusted: mounted again, verified.
+    await unmountRelease(mountPoint);
+    await mountReleaseImage(this.imagePath(release.digest), image, mountPoint);
+  }
+
+  /** Converts a release directory from before images (once at a time per release). */
+  private convert(release: ReleaseRow): Promise<ReleaseImage> {
+    let pending = this.converting.get(release.digest);
+    if (!pending) {
+      pending = this.convertLegacy(release).finally(() => this.converting.delete(release.digest));
+      this.converting.set(release.digest, pending);
+    }
+    return pending;
+  }
+
+  /**
+   * A release directory a runner before release images left (`releases/<digest>/`, root's) becomes
+   * its image: copied by descriptor like a build's tree (tree.ts: the top opened O_NOFOLLOW, a link
+   * or a special file refuses it, nothing followed), checked against the release's recorded entry
+   * count and byte size, imaged, and the directory removed. A directory that is no longer what the
+   * release recorded is not converted (the release then needs building again).
+   */
+  private async convertLegacy(release: ReleaseRow): Promise<ReleaseImage> {
+    const legacy = this.legacyPath(release.digest);
+    const st = lstatOrNull(legacy);
+    const image = releaseImage(release);
+    // A conversion that stopped after storing its image: the directory is only left over.
+    if (image && lstatOrNull(this.imagePath(release.digest))?.isFile()) {
+      await removeTreeNoFollow(legacy);
+      return image;
+    }
+    if (st && !st.isDirectory())
+      throw new ImageProblem('replaced', `its directory (from before release images) was replaced by ${st.isSymbolicLink() ? 'a symbolic link' : 'something that is not a directory'} (never followed); not converted`);
+    const work = join(this.root, 'build', `convert-${release.digest.slice(0, 16)}`);
+    await removeBuildDir(work);
+    await mkdir(work, { mode: 0o700 });
+    try {
+      const tree = join(work, 'tree');
+      let files: ReleaseFile[];
+      try {
+        files = await copyTreeNoFollow(join(this.root, 'releases'), release.digest, tree);
+      } catch (e) {
+        if (e instanceof TreeRefusal) throw new ImageProblem('unconvertible', `its directory (from before release images) cannot be converted: ${e.message.replace(`${release.digest}: `, '').replace(/the install left/g, 'it holds')}`);
+        throw e;
+      }
+      const manifest = JSON.parse(release.manifest_json) as { files?: number; size?: number };
+      const size = files.reduce((n, f) => n + (f.size ?? 0), 0);
+      if (files.length !== manifest.files || size !== manifest.size)
+        throw new ImageProblem('unconvertible', `its directory (from before release images) holds ${files.length} entries of ${size} bytes, the release recorded ${manifest.files} of ${manifest.size}: it changed on disk; not converted`);
+      const img = join(work, 'release.sqfs');
+      const made = await makeReleaseImage(tree, img);
+      this.setReleaseImage(release, made);
+      await rename(img, this.imagePath(release.digest));
+      await removeTreeNoFollow(legacy);
+      this.deps.audit.record({ actor: 'system', action: 'packages_release_converted', target: release.id, outcome: 'ok', details: { digest: release.digest, imageSha256: made.sha256, bytes: made.bytes } });
+      this.deps.log.info({ release: release.id, name: release.name, bytes: made.bytes }, 'release directory converted to its image');
+      return made;
+    } finally {
+      await removeBuildDir(work).catch((err: unknown) => this.deps.log.warn({ err, release: release.id }, 'release conversion directory not removed'));
+    }
+  }
+
   /** A workspace is gone: forget what it mounted (releases only it held become collectable). */
   async forgetWorkspace(id: string): Promise<void> {
     this.deps.db.prepare('DELETE FROM workspace_package_mounts WHERE workspace_id = ?').run(id);
@@ -943,21 +1138,50 @@ export class PackageService {
     if (this.deps.config.packagesEnabled) await this.collect();
   }
 
-  /** After a restart: applies that were running cannot be resumed safely; they fail and leave nothing. */
-  startup(): void {
+  /**
+   * At start, before any sandbox: release mounts an earlier runner left (one killed -9 does) are
+   * unmounted (each is mounted again, verified, when a sandbox needs it); applies that were running
+   * cannot be resumed safely: they fail and leave nothing; release directories from before images
+   * are converted in the background (or when first needed, whichever comes first).
+   */
+  async startup(): Promise<void> {
+    const mounts = join(this.root, 'mounts');
+    for (const mountPoint of await mountPointsBelow(mounts)) await unmountRelease(mountPoint).catch((err: unknown) => this.deps.log.warn({ err, mountPoint }, 'leftover release mount not removed'));
+    for (const name of await readdir(mounts).catch(() => [] as string[])) await rmdir(join(mounts, name)).catch(() => undefined);
     this.deps.db
       .prepare(`UPDATE package_applies SET state = 'FAILED', step = 'interrupted', error_code = 'INTERRUPTED', error_message = 'the service restarted during the build; nothing was installed: apply the plan again with a new plan', ended_at = ? WHERE state IN (${ACTIVE_APPLY.map(() => '?').join(',')})`)
       .run(nowIso(), ...ACTIVE_APPLY);
     this.deps.db.prepare("UPDATE package_resolutions SET state = 'FAILED', error_json = ?, ended_at = ? WHERE state = 'RESOLVING'").run(JSON.stringify({ code: 'UNAVAILABLE', message: 'the service restarted during the resolution; plan again', retryable: true, details: {} }), nowIso());
-    // What those builds left (their filesystems still mounted) goes too.
+    // What those builds left (their filesystems and launch-check mounts still mounted) goes too.
     const builds = join(this.root, 'build');
-    void readdir(builds)
+    await readdir(builds)
       .then(async (ids) => {
         for (const b of ids) if (!this.running.has(b)) await removeBuildDir(join(builds, b));
       })
       .catch((err: unknown) => {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.deps.log.warn({ err }, 'leftover package build directories not removed');
       });
+    if (this.deps.config.packagesEnabled) void this.convertAll();
+  }
+
+  /** Converts every release directory from before images, one at a time (a failure is logged and reported as the release's problem). */
+  private async convertAll(): Promise<void> {
+    const releases = this.deps.db.prepare('SELECT * FROM package_releases ORDER BY created_at').all() as ReleaseRow[];
+    for (const release of releases) {
+      if (!this.hasLegacyEntry(release.digest)) continue;
+      await this.convert(release).catch((e: unknown) => {
+        const problem = e instanceof ImageProblem ? e.message : 'it could not be converted (the service logged the cause)';
+        this.damaged.set(release.digest, problem);
+        this.deps.log.warn({ release: release.id, name: release.name, problem, err: e instanceof ImageProblem ? undefined : e }, 'release directory from before images not converted');
+      });
+    }
+  }
+
+  /** At shutdown, once no sandbox runs: this runner's release mounts go (their loop devices with them). */
+  async shutdown(): Promise<void> {
+    await Promise.all([...this.mounted.values(), ...this.converting.values()].map((p) => p.catch(() => undefined)));
+    this.mounted.clear();
+    for (const mountPoint of await mountPointsBelow(join(this.root, 'mounts'))) await unmountRelease(mountPoint).catch((err: unknown) => this.deps.log.warn({ err, mountPoint }, 'release mount not removed at shutdown'));
   }
 
   /** Waits for work in flight (tests and shutdown). */
@@ -1050,10 +1274,28 @@ async function chownTree(dir: string, uid: number): Promise<void> {
   }
 }
 
-/** A build directory gone: its filesystem unmounted first (a runner that died mid-build leaves it mounted), then removed by a descriptor walk that never follows a link. */
+/**
+ * A build directory gone: its filesystem and the launch checks' mount of the release image
+ * unmounted first (a runner that died mid-build leaves them mounted), then removed by a descriptor
+ * walk that never follows a link.
+ */
 async function removeBuildDir(buildDir: string): Promise<void> {
+  await unmountRelease(join(buildDir, 'rel'));
   await unmountScratchDisk(join(buildDir, 'fs'));
   await removeTreeNoFollow(buildDir);
+}
+
+function lstatOrNull(path: string): ReturnType<typeof lstatSync> | null {
+  try {
+    return lstatSync(path);
+  } catch {
+    return null;
+  }
+}
+
+/** The image a release recorded (manifest_json.image; none for a release from before images). */
+function releaseImage(release: ReleaseRow): ReleaseImage | undefined {
+  return (JSON.parse(release.manifest_json) as { image?: ReleaseImage }).image;
 }
 
 /** node_modules locations -> name and version from each package.json (symlinks not followed). */

@@ -10,9 +10,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
+import { loopsUnder, mountsUnder } from './cleanup.js';
 import { startRegistry, type Registry } from '../fixtures/verdaccio.js';
 import { startPyIndex, type PyIndex } from '../fixtures/pypi-index.js';
-import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, chownSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { GitHost } from '../fixtures/githost.js';
@@ -26,6 +28,8 @@ let repoUrl: string;
 let oldWs: string;
 let trap: Server;
 let trapHits = 0;
+/** The service's config (a restart starts it again on the same data directory with it). */
+let svcConfig: Record<string, unknown>;
 
 type R = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -104,7 +108,8 @@ beforeAll(async () => {
   writeFileSync(caFile, readFileSync(reg.caCertPath, 'utf8') + readFileSync(py.caCertPath, 'utf8'));
   host = await startGitHost();
   repoUrl = (await host.createRepo('approved/pkgs', REPO_FILES)).url;
-  svc = await startWorkspaceService(host, { config: { packagesEnabled: true, packagesNpmRegistry: reg.url, packagesPythonIndex: py.url, packagesCaFile: caFile } });
+  svcConfig = { packagesEnabled: true, packagesNpmRegistry: reg.url, packagesPythonIndex: py.url, packagesCaFile: caFile };
+  svc = await startWorkspaceService(host, { config: svcConfig });
   c = await connectV2(svc);
   oldWs = await openWs();
 }, 240_000);
@@ -291,14 +296,14 @@ describe('npm plans', () => {
       expect([r.apply.state, r.apply.errorCode], JSON.stringify(r.apply)).toEqual(['FAILED', 'TREE_MISMATCH']);
       expect(r.apply.error).toMatch(/^node_modules: the install left a symbolic link/);
       expectUntouched(dir, 'evil-swap');
-      expectReleasesAreDirectories();
+      expectReleasesAreImages();
       expect((await ok('packages_list', {})).bindings.find((x: R) => x.name === 'evil-swap')).toBeUndefined();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });
 
-  it('a postinstall that leaves a loop swapping node_modules with a symlink: the loop dies with the build, nothing is followed, a release is a directory of root\'s', async () => {
+  it('a postinstall that leaves a loop swapping node_modules with a symlink: the loop dies with the build, nothing is followed, a release is an image of root\'s', async () => {
     const dir = decoy('evil-swapper');
     const marker = `swaploop${Math.random().toString(36).slice(2, 10)}`;
     try {
@@ -312,7 +317,7 @@ describe('npm plans', () => {
       // The build's processes are gone before root reads the tree (its pid namespace and cgroup ended with npm).
       expect(processesNaming(marker)).toEqual([]);
       expectUntouched(dir, 'evil-swapper');
-      expectReleasesAreDirectories();
+      expectReleasesAreImages();
       // Depending on where the loop was when npm ended: refused (a symlink at the top), or built from the real directory.
       if (r.apply.state === 'SUCCEEDED') {
         const tb = await ok('bash', { target: 'toolbox', command: 'ls -A /opt/packages/npm/evil-swapper/node_modules' });
@@ -557,6 +562,177 @@ describe('when resolution is slow, and when packages are off', () => {
   });
 });
 
+describe('releases are filesystems of their own (issue #31 item 7)', () => {
+  /** Host directories no mountinfo line of a sandbox may name. */
+  const hostDirs = () => [svc.dataDir, process.env.ATELIER_TEST_RUN_DIR].filter((d): d is string => !!d);
+  /** The lines of a mountinfo that name a host directory of this run, and [root, mount point, type] of each release mount. */
+  function releaseMounts(mountinfo: string): { naming: string[]; releases: string[][] } {
+    expect(mountinfo).toContain(' /proc '); // it is a mountinfo
+    const lines = mountinfo.split('\n').filter(Boolean);
+    return {
+      naming: lines.filter((l) => hostDirs().some((d) => l.includes(d))),
+      releases: lines.filter((l) => l.split(' ')[4]!.startsWith('/opt/packages/')).map((l) => [l.split(' ')[3]!, l.split(' ')[4]!, l.split(' - ')[1]!.split(' ')[0]!]),
+    };
+  }
+  const targetOf = (b: R) => (b.ecosystem === 'npm' ? `/opt/packages/npm/${b.name}/node_modules` : `/opt/packages/uv/${b.name}`);
+
+  it('a workspace with bindings, one opened with a toolkit, and the bash toolbox: no mountinfo line names the data directory; each release is the root of a squashfs of its own', async () => {
+    const owner = (await ok('packages_list', { scope: 'owner' })).bindings as R[];
+    expect(owner.length).toBeGreaterThan(2);
+    const targets = owner.map(targetOf).sort();
+    const ws = await openWs();
+    const inWs = releaseMounts((await sh(ws, 'cat /proc/self/mountinfo')).stdout);
+    expect(inWs.naming).toEqual([]);
+    expect(inWs.releases.map((r) => r[1]).sort()).toEqual(targets);
+    for (const r of inWs.releases) expect(r).toEqual(['/', r[1], 'squashfs']);
+    const tk = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'mi-toolkit-01', toolkits: ['npm:left-helper'] })).workspaceId as string;
+    const inTk = releaseMounts((await sh(tk, 'cat /proc/self/mountinfo')).stdout);
+    expect(inTk).toEqual({ naming: [], releases: [['/', '/opt/packages/npm/left-helper/node_modules', 'squashfs']] });
+    const inToolbox = releaseMounts((await ok('bash', { target: 'toolbox', command: 'cat /proc/self/mountinfo' })).stdout);
+    expect(inToolbox.naming).toEqual([]);
+    expect(inToolbox.releases.map((r) => r[1]).sort()).toEqual(targets);
+    for (const r of inToolbox.releases) expect(r).toEqual(['/', r[1], 'squashfs']);
+    for (const id of [ws, tk]) await ok('workspace_close', { workspaceId: id });
+  });
+
+  it('a launch check runs the release image: its mountinfo names no host directory', async () => {
+    // The binary prints what it sees and exits 126, so the failed apply's output tail shows it.
+    const probe = [
+      '#!/usr/bin/env node',
+      `const dirs = ${JSON.stringify(hostDirs())};`,
+      "const lines = require('fs').readFileSync('/proc/self/mountinfo', 'utf8').split('\\n');",
+      "for (const l of lines) if (dirs.some((d) => l.includes(d))) console.error('NAMING ' + l);",
+      "for (const l of lines) if ((l.split(' ')[4] || '').startsWith('/opt/packages/')) console.error('RELEASE ' + [l.split(' ')[3], l.split(' ')[4], l.split(' - ')[1].split(' ')[0]].join(' '));",
+      'process.exit(126);',
+      '',
+    ].join('\n');
+    await reg.publish({ name: 'launch-mountinfo', version: '1.0.0', bin: { 'launch-mountinfo': 'bin/probe.js' }, files: { 'bin/probe.js': probe } });
+    const launched = await install({ ecosystem: 'npm', name: 'launch-mountinfo' });
+    expect([launched.apply.state, launched.apply.errorCode], JSON.stringify(launched.apply)).toEqual(['FAILED', 'LAUNCH_CHECK_FAILED']);
+    expect(launched.apply.outputTail).toContain('RELEASE / /opt/packages/npm/launch-mountinfo/node_modules squashfs');
+    expect(launched.apply.outputTail).not.toContain('NAMING');
+  });
+
+  it('a release image replaced by a link, changed or missing is never followed nor mounted and is reported naming the package; planning it again stores it again', async () => {
+    await reg.publish({ name: 'img-victim', version: '1.0.0', bin: { 'img-victim': 'bin/cli.js' }, files: { 'bin/cli.js': "#!/usr/bin/env node\nconsole.log('img-victim 1.0.0');\n" } });
+    const first = await install({ ecosystem: 'npm', name: 'img-victim' });
+    expect(first.apply.state, JSON.stringify(first.apply)).toBe('SUCCEEDED');
+    expectReleasesAreImages();
+    const release = await boundRelease('img-victim');
+    const img = imageOf(release);
+    const good = readFileSync(img);
+    const copy = join(mkdtempSync(join(tmpdir(), 'atelier-pk-img-')), 'good.sqfs');
+    writeFileSync(copy, good, { mode: 0o400 });
+    const changed = Buffer.from(good);
+    changed[changed.length >> 1] = changed[changed.length >> 1]! ^ 0x01;
+    const damages: Array<[string, () => void, RegExp]> = [
+      ['a symbolic link to a good copy', () => (rmSync(img), symlinkSync(copy, img)), /^its image was replaced by a symbolic link \(never followed\)$/],
+      ['one byte changed', () => (rmSync(img), writeFileSync(img, changed, { mode: 0o400 })), /^its image does not match the SHA-256 recorded when the release was made/],
+      ['missing', () => rmSync(img), /^its image is missing on disk$/],
+    ];
+    for (const [what, damage, why] of damages) {
+      damage();
+      expect(await toolboxRun('img-victim'), what).toBe('rc=127 mounted=0');
+      expect(await reported(release.releaseId), what).toEqual({ present: false, listed: expect.stringMatching(why), status: expect.stringMatching(why), name: 'img-victim' });
+    }
+    // The owner plans it again: a new plan, approved; its build stores the same release again.
+    const again = await install({ ecosystem: 'npm', name: 'img-victim' });
+    expect(again.plan.planId).not.toBe(first.plan.planId);
+    expect([again.apply.state, again.apply.releaseId], JSON.stringify(again.apply)).toEqual(['SUCCEEDED', release.releaseId]);
+    expect(await toolboxRun('img-victim')).toBe('img-victim 1.0.0 rc=0 mounted=1');
+    expect(await reported(release.releaseId)).toEqual({ present: true, listed: undefined, status: undefined, name: undefined });
+    expectReleasesAreImages();
+  });
+
+  it('a release directory from before images is converted to its image when first needed; one replaced by a link to a host directory is never followed nor converted', async () => {
+    await reg.publish({ name: 'legacy-victim', version: '1.0.0', bin: { 'legacy-victim': 'bin/cli.js' }, files: { 'bin/cli.js': "#!/usr/bin/env node\nconsole.log('legacy-victim 1.0.0');\n" } });
+    const { apply } = await install({ ecosystem: 'npm', name: 'legacy-victim' });
+    expect(apply.state, JSON.stringify(apply)).toBe('SUCCEEDED');
+    const release = await boundRelease('legacy-victim');
+    const img = imageOf(release);
+    const legacy = join(svc.dataDir, 'packages', 'releases', release.digest);
+    const copy = join(mkdtempSync(join(tmpdir(), 'atelier-pk-img-')), 'good.sqfs');
+    copyFileSync(img, copy);
+    rmSync(img);
+    const dir = decoy('legacy-victim');
+    try {
+      symlinkSync(dir, legacy);
+      expect(await toolboxRun('legacy-victim')).toBe('rc=127 mounted=0');
+      expect((await reported(release.releaseId)).listed).toMatch(/^its directory \(from before release images\) was replaced by a symbolic link \(never followed\)/);
+      expectUntouched(dir, 'legacy-victim');
+      expect(lstatSync(legacy).isSymbolicLink()).toBe(true);
+      expect(existsSync(img)).toBe(false);
+    } finally {
+      rmSync(legacy, { force: true });
+      rmSync(dir, { recursive: true, force: true });
+    }
+    // The directory as a runner before release images kept it: root's, read-only.
+    execFileSync('unsquashfs', ['-no-progress', '-d', legacy, copy], { stdio: 'ignore' });
+    expect(lstatSync(legacy).isDirectory()).toBe(true);
+    expect(await toolboxRun('legacy-victim')).toBe('legacy-victim 1.0.0 rc=0 mounted=1');
+    expect(existsSync(legacy)).toBe(false);
+    expectReleasesAreImages();
+    expect(await reported(release.releaseId)).toEqual({ present: true, listed: undefined, status: undefined, name: undefined });
+  });
+
+  it('release mounts: a runner killed -9 leaves them and the next start removes them (a release directory from before images is converted at start); a clean stop leaves none', async () => {
+    const pk = join(svc.dataDir, 'packages');
+    const releaseMountsNow = () => mountsUnder(join(pk, 'mounts'));
+    expect((await ok('bash', { target: 'toolbox', command: 'img-victim && legacy-victim' })).stdout).toBe('img-victim 1.0.0\nlegacy-victim 1.0.0\n');
+    const victim = await boundRelease('img-victim');
+    const converted = await boundRelease('legacy-victim');
+    const victimMount = join(pk, 'mounts', victim.digest);
+    expect(releaseMountsNow()).toContain(victimMount);
+    expect(loopsUnder(imageOf(victim))).toHaveLength(1);
+    expect(await svc.stop('SIGKILL')).toBeNull();
+    expect(releaseMountsNow(), 'a runner killed -9 leaves its release mounts').toContain(victimMount);
+    // While no runner runs, one release goes back to how a runner before release images kept it.
+    const legacy = join(pk, 'releases', converted.digest);
+    execFileSync('unsquashfs', ['-no-progress', '-d', legacy, imageOf(converted)], { stdio: 'ignore' });
+    rmSync(imageOf(converted));
+    await c.close();
+    const token = svc.token; // a restarted service prints no new token
+    svc = await startWorkspaceService(host, { dataDir: svc.dataDir, config: svcConfig });
+    c = await connectV2(svc, token);
+    // Started: what the killed runner left mounted is gone, with its loop device (nothing else held
+    // that one); each release is mounted again, verified, when a sandbox needs it.
+    expect(releaseMountsNow()).not.toContain(victimMount);
+    await waitFor(() => loopsUnder(imageOf(victim)).length === 0, "the killed runner's loop device of a release image freed");
+    await waitFor(() => existsSync(imageOf(converted)) && !existsSync(legacy), 'the release directory converted to its image at start');
+    expect((await ok('bash', { target: 'toolbox', command: 'img-victim && legacy-victim' })).stdout).toBe('img-victim 1.0.0\nlegacy-victim 1.0.0\n');
+    expect(releaseMountsNow()).toContain(victimMount);
+    expect(loopsUnder(imageOf(victim))).toHaveLength(1);
+    // A clean stop: nothing of the releases stays mounted, and their loop devices go with the sandboxes.
+    await svc.stop();
+    expect(releaseMountsNow()).toEqual([]);
+    await waitFor(() => loopsUnder(pk).length === 0, 'no loop device backed by a release image after a clean stop');
+  });
+});
+
+async function boundRelease(name: string): Promise<R> {
+  return ((await ok('packages_list', {})).bindings as R[]).find((x) => x.name === name)!.release as R;
+}
+const imageOf = (release: R) => join(svc.dataDir, 'packages', 'releases', `${release.digest}.sqfs`);
+/** Runs an npm release's binary in the toolbox: its output, exit code, and how many mounts of the release the toolbox has. */
+async function toolboxRun(bin: string): Promise<string> {
+  const r = await ok('bash', { target: 'toolbox', command: `${bin} 2>/dev/null; echo "rc=$? mounted=$(grep -c ' /opt/packages/npm/${bin}/node_modules ' /proc/self/mountinfo)"` });
+  return (r.stdout as string).trim().replace(/\n/g, ' ');
+}
+/** What packages_list and packages_status say of a release. */
+async function reported(releaseId: string): Promise<{ present: boolean; listed: string | undefined; status: string | undefined; name: string | undefined }> {
+  const listed = ((await ok('packages_list', {})).bindings as R[]).map((b) => b.release as R).find((r) => r.releaseId === releaseId)!;
+  const status = ((await ok('packages_status', {})).missingReleases as R[]).find((m) => m.releaseId === releaseId);
+  return { present: listed.present, listed: listed.problem, status: status?.problem, name: status?.name };
+}
+/** Polls a condition for at most 30 s, then fails saying what it waited for. */
+async function waitFor(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    if (cond()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`waited 30 s for: ${what}`);
+}
+
 /**
  * Runs in the builder, left behind by a postinstall: exchanges /build/node_modules with a symlink
  * to the decoy (renameat2 RENAME_EXCHANGE: the name never goes missing), mostly leaving the link in place.
@@ -597,12 +773,12 @@ function expectUntouched(dir: string, pkg: string): void {
   expect(readFileSync(join(dir, '.canary'), 'utf8')).toBe('host secret');
 }
 
-/** Every release in the store is a directory of root's, read-only (never a symlink). */
-function expectReleasesAreDirectories(): void {
+/** Every release in the store is an image file of root's, readable by root alone (never a symlink, never the builder's tree). */
+function expectReleasesAreImages(): void {
   const releases = join(svc.dataDir, 'packages', 'releases');
   for (const n of readdirSync(releases)) {
     const st = lstatSync(join(releases, n));
-    expect([n, st.isDirectory(), st.uid, st.mode & 0o777]).toEqual([n, true, 0, 0o555]);
+    expect([n, /^[0-9a-f]{64}\.sqfs$/.test(n), st.isFile(), st.uid, st.mode & 0o777]).toEqual([n, true, true, 0, 0o400]);
   }
 }
 
