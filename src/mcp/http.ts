@@ -6,8 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { join } from 'node:path';
-import { createMcpHandler, ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
-import { z } from 'zod';
+import { createMcpHandler } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { App } from '../app.js';
 import { errorResult, visibleTools, type ToolRegistry } from './registry.js';
@@ -22,11 +21,9 @@ import { TokenVerifyCache } from '../services/token-cache.js';
 import { loadWireNative } from './wire-native.js';
 import type { WireText } from './wire-text.js';
 import { LINKED_TOOLS, registerResourceSurfaces, resourceLinks } from './resources.js';
-import { declaresUrlElicitation, isModern, McpTasks, requestCapabilities, TASK_TOOLS, TASKS_EXTENSION, TaskServer, type TaskCaller } from './tasks.js';
-import { approvalWaitMs, InputRequired, type AskAnswer, type InCallApprovals } from './in-call-approvals.js';
+import { declaresUrlElicitation, isModern, McpTasks, registerTaskHandlers, requestCapabilities, TASK_CAPABILITIES, TaskServer, withTaskSupport, type TaskCaller } from './tasks.js';
+import { InputRequired, inputRequiredResult, legacyApprovals, modernApprovals, type InCallApprovals } from './in-call-approvals.js';
 import { ClientRequests, LegacySessions } from './legacy-sessions.js';
-import { randomUUID } from 'node:crypto';
-import { sha256Hex } from '../core/crypto.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -64,15 +61,6 @@ function callerOf(authInfo: { clientId?: string; extra?: Record<string, unknown>
   const extra = authInfo?.extra as CallerExtra | undefined;
   return { principal: authInfo?.clientId ?? 'unknown', access: extra?.access ?? FULL_ACCESS, logKey: extra?.logKey ?? 'unknown', origin: extra?.origin ?? '' };
 }
-
-/** The explicit schema of tasks/get, tasks/update and tasks/cancel (the Tasks extension's names are served on both eras with one). */
-const TASK_ID_PARAMS = z.looseObject({ taskId: z.string() });
-
-/** How long a 2026-07-28 client's retry may carry the requestState of an approval it was asked to open. */
-const REQUEST_STATE_TTL_MS = 60 * 60 * 1000;
-
-/** The key of an approval's input request: unique per approval, so per call and per task. */
-const approvalKey = (approvalId: string): string => `approval-${approvalId}`;
 
 export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpStats, oauth?: OAuthStore) {
   // Large results' native escaping (src/mcp/wire-native.ts): the installed addon now, else one built
@@ -140,87 +128,16 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
   const silent: McpNotifyContext = { mcpReq: { notify: async () => undefined } };
   const tasks = new McpTasks(app, registry, (params, c) => callTool(params, { caller: { ...c.caller, origin: '' }, signal: c.signal, mcp: silent, output: c.output, status: c.status, approvals: c.approvals }));
 
-  /**
-   * Approvals inside a 2026-07-28 call (src/mcp/in-call-approvals.ts): the call answers
-   * input_required naming the approval's page, and the client's retry carries its answer (its
-   * inputResponses) and the requestState minted here, bound to the principal, the tool and the
-   * approval, tamper-evident (the cursor codec's HMAC) and valid REQUEST_STATE_TTL_MS.
-   */
-  const modernApprovals = (caller: Caller, tool: string, ctx: Parameters<typeof requestCapabilities>[0] & { mcpReq: { inputResponses?: Record<string, unknown>; requestState: () => unknown } }): InCallApprovals => {
-    const raw = ctx.mcpReq.requestState();
-    let resumed: InCallApprovals['resumed'];
-    if (typeof raw === 'string') {
-      let state: { a?: unknown; t?: unknown; p?: unknown; e?: unknown };
-      try {
-        state = app.cursors.decode('mcp_approval', raw, 'requestState');
-      } catch {
-        throw new ProtocolError(ProtocolErrorCode.InvalidParams, 'Invalid or expired requestState', { reason: 'invalid_request_state' });
-      }
-      if (typeof state.a !== 'string' || state.t !== tool || state.p !== sha256Hex(caller.principal).slice(0, 32) || typeof state.e !== 'number' || state.e < Date.now())
-        throw new ProtocolError(ProtocolErrorCode.InvalidParams, 'Invalid or expired requestState', { reason: 'invalid_request_state' });
-      const response = ctx.mcpReq.inputResponses?.[approvalKey(state.a)] as { action?: unknown } | undefined;
-      const action = response?.action;
-      resumed = { approvalId: state.a, answer: action === 'accept' || action === 'decline' ? action : 'cancel' };
-    }
-    return {
-      origin: caller.origin,
-      resumed,
-      ask: async (ask) => {
-        throw new InputRequired(ask);
-      },
-    };
-  };
-  const inputRequiredResult = (ask: InputRequired['ask'], caller: Caller, tool: string) => ({
-    resultType: 'input_required',
-    inputRequests: { [approvalKey(ask.approvalId)]: { method: 'elicitation/create', params: { mode: 'url', message: ask.message, url: ask.url } } },
-    requestState: app.cursors.encode('mcp_approval', { a: ask.approvalId, t: tool, p: sha256Hex(caller.principal).slice(0, 32), e: Date.now() + REQUEST_STATE_TTL_MS }),
-  });
-
   // Requests to 2025-era clients in the middle of a call, and the sessions of those that can take them (legacy-sessions.ts).
   const sessions = new LegacySessions();
   const clientRequests = new ClientRequests();
-
-  /**
-   * Approvals inside a 2025-11-25 call on the direct path: URL-mode elicitation on the call's own
-   * stream (its client declared it in initialize), then notifications/elicitation/complete once the
-   * owner decided.
-   */
-  const legacyApprovals = (caller: Caller, request: (method: string, params: Record<string, unknown>, signal: AbortSignal, timeoutMs: number) => Promise<Record<string, unknown>>, notify: McpNotifyContext['mcpReq']['notify']): InCallApprovals => {
-    const elicitations = new Map<string, string>();
-    return {
-      origin: caller.origin,
-      ask: async (ask, signal) => {
-        const elicitationId = randomUUID();
-        elicitations.set(ask.approvalId, elicitationId);
-        let answer: Record<string, unknown>;
-        try {
-          answer = await request('elicitation/create', { mode: 'url', message: ask.message, url: ask.url, elicitationId }, signal, approvalWaitMs());
-        } catch {
-          return 'cancel';
-        }
-        const action = answer.action;
-        return (action === 'accept' || action === 'decline' ? action : 'cancel') as AskAnswer;
-      },
-      decided: (ask) => {
-        const elicitationId = elicitations.get(ask.approvalId);
-        const send = notify as (n: { method: string; params: Record<string, unknown> }) => Promise<void>;
-        if (elicitationId) void send({ method: 'notifications/elicitation/complete', params: { elicitationId } }).catch(() => undefined);
-      },
-    };
-  };
 
   // `direct`: the direct path's transport, which writes a large result's text from its pieces.
   const factory = (direct?: NodeResponseTransport) => {
     const server = new TaskServer(
       { name: 'atelier', version: VERSION },
       {
-        capabilities: {
-          tools: { listChanged: false },
-          logging: {},
-          // Long calls as tasks (src/mcp/tasks.ts): the 2025-11-25 form, and the 2026-07-28 extension.
-          tasks: { list: {}, cancel: {}, requests: { tools: { call: {} } } },
-          extensions: { [TASKS_EXTENSION]: {} },
-        },
+        capabilities: { tools: { listChanged: false }, logging: {}, ...TASK_CAPABILITIES },
         instructions: INSTRUCTIONS,
       },
     );
@@ -230,10 +147,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       logLevels.set(callerOf(ctx.http?.authInfo).logKey, req.params.level);
       return {};
     });
-    // 2025-era clients see which tools may run as tasks (the 2026-07-28 wire has no such field: its codec drops it).
-    server.setRequestHandler('tools/list', (_req, ctx) => ({
-      tools: visibleTools(registry, callerOf(ctx.http?.authInfo).access).map((t) => (TASK_TOOLS.has(t.name) ? { ...t, execution: { taskSupport: 'optional' } } : t)),
-    }));
+    server.setRequestHandler('tools/list', (_req, ctx) => ({ tools: withTaskSupport(visibleTools(registry, callerOf(ctx.http?.authInfo).access)) }));
     // Resources (workspace files, skill files), prompts (skills) and the skills extension: src/mcp/resources.ts.
     registerResourceSurfaces(server, { app, registry, caller: (ctx) => callerOf(ctx.http?.authInfo) });
     server.setRequestHandler('tools/call', async (req, ctx) => {
@@ -250,26 +164,18 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
           throw e;
         }
       }
-      const approvals = isModern(ctx) && declaresUrlElicitation(requestCapabilities(ctx)) ? modernApprovals(caller, params.name, ctx) : undefined;
+      const approvals = isModern(ctx) && declaresUrlElicitation(requestCapabilities(ctx)) ? modernApprovals(app.cursors, caller, params.name, ctx) : undefined;
       try {
         return server.projectCallToolResult(
           await callTool(params, { caller, signal: ctx.mcpReq.signal, mcp: ctx, deferText: direct ? (text) => direct.deferText(text) : undefined, approvals }),
           undefined,
         );
       } catch (e) {
-        if (e instanceof InputRequired) return inputRequiredResult(e.ask, caller, params.name) as never;
+        if (e instanceof InputRequired) return inputRequiredResult(app.cursors, e.ask, caller.principal, params.name) as never;
         throw e;
       }
     });
-    // Tasks (src/mcp/tasks.ts). get and cancel serve both eras (SEP-2663 reuses the names), update the 2026-07-28 extension, result and list 2025-11-25.
-    server.setRequestHandler('tasks/get', { params: TASK_ID_PARAMS }, (p, ctx) => tasks.get(p, callerOf(ctx.http?.authInfo), ctx) as never);
-    server.setRequestHandler('tasks/update', { params: TASK_ID_PARAMS }, (p, ctx) => {
-      if (!isModern(ctx)) throw new ProtocolError(ProtocolErrorCode.MethodNotFound, 'Method not found');
-      return tasks.update(p, callerOf(ctx.http?.authInfo), ctx);
-    });
-    server.setRequestHandler('tasks/cancel', { params: TASK_ID_PARAMS }, async (p, ctx) => (await tasks.cancel(p, callerOf(ctx.http?.authInfo), ctx)) as never);
-    server.setRequestHandler('tasks/result', { params: TASK_ID_PARAMS }, async (p, ctx) => (await tasks.result(p, callerOf(ctx.http?.authInfo), ctx.mcpReq.signal)) as never);
-    server.setRequestHandler('tasks/list', { params: z.looseObject({ cursor: z.string().optional() }) }, (p, ctx) => tasks.list(p, callerOf(ctx.http?.authInfo)) as never);
+    registerTaskHandlers(server, tasks, (ctx) => callerOf(ctx.http?.authInfo));
     return server;
   };
 
@@ -294,7 +200,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     clientRequests,
     toolCall: (params, c) => {
       const caller = callerOf(c.authInfo);
-      const approvals = c.request && declaresUrlElicitation(c.clientCapabilities) ? legacyApprovals(caller, c.request, c.notify) : undefined;
+      const approvals = c.request && declaresUrlElicitation(c.clientCapabilities) ? legacyApprovals(caller.origin, c.request, c.notify) : undefined;
       return callTool(params, { caller, signal: c.signal, mcp: { mcpReq: { notify: c.notify } }, deferText: (text) => c.transport.deferText(text), approvals });
     },
   });

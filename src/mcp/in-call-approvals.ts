@@ -9,7 +9,11 @@
  * and single-use exactly as a grant token is (ApprovalService.consume, withApprovedRequest).
  * A client without the capability gets today's refusal, unchanged.
  */
+import { randomUUID } from 'node:crypto';
+import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import { ServiceError } from '../core/errors.js';
+import { sha256Hex } from '../core/crypto.js';
+import type { CursorCodec } from '../core/cursor.js';
 import { withApprovedRequest, type ApprovalService } from '../services/approvals.js';
 
 /** What the client is asked to open. */
@@ -143,4 +147,90 @@ export async function runWithApprovals<T>(approvals: ApprovalService, inCall: In
       approved = pending.id;
     }
   }
+}
+
+// ---------- the wire forms (src/mcp/http.ts picks one per request) ----------
+
+/** How long a 2026-07-28 client's retry may carry the requestState of an approval it was asked to open. */
+const REQUEST_STATE_TTL_MS = 60 * 60 * 1000;
+
+/** The key of an approval's input request: unique per approval, so per call and per task. */
+export const approvalKey = (approvalId: string): string => `approval-${approvalId}`;
+
+/** The principal as a requestState binds it (a digest: the wire value does not carry the id). */
+const principalTag = (principal: string): string => sha256Hex(principal).slice(0, 32);
+
+/**
+ * Approvals inside a 2026-07-28 call: the call answers input_required naming the approval's page
+ * (inputRequiredResult), and the client's retry carries its answer (inputResponses) and the
+ * requestState minted there, bound to the principal, the tool and the approval, tamper-evident (the
+ * cursor codec's HMAC) and valid REQUEST_STATE_TTL_MS; anything else is -32602.
+ */
+export function modernApprovals(
+  cursors: CursorCodec,
+  caller: { principal: string; origin: string },
+  tool: string,
+  ctx: { mcpReq: { inputResponses?: Record<string, unknown>; requestState: () => unknown } },
+): InCallApprovals {
+  const raw = ctx.mcpReq.requestState();
+  let resumed: InCallApprovals['resumed'];
+  if (raw !== undefined) {
+    const invalid = () => new ProtocolError(ProtocolErrorCode.InvalidParams, 'Invalid or expired requestState', { reason: 'invalid_request_state' });
+    let state: { a?: unknown; t?: unknown; p?: unknown; e?: unknown };
+    try {
+      state = cursors.decode('mcp_approval', String(raw), 'requestState');
+    } catch {
+      throw invalid();
+    }
+    if (typeof raw !== 'string' || typeof state.a !== 'string' || state.t !== tool || state.p !== principalTag(caller.principal) || typeof state.e !== 'number' || state.e < Date.now()) throw invalid();
+    const action = (ctx.mcpReq.inputResponses?.[approvalKey(state.a)] as { action?: unknown } | undefined)?.action;
+    resumed = { approvalId: state.a, answer: action === 'accept' || action === 'decline' ? action : 'cancel' };
+  }
+  return {
+    origin: caller.origin,
+    resumed,
+    ask: async (ask) => {
+      throw new InputRequired(ask);
+    },
+  };
+}
+
+/** The input_required result of a 2026-07-28 call that asks its client to open an approval. */
+export function inputRequiredResult(cursors: CursorCodec, ask: ApprovalAsk, principal: string, tool: string): Record<string, unknown> {
+  return {
+    resultType: 'input_required',
+    inputRequests: { [approvalKey(ask.approvalId)]: { method: 'elicitation/create', params: { mode: 'url', message: ask.message, url: ask.url } } },
+    requestState: cursors.encode('mcp_approval', { a: ask.approvalId, t: tool, p: principalTag(principal), e: Date.now() + REQUEST_STATE_TTL_MS }),
+  };
+}
+
+/**
+ * Approvals inside a 2025-11-25 call on the direct path: URL-mode elicitation on the call's own
+ * stream (its client declared it in initialize: legacy-sessions.ts), then
+ * notifications/elicitation/complete once the owner decided.
+ */
+export function legacyApprovals(
+  origin: string,
+  request: (method: string, params: Record<string, unknown>, signal: AbortSignal, timeoutMs: number) => Promise<Record<string, unknown>>,
+  notify: (n: { method: string; params?: Record<string, unknown> }) => Promise<void>,
+): InCallApprovals {
+  const elicitations = new Map<string, string>();
+  return {
+    origin,
+    ask: async (ask, signal) => {
+      const elicitationId = randomUUID();
+      elicitations.set(ask.approvalId, elicitationId);
+      let answer: Record<string, unknown>;
+      try {
+        answer = await request('elicitation/create', { mode: 'url', message: ask.message, url: ask.url, elicitationId }, signal, approvalWaitMs());
+      } catch {
+        return 'cancel';
+      }
+      return answer.action === 'accept' || answer.action === 'decline' ? answer.action : 'cancel';
+    },
+    decided: (ask) => {
+      const elicitationId = elicitations.get(ask.approvalId);
+      if (elicitationId) void notify({ method: 'notifications/elicitation/complete', params: { elicitationId } }).catch(() => undefined);
+    },
+  };
 }

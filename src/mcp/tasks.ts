@@ -18,6 +18,7 @@
  * task and the grant it calls with now: any other caller is told the task does not exist.
  */
 import { ProtocolError, ProtocolErrorCode, Server, type CallToolResult, type JSONRPCRequest, type Result, type ServerContext } from '@modelcontextprotocol/server';
+import { z } from 'zod';
 import type { App } from '../app.js';
 import type { CallRecord, CallOutcome, CallHandle } from '../services/commands.js';
 import type { Access } from '../core/toolsets.js';
@@ -43,6 +44,17 @@ export const TASK_TOOLS: ReadonlySet<string> = new Set([
   'skills_run',
   'hooks_run',
 ]);
+
+/** What the server declares: the 2025-11-25 tasks capability, and the 2026-07-28 extension (each era's codec keeps its own). */
+export const TASK_CAPABILITIES = {
+  tasks: { list: {}, cancel: {}, requests: { tools: { call: {} } } },
+  extensions: { [TASKS_EXTENSION]: {} },
+};
+
+/** tools/list with execution.taskSupport on TASK_TOOLS, for 2025-era clients (the 2026-07-28 codec drops the field). */
+export function withTaskSupport<T extends { name: string }>(tools: T[]): Array<T | (T & { execution: { taskSupport: 'optional' } })> {
+  return tools.map((t) => (TASK_TOOLS.has(t.name) ? { ...t, execution: { taskSupport: 'optional' as const } } : t));
+}
 
 /** How long a task and its result are kept after it was created (the Task's ttlMs); a task still running then is kept until it ends. */
 export const TASK_TTL_MS = 24 * 60 * 60 * 1000;
@@ -360,4 +372,22 @@ export class McpTasks {
     if (status === 'failed') detail.error = this.errorOf(record);
     return detail;
   }
+}
+
+/** The explicit schema of the tasks/* requests (the Tasks extension's reused names are served on both eras with one). */
+const TASK_ID_PARAMS = z.looseObject({ taskId: z.string() });
+
+/**
+ * Registers tasks/*: get and cancel on both eras (SEP-2663 reuses the names), update for the
+ * 2026-07-28 extension, result and list for 2025-11-25.
+ */
+export function registerTaskHandlers(server: Server, tasks: McpTasks, callerOf: (ctx: ServerContext) => TaskCaller): void {
+  server.setRequestHandler('tasks/get', { params: TASK_ID_PARAMS }, (p, ctx) => tasks.get(p, callerOf(ctx), ctx) as never);
+  server.setRequestHandler('tasks/update', { params: TASK_ID_PARAMS }, (p, ctx) => {
+    if (!isModern(ctx)) throw new ProtocolError(ProtocolErrorCode.MethodNotFound, 'Method not found');
+    return tasks.update(p, callerOf(ctx), ctx);
+  });
+  server.setRequestHandler('tasks/cancel', { params: TASK_ID_PARAMS }, async (p, ctx) => (await tasks.cancel(p, callerOf(ctx), ctx)) as never);
+  server.setRequestHandler('tasks/result', { params: TASK_ID_PARAMS }, async (p, ctx) => (await tasks.result(p, callerOf(ctx), ctx.mcpReq.signal)) as never);
+  server.setRequestHandler('tasks/list', { params: z.looseObject({ cursor: z.string().optional() }) }, (p, ctx) => tasks.list(p, callerOf(ctx)) as never);
 }
