@@ -207,7 +207,9 @@ describe('trees', () => {
     const ops = ['files_read', 'agent_spawn', 'agent_status'];
     const root = idOf(await spawn({ profileId: 'coder-chat', prompt: '#agent=idle root', proxyOperations: ops, maxCostMicros: 1_000_000, repositoryContext: 'none' }));
     // Token budgets are carved like cost (issue #31): children ask for a part of the root's 200 000 / 32 000.
-    const toks = { maxInputTokens: 50_000, maxOutputTokens: 8_000 };
+    // A carve never takes what a request in flight holds reserved, and a turn reserves up to 8192
+    // output tokens: the child gets more than that, so a grandchild fits while the child's request runs.
+    const toks = { maxInputTokens: 50_000, maxOutputTokens: 12_000 };
     await e.waitFor(root, (s) => s.status === 'RUNNING' && s.leaseId);
     const tooBig = await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child', proxyOperations: ['files_read'], parentAgentId: root, maxCostMicros: 2_000_000, ...toks });
     expect(!tooBig.ok && tooBig.error.code).toBe('FAILED_PRECONDITION');
