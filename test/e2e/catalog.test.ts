@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, connectV1, connectV2, startService, type Service } from './harness.js';
 import { parseConstraint, readSpecTools } from './spec.js';
 import type { Client } from '@modelcontextprotocol/client';
+import { TASK_TOOLS } from '../../src/mcp/tasks.js';
 import { ToolRegistry } from '../../src/mcp/registry.js';
 import { CATALOG } from '../../src/tools/index.js';
 
@@ -125,7 +126,13 @@ describe('the published catalog', () => {
   });
 
   it('serves exactly the published tools of the registry, pinned one file per tool by test/unit/tool-schemas.test.ts', () => {
-    expect(tools).toEqual(new ToolRegistry(CATALOG).list);
+    // A 2025-11-25 client also sees which tools may run as MCP tasks (execution.taskSupport, issue
+    // #32: src/mcp/tasks.ts): the thirteen long tools say "optional", the others nothing; the rest of
+    // every tool is exactly the registry's.
+    const withoutExecution = tools.map(({ execution: _e, ...rest }) => rest);
+    expect(withoutExecution).toEqual(new ToolRegistry(CATALOG).list);
+    for (const t of tools) expect(t.execution, t.name).toEqual(TASK_TOOLS.has(t.name) ? { taskSupport: 'optional' } : undefined);
+    expect(tools.filter((t) => t.execution).length).toBe(13);
   });
 });
 
