@@ -128,7 +128,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
   const silent: McpNotifyContext = { mcpReq: { notify: async () => undefined } };
   const tasks = new McpTasks(app, registry, (params, c) => callTool(params, { caller: { ...c.caller, origin: '' }, signal: c.signal, mcp: silent, output: c.output, status: c.status, approvals: c.approvals }));
 
-  // Requests to 2025-era clients in the middle of a call, and the sessions of those that can take them (legacy-sessions.ts).
+  // Requests to 2025-era clients in the middle of a call, and the sessions that say which can take them (legacy-sessions.ts).
   const sessions = new LegacySessions();
   const clientRequests = new ClientRequests();
 

@@ -4,11 +4,14 @@
  * 3; docs/mcp-tasks.md):
  *
  * - LegacySessions: a 2025-era client declares its capabilities only in `initialize`, and /mcp
- *   serves that era statelessly. A client whose initialize declares URL-mode elicitation gets an
- *   Mcp-Session-Id (random, 192 bits) naming its principal and capabilities, and sends it on every
- *   later request; no other client gets one, so nothing changes for them. The record lives in
- *   memory (bounded, idle ones dropped): after a restart an unknown id serves statelessly as
- *   before, without the capability (the call then answers the approval refusal of old).
+ *   serves that era statelessly. Every initialize gets an Mcp-Session-Id (random, 192 bits) naming
+ *   its principal and capabilities, which the client sends on every later request; it carries
+ *   nothing else (every request is still served on its own, named by explicit ids), so a client
+ *   that never uses it loses nothing. It is what lets a call ask a client that declared URL-mode
+ *   elicitation for input, and what the 2025-11-25 transport's SEP-1699 streams are keyed on. The
+ *   record lives in memory (bounded, idle ones dropped, DELETE ends it): after a restart, or once
+ *   dropped, an unknown id serves statelessly as before (never a 404 that would make the client
+ *   start over), without the capabilities (a call then answers the approval refusal of old).
  * - ClientRequests: the elicitation/create the server sends on a call's SSE stream, waiting for the
  *   client's answer, which arrives as a POSTed JSON-RPC response. The request id is random, and the
  *   answer is taken only from the principal the request went to.
@@ -30,15 +33,43 @@ interface SessionRecord {
 
 export class LegacySessions {
   private readonly sessions = new Map<string, SessionRecord>();
+  /** Sessions ended by DELETE (id to principal), oldest first: requests bearing one answer 404 (2025-11-25 transport). */
+  private readonly endedIds = new Map<string, { principal: string; at: number }>();
 
-  /** A session for an initialize that declares URL-mode elicitation; undefined for any other (served statelessly, as before). */
-  open(principal: string, capabilities: unknown): string | undefined {
-    const caps = capabilities as { elicitation?: { url?: unknown } } | undefined;
-    if (!caps || typeof caps.elicitation?.url !== 'object' || caps.elicitation.url === null) return undefined;
+  /** The session of an initialize: its id, remembering the principal and the capabilities it declared. */
+  open(principal: string, capabilities: unknown): string {
+    const caps = capabilities !== null && typeof capabilities === 'object' && !Array.isArray(capabilities) ? (capabilities as Record<string, unknown>) : {};
     const id = `mcps_${randomBytes(24).toString('base64url')}`;
-    this.sessions.set(id, { principal, capabilities: capabilities as Record<string, unknown>, lastSeen: Date.now() });
+    this.sessions.set(id, { principal, capabilities: caps, lastSeen: Date.now() });
     while (this.sessions.size > MAX_SESSIONS) this.sessions.delete(this.sessions.keys().next().value!);
     return id;
+  }
+
+  /** Ends a session of this principal (DELETE with its id); false when there is none to end. */
+  close(sessionId: string | undefined, principal: string): boolean {
+    if (!sessionId) return false;
+    const s = this.sessions.get(sessionId);
+    if (!s || s.principal !== principal) return false;
+    this.sessions.delete(sessionId);
+    this.endedIds.set(sessionId, { principal, at: Date.now() });
+    while (this.endedIds.size > MAX_SESSIONS) this.endedIds.delete(this.endedIds.keys().next().value!);
+    return true;
+  }
+
+  /**
+   * Whether this principal ended that session with DELETE (then every request bearing it answers
+   * 404, and the client starts a new one). Remembered in memory like the sessions: after a restart,
+   * or a day later, the id is merely unknown and serves statelessly.
+   */
+  ended(sessionId: string | undefined, principal: string): boolean {
+    if (!sessionId) return false;
+    const e = this.endedIds.get(sessionId);
+    if (!e || e.principal !== principal) return false;
+    if (Date.now() - e.at > SESSION_IDLE_MS) {
+      this.endedIds.delete(sessionId);
+      return false;
+    }
+    return true;
   }
 
   /** The capabilities of a session of this principal, or undefined (unknown, idle, another principal's). */

@@ -233,7 +233,7 @@ export interface DirectPathOptions {
   sdk: Node;
   maxBodyBytes: number;
   keepAliveMs: number;
-  /** Sessions of the 2025-era clients that declared URL-mode elicitation (legacy-sessions.ts). */
+  /** Sessions of the 2025-era clients (legacy-sessions.ts): what each declared in its initialize. */
   sessions?: LegacySessions;
   /** Requests to clients in the middle of a call, and their POSTed answers (legacy-sessions.ts). */
   clientRequests?: ClientRequests;
@@ -351,6 +351,22 @@ export function servableRequest(text: string, protocolVersionHeader: string | un
  */
 export function directPath(opts: DirectPathOptions): Node {
   return async (req, res) => {
+    if (opts.sessions) {
+      const principal = (req as IncomingMessage & { auth?: MessageExtraInfo['authInfo'] }).auth?.clientId ?? '';
+      const sessionId = header(req.headers['mcp-session-id']);
+      // A session its principal ended: 404, so the client starts a new one (2025-11-25 transport).
+      if (opts.sessions.ended(sessionId, principal)) {
+        res.writeHead(404, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found: it was ended with DELETE; initialize a new one' } }));
+        req.resume();
+        return;
+      }
+      // DELETE ends a 2025-era session of this principal (legacy-sessions.ts); any other goes to the SDK (405).
+      if (req.method === 'DELETE' && opts.sessions.close(sessionId, principal)) {
+        res.writeHead(200).end();
+        return;
+      }
+    }
     const accept = header(req.headers.accept);
     if (req.method !== 'POST' || !isJsonContentType(header(req.headers['content-type']) ?? null) || !accept?.includes('application/json') || !accept.includes('text/event-stream')) {
       return opts.sdk(req, res);
@@ -371,8 +387,7 @@ export function directPath(opts: DirectPathOptions): Node {
 
     const transport = new NodeResponseTransport(res, message.id, opts.keepAliveMs);
     if (message.method === 'initialize' && opts.sessions) {
-      const session = opts.sessions.open(principal, ((message as { params?: { capabilities?: unknown } }).params ?? {}).capabilities);
-      if (session) res.setHeader('mcp-session-id', session);
+      res.setHeader('mcp-session-id', opts.sessions.open(principal, ((message as { params?: { capabilities?: unknown } }).params ?? {}).capabilities));
     }
     const plain = opts.toolCall && message.method === 'tools/call' ? plainToolCall((message as { params?: unknown }).params) : undefined;
     if (plain) {

@@ -129,7 +129,11 @@ export async function entryOf(skill: Skill, workspaceId: string | null): Promise
   return { entry: { uri: `${root}/SKILL.md`, frontmatter: checked.frontmatter as Record<string, unknown>, resources, _meta: skillMeta(skill) } };
 }
 
-/** resources/list: the SKILL.md of every roster skill, with its name and description. */
+/**
+ * resources/list: the SKILL.md of every roster skill, with its name and description. No `_meta`:
+ * the skill-level facts (source, location, digest, scripts) describe the skill, not this one file,
+ * and ride on its skills/list and skills/get entry (and its prompt) under `atelier/skill`.
+ */
 export function skillResources(skills: Skill[], workspaceId: string | null): Array<Record<string, unknown>> {
   return skills.map((s) => ({
     uri: `${skillRoot(s.source, workspaceId, s.name)}/SKILL.md`,
@@ -138,7 +142,6 @@ export function skillResources(skills: Skill[], workspaceId: string | null): Arr
     description: s.meta.description ?? '',
     mimeType: 'text/markdown',
     size: s.files.find((f) => f.path === 'SKILL.md')?.size ?? 0,
-    _meta: skillMeta(s),
   }));
 }
 

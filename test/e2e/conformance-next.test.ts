@@ -246,7 +246,7 @@ beforeAll(async () => {
   expect(t.code, t.stderr).toBe(0);
   forwarder = await startForwarder(new URL(svc.mcpUrl), JSON.parse(t.stdout).token);
   suiteUrl = `http://127.0.0.1:${(forwarder.address() as AddressInfo).port}/mcp`;
-}, 60_000);
+}, 180_000);
 
 afterAll(async () => {
   for (const p of running) p.kill('SIGKILL');

@@ -235,13 +235,25 @@ describe('2025-11-25: URL-mode elicitation on the call\'s own stream', () => {
     await c.close();
   });
 
-  it('a session is its principal\'s: another token presenting it gets the plain refusal, no elicitation', async () => {
+  it('a session is its principal\'s: another token presenting it gets the plain refusal, no elicitation, and cannot end it', async () => {
     const init = await httpRequest(svc.url, 'POST', '/mcp', { authorization: `Bearer ${svc.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: { elicitation: { url: {} } }, clientInfo: { name: 'raw', version: '1' } } }));
     const session = String(init.headers['mcp-session-id']);
     expect(session).toMatch(/^mcps_[A-Za-z0-9_-]{32}$/);
-    // A client that declares no URL elicitation gets no session (stateless, as before).
+    // A client that declares no URL elicitation gets a session too (it only remembers what the
+    // client declared); DELETE ends it, once, and only for its own principal.
     const plainInit = await httpRequest(svc.url, 'POST', '/mcp', { authorization: `Bearer ${svc.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }));
-    expect(plainInit.headers['mcp-session-id']).toBeUndefined();
+    const plainSession = String(plainInit.headers['mcp-session-id']);
+    expect(plainSession).toMatch(/^mcps_[A-Za-z0-9_-]{32}$/);
+    expect(plainSession).not.toBe(session);
+    const stranger = await token();
+    expect((await httpRequest(svc.url, 'DELETE', '/mcp', { authorization: `Bearer ${stranger}`, 'mcp-session-id': plainSession })).status).toBe(405);
+    expect((await httpRequest(svc.url, 'DELETE', '/mcp', { authorization: `Bearer ${svc.token}`, 'mcp-session-id': plainSession })).status).toBe(200);
+    // Ended: every request bearing it answers 404 (the client starts a new session); another principal's is merely unknown.
+    expect((await httpRequest(svc.url, 'DELETE', '/mcp', { authorization: `Bearer ${svc.token}`, 'mcp-session-id': plainSession })).status).toBe(404);
+    const list = JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/list', params: {} });
+    const json = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25', 'mcp-session-id': plainSession };
+    expect((await httpRequest(svc.url, 'POST', '/mcp', { authorization: `Bearer ${svc.token}`, ...json }, list)).status).toBe(404);
+    expect((await httpRequest(svc.url, 'POST', '/mcp', { authorization: `Bearer ${stranger}`, ...json }, list)).status).toBe(200);
     const other = await token();
     const r = await httpRequest(
       svc.url,
@@ -314,6 +326,61 @@ describe('a task waits for the approval as input_required', () => {
 });
 
 /** A new owner bearer token (another principal). */
+describe('every kind of approval: a workspace skill\'s script', () => {
+  const SCRIPT = '#!/usr/bin/env bash\necho "in-call-skill args=$*"\n';
+  beforeAll(async () => {
+    for (const [path, content] of [
+      ['.atelier/skills/in-call/SKILL.md', '---\nname: in-call\ndescription: A skill written in the workspace, whose script needs the owner.\n---\nRun scripts/hello.sh.\n'],
+      ['.atelier/skills/in-call/scripts/hello.sh', SCRIPT],
+    ] as const) {
+      const w = await call(plain, 'files_write', { workspaceId: ws, path, content });
+      if (!w.ok) throw new Error(w.text);
+    }
+  });
+
+  it('2026-07-28: input_required opens the skill_script request; approved, the same skills_run answers the script\'s run', async () => {
+    let id = '';
+    let message = '';
+    const c = await modernClient(async (url, m) => {
+      id = idOf(url);
+      message = m;
+      await decide(id, true);
+      return 'accept';
+    });
+    const r = await result(c, 'skills_run', { workspaceId: ws, name: 'in-call', script: 'hello.sh', args: ['modern'] });
+    if (!r.ok) throw new Error(r.text);
+    expect(r.result).toMatchObject({ exitCode: 0, stdout: 'in-call-skill args=modern\n', skill: { source: 'workspace' }, approvalId: id });
+    expect(message).toMatch(/skills_run needs the owner's approval of a skill script/);
+    const a = await approval(id);
+    expect(a).toMatchObject({ kind: 'skill_script', state: 'used' });
+    expect(a.subject).toContain('in-call-skill args=');
+    await c.close();
+  });
+
+  it('2025-11-25: a URL elicitation opens it; a changed script is a new request, never the approved one', async () => {
+    const ids: string[] = [];
+    const c = await legacyClient(async (url) => {
+      const id = idOf(url);
+      ids.push(id);
+      if (ids.length === 1) {
+        // While the client shows the page, the script changes: the approval binds the old content.
+        const w = await call(plain, 'files_write', { workspaceId: ws, path: '.atelier/skills/in-call/scripts/hello.sh', content: '#!/usr/bin/env bash\necho "changed args=$*"\n' });
+        if (!w.ok) throw new Error(w.text);
+      }
+      await decide(id, true);
+      return 'accept';
+    });
+    const r = await result(c, 'skills_run', { workspaceId: ws, name: 'in-call', script: 'hello.sh', args: ['legacy'] });
+    if (!r.ok) throw new Error(r.text);
+    // The first grant was for the old text: not spent on the new one; the call opened a second request for it.
+    expect(ids.length).toBe(2);
+    expect(r.result).toMatchObject({ exitCode: 0, stdout: 'changed args=legacy\n', approvalId: ids[1] });
+    expect((await approval(ids[0]!)).state).toBe('approved');
+    expect((await approval(ids[1]!)).state).toBe('used');
+    await c.close();
+  });
+});
+
 async function token(): Promise<string> {
   const r = await runCli(['token', 'create', '--name', 'approvals e2e', '--json', '--data-dir', svc.dataDir]);
   if (r.code !== 0) throw new Error(r.stderr);

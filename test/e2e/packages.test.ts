@@ -384,6 +384,39 @@ describe('plans after a refusal', () => {
   });
 });
 
+describe('approvals inside the client (issue #32 item 3)', () => {
+  it('a 2026-07-28 client with URL elicitation: packages_apply opens the plan\'s request, the owner approves, the same call starts the build', async () => {
+    await reg.publish({ name: 'in-call-pkg', version: '1.0.0' });
+    const plan = await ok('packages_plan', { ecosystem: 'npm', name: 'in-call-pkg' });
+    expect(plan.approvalState).toBe('pending');
+    const { Client: ClientV2, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
+    const m = new ClientV2({ name: 'packages-in-call', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' }, capabilities: { elicitation: { url: {} } } });
+    const opened: string[] = [];
+    m.setRequestHandler('elicitation/create', async (req) => {
+      const p = req.params as { mode?: string; url?: string; message: string };
+      opened.push(p.url!);
+      // The user: the page is the plan's own approval request; the owner approves it there.
+      expect(p.url).toBe(`${svc.url}/approvals/${plan.approvalRequestId}`);
+      expect(p.message).toMatch(/packages_apply needs the owner's approval of a package plan/);
+      await approve(plan.approvalRequestId);
+      return { action: 'accept' };
+    });
+    await m.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${svc.token}` } } }));
+    try {
+      const r = await call(m, 'packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
+      if (!r.ok) throw new Error(r.text);
+      expect(opened.length).toBe(1);
+      const done = await waitApply((r.result as R).applyId);
+      expect(done.state, JSON.stringify(done)).toBe('SUCCEEDED');
+      session ??= await dashboardLogin(svc);
+      const a = JSON.parse((await httpRequest(svc.url, 'GET', `/api/v1/approvals/${plan.approvalRequestId}`, { cookie: session.cookie })).body);
+      expect(a).toMatchObject({ kind: 'package_plan', state: 'used', subjectSha256: plan.planDigest });
+    } finally {
+      await m.close();
+    }
+  });
+});
+
 describe('what the owner approves is what they see (issue #31)', () => {
   it('a lifecycle script value with newlines and fake plan lines stays one quoted line of the plan text', async () => {
     const forged = [
