@@ -16,13 +16,13 @@ import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
 import type { OAuthStore } from '../services/oauth.js';
 import { McpLogLevels, mcpLogger, type McpNotifyContext } from './logging.js';
-import { directPath, type NodeResponseTransport } from './node-transport.js';
+import { directPath, type NodeResponseTransport, type PlainCallContext } from './node-transport.js';
 import { TokenVerifyCache } from '../services/token-cache.js';
 import { loadWireNative } from './wire-native.js';
 import type { WireText } from './wire-text.js';
 import { LINKED_TOOLS, registerResourceSurfaces, resourceLinks } from './resources.js';
 import { declaresUrlElicitation, isModern, McpTasks, registerTaskHandlers, requestCapabilities, TASK_CAPABILITIES, TaskServer, withTaskSupport, type TaskCaller } from './tasks.js';
-import { InputRequired, inputRequiredResult, legacyApprovals, modernApprovals, type InCallApprovals } from './in-call-approvals.js';
+import { InputRequired, inputRequiredResult, approvalWaitMs, legacyApprovals, modernApprovals, type InCallApprovals } from './in-call-approvals.js';
 import { ClientRequests, LegacySessions } from './legacy-sessions.js';
 
 /**
@@ -133,7 +133,9 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
   const clientRequests = new ClientRequests();
 
   // `direct`: the direct path's transport, which writes a large result's text from its pieces.
-  const factory = (direct?: NodeResponseTransport) => {
+  // `client`: what a 2025-era request's session says of its client (node-transport.ts).
+  const factory = (direct?: NodeResponseTransport, client?: Pick<PlainCallContext, 'clientCapabilities' | 'request'>) => {
+    const legacyElicits = !!client?.request && declaresUrlElicitation(client.clientCapabilities);
     const server = new TaskServer(
       { name: 'atelier', version: VERSION },
       {
@@ -155,7 +157,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       const params = req.params as typeof req.params & { task?: unknown };
       const era = tasks.wanted(params, ctx, caller);
       if (era) {
-        const approvals = era === 'modern' && declaresUrlElicitation(requestCapabilities(ctx)) ? tasks.approvalsFor(caller.origin) : undefined;
+        const elicits = era === 'modern' ? declaresUrlElicitation(requestCapabilities(ctx)) : legacyElicits;
+        const approvals = elicits ? tasks.approvalsFor(caller.origin) : undefined;
         try {
           return (await tasks.start({ name: params.name, arguments: params.arguments }, caller, era, approvals)) as never;
         } catch (e) {
@@ -175,7 +178,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
         throw e;
       }
     });
-    registerTaskHandlers(server, tasks, (ctx) => callerOf(ctx.http?.authInfo));
+    registerTaskHandlers(server, tasks, (ctx) => callerOf(ctx.http?.authInfo), legacyElicits ? (method, params, signal) => client!.request!(method, params, signal, approvalWaitMs()) : undefined);
     return server;
   };
 

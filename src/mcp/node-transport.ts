@@ -228,8 +228,13 @@ export interface DirectPathOptions {
    * CallToolResult (the SDK validates the Server's result; this one is sent as given).
    */
   toolCall?: (params: PlainToolCall, ctx: PlainCallContext) => Promise<object>;
-  /** The per-request Server; given the direct path's transport, whose deferText the tools/call handler may use. */
-  factory: (transport?: NodeResponseTransport) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
+  /**
+   * The per-request Server; given the direct path's transport, whose deferText the tools/call
+   * handler may use, and what the request's 2025-era session says of its client (its declared
+   * capabilities, and a way to ask it something on this request's stream: a 2025-11-25 task's
+   * input, delivered through tasks/result).
+   */
+  factory: (transport?: NodeResponseTransport, client?: Pick<PlainCallContext, 'clientCapabilities' | 'request'>) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
   sdk: Node;
   maxBodyBytes: number;
   keepAliveMs: number;
@@ -389,18 +394,16 @@ export function directPath(opts: DirectPathOptions): Node {
     if (message.method === 'initialize' && opts.sessions) {
       res.setHeader('mcp-session-id', opts.sessions.open(principal, ((message as { params?: { capabilities?: unknown } }).params ?? {}).capabilities));
     }
+    const extra: Pick<PlainCallContext, 'clientCapabilities' | 'request'> = {
+      clientCapabilities: opts.sessions?.capabilities(header(req.headers['mcp-session-id']), principal),
+      request: opts.clientRequests
+        ? (method, params, signal, timeoutMs) =>
+            opts.clientRequests!.request((m) => transport.send(m as JSONRPCMessage, { relatedRequestId: message.id }), principal, method, params, signal, timeoutMs)
+        : undefined,
+    };
     const plain = opts.toolCall && message.method === 'tools/call' ? plainToolCall((message as { params?: unknown }).params) : undefined;
-    if (plain) {
-      const extra: Pick<PlainCallContext, 'clientCapabilities' | 'request'> = {
-        clientCapabilities: opts.sessions?.capabilities(header(req.headers['mcp-session-id']), principal),
-        request: opts.clientRequests
-          ? (method, params, signal, timeoutMs) =>
-              opts.clientRequests!.request((m) => transport.send(m as JSONRPCMessage, { relatedRequestId: message.id }), principal, method, params, signal, timeoutMs)
-          : undefined,
-      };
-      return serveToolCall(opts.toolCall!, plain, message.id, transport, res, authInfo, extra);
-    }
-    const server = opts.factory(transport);
+    if (plain) return serveToolCall(opts.toolCall!, plain, message.id, transport, res, authInfo, extra);
+    const server = opts.factory(transport, extra);
     await server.connect(transport);
     // The client went away before the answer: close the exchange, which aborts the handler's signal.
     res.once('close', () => {

@@ -17,6 +17,7 @@
  * task carries its result. Every tasks/* request is checked against the principal that started the
  * task and the grant it calls with now: any other caller is told the task does not exist.
  */
+import { randomUUID } from 'node:crypto';
 import { ProtocolError, ProtocolErrorCode, Server, type CallToolResult, type JSONRPCRequest, type Result, type ServerContext } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { App } from '../app.js';
@@ -156,14 +157,23 @@ export class TaskServer extends Server {
 /** A task's status as both eras name it. */
 type TaskStatus = 'working' | 'input_required' | 'completed' | 'failed' | 'cancelled';
 
-/** A client's answer waiting to reach a task's call (tasks/update). */
+/** A client's answer waiting to reach a task's call (tasks/update; or a 2025-11-25 tasks/result stream). */
 interface Waiter {
   key: string;
   resolve: (answer: AskAnswer) => void;
+  /** The input request, as the client is asked it. */
+  request: { method: string; params: Record<string, unknown> };
+  /** A 2025-11-25 tasks/result stream is asking it now (so another does not ask twice). */
+  asking?: boolean;
 }
+
+/** Asks the client something on a 2025-11-25 tasks/result stream (its session declared URL elicitation); resolves with its result. */
+export type TaskInputAsk = (method: string, params: Record<string, unknown>, signal: AbortSignal) => Promise<Record<string, unknown>>;
 
 export class McpTasks {
   private readonly waiters = new Map<string, Waiter>();
+  /** tasks/result streams waiting for a task's next input request (2025-11-25). */
+  private readonly inputWatchers = new Map<string, Set<() => void>>();
 
   constructor(
     private readonly app: App,
@@ -279,13 +289,54 @@ export class McpTasks {
     return this.view(this.app.commands.call(record.id)!, era);
   }
 
-  /** tasks/result (2025-11-25): waits until the task ends, then answers exactly what the call answered (or its error). */
-  async result(params: { taskId?: unknown }, caller: TaskCaller, signal: AbortSignal): Promise<Record<string, unknown>> {
+  /**
+   * tasks/result (2025-11-25): waits until the task ends, then answers exactly what the call
+   * answered (or its error). While it waits, an input request of the task (an owner approval to
+   * open) is sent to the client on this request's stream when its session declared URL-mode
+   * elicitation (`ask`), with the related-task `_meta`, and the client's answer goes to the call:
+   * the 2025-11-25 way of giving a task its input.
+   */
+  async result(params: { taskId?: unknown }, caller: TaskCaller, signal: AbortSignal, ask?: TaskInputAsk): Promise<Record<string, unknown>> {
     let record = this.owned(params.taskId, caller);
-    await this.app.commands.callEnded(record.id, signal);
+    const meta = { [RELATED_TASK_META]: { taskId: record.id } };
+    for (;;) {
+      const waiter = ask ? this.waiters.get(record.id) : undefined;
+      if (ask && waiter && !waiter.asking) {
+        waiter.asking = true;
+        let answer: AskAnswer = 'cancel';
+        try {
+          const r = await ask(waiter.request.method, { ...waiter.request.params, _meta: meta }, signal);
+          answer = r.action === 'accept' || r.action === 'decline' ? r.action : 'cancel';
+        } catch {
+          // This stream went away (another tasks/result may ask again), or the client failed the request.
+          if (signal.aborted) {
+            waiter.asking = false;
+            break;
+          }
+        }
+        if (this.waiters.get(record.id) === waiter) waiter.resolve(answer);
+        continue;
+      }
+      if (!ask) {
+        await this.app.commands.callEnded(record.id, signal);
+        break;
+      }
+      // Until the task ends, or turns input_required (approvalsFor kicks the watchers).
+      let kick: () => void = () => undefined;
+      const kicked = new Promise<'input'>((resolve) => (kick = () => resolve('input')));
+      const watchers = this.inputWatchers.get(record.id) ?? new Set<() => void>();
+      watchers.add(kick);
+      this.inputWatchers.set(record.id, watchers);
+      try {
+        const why = await Promise.race([this.app.commands.callEnded(record.id, signal).then(() => 'ended' as const), kicked]);
+        if (why === 'ended') break;
+      } finally {
+        watchers.delete(kick);
+        if (watchers.size === 0) this.inputWatchers.delete(record.id);
+      }
+    }
     record = this.app.commands.call(record.id) ?? record;
     const status = this.status(record);
-    const meta = { [RELATED_TASK_META]: { taskId: record.id } };
     if (status === 'completed') return { ...record.result!, _meta: { ...(record.result!._meta as Record<string, unknown> | undefined), ...meta } };
     if (status === 'working' || status === 'input_required') throw new ProtocolError(ProtocolErrorCode.InternalError, `task ${record.id} has not ended (the request was cancelled while waiting)`);
     const error = this.errorOf(record);
@@ -306,9 +357,10 @@ export class McpTasks {
   }
 
   /**
-   * What a task's call uses to open an owner approval in the client (2026-07-28 clients that
-   * declared URL elicitation): the task turns input_required with the approval's URL as its input
-   * request, and tasks/update carries the answer.
+   * What a task's call uses to open an owner approval in the client (clients that declared URL
+   * elicitation): the task turns input_required with the approval's URL as its input request; on
+   * 2026-07-28 tasks/update carries the answer, on 2025-11-25 the client's tasks/result stream asks
+   * it (result() above).
    */
   approvalsFor(origin: string): (task: CallHandle) => InCallApprovals {
     return (task) => ({
@@ -324,8 +376,10 @@ export class McpTasks {
             resolve(answer);
           };
           const onAbort = () => done('cancel');
-          this.waiters.set(task.id, { key, resolve: done });
-          task.input({ [key]: { method: 'elicitation/create', params: { mode: 'url', message: ask.message, url: ask.url } } });
+          const request = { method: 'elicitation/create', params: { mode: 'url', message: ask.message, url: ask.url, elicitationId: randomUUID() } };
+          this.waiters.set(task.id, { key, resolve: done, request });
+          task.input({ [key]: request });
+          for (const kick of this.inputWatchers.get(task.id) ?? []) kick();
           task.status(`waiting for the owner's approval of request ${ask.approvalId} (open ${ask.url})`);
           if (signal.aborted) onAbort();
           else signal.addEventListener('abort', onAbort, { once: true });
@@ -381,13 +435,13 @@ const TASK_ID_PARAMS = z.looseObject({ taskId: z.string() });
  * Registers tasks/*: get and cancel on both eras (SEP-2663 reuses the names), update for the
  * 2026-07-28 extension, result and list for 2025-11-25.
  */
-export function registerTaskHandlers(server: Server, tasks: McpTasks, callerOf: (ctx: ServerContext) => TaskCaller): void {
+export function registerTaskHandlers(server: Server, tasks: McpTasks, callerOf: (ctx: ServerContext) => TaskCaller, inputAsk?: TaskInputAsk): void {
   server.setRequestHandler('tasks/get', { params: TASK_ID_PARAMS }, (p, ctx) => tasks.get(p, callerOf(ctx), ctx) as never);
   server.setRequestHandler('tasks/update', { params: TASK_ID_PARAMS }, (p, ctx) => {
     if (!isModern(ctx)) throw new ProtocolError(ProtocolErrorCode.MethodNotFound, 'Method not found');
     return tasks.update(p, callerOf(ctx), ctx);
   });
   server.setRequestHandler('tasks/cancel', { params: TASK_ID_PARAMS }, async (p, ctx) => (await tasks.cancel(p, callerOf(ctx), ctx)) as never);
-  server.setRequestHandler('tasks/result', { params: TASK_ID_PARAMS }, async (p, ctx) => (await tasks.result(p, callerOf(ctx), ctx.mcpReq.signal)) as never);
+  server.setRequestHandler('tasks/result', { params: TASK_ID_PARAMS }, async (p, ctx) => (await tasks.result(p, callerOf(ctx), ctx.mcpReq.signal, inputAsk)) as never);
   server.setRequestHandler('tasks/list', { params: z.looseObject({ cursor: z.string().optional() }) }, (p, ctx) => tasks.list(p, callerOf(ctx)) as never);
 }

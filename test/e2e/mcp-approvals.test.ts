@@ -11,7 +11,7 @@ import { chromium, type Browser } from 'playwright-core';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as TransportV1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ElicitRequestSchema, ElicitationCompleteNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, ElicitRequestSchema, ElicitationCompleteNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { call, connectV1, dashboardLogin, httpRequest, runCli, type AnyClient, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
@@ -232,6 +232,35 @@ describe('2025-11-25: URL-mode elicitation on the call\'s own stream', () => {
     expect((await approval(id)).state).toBe('used');
     for (let i = 0; i < 100 && completions.length === 0; i++) await new Promise((res) => setTimeout(res, 50));
     expect(completions.length).toBe(1);
+    await c.close();
+  });
+
+  it('a 2025-11-25 task: it turns input_required, the client\'s tasks/result stream asks it to open the approval, the task completes', async () => {
+    let id = '';
+    let related: unknown;
+    const c = new ClientV1({ name: 'approvals-e2e-v1-task', version: '1.0.0' }, { capabilities: { elicitation: { url: {} } } });
+    c.setRequestHandler(ElicitRequestSchema, async (req) => {
+      const p = req.params as { mode?: string; url?: string; _meta?: Record<string, unknown> };
+      if (p.mode !== 'url') throw new Error('not a URL elicitation');
+      id = idOf(p.url!);
+      related = p._meta?.['io.modelcontextprotocol/related-task'];
+      await decide(id, true);
+      return { action: 'accept' };
+    });
+    await c.connect(new TransportV1(new URL(svc.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${svc.token}` } } }));
+    const statuses: string[] = [];
+    let taskId = '';
+    let final: { structuredContent?: Record<string, unknown> } | undefined;
+    for await (const m of c.experimental.tasks.callToolStream({ name: 'exec_run', arguments: privileged('id -u; echo legacy-task') }, CallToolResultSchema, { task: { ttl: 60000 } })) {
+      if (m.type === 'taskCreated') taskId = m.task.taskId;
+      if (m.type === 'taskStatus') statuses.push(m.task.status);
+      if (m.type === 'result') final = m.result as typeof final;
+      if (m.type === 'error') throw m.error;
+    }
+    expect(statuses).toContain('input_required');
+    expect(related).toEqual({ taskId });
+    expect(final?.structuredContent).toMatchObject({ privileged: true, exitCode: 0, stdout: '0\nlegacy-task\n' });
+    expect((await approval(id)).state).toBe('used');
     await c.close();
   });
 
