@@ -11,7 +11,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
-import { Client, StreamableHTTPClientTransport, UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/client';
+import { Client, StreamableHTTPClientTransport, UnauthorizedError } from '@modelcontextprotocol/client';
+import { MemoryOAuthProvider } from '../fixtures/oauth-provider.js';
 import { call, httpRequest, startService, type Service } from './harness.js';
 
 let svc: Service;
@@ -77,41 +78,6 @@ afterAll(async () => {
   await svc?.dispose();
 });
 
-/** An OAuthClientProvider (the official client's) whose browser is chromium, opened by the test. */
-class BrowserProvider implements OAuthClientProvider {
-  info: any;
-  saved: any;
-  verifier = '';
-  authUrl: URL | undefined;
-  constructor(private readonly name: string) {}
-  get redirectUrl() {
-    return redirectUri;
-  }
-  get clientMetadata() {
-    return { client_name: this.name, redirect_uris: [redirectUri], grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'], token_endpoint_auth_method: 'none' };
-  }
-  clientInformation() {
-    return this.info;
-  }
-  saveClientInformation(i: unknown) {
-    this.info = i;
-  }
-  tokens() {
-    return this.saved;
-  }
-  saveTokens(t: unknown) {
-    this.saved = t;
-  }
-  redirectToAuthorization(u: URL) {
-    this.authUrl = u;
-  }
-  saveCodeVerifier(v: string) {
-    this.verifier = v;
-  }
-  codeVerifier() {
-    return this.verifier;
-  }
-}
 
 /** A page that records what the browser refused by a Content-Security-Policy. */
 async function watchedPage(): Promise<{ page: Page; violations: string[] }> {
@@ -128,7 +94,7 @@ async function watchedPage(): Promise<{ page: Page; violations: string[] }> {
 }
 
 /** The official client's first attempt: 401, discovery, dynamic registration, the authorization URL (PKCE S256). */
-async function startConnect(provider: BrowserProvider): Promise<StreamableHTTPClientTransport> {
+async function startConnect(provider: MemoryOAuthProvider): Promise<StreamableHTTPClientTransport> {
   const transport = new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { authProvider: provider });
   const connecting = new Client({ name: 'oauth-browser-e2e', version: '1.0.0' }).connect(transport);
   const bound = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the client did not finish discovery and registration in 20 s')), 20_000).unref());
@@ -140,7 +106,7 @@ async function startConnect(provider: BrowserProvider): Promise<StreamableHTTPCl
 
 describe('OAuth in chromium', () => {
   it('the whole connect flow: consent page under its own CSP, Approve, redirect to the client with the code, token, a tool call', async () => {
-    const provider = new BrowserProvider('browser e2e client');
+    const provider = new MemoryOAuthProvider({ redirectUrl: redirectUri, clientName: 'browser e2e client' });
     const transport = await startConnect(provider);
     const { page, violations } = await watchedPage();
     const consent = await page.goto(provider.authUrl!.toString());
@@ -177,7 +143,7 @@ describe('OAuth in chromium', () => {
   }, 90_000);
 
   it('Deny in the browser returns access_denied to the client and issues nothing', async () => {
-    const provider = new BrowserProvider('browser e2e denied');
+    const provider = new MemoryOAuthProvider({ redirectUrl: redirectUri, clientName: 'browser e2e denied' });
     await startConnect(provider);
     const { page, violations } = await watchedPage();
     await page.goto(provider.authUrl!.toString());

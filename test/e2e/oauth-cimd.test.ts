@@ -14,7 +14,8 @@ import { join } from 'node:path';
 import { createServer, type Server } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, StreamableHTTPClientTransport, UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/client';
+import { Client, StreamableHTTPClientTransport, UnauthorizedError } from '@modelcontextprotocol/client';
+import { MemoryOAuthProvider } from '../fixtures/oauth-provider.js';
 import { chromium } from 'playwright-core';
 import { call, dashboardLogin, httpRequest, serveExpectingFailure, startService, type Service } from './harness.js';
 import { cimdDocument, startCimdHost, type CimdHost } from '../fixtures/cimd-host.js';
@@ -38,48 +39,6 @@ afterAll(async () => {
   await host?.close();
 });
 
-/** An OAuthClientProvider that identifies itself by its metadata document URL; its "browser" is this test. */
-class CimdProvider implements OAuthClientProvider {
-  info: any;
-  saved: any;
-  verifier = '';
-  authUrl: URL | undefined;
-  constructor(readonly clientMetadataUrl: string) {}
-  get redirectUrl() {
-    return REDIRECT;
-  }
-  get clientMetadata() {
-    return { client_name: 'not sent: the document says who the client is', redirect_uris: [REDIRECT], token_endpoint_auth_method: 'none' };
-  }
-  clientInformation() {
-    return this.info;
-  }
-  saveClientInformation(i: unknown) {
-    this.info = i;
-  }
-  tokens() {
-    return this.saved;
-  }
-  saveTokens(t: unknown) {
-    this.saved = t;
-  }
-  redirectToAuthorization(u: URL) {
-    this.authUrl = u;
-  }
-  saveCodeVerifier(v: string) {
-    this.verifier = v;
-  }
-  codeVerifier() {
-    return this.verifier;
-  }
-  discovery: any;
-  saveDiscoveryState(s: unknown) {
-    this.discovery = s;
-  }
-  discoveryState() {
-    return this.discovery;
-  }
-}
 
 const pkce = () => {
   const verifier = randomBytes(32).toString('base64url');
@@ -123,7 +82,7 @@ describe('a client identified by its metadata document', () => {
     expect(as.registration_endpoint).toBe(`${svc.url}/oauth/register`); // older clients still register
 
     const url = serve('/clients/e2e.json', { client_name: 'CIMD e2e client' });
-    const provider = new CimdProvider(url);
+    const provider = new MemoryOAuthProvider({ redirectUrl: REDIRECT, clientName: 'not sent: the document says who the client is', clientMetadataUrl: url });
     const first = new Client({ name: 'cimd-e2e', version: '1.0.0' });
     const t1 = new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { authProvider: provider });
     await expect(first.connect(t1)).rejects.toThrow(UnauthorizedError);

@@ -6,7 +6,8 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, StreamableHTTPClientTransport, UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/client';
+import { Client, StreamableHTTPClientTransport, UnauthorizedError } from '@modelcontextprotocol/client';
+import { MemoryOAuthProvider } from '../fixtures/oauth-provider.js';
 import { call, connectV2, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
 
 let svc: Service;
@@ -21,41 +22,6 @@ afterAll(async () => {
   await svc?.dispose();
 });
 
-/** An in-memory OAuthClientProvider whose "browser" is this test. */
-class TestProvider implements OAuthClientProvider {
-  info: any;
-  saved: any;
-  verifier = '';
-  authUrl: URL | undefined;
-  constructor(private readonly scope?: string) {}
-  get redirectUrl() {
-    return REDIRECT;
-  }
-  get clientMetadata() {
-    return { client_name: 'e2e OAuth client', redirect_uris: [REDIRECT], grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'], token_endpoint_auth_method: 'none', ...(this.scope ? { scope: this.scope } : {}) };
-  }
-  clientInformation() {
-    return this.info;
-  }
-  saveClientInformation(i: unknown) {
-    this.info = i;
-  }
-  tokens() {
-    return this.saved;
-  }
-  saveTokens(t: unknown) {
-    this.saved = t;
-  }
-  redirectToAuthorization(u: URL) {
-    this.authUrl = u;
-  }
-  saveCodeVerifier(v: string) {
-    this.verifier = v;
-  }
-  codeVerifier() {
-    return this.verifier;
-  }
-}
 
 /** Plays the owner's browser: follows the authorization URL, approves on the consent page, returns the callback URL. */
 /** `choices`: the consent form's checkbox fields to send (default: everything the page ticked). */
@@ -85,7 +51,7 @@ async function approve(authUrl: URL, decision: 'approve' | 'deny' = 'approve', c
   return new URL(String(post.headers.location));
 }
 
-async function oauthConnect(provider: TestProvider, choices?: Record<string, string>): Promise<Client> {
+async function oauthConnect(provider: MemoryOAuthProvider, choices?: Record<string, string>): Promise<Client> {
   const first = new Client({ name: 'oauth-e2e', version: '1.0.0' });
   const t1 = new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { authProvider: provider });
   await expect(first.connect(t1)).rejects.toThrow(UnauthorizedError);
@@ -150,7 +116,7 @@ describe('OAuth discovery', () => {
 
 describe('the official MCP client through OAuth', () => {
   it('registers, gets the owner consent, calls tools, refreshes with rotation, and is revoked from the dashboard', async () => {
-    const provider = new TestProvider();
+    const provider = new MemoryOAuthProvider({ redirectUrl: REDIRECT, clientName: 'e2e OAuth client' });
     const c = await oauthConnect(provider);
     const tools = await c.listTools();
     expect(tools.tools.length).toBe(107);
@@ -178,7 +144,7 @@ describe('the official MCP client through OAuth', () => {
     expect(after.status).toBe(401);
 
     // A second authorization, then the owner revokes the client on the dashboard.
-    const p2 = new TestProvider();
+    const p2 = new MemoryOAuthProvider({ redirectUrl: REDIRECT, clientName: 'e2e OAuth client' });
     const c2 = await oauthConnect(p2);
     await c2.close();
     const bad = await httpRequest(svc.url, 'DELETE', '/api/v1/oauth/clients/oauthc_unknown', { cookie: session.cookie, 'x-csrf-token': session.csrf });
@@ -195,7 +161,7 @@ describe('the official MCP client through OAuth', () => {
   }, 60_000);
 
   it('the owner narrows the grant on the consent page: toolsets code, read-only; enforced on calls', async () => {
-    const provider = new TestProvider();
+    const provider = new MemoryOAuthProvider({ redirectUrl: REDIRECT, clientName: 'e2e OAuth client' });
     const c = await oauthConnect(provider, { ts_workspace: 'on', ts_files: 'on', ts_commands: 'on', ts_git: 'on', readonly: 'on' });
     const names = (await c.listTools()).tools.map((t) => t.name);
     expect(names).toContain('files_read');
