@@ -17,6 +17,9 @@ import { readProviderOverrides, type ProviderOverrides } from '../core/providers
 import type { CarveAnswer, CarveRequest, GatewayStatus, LeaseInfo, LeaseRequest, Snapshot, SnapshotRoute, UsageEvent } from '../contracts/gateway.js';
 import type { SpendService } from './spend.js';
 
+/** How long the gateway child may take to say where it listens. */
+const GATEWAY_START_MS = 60_000;
+
 export interface PushState {
   lastAttemptAt: string | null;
   lastSuccessAt: string | null;
@@ -100,7 +103,12 @@ export class GatewayClient {
     });
     const url = await new Promise<string>((resolve, reject) => {
       let out = '';
-      const timeout = setTimeout(() => reject(new Error('the gateway child did not start within 15 s')), 15_000);
+      // Generous: a cold start of the child on a loaded 2-core machine took up to 20 s. One that
+      // misses it is killed, so a failed start leaves no process behind.
+      const timeout = setTimeout(() => {
+        child.kill('SIGKILL');
+        reject(new Error(`the gateway child did not start within ${GATEWAY_START_MS / 1000} s`));
+      }, GATEWAY_START_MS);
       child.stdout!.on('data', (buf: Buffer) => {
         out += buf;
         const m = /listening at (\S+) \((boot_\S+)\)/.exec(out);
