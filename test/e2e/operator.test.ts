@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser } from 'playwright-core';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, dashboardLogin, httpRequest, type Service } from './harness.js';
+import { call, connectV2, dashboardLogin, httpRequest, serveExpectingFailure, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import { until } from './gateway-harness.js';
 import type { GitHost } from '../fixtures/githost.js';
@@ -72,6 +72,21 @@ describe('scheduled backups', () => {
     expect(m).toMatchObject({ format: 'atelier-backup', masterKey: { included: false } });
     expect(existsSync(join(backupDir, made, 'master.key'))).toBe(false);
   }, 90_000);
+
+  it('--backup-dir inside the data directory (or holding it) stops start-up, naming the setting', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'atelier-bdir-'));
+    try {
+      for (const bad of [join(dir, 'backups'), dir, tmpdir()]) {
+        const r = await serveExpectingFailure(['--port', '0', '--data-dir', dir, '--unsafe-dev-no-sandbox', '--backup-dir', bad]);
+        expect(r.code).toBe(2);
+        expect(r.stderr).toMatch(/invalid setting --backup-dir \/ ATELIER_BACKUP_DIR: must be outside the data directory/);
+      }
+      const rel = await serveExpectingFailure(['--port', '0', '--data-dir', dir, '--unsafe-dev-no-sandbox', '--backup-dir', 'relative/dir']);
+      expect(rel.stderr).toMatch(/--backup-dir.*an absolute path/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
 
 describe("the operator's page", () => {
@@ -81,6 +96,9 @@ describe("the operator's page", () => {
     for (let i = 0; i < 3; i++) expect((await call(c, 'files_read', { path: 'README.md' })).ok).toBe(true);
     for (let i = 0; i < 2; i++) expect((await call(c, 'files_read', { path: 'no-such-file.txt' })).ok).toBe(false);
     expect((await call(c, 'artifacts_snapshot', { path: 'big.bin', logicalName: 'big.bin' })).ok).toBe(true);
+    // Behind the owner's session only.
+    expect((await httpRequest(svc.url, 'GET', '/api/v1/instance')).status).toBe(401);
+    expect((await httpRequest(svc.url, 'GET', '/api/v1/instance', { authorization: `Bearer ${svc.token}` })).status).toBe(401);
     const owner = await dashboardLogin(svc);
     const inst = JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/instance', { cookie: owner.cookie })).body);
     const health = JSON.parse((await httpRequest(svc.url, 'GET', '/healthz')).body);
