@@ -57,6 +57,10 @@ export async function backupCommand(positional: string[], rest: Record<string, s
   const abs = resolve(dest);
   if (abs === config.dataDir || abs.startsWith(config.dataDir + '/')) throw new ConfigError(`backup: DEST ${abs} is inside the data directory ${config.dataDir}: a backup must live elsewhere`);
   if (!existsSync(join(config.dataDir, 'atelier.db'))) throw new ConfigError(`backup: no database at ${join(config.dataDir, 'atelier.db')}: is ${config.dataDir} an Atelier data directory?`);
+  // Never a new key by accident: the manifest names the key that seals this instance's secrets.
+  if (process.env.ATELIER_MASTER_KEY === undefined && !existsSync(join(config.dataDir, 'master.key'))) {
+    throw new ConfigError(`backup: ${config.dataDir} has no master.key: the service takes its key from ATELIER_MASTER_KEY; run atelier backup with the same variable`);
+  }
   const app = createApp({ ...config, logLevel: 'warn' });
   try {
     const { record, manifest } = await app.backups.run({ dest: abs, kind: 'manual', includeMasterKey: rest['--include-master-key'] === true });

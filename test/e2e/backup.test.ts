@@ -362,6 +362,23 @@ describe('backup and restore refuse what they must', () => {
     expect(r.stderr).toMatch(/no manifest\.json \(not a backup, or one that did not finish\)/);
   });
 
+  it('ATELIER_MASTER_KEY: restore writes no key file; a backup of that directory needs the same variable (never a new key)', async () => {
+    const keyB64 = readFileSync(join(a.dataDir, 'master.key'), 'utf8').trim();
+    const dir = join(work, 'r-env');
+    const r = await runCli(['restore', join(work, 'b1'), '--data-dir', dir], { env: { ATELIER_MASTER_KEY: keyB64 } });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/with the same ATELIER_MASTER_KEY/);
+    expect(existsSync(join(dir, 'master.key'))).toBe(false);
+    const without = await runCli(['backup', join(work, 'b-env-1'), '--data-dir', dir]);
+    expect(without.code).toBe(2);
+    expect(without.stderr).toMatch(/has no master\.key: the service takes its key from ATELIER_MASTER_KEY/);
+    expect(existsSync(join(dir, 'master.key'))).toBe(false);
+    const withEnv = await runCli(['backup', join(work, 'b-env-2'), '--data-dir', dir, '--json'], { env: { ATELIER_MASTER_KEY: keyB64 } });
+    expect(withEnv.code, withEnv.stderr).toBe(0);
+    const m1 = JSON.parse(readFileSync(join(work, 'b1', 'manifest.json'), 'utf8'));
+    expect(JSON.parse(withEnv.stdout).manifest.masterKey.fingerprint).toBe(m1.masterKey.fingerprint);
+  }, 120_000);
+
   it('a backup goes only into a new or empty directory outside the data directory; --include-master-key puts the key in', async () => {
     let r = await runCli(['backup', join(work, 'b1'), '--data-dir', a.dataDir]);
     expect(r.code).toBe(2);
