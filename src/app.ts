@@ -10,7 +10,9 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Config } from './core/config.js';
 import { ConfigError } from './core/config.js';
-import { openDatabase, type DB } from './store/db.js';
+import { openDatabase, schemaVersionOf, type DB } from './store/db.js';
+import { BackupService } from './services/backups.js';
+import { CallStats, DiskUsage } from './services/instance-health.js';
 import { WalCheckpointer } from './store/checkpointer.js';
 import { createLogger, type Logger } from './core/log.js';
 import { CursorCodec } from './core/cursor.js';
@@ -106,6 +108,15 @@ export interface App {
   readonly registry: ToolRegistry;
   /** True when the database was created by this start (first run). */
   readonly firstRun: boolean;
+  /** The database's schema version after this start's migrations (/healthz, --version, the overview). */
+  readonly schemaVersion: number;
+  /** When this process built the App (the overview's uptime). */
+  readonly startedAt: number;
+  /** Backups and their schedule (issue #35, services/backups.ts). */
+  readonly backups: BackupService;
+  /** Tool calls of the last hour and disk use, for the dashboard's overview (services/instance-health.ts). */
+  readonly callStats: CallStats;
+  readonly disk: DiskUsage;
   close(): void;
 }
 
@@ -306,6 +317,18 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     locks,
     registry,
     firstRun,
+    schemaVersion: schemaVersionOf(db),
+    startedAt: Date.now(),
+    backups: new BackupService({ db, config, log, audit, masterKey: master }),
+    callStats: new CallStats(),
+    disk: new DiskUsage({
+      dataDir: config.dataDir,
+      sandboxUid: config.sandboxUid,
+      sandboxDiskMb: config.sandboxDiskMb,
+      artifactQuotaBytes: config.artifactQuotaMb * 1_048_576,
+      artifactBytes: () => artifacts.usedBytes(),
+      workspaceIds: () => workspaces.retainedIds(),
+    }),
     close() {
       try {
         audit.flush();

@@ -19,9 +19,12 @@ import { approvalRoutes } from '../dashboard/approvals.js';
 import { SPEND_SERVED_PATHS, spendRoutes } from '../dashboard/spend.js';
 import { MODELS_SERVED_PATHS, modelRoutes } from '../dashboard/models.js';
 import { SKILLS_FLAGS, skillsCommand } from './skills.js';
+import { BACKUP_FLAGS, backupCommand, restoreCommand } from './backup.js';
+import { SCHEMA_VERSION } from '../store/db.js';
 import { skillRoutes } from '../dashboard/skills.js';
 import { agentRoutes } from '../dashboard/agents.js';
 import { ownerRoutes } from '../dashboard/owner.js';
+import { instanceRoutes } from '../dashboard/instance.js';
 import { VERSION } from '../core/version.js';
 import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
 import { LOGIN_LINK_TTL_MS } from '../services/auth.js';
@@ -52,8 +55,13 @@ Usage:
   atelier deployments list | allow REPO TARGET SHA256 [--environment ENV] [--allow-private-hosts] | revoke REPO TARGET
                                           the owner's consent to run a repository's deployment target
   atelier gateway --admin-secret-file F  run the model gateway alone (serve starts one by default)
+  atelier backup DEST [--include-master-key] [--json]
+                                          a consistent copy of the running instance into DEST (new or empty; see docs/operations.md);
+                                          the master key only with --include-master-key; workspaces never
+  atelier backup verify SRC               check a backup's checksums, database integrity and row counts
+  atelier restore SRC [--master-key-file F] restore a backup into an EMPTY --data-dir (the key: the backup's, F, or ATELIER_MASTER_KEY)
   atelier doctor                          check sandboxing, git, rg and ctags; say how to fix
-  atelier --version | --help
+  atelier --version | --help              the version and the database schema version it writes
 
 Commands other than serve work on the service's data directory and never create one: give them the
 service's --data-dir (or ATELIER_DATA_DIR) when it is not this user's default.
@@ -63,7 +71,7 @@ ${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd
   --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
 `;
 
-const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--allow-private-hosts', '--read-only', '--allow-in-url']);
+const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--allow-private-hosts', '--read-only', '--allow-in-url', '--include-master-key']);
 
 /** Splits off options every subcommand accepts (data dir, config, log level) from its own. */
 function splitCommon(argv: string[], own: string[]): { common: string[]; rest: Record<string, string | true> } {
@@ -149,6 +157,7 @@ async function serve(argv: string[]): Promise<void> {
     await app.commands.shutdown().catch(() => undefined);
     await app.workspaces.shutdown().catch(() => undefined);
     await app.packages.shutdown().catch(() => undefined);
+    await app.backups.stop().catch(() => undefined);
     app.memories.stop();
     app.artifacts.stop();
     await app.knowledge.stop().catch(() => undefined);
@@ -174,7 +183,7 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, instanceRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     await app.workspaces.shutdown().catch(() => undefined);
     await app.packages.shutdown().catch(() => undefined);
@@ -332,9 +341,17 @@ export async function main(argv: string[]): Promise<number> {
         await skillsCommand(cmd, argv[1], positionals(rest), rest, (fn) => withApp(common, fn), (t) => process.stdout.write(t));
         return 0;
       }
+      case 'backup': {
+        const { common, rest } = splitCommon(argv.slice(1), BACKUP_FLAGS);
+        return await backupCommand(positionals(rest), rest, common, (t) => process.stdout.write(t));
+      }
+      case 'restore': {
+        const { common, rest } = splitCommon(argv.slice(1), BACKUP_FLAGS);
+        return await restoreCommand(positionals(rest), rest, common, (t) => process.stdout.write(t));
+      }
       case '--version':
       case 'version':
-        process.stdout.write(VERSION + '\n');
+        process.stdout.write(`${VERSION} (schema ${SCHEMA_VERSION})\n`);
         return 0;
       case undefined:
       case '--help':
@@ -361,4 +378,5 @@ function startRetention(app: App): void {
   app.memories.start(every);
   app.knowledge.start(every);
   app.artifacts.start(every);
+  app.backups.start(); // scheduled backups, when --backup-dir is set
 }

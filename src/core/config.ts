@@ -87,6 +87,9 @@ export const SETTINGS: Setting[] = [
   S({ key: 'artifactMaxMb', flag: '--artifact-max-mb', env: 'ATELIER_ARTIFACT_MAX_MB', kind: 'int', def: 256, rule: 'an integer from 1 to 65536', check: ((v: number) => v >= 1 && v <= 65536) as never, help: 'Largest file artifacts_snapshot keeps, MiB' }),
   S({ key: 'artifactQuotaMb', flag: '--artifact-quota-mb', env: 'ATELIER_ARTIFACT_QUOTA_MB', kind: 'int', def: 4096, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Total stored artifact bytes (distinct blobs), MiB' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
+  S({ key: 'backupDir', flag: '--backup-dir', env: 'ATELIER_BACKUP_DIR', kind: 'string', def: '', rule: 'an absolute path outside the data directory (empty: no scheduled backups)', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Scheduled backups: each one a directory atelier-backup-<time> here (docs/operations.md); empty turns them off' }),
+  S({ key: 'backupIntervalMinutes', flag: '--backup-interval-minutes', env: 'ATELIER_BACKUP_INTERVAL_MINUTES', kind: 'int', def: 1440, rule: 'an integer from 5 to 43200', check: ((v: number) => v >= 5 && v <= 43200) as never, help: 'Scheduled backups: minutes between two (the first when the service starts if none was taken that recently)' }),
+  S({ key: 'backupKeep', flag: '--backup-keep', env: 'ATELIER_BACKUP_KEEP', kind: 'int', def: 7, rule: 'an integer from 1 to 1000', check: ((v: number) => v >= 1 && v <= 1000) as never, help: 'Scheduled backups: how many are kept in --backup-dir (older ones are removed after a successful backup)' }),
 ];
 
 /** Structured sections of the config file, read by their services (e.g. repositories by services/repos.ts). */
@@ -133,6 +136,9 @@ export interface Config {
   httpHeadersTimeoutMs: number;
   httpMaxUnauthenticatedConnections: number;
   retentionSecondMs: number;
+  backupDir: string;
+  backupIntervalMinutes: number;
+  backupKeep: number;
   knowledgeEmbeddings: string;
   artifactMaxMb: number;
   artifactQuotaMb: number;
@@ -241,6 +247,13 @@ export function loadConfig(argv: string[] = [], env: NodeJS.ProcessEnv = process
     throw new ConfigError(
       `invalid setting --public-origin / ATELIER_PUBLIC_ORIGIN: required when --host / ATELIER_HOST is not a loopback address (got host ${JSON.stringify(c.host)}); Host and Origin headers are checked against it`,
     );
+  }
+  if (c.backupDir) {
+    const b = resolve(c.backupDir);
+    if (b === dataDir || b.startsWith(dataDir + '/') || dataDir.startsWith(b + '/')) {
+      throw new ConfigError(`invalid setting --backup-dir / ATELIER_BACKUP_DIR: must be outside the data directory ${dataDir} and not contain it (got ${JSON.stringify(c.backupDir)}): a backup inside what it copies is lost with it`, 'backupDir');
+    }
+    c.backupDir = b;
   }
   if (c.oauthCimdAllowLoopback && (!isLoopback(c.host) || (c.publicOrigin !== '' && !isLoopback(new URL(c.publicOrigin).hostname)))) {
     throw new ConfigError(

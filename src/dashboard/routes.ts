@@ -7,6 +7,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { App } from '../app.js';
 import { ServiceError, errorEnvelope } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
+import { VERSION } from '../core/version.js';
 import { SESSION_TTL_MS } from '../services/auth.js';
 import type { DashboardSession } from '../services/auth.js';
 import { CSP, registerAssets } from './assets.js';
@@ -64,7 +65,8 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
     return s;
   };
 
-  f.get('/healthz', async () => ({ status: 'ok' }));
+  // Version and schema version too (issue #35 item 3): what an upgrade check reads.
+  f.get('/healthz', async () => ({ status: 'ok', version: VERSION, schema: app.schemaVersion }));
 
   // Every page and asset answers with a strict Content-Security-Policy: only this origin's own
   // script and style files, no inline script, no framing (see docs/dashboard.md). A page that sets

@@ -63,7 +63,7 @@ export interface CallContext {
 }
 
 /** What the pipeline needs of the application besides the services it hands to handlers. */
-export type RegistryHost = Pick<App, 'log' | 'audit' | 'idempotency' | 'principals' | 'auth' | 'environments'> & ToolServices;
+export type RegistryHost = Pick<App, 'log' | 'audit' | 'idempotency' | 'principals' | 'auth' | 'environments'> & Partial<Pick<App, 'callStats'>> & ToolServices;
 
 // ---------- results ----------
 
@@ -235,6 +235,7 @@ export class ToolRegistry extends ToolParser {
     const readOnly = c.def.badges.includes('readOnly');
     let args: Record<string, unknown> | undefined;
     const started = Date.now();
+    let ok: boolean | undefined; // the outcome counted for the dashboard's overview (services/instance-health.ts)
     // A call still running after SLOW_CALL_MS says so in the log, and again every SLOW_CALL_MS: what
     // an operator (or a timed-out test's log dump) needs to tell which call hangs.
     const watchdog = setInterval(() => {
@@ -260,6 +261,7 @@ export class ToolRegistry extends ToolParser {
       // Secret values never leave in a result, whatever the tool.
       const redacted = host.environments.redact(result);
       cc.onResult?.(name, c.def.workspace ? ctx.workspace : undefined, redacted);
+      ok = true;
       return okResult(redacted, cc.deferText);
     } catch (err) {
       // The call ends with an input_required result (2026-07-28): no outcome yet, nothing to audit or replay.
@@ -270,9 +272,11 @@ export class ToolRegistry extends ToolParser {
       if (!readOnly || body.code === 'PERMISSION_DENIED' || body.code === 'OWNER_APPROVAL_REQUIRED') {
         auditCall(host, cc, name, args ?? {}, body.code === 'INTERNAL' ? 'failed' : 'refused', `${body.code}: ${body.message}`);
       }
+      ok = false;
       return errorResult(body);
     } finally {
       clearInterval(watchdog);
+      if (ok !== undefined) host.callStats?.record(name, Date.now() - started, ok);
     }
   }
 }

@@ -5,7 +5,8 @@
  */
 import Database from 'better-sqlite3';
 import { chmodSync, existsSync } from 'node:fs';
-import { MIGRATIONS } from './migrations.js';
+import { MIGRATIONS, type Migration } from './migrations.js';
+import { ConfigError } from '../core/config.js';
 
 export type DB = Database.Database;
 
@@ -60,16 +61,52 @@ export function cachePreparedStatements(db: DB): DB {
   return db;
 }
 
-export function migrate(db: DB): number {
+/** The schema version this release writes: the highest migration number it knows. */
+export const SCHEMA_VERSION: number = Math.max(...MIGRATIONS.map((m) => m.version));
+
+/** The schema version of an open database (the highest migration applied; 0 for an empty one). */
+export function schemaVersionOf(db: DB): number {
+  const t = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get();
+  if (!t) return 0;
+  return (db.prepare('SELECT max(version) FROM schema_migrations').pluck().get() as number | null) ?? 0;
+}
+
+/**
+ * Applies the migrations not applied yet, in order, forward only: each in one transaction with its
+ * schema_migrations row, so a failing one leaves the database exactly as the previous one left it
+ * (SQLite's DDL is transactional) and stops with an error naming it. A database written by a newer
+ * release (a version this one does not know) is refused: downgrades are not supported.
+ */
+export function migrate(db: DB, migrations: Migration[] = MIGRATIONS): number {
   db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)');
   const applied = new Set(db.prepare('SELECT version FROM schema_migrations').pluck().all() as number[]);
+  const known = new Set(migrations.map((m) => m.version));
+  const newest = Math.max(0, ...migrations.map((m) => m.version));
+  const unknown = [...applied].filter((v) => !known.has(v) && v > newest);
+  if (unknown.length > 0) {
+    throw new ConfigError(
+      `database schema version ${Math.max(...unknown)} is newer than this release's (${newest}): it was written by a newer Atelier, and downgrades are not supported. ` +
+        'Run the newer release, or restore a backup taken by this one (docs/operations.md)',
+      'schema',
+    );
+  }
   let count = 0;
-  for (const m of MIGRATIONS) {
+  for (const m of migrations) {
     if (applied.has(m.version)) continue;
-    db.transaction(() => {
-      db.exec(m.sql);
-      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, new Date().toISOString());
-    })();
+    const before = Math.max(0, ...applied);
+    try {
+      db.transaction(() => {
+        db.exec(m.sql);
+        db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, new Date().toISOString());
+      })();
+    } catch (e) {
+      throw new ConfigError(
+        `database migration ${m.version} (${m.name}) failed: ${(e as Error).message}. It was rolled back: the database is as it was, at schema version ${before}. ` +
+          'Nothing was lost; fix the cause (or restore a backup) and start again',
+        'schema',
+      );
+    }
+    applied.add(m.version);
     count++;
   }
   return count;

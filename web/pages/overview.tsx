@@ -45,17 +45,18 @@ export function Overview() {
   useEffect(() => localStorage.setItem(LAST_VISIT, new Date().toISOString()), []);
   const { data, error } = usePoll(
     async () => {
-      const [o, status, agents] = await Promise.all([
+      const [o, status, agents, instance] = await Promise.all([
         api('GET', `/overview?since=${encodeURIComponent(since)}`),
         api('GET', '/agent-model-config-status').catch((e) => ({ error: e })),
         api('GET', '/agents').catch(() => null),
+        api('GET', '/instance').catch((e) => ({ error: e })),
       ]);
-      return { o, status, agents };
+      return { o, status, agents, instance };
     },
     10_000,
   );
   if (!data) return error ? <ErrorBox error={error} /> : <p class="muted">Loading…</p>;
-  const { o, status, agents } = data;
+  const { o, status, agents, instance } = data;
   const att = o.attention;
   const waiting = att.approvals.length + att.profileDrafts.length + att.refusals.length;
   const running = agents && typeof agents.live === 'number' ? agents.live : agents && Array.isArray(agents.agents) ? agents.agents.filter((a: any) => ['SPAWNING', 'RUNNING', 'CANCELLING'].includes(a.status)).length : null;
@@ -63,6 +64,7 @@ export function Overview() {
   const month = o.spend.windows.find((w: Win) => w.period === 'month');
   return (
     <div class="grid">
+      <Instance instance={instance} />
       <Section title={waiting ? `Waiting for you (${waiting})` : 'Nothing waits for you'} id="attention">
         {waiting === 0 ? <Empty>No pending approvals, no profile drafts awaiting activation, no refusals since your last visit.</Empty> : null}
         <ul class="list">
@@ -163,6 +165,97 @@ function PasswordLogin(p: { login: any }) {
           The one-time login link still works: <code>atelier owner login-link</code> on the machine. Sessions already open are not affected.
         </p>
       ) : null}
+    </Section>
+  );
+}
+
+const size = (n: number | null | undefined): string => {
+  if (n === null || n === undefined) return 'not measured';
+  if (n < 1024) return `${n} B`;
+  const u = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < u.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v.toFixed(v < 10 ? 1 : 0)} ${u[i]}`;
+};
+
+const uptime = (s: number): string => {
+  const d = Math.floor(s / 86400);
+  const h = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  return d ? `${d}d ${h}h` : h ? `${h}h ${m}m` : `${m}m ${s % 60}s`;
+};
+
+/** The instance's health at a glance (GET /api/v1/instance; issue #35 item 6, docs/dashboard.md). */
+function Instance(p: { instance: any }) {
+  const i = p.instance;
+  if (!i || 'error' in i) return <Section title="Instance" id="instance">{i ? <ErrorBox error={i.error} /> : null}</Section>;
+  const b = i.backups;
+  const d = i.disk;
+  return (
+    <Section title="Instance" id="instance">
+      {i.warnings.length ? (
+        <ul class="list" role="alert" data-testid="instance-warnings">
+          {i.warnings.map((w: string) => (
+            <li>
+              <Badge kind="warn">warning</Badge> {w}
+            </li>
+          ))}
+        </ul>
+      ) : null}
+      <dl class="kv">
+        <dt>Version</dt>
+        <dd data-testid="instance-version">
+          {i.version} · schema {i.schema}
+        </dd>
+        <dt>Uptime</dt>
+        <dd data-testid="instance-uptime">
+          {uptime(i.uptimeSeconds)} <span class="muted small">since {when(i.startedAt)}</span>
+        </dd>
+        <dt>Last backup</dt>
+        <dd data-testid="instance-backup">
+          {b.last ? (
+            <>
+              {when(b.last.finishedAt)} · {size(b.last.bytes)} <span class="muted small">({b.last.kind}, {b.last.dest})</span>
+            </>
+          ) : (
+            <Badge kind="warn">never</Badge>
+          )}
+          {b.lastFailure ? (
+            <>
+              {' '}
+              <Badge kind="bad">last attempt failed {when(b.lastFailure.finishedAt)}</Badge>
+            </>
+          ) : null}
+          <div class="muted small">{b.schedule ? `scheduled every ${b.schedule.intervalMinutes} min into ${b.schedule.dir}, keeping ${b.schedule.keep}` : 'no schedule (--backup-dir); atelier backup DEST takes one'}</div>
+        </dd>
+        <dt>Calls, last hour</dt>
+        <dd data-testid="instance-calls">
+          {i.calls.calls} calls · {i.calls.errors ? <Badge kind={i.calls.errors / Math.max(1, i.calls.calls) > 0.05 ? 'bad' : 'warn'}>{i.calls.errors} errors</Badge> : '0 errors'}
+        </dd>
+        <dt>Slowest tools</dt>
+        <dd data-testid="instance-slowest">
+          {i.calls.slowest.length ? (
+            <ul class="list">
+              {i.calls.slowest.map((t: any) => (
+                <li>
+                  <code>{t.tool}</code> mean {t.meanMs} ms, max {t.maxMs} ms <span class="muted small">({t.calls} calls{t.errors ? `, ${t.errors} errors` : ''})</span>
+                </li>
+              ))}
+            </ul>
+          ) : (
+            <span class="muted">no calls in the last hour</span>
+          )}
+        </dd>
+        <dt>Disk</dt>
+        <dd data-testid="instance-disk">
+          workspaces {size(d.workspaces.bytes)} ({d.workspaces.count}) · artifacts {size(d.artifacts.bytes)} of {size(d.artifacts.quotaBytes)} · releases {size(d.releases.bytes)} ({d.releases.count})
+          {d.filesystem ? <div class="muted small">filesystem: {size(d.filesystem.freeBytes)} free of {size(d.filesystem.totalBytes)}</div> : null}
+        </dd>
+      </dl>
     </Section>
   );
 }
