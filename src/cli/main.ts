@@ -151,6 +151,7 @@ async function serve(argv: string[]): Promise<void> {
     await app.packages.shutdown().catch(() => undefined);
     app.memories.stop();
     app.artifacts.stop();
+    app.checkpoints.stop();
     await app.knowledge.stop().catch(() => undefined);
     app.close();
     app.log.info('stopped');
@@ -361,4 +362,5 @@ function startRetention(app: App): void {
   app.memories.start(every);
   app.knowledge.start(every);
   app.artifacts.start(every);
+  void app.checkpoints.start(every).catch((e) => app.log.error({ err: e }, 'checkpoint start-up failed'));
 }
