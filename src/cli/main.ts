@@ -22,6 +22,7 @@ import { SKILLS_FLAGS, skillsCommand } from './skills.js';
 import { skillRoutes } from '../dashboard/skills.js';
 import { agentRoutes } from '../dashboard/agents.js';
 import { ownerRoutes } from '../dashboard/owner.js';
+import { checkpointRoutes } from '../dashboard/checkpoints.js';
 import { VERSION } from '../core/version.js';
 import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
 import { LOGIN_LINK_TTL_MS } from '../services/auth.js';
@@ -175,7 +176,7 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, checkpointRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     await app.workspaces.shutdown().catch(() => undefined);
     await app.packages.shutdown().catch(() => undefined);

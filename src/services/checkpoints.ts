@@ -256,11 +256,11 @@ export class CheckpointService {
     };
   }
 
-  delete(owner: string, args: { checkpointId: string }): Record<string, unknown> {
+  delete(owner: string, args: { checkpointId: string }, actor: 'mcp' | 'dashboard' = 'mcp'): Record<string, unknown> {
     const c = this.get(owner, args.checkpointId);
     this.deps.db.prepare('DELETE FROM checkpoints WHERE id = ?').run(c.id);
     rmSync(this.image(c.id), { force: true });
-    this.deps.audit.record({ actor: 'mcp', action: 'checkpoint_delete', target: c.id, outcome: 'ok' });
+    this.deps.audit.record({ actor, action: 'checkpoint_delete', target: c.id, outcome: 'ok' });
     return { checkpointId: c.id, deleted: true, freedBytes: c.disk_bytes, quota: this.quota(owner) };
   }
 
