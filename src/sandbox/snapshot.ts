@@ -109,9 +109,7 @@ export async function copyImage(src: string, dest: string): Promise<CopyMode> {
 export async function snapshot(source: SnapshotSource, dest: string): Promise<SnapshotResult> {
   const t0 = Date.now();
   if (!(await isMountPoint(source.rootDir))) throw new ServiceError('FAILED_PRECONDITION', 'the workspace filesystem is not mounted');
-  // Blocks the workspace freed (deleted files) still hold their old bytes in the image: handed back
-  // to the host first (loop discard punches holes), so the copy carries only what is in use.
-  await run('fstrim', [source.rootDir]).catch(() => undefined);
+  await settleImage(source.rootDir);
   let frozenMs = 0;
   const { value: mode, frozen } = await source.freeze(async () => {
     const f0 = Date.now();
@@ -128,6 +126,18 @@ export async function snapshot(source: SnapshotSource, dest: string): Promise<Sn
     }
   });
   return { image: dest, ...(await imageUsage(dest)), mode, processesFrozen: frozen, frozenMs, ms: Date.now() - t0 };
+}
+
+/**
+ * Makes a mounted workspace image say what the workspace holds: its dirty data written out and the
+ * journal committed (syncfs: ext4 frees a deleted file's blocks only at the commit), then the free
+ * blocks handed back to the host (fstrim; the loop device punches holes), so a deleted file costs
+ * nothing in a copy and the image's allocated size is the data in use. Measured: 100 MB deleted
+ * and trimmed at once stays 96 MB in the image; after the sync it is gone.
+ */
+export async function settleImage(rootDir: string): Promise<void> {
+  await run('sync', ['-f', rootDir]).catch(() => undefined);
+  await run('fstrim', [rootDir]).catch(() => undefined);
 }
 
 /** A new, independent image at `image` from a stored state (a restore's or a fork's filesystem). */

@@ -19,7 +19,7 @@ import type { Logger } from '../core/log.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { startSweeper, type Sweeper } from '../core/sweeper.js';
-import { imageUsage, materialize, snapshot, type CopyMode, unfreezeLeftover } from '../sandbox/snapshot.js';
+import { imageUsage, materialize, settleImage, snapshot, type CopyMode, unfreezeLeftover } from '../sandbox/snapshot.js';
 import type { AuditLog } from './audit.js';
 import type { RetentionClock } from './memories.js';
 import type { ForkTemplate, NetworkProfile, WorkspaceService } from './workspaces.js';
@@ -144,14 +144,28 @@ export class CheckpointService {
     const dest = this.image(id);
     const retention = args.retentionSeconds ?? DEFAULT_CHECKPOINT_RETENTION;
     let reservedBytes: number | undefined;
+    const release = () => {
+      if (reservedBytes === undefined) return;
+      const r = this.reserved.get(owner)!;
+      if (r.n <= 1) this.reserved.delete(owner);
+      else this.reserved.set(owner, { n: r.n - 1, b: r.b - reservedBytes });
+      reservedBytes = undefined;
+    };
     try {
       const r = await this.deps.workspaces.withDiskImage(workspaceId, 'workspaceId', async (w, disk) => {
+        await settleImage(disk.rootDir);
         const { diskBytes } = await imageUsage(disk.image);
         this.checkQuota(owner, diskBytes);
         // Reserved until the row exists, so two checkpoints taken at once cannot both pass the quota.
         this.reserved.set(owner, { n: (this.reserved.get(owner)?.n ?? 0) + 1, b: (this.reserved.get(owner)?.b ?? 0) + diskBytes });
         reservedBytes = diskBytes;
         const snap = await snapshot(disk, dest);
+        // Commands kept writing until the freeze: the copy may be larger than the measure. Still over: refused, nothing kept.
+        const others = this.usage(owner).diskBytes - diskBytes;
+        if (others + snap.diskBytes > this.deps.quotaBytes) {
+          await rm(dest, { force: true });
+          throw this.refuse('bytes', new ServiceError('RESOURCE_EXHAUSTED', `checkpoint_create: your checkpoints take ${others} of ${this.deps.quotaBytes} bytes (--checkpoint-quota-mb) and this workspace's filesystem took ${snap.diskBytes} more as it was copied; delete checkpoints with checkpoint_delete or let their retention end`, { field: 'workspaceId', rule: 'checkpoint disk quota', usedBytes: others, needBytes: snap.diskBytes, quotaBytes: this.deps.quotaBytes }, false));
+        }
         return { w, snap };
       });
       const now = Date.now();
@@ -176,6 +190,7 @@ export class CheckpointService {
            VALUES (@id, @owner_id, @workspace_id, @label, @source_json, @size_bytes, @disk_bytes, @copy_mode, @processes_frozen, @frozen_ms, @retention_seconds, @expires_at_ms, @created_at)`,
         )
         .run(row);
+      release(); // the row counts now
       this.count('checkpoint', r.snap.mode, r.snap.diskBytes);
       this.metrics.frozenMsSum += r.snap.frozenMs;
       this.metrics.frozenCount += 1;
@@ -185,11 +200,7 @@ export class CheckpointService {
       await rm(dest, { force: true });
       throw e;
     } finally {
-      if (reservedBytes !== undefined) {
-        const r = this.reserved.get(owner)!;
-        if (r.n <= 1) this.reserved.delete(owner);
-        else this.reserved.set(owner, { n: r.n - 1, b: r.b - reservedBytes });
-      }
+      release();
     }
   }
 
