@@ -231,7 +231,7 @@ export class CheckpointService {
     const own = this.deps.db.prepare('SELECT options_json FROM workspaces WHERE id = ?').get(workspaceId) as { options_json: string } | undefined;
     return {
       checkpoints: rows.map((c) => this.describe(c)),
-      forks: forks.map((f) => ({ workspaceId: f.id, state: f.state, createdAt: f.created_at, ...(JSON.parse(f.options_json).forkedFrom as object) })),
+      forks: forks.map((f) => ({ workspaceId: f.id, state: f.state, createdAt: f.created_at, checkpointId: (JSON.parse(f.options_json) as { forkedFrom?: { checkpointId?: string } }).forkedFrom?.checkpointId ?? null })),
       forkedFrom: own ? ((JSON.parse(own.options_json) as { forkedFrom?: unknown }).forkedFrom ?? null) : null,
     };
   }
