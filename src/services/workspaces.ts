@@ -863,7 +863,7 @@ export class WorkspaceService {
    * workspace is not changed (a fork is usually handed to an agent).
    */
   async openFork<T>(t: ForkTemplate, profile: NetworkProfile, forkedFrom: Record<string, unknown>, fill: (image: string) => Promise<T>): Promise<{ workspace: Record<string, unknown>; filled: T }> {
-    this.requireImages('source');
+    this.requireImages('workspaceId');
     if (this.deps.sandboxDisabledReason) throw new ServiceError('FAILED_PRECONDITION', `workspaces are disabled: ${this.deps.sandboxDisabledReason}`, {});
     const repo = this.deps.repos.approve(t.repositoryUrl);
     const id = newId('workspace');
