@@ -348,3 +348,32 @@ describe('dashboard', () => {
     await ok('workspace_close', { workspaceId: live });
   }, 300_000);
 });
+
+describe('without a filesystem per workspace', () => {
+  it('checkpoint_create and workspace_fork refuse with FAILED_PRECONDITION naming the setting (sandboxDiskMb 0)', async () => {
+    const flat = await startWorkspaceService(host, { config: { sandboxDiskMb: 0, knowledgeEmbeddings: 'off' } });
+    const fc = await connectV2(flat);
+    try {
+      const url = (await host.createRepo('approved/ckpt-flat', REPO_FILES)).url;
+      const o = await call(fc, 'workspace_open', { repositoryUrl: url, idempotencyKey: 'open-flat-1' });
+      if (!o.ok) throw new Error(o.text);
+      const id = o.result.workspaceId as string;
+      for (const [name, args] of [['checkpoint_create', { workspaceId: id, idempotencyKey: key() }], ['workspace_fork', { workspaceId: id, idempotencyKey: key() }]] as const) {
+        const r = await call(fc, name, args);
+        expect(r.ok, name).toBe(false);
+        if (!r.ok) {
+          expect(r.error.code).toBe('FAILED_PRECONDITION');
+          expect(r.error.details.setting).toBe('sandboxDiskMb');
+          expect(r.error.message).toContain('--sandbox-disk-mb');
+        }
+      }
+      expect(readdirSync(join(flat.dataDir, 'checkpoints'))).toEqual([]);
+      // Nothing half-made: only the one workspace exists.
+      const list = await call(fc, 'workspace_list', {});
+      if (list.ok) expect((list.result.workspaces as R[]).map((w) => w.workspaceId)).toEqual([id]);
+    } finally {
+      await fc.close();
+      await flat.dispose();
+    }
+  }, 300_000);
+});
