@@ -14,8 +14,13 @@ const lines = [
   'is validated against the published schema and then answers the structured NOT_IMPLEMENTED error naming the issue that builds it.',
   '',
 ];
-const working = CATALOG.filter((t) => t.run).length; // partial tools count: they have handlers
-lines.push(`**${working} of ${CATALOG.length} tools working.**`, '');
+// Tools beyond the spec's 107 live in domains of their own, named "... (beyond the spec)".
+const beyond = (t) => t.domain.endsWith('(beyond the spec)');
+const spec = CATALOG.filter((t) => !beyond(t));
+const working = spec.filter((t) => t.run).length; // partial tools count: they have handlers
+lines.push(`**${working} of ${spec.length} tools working.**`, '');
+const extra = CATALOG.filter(beyond);
+if (extra.length) lines.push(`Beyond the spec: ${extra.filter((t) => t.run).length} of ${extra.length} further tools working, in toolsets of their own (sections marked "beyond the spec").`, '');
 const domains = [...new Set(CATALOG.map((t) => t.domain))];
 for (const d of domains) {
   lines.push(`## ${d}`, '', '| tool | badges | state | notes |', '|---|---|---|---|');
@@ -40,5 +45,5 @@ if (process.argv.includes('--check')) {
   }
 } else {
   writeFileSync(file, text);
-  console.log(`docs/STATUS.md: ${working} of ${CATALOG.length} tools working`);
+  console.log(`docs/STATUS.md: ${working} of ${spec.length} tools working, ${extra.length} beyond the spec`);
 }

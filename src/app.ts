@@ -45,6 +45,7 @@ import { AgentService } from './services/agents.js';
 import { MemoryService } from './services/memories.js';
 import { KnowledgeService, Embedder } from './services/knowledge.js';
 import { ArtifactService } from './services/artifacts.js';
+import { CheckpointService } from './services/checkpoints.js';
 import { OAuthStore } from './services/oauth.js';
 import { LoginThrottle } from './services/login-throttle.js';
 import { ToolRegistry } from './mcp/registry.js';
@@ -98,6 +99,8 @@ export interface App {
   readonly knowledge: KnowledgeService;
   /** Retained artifacts (issue #18). */
   readonly artifacts: ArtifactService;
+  /** Workspace checkpoints and forks (issue #33). */
+  readonly checkpoints: CheckpointService;
   /** The OAuth authorization server's clients, grants and tokens (issue #16). */
   readonly oauth: OAuthStore;
   /** Delays, lockouts and a bound on concurrent checks for the dashboard's password login (issue #31). */
@@ -286,6 +289,12 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     memories,
     knowledge,
     artifacts,
+    checkpoints: new CheckpointService({
+      db, cursors, log, audit, workspaces, clock,
+      root: join(config.dataDir, 'checkpoints'),
+      quotaBytes: config.checkpointQuotaMb * 1_048_576,
+      maxCount: config.checkpointMaxCount,
+    }),
     commands,
     approvals,
     packages,

@@ -208,6 +208,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
         `atelier_file_handoffs_total{outcome="refused"} ${handoffs.refused}`,
       );
     }
+    lines.push(...app.checkpoints.metricLines());
     return reply.header('content-type', 'text/plain; version=0.0.4').send(lines.join('\n') + '\n');
   });
   await fastify.ready();

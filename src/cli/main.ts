@@ -25,6 +25,7 @@ import { skillRoutes } from '../dashboard/skills.js';
 import { agentRoutes } from '../dashboard/agents.js';
 import { ownerRoutes } from '../dashboard/owner.js';
 import { instanceRoutes } from '../dashboard/instance.js';
+import { checkpointRoutes } from '../dashboard/checkpoints.js';
 import { VERSION } from '../core/version.js';
 import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
 import { LOGIN_LINK_TTL_MS } from '../services/auth.js';
@@ -160,6 +161,7 @@ async function serve(argv: string[]): Promise<void> {
     await app.backups.stop().catch(() => undefined);
     app.memories.stop();
     app.artifacts.stop();
+    app.checkpoints.stop();
     await app.knowledge.stop().catch(() => undefined);
     app.close();
     app.log.info('stopped');
@@ -183,7 +185,7 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, instanceRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, instanceRoutes, checkpointRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     await app.workspaces.shutdown().catch(() => undefined);
     await app.packages.shutdown().catch(() => undefined);
@@ -379,4 +381,5 @@ function startRetention(app: App): void {
   app.knowledge.start(every);
   app.artifacts.start(every);
   app.backups.start(); // scheduled backups, when --backup-dir is set
+  void app.checkpoints.start(every).catch((e) => app.log.error({ err: e }, 'checkpoint start-up failed'));
 }

@@ -86,6 +86,8 @@ export const SETTINGS: Setting[] = [
   S({ key: 'knowledgeEmbeddings', flag: '--knowledge-embeddings', env: 'ATELIER_KNOWLEDGE_EMBEDDINGS', kind: 'string', def: 'on', rule: 'on or off', check: ((v: string) => v === 'on' || v === 'off') as never, help: 'Semantic half of knowledge_search (local embedding model); off answers lexically only' }),
   S({ key: 'artifactMaxMb', flag: '--artifact-max-mb', env: 'ATELIER_ARTIFACT_MAX_MB', kind: 'int', def: 256, rule: 'an integer from 1 to 65536', check: ((v: number) => v >= 1 && v <= 65536) as never, help: 'Largest file artifacts_snapshot keeps, MiB' }),
   S({ key: 'artifactQuotaMb', flag: '--artifact-quota-mb', env: 'ATELIER_ARTIFACT_QUOTA_MB', kind: 'int', def: 4096, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Total stored artifact bytes (distinct blobs), MiB' }),
+  S({ key: 'checkpointQuotaMb', flag: '--checkpoint-quota-mb', env: 'ATELIER_CHECKPOINT_QUOTA_MB', kind: 'int', def: 20480, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Host disk all workspace checkpoints of the owner may take, MiB (issue #33)' }),
+  S({ key: 'checkpointMaxCount', flag: '--checkpoint-max-count', env: 'ATELIER_CHECKPOINT_MAX_COUNT', kind: 'int', def: 50, rule: 'an integer from 1 to 10000', check: ((v: number) => v >= 1 && v <= 10000) as never, help: 'Workspace checkpoints the owner may keep (issue #33)' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
   S({ key: 'backupDir', flag: '--backup-dir', env: 'ATELIER_BACKUP_DIR', kind: 'string', def: '', rule: 'an absolute path outside the data directory (empty: no scheduled backups)', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Scheduled backups: each one a directory atelier-backup-<time> here (docs/operations.md); empty turns them off' }),
   S({ key: 'backupIntervalMinutes', flag: '--backup-interval-minutes', env: 'ATELIER_BACKUP_INTERVAL_MINUTES', kind: 'int', def: 1440, rule: 'an integer from 5 to 43200', check: ((v: number) => v >= 5 && v <= 43200) as never, help: 'Scheduled backups: minutes between two (the first when the service starts if none was taken that recently)' }),
@@ -142,6 +144,8 @@ export interface Config {
   knowledgeEmbeddings: string;
   artifactMaxMb: number;
   artifactQuotaMb: number;
+  checkpointQuotaMb: number;
+  checkpointMaxCount: number;
   /** The config file that was read, or null when there was none. */
   configFile: string | null;
   /** Where the config file is (or would be): the CLI edits it, services re-read it. */

@@ -29,6 +29,7 @@ export const ID_PREFIXES = {
   approval: 'apr_',
   repoCredential: 'rcred_',
   backup: 'bkp_',
+  checkpoint: 'ckpt_',
 } as const;
 
 export type IdKind = keyof typeof ID_PREFIXES;

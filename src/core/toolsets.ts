@@ -28,6 +28,8 @@ export const TOOLSETS: Record<string, string> = {
   artifacts: 'Retained artifacts',
   models: 'Models and spend tools',
   agents: 'Coding subagents',
+  // Beyond the spec's 107 tools (issue #33): docs/checkpoints.md.
+  checkpoints: 'Workspace checkpoints and forks (beyond the spec)',
 };
 
 /** Other names a user would guess for the same toolsets. */
@@ -42,6 +44,9 @@ export const TOOLSET_ALIASES: Record<string, string> = {
   memories: 'extensions',
   spend: 'models',
   subagents: 'agents',
+  checkpoint: 'checkpoints',
+  forks: 'checkpoints',
+  snapshots: 'checkpoints',
 };
 
 /** Presets: names for common selections. */

@@ -579,6 +579,17 @@ export class BwrapExecutor implements Executor {
     await unmountRunFs(p.mnt);
   }
 
+  async whileFrozen<T>(h: SandboxHandle, fn: () => Promise<T>): Promise<{ value: T; frozen: boolean }> {
+    const cg = this.existingCgroup(h.id);
+    if (!cg) return { value: await fn(), frozen: false };
+    await cg.freeze();
+    try {
+      return { value: await fn(), frozen: true };
+    } finally {
+      await cg.thaw();
+    }
+  }
+
   async destroy(h: SandboxHandle): Promise<void> {
     await this.stop(h);
     await this.existingCgroup(h.id)?.remove();

@@ -199,6 +199,30 @@ export class SandboxCgroup {
     return killCgroup(this.dirs.freezer);
   }
 
+  /**
+   * Freezes every process of the sandbox (its exec sub-cgroups too: the v1 freezer is
+   * hierarchical) and resolves once the kernel reports FROZEN, for a consistent checkpoint (issue
+   * #33, src/sandbox/snapshot.ts). A task in uninterruptible sleep can keep it FREEZING: after
+   * timeoutMs the group is thawed again and this throws UNAVAILABLE. Undo with thaw().
+   */
+  async freeze(timeoutMs = 10_000): Promise<void> {
+    const state = path.join(this.dirs.freezer, 'freezer.state');
+    await put(state, 'FROZEN');
+    const until = Date.now() + timeoutMs;
+    while ((await readFile(state, 'utf8')).trim() !== 'FROZEN') {
+      if (Date.now() > until) {
+        await put(state, 'THAWED');
+        throw new ServiceError('UNAVAILABLE', `the workspace's processes did not freeze within ${timeoutMs} ms (a process in uninterruptible sleep); try again`);
+      }
+      await sleep(5);
+    }
+  }
+
+  /** Lets the processes freeze() stopped run again. */
+  async thaw(): Promise<void> {
+    await put(path.join(this.dirs.freezer, 'freezer.state'), 'THAWED');
+  }
+
   async stats(): Promise<SandboxStats> {
     const num = async (file: string): Promise<number> => Number((await readFile(file, 'utf8')).trim());
     return {

@@ -147,6 +147,12 @@ export interface Executor {
    * reject as ServiceError with the daemon's code.
    */
   request<M extends DaemonMethod>(h: SandboxHandle, method: M, params: ParamsOf<M>, opts?: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void }): Promise<ReplyOf<M>>;
+  /**
+   * Runs fn with every process of the sandbox frozen (cgroup freezer), thawing afterwards whatever
+   * fn does: a checkpoint's consistent instant (issue #33, src/sandbox/snapshot.ts). Without
+   * cgroups there is nothing to freeze and fn runs as it is (false as the second value).
+   */
+  whileFrozen?<T>(h: SandboxHandle, fn: () => Promise<T>): Promise<{ value: T; frozen: boolean }>;
   /** Counters for /metrics: files_read ranges taken through a handed-off descriptor, and handoffs refused (read the ordinary way). */
   fileHandoffs?(): { taken: number; refused: number };
 }

@@ -28,6 +28,7 @@
  *   services/oauth  (0022) oauth_clients.metadata_url, doc_* (Client ID Metadata Documents)
  *   services/commands (0023) operations: tool calls run as MCP tasks
  *   services/backups (0025) backups
+ *   services/checkpoints (0027) checkpoints
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
@@ -43,6 +44,7 @@ import { m0021 } from './migrations/0021-oauth-token-scope.js';
 import { m0022 } from './migrations/0022-oauth-cimd.js';
 import { m0023 } from './migrations/0023-mcp-tasks.js';
 import { m0025 } from './migrations/0025-backups.js';
+import { m0027 } from './migrations/0027-checkpoints.js';
 
 export interface Migration {
   version: number;
@@ -359,4 +361,5 @@ export const MIGRATIONS: Migration[] = [
   m0022,
   m0023,
   m0025,
+  m0027,
 ];

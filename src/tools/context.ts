@@ -15,6 +15,7 @@ import type { AgentService } from '../services/agents.js';
 import type { MemoryService } from '../services/memories.js';
 import type { KnowledgeService } from '../services/knowledge.js';
 import type { ArtifactService } from '../services/artifacts.js';
+import type { CheckpointService } from '../services/checkpoints.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -40,6 +41,8 @@ export interface ToolServices {
   readonly memories: MemoryService;
   readonly knowledge: KnowledgeService;
   readonly artifacts: ArtifactService;
+  /** Workspace checkpoints and forks (issue #33, beyond the spec). */
+  readonly checkpoints: CheckpointService;
 }
 
 export type { Actor } from '../services/audit.js';

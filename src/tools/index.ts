@@ -1,4 +1,4 @@
-/** The whole catalog: every tool of the spec, in spec order. */
+/** The whole catalog: every tool of the spec, in spec order, then the tools beyond it (their own toolsets). */
 import type { AnyToolDef } from './define.js';
 import { tools as workspace } from './workspace.js';
 import { tools as files } from './files.js';
@@ -13,6 +13,7 @@ import { tools as knowledge } from './knowledge.js';
 import { tools as artifacts } from './artifacts.js';
 import { tools as models } from './models.js';
 import { tools as agents } from './agents.js';
+import { tools as checkpoints } from './checkpoints.js';
 
 export const CATALOG: AnyToolDef[] = [
   ...workspace,
@@ -29,4 +30,6 @@ export const CATALOG: AnyToolDef[] = [
   ...artifacts,
   ...models,
   ...agents,
+  // Beyond the spec (issue #33).
+  ...checkpoints,
 ] as AnyToolDef[];

@@ -33,6 +33,7 @@ export const KNLID = idOf('knl_', 10, 80, 'Knowledge link');
 export const PRJID = idOf('prj_', 20, 80, 'Project');
 export const ARTID = idOf('art_', 20, 80, 'Artifact');
 export const AGENTID = idOf('agent_', 20, 80, 'Agent');
+export const CKPTID = idOf('ckpt_', 20, 80, 'Checkpoint');
 export const CREDID = idOf('cred_', 20, 80, 'Provider credential');
 export const VREFID = idOf('vref_', 20, 80, 'Connection-check reference');
 export const THREADID = idOf('PRRT_', 4, 200, 'Review thread');

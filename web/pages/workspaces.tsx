@@ -1,10 +1,12 @@
 import { Action, api, Badge, Empty, ErrorBox, Section, usePoll, when } from '../lib';
+import { CheckpointsAndForks } from './checkpoints';
 
 export function Workspaces() {
   const { data, error, reload } = usePoll(() => api('GET', '/workspaces?limit=100'), 10_000);
   if (!data) return error ? <ErrorBox error={error} /> : <p class="muted">Loading…</p>;
   const list = data.workspaces as any[];
   return (
+    <>
     <Section title={`Open workspaces (${list.length})`}>
       {list.length === 0 ? <Empty>No open workspaces.</Empty> : null}
       <div class="table-wrap">
@@ -44,5 +46,7 @@ export function Workspaces() {
         </table>
       </div>
     </Section>
+    <CheckpointsAndForks />
+    </>
   );
 }
