@@ -86,6 +86,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'knowledgeEmbeddings', flag: '--knowledge-embeddings', env: 'ATELIER_KNOWLEDGE_EMBEDDINGS', kind: 'string', def: 'on', rule: 'on or off', check: ((v: string) => v === 'on' || v === 'off') as never, help: 'Semantic half of knowledge_search (local embedding model); off answers lexically only' }),
   S({ key: 'artifactMaxMb', flag: '--artifact-max-mb', env: 'ATELIER_ARTIFACT_MAX_MB', kind: 'int', def: 256, rule: 'an integer from 1 to 65536', check: ((v: number) => v >= 1 && v <= 65536) as never, help: 'Largest file artifacts_snapshot keeps, MiB' }),
   S({ key: 'artifactQuotaMb', flag: '--artifact-quota-mb', env: 'ATELIER_ARTIFACT_QUOTA_MB', kind: 'int', def: 4096, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Total stored artifact bytes (distinct blobs), MiB' }),
+  S({ key: 'otlpTracesEndpoint', flag: '--otlp-traces-endpoint', env: 'ATELIER_OTLP_TRACES_ENDPOINT', kind: 'string', def: '', rule: 'an http(s) URL of an OTLP/HTTP traces receiver, such as http://127.0.0.1:4318/v1/traces, with no user or password in it', check: ((v: string) => v === '' || /^https?:\/\/[^\s/@]+(\/\S*)?$/.test(v)) as never, help: 'Send OpenTelemetry traces (OTLP/HTTP, JSON) here; empty = tracing off, no SDK loaded (docs/operations.md)' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
 ];
 
@@ -110,6 +111,7 @@ export interface Config {
   idleLeaseSeconds: number;
   maxWorkspaceLifetimeSeconds: number;
   shutdownGraceMs: number;
+  otlpTracesEndpoint: string;
   skillSuggestUrl: string;
   skillSuggestKeyFile: string;
   oauthAccessTokenSeconds: number;
