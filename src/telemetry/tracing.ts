@@ -220,3 +220,8 @@ export function recordDecision(name: string, attributes: Record<string, string |
   if (failed) span.setStatus({ code: SpanStatusCode.ERROR, message: failed });
   span.end();
 }
+
+/** The context whose active span is `span` (the active context when there is none). */
+export function contextOf(span: Span | undefined): Context {
+  return span ? trace.setSpan(context.active(), span) : context.active();
+}
