@@ -288,6 +288,7 @@ export class ToolRegistry extends ToolParser {
       host.log.debug({ tool: name, ms: Date.now() - started }, 'tool call');
       // Secret values never leave in a result, whatever the tool.
       const redacted = stepSpan('registry.redact', () => host.environments.redact(result));
+      if (!c.def.workspace && typeof redacted.workspaceId === 'string') setAttrs(span, { 'atelier.workspace.id': redacted.workspaceId });
       cc.onResult?.(name, c.def.workspace ? ctx.workspace : undefined, redacted);
       return okResult(redacted, cc.deferText);
     } catch (err) {

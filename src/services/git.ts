@@ -188,7 +188,13 @@ export class GitService {
   }
 
   /** A short script in the workspace sandbox; values arrive as environment variables. */
-  private sh(ws: string, script: string, env: Record<string, string> = {}, options: { stdin?: string; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<ExecResult> {
+  private sh(ws: string, script: string, env: Record<string, string> = {}, options: { stdin?: string; timeoutMs?: number; signal?: AbortSignal; op?: string } = {}): Promise<ExecResult> {
+    // Traced as "git <op>" ("git script" unnamed): the name only, never the script, its values or input.
+    const op = options.op ?? 'script';
+    return inSpan(`git ${op}`, { attributes: { 'vcs.operation': op, 'atelier.workspace.id': ws } }, () => this.shExec(ws, script, env, options));
+  }
+
+  private shExec(ws: string, script: string, env: Record<string, string>, options: { stdin?: string; timeoutMs?: number; signal?: AbortSignal }): Promise<ExecResult> {
     return this.deps.workspaces.exec(
       ws,
       { command: NEUTRALISE + script, env: { ...RUNNER_ENV, ...env }, stdin: options.stdin, timeoutMs: options.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
@@ -466,7 +472,7 @@ export class GitService {
         `${args.all ? 'git add -u || exit 4; ' : ''}` +
         `if [ "$cur" != none ] && git diff --cached --quiet && [ ! -e "$(git rev-parse --git-path MERGE_HEAD)" ]; then echo "@@NOTHING"; exit 5; fi; ` +
         `git commit -q --no-verify --no-gpg-sign --cleanup=strip -F - || exit 6; git rev-parse HEAD`;
-      const result = await this.sh(ws, script, { ...env, EXP: args.expectedHeadOid ?? '' }, { stdin: args.message });
+      const result = await this.sh(ws, script, { ...env, EXP: args.expectedHeadOid ?? '' }, { stdin: args.message, op: 'commit' });
       if (result.exitCode === 3) {
         const actual = /@@HEADMOVED (\S+)/.exec(result.stdout)?.[1];
         throw new ServiceError('CONFLICT', `expectedHeadOid: HEAD is ${actual === 'none' ? 'unborn' : actual}, not ${args.expectedHeadOid}; nothing was committed`, {
