@@ -108,8 +108,16 @@ export interface SpanOptions {
 }
 
 /** Runs fn inside a new span (child of the active one); ends it with fn, status ERROR when it throws. */
-export async function inSpan<T>(name: string, opts: SpanOptions, fn: (span: Span | undefined) => Promise<T> | T): Promise<T> {
-  if (!enabled) return fn(undefined);
+export function inSpan<T>(name: string, opts: SpanOptions, fn: (span: Span | undefined) => Promise<T> | T): Promise<T> {
+  // Off: no promise of its own, no await (bench/telemetry.mjs measures what is left).
+  if (!enabled) {
+    const r = fn(undefined);
+    return r instanceof Promise ? r : Promise.resolve(r);
+  }
+  return traced(name, opts, fn);
+}
+
+async function traced<T>(name: string, opts: SpanOptions, fn: (span: Span | undefined) => Promise<T> | T): Promise<T> {
   const tracer = trace.getTracer(TRACER);
   const parent = opts.parent ?? context.active();
   const span = tracer.startSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes ? attrs(opts.attributes) : undefined }, parent);
