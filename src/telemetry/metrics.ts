@@ -40,7 +40,8 @@ export interface GaugeHook {
 export function registerGauge(hook: GaugeHook): void {
   if (!/^atelier_[a-z0-9_]+$/.test(hook.name)) throw new Error(`registerGauge: ${hook.name} must match atelier_[a-z0-9_]+`);
   registry.removeSingleMetric(hook.name);
-  new Gauge({
+  let absent = false;
+  const gauge = new Gauge({
     name: hook.name,
     help: hook.help,
     labelNames: hook.labelNames ?? [],
@@ -48,11 +49,18 @@ export function registerGauge(hook: GaugeHook): void {
     async collect() {
       this.reset();
       const v = await hook.collect();
+      absent = v === null;
       if (v === null) return;
       if (typeof v === 'number') this.set(v);
       else for (const { labels, value } of v) this.set(labels, value);
     },
   });
+  // null: no sample at all (an unlabelled prom-client gauge would otherwise read 0, which a "no backup yet" must not).
+  const get = gauge.get.bind(gauge);
+  gauge.get = async () => {
+    const m = await get();
+    return absent ? { ...m, values: [] } : m;
+  };
 }
 
 /** A counter whose values another module keeps (read at scrape time; TYPE counter). */

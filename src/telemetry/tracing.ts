@@ -81,7 +81,7 @@ export async function stopTracing(): Promise<void> {
 /** Attribute keys may start with these only (OTel semantic conventions, and atelier.*). */
 const ALLOWED_PREFIXES = ['atelier.', 'gen_ai.', 'mcp.', 'rpc.', 'error.', 'server.', 'network.', 'http.', 'vcs.', 'jsonrpc.'];
 /** Strings that look like a credential never become an attribute value. */
-const CREDENTIAL = /(atl_|ath_|atr_|sk-|Bearer\s|lease_|gho_|ghp_|github_pat_|glpat-|-----BEGIN|[A-Za-z0-9_-]{40,})/;
+const CREDENTIAL = /(\b(atlg?_|sk-|gh[opsur]_|github_pat_|glpat-|xox[abp]-)|Bearer\s|Basic\s|-----BEGIN|[A-Za-z0-9_+/=-]{40,})/;
 const MAX_STRING = 256;
 
 /** Filters attributes to the allowed, credential-free, short form. */

@@ -200,6 +200,27 @@ describe('traces', () => {
     expect(turnIds.has(proxied.parentSpanId)).toBe(true);
   }, 240_000);
 
+  it('an egress decision is a span of its own trace: host, port, verdict and reason, never the request', async () => {
+    const st = await e.ok('workspace_status', { workspaceId: e.ws });
+    const r = await e.ok('workspace_open', { repositoryUrl: st.repositoryUrl, idempotencyKey: 'telemetry-deps', networkProfile: 'dependency-access' });
+    const id = r.workspaceId as string;
+    try {
+      const x = await e.ok('exec_run', { workspaceId: id, command: 'curl -s -m 10 -o /dev/null -w "%{http_code}" https://example.com/telemetry-path?q=secret-query || true' });
+      expect(String(x.stdout)).toContain('000');
+      const refused = (y: OtlpSpan) => y.name === 'egress CONNECT' && y.attributes['atelier.workspace.id'] === id && y.attributes['server.address'] === 'example.com';
+      const spans = await spansUntil('the egress decision', (s) => s.some(refused));
+      const d = spans.find(refused)!;
+      expect(d.parentSpanId).toBe('');
+      expect(d.attributes).toMatchObject({ 'server.address': 'example.com', 'server.port': 443, 'atelier.egress.allowed': false });
+      expect(String(d.attributes['atelier.egress.reason'])).toMatch(/not in the allowed/);
+      expect(d.status.code).toBe(2); // ERROR
+      expect(JSON.stringify(d.raw)).not.toContain('secret-query');
+    } finally {
+      await e.ok('workspace_close', { workspaceId: id });
+      await e.ok('workspace_set_active', { workspaceId: e.ws });
+    }
+  }, 180_000);
+
   it('no attribute of any span holds a token, a key, a lease or file content (hostile check over every span)', async () => {
     await spansUntil('some spans', (s) => s.length > 20);
     const forbidden = [e.svc.token, PROVIDER_KEY, e.host.token, SECRET_FILE_TEXT, 'hello-from-exec', 'agent-exec', ...Object.values(REPO).map((t) => t.trim()).filter((t) => t.length > 8)].filter(Boolean);
