@@ -13,7 +13,9 @@ import { createMcpEndpoint, type McpStats } from './mcp/http.js';
 import type { ToolRegistry } from './mcp/registry.js';
 import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
 import { pendingSpecPaths } from './dashboard/spec-paths.js';
-import { VERSION } from './core/version.js';
+import { registerAppMetrics } from './telemetry/app-metrics.js';
+import { renderMetrics } from './telemetry/metrics.js';
+import { withExtracted } from './telemetry/tracing.js';
 import { ServiceError, errorEnvelope } from './core/errors.js';
 import { OAUTH_CORS_PATHS, registerOAuthRoutes } from './mcp/oauth/routes.js';
 import { oauthClientRoutes, registerConsent } from './dashboard/oauth.js';
@@ -81,7 +83,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   const guard = oauthGuard(originGuard(app));
   let inflight = 0;
   let idleResolve: (() => void) | null = null;
-  const started = Date.now();
+  registerAppMetrics(app);
 
   const forbid = (res: ServerResponse, why: string) => {
     const { status, body } = errorEnvelope(new ServiceError('PERMISSION_DENIED', why));
@@ -121,7 +123,8 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     });
     const path = (req.url ?? '/').split('?')[0];
     if (path === '/mcp') {
-      mcp(req, res).catch((err) => {
+      // Trace context of the request's traceparent header (a tools/call's _meta wins: src/mcp/registry.ts).
+      withExtracted([req.headers], () => mcp(req, res)).catch((err) => {
         app.log.error({ err }, 'mcp endpoint failure');
         const { status, body } = errorEnvelope(err);
         if (!res.headersSent) res.writeHead(status, { 'content-type': 'application/json' });
@@ -168,48 +171,9 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
       const { status, body } = errorEnvelope(new ServiceError('UNAUTHENTICATED', 'bearer token required'));
       return reply.code(status).header('www-authenticate', 'Bearer realm="atelier"').send(body);
     }
-    const lines = [
-      '# HELP atelier_info Build information',
-      '# TYPE atelier_info gauge',
-      `atelier_info{version="${VERSION}"} 1`,
-      '# HELP atelier_uptime_seconds Seconds since start',
-      '# TYPE atelier_uptime_seconds gauge',
-      `atelier_uptime_seconds ${Math.floor((Date.now() - started) / 1000)}`,
-      '# HELP atelier_tool_calls_total MCP tool calls by tool and outcome',
-      '# TYPE atelier_tool_calls_total counter',
-      ...[...stats.calls.entries()].map(([k, v]) => {
-        const [tool, outcome] = k.split('|');
-        return `atelier_tool_calls_total{tool="${tool}",outcome="${outcome}"} ${v}`;
-      }),
-    ];
-    const login = app.loginThrottle.metrics();
-    lines.push(
-      '# HELP atelier_login_password_checks_total Password checks (scrypt) of the dashboard login, by result',
-      '# TYPE atelier_login_password_checks_total counter',
-      `atelier_login_password_checks_total{outcome="ok"} ${login.checks.ok}`,
-      `atelier_login_password_checks_total{outcome="wrong"} ${login.checks.wrong}`,
-      '# HELP atelier_login_refused_total Password logins refused without a check (delay, lockout, a check from the same address running, busy)',
-      '# TYPE atelier_login_refused_total counter',
-      ...Object.entries(login.refused).map(([reason, n]) => `atelier_login_refused_total{reason="${reason}"} ${n}`),
-      '# HELP atelier_login_lockouts_total Password login lockouts, per address and overall',
-      '# TYPE atelier_login_lockouts_total counter',
-      `atelier_login_lockouts_total{scope="address"} ${login.lockouts.address}`,
-      `atelier_login_lockouts_total{scope="overall"} ${login.lockouts.overall}`,
-      '# HELP atelier_login_password_checks_running_max The most password checks that ran at once since start',
-      '# TYPE atelier_login_password_checks_running_max gauge',
-      `atelier_login_password_checks_running_max ${login.runningMax}`,
-    );
-    const handoffs = app.executor.fileHandoffs?.();
-    if (handoffs) {
-      lines.push(
-        '# HELP atelier_file_handoffs_total files_read ranges read through the daemon\'s handed-off descriptor (taken), and handoffs refused or failed (read the ordinary way)',
-        '# TYPE atelier_file_handoffs_total counter',
-        `atelier_file_handoffs_total{outcome="taken"} ${handoffs.taken}`,
-        `atelier_file_handoffs_total{outcome="refused"} ${handoffs.refused}`,
-      );
-    }
-    lines.push(...app.checkpoints.metricLines());
-    return reply.header('content-type', 'text/plain; version=0.0.4').send(lines.join('\n') + '\n');
+    // prom-client (src/telemetry/metrics.ts); names are stable (docs/operations.md "Metrics").
+    const { contentType, text } = await renderMetrics();
+    return reply.header('content-type', contentType).send(text);
   });
   await fastify.ready();
 

@@ -16,6 +16,7 @@
  */
 import { splice } from '../contracts/splice.js';
 import { connect, createServer, type Socket } from 'node:net';
+import { randomBytes } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
 import OpenAI from 'openai';
 import {
@@ -273,10 +274,17 @@ async function main(): Promise<void> {
   const chatTools = cfg.tools.map((t) => ({ type: 'function' as const, function: { name: t.name, description: t.description, parameters: t.inputSchema } }));
   const respTools = cfg.tools.map((t) => ({ type: 'function' as const, name: t.name, description: t.description, parameters: t.inputSchema, strict: false }));
 
+  // Trace context (docs/operations.md "Traces"): a turn's request names the turn's span, whose id
+  // this runtime picks and reports in its turn event; other requests (the summary) the run's span.
+  const trace = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(cfg.traceparent ?? '');
+  let turnSpanId: string | null = null;
+  const traceHeaders = (): Record<string, string> => (trace ? { traceparent: `00-${trace[1]}-${turnSpanId ?? trace[2]}-${trace[3]}` } : {});
+
   const turn = async (instructions: string, withTools: boolean, maxTokens: number, history = messages): Promise<TurnResult> => {
     turnAbort = new AbortController();
     if (ctl.stop) throw ctl.stop;
     const signal = turnAbort.signal;
+    const headers = traceHeaders();
     let text = '';
     const calls: ToolCall[] = [];
     firstRequestMs ??= Math.round(performance.now() - jobAt);
@@ -290,7 +298,7 @@ async function main(): Promise<void> {
           stream_options: { include_usage: true },
           max_completion_tokens: maxTokens,
         },
-        { signal },
+        { signal, headers },
       );
       const byIndex = new Map<number, ToolCall>();
       for await (const chunk of stream) {
@@ -322,7 +330,7 @@ async function main(): Promise<void> {
           store: false,
           max_output_tokens: maxTokens,
         },
-        { signal },
+        { signal, headers },
       );
       let output: Array<Record<string, unknown>> = [];
       for await (const ev of stream) {
@@ -362,6 +370,7 @@ async function main(): Promise<void> {
   const summarize = async (reason: string): Promise<string> => {
     // One last tool-less call with the whole conversation, then a compact one, then a local note.
     const instr = `${system}\n${SUMMARY_REQUEST}`;
+    turnSpanId = null; // the summary request hangs from the run's span
     const compact = [{ role: 'user', content: `Task (shortened): ${cfg.prompt.slice(0, 2000)}\n\nActions taken so far:\n${actions.slice(-40).join('\n').slice(0, 4000)}\n\n${SUMMARY_REQUEST}` }];
     for (const history of [[...messages, { role: 'user', content: SUMMARY_REQUEST }], compact]) {
       try {
@@ -400,7 +409,8 @@ async function main(): Promise<void> {
       if (budget && budget.outputTokens.remaining < 64) throw new Stop('LIMIT_EXCEEDED', `maxOutputTokens: ${budget.outputTokens.remaining} output tokens left`, true);
       if (budget && budget.inputTokens.remaining < 1024) throw new Stop('LIMIT_EXCEEDED', `maxInputTokens: ${budget.inputTokens.remaining} input tokens left`, true);
       const instructions = `${system}\n${budgetLine(budget)}`;
-      ctl.event({ type: 'turn', turn: ++turnNo, budget });
+      turnSpanId = trace ? randomBytes(8).toString('hex') : null;
+      ctl.event({ type: 'turn', turn: ++turnNo, budget, ...(turnSpanId ? { spanId: turnSpanId } : {}) });
       let r: TurnResult;
       try {
         r = await turn(instructions, true, cfg.maxTurnOutputTokens);

@@ -10,6 +10,7 @@ import { createApp, type App } from '../app.js';
 import { ConfigError, SETTINGS, defaultDataDir, loadConfig, parseFlags } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
 import { startServer } from '../server.js';
+import { startTracing, stopTracing } from '../telemetry/tracing.js';
 import { runDoctor, sandboxProblems } from './doctor.js';
 import { envCommand, reposCommand, requireServiceDataDir } from './admin.js';
 import { CREDENTIALS_FLAGS, credentialsCommand } from './credentials.js';
@@ -136,6 +137,8 @@ async function serve(argv: string[]): Promise<void> {
     );
   }
   const app = createApp(config, { sandboxDisabledReason: problems.length > 0 ? problems.map((p) => p.what).join(', ') + ' unavailable' : undefined, backgroundCheckpoints: true });
+  // Traces (docs/operations.md): the SDK is loaded only when an OTLP endpoint is set.
+  if (config.otlpTracesEndpoint) await startTracing({ endpoint: config.otlpTracesEndpoint, serviceName: 'atelier', serviceVersion: VERSION });
   // Signal handlers go in before anything listens, so a stop request is never lost.
   let server: Awaited<ReturnType<typeof startServer>> | undefined;
   let stopping = false;
@@ -163,6 +166,7 @@ async function serve(argv: string[]): Promise<void> {
     app.artifacts.stop();
     app.checkpoints.stop();
     await app.knowledge.stop().catch(() => undefined);
+    await stopTracing();
     app.close();
     app.log.info('stopped');
     app.log.flush?.();

@@ -37,6 +37,12 @@ export interface AgentStartConfig {
   maxTurnOutputTokens: number;
   /** Budget figures at assignment (the first turn uses them instead of asking the runner). */
   budget?: BudgetView | null;
+  /**
+   * W3C traceparent of the agent's run span when the runner traces (docs/operations.md "Traces"):
+   * each turn's model request carries its trace id with the turn's own span id, which the runtime
+   * picks and reports in its `turn` event (`spanId`); absent when tracing is off.
+   */
+  traceparent?: string;
 }
 
 /** Budget figures sent to the model every turn. */

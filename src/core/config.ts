@@ -88,6 +88,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'artifactQuotaMb', flag: '--artifact-quota-mb', env: 'ATELIER_ARTIFACT_QUOTA_MB', kind: 'int', def: 4096, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Total stored artifact bytes (distinct blobs), MiB' }),
   S({ key: 'checkpointQuotaMb', flag: '--checkpoint-quota-mb', env: 'ATELIER_CHECKPOINT_QUOTA_MB', kind: 'int', def: 20480, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Host disk all workspace checkpoints of the owner may take, MiB (issue #33)' }),
   S({ key: 'checkpointMaxCount', flag: '--checkpoint-max-count', env: 'ATELIER_CHECKPOINT_MAX_COUNT', kind: 'int', def: 50, rule: 'an integer from 1 to 10000', check: ((v: number) => v >= 1 && v <= 10000) as never, help: 'Workspace checkpoints the owner may keep (issue #33)' }),
+  S({ key: 'otlpTracesEndpoint', flag: '--otlp-traces-endpoint', env: 'ATELIER_OTLP_TRACES_ENDPOINT', kind: 'string', def: '', rule: 'an http(s) URL of an OTLP/HTTP traces receiver, such as http://127.0.0.1:4318/v1/traces, with no user or password in it', check: ((v: string) => v === '' || /^https?:\/\/[^\s/@]+(\/\S*)?$/.test(v)) as never, help: 'Send OpenTelemetry traces (OTLP/HTTP, JSON) here; empty = tracing off, no SDK loaded (docs/operations.md)' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
   S({ key: 'backupDir', flag: '--backup-dir', env: 'ATELIER_BACKUP_DIR', kind: 'string', def: '', rule: 'an absolute path outside the data directory (empty: no scheduled backups)', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Scheduled backups: each one a directory atelier-backup-<time> here (docs/operations.md); empty turns them off' }),
   S({ key: 'backupIntervalMinutes', flag: '--backup-interval-minutes', env: 'ATELIER_BACKUP_INTERVAL_MINUTES', kind: 'int', def: 1440, rule: 'an integer from 5 to 43200', check: ((v: number) => v >= 5 && v <= 43200) as never, help: 'Scheduled backups: minutes between two (the first when the service starts if none was taken that recently)' }),
@@ -115,6 +116,7 @@ export interface Config {
   idleLeaseSeconds: number;
   maxWorkspaceLifetimeSeconds: number;
   shutdownGraceMs: number;
+  otlpTracesEndpoint: string;
   skillSuggestUrl: string;
   skillSuggestKeyFile: string;
   oauthAccessTokenSeconds: number;

@@ -7,6 +7,8 @@
  */
 import { readFileSync, statSync } from 'node:fs';
 import { startGateway } from './server.js';
+import { startTracing, stopTracing } from '../telemetry/tracing.js';
+import { VERSION } from '../core/version.js';
 
 export const GATEWAY_USAGE = `Usage: atelier gateway --admin-secret-file FILE [--host 127.0.0.1] [--port 0] [--max-body-bytes N] [--drain-ms N] [--session-header NAME]\n`;
 
@@ -58,6 +60,11 @@ export async function gatewayMain(argv: string[]): Promise<number> {
     if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${k} must be a non-negative integer`);
     return n;
   };
+  // Traces (docs/operations.md): on when the runner (or the operator) sets the OTLP endpoint.
+  const otlp = process.env.ATELIER_OTLP_TRACES_ENDPOINT ?? '';
+  // Loaded beside the server's start, not before it (about a second on a loaded machine): the runner
+  // waits for the "listening" line; a request before the SDK is ready is simply not traced.
+  const tracing = /^https?:\/\/[^\s/@]+(\/\S*)?$/.test(otlp) ? startTracing({ endpoint: otlp, serviceName: 'atelier-gateway', serviceVersion: VERSION }).catch((e) => process.stderr.write(`atelier gateway: tracing did not start: ${(e as Error).message}\n`)) : null;
   const quiet = flags['--log-level'] === 'silent';
   const gw = await startGateway({
     host: flags['--host'] ?? '127.0.0.1',
@@ -69,8 +76,9 @@ export async function gatewayMain(argv: string[]): Promise<number> {
     log: quiet ? undefined : (level, msg, extra) => process.stderr.write(JSON.stringify({ level, time: Date.now(), name: 'gateway', msg, ...extra }) + '\n'),
   });
   process.stdout.write(`atelier gateway listening at ${gw.url} (${gw.bootId})\n`);
+  await tracing;
   const stop = () => {
-    void gw.close().then(() => process.exit(0));
+    void gw.close().then(stopTracing).then(() => process.exit(0));
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);

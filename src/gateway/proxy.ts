@@ -14,6 +14,7 @@ import type { GatewayContext } from './context.js';
 import { HOP_HEADERS, readBody, sendError, sendRefusal } from './http.js';
 import { BodyMeter, estimateUsage, NO_USAGE, overrunEvent, requestBounds, rewriteForProvider, SseMeter } from './metering.js';
 import { authenticateLease, selectRoute, type Route } from './routing.js';
+import { SpanKind, extractContext, failSpan, setAttrs, startSpan, type Span } from '../telemetry/tracing.js';
 
 /** The headers of the upstream request: the route's (key, user agent, JSON), the body length, accept, and the session header with the agent id. */
 export function upstreamHeaders(route: Pick<Route, 'headers' | 'provider'>, bodyBytes: number, accept: string | undefined, stream: boolean, sessionHeader: string | null, agentId: string): OutgoingHttpHeaders {
@@ -23,7 +24,27 @@ export function upstreamHeaders(route: Pick<Route, 'headers' | 'provider'>, body
   return headers;
 }
 
+/**
+ * One agent request, traced (src/telemetry/tracing.ts; nothing when tracing is off): a client span
+ * with the GenAI semantic conventions (operation, provider, model, tokens in and out) and the cost
+ * in micro-USD, child of the request's traceparent (the agent runtime sends its turn's). Never a
+ * header, the lease token, the key or any message text.
+ */
 export async function proxyRequest(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, mode: ApiMode): Promise<void> {
+  const span = startSpan('chat', { kind: SpanKind.CLIENT, parent: extractContext([req.headers]), attributes: { 'gen_ai.operation.name': 'chat', 'atelier.gateway.api_mode': mode } });
+  let relayed = false;
+  try {
+    relayed = (await proxyInner(ctx, req, res, mode, span)) === true;
+  } finally {
+    if (!relayed && span) {
+      setAttrs(span, { 'http.response.status_code': res.statusCode });
+      if (res.statusCode >= 400) failSpan(span, null, String(res.statusCode));
+      span.end();
+    }
+  }
+}
+
+async function proxyInner(ctx: GatewayContext, req: IncomingMessage, res: ServerResponse, mode: ApiMode, span: Span | undefined): Promise<true | void> {
   const auth = authenticateLease(ctx.budget, req.headers.authorization, ctx.now());
   if (!('lease' in auth)) {
     req.resume();
@@ -42,6 +63,10 @@ export async function proxyRequest(ctx: GatewayContext, req: IncomingMessage, re
   const picked = selectRoute(ctx.routes, lease, mode, ctx.generation === null);
   if (!('route' in picked)) return sendRefusal(res, picked);
   const { route } = picked;
+  if (span) {
+    span.updateName(`chat ${route.src.model}`);
+    setAttrs(span, { 'gen_ai.provider.name': route.provider.id, 'gen_ai.request.model': route.src.model, 'atelier.agent.id': lease.agentId });
+  }
 
   const bounds = requestBounds(body, raw.length, mode, lease);
   let r: Reservation;
@@ -55,11 +80,13 @@ export async function proxyRequest(ctx: GatewayContext, req: IncomingMessage, re
   const { stripUsage } = rewriteForProvider(body, route.src.model, mode, r.outputLimit, bounds.choices);
   const out = Buffer.from(JSON.stringify(body));
   const headers = upstreamHeaders(route, out.length, req.headers.accept, body.stream === true, ctx.sessionHeader, lease.agentId);
-  relay(ctx, res, route, r, headers, out, { chat: bounds.chat, choices: bounds.choices, stripUsage, requestBytes: raw.length });
+  setAttrs(span, { 'gen_ai.request.max_tokens': r.outputLimit, 'gen_ai.request.stream': body.stream === true });
+  relay(ctx, res, route, r, headers, out, { chat: bounds.chat, choices: bounds.choices, stripUsage, requestBytes: raw.length }, span);
+  return true;
 }
 
 /** Sends the rewritten request upstream and relays the answer, settling `r` exactly once. */
-function relay(ctx: GatewayContext, res: ServerResponse, route: Route, r: Reservation, headers: OutgoingHttpHeaders, out: Buffer, o: { chat: boolean; choices: number; stripUsage: boolean; requestBytes: number }): void {
+function relay(ctx: GatewayContext, res: ServerResponse, route: Route, r: Reservation, headers: OutgoingHttpHeaders, out: Buffer, o: { chat: boolean; choices: number; stripUsage: boolean; requestBytes: number }, span?: Span): void {
   ctx.inflight++;
   let done = false;
   let clientGone = false;
@@ -69,8 +96,15 @@ function relay(ctx: GatewayContext, res: ServerResponse, route: Route, r: Reserv
     done = true;
     ctx.inflight--;
     if (drainTimer) clearTimeout(drainTimer);
-    ctx.budget.settle(r, usage ?? { ...NO_USAGE }, unreconciled, reason);
+    const u = usage ?? { ...NO_USAGE };
+    const cost = ctx.budget.settle(r, u, unreconciled, reason);
+    if (span) {
+      setAttrs(span, { 'gen_ai.usage.input_tokens': u.inputTokens, 'gen_ai.usage.output_tokens': u.outputTokens, 'atelier.gen_ai.cost_micros': cost, 'atelier.gen_ai.unreconciled': unreconciled, 'http.response.status_code': status });
+      if (usage === null || unreconciled) failSpan(span, null, reason ? 'upstream_incomplete' : 'unreconciled');
+      span.end();
+    }
   };
+  let status = 0;
   const estimate = (outputTokens: number): Usage => estimateUsage(r, o.requestBytes, outputTokens);
 
   const up = (route.https ? httpsRequest : httpRequest)(route.url, { method: 'POST', agent: route.agent, headers });
@@ -94,6 +128,7 @@ function relay(ctx: GatewayContext, res: ServerResponse, route: Route, r: Reserv
     responded = true;
     ur.on('error', () => undefined); // a cut shows up as close without end
     const st = ur.statusCode ?? 502;
+    status = st;
     if (st >= 300 && st < 400) {
       // Never follow a redirect, and never hand one to the client (its client would follow it with the lease token).
       ur.resume();

@@ -110,6 +110,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       onResult: LINKED_TOOLS.has(params.name) ? (tool, ws, structured) => (links = resourceLinks(tool, ws, structured)) : undefined,
       approvals: c.approvals,
       output: c.output,
+      meta: params._meta as Record<string, unknown> | undefined,
       progress:
         progressToken === undefined
           ? (_p, _t, message) => logStep(message)

@@ -16,6 +16,8 @@ import { WorkspaceLocks } from '../core/locks.js';
 import type { LogNotifier } from './logging.js';
 import { wireText, type WireText } from './wire-text.js';
 import { InputRequired, runWithApprovals, type InCallApprovals } from './in-call-approvals.js';
+import { SpanKind, extractContext, failSpan, inSpan, setAttrs, stepSpan, type Span } from '../telemetry/tracing.js';
+import { recordToolCall } from '../telemetry/metrics.js';
 
 export type { PublishedTool } from '../tools/validate.js';
 export { validationError } from '../tools/validate.js';
@@ -60,6 +62,8 @@ export interface CallContext {
   approvals?: InCallApprovals;
   /** Where a command's output goes as it comes (a call run as an MCP task: its operation's log). */
   output?: (chunk: Buffer) => void;
+  /** The request's params._meta: its traceparent/tracestate (SEP-414) parent the call's span (src/telemetry/tracing.ts). */
+  meta?: Record<string, unknown>;
 }
 
 /** What the pipeline needs of the application besides the services it hands to handlers. */
@@ -228,8 +232,31 @@ export class ToolRegistry extends ToolParser {
     return (this.published ??= this.names().map((n) => this.compiled(n)!.published));
   }
 
-  /** The pipeline: parse, implemented, context (workspace), idempotent run, redact, audit, log. */
+  /**
+   * The pipeline: parse, implemented, context (workspace), idempotent run, redact, audit, log.
+   * Traced (one span per call, a child span per step) and counted in /metrics (src/telemetry/).
+   */
   async call(host: RegistryHost, name: string, raw: unknown, cc: CallContext): Promise<CallToolResult> {
+    const started = performance.now();
+    let outcome = 'ok';
+    const parent = extractContext([cc.meta]);
+    return inSpan(`tools/call ${name}`, { kind: SpanKind.SERVER, parent, attributes: { 'mcp.method.name': 'tools/call', 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': name, 'atelier.actor': typeof cc.actor === 'string' ? cc.actor : 'owner' } }, async (span) => {
+      try {
+        const result = await this.pipeline(host, name, raw, cc, span);
+        if (result.isError) outcome = ((result.structuredContent?.error as { code?: string } | undefined)?.code ?? 'error');
+        return result;
+      } catch (e) {
+        outcome = e instanceof InputRequired ? 'input_required' : 'INTERNAL';
+        throw e;
+      } finally {
+        if (outcome !== 'ok') failSpan(span, null, outcome);
+        setAttrs(span, { 'atelier.outcome': outcome });
+        recordToolCall(this.compiled(name) ? name : 'unknown', outcome, (performance.now() - started) / 1000);
+      }
+    });
+  }
+
+  private async pipeline(host: RegistryHost, name: string, raw: unknown, cc: CallContext, span: Span | undefined): Promise<CallToolResult> {
     const c = this.compiled(name);
     if (!c) return errorResult(errorEnvelope(new ServiceError('NOT_FOUND', `unknown tool ${name}; tools/list names every tool`, { tool: name })).body.error);
     const readOnly = c.def.badges.includes('readOnly');
@@ -244,22 +271,25 @@ export class ToolRegistry extends ToolParser {
     watchdog.unref();
     try {
       const grant = this.grant(cc);
-      requireAccess(grant, c.def);
-      args = parseArgs(c.def, c.schema, raw);
+      stepSpan('registry.access', () => requireAccess(grant, c.def));
+      args = stepSpan('registry.parse', () => parseArgs(c.def, c.schema, raw));
       const run = requireImplemented(c.def);
-      const ctx = handlerContext(host, cc, c.def, args, grant);
+      const parsedArgs = args;
+      const ctx = stepSpan('registry.resolve', () => handlerContext(host, cc, c.def, parsedArgs, grant));
+      if (c.def.workspace) setAttrs(span, { 'atelier.workspace.id': ctx.workspace });
       const parsed = args;
       const key = c.def.idempotency === 'key' && typeof args.idempotencyKey === 'string' ? args.idempotencyKey : undefined;
       // A key replays within the workspace it acted on: an omitted workspaceId is keyed as the one it resolved to.
       const keyed = c.def.workspace ? { ...args, workspaceId: ctx.workspace } : args;
       // Everything the call reaches (a hook fired inside git_commit) runs as this caller (core/caller.ts).
       // A refusal for a pending owner approval waits for the owner where the client can open it (in-call-approvals.ts).
-      const attempt = () => runWithApprovals(host.approvals, cc.approvals, name, cc.signal, async () => run(parsed, ctx));
-      const result = await withCaller(grant, () => (key ? this.idempotent.run(host, name, key, keyed, attempt) : attempt()));
-      if (!readOnly) auditCall(host, cc, name, args, 'ok');
+      const attempt = () => runWithApprovals(host.approvals, cc.approvals, name, cc.signal, async () => inSpan('registry.run', {}, () => run(parsed, ctx)));
+      const result = await withCaller(grant, () => (key ? inSpan('registry.idempotent', { attributes: { 'atelier.idempotency.keyed': true } }, () => this.idempotent.run(host, name, key, keyed, attempt)) : attempt()));
+      if (!readOnly) stepSpan('registry.audit', () => auditCall(host, cc, name, parsedArgs, 'ok'));
       host.log.debug({ tool: name, ms: Date.now() - started }, 'tool call');
       // Secret values never leave in a result, whatever the tool.
-      const redacted = host.environments.redact(result);
+      const redacted = stepSpan('registry.redact', () => host.environments.redact(result));
+      if (!c.def.workspace && typeof redacted.workspaceId === 'string') setAttrs(span, { 'atelier.workspace.id': redacted.workspaceId });
       cc.onResult?.(name, c.def.workspace ? ctx.workspace : undefined, redacted);
       ok = true;
       return okResult(redacted, cc.deferText);

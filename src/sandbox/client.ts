@@ -8,6 +8,7 @@
 import { connect, type Socket } from 'node:net';
 import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
 import { defineRawText, leaseBytes } from '../core/raw-text.js';
+import { SpanKind, inSpan, inTrace } from '../telemetry/tracing.js';
 import {
   FrameReader,
   encodeMessage,
@@ -66,6 +67,8 @@ export class DaemonClient {
    * method name, its params and its reply are checked against DaemonMethods (protocol.ts).
    */
   async request<M extends DaemonMethod>(method: M, params: ParamsOf<M>, opts: RequestOptions = {}): Promise<ReplyOf<M>> {
+    // Traced as a child of the call that sent it (src/telemetry/tracing.ts); the method name only, never params.
+    if (inTrace()) return inSpan(`daemon ${method}`, { kind: SpanKind.CLIENT, attributes: { 'rpc.system': 'atelier-daemon', 'rpc.method': method } }, () => this.send<ReplyOf<M>>(method, params, opts));
     return this.send<ReplyOf<M>>(method, params, opts);
   }
 

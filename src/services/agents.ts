@@ -7,6 +7,7 @@
  * messages). The supervisor ends agents on TTL, budget, output bytes, cancel (cascading down the
  * tree) or runtime exit, revokes their leases and settles their spend. See docs/agents.md.
  */
+import { contextOf, failSpan, injectHeaders, setAttrs, startSpan, withSpanContext, type Span } from '../telemetry/tracing.js';
 import { appendFileSync, existsSync, mkdirSync, openSync, readSync, closeSync, rmSync, statSync } from 'node:fs';
 import type { Server, Socket } from 'node:net';
 import { join } from 'node:path';
@@ -159,6 +160,9 @@ interface Live {
   /** Launch timing (ms since spawn accepted), logged at debug level once the first model turn starts. */
   t0: number;
   marks: Record<string, number>;
+  /** Traces (docs/operations.md): the run's span (child of the spawning call's) and the current turn's; undefined when tracing is off. */
+  span?: Span;
+  turnSpan?: Span;
 }
 
 interface Deps {
@@ -394,6 +398,9 @@ export class AgentService {
       t0: performance.now(),
       marks: {},
     };
+    live.span = startSpan('invoke_agent', {
+      attributes: { 'gen_ai.operation.name': 'invoke_agent', 'gen_ai.agent.id': id, 'gen_ai.request.model': pin.body.model, 'atelier.agent.profile_id': spawnArgs.profileId, 'atelier.agent.depth': row.depth, 'atelier.agent.parent_id': row.parent_id, 'atelier.workspace.id': row.workspace_id },
+    });
     this.live.set(id, live);
     this.log(live, { type: 'status', status: 'SPAWNING', profileId: spawnArgs.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, parentAgentId: row.parent_id });
     void this.launch(live);
@@ -515,6 +522,7 @@ export class AgentService {
         toolResultCapBytes: TOOL_RESULT_CAP_BYTES,
         maxTurnOutputTokens: Math.min(live.budgets.maxOutputTokens, 8192),
         budget: await this.budgetView(live, leaseFigures(lease)),
+        ...(live.span ? { traceparent: injectHeaders(live.span).traceparent } : {}),
       };
       live.exited = slot.exited.then(async (result) => {
         if (live.ending) return;
@@ -588,14 +596,21 @@ export class AgentService {
         live.timers.push(setTimeout(() => this.releaseSlot(live), 3_000).unref());
         for (const s of live.pendingSteers.splice(0)) this.deliverSteer(live, s);
         return;
-      case 'event':
-        this.log(live, runtimeMessage.event && typeof runtimeMessage.event === 'object' ? runtimeMessage.event : { type: 'event' });
+      case 'event': {
+        const event: Record<string, unknown> = runtimeMessage.event && typeof runtimeMessage.event === 'object' ? { ...runtimeMessage.event } : { type: 'event' };
+        // A turn: its span (the id the runtime chose and sent to the gateway as the parent of the model request).
+        const spanId = event.spanId;
+        delete event.spanId;
+        if (event.type === 'turn') this.turnSpan(live, typeof spanId === 'string' ? spanId : undefined, Number(event.turn) || 0);
+        this.log(live, event);
         return;
+      }
       case 'budget':
         this.send(live, { t: 'budget', id: runtimeMessage.id, budget: await this.budgetView(live) });
         return;
       case 'call': {
-        const result = await this.proxyCall(live, String(runtimeMessage.name), runtimeMessage.args && typeof runtimeMessage.args === 'object' && !Array.isArray(runtimeMessage.args) ? runtimeMessage.args : {});
+        // The proxied call's span hangs from the turn that asked for it.
+        const result = await withSpanContext(live.turnSpan ?? live.span, () => this.proxyCall(live, String(runtimeMessage.name), runtimeMessage.args && typeof runtimeMessage.args === 'object' && !Array.isArray(runtimeMessage.args) ? runtimeMessage.args : {}));
         this.send(live, { t: 'result', id: runtimeMessage.id, result });
         return;
       }
@@ -700,9 +715,31 @@ export class AgentService {
    * calls in flight, revokes the lease (requests in flight settle), pulls usage into the ledger,
    * gives the unspent part of a child's carved budget back to its parent, then records the status.
    */
+  /** Ends the current turn's span and starts the next one (a child of the run's span, with the id the runtime chose). */
+  private turnSpan(live: Live, spanId: string | undefined, turn: number): void {
+    live.turnSpan?.end();
+    live.turnSpan = live.span ? startSpan('agent turn', { parent: contextOf(live.span), spanId, attributes: { 'gen_ai.agent.id': live.id, 'atelier.agent.turn': turn } }) : undefined;
+  }
+
   private finish(live: Live, status: AgentStatus, options: { summary?: string; reason?: string; error?: unknown; drainMs?: number }): Promise<void> {
     if (live.ending) return live.ending;
     live.ending = (async () => {
+      try {
+        await this.finishing(live, status, options);
+      } finally {
+        live.turnSpan?.end();
+        if (live.span) {
+          setAttrs(live.span, { 'atelier.agent.status': status });
+          if (status !== 'SUCCEEDED') failSpan(live.span, null, status);
+          live.span.end();
+        }
+      }
+    })();
+    return live.ending;
+  }
+
+  private async finishing(live: Live, status: AgentStatus, options: { summary?: string; reason?: string; error?: unknown; drainMs?: number }): Promise<void> {
+    {
       this.releaseSlot(live);
       for (const t of live.timers) clearTimeout(t);
       if (status === 'CANCELLED' && live.row.status !== 'CANCELLING') this.setStatus(live, 'CANCELLING', options.reason ?? 'cancelled');
@@ -747,8 +784,7 @@ export class AgentService {
         const children = [...this.live.values()].filter((l) => l.row.parent_id === live.id && !l.ending);
         for (const c of children) void this.cancelTree(this.row(c.id), `its parent agent ${live.id} ended ${status} while it ran; a tree ends with its parent`, live.id).catch((e) => this.deps.log.error({ agentId: c.id, err: (e as Error).message }, 'cancelling the children of an ended agent failed'));
       }
-    })();
-    return live.ending;
+    }
   }
 
   // ------------------------------------------------------------------ logs

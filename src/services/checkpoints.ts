@@ -300,35 +300,34 @@ export class CheckpointService {
     return { ...workspace, forkedFrom: { workspaceId: sourceId }, copyMode: filled.mode, processesFrozen: filled.processesFrozen, frozenMs: filled.frozenMs, ms: Date.now() - t0 };
   }
 
-  /** Prometheus lines for /metrics: copies by operation and mode (reflink = copy-on-write, copy = full), their disk, freeze time, refusals, stored bytes. */
-  metricLines(): string[] {
+  /** What /metrics shows (src/telemetry/app-metrics.ts): copies by operation and mode (reflink = copy-on-write, copy = full), their disk, freeze time, refusals, stored bytes. */
+  metricValues(): {
+    copies: Array<{ labels: Record<string, string>; value: number }>;
+    diskBytes: Array<{ labels: Record<string, string>; value: number }>;
+    frozenMs: number;
+    freezes: number;
+    refused: Array<{ labels: Record<string, string>; value: number }>;
+    stored: number;
+    storedBytes: number;
+  } {
     const m = this.metrics;
     const stored = this.deps.db.prepare('SELECT count(*) AS n, coalesce(sum(disk_bytes), 0) AS b FROM checkpoints').get() as { n: number; b: number };
-    const split = (k: string) => k.split('|') as [string, string];
-    return [
-      '# HELP atelier_checkpoint_copies_total Workspace filesystem copies by operation (checkpoint, restore, fork_checkpoint, fork_live) and mode (reflink: copy-on-write; copy: every allocated block written)',
-      '# TYPE atelier_checkpoint_copies_total counter',
-      ...[...m.copies].map(([k, v]) => `atelier_checkpoint_copies_total{op="${split(k)[0]}",mode="${split(k)[1]}"} ${v}`),
-      '# HELP atelier_checkpoint_copy_disk_bytes_total Host disk the copies took (checkpoints and forks; a restore replaces an image and adds none)',
-      '# TYPE atelier_checkpoint_copy_disk_bytes_total counter',
-      ...[...m.diskBytes].map(([k, v]) => `atelier_checkpoint_copy_disk_bytes_total{op="${split(k)[0]}",mode="${split(k)[1]}"} ${v}`),
-      '# HELP atelier_checkpoint_frozen_ms_total Milliseconds workspaces stood frozen for checkpoints and live forks',
-      '# TYPE atelier_checkpoint_frozen_ms_total counter',
-      `atelier_checkpoint_frozen_ms_total ${m.frozenMsSum}`,
-      '# HELP atelier_checkpoint_freezes_total Checkpoints and live forks taken with the workspace frozen',
-      '# TYPE atelier_checkpoint_freezes_total counter',
-      `atelier_checkpoint_freezes_total ${m.frozenCount}`,
-      '# HELP atelier_checkpoint_refused_total Checkpoints refused at the quota, by limit (count, bytes)',
-      '# TYPE atelier_checkpoint_refused_total counter',
-      ...[...m.refused].map(([k, v]) => `atelier_checkpoint_refused_total{limit="${k}"} ${v}`),
-      '# HELP atelier_checkpoints_stored Checkpoints kept, and the host disk they take',
-      '# TYPE atelier_checkpoints_stored gauge',
-      `atelier_checkpoints_stored ${stored.n}`,
-      '# HELP atelier_checkpoints_stored_disk_bytes Host disk the kept checkpoints take',
-      '# TYPE atelier_checkpoints_stored_disk_bytes gauge',
-      `atelier_checkpoints_stored_disk_bytes ${stored.b}`,
-    ];
+    const byOp = (map: Map<string, number>) =>
+      [...map].map(([k, value]) => {
+        const [op, mode] = k.split('|') as [string, string];
+        return { labels: { op, mode }, value };
+      });
+    return {
+      copies: byOp(m.copies),
+      diskBytes: byOp(m.diskBytes),
+      frozenMs: m.frozenMsSum,
+      freezes: m.frozenCount,
+      refused: [...m.refused].map(([limit, value]) => ({ labels: { limit }, value })),
+      stored: stored.n,
+      storedBytes: stored.b,
+    };
   }
+
 
   /** Deletes checkpoints whose retention ended; returns how many. */
   sweep(): number {

@@ -95,7 +95,8 @@ export class GatewayClient {
     chmodSync(file, 0o600);
     const child = spawn(process.execPath, [BIN, 'gateway', '--host', '127.0.0.1', '--port', '0', '--admin-secret-file', file], {
       stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, ATELIER_GATEWAY_PARENT_WATCH: '1' },
+      // The OTLP endpoint goes down with it (the runner may have it from a flag): the child traces its requests too.
+      env: { ...process.env, ATELIER_GATEWAY_PARENT_WATCH: '1', ATELIER_OTLP_TRACES_ENDPOINT: this.opts.config.otlpTracesEndpoint },
     });
     this.child = child;
     child.stderr!.on('data', (d: Buffer) => {

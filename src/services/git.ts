@@ -8,6 +8,7 @@
  * reaches only the repository host, with the broker's credential. Values never get spliced into shell scripts: they travel as
  * environment variables or argv. Decisions and result shapes: docs/git.md.
  */
+import { SpanKind, inSpan, setAttrs } from '../telemetry/tracing.js';
 import { posix } from 'node:path';
 import { createHash } from 'node:crypto';
 import { ServiceError } from '../core/errors.js';
@@ -172,6 +173,12 @@ export class GitService {
     args: string[],
     options: { env?: Record<string, string>; stdin?: string; cwd?: string; timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<ExecResult> {
+    // Traced as "git <subcommand>" (the subcommand name only; never arguments, paths or content).
+    const sub = args.find((x) => /^[a-z][a-z-]{1,30}$/.test(x)) ?? 'git';
+    return inSpan(`git ${sub}`, { attributes: { 'vcs.operation': sub, 'atelier.workspace.id': ws } }, () => this.gitExec(ws, args, options));
+  }
+
+  private gitExec(ws: string, args: string[], options: Parameters<GitService['git']>[2] = {}): Promise<ExecResult> {
     return this.deps.workspaces.exec(
       ws,
       { argv: ['bash', '-c', `${NEUTRALISE}exec git "$@"`, 'git', ...args], env: { ...RUNNER_ENV, ...options.env }, stdin: options.stdin, cwd: options.cwd ?? '.', timeoutMs: options.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
@@ -181,7 +188,13 @@ export class GitService {
   }
 
   /** A short script in the workspace sandbox; values arrive as environment variables. */
-  private sh(ws: string, script: string, env: Record<string, string> = {}, options: { stdin?: string; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<ExecResult> {
+  private sh(ws: string, script: string, env: Record<string, string> = {}, options: { stdin?: string; timeoutMs?: number; signal?: AbortSignal; op?: string } = {}): Promise<ExecResult> {
+    // Traced as "git <op>" ("git script" unnamed): the name only, never the script, its values or input.
+    const op = options.op ?? 'script';
+    return inSpan(`git ${op}`, { attributes: { 'vcs.operation': op, 'atelier.workspace.id': ws } }, () => this.shExec(ws, script, env, options));
+  }
+
+  private shExec(ws: string, script: string, env: Record<string, string>, options: { stdin?: string; timeoutMs?: number; signal?: AbortSignal }): Promise<ExecResult> {
     return this.deps.workspaces.exec(
       ws,
       { command: NEUTRALISE + script, env: { ...RUNNER_ENV, ...env }, stdin: options.stdin, timeoutMs: options.timeoutMs ?? 120_000, maxOutputBytes: MAX_OUT },
@@ -459,7 +472,7 @@ export class GitService {
         `${args.all ? 'git add -u || exit 4; ' : ''}` +
         `if [ "$cur" != none ] && git diff --cached --quiet && [ ! -e "$(git rev-parse --git-path MERGE_HEAD)" ]; then echo "@@NOTHING"; exit 5; fi; ` +
         `git commit -q --no-verify --no-gpg-sign --cleanup=strip -F - || exit 6; git rev-parse HEAD`;
-      const result = await this.sh(ws, script, { ...env, EXP: args.expectedHeadOid ?? '' }, { stdin: args.message });
+      const result = await this.sh(ws, script, { ...env, EXP: args.expectedHeadOid ?? '' }, { stdin: args.message, op: 'commit' });
       if (result.exitCode === 3) {
         const actual = /@@HEADMOVED (\S+)/.exec(result.stdout)?.[1];
         throw new ServiceError('CONFLICT', `expectedHeadOid: HEAD is ${actual === 'none' ? 'unborn' : actual}, not ${args.expectedHeadOid}; nothing was committed`, {
@@ -508,7 +521,18 @@ export class GitService {
       'if ! git config --get remote.origin.url >/dev/null; then git remote add origin "$ATELIER_REPO" || exit 90; ' +
       'elif [ "$(git config --get-all remote.origin.url)" != "$ATELIER_REPO" ]; then git config --replace-all remote.origin.url "$ATELIER_REPO" || exit 90; fi; ' +
       'git config --unset-all remote.origin.pushurl 2>/dev/null; ';
-    return this.deps.workspaces.ephemeralGit({ id: ws }, NET_EXTRA + pin + script, { repo, env: { LC_ALL: 'C', ...env, ATELIER_REPO: repo.url }, timeoutMs: 600_000, signal });
+    let host: string | undefined;
+    try {
+      host = new URL(repo.url).hostname;
+    } catch {
+      host = undefined;
+    }
+    // The network half of fetch, pull and push (its own sandbox, reaching only the repository host).
+    return inSpan('git network', { kind: SpanKind.CLIENT, attributes: { 'atelier.workspace.id': ws, 'server.address': host } }, async (span) => {
+      const r = await this.deps.workspaces.ephemeralGit({ id: ws }, NET_EXTRA + pin + script, { repo, env: { LC_ALL: 'C', ...env, ATELIER_REPO: repo.url }, timeoutMs: 600_000, signal });
+      setAttrs(span, { 'atelier.exit_code': r.exitCode ?? -1, 'atelier.timed_out': r.timedOut === true });
+      return r;
+    });
   }
 
   private static readonly REFS = `git for-each-ref --format='%(objectname) %(refname)' refs/remotes/origin refs/tags`;

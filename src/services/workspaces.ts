@@ -382,6 +382,11 @@ export class WorkspaceService {
     return this.startSandbox(this.get(id));
   }
 
+  /** The sandboxes this runner holds now (for /metrics: src/telemetry/app-metrics.ts). */
+  liveSandboxes(): SandboxHandle[] {
+    return [...this.handles.values()];
+  }
+
   private async stopSandbox(id: string): Promise<void> {
     const h = this.handles.get(id) ?? this.storedHandle(id);
     if (h) {

@@ -19,6 +19,8 @@ export function areaOf(rel: string): string {
   // The daemon's wire contract lives in its folder (the daemon is copied into the sandbox on its
   // own and imports nothing outside it), but it is a contract both ends import.
   if (rel === 'sandbox/daemon/protocol.ts') return 'contracts';
+  // The application's gauges read the App: composition level, like server.ts (issue #35).
+  if (rel === 'telemetry/app-metrics.ts') return 'server';
   if (parts[0] === 'sandbox' && parts[1] === 'daemon') return 'sandbox/daemon';
   return parts[0]!;
 }
@@ -26,26 +28,28 @@ export function areaOf(rel: string): string {
 /** What each area may import (besides packages and node: modules). */
 const ALLOWED: Record<string, string[]> = {
   // The composition root builds everything but serves nothing.
-  app: ['app', 'core', 'store', 'sandbox', 'contracts', 'services', 'tools', 'mcp'],
+  app: ['app', 'core', 'store', 'sandbox', 'contracts', 'services', 'tools', 'mcp', 'telemetry'],
   // The HTTP front mounts the transports.
-  server: ['app', 'core', 'store', 'sandbox', 'contracts', 'services', 'tools', 'mcp', 'dashboard'],
+  server: ['app', 'core', 'store', 'sandbox', 'contracts', 'services', 'tools', 'mcp', 'dashboard', 'telemetry', 'server'],
   // Transports.
-  cli: ['cli', 'app', 'server', 'core', 'store', 'sandbox', 'contracts', 'services', 'tools', 'mcp', 'dashboard', 'gateway'],
-  mcp: ['mcp', 'app', 'core', 'sandbox', 'contracts', 'services', 'tools'],
+  cli: ['cli', 'app', 'server', 'core', 'store', 'sandbox', 'contracts', 'services', 'tools', 'mcp', 'dashboard', 'gateway', 'telemetry'],
+  mcp: ['mcp', 'app', 'core', 'sandbox', 'contracts', 'services', 'tools', 'telemetry'],
   dashboard: ['dashboard', 'app', 'core', 'sandbox', 'contracts', 'services', 'tools'],
   // Tools reach services only (no store, no App).
   tools: ['tools', 'services', 'core', 'sandbox', 'contracts'],
-  services: ['services', 'core', 'store', 'sandbox', 'contracts'],
+  services: ['services', 'core', 'store', 'sandbox', 'contracts', 'telemetry'],
   // Platform.
   core: ['core', 'contracts'],
   store: ['store', 'core'],
-  sandbox: ['sandbox', 'sandbox/daemon', 'core', 'contracts'],
+  sandbox: ['sandbox', 'sandbox/daemon', 'core', 'contracts', 'telemetry'],
   contracts: ['contracts', 'core'], // type-only: wire types name core's pricing and provider types
   // Other processes.
-  gateway: ['gateway', 'core', 'contracts'],
+  gateway: ['gateway', 'core', 'contracts', 'telemetry'],
   agent: ['agent', 'contracts'],
   'sandbox/daemon': ['sandbox/daemon', 'contracts'],
   types: ['types'],
+  // OpenTelemetry and prom-client helpers (issue #35): platform, used by every runner layer and the gateway.
+  telemetry: ['telemetry', 'core'],
 };
 
 /**

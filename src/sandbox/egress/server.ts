@@ -4,6 +4,7 @@
  * (./policy.ts), emitting exactly one decision per answered request. The behaviour is described in
  * ../egress.ts's header.
  */
+import { recordDecision } from '../../telemetry/tracing.js';
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import net, { type Socket } from 'node:net';
 import { defaultResolver, handleConnect, TunnelSlots, type ConnectDeps } from './connect.js';
@@ -104,6 +105,8 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const emit = (d: Omit<EgressDecision, 'at' | 'workspaceId'>): void => {
     const decision: EgressDecision = { at: new Date().toISOString(), workspaceId, ...d };
     if (decision.resolved === undefined) delete decision.resolved;
+    // A span per decision (src/telemetry/tracing.ts; a no-op when tracing is off): host, port, verdict and reason.
+    recordDecision(`egress ${d.method || 'request'}`, { 'atelier.workspace.id': workspaceId, 'server.address': d.host, 'server.port': d.port, 'atelier.egress.allowed': d.allowed, 'atelier.egress.reason': d.reason }, d.allowed ? undefined : 'refused');
     try {
       opts.onDecision(decision);
     } catch {

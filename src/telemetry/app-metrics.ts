@@ -1,0 +1,121 @@
+/**
+ * The application's gauges on /metrics (issue #35 item 5; names in docs/operations.md "Metrics").
+ * Composition level (it reads the App), like src/server.ts: test/unit/layers.test.ts counts this
+ * file in the server's area.
+ */
+import type { App } from '../app.js';
+import { VERSION } from '../core/version.js';
+import type { WorkspaceState } from '../services/workspaces.js';
+import { AGENT_STATUSES } from '../services/agents.js';
+import { registerCounterView, registerGauge } from './metrics.js';
+
+const WORKSPACE_STATES: readonly string[] = ['opening', 'active', 'expired_recoverable', 'closed'] satisfies WorkspaceState[];
+
+/** The application's gauges (one app per process serves /metrics). */
+export function registerAppMetrics(app: App): void {
+  const started = Date.now();
+  registerGauge({ name: 'atelier_info', help: 'Build information', labelNames: ['version'], collect: () => [{ labels: { version: VERSION }, value: 1 }] });
+  registerGauge({ name: 'atelier_uptime_seconds', help: 'Seconds since start', collect: () => Math.floor((Date.now() - started) / 1000) });
+  const byState = (table: 'workspaces' | 'agents', column: string, known: readonly string[]) => () => {
+    const rows = app.db.prepare(`SELECT ${column} AS s, COUNT(*) AS n FROM ${table} GROUP BY ${column}`).all() as Array<{ s: string; n: number }>;
+    const out = new Map(known.map((s) => [s, 0]));
+    for (const r of rows) out.set(r.s, r.n);
+    return [...out].map(([state, value]) => ({ labels: { state }, value }));
+  };
+  registerGauge({ name: 'atelier_workspaces', help: 'Workspaces by state', labelNames: ['state'], collect: byState('workspaces', 'state', WORKSPACE_STATES) });
+  registerGauge({ name: 'atelier_agents', help: 'Agents by state', labelNames: ['state'], collect: byState('agents', 'status', AGENT_STATUSES) });
+
+  // Sandbox resources, summed over the running workspace sandboxes (read from their cgroups at scrape time, cached 5 s).
+  let cached: { at: number; value: Promise<{ sandboxes: number; memoryBytes: number; pids: number; cpuSeconds: number }> } | null = null;
+  const sandboxTotals = () => {
+    if (cached && Date.now() - cached.at < 5000) return cached.value;
+    const value = (async () => {
+      const handles = app.workspaces.liveSandboxes();
+      const stats = await Promise.all(handles.map((h) => app.executor.stats(h).catch(() => null)));
+      const ok = stats.filter((s) => s !== null);
+      return {
+        sandboxes: handles.length,
+        memoryBytes: ok.reduce((a, s) => a + s.memoryBytes, 0),
+        pids: ok.reduce((a, s) => a + s.pids, 0),
+        cpuSeconds: ok.reduce((a, s) => a + s.cpuUsageNs, 0) / 1e9,
+      };
+    })();
+    cached = { at: Date.now(), value };
+    return value;
+  };
+  registerGauge({ name: 'atelier_sandboxes_running', help: 'Workspace sandboxes running', collect: async () => (await sandboxTotals()).sandboxes });
+  registerGauge({ name: 'atelier_sandbox_memory_bytes', help: 'Memory in use by all workspace sandboxes (cgroup memory.current, summed), bytes', collect: async () => (await sandboxTotals()).memoryBytes });
+  registerGauge({ name: 'atelier_sandbox_pids', help: 'Processes and threads in all workspace sandboxes (cgroup pids.current, summed)', collect: async () => (await sandboxTotals()).pids });
+  registerGauge({ name: 'atelier_sandbox_cpu_seconds', help: 'CPU time used by the running workspace sandboxes since they started (cgroup usage_usec, summed), seconds', collect: async () => (await sandboxTotals()).cpuSeconds });
+
+  // Spend of the current day and month windows (UTC), micro-dollars, by state.
+  registerGauge({
+    name: 'atelier_spend_micros',
+    help: 'Model spend of the current window (day, month; UTC) by state (settled, reserved, unreconciled), micro-dollars',
+    labelNames: ['window', 'state'],
+    collect: () =>
+      (['day', 'month'] as const).flatMap((window) => {
+        const w = app.spend.window(window);
+        return [
+          { labels: { window, state: 'settled' }, value: w.settledMicros },
+          { labels: { window, state: 'reserved' }, value: w.reservedMicros },
+          { labels: { window, state: 'unreconciled' }, value: w.unreconciledMicros },
+        ];
+      }),
+  });
+  registerGauge({
+    name: 'atelier_spend_cap_micros',
+    help: 'Spend cap of the window (day, month), micro-dollars; absent when there is no cap',
+    labelNames: ['window'],
+    collect: () => {
+      const p = app.spend.policies();
+      return [
+        ...(p.dailyCapMicros === null ? [] : [{ labels: { window: 'day' }, value: p.dailyCapMicros }]),
+        ...(p.monthlyCapMicros === null ? [] : [{ labels: { window: 'month' }, value: p.monthlyCapMicros }]),
+      ];
+    },
+  });
+
+  // Password login (issue #31): the names tests and docs already use.
+  const login = () => app.loginThrottle.metrics();
+  registerCounterView('atelier_login_password_checks_total', 'Password checks (scrypt) of the dashboard login, by result', ['outcome'], () => [
+    { labels: { outcome: 'ok' }, value: login().checks.ok },
+    { labels: { outcome: 'wrong' }, value: login().checks.wrong },
+  ]);
+  registerCounterView('atelier_login_refused_total', 'Password logins refused without a check (delay, lockout, a check from the same address running, busy)', ['reason'], () =>
+    Object.entries(login().refused).map(([reason, value]) => ({ labels: { reason }, value })),
+  );
+  registerCounterView('atelier_login_lockouts_total', 'Password login lockouts, per address and overall', ['scope'], () => [
+    { labels: { scope: 'address' }, value: login().lockouts.address },
+    { labels: { scope: 'overall' }, value: login().lockouts.overall },
+  ]);
+  registerGauge({ name: 'atelier_login_password_checks_running_max', help: 'The most password checks that ran at once since start', collect: () => login().runningMax });
+  if (app.executor.fileHandoffs) {
+    const handoffs = () => app.executor.fileHandoffs!();
+    registerCounterView('atelier_file_handoffs_total', "files_read ranges read through the daemon's handed-off descriptor (taken), and handoffs refused or failed (read the ordinary way)", ['outcome'], () => [
+      { labels: { outcome: 'taken' }, value: handoffs().taken },
+      { labels: { outcome: 'refused' }, value: handoffs().refused },
+    ]);
+  }
+  // Checkpoints and forks (issue #33): copies by operation and mode, their disk, freezes, refusals, what is kept.
+  const ckpt = () => app.checkpoints.metricValues();
+  registerCounterView('atelier_checkpoint_copies_total', 'Workspace filesystem copies by operation (checkpoint, restore, fork_checkpoint, fork_live) and mode (reflink: copy-on-write; copy: every allocated block written)', ['op', 'mode'], () => ckpt().copies);
+  registerCounterView('atelier_checkpoint_copy_disk_bytes_total', 'Host disk the copies took (checkpoints and forks; a restore replaces an image and adds none)', ['op', 'mode'], () => ckpt().diskBytes);
+  registerCounterView('atelier_checkpoint_frozen_ms_total', 'Milliseconds workspaces stood frozen for checkpoints and live forks', [], () => [{ labels: {}, value: ckpt().frozenMs }]);
+  registerCounterView('atelier_checkpoint_freezes_total', 'Checkpoints and live forks taken with the workspace frozen', [], () => [{ labels: {}, value: ckpt().freezes }]);
+  registerCounterView('atelier_checkpoint_refused_total', 'Checkpoints refused at the quota, by limit (count, bytes)', ['limit'], () => ckpt().refused);
+  registerGauge({ name: 'atelier_checkpoints_stored', help: 'Checkpoints kept', collect: () => ckpt().stored });
+  registerGauge({ name: 'atelier_checkpoints_stored_disk_bytes', help: 'Host disk the kept checkpoints take', collect: () => ckpt().storedBytes });
+
+  // Backups (issue #35 item 2): seconds since the last good one; absent until there is one.
+  registerGauge({
+    name: 'atelier_backup_age_seconds',
+    help: 'Seconds since the last successful backup finished; absent when none was taken',
+    collect: () => {
+      const last = app.backups.summary().last;
+      return last ? Math.max(0, Math.round((Date.now() - Date.parse(last.finishedAt)) / 1000)) : null;
+    },
+  });
+
+}
+
