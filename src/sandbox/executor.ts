@@ -147,6 +147,11 @@ export interface Executor {
    * reject as ServiceError with the daemon's code.
    */
   request<M extends DaemonMethod>(h: SandboxHandle, method: M, params: ParamsOf<M>, opts?: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void }): Promise<ReplyOf<M>>;
+  /**
+   * A byte pipe to a loopback port inside the sandbox, through the daemon (preview URLs; the
+   * sandbox keeps no inbound network). The socket comes paused at the first relayed byte.
+   */
+  relay?(h: SandboxHandle, port: number): Promise<import('node:net').Socket>;
   /** Counters for /metrics: files_read ranges taken through a handed-off descriptor, and handoffs refused (read the ordinary way). */
   fileHandoffs?(): { taken: number; refused: number };
 }
