@@ -28,6 +28,8 @@ export const TOOLSETS: Record<string, string> = {
   artifacts: 'Retained artifacts',
   models: 'Models and spend tools',
   agents: 'Coding subagents',
+  // Beyond the spec (issue #33).
+  previews: 'Preview URLs (beyond the spec)',
 };
 
 /** Other names a user would guess for the same toolsets. */
@@ -42,6 +44,7 @@ export const TOOLSET_ALIASES: Record<string, string> = {
   memories: 'extensions',
   spend: 'models',
   subagents: 'agents',
+  preview: 'previews',
 };
 
 /** Presets: names for common selections. */

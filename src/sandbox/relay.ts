@@ -45,6 +45,9 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       } catch {
         return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
       }
+      if (msg.error?.code === 'NOT_IMPLEMENTED')
+        // A daemon started before relays existed (same protocol version: the method was added compatibly).
+        return done(new ServiceError('FAILED_PRECONDITION', 'this workspace\'s sandbox daemon was started before preview relays existed (the service was upgraded while it ran): it relays once its sandbox starts again (close and reopen the workspace)', { daemonCode: 'NOT_IMPLEMENTED' }));
       if (msg.error) return done(toServiceError(msg.error));
       if (msg.id !== 1 || msg.result?.relayed !== true) return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon does not relay (an older daemon?)'));
       const rest = buf.subarray(nl + 1);

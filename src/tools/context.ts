@@ -15,6 +15,7 @@ import type { AgentService } from '../services/agents.js';
 import type { MemoryService } from '../services/memories.js';
 import type { KnowledgeService } from '../services/knowledge.js';
 import type { ArtifactService } from '../services/artifacts.js';
+import type { PreviewService } from '../services/previews.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -40,6 +41,8 @@ export interface ToolServices {
   readonly memories: MemoryService;
   readonly knowledge: KnowledgeService;
   readonly artifacts: ArtifactService;
+  /** Preview URLs (issue #33 item 4, beyond the spec). */
+  readonly previews: PreviewService;
 }
 
 export type { Actor } from '../services/audit.js';

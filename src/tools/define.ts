@@ -23,7 +23,8 @@ export type Tracking =
   | 'repository extensions'
   | 'knowledge store'
   | 'artifacts'
-  | 'coding subagents';
+  | 'coding subagents'
+  | 'preview URLs';
 
 export interface ToolDef<S extends z.ZodRawShape = z.ZodRawShape> {
   /** Exactly the spec's name. */

@@ -13,6 +13,7 @@ import { tools as knowledge } from './knowledge.js';
 import { tools as artifacts } from './artifacts.js';
 import { tools as models } from './models.js';
 import { tools as agents } from './agents.js';
+import { tools as previews } from './previews.js';
 
 export const CATALOG: AnyToolDef[] = [
   ...workspace,
@@ -29,4 +30,9 @@ export const CATALOG: AnyToolDef[] = [
   ...artifacts,
   ...models,
   ...agents,
+  // Beyond the spec (issue #33): their own domains and toolsets.
+  ...previews,
 ] as AnyToolDef[];
+
+/** Tools that are not among the spec's 107 (docs/STATUS.md marks their domains "beyond the spec"). */
+export const BEYOND_SPEC_TOOLS: string[] = [...previews].map((t) => t.name);
