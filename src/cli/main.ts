@@ -21,6 +21,7 @@ import { MODELS_SERVED_PATHS, modelRoutes } from '../dashboard/models.js';
 import { SKILLS_FLAGS, skillsCommand } from './skills.js';
 import { skillRoutes } from '../dashboard/skills.js';
 import { agentRoutes } from '../dashboard/agents.js';
+import { previewRoutes } from '../dashboard/previews.js';
 import { ownerRoutes } from '../dashboard/owner.js';
 import { VERSION } from '../core/version.js';
 import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
@@ -174,7 +175,7 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, previewRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     await app.workspaces.shutdown().catch(() => undefined);
     await app.packages.shutdown().catch(() => undefined);

@@ -63,7 +63,7 @@ export async function startService(opts: StartOptions = {}): Promise<Service> {
   proc.stderr!.on('data', (d) => (err += d));
   const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
   await new Promise<void>((resolvePromise, reject) => {
-    const timer = setTimeout(() => reject(new Error(`service did not start in time\nstdout:\n${out}\nstderr:\n${err}`)), 30_000);
+    const timer = setTimeout(() => reject(new Error(`service did not start in time\nstdout:\n${out}\nstderr:\n${err}`)), 90_000);
     const check = () => {
       if (/Dashboard:\s+\S+/.test(out)) {
         clearTimeout(timer);
