@@ -29,6 +29,8 @@ export interface PreviewGateDeps {
   /** Whether a dashboard session id is live. */
   ownerSession(id: string): boolean;
   log: { warn(obj: unknown, msg: string): void };
+  /** Relayed connections one preview may hold open at once (default 64); past it 429. */
+  maxConnections?: number;
 }
 
 /** The sandbox directive every preview answer carries: scripts, forms and popups, never this origin. */
@@ -94,6 +96,8 @@ function decodeCookie(v: string): string {
 export class PreviewGate {
   /** Open relayed connections per preview: closed when it is revoked. */
   private readonly live = new Map<string, Set<Duplex>>();
+  /** Relays open (or opening) per preview, against maxConnections. */
+  private readonly relays = new Map<string, number>();
   readonly counts = { requests: 0, upgrades: 0, refused: 0 };
 
   constructor(private readonly deps: PreviewGateDeps) {
@@ -116,6 +120,25 @@ export class PreviewGate {
         if (set.size === 0 && this.live.get(id) === set) this.live.delete(id);
       });
     }
+  }
+
+  /**
+   * Takes one of the preview's connection slots (a public link must not let anyone hold an
+   * unbounded number of sockets into the workspace); the returned function gives it back.
+   */
+  private slot(id: string): () => void {
+    const max = this.deps.maxConnections ?? 64;
+    const n = this.relays.get(id) ?? 0;
+    if (n >= max) throw new ServiceError('RESOURCE_EXHAUSTED', `this preview has ${n} connections open, the most one preview may hold (${max}); close some and retry`, { limit: max });
+    this.relays.set(id, n + 1);
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      const left = (this.relays.get(id) ?? 1) - 1;
+      if (left <= 0) this.relays.delete(id);
+      else this.relays.set(id, left);
+    };
   }
 
   /** Who may use the link: the public (consented), a browser grant, or the owner by token or session. */
@@ -238,12 +261,16 @@ export class PreviewGate {
       return void res.end();
     }
     let upstream: Socket;
+    let release: () => void = () => undefined;
     try {
+      release = this.slot(resolved.row.id);
       const h = await this.deps.handle(resolved.row.workspace_id);
       upstream = await this.deps.relay(h, resolved.row.port);
     } catch (err) {
+      release();
       return this.fail(res, err);
     }
+    upstream.once('close', release);
     this.counts.requests++;
     this.track(resolved.row.id, [upstream, req.socket], this.deps.previews.remainingMs(resolved, segment));
     const out = httpRequest({
@@ -291,12 +318,16 @@ export class PreviewGate {
     }
     onTrusted();
     let upstream: Socket;
+    let release: () => void = () => undefined;
     try {
+      release = this.slot(resolved.row.id);
       const h = await this.deps.handle(resolved.row.workspace_id);
       upstream = await this.deps.relay(h, resolved.row.port);
     } catch (err) {
+      release();
       return refuse(err);
     }
+    upstream.once('close', release);
     if (socket.destroyed) return void upstream.destroy();
     this.counts.upgrades++;
     this.track(resolved.row.id, [upstream, socket], this.deps.previews.remainingMs(resolved, segment));
