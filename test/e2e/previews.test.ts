@@ -324,6 +324,23 @@ describe('previews in a real browser (chromium): the owner\'s session, the sandb
     const listed = await ok('preview_list', { workspaceId: ws });
     expect((listed.previews as Array<{ previewId: string; access: string }>).find((p) => p.previewId === prv.previewId)?.access).toBe('public');
 
+    // The public link opened in the owner's own browser (session cookie present): the page still
+    // cannot read the dashboard, and the workspace's server never sees the session cookie.
+    const viewer = await page.context().newPage();
+    await viewer.goto(publicUrl);
+    await viewer.waitForFunction(() => document.body?.dataset.ws && document.body.dataset.dash, undefined, { timeout: 30_000 });
+    const pd = await viewer.evaluate(() => ({ ...document.body.dataset }));
+    expect(pd.dash).toBe('blocked');
+    expect(pd.ws).toBe('echo:ping path:/ws cookie:');
+    expect(pd.seencookie ?? '').not.toContain('atelier_session');
+    // A top-level navigation carries the session cookie (SameSite=Strict allows it); the gate drops it.
+    const nav = await viewer.goto(publicUrl + 'nav');
+    expect((await nav!.request().allHeaders()).cookie ?? '').toContain('atelier_session');
+    const navSeen = (await nav!.json()) as { path: string; headers: Record<string, string> };
+    expect(navSeen.path).toBe('/nav');
+    expect(navSeen.headers.cookie ?? '').not.toContain('atelier_session');
+    await viewer.close();
+
     await page.click(`[data-testid="revoke-${prv.previewId}"]`);
     await page.locator(`li[data-preview="${prv.previewId}"]`).waitFor({ state: 'detached' });
     expect((await fetch(publicUrl)).status).toBe(410);
