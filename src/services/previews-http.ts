@@ -157,7 +157,7 @@ export class PreviewGate {
   }
 
   /** The request headers the workspace's server gets. */
-  private forwardHeaders(req: IncomingMessage, resolved: ResolvedLink, segment: string, port: number, stripAuth: boolean, upgrade: boolean): OutgoingHttpHeaders {
+  private forwardHeaders(req: IncomingMessage, segment: string, port: number, stripAuth: boolean, upgrade: boolean): OutgoingHttpHeaders {
     const out: OutgoingHttpHeaders = {};
     const h: IncomingHttpHeaders = req.headers;
     for (const [k, v] of Object.entries(h)) {
@@ -180,7 +180,6 @@ export class PreviewGate {
       out.connection = 'Upgrade';
       out.upgrade = h.upgrade ?? 'websocket';
     } else out.connection = 'close';
-    void resolved;
     return out;
   }
 
@@ -277,7 +276,7 @@ export class PreviewGate {
       createConnection: () => upstream,
       method: req.method,
       path: rest,
-      headers: this.forwardHeaders(req, resolved, segment, resolved.row.port, auth.strippedAuth, false),
+      headers: this.forwardHeaders(req, segment, resolved.row.port, auth.strippedAuth, false),
     });
     // The relay comes paused (nothing read past the daemon's reply): flowing once the parser listens.
     out.once('socket', (s) => s.resume());
@@ -335,7 +334,7 @@ export class PreviewGate {
       createConnection: () => upstream,
       method: req.method,
       path: rest,
-      headers: this.forwardHeaders(req, resolved, segment, resolved.row.port, auth.strippedAuth, true),
+      headers: this.forwardHeaders(req, segment, resolved.row.port, auth.strippedAuth, true),
     });
     out.once('socket', (s) => s.resume());
     out.on('upgrade', (answer, up, upHead) => {
