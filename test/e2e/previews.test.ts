@@ -316,6 +316,10 @@ describe('previews in a real browser (chromium): the owner\'s session, the sandb
     const publicUrl = (await urlBox.textContent())!.trim();
     expect(publicUrl).not.toBe(prv.url);
     expect(publicUrl).toMatch(new RegExp(`^${svc.url}/p/${prv.previewId}\\.`));
+    // On a phone the long link stays in its own box: the page does not scroll sideways.
+    await page.setViewportSize({ width: 390, height: 844 });
+    expect(await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)).toBeLessThanOrEqual(0);
+    await page.setViewportSize({ width: 1280, height: 800 });
     // Anyone: no token, no session.
     expect((await fetch(publicUrl + 'hello')).status).toBe(200);
     expect((await wsRoundTrip(publicUrl + 'ws')).status).toBe(101);
