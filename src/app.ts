@@ -52,6 +52,8 @@ import { ToolRegistry } from './mcp/registry.js';
 import { wireNative } from './mcp/wire-native.js';
 import { CATALOG } from './tools/index.js';
 import { WorkspaceLocks } from './core/locks.js';
+import { PreviewService } from './services/previews.js';
+import { deriveKey } from './core/crypto.js';
 
 export interface App {
   readonly config: Config;
@@ -101,6 +103,8 @@ export interface App {
   readonly artifacts: ArtifactService;
   /** Workspace checkpoints and forks (issue #33). */
   readonly checkpoints: CheckpointService;
+  /** Preview URLs (issue #33 item 4): signed links to a port inside a workspace. */
+  readonly previews: PreviewService;
   /** The OAuth authorization server's clients, grants and tokens (issue #16). */
   readonly oauth: OAuthStore;
   /** Delays, lockouts and a bound on concurrent checks for the dashboard's password login (issue #31). */
@@ -220,8 +224,9 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   };
   const workspaces = new WorkspaceService({
     db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks, locks,
-    onClose: [(id) => commands.forgetWorkspace(id), (id) => packages.forgetWorkspace(id), async (id) => extensions.forgetWorkspace(id)],
+    onClose: [(id) => commands.forgetWorkspace(id), (id) => packages.forgetWorkspace(id), async (id) => extensions.forgetWorkspace(id), async (id) => previews.forgetWorkspace(id)],
   });
+  const previews = new PreviewService({ db, key: deriveKey(master, 'preview-urls'), cursors, audit, workspaces, secondMs: config.retentionSecondMs });
   const commands = new CommandService({ db, config, log, audit, cursors, executor, workspaces, packages });
   const spend = new SpendService(db);
   const models = new ModelService({ db, secrets, audit, log, configPath: config.configPath });
@@ -295,6 +300,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       quotaBytes: config.checkpointQuotaMb * 1_048_576,
       maxCount: config.checkpointMaxCount,
     }),
+    previews,
     commands,
     approvals,
     packages,

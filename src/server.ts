@@ -19,6 +19,7 @@ import { withExtracted } from './telemetry/tracing.js';
 import { ServiceError, errorEnvelope } from './core/errors.js';
 import { OAUTH_CORS_PATHS, registerOAuthRoutes } from './mcp/oauth/routes.js';
 import { oauthClientRoutes, registerConsent } from './dashboard/oauth.js';
+import { PreviewGate, isPreviewPath } from './services/previews-http.js';
 
 export interface RunningServer {
   url: string;
@@ -105,6 +106,28 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     return session ? app.auth.getSession(decodeURIComponent(session[1]!)) !== null : false;
   };
 
+  // Preview links (/p/..., services/previews-http.ts): checked by the gate; Host is checked here,
+  // Origin not (a preview's sandboxed pages send Origin: null; they reach nothing but their link).
+  const previews = new PreviewGate({
+    previews: app.previews,
+    handle: (id) => app.workspaces.activeHandle(id),
+    relay: (h, port) => {
+      if (!app.executor.relay) throw new ServiceError('NOT_SUPPORTED', 'this executor cannot relay to a workspace port');
+      return app.executor.relay(h, port);
+    },
+    ownerBearer: (t) => app.auth.verifyBearer(t) !== null || app.oauth.verifyAccess(t) !== null,
+    ownerSession: (id) => app.auth.getSession(id) !== null,
+    log: app.log,
+  });
+  const hostOnly = (req: IncomingMessage): string | null => {
+    const { origin: _origin, ...rest } = req.headers;
+    return guard({ headers: rest } as IncomingMessage);
+  };
+  const trust = (socket: Socket) => () => {
+    unauthenticated.delete(socket);
+    socket.setTimeout(0);
+  };
+
   const limits = { requestTimeout: cfg.httpRequestTimeoutMs, headersTimeout: cfg.httpHeadersTimeoutMs, keepAliveTimeout: 65_000, connectionsCheckingInterval: Math.min(1000, cfg.httpHeadersTimeoutMs) };
 
   // fastify serves through this server (serverFactory) and this server hands fastify what is not
@@ -113,6 +136,21 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     if (unauthenticated.has(req.socket) && authenticated(req)) {
       unauthenticated.delete(req.socket);
       req.socket.setTimeout(0);
+    }
+    if (isPreviewPath(req.url)) {
+      const hostProblem = hostOnly(req);
+      if (hostProblem) return forbid(res, hostProblem);
+      inflight++;
+      res.on('close', () => {
+        inflight--;
+        if (inflight === 0 && idleResolve) idleResolve();
+      });
+      void previews.request(req, res, trust(req.socket)).catch((err) => {
+        app.log.error({ err }, 'preview request failure');
+        if (!res.headersSent) res.writeHead(500);
+        res.end();
+      });
+      return;
     }
     const problem = guard(req);
     if (problem) return forbid(res, problem);
@@ -133,6 +171,20 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
       return;
     }
     fastify.routing(req, res);
+  });
+  // Upgrades (WebSocket) are served only under preview links; anything else is closed.
+  http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    socket.on('error', () => socket.destroy());
+    const hostProblem = isPreviewPath(req.url) ? hostOnly(req) : 'upgrades are served only under preview links (/p/...)';
+    if (hostProblem) {
+      const text = JSON.stringify(errorEnvelope(new ServiceError('PERMISSION_DENIED', hostProblem)).body);
+      socket.end(`HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+      return;
+    }
+    void previews.upgrade(req, socket, head, trust(socket)).catch((err) => {
+      app.log.error({ err }, 'preview upgrade failure');
+      socket.destroy();
+    });
   });
   http.on('connection', (socket: Socket) => {
     if (unauthenticated.size >= cfg.httpMaxUnauthenticatedConnections) unauthenticated.values().next().value?.destroy();
@@ -184,6 +236,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   const port = (http.address() as AddressInfo).port;
   const hostForUrl = app.config.host.includes(':') ? `[${app.config.host}]` : app.config.host;
   const base = app.config.publicOrigin || `http://${hostForUrl}:${port}`;
+  app.previews.origin = base;
 
   return {
     url: base,

@@ -13,6 +13,7 @@ import { Repositories } from './pages/repositories';
 import { Environments } from './pages/environments';
 import { McpAccess } from './pages/mcp';
 import { Audit } from './pages/audit';
+import { Previews } from './pages/previews';
 
 export const PAGES = [
   { id: 'overview', title: 'Overview', view: Overview },
@@ -22,6 +23,7 @@ export const PAGES = [
   { id: 'spend', title: 'Spend', view: Spend },
   { id: 'agents', title: 'Agents', view: Agents },
   { id: 'workspaces', title: 'Workspaces', view: Workspaces },
+  { id: 'previews', title: 'Previews', view: Previews },
   { id: 'repositories', title: 'Repositories', view: Repositories },
   { id: 'environments', title: 'Environments', view: Environments },
   { id: 'mcp', title: 'MCP access', view: McpAccess },

@@ -24,6 +24,7 @@ import { BACKUP_FLAGS, backupCommand, restoreCommand } from './backup.js';
 import { SCHEMA_VERSION } from '../store/db.js';
 import { skillRoutes } from '../dashboard/skills.js';
 import { agentRoutes } from '../dashboard/agents.js';
+import { previewRoutes } from '../dashboard/previews.js';
 import { ownerRoutes } from '../dashboard/owner.js';
 import { instanceRoutes } from '../dashboard/instance.js';
 import { checkpointRoutes } from '../dashboard/checkpoints.js';
@@ -189,7 +190,7 @@ async function serve(argv: string[]): Promise<void> {
     throw e;
   }
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, instanceRoutes, checkpointRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, instanceRoutes, checkpointRoutes, previewRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     await app.workspaces.shutdown().catch(() => undefined);
     await app.packages.shutdown().catch(() => undefined);

@@ -30,6 +30,7 @@ export const ID_PREFIXES = {
   repoCredential: 'rcred_',
   backup: 'bkp_',
   checkpoint: 'ckpt_',
+  preview: 'prv_',
 } as const;
 
 export type IdKind = keyof typeof ID_PREFIXES;

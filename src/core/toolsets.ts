@@ -30,6 +30,8 @@ export const TOOLSETS: Record<string, string> = {
   agents: 'Coding subagents',
   // Beyond the spec's 107 tools (issue #33): docs/checkpoints.md.
   checkpoints: 'Workspace checkpoints and forks (beyond the spec)',
+  // Beyond the spec (issue #33).
+  previews: 'Preview URLs (beyond the spec)',
 };
 
 /** Other names a user would guess for the same toolsets. */
@@ -47,6 +49,7 @@ export const TOOLSET_ALIASES: Record<string, string> = {
   checkpoint: 'checkpoints',
   forks: 'checkpoints',
   snapshots: 'checkpoints',
+  preview: 'previews',
 };
 
 /** Presets: names for common selections. */

@@ -41,6 +41,7 @@
  * the daemon kills the process group and attached descendants, and the runner then kills whatever
  * is left in the exec's cgroup, which includes processes that used setsid and were re-parented.
  */
+import { openRelay } from './relay.js';
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
@@ -330,6 +331,11 @@ export class BwrapExecutor implements Executor {
     if (method === 'exec' || method === 'release') throw new ServiceError('INVALID_ARGUMENT', `use exec() for ${method}: it places the command in its cgroup`);
     if (method === 'fs.read') return this.readFile(h, params as FsReadParams, opts) as Promise<ReplyOf<M>>;
     return this.client(h).request(method, params, opts);
+  }
+
+  /** Preview URLs: a fresh daemon connection in relay mode (relay.ts). */
+  relay(h: SandboxHandle, port: number): Promise<import('node:net').Socket> {
+    return openRelay(h.socketPath, port);
   }
 
   fileHandoffs(): { taken: number; refused: number } {

@@ -153,6 +153,11 @@ export interface Executor {
    * cgroups there is nothing to freeze and fn runs as it is (false as the second value).
    */
   whileFrozen?<T>(h: SandboxHandle, fn: () => Promise<T>): Promise<{ value: T; frozen: boolean }>;
+  /**
+   * A byte pipe to a loopback port inside the sandbox, through the daemon (preview URLs; the
+   * sandbox keeps no inbound network). The socket comes paused at the first relayed byte.
+   */
+  relay?(h: SandboxHandle, port: number): Promise<import('node:net').Socket>;
   /** Counters for /metrics: files_read ranges taken through a handed-off descriptor, and handoffs refused (read the ordinary way). */
   fileHandoffs?(): { taken: number; refused: number };
 }

@@ -29,6 +29,7 @@
  *   services/commands (0023) operations: tool calls run as MCP tasks
  *   services/backups (0025) backups
  *   services/checkpoints (0027) checkpoints
+ *   services/previews (0028) previews
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
@@ -45,6 +46,7 @@ import { m0022 } from './migrations/0022-oauth-cimd.js';
 import { m0023 } from './migrations/0023-mcp-tasks.js';
 import { m0025 } from './migrations/0025-backups.js';
 import { m0027 } from './migrations/0027-checkpoints.js';
+import { m0028 } from './migrations/0028-previews.js';
 
 export interface Migration {
   version: number;
@@ -362,4 +364,5 @@ export const MIGRATIONS: Migration[] = [
   m0023,
   m0025,
   m0027,
+  m0028,
 ];

@@ -16,6 +16,7 @@ import type { MemoryService } from '../services/memories.js';
 import type { KnowledgeService } from '../services/knowledge.js';
 import type { ArtifactService } from '../services/artifacts.js';
 import type { CheckpointService } from '../services/checkpoints.js';
+import type { PreviewService } from '../services/previews.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -43,6 +44,8 @@ export interface ToolServices {
   readonly artifacts: ArtifactService;
   /** Workspace checkpoints and forks (issue #33, beyond the spec). */
   readonly checkpoints: CheckpointService;
+  /** Preview URLs (issue #33 item 4, beyond the spec). */
+  readonly previews: PreviewService;
 }
 
 export type { Actor } from '../services/audit.js';

@@ -24,7 +24,8 @@ export type Tracking =
   | 'knowledge store'
   | 'artifacts'
   | 'coding subagents'
-  | '#33 checkpoints and forks';
+  | '#33 checkpoints and forks'
+  | 'preview URLs';
 
 export interface ToolDef<S extends z.ZodRawShape = z.ZodRawShape> {
   /** Exactly the spec's name. */

@@ -14,6 +14,7 @@ import { tools as artifacts } from './artifacts.js';
 import { tools as models } from './models.js';
 import { tools as agents } from './agents.js';
 import { tools as checkpoints } from './checkpoints.js';
+import { tools as previews } from './previews.js';
 
 export const CATALOG: AnyToolDef[] = [
   ...workspace,
@@ -32,4 +33,10 @@ export const CATALOG: AnyToolDef[] = [
   ...agents,
   // Beyond the spec (issue #33).
   ...checkpoints,
+  // Beyond the spec (issue #33): their own domains and toolsets.
+  ...previews,
 ] as AnyToolDef[];
+
+/** Tools that are not among the spec's 107 (docs/STATUS.md marks their domains "beyond the spec"). */
+/** The tools beyond the spec's 107: every tool of a domain named "... (beyond the spec)". */
+export const BEYOND_SPEC_TOOLS: string[] = CATALOG.filter((t) => t.domain.endsWith('(beyond the spec)')).map((t) => t.name);

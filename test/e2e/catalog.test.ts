@@ -4,7 +4,7 @@ import { parseConstraint, readSpecTools } from './spec.js';
 import type { Client } from '@modelcontextprotocol/client';
 import { TASK_TOOLS } from '../../src/mcp/tasks.js';
 import { ToolRegistry } from '../../src/mcp/registry.js';
-import { CATALOG } from '../../src/tools/index.js';
+import { BEYOND_SPEC_TOOLS, CATALOG } from '../../src/tools/index.js';
 
 type JsonSchema = {
   type?: string | string[];

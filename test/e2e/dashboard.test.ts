@@ -23,7 +23,7 @@ const PASSWORD = 'correct horse battery staple';
 const PROVIDER_KEY = 'sk-dash-provider-key-' + 'K'.repeat(28);
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'dashboard');
 const DOCS_SHOTS = join(ROOT, 'docs', 'dashboard');
-const PAGES = ['overview', 'approvals', 'keys', 'profiles', 'spend', 'agents', 'workspaces', 'repositories', 'environments', 'mcp', 'audit'];
+const PAGES = ['overview', 'approvals', 'keys', 'profiles', 'spend', 'agents', 'workspaces', 'previews', 'repositories', 'environments', 'mcp', 'audit'];
 const PRICING = { inputMicrosPerMillionTokens: 2_000_000, outputMicrosPerMillionTokens: 8_000_000, cachedReadMicrosPerMillionTokens: 500_000, cachedWriteMicrosPerMillionTokens: null };
 const LIMITS = { maxInputTokens: 100_000, maxOutputTokens: 8_000, maxCostMicros: 5_000_000 };
 

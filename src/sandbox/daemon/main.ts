@@ -48,6 +48,8 @@ async function main(): Promise<void> {
   };
   await startServer(values.socket, methods, {
     orphanGraceMs: Number(values['orphan-grace-ms']),
+    // Preview URLs: a relay never reaches the egress bridge (it would lead out of the sandbox).
+    relay: { forbiddenPorts: [Number(values['egress-port'])] },
     onOrphaned: () => {
       process.stderr.write('atelier daemon: no runner connection for the orphan grace period; exiting (the sandbox ends)\n');
       process.exit(0);

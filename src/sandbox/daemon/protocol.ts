@@ -109,6 +109,11 @@ export class LineSplitter {
     private readonly chunksReused = false,
   ) {}
 
+  /** Bytes of an unfinished line held so far. */
+  get buffered(): number {
+    return this.pendingBytes;
+  }
+
   push(chunk: Buffer): string[] {
     const lines: string[] = [];
     let start = 0;
@@ -670,6 +675,8 @@ export type PtyListReply = {
 export type DaemonMethods = {
   ping: { params: Record<string, never> | undefined; reply: PingResult };
   cancel: { params: { id: RequestId }; reply: { cancelled: boolean } };
+  /** Turns a fresh connection into a byte relay to a loopback port (relay.ts); the runner's openRelay only. */
+  relay: { params: { port: number }; reply: { relayed: true; address: '127.0.0.1' | '::1' } };
   exec: { params: ExecParams; reply: ExecResult };
   release: { params: { execId: string }; reply: { released: true } };
   spare: { params: SpareParams | undefined; reply: SpareStarted };

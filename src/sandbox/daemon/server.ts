@@ -16,6 +16,7 @@ import {
   type ReplyOf,
   type RequestId,
 } from './protocol.js';
+import { serveRelay } from './relay.js';
 
 export interface CallContext {
   /** Aborted when the client cancels this request or its connection closes. */
@@ -42,8 +43,13 @@ export type Handlers<K extends DaemonMethod> = { [M in K]: (params: unknown, ctx
 /** A reply, or a reply with one field sent as a raw body frame (protocol.ts). */
 export type Reply<T> = T | (T extends object ? ReplyWithBody<T> : never);
 
-/** Every method but `cancel`, which the server answers itself. */
-export type ServedMethod = Exclude<DaemonMethod, 'cancel'>;
+/** Every method but `cancel` and `relay`, which the server answers itself. */
+export type ServedMethod = Exclude<DaemonMethod, 'cancel' | 'relay'>;
+
+/** Relay mode (relay.ts): ports a relay may never reach (the egress bridge's). */
+export interface RelayOptions {
+  forbiddenPorts: number[];
+}
 
 /**
  * Listens on `socketPath` (replacing a stale socket file) and serves `methods`.
@@ -52,7 +58,7 @@ export type ServedMethod = Exclude<DaemonMethod, 'cancel'>;
  * connection is the runner's. When no connection has been open for that long, the runner is gone
  * and has not come back: `onOrphaned` runs (the daemon exits, which ends the sandbox).
  */
-export async function startServer(socketPath: string, methods: MethodTable, opts: { orphanGraceMs?: number; onOrphaned?: () => void } = {}): Promise<Server> {
+export async function startServer(socketPath: string, methods: MethodTable, opts: { orphanGraceMs?: number; onOrphaned?: () => void; relay?: RelayOptions } = {}): Promise<Server> {
   await unlink(socketPath).catch(() => undefined);
   let open = 0;
   let lastSeen = Date.now();
@@ -62,7 +68,7 @@ export async function startServer(socketPath: string, methods: MethodTable, opts
       open--;
       lastSeen = Date.now();
     });
-    serveConnection(socket, methods);
+    serveConnection(socket, methods, opts.relay);
   });
   if (opts.orphanGraceMs !== undefined && opts.orphanGraceMs > 0) {
     const grace = opts.orphanGraceMs;
@@ -84,9 +90,10 @@ export async function startServer(socketPath: string, methods: MethodTable, opts
   return server;
 }
 
-function serveConnection(socket: Socket, methods: MethodTable): void {
+function serveConnection(socket: Socket, methods: MethodTable, relay?: RelayOptions): void {
   const inflight = new Map<RequestId, AbortController>();
   const splitter = new LineSplitter();
+  let requests = 0;
 
   const send = (msg: DaemonMessage): boolean => {
     if (socket.destroyed) return true;
@@ -147,7 +154,7 @@ function serveConnection(socket: Socket, methods: MethodTable): void {
     }
   };
 
-  socket.on('data', (chunk: Buffer) => {
+  const onData = (chunk: Buffer): void => {
     let lines: string[];
     try {
       lines = splitter.push(chunk);
@@ -170,9 +177,28 @@ function serveConnection(socket: Socket, methods: MethodTable): void {
         send({ id: null, error: { code: 'INVALID_ARGUMENT', message: 'request needs an id and a method' } });
         continue;
       }
+      requests++;
+      if (method === 'relay') {
+        // Relay mode takes the whole connection: only as its first and only request, with no
+        // bytes after the request line (the runner waits for the reply before sending any).
+        if (!relay) {
+          send({ id, error: new DaemonError('NOT_IMPLEMENTED', 'relay is not enabled in this daemon').toBody() });
+          continue;
+        }
+        if (requests !== 1 || lines.length !== 1 || splitter.buffered !== 0) {
+          send({ id, error: new DaemonError('INVALID_ARGUMENT', 'relay must be the first and only request of a fresh connection, with nothing after its line').toBody() });
+          socket.end();
+          return;
+        }
+        socket.pause();
+        socket.off('data', onData);
+        void serveRelay(socket, id, msg.params, relay);
+        return;
+      }
       void dispatch(id, method, msg.params);
     }
-  });
+  };
+  socket.on('data', onData);
   // Nobody is left to read the replies: stop everything this connection started.
   socket.on('close', () => {
     for (const ctl of inflight.values()) ctl.abort();
