@@ -79,17 +79,17 @@ interface ErrorShape {
 }
 
 /** 410 for a revoked or expired preview, 502 when nothing answers on the port, 503 for a workspace that is not running; else the code's status. */
-function statusOf(e: ErrorShape, status: number): number {
-  if (e.details?.state === 'revoked' || e.details?.state === 'expired') return 410;
-  if (e.code === 'FAILED_PRECONDITION') return e.details?.field === 'port' ? 502 : 503;
+function statusOf(err: ErrorShape, status: number): number {
+  if (err.details?.state === 'revoked' || err.details?.state === 'expired') return 410;
+  if (err.code === 'FAILED_PRECONDITION') return err.details?.field === 'port' ? 502 : 503;
   return status;
 }
 
-function decodeCookie(v: string): string {
+function decodeCookie(value: string): string {
   try {
-    return decodeURIComponent(v);
+    return decodeURIComponent(value);
   } catch {
-    return v;
+    return value;
   }
 }
 
