@@ -27,6 +27,17 @@ describe('terminal output ring', () => {
     expect(out).toMatchObject({ kept: 1024 * 1024, cursor: 2_000_000, bytes: 2_000_000, matches: true });
   });
 
+  it('input a terminal does not take waits at most 1 MiB in the daemon: past it, shell input is refused (RESOURCE_EXHAUSTED, field input) and nothing of it written', () => {
+    const r = spawnSync(process.execPath, [...DAEMON_NODE_FLAGS, path.join(ROOT, 'test/fixtures/pty-flood.mjs'), path.join(DAEMON_DIR, 'pty.js'), '0', 'stuck-input'], { encoding: 'utf8', timeout: 60_000 });
+    expect(r.status, r.stderr.slice(-2000)).toBe(0);
+    const out = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { refusedAt: number | null; code?: string; message?: string; details?: Record<string, unknown>; pending: number };
+    expect(out.refusedAt).toBe(16); // 16 inputs of 64 KiB wait; the 17th is refused
+    expect(out.code).toBe('RESOURCE_EXHAUSTED');
+    expect(out.message).toMatch(/^input: the terminal has not taken 1048576 bytes of earlier input/);
+    expect(out.details).toMatchObject({ field: 'input', pendingBytes: 1048576, limitBytes: 1048576 });
+    expect(out.pending).toBe(1048576);
+  });
+
   it('keeps exactly the last `capacity` bytes across wrap-arounds, chunks of any size', () => {
     const ring = new PtyRing(1000);
     let all = '';
