@@ -6,7 +6,8 @@
  * died of "Reached heap limit" (SIGABRT), taking every shell and session of the workspace with it.
  * The first test drives the real terminal methods (compiled, under the daemon's own heap flags)
  * with 2,000,000 one-byte chunks, deterministically; it failed with SIGABRT before the ring became
- * one circular buffer.
+ * one circular buffer. An exec's kept output (HeadTailCapture) had the same shape (lists of the
+ * chunks read): the test after it, 1-byte chunks into a 1 MiB capture, failed with SIGABRT too.
  */
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
@@ -25,6 +26,26 @@ describe('terminal output ring', () => {
     expect(r.status, r.stderr.slice(-2000)).toBe(0);
     const out = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { kept: number; droppedBytes: number; cursor: number; bytes: number; matches: boolean };
     expect(out).toMatchObject({ kept: 1024 * 1024, cursor: 2_000_000, bytes: 2_000_000, matches: true });
+  });
+
+  it("an exec's output capture of 1 MiB fed a byte at a time (a test runner's dots) stays within the daemon's heap", { timeout: 120_000 }, () => {
+    assertDaemonBuilt();
+    const script = `
+      const { HeadTailCapture } = await import(${JSON.stringify(path.join(DAEMON_DIR, 'output.js'))});
+      const caps = [new HeadTailCapture(1048576), new HeadTailCapture(1048576)];
+      const N = 1500000;
+      for (let i = 0; i < N; i++) {
+        const b = Buffer.from(new ArrayBuffer(1)); // a new ArrayBuffer per chunk, as a pipe read delivers it
+        b[0] = 46;
+        for (const c of caps) c.push(b);
+      }
+      const t = caps[0].text();
+      console.log(JSON.stringify({ total: caps[0].totalBytes, kept: caps[0].keptBytes, truncated: caps[0].truncated, head: t.startsWith('.'.repeat(524288) + '\\n[... '), tail: t.endsWith(' bytes omitted ...]\\n' + '.'.repeat(524288)) }));
+    `;
+    const r = spawnSync(process.execPath, [...DAEMON_NODE_FLAGS, '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 110_000 });
+    expect(r.signal, r.stderr.slice(-2000)).toBeNull();
+    expect(r.status, r.stderr.slice(-2000)).toBe(0);
+    expect(JSON.parse(r.stdout.trim())).toEqual({ total: 1500000, kept: 1048576, truncated: true, head: true, tail: true });
   });
 
   it('input a terminal does not take waits at most 1 MiB in the daemon: past it, shell input is refused (RESOURCE_EXHAUSTED, field input) and nothing of it written', () => {
