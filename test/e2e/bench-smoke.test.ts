@@ -22,6 +22,14 @@ const BENCHES: Record<string, RegExp[]> = {
   'bench/files': [/grep_search, rare pattern .*ratio [\d.]+x/, /symbols_search: cold index build [\d.]+ ms/, /files_read 1 MiB utf-8: median [\d.]+ ms .*ratio [\d.]+x/, /goal: files_read 1 MiB utf-8 .*within 2x the daemon alone: [\d.]+x .*: (met|NOT met)/, /files_read 1 MiB base64: service CPU per read on the wire \(no goal\): \d+ us \(user \d+, system \d+\) over \d+ calls/, /files_read handoff \(the runner reads the daemon's open descriptor\): taken [1-9]\d*, refused 0/, /1 MiB results on the wire \(no goal\): files_read [\d.]+ ms .*exec_run [\d.]+ ms .*git_diff [\d.]+ ms/],
   // In smoke mode a handful of requests: an added p99 (a difference of two p99s) can come out below zero, for either gateway.
   'bench/gateway': [/added p99: atelier -?[\d.]+ ms vs portkey -?[\d.]+ ms/, /throughput at c64: atelier \d+ rps/, /metered on the bench lease: \d+ input/],
+  // Issue #35 item 1: mixed load from several clients; no error, no daemon death.
+  'bench/soak': [
+    /soak: \d+ clients, \d+ s, \d+ calls, \d+ calls\/s/,
+    /errors: 0; daemon restarts \(workspace_status sandboxRestarts\): 0;/,
+    /daemon RSS: mean [\d.]+ MiB after warm-up, [\d.]+ MiB at the end \(ratio [\d.]+x\)/,
+    /runner RSS: [\d.]+ MiB after warm-up, [\d.]+ MiB at the end \(ratio [\d.]+x\); descriptors \d+ -> \d+/,
+    /goal: 0 errors and no daemon death over \d+ s: met/,
+  ],
   // Run with their own assertions on the figures in test/e2e/bench-smoke-agents.test.ts and
   // test/unit/bench-smoke-knowledge.test.ts.
   'bench/agents': [],
