@@ -104,12 +104,34 @@ async function call(client, name, args) {
   return r.structuredContent ?? JSON.parse(r.content[0].text);
 }
 
-async function worker(i, deadline) {
+/** Opens client i's workspace and shell (before the load starts: opens are not the soak). A refused open is retried (a loaded machine may take longer than a daemon start's 15 s); the retries are printed. */
+let openRetries = 0;
+async function prepare(i) {
   const client = await connect();
-  const ws = await call(client, 'workspace_open', { repositoryUrl: url, idempotencyKey: `soak-${i}-${Date.now()}` });
-  if (!ws) throw new Error(`client ${i}: workspace_open failed: ${[...failures.keys()].join('; ')}`);
-  const workspaceId = ws.workspaceId;
-  const shell = await call(client, 'shell_open', { workspaceId, idempotencyKey: `soak-sh-${i}-${Date.now()}` });
+  let ws;
+  for (let attempt = 0; attempt < 4 && !ws; attempt++) {
+    const r = await client.callTool({ name: 'workspace_open', arguments: { repositoryUrl: url, idempotencyKey: `soak-${i}-${attempt}-${Date.now()}` } }, undefined, { timeout: 180_000 });
+    if (!r.isError) ws = r.structuredContent ?? JSON.parse(r.content[0].text);
+    else {
+      openRetries++;
+      console.log(`client ${i}: workspace_open refused (attempt ${attempt + 1}): ${String(r.content?.[0]?.text).slice(0, 200)}`);
+    }
+  }
+  if (!ws) throw new Error(`client ${i}: workspace_open failed 4 times`);
+  opened.push({ client, workspaceId: ws.workspaceId });
+  const shell = await call(client, 'shell_open', { workspaceId: ws.workspaceId, idempotencyKey: `soak-sh-${i}-${Date.now()}` });
+  return { client, workspaceId: ws.workspaceId, shell };
+}
+const opened = [];
+/** Closes every workspace opened (also when the run failed: a workspace left open keeps its disk mounted). */
+async function closeAll() {
+  for (const o of opened.splice(0)) {
+    await o.client.callTool({ name: 'workspace_close', arguments: { workspaceId: o.workspaceId } }, undefined, { timeout: 180_000 }).catch(() => undefined);
+    await o.client.close().catch(() => undefined);
+  }
+}
+
+async function worker(i, deadline, { client, workspaceId, shell }) {
   let cursor;
   let n = 0;
   let version = 0;
@@ -153,8 +175,6 @@ async function worker(i, deadline) {
     }
   }
   const st = await call(client, 'workspace_status', { workspaceId });
-  await call(client, 'workspace_close', { workspaceId });
-  await client.close();
   return { workspaceId, restarts: st?.sandboxRestarts ?? 0, note: st?.sandboxNote };
 }
 
@@ -172,11 +192,27 @@ const sample = () => {
     calls: total,
   });
 };
-const started = Date.now();
-const deadline = started + SECONDS * 1000;
-const timer = setInterval(sample, SAMPLE_MS);
-const results = await Promise.all(Array.from({ length: CLIENTS }, (_, i) => worker(i, deadline)));
-clearInterval(timer);
+let results;
+let started;
+try {
+  const prepared = [];
+  for (let i = 0; i < CLIENTS; i++) prepared.push(await prepare(i));
+  total = 0; // the calls of the load only
+  started = Date.now();
+  const deadline = started + SECONDS * 1000;
+  const timer = setInterval(sample, SAMPLE_MS);
+  try {
+    results = await Promise.all(prepared.map((p, i) => worker(i, deadline, p)));
+  } finally {
+    clearInterval(timer);
+  }
+} catch (err) {
+  await closeAll();
+  await svc.stop();
+  await host.close();
+  throw err;
+}
+await closeAll();
 // (No sample after the run: the workers have closed their workspaces by now.)
 const wall = (Date.now() - started) / 1000;
 
@@ -195,7 +231,7 @@ const late = ready.slice(-fifth);
 const ratio = (k) => mean(late.map((s) => s[k])) / mean(early.map((s) => s[k]));
 const mb = (kb) => `${(kb / 1024).toFixed(1)} MiB`;
 
-console.log(`soak: ${CLIENTS} clients, ${wall.toFixed(0)} s, ${total} calls, ${(total / wall).toFixed(0)} calls/s`);
+console.log(`soak: ${CLIENTS} clients, ${wall.toFixed(0)} s, ${total} calls, ${(total / wall).toFixed(0)} calls/s${openRetries ? ` (workspace_open retried ${openRetries} time(s) before the load)` : ''}`);
 for (const [name, c] of [...calls.entries()].sort()) console.log(`  ${name.padEnd(18)} ok ${c.ok} failed ${c.failed}`);
 for (const [k, v] of failures) console.log(`  failure x${v}: ${k}`);
 console.log(`errors: ${errors}; daemon restarts (workspace_status sandboxRestarts): ${restarts}; daemon pids seen: ${pidsSeen.size} (${CLIENTS} workspaces and the spare sandbox)`);
