@@ -46,6 +46,7 @@ import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { constants as fsConstants } from 'node:fs';
+import { constants as osConstants } from 'node:os';
 import { chown, lstat, mkdir, open, readFile, readdir, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import type { Server } from 'node:net';
 import path from 'node:path';
@@ -68,6 +69,7 @@ import {
   type SandboxNetwork,
   type SandboxSpec,
   type SandboxStats,
+  type DaemonDeath,
 } from './executor.js';
 import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
 import { nativeArtifacts, type NativeArtifacts } from './native.js';
@@ -211,6 +213,20 @@ const KEEPER_SCRIPT = '"$@"; exit $?';
  * The daemon resets it to 0 for every exec.
  */
 const DAEMON_OOM_SCORE_ADJ = -900;
+/**
+ * Node flags of the in-sandbox daemon. Its V8 heap is capped at 96 MiB (its resident set under
+ * sustained mixed load is about 50 MiB: bench/soak): a runaway inside the daemon ends the daemon
+ * (with "Reached heap limit" in its log, see daemonDeath) long before the workspace's memory
+ * cgroup (64 MiB to 1 TiB, default 2 GiB) has to kill anything else. Everything it keeps per
+ * terminal, exec and request is bounded in bytes and in objects (docs/sandbox.md, "Daemon memory").
+ */
+export const DAEMON_NODE_FLAGS = ['--max-old-space-size=96', '--v8-pool-size=2'];
+/** Signal names by number, to read a shell's 128+n exit status. */
+const SIGNAL_NAMES = new Map<number, string>();
+// The first name of each number (SIGABRT before its alias SIGIOT).
+for (const [name, n] of Object.entries(osConstants.signals)) if (!SIGNAL_NAMES.has(n)) SIGNAL_NAMES.set(n, name);
+/** Bytes of the daemon's log read back when it died (its last lines). */
+const DEATH_LOG_BYTES = 4096;
 
 interface RunPaths {
   dir: string;
@@ -292,6 +308,8 @@ export class BwrapExecutor implements Executor {
   private readonly handoff: FileHandoff;
   /** Per long-lived sandbox: the relay of its egress proxy socket (runfs.ts). */
   private readonly relays = new Map<string, Server[]>();
+  /** Per sandbox started by this runner: how its keeper (and so its daemon) ended, for daemonDeath(). */
+  private readonly exits = new Map<string, { pid: number | undefined; code: number | null; signal: NodeJS.Signals | null }>();
 
   constructor(opts: BwrapExecutorOptions = {}) {
     this.runDir = path.resolve(opts.runDir ?? '/run/atelier');
@@ -598,6 +616,7 @@ export class BwrapExecutor implements Executor {
 
   async destroy(h: SandboxHandle): Promise<void> {
     await this.stop(h);
+    this.exits.delete(h.id);
     await this.existingCgroup(h.id)?.remove();
     await removeTreeNoFollow(this.paths(h.id).dir);
   }
@@ -654,6 +673,27 @@ export class BwrapExecutor implements Executor {
     } catch {
       return false;
     }
+  }
+
+  async daemonDeath(h: SandboxHandle): Promise<DaemonDeath> {
+    const ended = this.exits.get(h.id);
+    let exit: string | null = null;
+    if (ended && ended.pid === h.pid) {
+      if (ended.signal) exit = `signal ${ended.signal}`;
+      else if (ended.code !== null && ended.code > 128 && SIGNAL_NAMES.has(ended.code - 128)) exit = `signal ${SIGNAL_NAMES.get(ended.code - 128)} (exit ${ended.code})`;
+      else exit = `exit ${ended.code}`;
+    }
+    const cg = this.existingCgroup(h.id);
+    const oomKills = cg ? await cg.oomKills() : null;
+    // The log is root's file in the runner's own directory (the daemon writes it through an
+    // inherited descriptor); only its end is read, and shown as plain text.
+    const text = await tailBytes(this.paths(h.id).log, DEATH_LOG_BYTES);
+    const lines = text.split('\n').slice(text.length >= DEATH_LOG_BYTES ? 1 : 0);
+    const stderrTail = lines
+      .map((l) => l.replace(/[\u0000-\u001f\u007f-\u009f]/g, ' ').trimEnd().slice(0, 300))
+      .filter((l) => l !== '')
+      .slice(-8);
+    return { exit, oomKills, stderrTail };
   }
 
   async stats(h: SandboxHandle): Promise<SandboxStats> {
@@ -794,7 +834,7 @@ export class BwrapExecutor implements Executor {
       // The daemon alone preloads nodump.so (PR_SET_DUMPABLE 0); commands get the env file's environment.
       const args = this.bwrapArgs({ mounts, tmpfs: [], etcDir: p.etc, data: this.optData(p, true), env: { ...daemonEnv(), LD_PRELOAD: IN_NODUMP }, cwd: '/workspace' });
       const daemon = [
-        this.nodePath, '--max-old-space-size=96', '--v8-pool-size=2', `${IN_OPT}/daemon/main.js`,
+        this.nodePath, ...DAEMON_NODE_FLAGS, `${IN_OPT}/daemon/main.js`,
         '--socket', IN_SOCKET, '--workspace', '/workspace', '--env-file', `${IN_OPT}/env.json`, '--orphan-grace-ms', String(this.orphanGraceMs),
         '--exec-starter', IN_EXEC_STARTER,
         ...(proxy ? ['--egress-socket', IN_PROXY_SOCKET, '--egress-port', String(PROXY_PORT)] : []),
@@ -807,6 +847,8 @@ export class BwrapExecutor implements Executor {
         child = await this.launchWithSeccomp(cg, DAEMON_OOM_SCORE_ADJ, true, [...args, '--', ...daemon], ['ignore', log.fd, log.fd], (c) => {
           c.once('exit', (code, sig) => {
             exited = sig ?? `exit ${code}`;
+            // The keeper's status is bwrap's, which is the daemon's (128+n when a signal ended it).
+            this.exits.set(spec.id, { pid: c.pid, code, signal: sig });
           });
           c.once('error', (err) => {
             exited = `cannot start: ${err.message}`;
@@ -1373,6 +1415,23 @@ function isAlive(pid: number): boolean {
     return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
   } catch {
     return false;
+  }
+}
+
+/** The last `bytes` bytes of a file (no more is read), as text; '' when it cannot be read. */
+async function tailBytes(file: string, bytes: number): Promise<string> {
+  let fh: FileHandle | undefined;
+  try {
+    fh = await open(file, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
+    const { size } = await fh.stat();
+    const n = Math.min(size, bytes);
+    const buf = Buffer.alloc(n);
+    await fh.read(buf, 0, n, size - n);
+    return buf.toString('utf8');
+  } catch {
+    return '';
+  } finally {
+    await fh?.close();
   }
 }
 

@@ -189,6 +189,22 @@ export class SandboxCgroup {
     await put(path.join(cpuset, 'cpuset.cpus'), limits.cpus ?? parentCpus);
   }
 
+  /**
+   * OOM kills in this cgroup so far: cgroup v1 memory.oom_control's oom_kill (kernel 4.13+), or
+   * v2 memory.events' oom_kill; null when the kernel does not count them.
+   */
+  async oomKills(): Promise<number | null> {
+    for (const file of ['memory.oom_control', 'memory.events']) {
+      try {
+        const m = /^oom_kill (\d+)$/m.exec(await readFile(path.join(this.dirs.memory, file), 'utf8'));
+        if (m) return Number(m[1]);
+      } catch {
+        // not this hierarchy's file
+      }
+    }
+    return null;
+  }
+
   /** Host pids of every process in the sandbox, exec sub-cgroups included. */
   members(): Promise<number[]> {
     return treeMembers(this.dirs.freezer);

@@ -111,6 +111,24 @@ export interface EphemeralSpec extends Omit<ExecRequest, 'cwd' | 'killGraceMs' |
   privileged?: boolean;
 }
 
+export interface DaemonDeath {
+  /** "exit 1", "signal SIGABRT" (a shell's 128+n read back as the signal), or null when this runner did not start it. */
+  exit: string | null;
+  /** OOM kills counted in the sandbox's memory cgroup so far (the cgroup lives across restarts); null when unknown. */
+  oomKills: number | null;
+  /** The last lines of the daemon's stderr (its log), control characters removed, each cut to 300 characters. */
+  stderrTail: string[];
+}
+
+/** One line saying what DaemonDeath found, for logs and workspace_status's sandboxNote. */
+export function describeDeath(d: DaemonDeath): string {
+  const parts = [d.exit ? `ended with ${d.exit}` : 'exit status unknown (the daemon was started by an earlier runner process)'];
+  if (d.oomKills !== null) parts.push(`cgroup OOM kills ${d.oomKills}`);
+  const last = d.stderrTail.filter((l) => l.trim() !== '').slice(-3);
+  if (last.length > 0) parts.push(`last stderr: ${last.join(' | ')}`);
+  return parts.join('; ');
+}
+
 export interface SandboxStats {
   memoryBytes: number;
   pids: number;
@@ -134,6 +152,12 @@ export interface Executor {
   stop(h: SandboxHandle): Promise<void>;
   /** Whether the sandbox (its daemon) still runs. */
   alive(h: SandboxHandle): Promise<boolean>;
+  /**
+   * Why a sandbox's daemon ended, read before the sandbox is stopped or restarted (issue #35): its
+   * exit status, the last lines it wrote to stderr and its cgroup's OOM kills. Optional: a driver
+   * that cannot tell leaves it out.
+   */
+  daemonDeath?(h: SandboxHandle): Promise<DaemonDeath>;
   /** stop() and remove the sandbox's cgroups and runtime files. rootDir is the caller's to remove. */
   destroy(h: SandboxHandle): Promise<void>;
   /** After a runner restart: the handle of a sandbox whose daemon still answers, else null. */

@@ -24,6 +24,7 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { nowIso, settlesWithin } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
+import { describeDeath } from '../sandbox/executor.js';
 import type { ClientProfile, OverviewSection } from '../sandbox/daemon/protocol.js';
 import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
 import { cleanSpareImages, ensureWorkspaceDisk, imagePath, prepareSpareImage, releaseWorkspaceDisk, unmountScratchDisk, type DiskOptions } from '../sandbox/disk.js';
@@ -172,7 +173,7 @@ export class WorkspaceService {
   private spareTimer: NodeJS.Timeout | undefined;
   private stopping = false;
   /** Sandboxes found dead and restarted, for workspace_status. */
-  private readonly deaths = new Map<string, { at: string; restarts: number }>();
+  private readonly deaths = new Map<string, { at: string; restarts: number; cause?: string }>();
 
   constructor(private readonly deps: Deps) {
     this.egress = new WorkspaceEgress({
@@ -581,12 +582,15 @@ export class WorkspaceService {
     const pending = (async () => {
       const old = this.handles.get(id) ?? this.storedHandle(id);
       this.handles.delete(id);
+      // Why it died (exit status, its last stderr lines, the cgroup's OOM kills), read before the stop clears it (issue #35).
+      const death = old ? await this.deps.executor.daemonDeath?.(old).catch(() => undefined) : undefined;
       if (old) await this.deps.executor.stop(old).catch((e) => this.deps.log.warn({ err: e, workspace: id }, 'stopping a dead sandbox failed'));
       if (old) {
         const prev = this.deaths.get(id);
-        this.deaths.set(id, { at: nowIso(), restarts: (prev?.restarts ?? 0) + 1 });
-        this.deps.log.warn({ workspace: id, why }, 'workspace sandbox restarted');
-        this.deps.audit.record({ actor: 'system', action: 'workspace_sandbox_restart', target: id, outcome: 'ok', reason: why });
+        const cause = death ? describeDeath(death) : undefined;
+        this.deaths.set(id, { at: nowIso(), restarts: (prev?.restarts ?? 0) + 1, cause });
+        this.deps.log.warn({ workspace: id, why, ...(death ? { daemonExit: death.exit, oomKills: death.oomKills, daemonStderr: death.stderrTail } : {}) }, 'workspace sandbox restarted');
+        this.deps.audit.record({ actor: 'system', action: 'workspace_sandbox_restart', target: id, outcome: 'ok', reason: cause ? `${why}: ${cause}`.slice(0, 1000) : why });
       }
       return this.startSandbox(this.get(id));
     })();
@@ -631,12 +635,26 @@ export class WorkspaceService {
       ...this.describe(workspace),
       sandboxRunning: state === 'running',
       sandboxState: state,
-      ...(state === 'died'
-        ? { sandboxNote: 'the sandbox daemon is gone (its processes ended); the next call or workspace_recover (mode resume) starts it again with the files intact' }
-        : {}),
+      ...(await this.sandboxNote(id, state, death)),
       ...(death ? { sandboxRestarts: death.restarts, sandboxLastRestartAt: death.at } : {}),
       gitIdentity: workspace.gitIdentity,
     };
+  }
+
+  /**
+   * workspace_status's sandboxNote (an existing field; the schema is the spec's): while the daemon
+   * is dead, why it died as far as the runner can tell; after a restart, the last death's cause.
+   */
+  private async sandboxNote(id: string, state: 'running' | 'died' | 'stopped', death: { at: string; cause?: string } | undefined): Promise<{ sandboxNote?: string }> {
+    if (state === 'died') {
+      const h = this.handles.get(id);
+      const d = h ? await this.deps.executor.daemonDeath?.(h).catch(() => undefined) : undefined;
+      return { sandboxNote: `the sandbox daemon is gone (its processes ended${d ? `; ${describeDeath(d)}` : ''}); the next call or workspace_recover (mode resume) starts it again with the files intact` };
+    }
+    if (state === 'running' && death) {
+      return { sandboxNote: `the sandbox daemon died at ${death.at}${death.cause ? ` (${death.cause})` : ''} and was started again with the files intact; the shells and sessions it ran ended with it` };
+    }
+    return {};
   }
 
   /** What this workspace may do, and the repohost actions for its repository. Mints no tokens. */

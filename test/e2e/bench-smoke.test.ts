@@ -29,6 +29,14 @@ const BENCHES: Record<string, RegExp[]> = {
   // In smoke mode a handful of requests: an added p99 (a difference of two p99s) can come out below zero, for either gateway.
   'bench/gateway': [/added p99: atelier -?[\d.]+ ms vs portkey -?[\d.]+ ms/, /throughput at c64: atelier \d+ rps/, /metered on the bench lease: \d+ input/],
   'bench/telemetry': [/tracing off, helpers of one call: \d+ ns vs the bare calls \d+ ns: added \d+ ns per call/, /service CPU per workspace_list call: tracing off \d+ us .*; on \d+ us .*ratio on\/off [\d.]+x/, /spans received from the traced service: [1-9]\d*/],
+  // Issue #35 item 1: mixed load from several clients; no error, no daemon death.
+  'bench/soak': [
+    /soak: \d+ clients, \d+ s, \d+ calls, \d+ calls\/s/,
+    /errors: 0; daemon restarts \(workspace_status sandboxRestarts\): 0;/,
+    /daemon RSS: mean [\d.]+ MiB after warm-up, [\d.]+ MiB at the end \(ratio [\d.]+x\)/,
+    /runner RSS: [\d.]+ MiB after warm-up, [\d.]+ MiB at the end \(ratio [\d.]+x\); descriptors \d+ -> \d+/,
+    /goal: 0 errors and no daemon death over \d+ s: met/,
+  ],
   // Run with their own assertions on the figures in test/e2e/bench-smoke-agents.test.ts and
   // test/unit/bench-smoke-knowledge.test.ts.
   'bench/agents': [],

@@ -1,15 +1,21 @@
 /**
  * Bounded capture of a process output stream: the first half of the budget is kept as the head,
  * the last half as a rolling tail, and whatever fell between them is replaced by a marker.
- * Memory use stays at about `limit` bytes plus one chunk, however much the process writes.
+ * Memory use stays at about `limit` bytes, however much the process writes and however it cuts it
+ * up: the head is one buffer (grown by doubling up to its half), the tail one circular buffer.
+ * (Kept as lists of the chunks read, a program writing a byte at a time, a test runner's dots,
+ * made half a million 1-byte Buffers of a 1 MiB budget, about 100 MiB of V8 heap: more than the
+ * daemon's whole heap, issue #35.)
  */
 export class HeadTailCapture {
   private readonly headLimit: number;
   private readonly tailLimit: number;
-  private head: Buffer[] = [];
+  private headBuf: Buffer | undefined;
   private headBytes = 0;
-  private tail: Buffer[] = [];
+  /** Circular: the tail's bytes end at tailEnd (mod tailLimit). */
+  private tailBuf: Buffer | undefined;
   private tailBytes = 0;
+  private tailEnd = 0;
   private total = 0;
 
   constructor(limit: number) {
@@ -21,30 +27,37 @@ export class HeadTailCapture {
     this.total += chunk.length;
     if (this.headBytes < this.headLimit) {
       const take = Math.min(this.headLimit - this.headBytes, chunk.length);
-      this.head.push(chunk.subarray(0, take));
+      const need = this.headBytes + take;
+      if (!this.headBuf || this.headBuf.length < need) {
+        const grown = Buffer.allocUnsafeSlow(Math.min(this.headLimit, Math.max(need, 2 * (this.headBuf?.length ?? 0), 256)));
+        this.headBuf?.copy(grown, 0, 0, this.headBytes);
+        this.headBuf = grown;
+      }
+      chunk.copy(this.headBuf, this.headBytes, 0, take);
       this.headBytes += take;
       chunk = chunk.subarray(take);
     }
     if (chunk.length === 0 || this.tailLimit === 0) return;
-    if (chunk.length >= this.tailLimit) {
-      this.tail = [Buffer.from(chunk.subarray(chunk.length - this.tailLimit))];
-      this.tailBytes = this.tailLimit;
-      return;
-    }
-    // Copy: the caller's chunk may be a view into a pooled buffer.
-    this.tail.push(Buffer.from(chunk));
-    this.tailBytes += chunk.length;
-    while (this.tailBytes > this.tailLimit) {
-      const first = this.tail[0]!;
-      const excess = this.tailBytes - this.tailLimit;
-      if (first.length <= excess) {
-        this.tail.shift();
-        this.tailBytes -= first.length;
-      } else {
-        this.tail[0] = first.subarray(excess);
-        this.tailBytes -= excess;
-      }
-    }
+    const cap = this.tailLimit;
+    const buf = (this.tailBuf ??= Buffer.allocUnsafeSlow(cap));
+    const src = chunk.length > cap ? chunk.subarray(chunk.length - cap) : chunk;
+    const first = Math.min(src.length, cap - this.tailEnd);
+    src.copy(buf, this.tailEnd, 0, first);
+    if (first < src.length) src.copy(buf, 0, first);
+    this.tailEnd = (this.tailEnd + src.length) % cap;
+    this.tailBytes = Math.min(cap, this.tailBytes + src.length);
+  }
+
+  private get head(): Buffer {
+    return this.headBuf ? this.headBuf.subarray(0, this.headBytes) : Buffer.alloc(0);
+  }
+
+  /** The tail's bytes in order (a copy). */
+  private get tail(): Buffer {
+    if (!this.tailBuf || this.tailBytes === 0) return Buffer.alloc(0);
+    const start = (this.tailEnd - this.tailBytes + this.tailLimit) % this.tailLimit;
+    if (start + this.tailBytes <= this.tailLimit) return Buffer.from(this.tailBuf.subarray(start, start + this.tailBytes));
+    return Buffer.concat([this.tailBuf.subarray(start), this.tailBuf.subarray(0, this.tailEnd)], this.tailBytes);
   }
 
   /** Bytes the stream produced in total. */
@@ -62,7 +75,7 @@ export class HeadTailCapture {
    */
   text(): string {
     const cut = this.cut();
-    if (!cut) return Buffer.concat([...this.head, ...this.tail], this.keptBytes).toString('utf8');
+    if (!cut) return Buffer.concat([this.head, this.tail], this.keptBytes).toString('utf8');
     return `${cut.head.toString('utf8')}${cut.marker}${cut.tail.toString('utf8')}`;
   }
 
@@ -79,15 +92,15 @@ export class HeadTailCapture {
    */
   bytes(): Buffer {
     const cut = this.cut();
-    if (!cut) return Buffer.concat([...this.head, ...this.tail], this.keptBytes);
+    if (!cut) return Buffer.concat([this.head, this.tail], this.keptBytes);
     return Buffer.concat([cut.head, Buffer.from(cut.marker), cut.tail]);
   }
 
   /** When output was omitted: head and tail cut back to character boundaries, and the marker between them. */
   private cut(): { head: Buffer; marker: string; tail: Buffer } | undefined {
     if (!this.truncated) return undefined;
-    const head = Buffer.concat(this.head);
-    const tail = Buffer.concat(this.tail);
+    const head = this.head;
+    const tail = this.tail;
     const h = head.subarray(0, utf8HeadCut(head));
     const t = tail.subarray(utf8TailCut(tail));
     return { head: h, marker: `\n[... ${this.total - h.length - t.length} bytes omitted ...]\n`, tail: t };

@@ -15,15 +15,65 @@ import { signalTree } from './proc.js';
 export const PTY_RING_BYTES = 1024 * 1024;
 export const MAX_PTYS = 32;
 export const MAX_INPUT_BYTES = 65536;
+/**
+ * Input written but not yet taken by the terminal, at most (bytes). A program in raw mode that
+ * stops reading (the terminal's input queue full) would otherwise have every later input queued in
+ * the daemon's memory, without end; past this the input is refused, and nothing of it is written.
+ */
+export const MAX_PENDING_INPUT_BYTES = 1024 * 1024;
+
+/**
+ * A terminal's kept output: the last `capacity` bytes in one circular buffer, allocated once.
+ *
+ * It used to be a list of the chunks as they came off the pipe, cut to 1 MiB of bytes. The bytes
+ * were bounded, the chunks were not: a program that writes a byte at a time (a REPL echoing each
+ * key, a spinner, a progress bar) filled the megabyte with up to a million 1-byte Buffers of about
+ * 200 bytes of V8 heap each, and the daemon, started with --max-old-space-size=96, died of "Reached
+ * heap limit" (SIGABRT) with every shell and session of the workspace (issue #35; test/unit/
+ * pty-ring.test.ts). Here the memory is `capacity` bytes outside the heap and one object, however
+ * the output is cut up; a read copies only the range it returns.
+ */
+export class PtyRing {
+  private buf: Buffer | undefined;
+  /** Absolute offset of the first byte kept. */
+  start = 0;
+  /** Absolute offset after the last byte received. */
+  end = 0;
+
+  constructor(readonly capacity: number = PTY_RING_BYTES) {}
+
+  push(data: Buffer): void {
+    if (data.length === 0) return;
+    // Allocated at the first output, at full size: the ring never grows or reallocates after.
+    const buf = (this.buf ??= Buffer.allocUnsafeSlow(this.capacity));
+    const cap = this.capacity;
+    const src = data.length > cap ? data.subarray(data.length - cap) : data;
+    const skipped = data.length - src.length;
+    const at = (this.end + skipped) % cap;
+    const first = Math.min(src.length, cap - at);
+    src.copy(buf, at, 0, first);
+    if (first < src.length) src.copy(buf, 0, first);
+    this.end += data.length;
+    if (this.end - this.start > cap) this.start = this.end - cap;
+  }
+
+  /** Bytes from `from` (absolute, within [start, end]) on, at most `max`, copied out. */
+  read(from: number, max: number): Buffer {
+    const n = Math.max(0, Math.min(max, this.end - from));
+    if (n === 0 || !this.buf) return Buffer.alloc(0);
+    const out = Buffer.allocUnsafe(n);
+    const at = from % this.capacity;
+    const first = Math.min(n, this.capacity - at);
+    this.buf.copy(out, 0, at, at + first);
+    if (first < n) this.buf.copy(out, first, 0, n - first);
+    return out;
+  }
+}
 
 interface Terminal {
   id: string;
   child: ChildProcess;
-  chunks: Buffer[];
-  /** Absolute offset of the first byte kept in `chunks`. */
-  start: number;
-  /** Absolute offset after the last byte received. */
-  end: number;
+  ring: PtyRing;
   exited: boolean;
   exitCode: number | null;
   signal: string | null;
@@ -42,27 +92,13 @@ function wake(t: Terminal): void {
 }
 
 function append(t: Terminal, data: Buffer): void {
-  t.chunks.push(data);
-  t.end += data.length;
-  let kept = t.end - t.start;
-  while (kept > PTY_RING_BYTES && t.chunks.length > 1) {
-    const first = t.chunks.shift()!;
-    t.start += first.length;
-    kept -= first.length;
-  }
-  if (kept > PTY_RING_BYTES) {
-    const only = t.chunks[0]!;
-    const cut = kept - PTY_RING_BYTES;
-    t.chunks[0] = only.subarray(cut);
-    t.start += cut;
-  }
+  t.ring.push(data);
   wake(t);
 }
 
 /** Bytes from `from` (absolute) to the end, cut back to a UTF-8 character boundary. */
 function readFrom(t: Terminal, from: number, max: number): { text: string; next: number } {
-  const all = Buffer.concat(t.chunks);
-  let slice = all.subarray(from - t.start, Math.min(all.length, from - t.start + max));
+  let slice = t.ring.read(from, max);
   // Do not split a multi-byte character: drop an incomplete tail (it comes with the next read).
   let cut = slice.length;
   for (let i = Math.max(0, slice.length - 4); i < slice.length; i++) {
@@ -101,7 +137,7 @@ export function ptyMethods(opts: PtyOptions): Handlers<'pty.open' | 'pty.io' | '
         stdio: ['pipe', 'pipe', 'pipe'],
         detached: true,
       });
-      const t: Terminal = { id, child, chunks: [], start: 0, end: 0, exited: false, exitCode: null, signal: null, waiters: new Set(), createdAt: new Date().toISOString() };
+      const t: Terminal = { id, child, ring: new PtyRing(), exited: false, exitCode: null, signal: null, waiters: new Set(), createdAt: new Date().toISOString() };
       child.stdout!.on('data', (d: Buffer) => append(t, d));
       child.stderr!.on('data', (d: Buffer) => append(t, d));
       child.stdin!.on('error', () => undefined);
@@ -123,14 +159,21 @@ export function ptyMethods(opts: PtyOptions): Handlers<'pty.open' | 'pty.io' | '
         const bytes = Buffer.from(p.input, 'utf8');
         if (bytes.length > MAX_INPUT_BYTES) throw new DaemonError('INVALID_ARGUMENT', `input: at most ${MAX_INPUT_BYTES} bytes`);
         if (t.exited) throw new DaemonError('FAILED_PRECONDITION', 'the terminal has ended; open a new one');
+        const pending = t.child.stdin!.writableLength;
+        if (pending + bytes.length > MAX_PENDING_INPUT_BYTES)
+          throw new DaemonError(
+            'RESOURCE_EXHAUSTED',
+            `input: the terminal has not taken ${pending} bytes of earlier input (the program in it is not reading); at most ${MAX_PENDING_INPUT_BYTES} bytes may wait, so none of this input was written: read its output, wait, or close it`,
+            { field: 'input', pendingBytes: pending, limitBytes: MAX_PENDING_INPUT_BYTES },
+          );
         t.child.stdin!.write(bytes);
       }
       const waitMs = Math.min(5000, Math.max(0, p.waitMs ?? 100));
-      let from = p.cursor ?? t.start;
-      const dropped = from < t.start ? t.start - from : 0;
-      if (from < t.start) from = t.start;
-      if (from > t.end) from = t.end;
-      if (from === t.end && !t.exited && waitMs > 0) {
+      let from = p.cursor ?? t.ring.start;
+      const dropped = from < t.ring.start ? t.ring.start - from : 0;
+      if (from < t.ring.start) from = t.ring.start;
+      if (from > t.ring.end) from = t.ring.end;
+      if (from === t.ring.end && !t.exited && waitMs > 0) {
         await new Promise<void>((resolve) => {
           const done = () => {
             clearTimeout(timer);
@@ -143,10 +186,13 @@ export function ptyMethods(opts: PtyOptions): Handlers<'pty.open' | 'pty.io' | '
           ctx.signal.addEventListener('abort', done);
         });
         // Let a burst of output arrive together rather than one chunk per call.
-        if (t.end > from && !t.exited) await new Promise((r) => setTimeout(r, 15));
+        if (t.ring.end > from && !t.exited) await new Promise((r) => setTimeout(r, 15));
       }
+      // Output dropped while this call waited is skipped too (and counted).
+      const late = Math.max(0, t.ring.start - from);
+      from += late;
       const { text, next } = readFrom(t, from, Math.min(p.maxBytes ?? 262144, 1048576));
-      return { output: text, cursor: next, droppedBytes: dropped, exited: t.exited, exitCode: t.exitCode, signal: t.signal, more: next < t.end };
+      return { output: text, cursor: next, droppedBytes: dropped + late, exited: t.exited, exitCode: t.exitCode, signal: t.signal, more: next < t.ring.end };
     },
 
     'pty.close': async (params) => {
@@ -160,7 +206,7 @@ export function ptyMethods(opts: PtyOptions): Handlers<'pty.open' | 'pty.io' | '
     },
 
     'pty.list': async () => ({
-      terminals: [...terms.values()].map((t) => ({ ptyId: t.id, pid: t.child.pid, exited: t.exited, bytes: t.end, createdAt: t.createdAt })),
+      terminals: [...terms.values()].map((t) => ({ ptyId: t.id, pid: t.child.pid, exited: t.exited, bytes: t.ring.end, createdAt: t.createdAt })),
     }),
   };
 }
