@@ -16,7 +16,7 @@ import { newId } from '../core/ids.js';
 import { EMBEDDING_MODEL, Embedder, MODEL_LABEL, cosine, fromBlob, rankBySimilarity, toBlob } from './knowledge/embedder.js';
 import { VectorIndex } from './knowledge/vector-index.js';
 import type { RetentionClock } from './memories.js';
-import { digest, snippet, uniqueTags } from './memories.js';
+import { digest, snippet, uniqueTags, workspaceNeeded } from './memories.js';
 
 export { Embedder, EMBEDDING_MODEL, rankBySimilarity, cosine };
 
@@ -224,7 +224,7 @@ export class KnowledgeService {
 
   create(
     owner: string,
-    workspaceId: string,
+    workspaceId: string | undefined,
     args: {
       kind: Kind;
       scope: Scope;
@@ -246,7 +246,8 @@ export class KnowledgeService {
     }
     this.checkJournal(args.kind, args.journalType, 'knowledge_create');
     if (args.scope === 'project' && !args.projectId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_create: projectId: required when scope is project', { field: 'projectId' });
-    if (args.scope === 'workspace') this.deps.checkWorkspace?.(workspaceId);
+    if (args.scope !== 'owner' && workspaceId === undefined) throw workspaceNeeded('knowledge_create', `an item in the ${args.scope} scope`);
+    if (args.scope === 'workspace') this.deps.checkWorkspace?.(workspaceId!);
     const now = this.now();
     const iso = new Date(now).toISOString();
     const id = newId('knowledge');
@@ -285,13 +286,19 @@ export class KnowledgeService {
     return { ...this.describe(row, false), created: true };
   }
 
-  read(owner: string, id: string): Record<string, unknown> {
+  read(owner: string, id: string, workspaceId: string | undefined): Record<string, unknown> {
     this.sweep();
     const item = this.item(owner, id, 'id', 'knowledge_read');
+    this.needsWorkspace(item, workspaceId, 'knowledge_read');
     const links = (this.deps.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id').all(id, id) as LinkRow[]).filter(
       (l) => this.isLive(owner, l.source_id === id ? l.target_id : l.source_id),
     );
     return { ...this.describe(item, true), links: links.map((l) => this.link(l, id)) };
+  }
+
+  /** Without a workspace only owner-scope items may be read or changed by id (issue #36 item 4). */
+  private needsWorkspace(item: ItemRow, workspaceId: string | undefined, tool: string): void {
+    if (workspaceId === undefined && item.scope !== 'owner') throw workspaceNeeded(tool, `item ${item.id} is in the ${item.scope} scope and`);
   }
 
   private isLive(owner: string, id: string): boolean {
@@ -314,9 +321,11 @@ export class KnowledgeService {
   update(
     owner: string,
     args: { id: string; title?: string; content?: string; journalType?: JournalType; occurredAt?: number; tags?: string[]; retentionSeconds?: number; expectedGeneration: number },
+    workspaceId: string | undefined,
   ): Record<string, unknown> {
     const row = tx(this.deps.db, () => {
       const item = this.item(owner, args.id, 'id', 'knowledge_update');
+      this.needsWorkspace(item, workspaceId, 'knowledge_update');
       if (item.generation !== args.expectedGeneration) {
         throw new ServiceError('CONFLICT', `knowledge_update: expectedGeneration: item ${item.id} is at generation ${item.generation}, not ${args.expectedGeneration}; nothing was changed (read it again)`, {
           field: 'expectedGeneration',
@@ -360,9 +369,10 @@ export class KnowledgeService {
     return this.describe(row, false);
   }
 
-  delete(owner: string, args: { id: string; expectedGeneration: number }, reason = 'deleted'): Record<string, unknown> {
+  delete(owner: string, args: { id: string; expectedGeneration: number }, workspaceId: string | undefined): Record<string, unknown> {
     return tx(this.deps.db, () => {
       const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(args.id, owner) as ItemRow | undefined;
+      if (r) this.needsWorkspace(r, workspaceId, 'knowledge_delete');
       if (r && r.deleted_at !== null && r.generation === args.expectedGeneration && r.deleted_at) {
         return { id: r.id, deleted: true, alreadyDeleted: true, generation: r.generation, deletedAt: r.deleted_at };
       }
@@ -373,7 +383,7 @@ export class KnowledgeService {
           currentGeneration: live.generation,
         });
       }
-      const links = this.softDelete(live, reason);
+      const links = this.softDelete(live, 'deleted');
       return { id: live.id, deleted: true, generation: live.generation, linksRemoved: links, deletedAt: new Date().toISOString() };
     });
   }
@@ -385,6 +395,12 @@ export class KnowledgeService {
     this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(item.seq);
     this.vectors?.get(item.owner_id)?.remove(item.id);
     return this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?)').run(iso, item.id, item.id).changes;
+  }
+
+  /** list and search without a workspace: only with scope owner (issue #36 item 4). */
+  private scopeWithout(workspaceId: string | undefined, scope: Scope | undefined, tool: string): void {
+    if (workspaceId !== undefined || scope === 'owner') return;
+    throw workspaceNeeded(tool, scope ? `the ${scope} scope` : 'a call without scope (owner, project and workspace items)');
   }
 
   /** SQL conditions (on alias i) for the items visible from a workspace under the filters. */
@@ -421,6 +437,7 @@ export class KnowledgeService {
   }
 
   list(owner: string, workspaceId: string | undefined, args: Filters & { kind?: Kind; limit: number; cursor?: string }): Record<string, unknown> {
+    this.scopeWithout(workspaceId, args.scope, 'knowledge_list');
     this.sweep();
     const filters: Filters = { ...args, kinds: args.kind ? [args.kind] : undefined };
     const filter = digest([filters.kinds ?? null, filters.scope ?? null, filters.projectId ?? null, filters.journalType ?? null, filters.tags ?? null, filters.tagMatch]);
@@ -480,6 +497,7 @@ export class KnowledgeService {
     args: Filters & { query: string; limit: number; cursor?: string },
     force?: SearchMode,
   ): Promise<Record<string, unknown>> {
+    this.scopeWithout(workspaceId, args.scope, 'knowledge_search');
     this.sweep();
     const filter = digest([args.query, args.kinds ?? null, args.scope ?? null, args.projectId ?? null, args.journalType ?? null, args.tags ?? null, args.tagMatch]);
     let offset = 0;
@@ -549,10 +567,10 @@ export class KnowledgeService {
     };
   }
 
-  linkItems(owner: string, args: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }): Record<string, unknown> {
+  linkItems(owner: string, args: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }, workspaceId: string | undefined): Record<string, unknown> {
     return tx(this.deps.db, () => {
-      this.item(owner, args.sourceId, 'sourceId', 'knowledge_link');
-      this.item(owner, args.targetId, 'targetId', 'knowledge_link');
+      this.needsWorkspace(this.item(owner, args.sourceId, 'sourceId', 'knowledge_link'), workspaceId, 'knowledge_link');
+      this.needsWorkspace(this.item(owner, args.targetId, 'targetId', 'knowledge_link'), workspaceId, 'knowledge_link');
       if (args.sourceId === args.targetId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_link: targetId: an item cannot be linked to itself', { field: 'targetId' });
       const cur = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE source_id = ? AND target_id = ? AND relation = ? AND deleted_at IS NULL').get(args.sourceId, args.targetId, args.relation) as LinkRow | undefined;
       const have = cur?.generation ?? 0;
@@ -574,7 +592,7 @@ export class KnowledgeService {
     });
   }
 
-  unlink(owner: string, args: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }): Record<string, unknown> {
+  unlink(owner: string, args: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }, workspaceId: string | undefined): Record<string, unknown> {
     return tx(this.deps.db, () => {
       let link: LinkRow | undefined;
       if (args.linkId) {
@@ -599,6 +617,10 @@ export class KnowledgeService {
         }
         link = found[0]!;
       }
+      for (const end of [link.source_id, link.target_id]) {
+        const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(end, owner) as ItemRow | undefined;
+        if (r) this.needsWorkspace(r, workspaceId, 'knowledge_unlink');
+      }
       if (args.expectedGeneration !== undefined && args.expectedGeneration !== link.generation) {
         throw new ServiceError('CONFLICT', `knowledge_unlink: expectedGeneration: link ${link.id} is at generation ${link.generation}, not ${args.expectedGeneration}; nothing was removed`, {
           field: 'expectedGeneration',
@@ -612,13 +634,16 @@ export class KnowledgeService {
 
   graph(owner: string, workspaceId: string | undefined, args: { rootId?: string; depth: number; maxNodes: number; kinds?: Kind[]; projectId?: string }): Record<string, unknown> {
     this.sweep();
-    const f: Filters = { kinds: args.kinds, projectId: args.projectId, tagMatch: 'all' };
+    // knowledge_graph has no scope parameter: without a workspace it walks the owner scope only
+    // (the root included), and says so in `scopes`.
+    const f: Filters = { kinds: args.kinds, projectId: args.projectId, tagMatch: 'all', ...(workspaceId === undefined ? { scope: 'owner' as const } : {}) };
     const workspace = this.where(owner, workspaceId, f);
     const matches = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${workspace.sql} AND i.id = ?`);
     const nodes = new Map<string, { row: ItemRow; depth: number }>();
     let truncated = false;
     if (args.rootId) {
       const root = this.item(owner, args.rootId, 'rootId', 'knowledge_graph');
+      if (workspaceId === undefined && root.scope !== 'owner') throw workspaceNeeded('knowledge_graph', `rootId ${root.id} is in the ${root.scope} scope and`);
       nodes.set(root.id, { row: root, depth: 0 });
       let frontier = [root.id];
       const linksOf = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id');
@@ -665,6 +690,7 @@ export class KnowledgeService {
       nodeCount: nodes.size,
       edgeCount: edges.length,
       truncated,
+      ...(workspaceId === undefined ? { scopes: ['owner'], scopeNote: 'no workspace: only owner-scope items were walked' } : {}),
     };
   }
 
