@@ -15,10 +15,11 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { EMBEDDING_MODEL, Embedder, MODEL_LABEL, cosine, fromBlob, rankBySimilarity, toBlob } from './knowledge/embedder.js';
 import { VectorIndex } from './knowledge/vector-index.js';
+import { codeWords, ftsText, queryWords } from './knowledge/code-words.js';
 import type { RetentionClock } from './memories.js';
 import { digest, snippet, uniqueTags, workspaceNeeded } from './memories.js';
 
-export { Embedder, EMBEDDING_MODEL, rankBySimilarity, cosine };
+export { Embedder, EMBEDDING_MODEL, MODEL_LABEL, rankBySimilarity, cosine };
 
 export type Kind = 'memory' | 'journal';
 export type Scope = 'owner' | 'project' | 'workspace';
@@ -109,9 +110,19 @@ export const MIN_SIMILARITY = 0.2;
 /** Characters of an item fed to the model (title, then the start of the content). */
 const EMBED_CHARS = 2000;
 
+/** What the model embeds for an item: title, the start of the content, then its identifiers' words. */
 function embedText(title: string, content: string): string {
-  return `${title}\n${content}`.slice(0, EMBED_CHARS);
+  const text = `${title}\n${content}`.slice(0, EMBED_CHARS);
+  const words = codeWords(text);
+  return words ? `${text}\n${words}` : text;
 }
+/** What the model embeds for a query: the query, then its identifiers' words. */
+function embedQueryText(query: string): string {
+  const words = codeWords(query);
+  return words ? `${query}\n${words}` : query;
+}
+/** Version of the full-text rows' recipe (ftsText); rows of an older one are re-indexed at start. */
+const FTS_RECIPE = '2';
 /** The hash an item's vector is stored under (storeEmbedding's textSha). */
 export function embeddingTextSha(title: string, content: string): string {
   return sha(embedText(title, content));
@@ -122,8 +133,9 @@ function sha(text: string): string {
 
 /** FTS5 query from literal text: every word quoted (no operators), any word may match; BM25 ranks. */
 export function ftsQuery(text: string): string | null {
-  const words = text.toLowerCase().match(/[\p{L}\p{N}_]+/gu);
-  if (!words || words.length === 0) return null;
+  // Identifiers stand for their words too (fooBarBaz, foo_bar_baz: src/services/knowledge/code-words.ts).
+  const words = queryWords(text);
+  if (words.length === 0) return null;
   // Function words carry no topic; dropped unless the query has nothing else.
   const content = words.filter((w) => !STOPWORDS.has(w));
   return [...new Set(content.length > 0 ? content : words)].slice(0, 64).map((w) => `"${w}"`).join(' OR ');
@@ -219,7 +231,9 @@ export class KnowledgeService {
 
   private indexFts(result: { seq: number; title: string; content: string; tags_json: string }): void {
     this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(result.seq);
-    this.deps.db.prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)').run(result.seq, result.title, result.content, (JSON.parse(result.tags_json) as string[]).join(' '));
+    this.deps.db
+      .prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)')
+      .run(result.seq, ftsText(result.title), ftsText(result.content), ftsText((JSON.parse(result.tags_json) as string[]).join(' ')));
   }
 
   create(
@@ -485,7 +499,7 @@ export class KnowledgeService {
   private async queryVector(query: string): Promise<Float32Array> {
     const hit = this.queryCache.get(query);
     if (hit) return hit;
-    const [v] = await this.deps.embedder.embed([query], 5_000);
+    const [v] = await this.deps.embedder.embed([embedQueryText(query)], 5_000);
     this.queryCache.set(query, v!);
     if (this.queryCache.size > 256) this.queryCache.delete(this.queryCache.keys().next().value!);
     return v!;
@@ -547,6 +561,12 @@ export class KnowledgeService {
       ...(reason && mode !== 'hybrid' ? { modeReason: reason } : {}),
       model: { ...EMBEDDING_MODEL, label: MODEL_LABEL, state: this.deps.embedder.state },
       notYetEmbedded: pending,
+      // Items waiting for a vector of this model (new, changed, or embedded by an older model or
+      // recipe and being re-embedded in the background) are still found, lexically only: said here
+      // and on each such hit (embedded: false, matchedBy without semantic).
+      ...(pending > 0 && mode !== 'lexical'
+        ? { notYetEmbeddedNote: `${pending} item(s) have no vector of ${MODEL_LABEL} yet (being embedded in the background); until then they are ranked lexically only` }
+        : {}),
       results: page
         .filter(([id]) => rows.has(id))
         .map(([id, s], i) => {
@@ -807,7 +827,23 @@ export class KnowledgeService {
     return rows.length;
   }
 
+  /**
+   * Re-indexes the full-text rows written under an older recipe (once, recorded in knowledge_meta):
+   * every live item's row is rewritten in one transaction (about a second per 20,000 items).
+   */
+  upgradeFts(): number {
+    const have = this.deps.db.prepare("SELECT value FROM knowledge_meta WHERE key = 'fts_recipe'").pluck().get() as string | undefined;
+    if (have === FTS_RECIPE) return 0;
+    return tx(this.deps.db, () => {
+      const rows = this.deps.db.prepare('SELECT seq, title, content, tags_json FROM knowledge_items WHERE deleted_at IS NULL').all() as Array<{ seq: number; title: string; content: string; tags_json: string }>;
+      for (const r of rows) this.indexFts(r);
+      this.deps.db.prepare("INSERT INTO knowledge_meta (key, value) VALUES ('fts_recipe', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value").run(FTS_RECIPE);
+      return rows.length;
+    });
+  }
+
   start(intervalMs: number): void {
+    this.upgradeFts();
     this.deps.embedder.start();
     // Load the vector indexes now rather than on the first search (about a second per 20,000 items).
     setTimeout(() => {

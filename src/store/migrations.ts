@@ -41,6 +41,7 @@ import { m0020 } from './migrations/0020-caller-binding.js';
 import { m0021 } from './migrations/0021-oauth-token-scope.js';
 import { m0022 } from './migrations/0022-oauth-cimd.js';
 import { m0023 } from './migrations/0023-mcp-tasks.js';
+import { m0024 } from './migrations/0024-knowledge-fts-recipe.js';
 
 export interface Migration {
   version: number;
@@ -356,4 +357,5 @@ export const MIGRATIONS: Migration[] = [
   m0021,
   m0022,
   m0023,
+  m0024,
 ];
