@@ -69,6 +69,15 @@ describe('owner scope without a workspace (issue #36 item 4)', () => {
     expect(await ok('knowledge_delete', { id: b.id, expectedGeneration: 1 })).toMatchObject({ deleted: true });
   }, 60_000);
 
+  it('code-aware search (issue #36 item 2): an identifier is found by its other forms and by its words', async () => {
+    const code = await ok('knowledge_create', { scope: 'owner', title: 'Invoice sums', content: 'calculateInvoiceTotal() in src/billing.ts is the one place that adds the lines; MAX_LINE_COUNT caps them.' });
+    for (const query of ['calculate_invoice_total', 'CalculateInvoiceTotal', 'calculate invoice total', 'maxLineCount', 'line count']) {
+      const r = await ok('knowledge_search', { query, scope: 'owner' });
+      expect((r.results as R[])[0], query).toMatchObject({ id: code.id, matchedBy: ['lexical'] });
+    }
+    expect(await ok('knowledge_delete', { id: code.id, expectedGeneration: 1 })).toMatchObject({ deleted: true });
+  }, 60_000);
+
   it('knowledge_*: other scopes and calls without scope say a workspace is needed', async () => {
     await needsWorkspace('knowledge_create', { title: 't', content: 'c' }); // default scope: workspace
     await needsWorkspace('knowledge_create', { scope: 'workspace', title: 't', content: 'c' });
