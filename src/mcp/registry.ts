@@ -148,7 +148,11 @@ export function resolveWorkspace(host: Pick<RegistryHost, 'principals'>, princip
 
 /** Step: the context a handler runs with (services only; no store, no secrets). */
 export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyToolDef, args: Record<string, unknown>, grant: CallerGrant): ToolContext {
-  const workspace = def.workspace ? resolveWorkspace(host, cc.principal, args.workspaceId as string | undefined) : undefined;
+  // A tool that needs a workspace only for some calls (def.workspaceLazy: the knowledge store and memory
+  // notes, whose owner scope needs none) resolves it when it reads ctx.workspace, not before it runs.
+  const given = args.workspaceId as string | undefined;
+  const workspace = def.workspace && !def.workspaceLazy ? resolveWorkspace(host, cc.principal, given) : undefined;
+  const workspaceIfAny = def.workspace ? (workspace ?? given ?? host.principals.activeWorkspace(cc.principal) ?? undefined) : undefined;
   return {
     services: host,
     owner: host.auth.ownerId,
@@ -158,9 +162,11 @@ export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyTool
     progress: cc.progress ?? (() => undefined),
     log: cc.log ?? (() => undefined),
     get workspace(): string {
+      if (def.workspace && def.workspaceLazy) return resolveWorkspace(host, cc.principal, given);
       if (workspace === undefined) throw new Error(`${def.name}: ctx.workspace read on a tool that declares no workspace`);
       return workspace;
     },
+    workspaceIfAny,
     workspaceId: (given) => resolveWorkspace(host, cc.principal, given),
     activeWorkspace: () => host.principals.activeWorkspace(cc.principal) ?? undefined,
     caller: grant,
@@ -276,11 +282,11 @@ export class ToolRegistry extends ToolParser {
       const run = requireImplemented(c.def);
       const parsedArgs = args;
       const ctx = stepSpan('registry.resolve', () => handlerContext(host, cc, c.def, parsedArgs, grant));
-      if (c.def.workspace) setAttrs(span, { 'atelier.workspace.id': ctx.workspace });
+      if (c.def.workspace && ctx.workspaceIfAny) setAttrs(span, { 'atelier.workspace.id': ctx.workspaceIfAny });
       const parsed = args;
       const key = c.def.idempotency === 'key' && typeof args.idempotencyKey === 'string' ? args.idempotencyKey : undefined;
       // A key replays within the workspace it acted on: an omitted workspaceId is keyed as the one it resolved to.
-      const keyed = c.def.workspace ? { ...args, workspaceId: ctx.workspace } : args;
+      const keyed = c.def.workspace ? { ...args, workspaceId: ctx.workspaceIfAny ?? null } : args;
       // Everything the call reaches (a hook fired inside git_commit) runs as this caller (core/caller.ts).
       // A refusal for a pending owner approval waits for the owner where the client can open it (in-call-approvals.ts).
       const attempt = () => runWithApprovals(host.approvals, cc.approvals, name, cc.signal, async () => inSpan('registry.run', {}, () => run(parsed, ctx)));
@@ -290,7 +296,7 @@ export class ToolRegistry extends ToolParser {
       // Secret values never leave in a result, whatever the tool.
       const redacted = stepSpan('registry.redact', () => host.environments.redact(result));
       if (!c.def.workspace && typeof redacted.workspaceId === 'string') setAttrs(span, { 'atelier.workspace.id': redacted.workspaceId });
-      cc.onResult?.(name, c.def.workspace ? ctx.workspace : undefined, redacted);
+      cc.onResult?.(name, c.def.workspace ? ctx.workspaceIfAny : undefined, redacted);
       ok = true;
       return okResult(redacted, cc.deferText);
     } catch (err) {

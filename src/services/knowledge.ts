@@ -15,10 +15,11 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { EMBEDDING_MODEL, Embedder, MODEL_LABEL, cosine, fromBlob, rankBySimilarity, toBlob } from './knowledge/embedder.js';
 import { VectorIndex } from './knowledge/vector-index.js';
+import { codeWords, ftsText, queryWords } from './knowledge/code-words.js';
 import type { RetentionClock } from './memories.js';
-import { digest, snippet, uniqueTags } from './memories.js';
+import { digest, snippet, uniqueTags, workspaceNeeded } from './memories.js';
 
-export { Embedder, EMBEDDING_MODEL, rankBySimilarity, cosine };
+export { Embedder, EMBEDDING_MODEL, MODEL_LABEL, rankBySimilarity, cosine };
 
 export type Kind = 'memory' | 'journal';
 export type Scope = 'owner' | 'project' | 'workspace';
@@ -106,12 +107,39 @@ const LEXICAL_POOL = 2000;
 const CANDIDATES = 200;
 /** A semantic candidate below this cosine similarity is not a match (measured in bench/knowledge.mjs). */
 export const MIN_SIMILARITY = 0.2;
+/**
+ * Pseudo-relevance feedback on the semantic half (measured in bench/knowledge.mjs --tune; see
+ * docs/knowledge.md "Fusion"): `docs` best hits pulled into the query with `weight`; 0 docs is off.
+ */
+export const FEEDBACK = { docs: 0, weight: 0 };
+/** For the benchmark's tuning runs only. */
+export function setSemanticFeedback(docs: number, weight: number): void {
+  FEEDBACK.docs = docs;
+  FEEDBACK.weight = weight;
+}
+function dot(a: Float32Array, b: Float32Array): number {
+  let s = 0;
+  for (let i = 0; i < a.length; i++) s += a[i]! * b[i]!;
+  return s;
+}
+/** Query vectors kept (least recently used dropped first). */
+const QUERY_CACHE = 4096;
 /** Characters of an item fed to the model (title, then the start of the content). */
 const EMBED_CHARS = 2000;
 
+/** What the model embeds for an item: title, the start of the content, then its identifiers' words. */
 function embedText(title: string, content: string): string {
-  return `${title}\n${content}`.slice(0, EMBED_CHARS);
+  const text = `${title}\n${content}`.slice(0, EMBED_CHARS);
+  const words = codeWords(text);
+  return words ? `${text}\n${words}` : text;
 }
+/** What the model embeds for a query: the query, then its identifiers' words. */
+function embedQueryText(query: string): string {
+  const words = codeWords(query);
+  return words ? `${query}\n${words}` : query;
+}
+/** Version of the full-text rows' recipe (ftsText); rows of an older one are re-indexed at start. */
+const FTS_RECIPE = '2';
 /** The hash an item's vector is stored under (storeEmbedding's textSha). */
 export function embeddingTextSha(title: string, content: string): string {
   return sha(embedText(title, content));
@@ -122,8 +150,9 @@ function sha(text: string): string {
 
 /** FTS5 query from literal text: every word quoted (no operators), any word may match; BM25 ranks. */
 export function ftsQuery(text: string): string | null {
-  const words = text.toLowerCase().match(/[\p{L}\p{N}_]+/gu);
-  if (!words || words.length === 0) return null;
+  // Identifiers stand for their words too (fooBarBaz, foo_bar_baz: src/services/knowledge/code-words.ts).
+  const words = queryWords(text);
+  if (words.length === 0) return null;
   // Function words carry no topic; dropped unless the query has nothing else.
   const content = words.filter((w) => !STOPWORDS.has(w));
   return [...new Set(content.length > 0 ? content : words)].slice(0, 64).map((w) => `"${w}"`).join(' OR ');
@@ -219,12 +248,14 @@ export class KnowledgeService {
 
   private indexFts(result: { seq: number; title: string; content: string; tags_json: string }): void {
     this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(result.seq);
-    this.deps.db.prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)').run(result.seq, result.title, result.content, (JSON.parse(result.tags_json) as string[]).join(' '));
+    this.deps.db
+      .prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)')
+      .run(result.seq, ftsText(result.title), ftsText(result.content), ftsText((JSON.parse(result.tags_json) as string[]).join(' ')));
   }
 
   create(
     owner: string,
-    workspaceId: string,
+    workspaceId: string | undefined,
     args: {
       kind: Kind;
       scope: Scope;
@@ -246,7 +277,8 @@ export class KnowledgeService {
     }
     this.checkJournal(args.kind, args.journalType, 'knowledge_create');
     if (args.scope === 'project' && !args.projectId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_create: projectId: required when scope is project', { field: 'projectId' });
-    if (args.scope === 'workspace') this.deps.checkWorkspace?.(workspaceId);
+    if (args.scope !== 'owner' && workspaceId === undefined) throw workspaceNeeded('knowledge_create', `an item in the ${args.scope} scope`);
+    if (args.scope === 'workspace') this.deps.checkWorkspace?.(workspaceId!);
     const now = this.now();
     const iso = new Date(now).toISOString();
     const id = newId('knowledge');
@@ -285,13 +317,19 @@ export class KnowledgeService {
     return { ...this.describe(row, false), created: true };
   }
 
-  read(owner: string, id: string): Record<string, unknown> {
+  read(owner: string, id: string, workspaceId: string | undefined): Record<string, unknown> {
     this.sweep();
     const item = this.item(owner, id, 'id', 'knowledge_read');
+    this.needsWorkspace(item, workspaceId, 'knowledge_read');
     const links = (this.deps.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id').all(id, id) as LinkRow[]).filter(
       (l) => this.isLive(owner, l.source_id === id ? l.target_id : l.source_id),
     );
     return { ...this.describe(item, true), links: links.map((l) => this.link(l, id)) };
+  }
+
+  /** Without a workspace only owner-scope items may be read or changed by id (issue #36 item 4). */
+  private needsWorkspace(item: ItemRow, workspaceId: string | undefined, tool: string): void {
+    if (workspaceId === undefined && item.scope !== 'owner') throw workspaceNeeded(tool, `item ${item.id} is in the ${item.scope} scope and`);
   }
 
   private isLive(owner: string, id: string): boolean {
@@ -314,9 +352,11 @@ export class KnowledgeService {
   update(
     owner: string,
     args: { id: string; title?: string; content?: string; journalType?: JournalType; occurredAt?: number; tags?: string[]; retentionSeconds?: number; expectedGeneration: number },
+    workspaceId: string | undefined,
   ): Record<string, unknown> {
     const row = tx(this.deps.db, () => {
       const item = this.item(owner, args.id, 'id', 'knowledge_update');
+      this.needsWorkspace(item, workspaceId, 'knowledge_update');
       if (item.generation !== args.expectedGeneration) {
         throw new ServiceError('CONFLICT', `knowledge_update: expectedGeneration: item ${item.id} is at generation ${item.generation}, not ${args.expectedGeneration}; nothing was changed (read it again)`, {
           field: 'expectedGeneration',
@@ -360,9 +400,10 @@ export class KnowledgeService {
     return this.describe(row, false);
   }
 
-  delete(owner: string, args: { id: string; expectedGeneration: number }, reason = 'deleted'): Record<string, unknown> {
+  delete(owner: string, args: { id: string; expectedGeneration: number }, workspaceId: string | undefined): Record<string, unknown> {
     return tx(this.deps.db, () => {
       const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(args.id, owner) as ItemRow | undefined;
+      if (r) this.needsWorkspace(r, workspaceId, 'knowledge_delete');
       if (r && r.deleted_at !== null && r.generation === args.expectedGeneration && r.deleted_at) {
         return { id: r.id, deleted: true, alreadyDeleted: true, generation: r.generation, deletedAt: r.deleted_at };
       }
@@ -373,7 +414,7 @@ export class KnowledgeService {
           currentGeneration: live.generation,
         });
       }
-      const links = this.softDelete(live, reason);
+      const links = this.softDelete(live, 'deleted');
       return { id: live.id, deleted: true, generation: live.generation, linksRemoved: links, deletedAt: new Date().toISOString() };
     });
   }
@@ -385,6 +426,12 @@ export class KnowledgeService {
     this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(item.seq);
     this.vectors?.get(item.owner_id)?.remove(item.id);
     return this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?)').run(iso, item.id, item.id).changes;
+  }
+
+  /** list and search without a workspace: only with scope owner (issue #36 item 4). */
+  private scopeWithout(workspaceId: string | undefined, scope: Scope | undefined, tool: string): void {
+    if (workspaceId !== undefined || scope === 'owner') return;
+    throw workspaceNeeded(tool, scope ? `the ${scope} scope` : 'a call without scope (owner, project and workspace items)');
   }
 
   /** SQL conditions (on alias i) for the items visible from a workspace under the filters. */
@@ -421,6 +468,7 @@ export class KnowledgeService {
   }
 
   list(owner: string, workspaceId: string | undefined, args: Filters & { kind?: Kind; limit: number; cursor?: string }): Record<string, unknown> {
+    this.scopeWithout(workspaceId, args.scope, 'knowledge_list');
     this.sweep();
     const filters: Filters = { ...args, kinds: args.kind ? [args.kind] : undefined };
     const filter = digest([filters.kinds ?? null, filters.scope ?? null, filters.projectId ?? null, filters.journalType ?? null, filters.tags ?? null, filters.tagMatch]);
@@ -462,15 +510,40 @@ export class KnowledgeService {
     const idx = this.loadVectors().get(owner);
     if (!idx) return [];
     const now = this.now();
-    return idx.search(qv, limit, MIN_SIMILARITY, (m) => this.passes(workspaceId, filters, m, now)).map((h) => ({ id: h.id, similarity: h.score }));
+    const accept = (m: VectorMeta) => this.passes(workspaceId, filters, m, now);
+    let hits = idx.search(qv, limit, MIN_SIMILARITY, accept);
+    // Pseudo-relevance feedback (Rocchio): the query moved towards its best few hits, scanned again.
+    if (FEEDBACK.docs > 0 && hits.length > 0) {
+      const q2 = Float32Array.from(qv);
+      const top = hits.slice(0, FEEDBACK.docs);
+      for (const h of top) {
+        const v = idx.vector(h.id);
+        if (v) for (let i = 0; i < q2.length; i++) q2[i]! += (FEEDBACK.weight / top.length) * v[i]!;
+      }
+      let n = 0;
+      for (let i = 0; i < q2.length; i++) n += q2[i]! * q2[i]!;
+      n = Math.sqrt(n) || 1;
+      for (let i = 0; i < q2.length; i++) q2[i]! /= n;
+      const second = idx.search(q2, limit, MIN_SIMILARITY, accept);
+      // Similarity shown is still the cosine to the query itself.
+      hits = second.map((h) => ({ ...h, score: dot(qv, idx.vector(h.id) ?? q2) }));
+    }
+    return hits.map((h) => ({ id: h.id, similarity: h.score }));
   }
 
   private async queryVector(query: string): Promise<Float32Array> {
     const hit = this.queryCache.get(query);
-    if (hit) return hit;
-    const [v] = await this.deps.embedder.embed([query], 5_000);
+    if (hit) {
+      // Least recently used goes first: a hit moves to the end.
+      this.queryCache.delete(query);
+      this.queryCache.set(query, hit);
+      return hit;
+    }
+    const [v] = await this.deps.embedder.embed([embedQueryText(query)], 5_000);
     this.queryCache.set(query, v!);
-    if (this.queryCache.size > 256) this.queryCache.delete(this.queryCache.keys().next().value!);
+    // 4,096 query vectors (8 MiB at 512 dimensions): a working set of a few hundred repeated
+    // queries stays cached (the benchmark's 258 labelled queries no longer evict one another).
+    if (this.queryCache.size > QUERY_CACHE) this.queryCache.delete(this.queryCache.keys().next().value!);
     return v!;
   }
 
@@ -480,6 +553,7 @@ export class KnowledgeService {
     args: Filters & { query: string; limit: number; cursor?: string },
     force?: SearchMode,
   ): Promise<Record<string, unknown>> {
+    this.scopeWithout(workspaceId, args.scope, 'knowledge_search');
     this.sweep();
     const filter = digest([args.query, args.kinds ?? null, args.scope ?? null, args.projectId ?? null, args.journalType ?? null, args.tags ?? null, args.tagMatch]);
     let offset = 0;
@@ -529,6 +603,12 @@ export class KnowledgeService {
       ...(reason && mode !== 'hybrid' ? { modeReason: reason } : {}),
       model: { ...EMBEDDING_MODEL, label: MODEL_LABEL, state: this.deps.embedder.state },
       notYetEmbedded: pending,
+      // Items waiting for a vector of this model (new, changed, or embedded by an older model or
+      // recipe and being re-embedded in the background) are still found, lexically only: said here
+      // and on each such hit (embedded: false, matchedBy without semantic).
+      ...(pending > 0 && mode !== 'lexical'
+        ? { notYetEmbeddedNote: `${pending} item(s) have no vector of ${MODEL_LABEL} yet (being embedded in the background); until then they are ranked lexically only` }
+        : {}),
       results: page
         .filter(([id]) => rows.has(id))
         .map(([id, s], i) => {
@@ -549,10 +629,10 @@ export class KnowledgeService {
     };
   }
 
-  linkItems(owner: string, args: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }): Record<string, unknown> {
+  linkItems(owner: string, args: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }, workspaceId: string | undefined): Record<string, unknown> {
     return tx(this.deps.db, () => {
-      this.item(owner, args.sourceId, 'sourceId', 'knowledge_link');
-      this.item(owner, args.targetId, 'targetId', 'knowledge_link');
+      this.needsWorkspace(this.item(owner, args.sourceId, 'sourceId', 'knowledge_link'), workspaceId, 'knowledge_link');
+      this.needsWorkspace(this.item(owner, args.targetId, 'targetId', 'knowledge_link'), workspaceId, 'knowledge_link');
       if (args.sourceId === args.targetId) throw new ServiceError('INVALID_ARGUMENT', 'knowledge_link: targetId: an item cannot be linked to itself', { field: 'targetId' });
       const cur = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE source_id = ? AND target_id = ? AND relation = ? AND deleted_at IS NULL').get(args.sourceId, args.targetId, args.relation) as LinkRow | undefined;
       const have = cur?.generation ?? 0;
@@ -574,7 +654,7 @@ export class KnowledgeService {
     });
   }
 
-  unlink(owner: string, args: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }): Record<string, unknown> {
+  unlink(owner: string, args: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }, workspaceId: string | undefined): Record<string, unknown> {
     return tx(this.deps.db, () => {
       let link: LinkRow | undefined;
       if (args.linkId) {
@@ -599,6 +679,10 @@ export class KnowledgeService {
         }
         link = found[0]!;
       }
+      for (const end of [link.source_id, link.target_id]) {
+        const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(end, owner) as ItemRow | undefined;
+        if (r) this.needsWorkspace(r, workspaceId, 'knowledge_unlink');
+      }
       if (args.expectedGeneration !== undefined && args.expectedGeneration !== link.generation) {
         throw new ServiceError('CONFLICT', `knowledge_unlink: expectedGeneration: link ${link.id} is at generation ${link.generation}, not ${args.expectedGeneration}; nothing was removed`, {
           field: 'expectedGeneration',
@@ -612,13 +696,16 @@ export class KnowledgeService {
 
   graph(owner: string, workspaceId: string | undefined, args: { rootId?: string; depth: number; maxNodes: number; kinds?: Kind[]; projectId?: string }): Record<string, unknown> {
     this.sweep();
-    const f: Filters = { kinds: args.kinds, projectId: args.projectId, tagMatch: 'all' };
+    // knowledge_graph has no scope parameter: without a workspace it walks the owner scope only
+    // (the root included), and says so in `scopes`.
+    const f: Filters = { kinds: args.kinds, projectId: args.projectId, tagMatch: 'all', ...(workspaceId === undefined ? { scope: 'owner' as const } : {}) };
     const workspace = this.where(owner, workspaceId, f);
     const matches = this.deps.db.prepare(`SELECT i.* FROM knowledge_items i WHERE ${workspace.sql} AND i.id = ?`);
     const nodes = new Map<string, { row: ItemRow; depth: number }>();
     let truncated = false;
     if (args.rootId) {
       const root = this.item(owner, args.rootId, 'rootId', 'knowledge_graph');
+      if (workspaceId === undefined && root.scope !== 'owner') throw workspaceNeeded('knowledge_graph', `rootId ${root.id} is in the ${root.scope} scope and`);
       nodes.set(root.id, { row: root, depth: 0 });
       let frontier = [root.id];
       const linksOf = this.deps.db.prepare('SELECT * FROM knowledge_links WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?) ORDER BY created_at, id');
@@ -665,6 +752,7 @@ export class KnowledgeService {
       nodeCount: nodes.size,
       edgeCount: edges.length,
       truncated,
+      ...(workspaceId === undefined ? { scopes: ['owner'], scopeNote: 'no workspace: only owner-scope items were walked' } : {}),
     };
   }
 
@@ -781,7 +869,23 @@ export class KnowledgeService {
     return rows.length;
   }
 
+  /**
+   * Re-indexes the full-text rows written under an older recipe (once, recorded in knowledge_meta):
+   * every live item's row is rewritten in one transaction (about a second per 20,000 items).
+   */
+  upgradeFts(): number {
+    const have = this.deps.db.prepare("SELECT value FROM knowledge_meta WHERE key = 'fts_recipe'").pluck().get() as string | undefined;
+    if (have === FTS_RECIPE) return 0;
+    return tx(this.deps.db, () => {
+      const rows = this.deps.db.prepare('SELECT seq, title, content, tags_json FROM knowledge_items WHERE deleted_at IS NULL').all() as Array<{ seq: number; title: string; content: string; tags_json: string }>;
+      for (const r of rows) this.indexFts(r);
+      this.deps.db.prepare("INSERT INTO knowledge_meta (key, value) VALUES ('fts_recipe', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value").run(FTS_RECIPE);
+      return rows.length;
+    });
+  }
+
   start(intervalMs: number): void {
+    this.upgradeFts();
     this.deps.embedder.start();
     // Load the vector indexes now rather than on the first search (about a second per 20,000 items).
     setTimeout(() => {

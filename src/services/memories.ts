@@ -55,6 +55,18 @@ export function repositoryKey(url: string): string {
   return href.endsWith('.git') ? href.slice(0, -4) : href;
 }
 
+/**
+ * The refusal of a call that needs a workspace and has none (issue #36 item 4): owner-scoped notes
+ * and knowledge items need no workspace; every other scope does, and says so naming the field.
+ */
+export function workspaceNeeded(tool: string, what: string): ServiceError {
+  return new ServiceError(
+    'FAILED_PRECONDITION',
+    `${tool}: workspaceId: not given and there is no active workspace; ${what} needs one (pass workspaceId, or call workspace_open or workspace_set_active first); only the owner scope works without a workspace (scope: owner)`,
+    { field: 'workspaceId', rule: 'a workspace is required outside the owner scope' },
+  );
+}
+
 export function digest(value: unknown): string {
   return createHash('sha256').update(JSON.stringify(value)).digest('base64url').slice(0, 12);
 }
@@ -74,9 +86,10 @@ export class MemoryService {
   private sweeper: Sweeper | undefined;
   constructor(private readonly deps: MemoryServiceDeps) {}
 
-  /** The scope key of a scope as seen from a workspace. */
-  private scopeKey(scope: MemoryScope, workspaceId: string): string {
+  /** The scope key of a scope as seen from a workspace (none: only the owner scope has one). */
+  private scopeKey(scope: MemoryScope, workspaceId: string | undefined, tool: string): string {
     if (scope === 'owner') return '';
+    if (workspaceId === undefined) throw workspaceNeeded(tool, `the ${scope} scope`);
     if (scope === 'workspace') {
       this.deps.workspaces.get(workspaceId);
       return workspaceId;
@@ -85,9 +98,10 @@ export class MemoryService {
   }
 
   /** (scope, key) pairs visible from a workspace: owner, its repository, itself. */
-  private visible(workspaceId: string, scope?: MemoryScope): Array<[MemoryScope, string]> {
+  private visible(workspaceId: string | undefined, scope: MemoryScope | undefined, tool: string): Array<[MemoryScope, string]> {
+    if (workspaceId === undefined && scope === undefined) throw workspaceNeeded(tool, 'a call without scope (every scope visible from a workspace)');
     const scopes = scope ? [scope] : SCOPES;
-    return scopes.map((s) => [s, this.scopeKey(s, workspaceId)]);
+    return scopes.map((s) => [s, this.scopeKey(s, workspaceId, tool)]);
   }
 
   private now(): number {
@@ -126,16 +140,16 @@ export class MemoryService {
       .all(owner, ...pairs.flat(), this.now()) as NoteRow[];
   }
 
-  private find(owner: string, workspaceId: string, args: { memoryId?: string; name?: string; scope?: MemoryScope }, tool: string): NoteRow {
+  private find(owner: string, workspaceId: string | undefined, args: { memoryId?: string; name?: string; scope?: MemoryScope }, tool: string): NoteRow {
     const now = this.now();
     let note: NoteRow | undefined;
     if (args.memoryId) {
       note = this.deps.db.prepare('SELECT * FROM memory_notes WHERE id = ? AND owner_id = ?').get(args.memoryId, owner) as NoteRow | undefined;
       // A note of another workspace or repository is not visible from this one.
-      if (note && note.scope !== 'owner' && note.scope_key !== this.scopeKey(note.scope, workspaceId)) note = undefined;
+      if (note && note.scope !== 'owner' && note.scope_key !== this.scopeKey(note.scope, workspaceId, tool)) note = undefined;
     } else {
       // By name: the given scope, else the narrowest visible scope holding that name.
-      for (const [s, k] of this.visible(workspaceId, args.scope).reverse()) {
+      for (const [s, k] of this.visible(workspaceId, args.scope, tool).reverse()) {
         note = this.deps.db.prepare('SELECT * FROM memory_notes WHERE owner_id = ? AND scope = ? AND scope_key = ? AND name = ?').get(owner, s, k, args.name) as NoteRow | undefined;
         if (note && (note.expires_at_ms === null || note.expires_at_ms > now)) break;
       }
@@ -147,7 +161,7 @@ export class MemoryService {
     return note;
   }
 
-  list(owner: string, workspaceId: string, args: { scope?: MemoryScope; tags?: string[]; limit: number; cursor?: string }): Record<string, unknown> {
+  list(owner: string, workspaceId: string | undefined, args: { scope?: MemoryScope; tags?: string[]; limit: number; cursor?: string }): Record<string, unknown> {
     const filter = digest([args.scope ?? null, args.tags ?? null]);
     let after: string | undefined;
     if (args.cursor) {
@@ -155,7 +169,7 @@ export class MemoryService {
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for other filters; repeat the same scope and tags, or start without a cursor', { field: 'cursor' });
       after = c.a;
     }
-    const all = this.rows(owner, this.visible(workspaceId, args.scope)).filter((r) => tagsMatch(JSON.parse(r.tags_json), args.tags, 'all'));
+    const all = this.rows(owner, this.visible(workspaceId, args.scope, 'memories_list')).filter((r) => tagsMatch(JSON.parse(r.tags_json), args.tags, 'all'));
     const keyOf = (r: NoteRow) => `${r.name}\u0000${r.scope}\u0000${r.id}`;
     const rest = after === undefined ? all : all.filter((r) => keyOf(r) > after!);
     const page = rest.slice(0, args.limit);
@@ -167,17 +181,17 @@ export class MemoryService {
     };
   }
 
-  read(owner: string, workspaceId: string, args: { memoryId?: string; name?: string; scope?: MemoryScope }): Record<string, unknown> {
+  read(owner: string, workspaceId: string | undefined, args: { memoryId?: string; name?: string; scope?: MemoryScope }): Record<string, unknown> {
     this.sweep();
     return this.describe(this.find(owner, workspaceId, args, 'memories_read'), true);
   }
 
   write(
     owner: string,
-    workspaceId: string,
+    workspaceId: string | undefined,
     args: { scope: MemoryScope; name: string; content: string; tags: string[]; retentionSeconds?: number; expectedGeneration: number },
   ): Record<string, unknown> {
-    const key = this.scopeKey(args.scope, workspaceId);
+    const key = this.scopeKey(args.scope, workspaceId, 'memories_write');
     const tags = uniqueTags(args.tags);
     return tx(this.deps.db, () => {
       const now = this.now();
@@ -209,7 +223,7 @@ export class MemoryService {
 
   search(
     owner: string,
-    workspaceId: string,
+    workspaceId: string | undefined,
     args: { query: string; scope?: MemoryScope; tags?: string[]; tagMatch: 'all' | 'any'; limit: number; cursor?: string },
   ): Record<string, unknown> {
     const filter = digest([args.query, args.scope ?? null, args.tags ?? null, args.tagMatch]);
@@ -221,7 +235,7 @@ export class MemoryService {
     }
     const needle = args.query.toLowerCase();
     const hits: Array<{ r: NoteRow; score: number; count: number; where: string[] }> = [];
-    for (const note of this.rows(owner, this.visible(workspaceId, args.scope))) {
+    for (const note of this.rows(owner, this.visible(workspaceId, args.scope, 'memories_search'))) {
       const tags: string[] = JSON.parse(note.tags_json);
       if (!tagsMatch(tags, args.tags, args.tagMatch)) continue;
       const inName = note.name.toLowerCase().includes(needle);
@@ -251,7 +265,7 @@ export class MemoryService {
     };
   }
 
-  delete(owner: string, workspaceId: string, args: { memoryId?: string; name?: string; scope?: MemoryScope; expectedGeneration: number }): Record<string, unknown> {
+  delete(owner: string, workspaceId: string | undefined, args: { memoryId?: string; name?: string; scope?: MemoryScope; expectedGeneration: number }): Record<string, unknown> {
     return tx(this.deps.db, () => {
       const note = this.find(owner, workspaceId, args, 'memories_delete');
       if (note.generation !== args.expectedGeneration) {

@@ -47,6 +47,7 @@ import { m0023 } from './migrations/0023-mcp-tasks.js';
 import { m0025 } from './migrations/0025-backups.js';
 import { m0027 } from './migrations/0027-checkpoints.js';
 import { m0028 } from './migrations/0028-previews.js';
+import { m0024 } from './migrations/0024-knowledge-fts-recipe.js';
 
 export interface Migration {
   version: number;
@@ -365,4 +366,5 @@ export const MIGRATIONS: Migration[] = [
   m0025,
   m0027,
   m0028,
+  m0024,
 ];

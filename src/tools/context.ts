@@ -77,6 +77,11 @@ export interface ToolContext {
    * workspace is a programming error.
    */
   readonly workspace: string;
+  /**
+   * The given workspaceId, else the caller's active workspace, else undefined (never throws): for
+   * tools declared with `workspaceLazy`, whose services decide per call whether one is needed.
+   */
+  readonly workspaceIfAny: string | undefined;
   /** Resolves an omitted workspaceId to the caller's active workspace (for tools that need one only sometimes). */
   workspaceId: (given: string | undefined) => string;
   /** The caller's active workspace, if any (for tools where a workspace only narrows the answer). */

@@ -43,6 +43,13 @@ export interface ToolDef<S extends z.ZodRawShape = z.ZodRawShape> {
    * workspace only sometimes (bash's toolbox target) declare the field in `input` themselves.
    */
   workspace?: 'optional' | 'required';
+  /**
+   * With `workspace: 'optional'`: the registry does not resolve the workspace before the handler
+   * runs; the handler passes `ctx.workspaceIfAny` and the service refuses (FAILED_PRECONDITION on
+   * workspaceId) only the calls that need one (the owner scope of knowledge and memory notes needs
+   * none: docs/knowledge.md "Workspaces"). The published schema is the same.
+   */
+  workspaceLazy?: true;
   /** Input fields; the registry wraps them in a strict object (after workspaceId, when declared). */
   input: S;
   /**

@@ -28,6 +28,7 @@ export const knowledgeCreate = defineTool({
   badges: ['destructive', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'Create a knowledge item: a memory (a durable fact) or a journal entry (engineering-log, decision-record or session-reflection) in the owner, project or workspace scope, with title, content up to 262144 characters and tags. ' +
     'Project scope needs projectId. Link items with knowledge_link; for simple named notes tied to a repository use memories_write instead.',
@@ -47,7 +48,7 @@ export const knowledgeCreate = defineTool({
   check: (a) =>
     a.scope === 'project' && !a.projectId ? { field: 'projectId', message: 'required when scope is project' } : undefined,
   idempotency: 'key',
-  run: (a, ctx) => ctx.services.knowledge.create(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.knowledge.create(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const knowledgeRead = defineTool({
@@ -56,11 +57,12 @@ export const knowledgeRead = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description: 'Read one knowledge item by id: content, metadata (kind, scope, generation), tags and its links to other items.',
   input: {
     id: KNID,
   },
-  run: (a, ctx) => ctx.services.knowledge.read(ctx.owner, a.id),
+  run: (a, ctx) => ctx.services.knowledge.read(ctx.owner, a.id, ctx.workspaceIfAny),
 });
 
 export const knowledgeUpdate = defineTool({
@@ -69,6 +71,7 @@ export const knowledgeUpdate = defineTool({
   badges: ['destructive', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'Change fields of a knowledge item; omitted fields stay as they are. ' +
     'expectedGeneration must be the item\'s current generation (from knowledge_read), so you never overwrite a change you have not seen.',
@@ -82,7 +85,7 @@ export const knowledgeUpdate = defineTool({
     retentionSeconds: RETENTION.optional(),
     expectedGeneration: INT.describe('Current generation of the item'),
   },
-  run: (a, ctx) => ctx.services.knowledge.update(ctx.owner, a),
+  run: (a, ctx) => ctx.services.knowledge.update(ctx.owner, a, ctx.workspaceIfAny),
 });
 
 export const knowledgeDelete = defineTool({
@@ -91,12 +94,13 @@ export const knowledgeDelete = defineTool({
   badges: ['destructive', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description: 'Soft-delete a knowledge item. expectedGeneration must be its current generation (from knowledge_read).',
   input: {
     id: KNID,
     expectedGeneration: INT.describe('Current generation of the item'),
   },
-  run: (a, ctx) => ctx.services.knowledge.delete(ctx.owner, a),
+  run: (a, ctx) => ctx.services.knowledge.delete(ctx.owner, a, ctx.workspaceIfAny),
 });
 
 export const knowledgeList = defineTool({
@@ -105,6 +109,7 @@ export const knowledgeList = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'List knowledge items a page at a time (up to 100), filtered by kind, scope, project, journal type and tags. Use knowledge_search to find items by text, ranked by relevance.',
   input: {
@@ -117,7 +122,7 @@ export const knowledgeList = defineTool({
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
     cursor: CUR.optional(),
   },
-  run: (a, ctx) => ctx.services.knowledge.list(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.knowledge.list(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const knowledgeSearch = defineTool({
@@ -126,6 +131,7 @@ export const knowledgeSearch = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'Hybrid lexical and semantic search over knowledge items; each hit carries a relevance score of 0-100. Filter by kinds, scope, project, journal type and tags; up to 50 hits per page.',
   input: {
@@ -139,7 +145,7 @@ export const knowledgeSearch = defineTool({
     limit: int(1, 50).default(20).describe('Page size (1-50)'),
     cursor: CUR.optional(),
   },
-  run: (a, ctx) => ctx.services.knowledge.search(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.knowledge.search(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const knowledgeLink = defineTool({
@@ -148,6 +154,7 @@ export const knowledgeLink = defineTool({
   badges: ['destructive', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'Link two knowledge items with a relation (relates-to, references, supports, contradicts, supersedes; default relates-to). Remove a link with knowledge_unlink; walk links with knowledge_graph.',
   input: {
@@ -156,7 +163,7 @@ export const knowledgeLink = defineTool({
     relation: RELATION.default('relates-to'),
     expectedGeneration: INT.default(0).describe('Compare-and-swap generation of the link: 0 creates'),
   },
-  run: (a, ctx) => ctx.services.knowledge.linkItems(ctx.owner, a),
+  run: (a, ctx) => ctx.services.knowledge.linkItems(ctx.owner, a, ctx.workspaceIfAny),
 });
 
 export const knowledgeUnlink = defineTool({
@@ -165,6 +172,7 @@ export const knowledgeUnlink = defineTool({
   badges: ['destructive', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description: 'Remove a link between knowledge items, named by linkId or by sourceId and targetId (plus relation to pick one of several links between the same pair).',
   input: {
     linkId: KNLID.optional(),
@@ -178,7 +186,7 @@ export const knowledgeUnlink = defineTool({
       return { field: 'linkId', message: 'give linkId, or both sourceId and targetId' };
     return undefined;
   },
-  run: (a, ctx) => ctx.services.knowledge.unlink(ctx.owner, a),
+  run: (a, ctx) => ctx.services.knowledge.unlink(ctx.owner, a, ctx.workspaceIfAny),
 });
 
 export const knowledgeGraph = defineTool({
@@ -187,6 +195,7 @@ export const knowledgeGraph = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'Return knowledge items and the links between them, walking out from rootId when given, up to depth 3 and at most 200 nodes, optionally limited to some kinds or one project.',
   input: {
@@ -196,7 +205,7 @@ export const knowledgeGraph = defineTool({
     kinds: KINDS.optional().describe('Only these kinds (default: both)'),
     projectId: PRJID.optional(),
   },
-  run: (a, ctx) => ctx.services.knowledge.graph(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.knowledge.graph(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const tools = [

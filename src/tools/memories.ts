@@ -19,6 +19,7 @@ export const memoriesList = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'List memory notes (owner, repository or workspace scope) with name, tags and generation, a page at a time, optionally filtered by scope and tags. ' +
     'Use memories_search to find notes by text and memories_read for content. For project journals and linked notes use the knowledge store instead.',
@@ -28,7 +29,7 @@ export const memoriesList = defineTool({
     limit: int(1, 100).default(50).describe('Page size (1-100)'),
     cursor: CUR.optional(),
   },
-  run: (a, ctx) => ctx.services.memories.list(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.memories.list(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const memoriesRead = defineTool({
@@ -37,6 +38,7 @@ export const memoriesRead = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description: 'Read one memory note (content, tags, generation) by memoryId, or by name within a scope. Give exactly one of memoryId and name.',
   input: {
     scope: MEMORY_SCOPE.optional().describe('Scope to look the name up in'),
@@ -48,7 +50,7 @@ export const memoriesRead = defineTool({
     if (args.memoryId !== undefined && args.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
     return undefined;
   },
-  run: (a, ctx) => ctx.services.memories.read(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.memories.read(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const memoriesWrite = defineTool({
@@ -57,6 +59,7 @@ export const memoriesWrite = defineTool({
   badges: ['destructive', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'Create or replace a named memory note (content up to 262144 characters, tags, optional retention of 60-31536000 s) in the owner, repository or workspace scope. ' +
     'expectedGeneration is a compare-and-swap: 0 (the default) creates a new note; to replace one pass its current generation from memories_read.',
@@ -70,7 +73,7 @@ export const memoriesWrite = defineTool({
     idempotencyKey: str(1, 256).optional().describe('Free-form key (1-256 characters) to make a retried write safe'),
   },
   idempotency: 'key',
-  run: (a, ctx) => ctx.services.memories.write(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.memories.write(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const memoriesSearch = defineTool({
@@ -79,6 +82,7 @@ export const memoriesSearch = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'Find memory notes containing a literal text (1-512 characters, no regex), optionally filtered by scope and tags (tagMatch all or any), up to 50 per page. ' +
     'For ranked semantic search across journals and notes use knowledge_search.',
@@ -90,7 +94,7 @@ export const memoriesSearch = defineTool({
     limit: int(1, 50).default(20).describe('Page size (1-50)'),
     cursor: CUR.optional(),
   },
-  run: (a, ctx) => ctx.services.memories.search(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.memories.search(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const memoriesDelete = defineTool({
@@ -99,6 +103,7 @@ export const memoriesDelete = defineTool({
   badges: ['destructive'],
   tracking,
   workspace: 'optional',
+  workspaceLazy: true,
   description:
     'Delete one memory note by memoryId, or by name within a scope (give exactly one of them). ' +
     'expectedGeneration (default 1) must match the note\'s current generation, so a note changed since you read it is not deleted.',
@@ -113,7 +118,7 @@ export const memoriesDelete = defineTool({
     if (args.memoryId !== undefined && args.name !== undefined) return { field: 'name', message: 'give memoryId or name, not both' };
     return undefined;
   },
-  run: (a, ctx) => ctx.services.memories.delete(ctx.owner, ctx.workspace, a),
+  run: (a, ctx) => ctx.services.memories.delete(ctx.owner, ctx.workspaceIfAny, a),
 });
 
 export const tools = [memoriesList, memoriesRead, memoriesWrite, memoriesSearch, memoriesDelete];

@@ -21,5 +21,13 @@ it('bench/knowledge --smoke measures recall of the three modes, latency and embe
   // The paraphrases share few words with their notes: the semantic half must find some of them.
   expect(summary.recallAt10.semantic.recallAt10).toBeGreaterThan(summary.recallAt10.lexical.recallAt10);
   expect(summary.embedOneNoteMs.p50).toBeGreaterThan(0);
+  // Issue #36: the labelled set of bench/data/knowledge-set.mjs (hand-written, fact and identifier
+  // queries), recall per kind of query, the model's label with its text recipe, every goal reported.
+  expect(Object.keys(summary.querySources).sort()).toEqual(['fact', 'hand-written', 'identifier']);
+  expect(Object.keys(summary.recallAt10.hybrid.bySource).sort()).toEqual(['fact', 'hand-written', 'identifier']);
+  expect(summary.modelLabel).toMatch(/512 dimensions, text v2/);
+  for (const goal of ['hybridP99At20kUnder50Ms', 'newQueryP99At20kUnder100Ms', 'writeP99Under5Ms', 'recallAt10SmallAtLeast070', 'recallAt10LargeAtLeast050']) {
+    expect(typeof summary.goal[goal]).toBe('boolean');
+  }
   for (const n of Object.keys(summary.latencyMs)) expect(summary.latencyMs[n].hybrid.p99).toBeGreaterThan(0);
 }, 260_000);

@@ -95,6 +95,20 @@ describe('the other steps', () => {
     expect(() => handlerContext(host, cc, noRun, {}).workspace).toThrow(/declares no workspace/);
     expect(() => handlerContext({ ...host, principals: principals(null) } as RegistryHost, cc, withWs, {})).toThrow(/no active workspace/);
   });
+  it('a workspaceLazy tool runs without a workspace: ctx.workspaceIfAny is the given, the active or none; ctx.workspace still refuses when none (issue #36)', () => {
+    const lazy = { ...withWs, name: 'demo_lazy', workspaceLazy: true as const };
+    const cc = { principal: 'p', actor: 'mcp' as const, signal: new AbortController().signal };
+    const none = { principals: principals(null), auth: { ownerId: 'own_1' } } as unknown as RegistryHost;
+    const active = { principals: principals(WS), auth: { ownerId: 'own_1' } } as unknown as RegistryHost;
+    const ctx = handlerContext(none, cc, lazy, {});
+    expect(ctx.workspaceIfAny).toBeUndefined();
+    expect(() => ctx.workspace).toThrow(/no active workspace/);
+    expect(handlerContext(none, cc, lazy, { workspaceId: OTHER_WS }).workspaceIfAny).toBe(OTHER_WS);
+    expect(handlerContext(active, cc, lazy, {}).workspaceIfAny).toBe(WS);
+    expect(handlerContext(active, cc, lazy, {}).workspace).toBe(WS);
+    // Not lazy: resolved up front, as before.
+    expect(handlerContext(active, cc, withWs, {}).workspaceIfAny).toBe(WS);
+  });
   it('idempotent replay: the same input replays once, other input is a CONFLICT, concurrent calls run once', async () => {
     const host = { idempotency: new IdempotencyStore(tmpDb()) };
     const runner = new IdempotentRunner();

@@ -13,7 +13,13 @@ export const EMBEDDING_MODEL = {
   version: '0.2.0',
   dimensions: 512,
 } as const;
-export const MODEL_LABEL = `${EMBEDDING_MODEL.name} (${EMBEDDING_MODEL.package}@${EMBEDDING_MODEL.version}, ${EMBEDDING_MODEL.dimensions} dimensions)`;
+/**
+ * What an item's text is turned into before the model sees it (knowledge.ts embedText): 2 adds the
+ * words of its identifiers (issue #36). Part of the stored model label, so vectors of an older
+ * model or recipe are discarded at start and the items re-embedded in the background.
+ */
+export const EMBED_RECIPE = 2;
+export const MODEL_LABEL = `${EMBEDDING_MODEL.name} (${EMBEDDING_MODEL.package}@${EMBEDDING_MODEL.version}, ${EMBEDDING_MODEL.dimensions} dimensions, text v${EMBED_RECIPE})`;
 
 export type EmbedderState = 'loading' | 'ready' | 'failed' | 'disabled';
 
