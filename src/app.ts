@@ -27,6 +27,7 @@ import { FileService } from './services/files.js';
 import { CommandService } from './services/commands.js';
 import { BwrapExecutor } from './sandbox/bwrap.js';
 import type { Executor } from './sandbox/executor.js';
+import { kubernetesExecutor } from './sandbox/kubernetes/from-config.js';
 import { SpendService } from './services/spend.js';
 import { GatewayClient } from './services/gateway-client.js';
 import { GitService } from './services/git.js';
@@ -166,7 +167,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const environments = new EnvironmentService(db, secrets);
   const repos = new RepositoryPolicy(config.configPath);
   const repoCredentials = new RepoCredentialStore({ db, secrets, audit, extraCaPem: () => repos.extraCaPem() });
-  const executor: Executor = new BwrapExecutor({
+  const executor: Executor = config.executor === 'kubernetes' ? kubernetesExecutor(config, log) : new BwrapExecutor({
     runDir: join(config.dataDir, 'run'),
     uid: config.sandboxUid,
     gid: config.sandboxUid,
