@@ -74,6 +74,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'kubeNamespace', flag: '--kube-namespace', env: 'ATELIER_KUBE_NAMESPACE', kind: 'string', def: 'atelier', rule: 'a Kubernetes namespace name (lowercase RFC 1123 label)', check: ((v: string) => /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(v)) as never, help: 'Kubernetes executor: namespace of the workspace Pods, claims and NetworkPolicies' }),
   S({ key: 'kubeWorkspaceImage', flag: '--kube-workspace-image', env: 'ATELIER_KUBE_WORKSPACE_IMAGE', kind: 'string', def: 'atelier-workspace:latest', rule: 'an image reference', check: ((v: string) => /^\S+$/.test(v)) as never, help: 'Kubernetes executor: the workspace image (daemon and toolchains; deploy/kubernetes/workspace.Containerfile)' }),
   S({ key: 'kubeStorageClass', flag: '--kube-storage-class', env: 'ATELIER_KUBE_STORAGE_CLASS', kind: 'string', def: '', help: "Kubernetes executor: StorageClass of the workspaces' claims (empty = the cluster's default)" }),
+  S({ key: 'kubeStorageSize', flag: '--kube-storage-size', env: 'ATELIER_KUBE_STORAGE_SIZE', kind: 'string', def: '10Gi', rule: 'a Kubernetes quantity such as 10Gi', check: ((v: string) => /^[0-9]+(Ki|Mi|Gi|Ti)?$/.test(v)) as never, help: "Kubernetes executor: size of each workspace's claim (its disk limit; --sandbox-disk-mb must be 0 on a runner in a Pod)" }),
   S({ key: 'kubeRuntimeClass', flag: '--kube-runtime-class', env: 'ATELIER_KUBE_RUNTIME_CLASS', kind: 'string', def: '', help: 'Kubernetes executor: RuntimeClass of every Pod, e.g. gvisor (empty = the default runtime)' }),
   S({ key: 'kubeEgressProxyUrl', flag: '--kube-egress-proxy-url', env: 'ATELIER_KUBE_EGRESS_PROXY_URL', kind: 'string', def: 'http://atelier-egress:3128', rule: 'an http URL', check: ((v: string) => v === '' || /^http:\/\/\S+$/.test(v)) as never, help: 'Kubernetes executor: the in-cluster egress proxy workspace Pods use for dependency-access' }),
   S({ key: 'outputMaxMb', flag: '--output-max-mb', env: 'ATELIER_OUTPUT_MAX_MB', kind: 'int', def: 16, rule: 'an integer from 1 to 4096', check: ((v: number) => v >= 1 && v <= 4096) as never, help: 'Output kept on disk per operation or task, MiB' }),
@@ -139,6 +140,7 @@ export interface Config {
   kubeNamespace: string;
   kubeWorkspaceImage: string;
   kubeStorageClass: string;
+  kubeStorageSize: string;
   kubeRuntimeClass: string;
   kubeEgressProxyUrl: string;
   agentPoolSize: number;

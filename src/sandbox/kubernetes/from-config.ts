@@ -12,7 +12,7 @@ export function kubernetesExecutor(config: Config, log: Logger): KubernetesExecu
       workspaceImage: config.kubeWorkspaceImage,
       storageClass: config.kubeStorageClass || undefined,
       runtimeClass: config.kubeRuntimeClass || undefined,
-      storageSize: `${Math.max(1, Math.ceil(config.sandboxDiskMb / 1024))}Gi`,
+      storageSize: config.kubeStorageSize,
       egressProxyUrl: config.kubeEgressProxyUrl || undefined,
       egressProxySelector: { 'app.kubernetes.io/name': 'atelier-egress' },
       runDir: join(config.dataDir, 'run', 'kube'),
