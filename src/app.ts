@@ -28,6 +28,7 @@ import { CommandService } from './services/commands.js';
 import { BwrapExecutor } from './sandbox/bwrap.js';
 import type { Executor } from './sandbox/executor.js';
 import { kubernetesExecutor } from './sandbox/kubernetes/from-config.js';
+import { HostWorkspaceStorage } from './sandbox/host-storage.js';
 import { SpendService } from './services/spend.js';
 import { GatewayClient } from './services/gateway-client.js';
 import { GitService } from './services/git.js';
@@ -177,6 +178,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     // The runner's native addon (loaded by the MCP transport at start): large files_read ranges
     // through the daemon's open descriptor (src/sandbox/handoff.ts).
     descriptorCalls: wireNative,
+    storage: new HostWorkspaceStorage({ dataDir: config.dataDir, sizeMb: config.sandboxDiskMb, uid: config.sandboxUid, gid: config.sandboxUid }),
   });
   const approvals = new ApprovalService({ db, audit });
   const locks = new WorkspaceLocks();

@@ -67,6 +67,7 @@ import {
   type SandboxNetwork,
   type SandboxSpec,
   type SandboxStats,
+  type WorkspaceStorage,
 } from './executor.js';
 import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
 import { nativeArtifacts, type NativeArtifacts } from './native.js';
@@ -114,6 +115,8 @@ export interface BwrapExecutorOptions {
    * large files_read takes the daemon's open descriptor instead of its bytes (handoff.ts).
    */
   descriptorCalls?: () => DescriptorCalls | null;
+  /** The workspaces' files on this host (host-storage.ts), exposed as Executor.storage. */
+  storage?: WorkspaceStorage;
 }
 
 /** Inside every sandbox. */
@@ -261,6 +264,7 @@ interface Mount {
 }
 
 export class BwrapExecutor implements Executor {
+  readonly storage: WorkspaceStorage | undefined;
   private readonly runDir: string;
   private readonly daemonDir: string;
   private readonly ids: SandboxIds;
@@ -293,6 +297,7 @@ export class BwrapExecutor implements Executor {
   private readonly relays = new Map<string, Server[]>();
 
   constructor(opts: BwrapExecutorOptions = {}) {
+    this.storage = opts.storage;
     this.runDir = path.resolve(opts.runDir ?? '/run/atelier');
     this.daemonDir = path.resolve(opts.daemonDir ?? fileURLToPath(new URL('./daemon/', import.meta.url)));
     this.ids = { uid: opts.uid ?? 64000, gid: opts.gid ?? 64000 };

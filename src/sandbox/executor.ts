@@ -117,7 +117,25 @@ export interface SandboxStats {
   cpuUsageNs: number;
 }
 
+/**
+ * A workspace's files on the runner's host (the bubblewrap driver: the workspace's own filesystem
+ * image mounted at rootDir, its repo/, home/ and tmp/ made by descriptor). A driver without it
+ * keeps a workspace's files itself (Kubernetes: the workspace's claim).
+ */
+export interface WorkspaceStorage {
+  /** Makes rootDir ready for the sandbox (idempotent). */
+  prepare(id: string, rootDir: string): Promise<void>;
+  /** Deletes every file of the workspace (an absent rootDir is fine). */
+  remove(id: string, rootDir: string): Promise<void>;
+  /** Readies storage for the next workspace ahead of time; false when this storage has nothing to ready. */
+  prepareSpare(): Promise<boolean>;
+  /** Removes what spare preparation left (at start-up). */
+  cleanSpares(): Promise<void>;
+}
+
 export interface Executor {
+  /** Optional (see WorkspaceStorage): absent, the driver keeps the files. */
+  readonly storage?: WorkspaceStorage;
   /** Starts the long-lived sandbox running the daemon; resolves once the daemon answers ping. */
   create(spec: SandboxSpec): Promise<SandboxHandle>;
   /**

@@ -25,8 +25,6 @@ import { newId } from '../core/ids.js';
 import { nowIso, settlesWithin } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
 import type { ClientProfile, OverviewSection } from '../sandbox/daemon/protocol.js';
-import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
-import { cleanSpareImages, ensureWorkspaceDisk, prepareSpareImage, releaseWorkspaceDisk, type DiskOptions } from '../sandbox/disk.js';
 import type { EgressDecision } from '../sandbox/egress.js';
 import { loadEgressRules, WorkspaceEgress } from '../sandbox/egress/workspace.js';
 import type { RepositoryPolicy, ParsedRepoUrl } from './repos.js';
@@ -183,18 +181,13 @@ export class WorkspaceService {
     return { uid: this.deps.config.sandboxUid, gid: this.deps.config.sandboxUid };
   }
 
-  private get diskOptions(): DiskOptions {
-    return { dataDir: this.deps.config.dataDir, sizeMb: this.deps.config.sandboxDiskMb, ...this.ids };
-  }
-
   /** Makes sure the workspace's own filesystem is mounted and its directories exist. */
   private ensureDisk(id: string): Promise<void> {
     const running = this.disking.get(id);
     if (running) return running;
     const pending = (async () => {
-      const root = this.rootDir(id);
-      if (this.deps.config.sandboxDiskMb > 0) await ensureWorkspaceDisk(this.diskOptions, id, root);
-      await prepareRootDir(root, this.ids);
+      // The driver's storage (executor.ts WorkspaceStorage); none: the driver keeps the files.
+      await this.deps.executor.storage?.prepare(id, this.rootDir(id));
     })().finally(() => this.disking.delete(id));
     this.disking.set(id, pending);
     return pending;
@@ -202,8 +195,11 @@ export class WorkspaceService {
 
   /** Formats the next workspace's disk image in the background, so an open only mounts one. */
   private prepareSpareDisk(): void {
-    if (this.spareDisk || this.stopping || this.deps.config.sandboxDiskMb <= 0) return;
-    this.spareDisk = prepareSpareImage(this.diskOptions)
+    const storage = this.deps.executor.storage;
+    if (this.spareDisk || this.stopping || !storage || this.deps.config.sandboxDiskMb <= 0) return;
+    this.spareDisk = storage
+      .prepareSpare()
+      .then(() => undefined)
       .catch((e) => this.deps.log.warn({ err: e }, 'preparing a spare workspace disk failed'))
       .finally(() => (this.spareDisk = undefined));
   }
@@ -277,11 +273,7 @@ export class WorkspaceService {
 
   /** Deletes every file of a workspace (its filesystem, or its directory tree). */
   private async removeFiles(id: string): Promise<void> {
-    const root = this.rootDir(id);
-    if (this.deps.config.sandboxDiskMb > 0) await releaseWorkspaceDisk({ dataDir: this.deps.config.dataDir }, id, root);
-    await removeSandboxRoot(root, this.ids).catch((e) => {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    });
+    await this.deps.executor.storage?.remove(id, this.rootDir(id));
   }
 
   /** Serialises lifecycle changes per workspace (open, renew, recover, close, reaping), and against the mutating git tools. */
@@ -879,8 +871,8 @@ export class WorkspaceService {
     const left = await readFile(this.spareFile, 'utf8').then((t) => (JSON.parse(t) as { id?: unknown }).id, () => undefined);
     if (typeof left === 'string' && /^[A-Za-z0-9_-]{1,100}$/.test(left) && !this.deps.db.prepare('SELECT 1 FROM workspaces WHERE id = ?').get(left)) await this.discardSpare(left, undefined);
     else await rm(this.spareFile, { force: true });
-    if (this.deps.config.sandboxDiskMb > 0) {
-      await cleanSpareImages(this.diskOptions).catch((e) => this.deps.log.warn({ err: e }, 'removing stale spare disks failed'));
+    if (this.deps.config.sandboxDiskMb > 0 && this.deps.executor.storage) {
+      await this.deps.executor.storage.cleanSpares().catch((e) => this.deps.log.warn({ err: e }, 'removing stale spare disks failed'));
       this.prepareSpareDisk();
     }
     const active = this.deps.db.prepare("SELECT id FROM workspaces WHERE state = 'active'").pluck().all() as string[];

@@ -18,11 +18,9 @@ const NEUTRAL = new Set(['sandbox/executor.ts', 'sandbox/daemon/protocol.ts', 's
 /** May import any driver: they choose one. */
 const CHOOSERS = new Set(['app.ts', 'sandbox/kubernetes/from-config.ts']);
 /** The bubblewrap driver's own modules (the driver, its cgroups, disks, root directories, run filesystem, descriptor handoff, native addon, locale). */
-const BWRAP_ONLY = ['sandbox/bwrap.ts', 'sandbox/cgroups.ts', 'sandbox/disk.ts', 'sandbox/rootdir.ts', 'sandbox/runfs.ts', 'sandbox/handoff.ts', 'sandbox/native.ts', 'sandbox/locale.ts'];
+const BWRAP_ONLY = ['sandbox/bwrap.ts', 'sandbox/host-storage.ts', 'sandbox/cgroups.ts', 'sandbox/disk.ts', 'sandbox/rootdir.ts', 'sandbox/runfs.ts', 'sandbox/handoff.ts', 'sandbox/native.ts', 'sandbox/locale.ts'];
 
 const EXCEPTIONS: Array<{ from: string; to: string; why: string }> = [
-  { from: 'services/workspaces.ts', to: 'sandbox/rootdir.ts', why: "prepareRootDir/removeSandboxRoot: the workspace's host directory; to move behind an optional Executor storage capability" },
-  { from: 'services/workspaces.ts', to: 'sandbox/disk.ts', why: "the workspace's own filesystem image (loop mount) and spare images; same capability" },
   { from: 'services/workspaces.ts', to: 'sandbox/egress/workspace.ts', why: 'the per-workspace egress proxy on a host Unix socket; under Kubernetes the in-cluster proxy' },
   { from: 'services/workspaces.ts', to: 'sandbox/egress.ts', why: 'EgressDecision type of the host egress proxy' },
   { from: 'services/packages.ts', to: 'sandbox/egress.ts', why: "package builders' egress proxy on a host socket" },
@@ -67,6 +65,13 @@ describe('one door: the executor interface is the only way past src/sandbox/', (
   it('the Kubernetes driver imports nothing of the bubblewrap driver, and the bubblewrap driver nothing of it', () => {
     expect(edges.filter((e) => e.from.startsWith('sandbox/kubernetes/') && BWRAP_ONLY.includes(e.to))).toEqual([]);
     expect(edges.filter((e) => BWRAP_ONLY.includes(e.from) && e.to.startsWith('sandbox/kubernetes/'))).toEqual([]);
+  });
+
+  it("the workspace service reaches a workspace's files only through the optional Executor.storage", () => {
+    const ws = edges.filter((e) => e.from === 'services/workspaces.ts' && e.to.startsWith('sandbox/'));
+    expect(ws.map((e) => e.to)).not.toContain('sandbox/disk.ts');
+    expect(ws.map((e) => e.to)).not.toContain('sandbox/rootdir.ts');
+    expect(edges).toContainEqual({ from: 'sandbox/host-storage.ts', to: 'sandbox/disk.ts' });
   });
 
   it('the composition root picks the driver from the settings', () => {

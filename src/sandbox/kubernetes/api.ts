@@ -1,5 +1,5 @@
 /** The Kubernetes API as the driver uses it (@kubernetes/client-node 1.x), errors as ServiceErrors. */
-import { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api } from '@kubernetes/client-node';
+import type { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api } from '@kubernetes/client-node';
 import { ServiceError } from '../../core/errors.js';
 import type { KubernetesExecutorOptions } from './options.js';
 
@@ -12,7 +12,12 @@ export interface KubeClients {
   metrics: Metrics;
 }
 
-export function connectKube(o: KubernetesExecutorOptions): KubeClients {
+/**
+ * Loaded on first use: the client is large (seconds to import on a loaded machine), and a runner
+ * on the bubblewrap driver never needs it.
+ */
+export async function connectKube(o: KubernetesExecutorOptions): Promise<KubeClients> {
+  const { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api } = await import('@kubernetes/client-node');
   const kc = new KubeConfig();
   if (o.kubeconfig) kc.loadFromFile(o.kubeconfig);
   else kc.loadFromCluster();

@@ -38,7 +38,8 @@ export type { KubernetesExecutorOptions } from './options.js';
 export type WorkspaceKind = 'pod+pvc' | 'agent-sandbox';
 
 export class KubernetesExecutor implements Executor {
-  private readonly k: KubeClients;
+  private readonly clientsReady: Promise<KubeClients>;
+  private kc!: KubeClients;
   private readonly relays = new Map<string, ExecRelay>();
   private readonly clients = new Map<string, DaemonClient>();
   /** rootDir → claim name, for mapping short-lived sandboxes' binds onto a workspace's claim. */
@@ -49,7 +50,13 @@ export class KubernetesExecutor implements Executor {
     private readonly o: KubernetesExecutorOptions,
     private readonly onNote: (message: string) => void = () => undefined,
   ) {
-    this.k = connectKube(o);
+    this.clientsReady = connectKube(o).then((k) => (this.kc = k));
+    this.clientsReady.catch(() => undefined); // reported by the first operation
+  }
+
+  /** The API clients, once loaded (every public operation awaits this first). */
+  private get k(): KubeClients {
+    return this.kc;
   }
 
   private get ns(): string {
@@ -62,6 +69,7 @@ export class KubernetesExecutor implements Executor {
    */
   workspaceKind(): Promise<WorkspaceKind> {
     this.kind ??= (async () => {
+      await this.clientsReady;
       const groups = await this.k.apis.getAPIVersions().catch((err: unknown) => {
         throw asServiceError(err, 'discovery');
       });
@@ -81,6 +89,7 @@ export class KubernetesExecutor implements Executor {
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    await this.clientsReady;
     validateId(spec.id);
     if (spec.mounts?.length) {
       throw new ServiceError('NOT_SUPPORTED', 'mounts: host directories cannot be bound into a Kubernetes Pod (managed-package releases need the workspace image to carry them)', { field: 'mounts' });
@@ -204,11 +213,13 @@ export class KubernetesExecutor implements Executor {
   }
 
   async stop(h: SandboxHandle): Promise<void> {
+    await this.clientsReady;
     await this.detach(h.id);
     await this.deletePod(objectName(h.id));
   }
 
   async alive(h: SandboxHandle): Promise<boolean> {
+    await this.clientsReady;
     if (this.clients.get(h.id)?.connected) return true;
     const p = await orNull(this.k.core.readNamespacedPod({ name: objectName(h.id), namespace: this.ns })).catch(() => null);
     return !!p && p.status?.phase === 'Running' && !p.metadata?.deletionTimestamp;
@@ -216,6 +227,7 @@ export class KubernetesExecutor implements Executor {
 
   /** The Pod, its NetworkPolicy and its claim (the workspace's files live in the claim). */
   async destroy(h: SandboxHandle): Promise<void> {
+    await this.clientsReady;
     const name = objectName(h.id);
     await this.stop(h);
     await deleteIfPresent(this.k.net.deleteNamespacedNetworkPolicy({ name, namespace: this.ns }));
@@ -224,6 +236,7 @@ export class KubernetesExecutor implements Executor {
   }
 
   async recover(spec: SandboxSpec): Promise<SandboxHandle | null> {
+    await this.clientsReady;
     validateId(spec.id);
     const name = objectName(spec.id);
     const p = await orNull(this.k.core.readNamespacedPod({ name, namespace: this.ns }));
@@ -240,6 +253,7 @@ export class KubernetesExecutor implements Executor {
 
   /** Memory and CPU from the metrics API; pids are not reported there (0). */
   async stats(h: SandboxHandle): Promise<SandboxStats> {
+    await this.clientsReady;
     const name = objectName(h.id);
     const list = await this.k.metrics.getPodMetrics(this.ns).catch((err: unknown) => {
       throw asServiceError(err, 'metrics');
@@ -259,6 +273,7 @@ export class KubernetesExecutor implements Executor {
 
   /** Replaces the Pod's NetworkPolicy in place (no restart: the proxy variables are always set). */
   async setNetworkPolicy(h: SandboxHandle, network: SandboxNetwork): Promise<void> {
+    await this.clientsReady;
     await this.applyPolicy(objectName(h.id), h.id, network);
   }
 
@@ -270,6 +285,7 @@ export class KubernetesExecutor implements Executor {
    * by name.
    */
   async runEphemeral(spec: EphemeralSpec): Promise<ExecResult> {
+    await this.clientsReady;
     const id = spec.id ?? `eph-${createHash('sha256').update(String(Math.random()) + Date.now()).digest('hex').slice(0, 16)}`;
     validateId(id);
     let claim: string | undefined;
