@@ -103,6 +103,9 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
     await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: '/etc', target: '/workspace' }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds', target: '/workspace' } });
     await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/home/user' }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+    // A socket directory (the credential broker's, an agent's control socket) never goes into a Pod.
+    await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/workspace', sockets: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds' } });
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   });
 
   it('stop keeps the claim (the files); create again finds them; destroy removes Pod, policy and claim', async () => {
