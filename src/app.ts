@@ -29,6 +29,8 @@ import { FileService } from './services/files.js';
 import { CommandService } from './services/commands.js';
 import { BwrapExecutor } from './sandbox/bwrap.js';
 import type { Executor } from './sandbox/executor.js';
+import { kubernetesExecutor } from './sandbox/kubernetes/from-config.js';
+import { HostWorkspaceStorage } from './sandbox/host-storage.js';
 import { SpendService } from './services/spend.js';
 import { GatewayClient } from './services/gateway-client.js';
 import { GitService } from './services/git.js';
@@ -184,7 +186,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
   const environments = new EnvironmentService(db, secrets);
   const repos = new RepositoryPolicy(config.configPath);
   const repoCredentials = new RepoCredentialStore({ db, secrets, audit, extraCaPem: () => repos.extraCaPem() });
-  const executor: Executor = new BwrapExecutor({
+  const executor: Executor = config.executor === 'kubernetes' ? kubernetesExecutor(config, log) : new BwrapExecutor({
     runDir: join(config.dataDir, 'run'),
     uid: config.sandboxUid,
     gid: config.sandboxUid,
@@ -194,6 +196,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     // The runner's native addon (loaded by the MCP transport at start): large files_read ranges
     // through the daemon's open descriptor (src/sandbox/handoff.ts).
     descriptorCalls: wireNative,
+    storage: new HostWorkspaceStorage({ dataDir: config.dataDir, sizeMb: config.sandboxDiskMb, uid: config.sandboxUid, gid: config.sandboxUid }),
   });
   const approvals = new ApprovalService({ db, audit });
   const locks = new WorkspaceLocks();

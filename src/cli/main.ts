@@ -130,7 +130,8 @@ async function serve(argv: string[]): Promise<void> {
   // A bad "repositories" section (or the retired "repositories.credentials") stops start-up with its message.
   if (existsSync(config.configPath)) readRepositorySettings(config.configPath);
   new PriceList(config.configPath).lookup('provider_a', ''); // a bad "prices" section stops start-up too
-  const problems = await sandboxProblems(config.sandboxBwrapPath);
+  // With --executor kubernetes the sandboxes are Pods: this host's bubblewrap does not matter.
+  const problems = config.executor === 'kubernetes' ? [] : await sandboxProblems(config.sandboxBwrapPath);
   if (problems.length > 0 && !config.unsafeNoSandbox) {
     throw new ConfigError(
       `workspaces need real sandboxes and this machine cannot make them (--sandbox-bwrap-path ${config.sandboxBwrapPath}):\n${problems.map((p) => `  - ${p.what}: ${p.detail}${p.fix ? `\n    fix: ${p.fix}` : ''}`).join('\n')}\n` +

@@ -69,6 +69,14 @@ export const SETTINGS: Setting[] = [
   S({ key: 'agentPoolSize', flag: '--agent-pool-size', env: 'ATELIER_AGENT_POOL_SIZE', kind: 'int', def: 1, rule: 'an integer from 0 to 8 (0 = no pool: every agent runtime starts on demand)', check: ((v: number) => v >= 0 && v <= 8) as never, help: 'Agent runtimes kept pre-started and idle (sandboxed, holding no lease or secret) while an agent profile is active; see docs/agents.md' }),
   S({ key: 'sandboxFavorDynmods', flag: '--sandbox-favor-dynmods', env: 'ATELIER_SANDBOX_FAVOR_DYNMODS', kind: 'string', def: 'on', rule: 'on or off', check: ((v: string) => v === 'on' || v === 'off') as never, help: "Set the kernel's cgroup favordynmods flag at the first sandbox (fast moves of commands into their cgroups; host-wide, see docs/sandbox.md)" }),
   S({ key: 'sandboxBwrapPath', flag: '--sandbox-bwrap-path', env: 'ATELIER_SANDBOX_BWRAP_PATH', kind: 'string', def: '/usr/bin/bwrap', rule: 'an absolute path', check: ((v: string) => v.startsWith('/')) as never, help: 'The bubblewrap binary' }),
+  S({ key: 'executor', flag: '--executor', env: 'ATELIER_EXECUTOR', kind: 'string', def: 'bubblewrap', rule: 'bubblewrap or kubernetes', check: ((v: string) => v === 'bubblewrap' || v === 'kubernetes') as never, help: 'Where sandboxes run: bubblewrap on this host, or Pods in a Kubernetes cluster (docs/scaling.md)' }),
+  S({ key: 'kubeconfig', flag: '--kubeconfig', env: 'ATELIER_KUBECONFIG', kind: 'string', def: '', rule: 'an absolute path to a kubeconfig file (empty = in-cluster credentials)', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Kubernetes executor: the kubeconfig to use (empty = the service account of the Pod the runner runs in)' }),
+  S({ key: 'kubeNamespace', flag: '--kube-namespace', env: 'ATELIER_KUBE_NAMESPACE', kind: 'string', def: 'atelier', rule: 'a Kubernetes namespace name (lowercase RFC 1123 label)', check: ((v: string) => /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(v)) as never, help: 'Kubernetes executor: namespace of the workspace Pods, claims and NetworkPolicies' }),
+  S({ key: 'kubeWorkspaceImage', flag: '--kube-workspace-image', env: 'ATELIER_KUBE_WORKSPACE_IMAGE', kind: 'string', def: 'atelier-workspace:latest', rule: 'an image reference', check: ((v: string) => /^\S+$/.test(v)) as never, help: 'Kubernetes executor: the workspace image (daemon and toolchains; deploy/kubernetes/workspace.Containerfile)' }),
+  S({ key: 'kubeStorageClass', flag: '--kube-storage-class', env: 'ATELIER_KUBE_STORAGE_CLASS', kind: 'string', def: '', help: "Kubernetes executor: StorageClass of the workspaces' claims (empty = the cluster's default)" }),
+  S({ key: 'kubeStorageSize', flag: '--kube-storage-size', env: 'ATELIER_KUBE_STORAGE_SIZE', kind: 'string', def: '10Gi', rule: 'a Kubernetes quantity such as 10Gi', check: ((v: string) => /^[0-9]+(Ki|Mi|Gi|Ti)?$/.test(v)) as never, help: "Kubernetes executor: size of each workspace's claim (its disk limit; --sandbox-disk-mb must be 0 on a runner in a Pod)" }),
+  S({ key: 'kubeRuntimeClass', flag: '--kube-runtime-class', env: 'ATELIER_KUBE_RUNTIME_CLASS', kind: 'string', def: '', help: 'Kubernetes executor: RuntimeClass of every Pod, e.g. gvisor (empty = the default runtime)' }),
+  S({ key: 'kubeEgressProxyUrl', flag: '--kube-egress-proxy-url', env: 'ATELIER_KUBE_EGRESS_PROXY_URL', kind: 'string', def: 'http://atelier-egress:3128', rule: 'an http URL', check: ((v: string) => v === '' || /^http:\/\/\S+$/.test(v)) as never, help: 'Kubernetes executor: the in-cluster egress proxy workspace Pods use for dependency-access' }),
   S({ key: 'outputMaxMb', flag: '--output-max-mb', env: 'ATELIER_OUTPUT_MAX_MB', kind: 'int', def: 16, rule: 'an integer from 1 to 4096', check: ((v: number) => v >= 1 && v <= 4096) as never, help: 'Output kept on disk per operation or task, MiB' }),
   S({ key: 'skillSuggestUrl', flag: '--skill-suggest-url', env: 'ATELIER_SKILL_SUGGEST_URL', kind: 'string', def: '', rule: 'an https URL (http only on loopback)', check: ((v: string) => v === '' || /^https:\/\/\S+$/.test(v) || /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(\/\S*)?$/.test(v)) as never, help: 'skill_suggest endpoint: the redacted prompt and the roster are POSTed there (needs --skill-suggest-key-file)' }),
   S({ key: 'skillSuggestKeyFile', flag: '--skill-suggest-key-file', env: 'ATELIER_SKILL_SUGGEST_KEY_FILE', kind: 'string', def: '', help: 'File holding the integration key sent to the skill_suggest endpoint (a secret)' }),
@@ -134,6 +142,14 @@ export interface Config {
   sandboxCpus: string;
   sandboxDiskMb: number;
   sandboxBwrapPath: string;
+  executor: 'bubblewrap' | 'kubernetes';
+  kubeconfig: string;
+  kubeNamespace: string;
+  kubeWorkspaceImage: string;
+  kubeStorageClass: string;
+  kubeStorageSize: string;
+  kubeRuntimeClass: string;
+  kubeEgressProxyUrl: string;
   agentPoolSize: number;
   outputMaxMb: number;
   httpRequestTimeoutMs: number;

@@ -70,6 +70,7 @@ import {
   type SandboxSpec,
   type SandboxStats,
   type DaemonDeath,
+  type WorkspaceStorage,
 } from './executor.js';
 import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
 import { nativeArtifacts, type NativeArtifacts } from './native.js';
@@ -117,6 +118,8 @@ export interface BwrapExecutorOptions {
    * large files_read takes the daemon's open descriptor instead of its bytes (handoff.ts).
    */
   descriptorCalls?: () => DescriptorCalls | null;
+  /** The workspaces' files on this host (host-storage.ts), exposed as Executor.storage. */
+  storage?: WorkspaceStorage;
 }
 
 /** Inside every sandbox. */
@@ -278,6 +281,7 @@ interface Mount {
 }
 
 export class BwrapExecutor implements Executor {
+  readonly storage: WorkspaceStorage | undefined;
   private readonly runDir: string;
   private readonly daemonDir: string;
   private readonly ids: SandboxIds;
@@ -312,6 +316,7 @@ export class BwrapExecutor implements Executor {
   private readonly exits = new Map<string, { pid: number | undefined; code: number | null; signal: NodeJS.Signals | null }>();
 
   constructor(opts: BwrapExecutorOptions = {}) {
+    this.storage = opts.storage;
     this.runDir = path.resolve(opts.runDir ?? '/run/atelier');
     this.daemonDir = path.resolve(opts.daemonDir ?? fileURLToPath(new URL('./daemon/', import.meta.url)));
     this.ids = { uid: opts.uid ?? 64000, gid: opts.gid ?? 64000 };

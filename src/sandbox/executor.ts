@@ -135,7 +135,33 @@ export interface SandboxStats {
   cpuUsageNs: number;
 }
 
+/**
+ * A workspace's files on the runner's host (the bubblewrap driver: the workspace's own filesystem
+ * image mounted at rootDir, its repo/, home/ and tmp/ made by descriptor). A driver without it
+ * keeps a workspace's files itself (Kubernetes: the workspace's claim).
+ */
+export interface WorkspaceStorage {
+  /** Makes rootDir ready for the sandbox (idempotent). */
+  prepare(id: string, rootDir: string): Promise<void>;
+  /** Deletes every file of the workspace (an absent rootDir is fine). */
+  remove(id: string, rootDir: string): Promise<void>;
+  /** Readies storage for the next workspace ahead of time; false when this storage has nothing to ready. */
+  prepareSpare(): Promise<boolean>;
+  /** Removes what spare preparation left (at start-up). */
+  cleanSpares(): Promise<void>;
+  /**
+   * The host file holding the workspace's whole filesystem, its directory made (checkpoints and
+   * forks copy it, issue #33); undefined when this storage keeps no such image (then there are no
+   * checkpoints).
+   */
+  image?(id: string): Promise<string | undefined>;
+  /** Unmounts the workspace's filesystem (before its image is replaced); prepare() mounts it again. */
+  unmount?(id: string, rootDir: string): Promise<void>;
+}
+
 export interface Executor {
+  /** Optional (see WorkspaceStorage): absent, the driver keeps the files. */
+  readonly storage?: WorkspaceStorage;
   /** Starts the long-lived sandbox running the daemon; resolves once the daemon answers ping. */
   create(spec: SandboxSpec): Promise<SandboxHandle>;
   /**

@@ -26,8 +26,6 @@ import { nowIso, settlesWithin } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
 import { describeDeath } from '../sandbox/executor.js';
 import type { ClientProfile, OverviewSection } from '../sandbox/daemon/protocol.js';
-import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
-import { cleanSpareImages, ensureWorkspaceDisk, imagePath, prepareSpareImage, releaseWorkspaceDisk, unmountScratchDisk, type DiskOptions } from '../sandbox/disk.js';
 import type { EgressDecision } from '../sandbox/egress.js';
 import { loadEgressRules, WorkspaceEgress } from '../sandbox/egress/workspace.js';
 import type { RepositoryPolicy, ParsedRepoUrl } from './repos.js';
@@ -49,10 +47,6 @@ export interface ForkTemplate {
   environmentId: string | null;
   envInjected: boolean;
   options: Record<string, unknown>;
-}
-
-async function mkdirImages(dataDir: string): Promise<void> {
-  await mkdir(join(dataDir, 'disks'), { recursive: true, mode: 0o700 });
 }
 
 export type WorkspaceState = 'opening' | 'active' | 'expired_recoverable' | 'closed';
@@ -201,18 +195,13 @@ export class WorkspaceService {
     return { uid: this.deps.config.sandboxUid, gid: this.deps.config.sandboxUid };
   }
 
-  private get diskOptions(): DiskOptions {
-    return { dataDir: this.deps.config.dataDir, sizeMb: this.deps.config.sandboxDiskMb, ...this.ids };
-  }
-
   /** Makes sure the workspace's own filesystem is mounted and its directories exist. */
   private ensureDisk(id: string): Promise<void> {
     const running = this.disking.get(id);
     if (running) return running;
     const pending = (async () => {
-      const root = this.rootDir(id);
-      if (this.deps.config.sandboxDiskMb > 0) await ensureWorkspaceDisk(this.diskOptions, id, root);
-      await prepareRootDir(root, this.ids);
+      // The driver's storage (executor.ts WorkspaceStorage); none: the driver keeps the files.
+      await this.deps.executor.storage?.prepare(id, this.rootDir(id));
     })().finally(() => this.disking.delete(id));
     this.disking.set(id, pending);
     return pending;
@@ -220,8 +209,11 @@ export class WorkspaceService {
 
   /** Formats the next workspace's disk image in the background, so an open only mounts one. */
   private prepareSpareDisk(): void {
-    if (this.spareDisk || this.stopping || this.deps.config.sandboxDiskMb <= 0) return;
-    this.spareDisk = prepareSpareImage(this.diskOptions)
+    const storage = this.deps.executor.storage;
+    if (this.spareDisk || this.stopping || !storage || this.deps.config.sandboxDiskMb <= 0) return;
+    this.spareDisk = storage
+      .prepareSpare()
+      .then(() => undefined)
       .catch((e) => this.deps.log.warn({ err: e }, 'preparing a spare workspace disk failed'))
       .finally(() => (this.spareDisk = undefined));
   }
@@ -295,11 +287,7 @@ export class WorkspaceService {
 
   /** Deletes every file of a workspace (its filesystem, or its directory tree). */
   private async removeFiles(id: string): Promise<void> {
-    const root = this.rootDir(id);
-    if (this.deps.config.sandboxDiskMb > 0) await releaseWorkspaceDisk({ dataDir: this.deps.config.dataDir }, id, root);
-    await removeSandboxRoot(root, this.ids).catch((e) => {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    });
+    await this.deps.executor.storage?.remove(id, this.rootDir(id));
   }
 
   /** Serialises lifecycle changes per workspace (open, renew, recover, close, reaping), and against the mutating git tools. */
@@ -809,8 +797,15 @@ export class WorkspaceService {
 
   /** Checkpoints and forks copy a workspace's filesystem image: refused when workspaces have none (sandboxDiskMb 0). */
   private requireImages(field: string): void {
-    if (this.deps.config.sandboxDiskMb <= 0)
-      throw new ServiceError('FAILED_PRECONDITION', `${field}: checkpoints and forks need each workspace on its own filesystem (--sandbox-disk-mb above 0; it is 0 here)`, { field, setting: 'sandboxDiskMb' });
+    if (this.deps.config.sandboxDiskMb <= 0 || !this.deps.executor.storage?.image)
+      throw new ServiceError('FAILED_PRECONDITION', `${field}: checkpoints and forks need each workspace on its own filesystem (--sandbox-disk-mb above 0; it is ${this.deps.config.sandboxDiskMb} here)`, { field, setting: 'sandboxDiskMb' });
+  }
+
+  /** The host file of a workspace's filesystem (the driver's storage keeps it; requireImages checked it can). */
+  private async imageOf(id: string): Promise<string> {
+    const img = await this.deps.executor.storage!.image!(id);
+    if (!img) throw new ServiceError('FAILED_PRECONDITION', 'checkpoints and forks need each workspace on its own filesystem (--sandbox-disk-mb above 0)', { setting: 'sandboxDiskMb' });
+    return img;
   }
 
   /** A workspace that can be checkpointed, restored or forked: not closed, not opening. */
@@ -834,7 +829,7 @@ export class WorkspaceService {
       const h = w.state === 'active' ? this.handles.get(id) : undefined;
       const running = h && this.deps.executor.whileFrozen && (await this.deps.executor.alive(h));
       const freeze = <R>(f: () => Promise<R>) => (running ? this.deps.executor.whileFrozen!(h!, f) : f().then((value) => ({ value, frozen: false })));
-      return fn(w, { rootDir: this.rootDir(id), image: imagePath(this.deps.config.dataDir, id), freeze });
+      return fn(w, { rootDir: this.rootDir(id), image: await this.imageOf(id), freeze });
     });
   }
 
@@ -848,7 +843,7 @@ export class WorkspaceService {
     this.requireImages(field);
     return this.locked(id, async () => {
       const w = this.usable(id, field);
-      const img = imagePath(this.deps.config.dataDir, id);
+      const img = await this.imageOf(id);
       const tmp = `${img}.restore`;
       await rm(tmp, { force: true });
       try {
@@ -859,7 +854,7 @@ export class WorkspaceService {
       }
       const wasRunning = (await this.sandboxState(id)) === 'running';
       await this.stopSandbox(id);
-      await unmountScratchDisk(this.rootDir(id));
+      await this.deps.executor.storage!.unmount!(id, this.rootDir(id));
       await rename(tmp, img);
       await this.ensureDisk(id);
       if (w.state === 'active') await this.startSandbox(this.get(id));
@@ -903,8 +898,7 @@ export class WorkspaceService {
         new Date(now).toISOString(), new Date(now).toISOString(), lease, hard);
     return this.locked(id, async () => {
       try {
-        await mkdirImages(this.deps.config.dataDir);
-        const filled = await fill(imagePath(this.deps.config.dataDir, id));
+        const filled = await fill(await this.imageOf(id));
         await this.ensureDisk(id);
         await this.startSandbox(this.get(id));
         this.update(id, { state: 'active' });
@@ -1032,8 +1026,8 @@ export class WorkspaceService {
     const left = await readFile(this.spareFile, 'utf8').then((t) => (JSON.parse(t) as { id?: unknown }).id, () => undefined);
     if (typeof left === 'string' && /^[A-Za-z0-9_-]{1,100}$/.test(left) && !this.deps.db.prepare('SELECT 1 FROM workspaces WHERE id = ?').get(left)) await this.discardSpare(left, undefined);
     else await rm(this.spareFile, { force: true });
-    if (this.deps.config.sandboxDiskMb > 0) {
-      await cleanSpareImages(this.diskOptions).catch((e) => this.deps.log.warn({ err: e }, 'removing stale spare disks failed'));
+    if (this.deps.config.sandboxDiskMb > 0 && this.deps.executor.storage) {
+      await this.deps.executor.storage.cleanSpares().catch((e) => this.deps.log.warn({ err: e }, 'removing stale spare disks failed'));
       this.prepareSpareDisk();
     }
     const active = this.deps.db.prepare("SELECT id FROM workspaces WHERE state = 'active'").pluck().all() as string[];

@@ -1,0 +1,346 @@
+/**
+ * The Kubernetes executor driver: every sandbox a Pod in the cluster, reached through the same
+ * Executor interface as the bubblewrap driver (../bwrap.ts).
+ *
+ *   workspace  = PersistentVolumeClaim (its files: repo/, home/, tmp/ sub-paths) + Pod running the
+ *                workspace image's daemon + NetworkPolicy (deny-all, or egress to the cluster's
+ *                egress proxy only); all named atl-<hash of the id> and labelled with the id
+ *   daemon     = reached over Kubernetes exec streams through a runner-local relay socket
+ *                (relay.ts), its newline-delimited protocol unchanged
+ *   stop       = delete the Pod (the claim, so the files, stay); destroy = Pod, policy and claim
+ *   recover    = the Pod by name after a runner restart, when it still runs
+ *   stats      = the metrics API (metrics.k8s.io)
+ *   ephemeral  = a short-lived daemon Pod per command, deleted after it
+ *
+ * What only the bubblewrap driver has stays behind it: per-exec cgroups (here the daemon alone
+ * ends a command's process group on timeout or cancel, and background processes of a command are
+ * not swept after a normal exit), spare exec starters, the files_read descriptor handoff
+ * (fileHandoffs is absent), host-path binds into short-lived sandboxes (only sub-paths of a
+ * workspace's own root map: onto its claim).
+ */
+import { createHash } from 'node:crypto';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { V1Pod } from '@kubernetes/client-node';
+import { ServiceError } from '../../core/errors.js';
+import { DaemonClient } from '../client.js';
+import type { DaemonMethod, ExecParams, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
+import type { EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
+import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
+import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
+import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
+import type { KubernetesExecutorOptions } from './options.js';
+import { ExecRelay } from './relay.js';
+
+export type { KubernetesExecutorOptions } from './options.js';
+
+/** What a workspace is made of in this cluster (said once, on first use). */
+export type WorkspaceKind = 'pod+pvc' | 'agent-sandbox';
+
+export class KubernetesExecutor implements Executor {
+  private readonly clientsReady: Promise<KubeClients>;
+  private kc!: KubeClients;
+  private readonly relays = new Map<string, ExecRelay>();
+  private readonly clients = new Map<string, DaemonClient>();
+  /** rootDir → claim name, for mapping short-lived sandboxes' binds onto a workspace's claim. */
+  private readonly roots = new Map<string, { claim: string; pod: string }>();
+  private kind: Promise<WorkspaceKind> | undefined;
+
+  constructor(
+    private readonly o: KubernetesExecutorOptions,
+    private readonly onNote: (message: string) => void = () => undefined,
+  ) {
+    this.clientsReady = connectKube(o).then((k) => (this.kc = k));
+    this.clientsReady.catch(() => undefined); // reported by the first operation
+  }
+
+  /** The API clients, once loaded (every public operation awaits this first). */
+  private get k(): KubeClients {
+    return this.kc;
+  }
+
+  private get ns(): string {
+    return this.o.namespace;
+  }
+
+  /**
+   * Whether the agent-sandbox CRDs (agents.x-k8s.io) are installed. This driver makes Pods and
+   * claims either way and says so: Sandbox objects with a volume claim template are not built yet.
+   */
+  workspaceKind(): Promise<WorkspaceKind> {
+    this.kind ??= (async () => {
+      await this.clientsReady;
+      const groups = await this.k.apis.getAPIVersions().catch((err: unknown) => {
+        throw asServiceError(err, 'discovery');
+      });
+      const has = groups.groups.some((g) => g.name === 'agents.x-k8s.io');
+      this.onNote(
+        has
+          ? 'kubernetes executor: agent-sandbox (agents.x-k8s.io) is installed; workspaces are still Pods with a PersistentVolumeClaim (Sandbox objects are not built yet)'
+          : 'kubernetes executor: workspaces are Pods with a PersistentVolumeClaim (no agent-sandbox CRDs in the cluster)',
+      );
+      return 'pod+pvc' as const;
+    })();
+    return this.kind;
+  }
+
+  private relayPath(id: string): string {
+    return path.join(this.o.runDir, `${createHash('sha256').update(id).digest('hex').slice(0, 16)}.sock`);
+  }
+
+  async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    await this.clientsReady;
+    validateId(spec.id);
+    if (spec.mounts?.length) {
+      throw new ServiceError('NOT_SUPPORTED', 'mounts: host directories cannot be bound into a Kubernetes Pod (managed-package releases need the workspace image to carry them)', { field: 'mounts' });
+    }
+    await this.workspaceKind();
+    const name = objectName(spec.id);
+    this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
+    await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(name, spec.id, this.o) }));
+    await this.applyPolicy(name, spec.id, spec.network);
+    const existing = await orNull(this.k.core.readNamespacedPod({ name, namespace: this.ns }));
+    if (existing && (existing.metadata?.deletionTimestamp || existing.status?.phase === 'Succeeded' || existing.status?.phase === 'Failed')) {
+      await this.deletePod(name);
+    } else if (existing) {
+      const h = await this.recover(spec);
+      if (h) return h;
+      await this.deletePod(name);
+    }
+    const body = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: name, limits: spec.limits, env: spec.env, o: this.o });
+    await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
+      throw asServiceError(err, 'create pod');
+    });
+    return this.attach(spec.id, name, true);
+  }
+
+  /** Waits for the Pod to run, opens the relay and waits for the daemon's ping. */
+  private async attach(id: string, pod: string, wait: boolean): Promise<SandboxHandle> {
+    const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
+    if (wait) await this.waitRunning(pod, deadline);
+    const socketPath = this.relayPath(id);
+    await this.relays.get(id)?.close();
+    this.clients.get(id)?.close();
+    const relay = await ExecRelay.listen(socketPath, this.k.exec, this.ns, pod);
+    this.relays.set(id, relay);
+    const client = new DaemonClient(socketPath, { connectTimeoutMs: 30_000 });
+    this.clients.set(id, client);
+    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
+      try {
+        await client.ping(10_000);
+        break;
+      } catch (err) {
+        client.close();
+        if (Date.now() > deadline) throw new ServiceError('UNAVAILABLE', `the daemon in pod ${pod} did not answer in time`, { pod, cause: err instanceof Error ? err.message : String(err) });
+        await sleep(delay);
+      }
+    }
+    return { id, socketPath, pid: -1 };
+  }
+
+  /** Polls the Pod (one GET per step, backing off to 2 s) until it runs; Failed ends the wait. */
+  private async waitRunning(pod: string, deadline: number): Promise<V1Pod> {
+    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
+      const p = await orNull(this.k.core.readNamespacedPod({ name: pod, namespace: this.ns }));
+      const phase = p?.status?.phase;
+      if (p && phase === 'Running') return p;
+      if (phase === 'Failed' || phase === 'Succeeded') {
+        throw new ServiceError('FAILED_PRECONDITION', `pod ${pod} ended before its daemon answered (${phase}${p?.status?.message ? `: ${p.status.message}` : ''})`, { pod, phase });
+      }
+      if (!p) throw new ServiceError('UNAVAILABLE', `pod ${pod} is gone`, { pod });
+      if (Date.now() > deadline) throw new ServiceError('DEADLINE_EXCEEDED', `pod ${pod} was not running in time (phase ${phase ?? 'unknown'})`, { pod, phase: phase ?? null });
+      await sleep(delay);
+    }
+  }
+
+  private async applyPolicy(name: string, id: string, network: SandboxNetwork): Promise<void> {
+    const body = networkPolicyManifest(name, id, network, this.o);
+    const created = await createOrKeep(this.k.net.createNamespacedNetworkPolicy({ namespace: this.ns, body }));
+    if (!created) {
+      await this.k.net.replaceNamespacedNetworkPolicy({ name, namespace: this.ns, body }).catch((err: unknown) => {
+        throw asServiceError(err, 'replace networkpolicy');
+      });
+    }
+  }
+
+  private client(h: SandboxHandle): DaemonClient {
+    let c = this.clients.get(h.id);
+    if (!c) {
+      c = new DaemonClient(h.socketPath, { connectTimeoutMs: 30_000 });
+      this.clients.set(h.id, c);
+    }
+    return c;
+  }
+
+  async exec(h: SandboxHandle, req: ExecRequest, onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void, signal?: AbortSignal): Promise<ExecResult> {
+    const params: ExecParams = {
+      argv: req.argv,
+      command: req.command,
+      cwd: req.cwd,
+      env: req.env,
+      stdin: req.stdin === undefined ? undefined : Buffer.from(req.stdin).toString('base64'),
+      timeoutMs: req.timeoutMs,
+      maxOutputBytes: req.maxOutputBytes,
+      killGraceMs: req.killGraceMs,
+      stream: onOutput !== undefined,
+    };
+    const onEvent = (event: string, data: unknown): void => {
+      if ((event === 'stdout' || event === 'stderr') && typeof data === 'string') onOutput?.(event, Buffer.from(data, 'base64'));
+    };
+    const safetyMs = (req.timeoutMs ?? 60_000) + (req.killGraceMs ?? 0) + 30_000;
+    return this.client(h).request('exec', params, { onEvent, signal, timeoutMs: safetyMs });
+  }
+
+  request<M extends DaemonMethod>(h: SandboxHandle, method: M, params: ParamsOf<M>, opts: { signal?: AbortSignal; timeoutMs?: number; onEvent?: (event: string, data: unknown) => void } = {}): Promise<ReplyOf<M>> {
+    if (method === 'exec' || method === 'release' || method === 'spare') throw new ServiceError('INVALID_ARGUMENT', `use exec() for ${method}`);
+    if (method === 'fs.read') {
+      // No descriptor handoff across a cluster: the bytes come in the reply.
+      const { handOff: _h, release: _r, ...plain } = params as ParamsOf<'fs.read'>;
+      return this.client(h).request(method, plain as ParamsOf<M>, opts);
+    }
+    return this.client(h).request(method, params, opts);
+  }
+
+  private async deletePod(name: string): Promise<void> {
+    await deleteIfPresent(this.k.core.deleteNamespacedPod({ name, namespace: this.ns, gracePeriodSeconds: 0 }));
+  }
+
+  private async detach(id: string): Promise<void> {
+    this.clients.get(id)?.close();
+    this.clients.delete(id);
+    await this.relays.get(id)?.close();
+    this.relays.delete(id);
+  }
+
+  async stop(h: SandboxHandle): Promise<void> {
+    await this.clientsReady;
+    await this.detach(h.id);
+    await this.deletePod(objectName(h.id));
+  }
+
+  async alive(h: SandboxHandle): Promise<boolean> {
+    await this.clientsReady;
+    if (this.clients.get(h.id)?.connected) return true;
+    const p = await orNull(this.k.core.readNamespacedPod({ name: objectName(h.id), namespace: this.ns })).catch(() => null);
+    return !!p && p.status?.phase === 'Running' && !p.metadata?.deletionTimestamp;
+  }
+
+  /** The Pod, its NetworkPolicy and its claim (the workspace's files live in the claim). */
+  async destroy(h: SandboxHandle): Promise<void> {
+    await this.clientsReady;
+    const name = objectName(h.id);
+    await this.stop(h);
+    await deleteIfPresent(this.k.net.deleteNamespacedNetworkPolicy({ name, namespace: this.ns }));
+    await deleteIfPresent(this.k.core.deleteNamespacedPersistentVolumeClaim({ name, namespace: this.ns }));
+    for (const [root, v] of this.roots) if (v.claim === name) this.roots.delete(root);
+  }
+
+  async recover(spec: SandboxSpec): Promise<SandboxHandle | null> {
+    await this.clientsReady;
+    validateId(spec.id);
+    const name = objectName(spec.id);
+    const p = await orNull(this.k.core.readNamespacedPod({ name, namespace: this.ns }));
+    if (!p || p.status?.phase !== 'Running' || p.metadata?.deletionTimestamp) return null;
+    try {
+      const h = await this.attach(spec.id, name, false);
+      this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
+      return h;
+    } catch {
+      await this.detach(spec.id);
+      return null;
+    }
+  }
+
+  /** Memory and CPU from the metrics API; pids are not reported there (0). */
+  async stats(h: SandboxHandle): Promise<SandboxStats> {
+    await this.clientsReady;
+    const name = objectName(h.id);
+    const list = await this.k.metrics.getPodMetrics(this.ns).catch((err: unknown) => {
+      throw asServiceError(err, 'metrics');
+    });
+    const m = list.items.find((i) => i.metadata.name === name);
+    if (!m) throw new ServiceError('UNAVAILABLE', `no metrics for pod ${name} yet`, { pod: name });
+    let memoryBytes = 0;
+    let cpuNanocores = 0;
+    for (const c of m.containers) {
+      memoryBytes += quantity(c.usage.memory);
+      cpuNanocores += quantity(c.usage.cpu) * 1e9;
+    }
+    // The metrics API gives a rate (cores over its window), not a running total: this reports
+    // the rate over one second, so a total built from successive samples stays an estimate.
+    return { memoryBytes, pids: 0, cpuUsageNs: Math.round(cpuNanocores) };
+  }
+
+  /** Replaces the Pod's NetworkPolicy in place (no restart: the proxy variables are always set). */
+  async setNetworkPolicy(h: SandboxHandle, network: SandboxNetwork): Promise<void> {
+    await this.clientsReady;
+    await this.applyPolicy(objectName(h.id), h.id, network);
+  }
+
+  /**
+   * A short-lived daemon Pod runs the command and is deleted after it. Binds map only onto a
+   * workspace's claim: a bind of <rootDir>/repo (home, tmp) of a workspace this runner knows
+   * mounts that claim's sub-path at the target, on the workspace Pod's node (a ReadWriteOnce claim
+   * can be mounted only there). Any other host path has no equivalent in a cluster and is refused
+   * by name.
+   */
+  async runEphemeral(spec: EphemeralSpec): Promise<ExecResult> {
+    await this.clientsReady;
+    const id = spec.id ?? `eph-${createHash('sha256').update(String(Math.random()) + Date.now()).digest('hex').slice(0, 16)}`;
+    validateId(id);
+    let claim: string | undefined;
+    for (const b of spec.binds) {
+      const src = path.resolve(b.source);
+      const root = this.roots.get(path.dirname(src));
+      const sub = path.basename(src);
+      const ok = root && b.target === { repo: '/workspace', home: '/home/user', tmp: '/tmp' }[sub] && !b.sockets;
+      if (!ok) {
+        throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp)`, { field: 'binds', target: b.target });
+      }
+      if (claim && claim !== root.claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a short-lived Pod mounts one workspace claim', { field: 'binds' });
+      claim = root.claim;
+    }
+    const name = objectName(id);
+    const scratch = claim === undefined;
+    if (scratch) claim = name;
+    const started = Date.now();
+    let nodeName: string | undefined;
+    if (!scratch) nodeName = (await orNull(this.k.core.readNamespacedPod({ name: claim!, namespace: this.ns })))?.spec?.nodeName;
+    try {
+      if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
+      await this.applyPolicy(name, id, spec.network);
+      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: spec.env, o: this.o, nodeName });
+      await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
+        throw asServiceError(err, 'create pod');
+      });
+      const h = await this.attach(id, name, true);
+      const cwd = spec.cwd && spec.cwd !== '/' ? spec.cwd : undefined;
+      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env: spec.env, stdin: spec.stdin, timeoutMs: spec.timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      return { ...r, durationMs: Date.now() - started };
+    } finally {
+      await this.detach(id);
+      await this.deletePod(name).catch(() => undefined);
+      await deleteIfPresent(this.k.net.deleteNamespacedNetworkPolicy({ name, namespace: this.ns })).catch(() => undefined);
+      if (scratch) await deleteIfPresent(this.k.core.deleteNamespacedPersistentVolumeClaim({ name, namespace: this.ns })).catch(() => undefined);
+    }
+  }
+
+  /** Closes every relay (the runner is stopping; Pods keep running for recover()). */
+  async close(): Promise<void> {
+    for (const id of [...this.relays.keys()]) await this.detach(id);
+  }
+}
+
+function validateId(id: string): void {
+  if (!/^[A-Za-z0-9_-]{1,100}$/.test(id)) throw new ServiceError('INVALID_ARGUMENT', 'sandbox id must be 1-100 characters of [A-Za-z0-9_-]', { field: 'id' });
+}
+
+/** A Kubernetes quantity ("12345n", "1.5", "250m", "64Mi", "1Gi") as a number of base units. */
+export function quantity(q: string | undefined): number {
+  if (!q) return 0;
+  const m = /^([0-9.]+)([a-zA-Z]*)$/.exec(q);
+  if (!m) return 0;
+  const n = Number(m[1]);
+  const suffix: Record<string, number> = { '': 1, n: 1e-9, u: 1e-6, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4 };
+  return n * (suffix[m[2]!] ?? 0);
+}

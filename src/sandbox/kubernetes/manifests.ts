@@ -1,0 +1,106 @@
+/** The objects the driver makes: a workspace's claim, its Pod, its NetworkPolicy; short-lived Pods. */
+import type { V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1VolumeMount, V1Volume } from '@kubernetes/client-node';
+import type { SandboxLimits, SandboxNetwork } from '../executor.js';
+import { labelsFor, WORKSPACE_ROLE, MANAGED_BY } from './names.js';
+import type { KubernetesExecutorOptions } from './options.js';
+
+/** Inside the workspace image. */
+export const IN_DAEMON = '/opt/atelier/daemon/main.js';
+export const IN_BRIDGE = '/opt/atelier/daemon/stdio-bridge.js';
+export const IN_SOCKET = '/run/atelier/d.sock';
+const IN_ENV_FILE = '/run/atelier/env.json';
+
+export function claimManifest(name: string, id: string, o: KubernetesExecutorOptions): V1PersistentVolumeClaim {
+  return {
+    apiVersion: 'v1',
+    kind: 'PersistentVolumeClaim',
+    metadata: { name, labels: labelsFor(id, WORKSPACE_ROLE) },
+    spec: {
+      accessModes: ['ReadWriteOnce'],
+      ...(o.storageClass ? { storageClassName: o.storageClass } : {}),
+      resources: { requests: { storage: o.storageSize ?? '10Gi' } },
+    },
+  };
+}
+
+function proxyEnv(o: KubernetesExecutorOptions): Record<string, string> {
+  if (!o.egressProxyUrl) return {};
+  const u = o.egressProxyUrl;
+  return { HTTP_PROXY: u, HTTPS_PROXY: u, http_proxy: u, https_proxy: u, NO_PROXY: 'localhost,127.0.0.1', no_proxy: 'localhost,127.0.0.1' };
+}
+
+/**
+ * A Pod running the daemon. `volumes` maps the workspace layout (repo at /workspace, home at
+ * /home/user, tmp at /tmp) onto a claim's sub-paths. The daemon takes the commands' environment
+ * from a file, never its own environment: the entry point writes ATELIER_ENV_JSON there first.
+ */
+export function daemonPodManifest(args: {
+  name: string;
+  id: string;
+  role: string;
+  claim: string;
+  limits: SandboxLimits;
+  env?: Record<string, string>;
+  o: KubernetesExecutorOptions;
+  nodeName?: string;
+}): V1Pod {
+  const { o, limits } = args;
+  const mounts: V1VolumeMount[] = [
+    { name: 'data', mountPath: '/workspace', subPath: 'repo' },
+    { name: 'data', mountPath: '/home/user', subPath: 'home' },
+    { name: 'data', mountPath: '/tmp', subPath: 'tmp' },
+  ];
+  const volumes: V1Volume[] = [{ name: 'data', persistentVolumeClaim: { claimName: args.claim } }];
+  const commandEnv = { ...proxyEnv(o), ...(args.env ?? {}) };
+  const cpu = `${Math.max(1, Math.round(limits.cpuQuotaPercent * 10))}m`;
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: args.name, labels: { ...labelsFor(args.id, args.role), 'atelier.dev/policy': args.name }, annotations: { 'atelier.dev/pids-max': String(limits.pidsMax) } },
+    spec: {
+      restartPolicy: 'Never',
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      ...(o.runtimeClass ? { runtimeClassName: o.runtimeClass } : {}),
+      ...(args.nodeName ? { nodeName: args.nodeName } : {}),
+      securityContext: { runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+      containers: [
+        {
+          name: 'main',
+          image: o.workspaceImage,
+          command: ['sh', '-c', `umask 077 && mkdir -p /run/atelier && printf '%s' "$ATELIER_ENV_JSON" > ${IN_ENV_FILE} && exec node ${IN_DAEMON} --socket ${IN_SOCKET} --workspace /workspace --env-file ${IN_ENV_FILE} --orphan-grace-ms ${o.orphanGraceMs ?? 900_000}`],
+          env: [{ name: 'ATELIER_ENV_JSON', value: JSON.stringify(commandEnv) }],
+          workingDir: '/workspace',
+          resources: {
+            limits: { memory: String(limits.memoryBytes), cpu },
+            requests: { memory: String(Math.min(limits.memoryBytes, 64 * 1024 * 1024)), cpu: '10m' },
+          },
+          securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] }, readOnlyRootFilesystem: false },
+          volumeMounts: mounts,
+        },
+      ],
+      volumes,
+    },
+  };
+}
+
+/**
+ * The Pod's NetworkPolicy. network-none: deny all, both ways. With a proxy (dependency-access):
+ * egress to the egress proxy Pods on their port and to cluster DNS only; ingress still denied.
+ */
+export function networkPolicyManifest(name: string, id: string, network: SandboxNetwork, o: KubernetesExecutorOptions): V1NetworkPolicy {
+  const podSelector = { matchLabels: { [MANAGED_BY]: 'atelier', 'atelier.dev/policy': name } };
+  const egress =
+    network === 'none' || !o.egressProxySelector
+      ? []
+      : [
+          { to: [{ podSelector: { matchLabels: o.egressProxySelector } }], ports: [{ protocol: 'TCP', port: o.egressProxyPort ?? 3128 }] },
+          { to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }], ports: [{ protocol: 'UDP', port: 53 }, { protocol: 'TCP', port: 53 }] },
+        ];
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: { name, labels: labelsFor(id, WORKSPACE_ROLE), annotations: { 'atelier.dev/network': network === 'none' ? 'none' : 'proxy' } },
+    spec: { podSelector, policyTypes: ['Ingress', 'Egress'], ingress: [], egress },
+  };
+}

@@ -1,0 +1,27 @@
+/** Settings of the Kubernetes executor driver (from the runner's config: src/core/config.ts). */
+export interface KubernetesExecutorOptions {
+  /** A kubeconfig file; undefined = in-cluster credentials (the runner's service account). */
+  kubeconfig?: string;
+  /** Namespace of every object the driver makes. */
+  namespace: string;
+  /** Image holding the daemon (/opt/atelier/daemon) and the toolchains (deploy/kubernetes/workspace.Containerfile). */
+  workspaceImage: string;
+  /** StorageClass of the workspaces' claims; undefined = the cluster's default. */
+  storageClass?: string;
+  /** Size requested for each workspace claim (a Kubernetes quantity), default 10Gi. */
+  storageSize?: string;
+  /** RuntimeClass of every Pod (e.g. gvisor); undefined = the cluster's default runtime. */
+  runtimeClass?: string;
+  /** Labels (key=value,...) of the in-cluster egress proxy Pods; dependency-access may reach only them. */
+  egressProxySelector?: Record<string, string>;
+  /** The proxy URL set in workspace Pods (HTTP_PROXY and friends), e.g. http://atelier-egress:3128. */
+  egressProxyUrl?: string;
+  /** Egress proxy port allowed by the NetworkPolicy (default 3128). */
+  egressProxyPort?: number;
+  /** Runner-local directory for the relay sockets (one per workspace). */
+  runDir: string;
+  /** How long create() waits for the Pod to run and its daemon to answer (default 120000 ms). */
+  startTimeoutMs?: number;
+  /** The daemon ends when no runner has been connected for this long (default 900000 ms; 0 = never). */
+  orphanGraceMs?: number;
+}

@@ -1,0 +1,125 @@
+/**
+ * The Kubernetes executor driver (src/sandbox/kubernetes/) against the fixture API server
+ * (test/fixtures/kube-apiserver/): create a workspace Pod with its claim and NetworkPolicy, exec
+ * and daemon requests through the exec-stream relay, stats from the metrics API, a runner
+ * restart (a new driver) recovering it by name, a short-lived Pod on the workspace's claim,
+ * refused host binds, stop and destroy. Needs root (each Pod is a bubblewrap sandbox) and a build.
+ */
+import { lstatSync, mkdtempSync, rmSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
+import { objectName } from '../../src/sandbox/kubernetes/names.js';
+import type { SandboxHandle, SandboxSpec } from '../../src/sandbox/executor.js';
+import { startKubeApiServer, type KubeApiServer } from '../fixtures/kube-apiserver/index.js';
+import { assertDaemonBuilt, isRoot } from './helpers.js';
+
+const LIMITS = { memoryBytes: 512 * 1024 * 1024, pidsMax: 256, cpuQuotaPercent: 100 };
+
+describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () => {
+  let api: KubeApiServer;
+  let base: string;
+  let ex: KubernetesExecutor;
+  let spec: SandboxSpec;
+  let h: SandboxHandle;
+  const notes: string[] = [];
+  const driver = (): KubernetesExecutor =>
+    new KubernetesExecutor(
+      { kubeconfig: api.kubeconfig, namespace: 'atelier', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run'), egressProxySelector: { app: 'atelier-egress' }, egressProxyUrl: 'http://atelier-egress:3128' },
+      (m) => notes.push(m),
+    );
+
+  beforeAll(async () => {
+    assertDaemonBuilt();
+    api = await startKubeApiServer();
+    base = mkdtempSync('/tmp/atl-k8d-');
+    ex = driver();
+    spec = { id: 'ws_K8sTest1', rootDir: path.join(base, 'workspaces', 'ws_K8sTest1'), limits: LIMITS, network: 'none', env: { PROJECT: 'atelier' } };
+  });
+  afterAll(async () => {
+    await ex?.close();
+    await api?.close();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  it('create: a claim, a deny-all NetworkPolicy and a Pod labelled with the workspace; says what it used', async () => {
+    h = await ex.create(spec);
+    const name = objectName(spec.id);
+    expect(h).toEqual({ id: spec.id, socketPath: expect.stringContaining(path.join(base, 'run')), pid: -1 });
+    expect(lstatSync(h.socketPath).mode & 0o777).toBe(0o600);
+    const pod = api.store.get('pods', 'atelier', name);
+    expect(pod.metadata.labels).toMatchObject({ 'atelier.dev/workspace': 'ws_K8sTest1', 'app.kubernetes.io/managed-by': 'atelier' });
+    expect(api.store.get('persistentvolumeclaims', 'atelier', name).status).toMatchObject({ phase: 'Bound' });
+    const pol = api.store.get('networkpolicies', 'atelier', name) as { spec: { egress: unknown[]; ingress: unknown[]; policyTypes: string[] } };
+    expect(pol.spec).toMatchObject({ policyTypes: ['Ingress', 'Egress'], ingress: [], egress: [] });
+    expect(notes.join('\n')).toContain('workspaces are Pods with a PersistentVolumeClaim (no agent-sandbox CRDs');
+  });
+
+  it('exec runs in the Pod through the daemon: output, exit code, streaming, the spec environment', async () => {
+    const chunks: string[] = [];
+    const r = await ex.exec(h, { command: 'echo $PROJECT $(id -u) $(pwd); echo e >&2; exit 4' }, (_s, c) => chunks.push(c.toString()));
+    expect(r).toMatchObject({ exitCode: 4, stdout: 'atelier 1000 /workspace\n', stderr: 'e\n' });
+    expect(chunks.join('')).toContain('atelier 1000');
+    const t = await ex.exec(h, { argv: ['sleep', '30'], timeoutMs: 300 });
+    expect(t.timedOut).toBe(true);
+  });
+
+  it('daemon requests (files, grep) go through the same relay', async () => {
+    await ex.request(h, 'fs.write', { path: 'src/a.txt', content: 'needle here\n' } as never);
+    const read = (await ex.request(h, 'fs.read', { path: 'src/a.txt' } as never)) as { content?: string };
+    expect(JSON.stringify(read)).toContain('needle here');
+    const grep = await ex.request(h, 'search.grep', { pattern: 'needle' } as never);
+    expect(JSON.stringify(grep)).toContain('src/a.txt');
+  });
+
+  it('stats come from the metrics API', async () => {
+    const s = await ex.stats(h);
+    expect(s.memoryBytes).toBeGreaterThan(0);
+    expect(s.pids).toBe(0);
+  });
+
+  it('setNetworkPolicy: dependency-access allows egress to the egress proxy Pods only', async () => {
+    await ex.setNetworkPolicy(h, { proxySocket: '/unused' });
+    const pol = api.store.get('networkpolicies', 'atelier', objectName(spec.id)) as { spec: { egress: { to: unknown[]; ports: unknown[] }[] } };
+    expect(pol.spec.egress[0]).toEqual({ to: [{ podSelector: { matchLabels: { app: 'atelier-egress' } } }], ports: [{ protocol: 'TCP', port: 3128 }] });
+    await ex.setNetworkPolicy(h, 'none');
+    expect((api.store.get('networkpolicies', 'atelier', objectName(spec.id)) as { spec: { egress: unknown[] } }).spec.egress).toEqual([]);
+  });
+
+  it('a runner restart: a new driver recovers the running Pod by name, files intact; an unknown id recovers nothing', async () => {
+    await ex.close();
+    ex = driver();
+    const again = await ex.recover(spec);
+    expect(again).toEqual(h);
+    const r = await ex.exec(again!, { command: 'cat src/a.txt' });
+    expect(r.stdout).toBe('needle here\n');
+    expect(await ex.recover({ ...spec, id: 'ws_neverCreated' })).toBeNull();
+  });
+
+  it('a short-lived Pod on the workspace claim sees its files; a host bind is refused by name', async () => {
+    const r = await ex.runEphemeral({ argv: ['sh', '-c', 'cat /workspace/src/a.txt && echo made > /workspace/from-ephemeral'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/workspace' }], limits: LIMITS, network: 'none', cwd: '/workspace' });
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'needle here\n' });
+    expect((await ex.exec(h, { command: 'cat from-ephemeral' })).stdout).toBe('made\n');
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+    await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: '/etc', target: '/workspace' }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds', target: '/workspace' } });
+    await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/home/user' }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+    // A socket directory (the credential broker's, an agent's control socket) never goes into a Pod.
+    await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/workspace', sockets: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds' } });
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+  });
+
+  it('stop keeps the claim (the files); create again finds them; destroy removes Pod, policy and claim', async () => {
+    await ex.stop(h);
+    expect(await ex.alive(h)).toBe(false);
+    expect(api.store.find('persistentvolumeclaims', 'atelier', objectName(spec.id))).toBeDefined();
+    h = await ex.create(spec);
+    expect((await ex.exec(h, { command: 'cat src/a.txt' })).stdout).toBe('needle here\n');
+    await ex.destroy(h);
+    for (const r of ['pods', 'persistentvolumeclaims', 'networkpolicies']) expect(api.store.find(r, 'atelier', objectName(spec.id))).toBeUndefined();
+  });
+
+  it('refuses an id that is not a sandbox id, and managed-package mounts (host paths)', async () => {
+    await expect(ex.create({ ...spec, id: '../x' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(ex.create({ ...spec, mounts: [{ source: '/opt', target: '/opt/pkgs' }] })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'mounts' } });
+  });
+});

@@ -1,0 +1,82 @@
+/**
+ * One door (issue #34 item 2): nothing above src/sandbox/ knows which driver runs. Outside
+ * src/sandbox/ only the driver-neutral modules may be imported: the Executor interface, the
+ * daemon's wire contract and the pure address helpers. The composition root (app.ts, and the
+ * driver choice in it) may import drivers. Each driver stays in its own modules: the Kubernetes
+ * driver imports nothing of the bubblewrap driver's.
+ *
+ * Known exceptions are listed with their reason; an exception no import uses any more fails the
+ * test, so the list only shrinks.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const SRC = resolve(__dirname, '../../src');
+
+const NEUTRAL = new Set(['sandbox/executor.ts', 'sandbox/daemon/protocol.ts', 'sandbox/egress/address.ts']);
+/** May import any driver: they choose one. */
+const CHOOSERS = new Set(['app.ts', 'sandbox/kubernetes/from-config.ts']);
+/** The bubblewrap driver's own modules (the driver, its cgroups, disks, root directories, run filesystem, descriptor handoff, native addon, locale). */
+const BWRAP_ONLY = ['sandbox/bwrap.ts', 'sandbox/host-storage.ts', 'sandbox/cgroups.ts', 'sandbox/disk.ts', 'sandbox/rootdir.ts', 'sandbox/runfs.ts', 'sandbox/handoff.ts', 'sandbox/native.ts', 'sandbox/locale.ts'];
+
+const EXCEPTIONS: Array<{ from: string; to: string; why: string }> = [
+  { from: 'services/workspaces.ts', to: 'sandbox/egress/workspace.ts', why: 'the per-workspace egress proxy on a host Unix socket; under Kubernetes the in-cluster proxy' },
+  { from: 'services/workspaces.ts', to: 'sandbox/egress.ts', why: 'EgressDecision type of the host egress proxy' },
+  { from: 'services/packages.ts', to: 'sandbox/egress.ts', why: "package builders' egress proxy on a host socket" },
+  { from: 'services/packages.ts', to: 'sandbox/disk.ts', why: 'scratch disks for package builds (host loop mounts)' },
+  { from: 'services/packages.ts', to: 'sandbox/runfs.ts', why: 'isMountPoint on the host' },
+  { from: 'services/packages.ts', to: 'sandbox/rootdir.ts', why: 'removeTreeNoFollow of host build trees' },
+  { from: 'services/packages/image.ts', to: 'sandbox/runfs.ts', why: 'isMountPoint on the host' },
+  { from: 'services/extensions/deployments.ts', to: 'sandbox/egress.ts', why: "a deployment's egress proxy on a host socket" },
+  { from: 'services/git-ephemeral.ts', to: 'sandbox/egress/workspace.ts', why: 'type of the per-workspace egress proxy' },
+  { from: 'services/git-ephemeral.ts', to: 'sandbox/egress.ts', why: 'type of the host egress proxy' },
+  { from: 'cli/doctor.ts', to: 'sandbox/bwrap.ts', why: "doctor probes this host's bubblewrap support" },
+  { from: 'services/checkpoints.ts', to: 'sandbox/snapshot.ts', why: "checkpoint images are copies of the host storage's workspace image (Executor.storage.image); under Kubernetes they would be VolumeSnapshots, not built" },
+];
+
+function files(dir: string): string[] {
+  return readdirSync(dir).flatMap((n) => {
+    const p = join(dir, n);
+    return statSync(p).isDirectory() ? files(p) : p.endsWith('.ts') ? [p] : [];
+  });
+}
+
+function imports(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  const out: string[] = [];
+  for (const m of text.matchAll(/(?:import|export)\s[^'"]*?from\s+'(\.{1,2}\/[^']+)'|import\(\s*'(\.{1,2}\/[^']+)'\s*\)/g)) {
+    const spec = (m[1] ?? m[2])!;
+    out.push(relative(SRC, resolve(dirname(file), spec)).replace(/\.js$/, '.ts'));
+  }
+  return out;
+}
+
+const edges = files(SRC).flatMap((f) => imports(f).map((to) => ({ from: relative(SRC, f), to })));
+
+describe('one door: the executor interface is the only way past src/sandbox/', () => {
+  it('above src/sandbox/, only driver-neutral sandbox modules are imported (or a listed exception)', () => {
+    const bad = edges.filter((e) => !e.from.startsWith('sandbox/') && !CHOOSERS.has(e.from) && e.to.startsWith('sandbox/') && !NEUTRAL.has(e.to) && !e.to.startsWith('sandbox/daemon/protocol'));
+    const unexplained = bad.filter((e) => !EXCEPTIONS.some((x) => x.from === e.from && x.to === e.to));
+    expect(unexplained).toEqual([]);
+    const unused = EXCEPTIONS.filter((x) => !bad.some((e) => e.from === x.from && e.to === x.to));
+    expect(unused, 'an exception no import uses any more: remove it from the list').toEqual([]);
+  });
+
+  it('the Kubernetes driver imports nothing of the bubblewrap driver, and the bubblewrap driver nothing of it', () => {
+    expect(edges.filter((e) => e.from.startsWith('sandbox/kubernetes/') && BWRAP_ONLY.includes(e.to))).toEqual([]);
+    expect(edges.filter((e) => BWRAP_ONLY.includes(e.from) && e.to.startsWith('sandbox/kubernetes/'))).toEqual([]);
+  });
+
+  it("the workspace service reaches a workspace's files only through the optional Executor.storage", () => {
+    const ws = edges.filter((e) => e.from === 'services/workspaces.ts' && e.to.startsWith('sandbox/'));
+    expect(ws.map((e) => e.to)).not.toContain('sandbox/disk.ts');
+    expect(ws.map((e) => e.to)).not.toContain('sandbox/rootdir.ts');
+    expect(edges).toContainEqual({ from: 'sandbox/host-storage.ts', to: 'sandbox/disk.ts' });
+  });
+
+  it('the composition root picks the driver from the settings', () => {
+    expect(edges).toContainEqual({ from: 'app.ts', to: 'sandbox/kubernetes/from-config.ts' });
+    expect(edges).toContainEqual({ from: 'app.ts', to: 'sandbox/bwrap.ts' });
+  });
+});
