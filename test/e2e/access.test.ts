@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { call, connectV2, httpRequest, runCli, type Service } from './harness.js';
+import { ALL_TOOLS } from './spec.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -83,7 +84,7 @@ describe('toolsets', () => {
 
   it('the default is everything; unknown toolset names are refused with the list of names', async () => {
     const c = await connectV2(svc);
-    expect((await c.listTools()).tools.length).toBe(107);
+    expect((await c.listTools()).tools.length).toBe(ALL_TOOLS);
     await c.close();
     const bad = await runCli(['token', 'create', '--toolsets', 'code,nonsense', '--data-dir', svc.dataDir]);
     expect(bad.code).toBe(2);

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, connectV2, runCli, startService, type Service, httpRequest } from './harness.js';
+import { ALL_TOOLS } from './spec.js';
 
 let svc: Service;
 
@@ -41,7 +42,7 @@ describe('MCP authentication', () => {
     const t = JSON.parse(created.stdout) as { id: string; token: string };
     expect(t.token).toMatch(/^atl_[A-Za-z0-9_-]{40}$/);
     const c = await connectV2(svc, t.token);
-    expect((await c.listTools()).tools.length).toBe(107);
+    expect((await c.listTools()).tools.length).toBe(ALL_TOOLS);
     await c.close();
     const listed = await runCli(['token', 'list', '--data-dir', svc.dataDir]);
     expect(listed.stdout).toContain(t.id);

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { call, connectV2, runCli, serveExpectingFailure, startService } from './harness.js';
+import { ALL_TOOLS } from './spec.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 
 describe('start-up and shutdown', () => {
@@ -17,7 +18,7 @@ describe('start-up and shutdown', () => {
       expect(b.token).toBe('');
       expect(b.stdout()).toContain('atelier token create');
       const c = await connectV2(b, a.token);
-      expect((await c.listTools()).tools).toHaveLength(107);
+      expect((await c.listTools()).tools).toHaveLength(ALL_TOOLS);
       await c.close();
       await b.stop();
     } finally {

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, startService, type Service } from './harness.js';
+import { ALL_TOOLS } from './spec.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import { MCP_MAX_BODY_BYTES } from '../../src/mcp/http.js';
@@ -322,7 +323,7 @@ describe('clients that hold connections', () => {
     expect(closed.slice(0, 16).every(Boolean)).toBe(true);
     // The owner connects and calls while strangers hold the rest.
     const owner = await connectV2(slow);
-    expect((await owner.listTools()).tools.length).toBe(107);
+    expect((await owner.listTools()).tools.length).toBe(ALL_TOOLS);
     await owner.close();
     // Idle strangers are gone after the idle bound.
     await new Promise((r) => setTimeout(r, 2500));

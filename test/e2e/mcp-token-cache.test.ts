@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, connectV1, connectV2, dashboardLogin, httpRequest, runCli, startService, type Service } from './harness.js';
+import { ALL_TOOLS } from './spec.js';
 
 let svc: Service;
 
@@ -58,7 +59,7 @@ describe('remembered token verification', () => {
       return (JSON.parse(r.body) as { result: { tools: unknown[] } }).result.tools.length;
     };
     const all = await count({});
-    expect(all).toBe(107);
+    expect(all).toBe(ALL_TOOLS);
     const readOnly = await count({ 'x-mcp-readonly': 'true' });
     expect(readOnly).toBeGreaterThan(0);
     expect(readOnly).toBeLessThan(all);

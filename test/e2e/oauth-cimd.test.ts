@@ -18,6 +18,7 @@ import { Client, StreamableHTTPClientTransport, UnauthorizedError } from '@model
 import { MemoryOAuthProvider } from '../fixtures/oauth-provider.js';
 import { chromium } from 'playwright-core';
 import { call, dashboardLogin, httpRequest, serveExpectingFailure, startService, type Service } from './harness.js';
+import { ALL_TOOLS } from './spec.js';
 import { cimdDocument, startCimdHost, type CimdHost } from '../fixtures/cimd-host.js';
 
 let svc: Service;
@@ -106,7 +107,7 @@ describe('a client identified by its metadata document', () => {
 
     const c = new Client({ name: 'cimd-e2e', version: '1.0.0' });
     await c.connect(new StreamableHTTPClientTransport(new URL(svc.mcpUrl), { authProvider: provider }));
-    expect((await c.listTools()).tools.length).toBe(107);
+    expect((await c.listTools()).tools.length).toBe(ALL_TOOLS);
     expect((await call(c, 'workspace_list', {})).ok).toBe(true);
     await c.close();
     // Kept under max-age=300: the authorization request fetched it once; the token endpoint never does.

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, StreamableHTTPClientTransport, UnauthorizedError } from '@modelcontextprotocol/client';
 import { MemoryOAuthProvider } from '../fixtures/oauth-provider.js';
 import { call, connectV2, dashboardLogin, httpRequest, startService, type Service } from './harness.js';
+import { ALL_TOOLS } from './spec.js';
 
 let svc: Service;
 let session: { cookie: string; csrf: string };
@@ -119,7 +120,7 @@ describe('the official MCP client through OAuth', () => {
     const provider = new MemoryOAuthProvider({ redirectUrl: REDIRECT, clientName: 'e2e OAuth client' });
     const c = await oauthConnect(provider);
     const tools = await c.listTools();
-    expect(tools.tools.length).toBe(107);
+    expect(tools.tools.length).toBe(ALL_TOOLS);
     const r = await call(c, 'workspace_list', {});
     expect(r.ok).toBe(true);
     await c.close();

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV1, connectV2, runCli } from './harness.js';
+import { ALL_TOOLS } from './spec.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import type { Service } from './harness.js';
@@ -191,7 +192,7 @@ describe('isolation', () => {
       const n = await sh('echo alive', neighbour);
       expect(n.stdout.trim()).toBe('alive');
       expect(Date.now() - t0).toBeLessThan(10_000);
-      expect((await c.listTools()).tools.length).toBe(107);
+      expect((await c.listTools()).tools.length).toBe(ALL_TOOLS);
     };
     // Fork bomb: held by pids.max, killed whole at the timeout.
     const bomb = sh('bomb() { bomb | bomb & }; bomb; sleep 60', ws, 6_000);
