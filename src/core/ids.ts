@@ -28,6 +28,7 @@ export const ID_PREFIXES = {
   audit: 'aud_',
   approval: 'apr_',
   repoCredential: 'rcred_',
+  template: 'tpl_',
 } as const;
 
 export type IdKind = keyof typeof ID_PREFIXES;

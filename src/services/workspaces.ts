@@ -11,7 +11,7 @@
  * hooks, fsmonitor and other config that executes programs.
  */
 import { join } from 'node:path';
-import { readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import type { DB } from '../store/db.js';
 import type { Statement } from 'better-sqlite3';
 import type { Config } from '../core/config.js';
@@ -26,7 +26,7 @@ import { nowIso, settlesWithin } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
 import type { ClientProfile, OverviewSection } from '../sandbox/daemon/protocol.js';
 import { prepareRootDir, removeSandboxRoot } from '../sandbox/rootdir.js';
-import { cleanSpareImages, ensureWorkspaceDisk, prepareSpareImage, releaseWorkspaceDisk, type DiskOptions } from '../sandbox/disk.js';
+import { cleanSpareImages, ensureWorkspaceDisk, imagePath, prepareSpareImage, releaseWorkspaceDisk, type DiskOptions } from '../sandbox/disk.js';
 import type { EgressDecision } from '../sandbox/egress.js';
 import { loadEgressRules, WorkspaceEgress } from '../sandbox/egress/workspace.js';
 import type { RepositoryPolicy, ParsedRepoUrl } from './repos.js';
@@ -36,6 +36,9 @@ import type { RepoCredentialStore } from './repo-credentials.js';
 import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
 import { gitFailure, runEphemeralGit, type EphemeralGitOptions } from './git-ephemeral.js';
 import type { HookRunner } from './extensions/hook-runner.js';
+import { openFromTemplate, type TemplateHost, type TemplateOpen } from './templates/open.js';
+import { detach as detachTemplateDisk } from './templates/store.js';
+import type { TemplateService } from './templates/service.js';
 
 export type WorkspaceState = 'opening' | 'active' | 'expired_recoverable' | 'closed';
 export type NetworkProfile = 'network-none' | 'dependency-access';
@@ -97,6 +100,8 @@ interface Deps {
   hooks?: HookRunner;
   /** The per-workspace lock shared with the git tools (core/locks.ts). */
   locks: WorkspaceLocks;
+  /** Setup that runs once (docs/templates.md): opens with an environment that has a setup script start from a template. */
+  templates?: TemplateService;
   /** Other services clean up their records of a workspace when it is removed (run in order, failures logged). */
   onClose?: Array<(id: string) => Promise<void>>;
 }
@@ -424,6 +429,8 @@ export class WorkspaceService {
         );
     }
     const profile: NetworkProfile = openArgs.networkProfile ?? 'network-none';
+    // An environment with a setup script: the workspace starts from a template (docs/templates.md).
+    const plan = envId && this.deps.templates ? this.deps.templates.plan(envId, repo.url, { ref: openArgs.ref ?? null, fetchDepth: openArgs.fetchDepth ?? null, shallowSince: openArgs.shallowSince ?? null }) : null;
     // A spare sandbox started ahead of time (its daemon up, its filesystem mounted) when this open can use one.
     const spare = this.takeSpareSandbox(profile, envId);
     const id = spare?.id ?? newId('workspace');
@@ -442,23 +449,34 @@ export class WorkspaceService {
       let sandbox: Promise<SandboxHandle> | undefined;
       const t0 = Date.now();
       const took: Record<string, number> = {};
+      let template: TemplateOpen | undefined;
       try {
-        progress(0, 3, `cloning ${repo.url}`);
-        // The workspace sandbox (its daemon's start-up is most of an open's fixed cost) was started
-        // ahead of time (the spare), or starts now while the clone runs: both only need the
-        // workspace's filesystem, and the daemon touches nothing in the checkout until it is asked to.
-        if (spare) void rm(this.spareFile, { force: true }); // the workspace's row now names it
-        // A spare's filesystem was mounted when it was made (checked again only if that failed).
-        await (spare ? spare.disk.catch(() => this.ensureDisk(id)) : this.ensureDisk(id));
-        took.diskMs = Date.now() - t0;
-        sandbox = spare ? this.adoptSpare(id, spare.ready) : this.startSandbox(this.get(id));
-        sandbox.then(() => (took.sandboxReadyMs = Date.now() - t0)).catch(() => undefined); // awaited below, or by the cleanup
-        const { head, branch } = await this.clone(id, repo, openArgs, signal);
-        took.clonedMs = Date.now() - t0;
-        progress(1, 3, 'starting the sandbox');
-        await sandbox;
-        progress(2, 3, 'reading the checkout');
-        this.update(id, { state: 'active', head_oid: head, branch });
+        if (plan) {
+          // From a template: its image copied (built first when none matches), then the
+          // workspace's own sandbox, then the maintenance script (templates/open.ts).
+          template = await openFromTemplate(this.templateHost(repo, openArgs), id, plan, progress, signal);
+          sandbox = Promise.resolve(template.sandbox);
+        }
+        if (!template) {
+          progress(0, 3, `cloning ${repo.url}`);
+          // The workspace sandbox (its daemon's start-up is most of an open's fixed cost) was started
+          // ahead of time (the spare), or starts now while the clone runs: both only need the
+          // workspace's filesystem, and the daemon touches nothing in the checkout until it is asked to.
+          if (spare) void rm(this.spareFile, { force: true }); // the workspace's row now names it
+          // A spare's filesystem was mounted when it was made (checked again only if that failed).
+          await (spare ? spare.disk.catch(() => this.ensureDisk(id)) : this.ensureDisk(id));
+          took.diskMs = Date.now() - t0;
+          sandbox = spare ? this.adoptSpare(id, spare.ready) : this.startSandbox(this.get(id));
+          sandbox.then(() => (took.sandboxReadyMs = Date.now() - t0)).catch(() => undefined); // awaited below, or by the cleanup
+          const { head, branch } = await this.clone(id, repo, openArgs, signal);
+          took.clonedMs = Date.now() - t0;
+          progress(1, 3, 'starting the sandbox');
+          await sandbox;
+          progress(2, 3, 'reading the checkout');
+          this.update(id, { head_oid: head, branch });
+        }
+        const head = this.get(id).headOid;
+        this.update(id, { state: 'active' });
         this.setOption(id, 'cloneOid', head);
         this.deps.principals.setActiveWorkspace(principal, id);
         // Repository extensions (issue #19): the workspace's skill configuration, then activated on_workspace_open hooks (reported, never fatal).
@@ -469,7 +487,7 @@ export class WorkspaceService {
         // start, the heavier part) a moment later, out of the way of this workspace's first commands.
         this.prepareSpareDisk();
         this.scheduleSpareSandbox();
-        return { ...this.describe(this.get(id)), ...(hooks ? { hooks: [hooks] } : {}) };
+        return { ...this.describe(this.get(id)), ...(hooks ? { hooks: [hooks] } : {}), ...(template ? { template: template.result } : {}) };
       } catch (err) {
         await sandbox?.catch(() => undefined);
         await this.stopSandbox(id);
@@ -479,6 +497,57 @@ export class WorkspaceService {
         throw err;
       }
     });
+  }
+
+  /** What an open from a template works with (templates/open.ts): this service's own steps, lent. */
+  private templateHost(repo: ParsedRepoUrl, openArgs: OpenArgs): TemplateHost {
+    return {
+      templates: this.deps.templates!,
+      ref: openArgs.ref ?? null,
+      imagePath: (id) => imagePath(this.deps.config.dataDir, id),
+      rootDir: (id) => this.rootDir(id),
+      ensureDisk: (id) => this.ensureDisk(id),
+      clone: (id, signal) => this.clone(id, repo, openArgs, signal),
+      remoteOid: (id, signal) => this.remoteOid(id, repo, openArgs.ref, signal),
+      // The setup sandbox: the workspace user, dependency-access, the entries given (setup-only included), no managed packages.
+      startSetupSandbox: async (id, env) =>
+        this.deps.executor.create({ id, rootDir: this.rootDir(id), limits: this.sandboxLimits, network: await this.startWorkspaceProxy(id, 'dependency-access'), env, mounts: [] }),
+      startWorkspaceSandbox: (id) => this.startSandbox(this.get(id)),
+      exec: (h, req, onOutput, signal) => this.deps.executor.exec(h, req, onOutput, signal),
+      stopSandbox: async (id, h) => {
+        await this.deps.executor.destroy(h);
+        await this.egress.stop(id);
+      },
+      detachDisk: async (id) => (await detachTemplateDisk(this.rootDir(id)), imagePath(this.deps.config.dataDir, id)),
+      removeFiles: (id) => this.removeFiles(id),
+      noteHead: (id, head, branch) => this.update(id, { head_oid: head, branch }),
+    };
+  }
+
+  /**
+   * The commit a ref names on the repository now (git ls-remote in a short-lived sandbox with the
+   * repository host's network and credential, in an empty root-owned directory). A full commit id
+   * is its own answer; a short one gives null (reading it needs a fetch).
+   */
+  private async remoteOid(id: string, repo: ParsedRepoUrl, ref: string | undefined, signal: AbortSignal): Promise<string | null> {
+    if (ref && SHA_RE.test(ref)) return ref.length === 40 || ref.length === 64 ? ref : null;
+    const dir = await mkdtemp(join(this.deps.config.dataDir, 'run', 'lsr-'));
+    try {
+      await chmod(dir, 0o755);
+      const script = ref ? `${GIT_BIN} ls-remote "$REPO" "refs/heads/$REF" "refs/tags/$REF"` : `${GIT_BIN} ls-remote "$REPO" HEAD`;
+      const r = await runEphemeralGit(
+        { executor: this.deps.executor, egress: this.egress, repoCredentials: this.deps.repoCredentials, repos: this.deps.repos, runDir: join(this.deps.config.dataDir, 'run'), ...this.ids },
+        { id, repoDir: dir, limits: this.sandboxLimits },
+        script,
+        { neutralise: false, repo, env: { REPO: repo.url, REF: ref ?? '' }, signal, timeoutMs: 120_000 },
+      );
+      if (r.exitCode !== 0) throw gitFailure('ls-remote', r);
+      const refs = new Map(r.stdout.trim().split('\n').map((l) => l.split('\t') as [string, string]).map(([oid, name]) => [name, oid]));
+      const oid = ref ? (refs.get(`refs/heads/${ref}`) ?? refs.get(`refs/tags/${ref}^{}`) ?? refs.get(`refs/tags/${ref}`)) : refs.get('HEAD');
+      return oid && SHA_RE.test(oid) ? oid : null;
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   }
 
   /** Clones into the workspace's filesystem; returns the checked-out commit and branch (null when detached), read by the same script. */
@@ -875,6 +944,8 @@ export class WorkspaceService {
       this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
     }
     await this.reap();
+    // Template builds a stop interrupted: failed, their files removed (docs/templates.md).
+    await this.deps.templates?.recover({ removeFiles: (id) => this.removeFiles(id) }).catch((e) => this.deps.log.error({ err: e }, 'cleaning up interrupted template builds failed'));
     // A spare workspace sandbox an earlier runner left (no open took it): stopped and removed.
     const left = await readFile(this.spareFile, 'utf8').then((t) => (JSON.parse(t) as { id?: unknown }).id, () => undefined);
     if (typeof left === 'string' && /^[A-Za-z0-9_-]{1,100}$/.test(left) && !this.deps.db.prepare('SELECT 1 FROM workspaces WHERE id = ?').get(left)) await this.discardSpare(left, undefined);

@@ -27,6 +27,7 @@
  *   services/oauth  (0020) oauth_tokens.scope
  *   services/oauth  (0022) oauth_clients.metadata_url, doc_* (Client ID Metadata Documents)
  *   services/commands (0023) operations: tool calls run as MCP tasks
+ *   services/templates (0029) workspace_templates; environments.setup_script/maintenance_script; env_entries.setup_only
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
@@ -41,6 +42,7 @@ import { m0020 } from './migrations/0020-caller-binding.js';
 import { m0021 } from './migrations/0021-oauth-token-scope.js';
 import { m0022 } from './migrations/0022-oauth-cimd.js';
 import { m0023 } from './migrations/0023-mcp-tasks.js';
+import { m0029 } from './migrations/0029-templates.js';
 
 export interface Migration {
   version: number;
@@ -356,4 +358,5 @@ export const MIGRATIONS: Migration[] = [
   m0021,
   m0022,
   m0023,
+  m0029,
 ];
