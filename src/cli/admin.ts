@@ -140,7 +140,9 @@ export async function envCommand(
         return;
       }
       case 'delete': {
+        const id = envs.resolve(positional[0] ?? '', 'environment');
         envs.delete(positional[0] ?? '');
+        await app.templates.forgetEnvironment(id);
         app.audit.record({ actor: 'cli', action: 'environment_delete', target: positional[0] ?? null, outcome: 'ok' });
         out('deleted\n');
         return;

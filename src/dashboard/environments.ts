@@ -42,7 +42,9 @@ export const environmentRoutes: ApiRegistrar = (api, app) => {
   });
 
   api.delete<{ Params: { env: string } }>('/environments/:env', async (req) => {
+    const id = app.environments.resolve(req.params.env, 'environment');
     app.environments.delete(req.params.env);
+    await app.templates.forgetEnvironment(id);
     audit('environment_delete', req.params.env);
     return { deleted: true };
   });

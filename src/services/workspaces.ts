@@ -945,7 +945,14 @@ export class WorkspaceService {
     }
     await this.reap();
     // Template builds a stop interrupted: failed, their files removed (docs/templates.md).
-    await this.deps.templates?.recover({ removeFiles: (id) => this.removeFiles(id) }).catch((e) => this.deps.log.error({ err: e }, 'cleaning up interrupted template builds failed'));
+    await this.deps.templates
+      ?.recover({
+        discard: async (id) => {
+          await this.deps.executor.destroy(this.handleById(id)).catch((e) => this.deps.log.warn({ err: e, template: id }, 'stopping the sandbox of an interrupted template build failed'));
+          await this.removeFiles(id);
+        },
+      })
+      .catch((e) => this.deps.log.error({ err: e }, 'cleaning up interrupted template builds failed'));
     // A spare workspace sandbox an earlier runner left (no open took it): stopped and removed.
     const left = await readFile(this.spareFile, 'utf8').then((t) => (JSON.parse(t) as { id?: unknown }).id, () => undefined);
     if (typeof left === 'string' && /^[A-Za-z0-9_-]{1,100}$/.test(left) && !this.deps.db.prepare('SELECT 1 FROM workspaces WHERE id = ?').get(left)) await this.discardSpare(left, undefined);

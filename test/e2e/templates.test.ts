@@ -54,6 +54,9 @@ const cli = async (args: string[], input?: string) => {
   return r.stdout;
 };
 const envIds: Record<string, string> = {};
+let session: { cookie: string; csrf: string } | undefined;
+/** The dashboard session (the one-time login link works once). */
+const login = async () => (session ??= await dashboardLogin(svc));
 const createEnv = async (name: string) => (envIds[name] = (await cli(['env', 'create', name])).split(/\s+/)[0]!);
 const templatesDir = () => join(dataDir, 'templates');
 const templateImages = () => (existsSync(templatesDir()) ? readdirSync(templatesDir()) : []);
@@ -72,6 +75,8 @@ const SETUP = [
   'echo "setup starting"',
   'test -n "$SETUP_TOKEN" && echo "token present: $SETUP_TOKEN"',
   'npm install --no-audit --no-fund --no-update-notifier 2>&1 | tail -n 3',
+  // dependency-access: the configured registry only; anything else is refused by the proxy.
+  'curl -s -m 10 -o /dev/null -w "egress-check %{http_code}\\n" https://example.com/ || echo "egress-check failed"',
   // Proof the value was there, without keeping it: its hash.
   'printf %s "$SETUP_TOKEN" | sha256sum | cut -c1-16 > .setup-proof',
   // A file holding the value, deleted before the end: neither the tree nor the image may keep it.
@@ -131,6 +136,7 @@ describe('setup that runs once', () => {
     expect(o.messages).toContain('setup: setup starting');
     expect(o.messages).toContain('setup: token present: [redacted:SETUP_TOKEN]');
     expect(o.messages).toContain('setup: setup done');
+    expect(o.messages.find((m) => m.startsWith('setup: egress-check'))).toMatch(/^setup: egress-check (000|403|failed)$/);
     expect(o.messages.join('\n')).not.toContain(SETUP_SECRET);
     // The dependency is installed; the secret was there during setup; it is not in the workspace's environment.
     expect((await sh(firstWs, 'node index.js')).stdout.trim()).toBe('tpl-dep works');
@@ -138,6 +144,9 @@ describe('setup that runs once', () => {
     expect((await sh(firstWs, 'cat .setup-proof')).stdout.trim()).toBe(proof);
     expect((await sh(firstWs, 'echo "[${SETUP_TOKEN:-absent}]"; env | grep -c SETUP_TOKEN || true')).stdout.trim()).toBe('[absent]\n0');
     expect((await sh(firstWs, 'test -e .maintenance-log && echo yes || echo no')).stdout.trim()).toBe('no');
+    // The workspace itself is as opened (network-none): the registry the setup reached is not reachable from it.
+    const port = new URL(registry.url).port;
+    expect((await sh(firstWs, `curl -sk -m 5 -o /dev/null -w "%{http_code}" https://127.0.0.1:${port}/tpl-dep || true`)).stdout.trim()).toBe('000');
     // No file the workspace can read holds the value (nor its name), nor the raw template image.
     const found = await sh(firstWs, `grep -rlsF -e '${SETUP_SECRET}' /workspace "$HOME" /tmp | head; echo end`);
     expect(found.stdout.trim()).toBe('end');
@@ -242,8 +251,36 @@ describe('setups that fail keep nothing and say why', () => {
 });
 
 describe('the dashboard lists templates with state and size', () => {
+  it('the scripts and setup-only REST refuse bad input naming the field, need the CSRF token, and change nothing then', async () => {
+    const s = await login();
+    const h = { cookie: s.cookie, 'x-csrf-token': s.csrf, 'content-type': 'application/json' };
+    const env = envIds['node-env']!;
+    const put = (path: string, body: unknown, headers: Record<string, string> = h) => httpRequest(svc.url, 'PUT', `/api/v1${path}`, headers, JSON.stringify(body));
+    const field = async (r: Promise<{ status: number; body: string }>) => {
+      const x = await r;
+      expect(x.status).toBe(400);
+      return JSON.parse(x.body).error.details.field as string;
+    };
+    expect((await put(`/environments/${env}/scripts`, { setupScript: 'echo changed' }, { cookie: s.cookie, 'content-type': 'application/json' })).status).toBe(403);
+    expect(await field(put(`/environments/${env}/scripts`, { setupScript: 42 }))).toBe('setupScript');
+    expect(await field(put(`/environments/${env}/scripts`, { maintenanceScript: '   ' }))).toBe('maintenanceScript');
+    expect(await field(put(`/environments/${env}/scripts`, { setupScript: 'x'.repeat(65537) }))).toBe('setupScript');
+    expect(await field(put(`/environments/${env}/scripts`, { setupScript: 'ok\u0000' }))).toBe('setupScript');
+    expect(await field(put(`/environments/${env}/scripts`, { prepare: 'echo' }))).toBe('prepare');
+    expect(await field(put('/environments/global/scripts', { setupScript: 'echo' }))).toBe('environment');
+    expect(await field(put('/environments/global/entries/GLOBAL_SETUP', { value: 'v', setupOnly: true }))).toBe('setupOnly');
+    expect(await field(put(`/environments/${env}/entries/X_SETUP`, { value: 'v', setupOnly: 'yes' }))).toBe('setupOnly');
+    const scripts = JSON.parse((await httpRequest(svc.url, 'GET', `/api/v1/environments/${env}/scripts`, { cookie: s.cookie })).body);
+    expect(scripts).toEqual({ environmentId: env, setupScript: SETUP, maintenanceScript: MAINTENANCE });
+    const entries = JSON.parse((await httpRequest(svc.url, 'GET', `/api/v1/environments/${env}/entries`, { cookie: s.cookie })).body).entries as R[];
+    expect(entries.find((e) => e.name === 'SETUP_TOKEN')).toMatchObject({ kind: 'secret', setupOnly: true });
+    expect(entries.some((e) => e.name === 'X_SETUP')).toBe(false);
+    expect(JSON.stringify(entries)).not.toContain(SETUP_SECRET);
+    expect((await httpRequest(svc.url, 'DELETE', '/api/v1/templates/tpl_nonexistent00000000000', { cookie: s.cookie, 'x-csrf-token': s.csrf })).status).toBe(404);
+  }, 120_000);
+
   it('shows ready and failed templates, their size and why one failed (chromium)', async () => {
-    const s = await dashboardLogin(svc);
+    const s = await login();
     const rest = JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/templates', { cookie: s.cookie })).body).templates as R[];
     const ready = rest.find((t) => t.templateId === first.template.templateId)!;
     expect(ready).toMatchObject({ state: 'ready', environmentName: 'node-env', baseOid: first.headOid });

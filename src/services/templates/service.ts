@@ -27,7 +27,7 @@ import type { ExecRequest, ExecResult, SandboxHandle } from '../../sandbox/execu
 import { ServiceError } from '../../core/errors.js';
 import { newId } from '../../core/ids.js';
 import { nowIso } from '../../core/clock.js';
-import { remove, save, startFrom, type CopyMethod } from './store.js';
+import { remove, removeCopies, save, startFrom, type CopyMethod } from './store.js';
 
 export type TemplateState = 'building' | 'ready' | 'failed';
 
@@ -367,11 +367,21 @@ export class TemplateService {
     }
   }
 
-  /** After a restart: builds that were running are failed and their files removed. */
-  async recover(host: Pick<BuildHost, 'removeFiles'>): Promise<void> {
+  /** Deletes every template of an environment (the environment is being deleted). */
+  async forgetEnvironment(environmentId: string): Promise<void> {
+    const ids = this.deps.db.prepare("SELECT id FROM workspace_templates WHERE environment_id = ? AND state != 'building'").pluck().all(environmentId) as string[];
+    for (const id of ids) await this.delete(id).catch((e) => this.deps.log.warn({ err: e, template: id }, 'deleting a template of a deleted environment failed'));
+  }
+
+  /**
+   * After a restart: builds that were running are failed, their sandbox (which outlives a runner)
+   * stopped and their files removed; copies into workspaces a stop interrupted are removed.
+   */
+  async recover(host: { discard(id: string): Promise<void> }): Promise<void> {
+    await removeCopies(this.deps.dataDir).catch((e) => this.deps.log.warn({ err: e }, 'removing interrupted template copies failed'));
     const ids = this.deps.db.prepare("SELECT id FROM workspace_templates WHERE state = 'building'").pluck().all() as string[];
     for (const id of ids) {
-      await host.removeFiles(id).catch((e) => this.deps.log.error({ err: e, template: id }, 'removing an interrupted template build failed'));
+      await host.discard(id).catch((e) => this.deps.log.error({ err: e, template: id }, 'removing an interrupted template build failed'));
       await remove(this.deps.dataDir, id).catch(() => undefined);
       this.deps.db.prepare("UPDATE workspace_templates SET state = 'failed', failure = ?, updated_at = ? WHERE id = ?").run('interrupted: the service stopped while the template was being built', nowIso(), id);
     }

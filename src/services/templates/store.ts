@@ -10,13 +10,14 @@
  * Every path here is made by the runner from ids it minted; none comes from a workspace.
  */
 import { execFile } from 'node:child_process';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
+import { basename, join } from 'node:path';
 import { promisify } from 'node:util';
 import { ServiceError } from '../../core/errors.js';
 
 const run = promisify(execFile);
 const ID_RE = /^tpl_[A-Za-z0-9_-]{10,80}$/;
+const COPY_PREFIX = '.copy-';
 
 export type CopyMethod = 'reflink' | 'sparse-copy';
 
@@ -49,7 +50,9 @@ export async function save(dataDir: string, templateId: string, fromImage: strin
  */
 export async function startFrom(dataDir: string, templateId: string, toImage: string): Promise<{ method: CopyMethod; ms: number }> {
   const from = templateImage(dataDir, templateId);
-  const tmp = `${toImage}.tpl-tmp`;
+  // Written in the store (same filesystem as the target) and renamed; one a stop interrupted is removed at the next start (removeCopies).
+  const tmp = join(templatesDir(dataDir), `${COPY_PREFIX}${basename(toImage)}`);
+  await mkdir(templatesDir(dataDir), { recursive: true, mode: 0o700 });
   const t0 = performance.now();
   let method: CopyMethod = 'reflink';
   try {
@@ -80,6 +83,12 @@ export async function detach(mountPoint: string): Promise<void> {
   } catch (e) {
     throw new ServiceError('INTERNAL', `could not detach the template filesystem: ${(e as { stderr?: string }).stderr?.trim() || (e as Error).message}`);
   }
+}
+
+/** Removes copies a stop interrupted (at start, before any open). */
+export async function removeCopies(dataDir: string): Promise<void> {
+  const names = await readdir(templatesDir(dataDir)).catch(() => [] as string[]);
+  for (const n of names) if (n.startsWith(COPY_PREFIX)) await rm(join(templatesDir(dataDir), n), { force: true });
 }
 
 /** Deletes a template's image (a missing one is fine). */
