@@ -515,7 +515,7 @@ export class WorkspaceService {
       startWorkspaceSandbox: (id) => this.startSandbox(this.get(id)),
       exec: (h, req, onOutput, signal) => this.deps.executor.exec(h, req, onOutput, signal),
       stopSandbox: async (id, h) => {
-        await this.deps.executor.destroy(h);
+        if (h) await this.deps.executor.destroy(h);
         await this.egress.stop(id);
       },
       detachDisk: async (id) => (await detachTemplateDisk(this.rootDir(id)), imagePath(this.deps.config.dataDir, id)),

@@ -74,8 +74,8 @@ export interface BuildHost {
   /** Starts a sandbox on it with dependency-access and these variables. */
   startSetupSandbox(id: string, env: Record<string, string>): Promise<SandboxHandle>;
   exec(h: SandboxHandle, req: ExecRequest, onOutput: (s: 'stdout' | 'stderr', c: Buffer) => void, signal: AbortSignal): Promise<ExecResult>;
-  /** Stops the sandbox (every process ends) and its egress proxy. */
-  stopSandbox(id: string, h: SandboxHandle): Promise<void>;
+  /** Stops the sandbox (every process ends; none given: none started) and its egress proxy. */
+  stopSandbox(id: string, h: SandboxHandle | undefined): Promise<void>;
   /** Discards free blocks, then unmounts; the image stays (its path returned). */
   detachDisk(id: string): Promise<string>;
   /** Unmounts and deletes everything of `id`. */
@@ -343,7 +343,8 @@ export class TemplateService {
       await this.prune(plan);
       return this.get(id);
     } catch (err) {
-      if (h) await host.stopSandbox(id, h).catch((e) => this.deps.log.warn({ err: e, template: id }, 'stopping a failed setup sandbox failed'));
+      // The sandbox, or the egress proxy started for one that did not start.
+      if (step !== 'save') await host.stopSandbox(id, h).catch((e) => this.deps.log.warn({ err: e, template: id }, 'stopping a failed setup sandbox failed'));
       await host.removeFiles(id).catch((e) => this.deps.log.error({ err: e, template: id }, 'removing a failed template build failed'));
       await remove(this.deps.dataDir, id).catch(() => undefined);
       const e = err instanceof ServiceError ? err : new ServiceError('FAILED_PRECONDITION', `building the template failed at its ${step}: ${(err as Error).message}; no template was kept and no workspace was opened`, { templateId: id, step });
