@@ -84,6 +84,16 @@ export async function loadGitHost() {
   return import(join(out, 'githost.js'));
 }
 
+/** Compiles and imports the verdaccio registry test fixture (a real npm registry on loopback, TypeScript) for benchmarks. */
+export async function loadRegistry() {
+  const { execFileSync } = await import('node:child_process');
+  const out = join(ROOT, 'bench/.build');
+  execFileSync(join(ROOT, 'node_modules/.bin/tsc'), ['--ignoreConfig', '--outDir', out, '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--rootDir', join(ROOT, 'test/fixtures'), join(ROOT, 'test/fixtures/verdaccio.ts')], { stdio: 'inherit' });
+  const { writeFileSync } = await import('node:fs');
+  writeFileSync(join(out, 'package.json'), '{"type":"module"}');
+  return import(join(out, 'verdaccio.js'));
+}
+
 export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)];

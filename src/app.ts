@@ -22,6 +22,7 @@ import { IdempotencyStore } from './services/idempotency.js';
 import { AuditLog } from './services/audit.js';
 import { PrincipalState } from './services/principals.js';
 import { EnvironmentService } from './services/environments.js';
+import { TemplateService } from './services/templates/service.js';
 import { RepositoryPolicy } from './services/repos.js';
 import { RepoCredentialStore } from './services/repo-credentials.js';
 import { WorkspaceService } from './services/workspaces.js';
@@ -69,6 +70,8 @@ export interface App {
   readonly audit: AuditLog;
   readonly principals: PrincipalState;
   readonly environments: EnvironmentService;
+  /** Workspace templates: setup that runs once (docs/templates.md). */
+  readonly templates: TemplateService;
   readonly repos: RepositoryPolicy;
   /** Repository credentials of the broker: tokens and GitHub Apps, sealed at rest (issue #6). */
   readonly repoCredentials: RepoCredentialStore;
@@ -225,8 +228,9 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     fire: (...a: Parameters<ExtensionService['fire']>) => extensions.fire(...a),
     opened: (...a: Parameters<ExtensionService['opened']>) => extensions.opened(...a),
   };
+  const templates = new TemplateService({ db, log, audit, environments, dataDir: config.dataDir, diskMb: config.sandboxDiskMb, uid: config.sandboxUid });
   const workspaces = new WorkspaceService({
-    db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks, locks,
+    db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks, locks, templates,
     onClose: [(id) => commands.forgetWorkspace(id), (id) => packages.forgetWorkspace(id), async (id) => extensions.forgetWorkspace(id), async (id) => previews.forgetWorkspace(id)],
   });
   const previews = new PreviewService({ db, key: deriveKey(master, 'preview-urls'), cursors, audit, workspaces, secondMs: config.retentionSecondMs });
@@ -289,6 +293,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     audit,
     principals,
     environments,
+    templates,
     repos,
     repoCredentials,
     executor,

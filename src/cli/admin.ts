@@ -140,13 +140,15 @@ export async function envCommand(
         return;
       }
       case 'delete': {
+        const id = envs.resolve(positional[0] ?? '', 'environment');
         envs.delete(positional[0] ?? '');
+        await app.templates.forgetEnvironment(id);
         app.audit.record({ actor: 'cli', action: 'environment_delete', target: positional[0] ?? null, outcome: 'ok' });
         out('deleted\n');
         return;
       }
       case 'show': {
-        for (const e of envs.entries(positional[0] ?? GLOBAL)) out(`${e.kind === 'secret' ? 'secret  ' : 'variable'}  ${e.name}  ${e.description}\n`);
+        for (const e of envs.entries(positional[0] ?? GLOBAL)) out(`${e.kind === 'secret' ? 'secret  ' : 'variable'}  ${e.name}${e.setupOnly ? '  (setup-only)' : ''}  ${e.description}\n`);
         return;
       }
       case 'set': {
@@ -155,6 +157,7 @@ export async function envCommand(
         const [scope, spec] = positional;
         if (!scope || !spec) throw new ConfigError('usage: atelier env set ENV|global NAME [--secret] [--description TEXT]  (value read from stdin), or NAME=VALUE for a variable');
         const secret = flags['--secret'] === true;
+        const setupOnly = flags['--setup-only'] === true;
         let name = spec;
         let value: string;
         if (spec.includes('=')) {
@@ -164,9 +167,45 @@ export async function envCommand(
         } else {
           value = await readValue(`Value of ${name}: `);
         }
-        const e = envs.set(scope, name, value, { secret, description });
+        const e = envs.set(scope, name, value, { secret, description, setupOnly });
         app.audit.record({ actor: 'cli', action: secret ? 'secret_set' : 'variable_set', target: `${e.scope}/${e.name}`, outcome: 'ok' });
-        out(`set ${e.kind} ${e.name} in ${scope}\n`);
+        out(`set ${e.setupOnly ? 'setup-only ' : ''}${e.kind} ${e.name} in ${scope}\n`);
+        return;
+      }
+      case 'script': {
+        // atelier env script ENV                                     shows both scripts
+        // atelier env script ENV setup|maintenance [--file F]        sets one (from the file, else stdin)
+        // atelier env script ENV setup|maintenance --clear           removes one
+        const [scope, which] = positional;
+        if (!scope) throw new ConfigError('usage: atelier env script ENV [setup|maintenance [--file FILE | --clear]]');
+        if (!which) {
+          const s = envs.scripts(scope);
+          out(`# setup script\n${s.setupScript ?? '(none)'}\n# maintenance script\n${s.maintenanceScript ?? '(none)'}\n`);
+          return;
+        }
+        if (which !== 'setup' && which !== 'maintenance') throw new ConfigError(`env script: the second argument is setup or maintenance, not ${which}`);
+        const field = which === 'setup' ? 'setupScript' : 'maintenanceScript';
+        let text: string | null = null;
+        if (flags['--clear'] !== true) {
+          const file = flags['--file'];
+          text = typeof file === 'string' ? readFileSync(file, 'utf8') : await readValue(`${which} script (end with Ctrl-D): `);
+        }
+        envs.setScripts(scope, { [field]: text });
+        app.audit.record({ actor: 'cli', action: `environment_${which}_script_${text === null ? 'clear' : 'set'}`, target: scope, outcome: 'ok' });
+        out(text === null ? `${which} script removed from ${scope}\n` : `${which} script set on ${scope} (${text.length} characters)\n`);
+        return;
+      }
+      case 'templates': {
+        const [action, id] = positional;
+        if (action === 'delete') {
+          await app.templates.delete(id ?? '');
+          app.audit.record({ actor: 'cli', action: 'template_delete', target: id ?? null, outcome: 'ok' });
+          out('deleted\n');
+          return;
+        }
+        if (action) throw new ConfigError('usage: atelier env templates [delete TEMPLATE_ID]');
+        for (const t of app.templates.list())
+          out(`${t.templateId}  ${t.state}  ${t.environmentName ?? t.environmentId}  ${t.repositoryUrl}  ${(t.baseOid as string | null)?.slice(0, 12) ?? '-'}  ${t.sizeBytes === null ? '-' : `${Math.round((t.sizeBytes as number) / 1048576)} MiB`}${t.failure ? `  ${String(t.failure).split('\n')[0]}` : ''}\n`);
         return;
       }
       case 'unset': {
@@ -177,7 +216,7 @@ export async function envCommand(
         return;
       }
       default:
-        throw new ConfigError('usage: atelier env create NAME [--description D] | list | show ENV | delete ENV | set ENV NAME [--secret] [--description D] | unset ENV NAME');
+        throw new ConfigError('usage: atelier env create NAME [--description D] | list | show ENV | delete ENV | set ENV NAME [--secret] [--setup-only] [--description D] | unset ENV NAME | script ENV [setup|maintenance [--file F | --clear]] | templates [delete ID]');
     }
   } finally {
     app.close();

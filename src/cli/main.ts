@@ -50,7 +50,9 @@ Usage:
   atelier repos ca add FILE | list | remove FILE
                                           extra CA certificates (PEM) trusted for repository hosts
   atelier env create NAME | list | show ENV | delete ENV
-  atelier env set ENV|global NAME [--secret] [--description D]   value from stdin (or NAME=VALUE for variables)
+  atelier env set ENV|global NAME [--secret] [--setup-only] [--description D]   value from stdin (or NAME=VALUE for variables)
+  atelier env script ENV [setup|maintenance [--file F | --clear]]   show, or set (from --file or stdin) the setup / maintenance script
+  atelier env templates [delete TEMPLATE_ID]                      list workspace templates (docs/templates.md), or delete one
   atelier env unset ENV|global NAME
   atelier credentials list | add-token PREFIX | add-github-app PREFIX --app-id ID --private-key-file F | rotate ID | remove ID | test ID URL
                                           repository credentials of the broker (secrets from stdin or a file; see docs/credentials.md)
@@ -74,7 +76,7 @@ ${SETTINGS.map((s) => `  ${(s.flag + (s.kind === 'bool' ? '' : ' VALUE')).padEnd
   --config FILE                          config file (ATELIER_CONFIG; default <data-dir>/config.json)
 `;
 
-const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--allow-private-hosts', '--read-only', '--allow-in-url', '--include-master-key']);
+const BOOLEAN_FLAGS = new Set(['--json', '--secret', '--allow-private-hosts', '--read-only', '--allow-in-url', '--include-master-key', '--setup-only', '--clear']);
 
 /** Splits off options every subcommand accepts (data dir, config, log level) from its own. */
 function splitCommon(argv: string[], own: string[]): { common: string[]; rest: Record<string, string | true> } {
@@ -334,7 +336,7 @@ export async function main(argv: string[]): Promise<number> {
         return 0;
       }
       case 'env': {
-        const { common, rest } = splitCommon(rest0(argv), ['--secret', '--description']);
+        const { common, rest } = splitCommon(rest0(argv), ['--secret', '--description', '--setup-only', '--clear', '--file']);
         await envCommand(argv[1], positionals(rest), rest, common, readSecretFromStdin, (t) => process.stdout.write(t));
         return 0;
       }

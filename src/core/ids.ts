@@ -31,6 +31,7 @@ export const ID_PREFIXES = {
   backup: 'bkp_',
   checkpoint: 'ckpt_',
   preview: 'prv_',
+  template: 'tpl_',
 } as const;
 
 export type IdKind = keyof typeof ID_PREFIXES;

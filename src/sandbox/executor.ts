@@ -154,7 +154,7 @@ export interface WorkspaceStorage {
    * forks copy it, issue #33); undefined when this storage keeps no such image (then there are no
    * checkpoints).
    */
-  image?(id: string): Promise<string | undefined>;
+  image?(id: string): string | undefined;
   /** Unmounts the workspace's filesystem (before its image is replaced); prepare() mounts it again. */
   unmount?(id: string, rootDir: string): Promise<void>;
 }

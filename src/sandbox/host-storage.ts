@@ -3,7 +3,7 @@
  * <dataDir>/workspaces/<id> on this host, on its own ext4 image when a disk limit is set
  * (disk.ts), the directories made and removed by descriptor (rootdir.ts).
  */
-import { mkdir } from 'node:fs/promises';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanSpareImages, ensureWorkspaceDisk, imagePath, prepareSpareImage, releaseWorkspaceDisk, unmountScratchDisk, type DiskOptions } from './disk.js';
 import type { WorkspaceStorage } from './executor.js';
@@ -38,9 +38,9 @@ export class HostWorkspaceStorage implements WorkspaceStorage {
     if (this.o.sizeMb > 0) await cleanSpareImages(this.o);
   }
 
-  async image(id: string): Promise<string | undefined> {
+  image(id: string): string | undefined {
     if (this.o.sizeMb <= 0) return undefined;
-    await mkdir(join(this.o.dataDir, 'disks'), { recursive: true, mode: 0o700 });
+    mkdirSync(join(this.o.dataDir, 'disks'), { recursive: true, mode: 0o700 });
     return imagePath(this.o.dataDir, id);
   }
 

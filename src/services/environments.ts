@@ -3,6 +3,8 @@
  * through the CLI and the dashboard REST API; MCP clients only see secret names and descriptions
  * (secrets_list). Secret values are sealed at rest, injected only into workspaces opened with
  * environmentId and confirmEnvironmentInjection: true, and redacted from every tool result.
+ * An environment may also carry a setup script and a maintenance script, and an entry may be
+ * setup-only: injected into the setup script alone, never into a workspace (docs/templates.md).
  * Owns tables: environments, env_entries.
  */
 import type { DB } from '../store/db.js';
@@ -32,7 +34,18 @@ export interface EntryInfo {
   kind: 'variable' | 'secret';
   description: string;
   updatedAt: string;
+  /** Injected into the environment's setup script only (docs/templates.md). */
+  setupOnly: boolean;
 }
+
+export interface EnvironmentScripts {
+  environmentId: string;
+  setupScript: string | null;
+  maintenanceScript: string | null;
+}
+
+/** The longest setup or maintenance script accepted (a script, not a payload). */
+export const MAX_SCRIPT_CHARS = 65536;
 
 export class EnvironmentService {
   private secretCache: Array<{ name: string; value: string }> | null = null;
@@ -80,7 +93,7 @@ export class EnvironmentService {
     this.secretCache = null;
   }
 
-  set(scope: string, name: string, value: string, opts: { secret: boolean; description?: string }): EntryInfo {
+  set(scope: string, name: string, value: string, opts: { secret: boolean; description?: string; setupOnly?: boolean }): EntryInfo {
     const sc = this.resolve(scope, 'environment');
     if (!NAME_RE.test(name)) throw new ServiceError('INVALID_ARGUMENT', 'name: must be an environment variable name (letters, digits, _; not starting with a digit; at most 128)', { field: 'name' });
     if (value.length > 65536) throw new ServiceError('INVALID_ARGUMENT', 'value: must have at most 65536 characters', { field: 'value' });
@@ -88,16 +101,18 @@ export class EnvironmentService {
     const description = opts.description ?? '';
     if (description.length > 500) throw new ServiceError('INVALID_ARGUMENT', 'description: must have at most 500 characters', { field: 'description' });
     const kind = opts.secret ? 'secret' : 'variable';
+    const setupOnly = opts.setupOnly === true;
+    if (setupOnly && sc === GLOBAL) throw new ServiceError('INVALID_ARGUMENT', 'setupOnly: only an environment\'s own entries can be setup-only (a setup script belongs to an environment, not to the global scope)', { field: 'setupOnly' });
     const stored = opts.secret ? this.box.seal(value, `env:${sc}:${name}`) : value;
     const now = nowIso();
     this.db
       .prepare(
-        `INSERT INTO env_entries (scope, name, kind, value, description, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT(scope, name) DO UPDATE SET kind = excluded.kind, value = excluded.value, description = excluded.description, updated_at = excluded.updated_at`,
+        `INSERT INTO env_entries (scope, name, kind, value, description, created_at, updated_at, setup_only) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT(scope, name) DO UPDATE SET kind = excluded.kind, value = excluded.value, description = excluded.description, updated_at = excluded.updated_at, setup_only = excluded.setup_only`,
       )
-      .run(sc, name, kind, stored, description, now, now);
+      .run(sc, name, kind, stored, description, now, now, setupOnly ? 1 : 0);
     this.secretCache = null;
-    return { scope: sc, name, kind, description, updatedAt: now };
+    return { scope: sc, name, kind, description, updatedAt: now, setupOnly };
   }
 
   unset(scope: string, name: string): void {
@@ -109,12 +124,13 @@ export class EnvironmentService {
 
   entries(scope: string): EntryInfo[] {
     const sc = this.resolve(scope, 'environment');
-    return (this.db.prepare('SELECT scope, name, kind, description, updated_at FROM env_entries WHERE scope = ? ORDER BY name').all(sc) as Array<Record<string, string>>).map((r) => ({
-      scope: r.scope!,
-      name: r.name!,
+    return (this.db.prepare('SELECT scope, name, kind, description, updated_at, setup_only FROM env_entries WHERE scope = ? ORDER BY name').all(sc) as Array<Record<string, string | number>>).map((r) => ({
+      scope: r.scope as string,
+      name: r.name as string,
       kind: r.kind as EntryInfo['kind'],
-      description: r.description!,
-      updatedAt: r.updated_at!,
+      description: r.description as string,
+      updatedAt: r.updated_at as string,
+      setupOnly: r.setup_only === 1,
     }));
   }
 
@@ -132,15 +148,58 @@ export class EnvironmentService {
     return { items: rows.slice(0, limit), more: rows.length > limit };
   }
 
-  /** Variables and secrets to inject: global first, the environment's override. */
-  injection(environmentId: string): Record<string, string> {
+  /**
+   * Variables and secrets to inject: global first, the environment's override. Setup-only entries
+   * are left out (a workspace never sees them) unless `forSetup` (the environment's setup script).
+   */
+  injection(environmentId: string, opts: { forSetup?: boolean } = {}): Record<string, string> {
     const id = this.resolve(environmentId);
     const out: Record<string, string> = {};
     for (const sc of [GLOBAL, id]) {
-      const rows = this.db.prepare('SELECT name, kind, value FROM env_entries WHERE scope = ?').all(sc) as Array<{ name: string; kind: string; value: string }>;
-      for (const r of rows) out[r.name] = r.kind === 'secret' ? this.box.open(r.value, `env:${sc}:${r.name}`).toString('utf8') : r.value;
+      const rows = this.db.prepare('SELECT name, kind, value, setup_only FROM env_entries WHERE scope = ?').all(sc) as Array<{ name: string; kind: string; value: string; setup_only: number }>;
+      for (const r of rows) {
+        if (r.setup_only === 1 && !opts.forSetup) continue;
+        out[r.name] = r.kind === 'secret' ? this.box.open(r.value, `env:${sc}:${r.name}`).toString('utf8') : r.value;
+      }
     }
     return out;
+  }
+
+  /** The values of an environment's setup-only entries (names with values), for the template scan. */
+  setupOnlyValues(environmentId: string): Array<{ name: string; value: string }> {
+    const id = this.resolve(environmentId);
+    const rows = this.db.prepare('SELECT name, kind, value FROM env_entries WHERE scope = ? AND setup_only = 1').all(id) as Array<{ name: string; kind: string; value: string }>;
+    return rows.map((r) => ({ name: r.name, value: r.kind === 'secret' ? this.box.open(r.value, `env:${id}:${r.name}`).toString('utf8') : r.value }));
+  }
+
+  /** An environment's setup and maintenance scripts (null when it has none). */
+  scripts(idOrName: string): EnvironmentScripts {
+    const id = this.resolve(idOrName, 'environment');
+    if (id === GLOBAL) return { environmentId: GLOBAL, setupScript: null, maintenanceScript: null };
+    const r = this.db.prepare('SELECT setup_script, maintenance_script FROM environments WHERE id = ?').get(id) as { setup_script: string | null; maintenance_script: string | null };
+    return { environmentId: id, setupScript: r.setup_script, maintenanceScript: r.maintenance_script };
+  }
+
+  /**
+   * Sets (a string), clears (null) or keeps (undefined) an environment's setup and maintenance
+   * scripts. A changed setup script makes later opens build a new template (the key holds its hash).
+   */
+  setScripts(idOrName: string, scripts: { setupScript?: string | null; maintenanceScript?: string | null }): EnvironmentScripts {
+    const id = this.resolve(idOrName, 'environment');
+    if (id === GLOBAL) throw new ServiceError('INVALID_ARGUMENT', 'environment: the global scope has no setup or maintenance script; name an environment', { field: 'environment' });
+    for (const field of ['setupScript', 'maintenanceScript'] as const) {
+      const v = scripts[field];
+      if (v === undefined || v === null) continue;
+      if (typeof v !== 'string') throw new ServiceError('INVALID_ARGUMENT', `${field}: must be a string or null`, { field });
+      if (v.trim() === '') throw new ServiceError('INVALID_ARGUMENT', `${field}: must not be empty (send null to remove the script)`, { field });
+      if (v.length > MAX_SCRIPT_CHARS) throw new ServiceError('INVALID_ARGUMENT', `${field}: must have at most ${MAX_SCRIPT_CHARS} characters`, { field });
+      if (v.includes('\0')) throw new ServiceError('INVALID_ARGUMENT', `${field}: must not contain NUL`, { field });
+    }
+    const cur = this.scripts(id);
+    const setup = scripts.setupScript === undefined ? cur.setupScript : scripts.setupScript;
+    const maintenance = scripts.maintenanceScript === undefined ? cur.maintenanceScript : scripts.maintenanceScript;
+    this.db.prepare('UPDATE environments SET setup_script = ?, maintenance_script = ? WHERE id = ?').run(setup, maintenance, id);
+    return { environmentId: id, setupScript: setup, maintenanceScript: maintenance };
   }
 
   /**

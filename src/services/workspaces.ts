@@ -11,7 +11,7 @@
  * hooks, fsmonitor and other config that executes programs.
  */
 import { join } from 'node:path';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import type { DB } from '../store/db.js';
 import type { Statement } from 'better-sqlite3';
 import type { Config } from '../core/config.js';
@@ -35,6 +35,9 @@ import type { RepoCredentialStore } from './repo-credentials.js';
 import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
 import { gitFailure, runEphemeralGit, type EphemeralGitOptions } from './git-ephemeral.js';
 import type { HookRunner } from './extensions/hook-runner.js';
+import { openFromTemplate, type TemplateHost, type TemplateOpen } from './templates/open.js';
+import { detach as detachTemplateDisk } from './templates/store.js';
+import type { TemplateService } from './templates/service.js';
 
 /** What a fork copies of its source workspace (WorkspaceService.forkTemplate); kept with a checkpoint. */
 export interface ForkTemplate {
@@ -109,6 +112,8 @@ interface Deps {
   hooks?: HookRunner;
   /** The per-workspace lock shared with the git tools (core/locks.ts). */
   locks: WorkspaceLocks;
+  /** Setup that runs once (docs/templates.md): opens with an environment that has a setup script start from a template. */
+  templates?: TemplateService;
   /** Other services clean up their records of a workspace when it is removed (run in order, failures logged). */
   onClose?: Array<(id: string) => Promise<void>>;
 }
@@ -435,6 +440,8 @@ export class WorkspaceService {
         );
     }
     const profile: NetworkProfile = openArgs.networkProfile ?? 'network-none';
+    // An environment with a setup script: the workspace starts from a template (docs/templates.md).
+    const plan = envId && this.deps.templates ? this.deps.templates.plan(envId, repo.url, { ref: openArgs.ref ?? null, fetchDepth: openArgs.fetchDepth ?? null, shallowSince: openArgs.shallowSince ?? null }) : null;
     // A spare sandbox started ahead of time (its daemon up, its filesystem mounted) when this open can use one.
     const spare = this.takeSpareSandbox(profile, envId);
     const id = spare?.id ?? newId('workspace');
@@ -453,23 +460,34 @@ export class WorkspaceService {
       let sandbox: Promise<SandboxHandle> | undefined;
       const t0 = Date.now();
       const took: Record<string, number> = {};
+      let template: TemplateOpen | undefined;
       try {
-        progress(0, 3, `cloning ${repo.url}`);
-        // The workspace sandbox (its daemon's start-up is most of an open's fixed cost) was started
-        // ahead of time (the spare), or starts now while the clone runs: both only need the
-        // workspace's filesystem, and the daemon touches nothing in the checkout until it is asked to.
-        if (spare) void rm(this.spareFile, { force: true }); // the workspace's row now names it
-        // A spare's filesystem was mounted when it was made (checked again only if that failed).
-        await (spare ? spare.disk.catch(() => this.ensureDisk(id)) : this.ensureDisk(id));
-        took.diskMs = Date.now() - t0;
-        sandbox = spare ? this.adoptSpare(id, spare.ready) : this.startSandbox(this.get(id));
-        sandbox.then(() => (took.sandboxReadyMs = Date.now() - t0)).catch(() => undefined); // awaited below, or by the cleanup
-        const { head, branch } = await this.clone(id, repo, openArgs, signal);
-        took.clonedMs = Date.now() - t0;
-        progress(1, 3, 'starting the sandbox');
-        await sandbox;
-        progress(2, 3, 'reading the checkout');
-        this.update(id, { state: 'active', head_oid: head, branch });
+        if (plan) {
+          // From a template: its image copied (built first when none matches), then the
+          // workspace's own sandbox, then the maintenance script (templates/open.ts).
+          template = await openFromTemplate(this.templateHost(repo, openArgs), id, plan, progress, signal);
+          sandbox = Promise.resolve(template.sandbox);
+        }
+        if (!template) {
+          progress(0, 3, `cloning ${repo.url}`);
+          // The workspace sandbox (its daemon's start-up is most of an open's fixed cost) was started
+          // ahead of time (the spare), or starts now while the clone runs: both only need the
+          // workspace's filesystem, and the daemon touches nothing in the checkout until it is asked to.
+          if (spare) void rm(this.spareFile, { force: true }); // the workspace's row now names it
+          // A spare's filesystem was mounted when it was made (checked again only if that failed).
+          await (spare ? spare.disk.catch(() => this.ensureDisk(id)) : this.ensureDisk(id));
+          took.diskMs = Date.now() - t0;
+          sandbox = spare ? this.adoptSpare(id, spare.ready) : this.startSandbox(this.get(id));
+          sandbox.then(() => (took.sandboxReadyMs = Date.now() - t0)).catch(() => undefined); // awaited below, or by the cleanup
+          const { head, branch } = await this.clone(id, repo, openArgs, signal);
+          took.clonedMs = Date.now() - t0;
+          progress(1, 3, 'starting the sandbox');
+          await sandbox;
+          progress(2, 3, 'reading the checkout');
+          this.update(id, { head_oid: head, branch });
+        }
+        const head = this.get(id).headOid;
+        this.update(id, { state: 'active' });
         this.setOption(id, 'cloneOid', head);
         this.deps.principals.setActiveWorkspace(principal, id);
         // Repository extensions (issue #19): the workspace's skill configuration, then activated on_workspace_open hooks (reported, never fatal).
@@ -480,7 +498,7 @@ export class WorkspaceService {
         // start, the heavier part) a moment later, out of the way of this workspace's first commands.
         this.prepareSpareDisk();
         this.scheduleSpareSandbox();
-        return { ...this.describe(this.get(id)), ...(hooks ? { hooks: [hooks] } : {}) };
+        return { ...this.describe(this.get(id)), ...(hooks ? { hooks: [hooks] } : {}), ...(template ? { template: template.result } : {}) };
       } catch (err) {
         await sandbox?.catch(() => undefined);
         await this.stopSandbox(id);
@@ -490,6 +508,57 @@ export class WorkspaceService {
         throw err;
       }
     });
+  }
+
+  /** What an open from a template works with (templates/open.ts): this service's own steps, lent. */
+  private templateHost(repo: ParsedRepoUrl, openArgs: OpenArgs): TemplateHost {
+    return {
+      templates: this.deps.templates!,
+      ref: openArgs.ref ?? null,
+      imagePath: (id) => this.imageOf(id),
+      rootDir: (id) => this.rootDir(id),
+      ensureDisk: (id) => this.ensureDisk(id),
+      clone: (id, signal) => this.clone(id, repo, openArgs, signal),
+      remoteOid: (id, signal) => this.remoteOid(id, repo, openArgs.ref, signal),
+      // The setup sandbox: the workspace user, dependency-access, the entries given (setup-only included), no managed packages.
+      startSetupSandbox: async (id, env) =>
+        this.deps.executor.create({ id, rootDir: this.rootDir(id), limits: this.sandboxLimits, network: await this.startWorkspaceProxy(id, 'dependency-access'), env, mounts: [] }),
+      startWorkspaceSandbox: (id) => this.startSandbox(this.get(id)),
+      exec: (h, req, onOutput, signal) => this.deps.executor.exec(h, req, onOutput, signal),
+      stopSandbox: async (id, h) => {
+        if (h) await this.deps.executor.destroy(h);
+        await this.egress.stop(id);
+      },
+      detachDisk: async (id) => (await detachTemplateDisk(this.rootDir(id)), this.imageOf(id)),
+      removeFiles: (id) => this.removeFiles(id),
+      noteHead: (id, head, branch) => this.update(id, { head_oid: head, branch }),
+    };
+  }
+
+  /**
+   * The commit a ref names on the repository now (git ls-remote in a short-lived sandbox with the
+   * repository host's network and credential, in an empty root-owned directory). A full commit id
+   * is its own answer; a short one gives null (reading it needs a fetch).
+   */
+  private async remoteOid(id: string, repo: ParsedRepoUrl, ref: string | undefined, signal: AbortSignal): Promise<string | null> {
+    if (ref && SHA_RE.test(ref)) return ref.length === 40 || ref.length === 64 ? ref : null;
+    const dir = await mkdtemp(join(this.deps.config.dataDir, 'run', 'lsr-'));
+    try {
+      await chmod(dir, 0o755);
+      const script = ref ? `${GIT_BIN} ls-remote "$REPO" "refs/heads/$REF" "refs/tags/$REF"` : `${GIT_BIN} ls-remote "$REPO" HEAD`;
+      const r = await runEphemeralGit(
+        { executor: this.deps.executor, egress: this.egress, repoCredentials: this.deps.repoCredentials, repos: this.deps.repos, runDir: join(this.deps.config.dataDir, 'run'), ...this.ids },
+        { id, repoDir: dir, limits: this.sandboxLimits },
+        script,
+        { neutralise: false, repo, env: { REPO: repo.url, REF: ref ?? '' }, signal, timeoutMs: 120_000 },
+      );
+      if (r.exitCode !== 0) throw gitFailure('ls-remote', r);
+      const refs = new Map(r.stdout.trim().split('\n').map((l) => l.split('\t') as [string, string]).map(([oid, name]) => [name, oid]));
+      const oid = ref ? (refs.get(`refs/heads/${ref}`) ?? refs.get(`refs/tags/${ref}^{}`) ?? refs.get(`refs/tags/${ref}`)) : refs.get('HEAD');
+      return oid && SHA_RE.test(oid) ? oid : null;
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   }
 
   /** Clones into the workspace's filesystem; returns the checked-out commit and branch (null when detached), read by the same script. */
@@ -802,8 +871,8 @@ export class WorkspaceService {
   }
 
   /** The host file of a workspace's filesystem (the driver's storage keeps it; requireImages checked it can). */
-  private async imageOf(id: string): Promise<string> {
-    const img = await this.deps.executor.storage!.image!(id);
+  private imageOf(id: string): string {
+    const img = this.deps.executor.storage?.image?.(id);
     if (!img) throw new ServiceError('FAILED_PRECONDITION', 'checkpoints and forks need each workspace on its own filesystem (--sandbox-disk-mb above 0)', { setting: 'sandboxDiskMb' });
     return img;
   }
@@ -829,7 +898,7 @@ export class WorkspaceService {
       const h = w.state === 'active' ? this.handles.get(id) : undefined;
       const running = h && this.deps.executor.whileFrozen && (await this.deps.executor.alive(h));
       const freeze = <R>(f: () => Promise<R>) => (running ? this.deps.executor.whileFrozen!(h!, f) : f().then((value) => ({ value, frozen: false })));
-      return fn(w, { rootDir: this.rootDir(id), image: await this.imageOf(id), freeze });
+      return fn(w, { rootDir: this.rootDir(id), image: this.imageOf(id), freeze });
     });
   }
 
@@ -843,7 +912,7 @@ export class WorkspaceService {
     this.requireImages(field);
     return this.locked(id, async () => {
       const w = this.usable(id, field);
-      const img = await this.imageOf(id);
+      const img = this.imageOf(id);
       const tmp = `${img}.restore`;
       await rm(tmp, { force: true });
       try {
@@ -898,7 +967,7 @@ export class WorkspaceService {
         new Date(now).toISOString(), new Date(now).toISOString(), lease, hard);
     return this.locked(id, async () => {
       try {
-        const filled = await fill(await this.imageOf(id));
+        const filled = await fill(this.imageOf(id));
         await this.ensureDisk(id);
         await this.startSandbox(this.get(id));
         this.update(id, { state: 'active' });
@@ -1022,6 +1091,15 @@ export class WorkspaceService {
       this.deps.db.prepare('DELETE FROM workspaces WHERE id = ?').run(id);
     }
     await this.reap();
+    // Template builds a stop interrupted: failed, their files removed (docs/templates.md).
+    await this.deps.templates
+      ?.recover({
+        discard: async (id) => {
+          await this.deps.executor.destroy(this.handleById(id)).catch((e) => this.deps.log.warn({ err: e, template: id }, 'stopping the sandbox of an interrupted template build failed'));
+          await this.removeFiles(id);
+        },
+      })
+      .catch((e) => this.deps.log.error({ err: e }, 'cleaning up interrupted template builds failed'));
     // A spare workspace sandbox an earlier runner left (no open took it): stopped and removed.
     const left = await readFile(this.spareFile, 'utf8').then((t) => (JSON.parse(t) as { id?: unknown }).id, () => undefined);
     if (typeof left === 'string' && /^[A-Za-z0-9_-]{1,100}$/.test(left) && !this.deps.db.prepare('SELECT 1 FROM workspaces WHERE id = ?').get(left)) await this.discardSpare(left, undefined);

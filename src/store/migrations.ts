@@ -30,6 +30,7 @@
  *   services/backups (0025) backups
  *   services/checkpoints (0027) checkpoints
  *   services/previews (0028) previews
+ *   services/templates (0029) workspace_templates; environments.setup_script/maintenance_script; env_entries.setup_only
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
@@ -48,6 +49,7 @@ import { m0025 } from './migrations/0025-backups.js';
 import { m0027 } from './migrations/0027-checkpoints.js';
 import { m0028 } from './migrations/0028-previews.js';
 import { m0024 } from './migrations/0024-knowledge-fts-recipe.js';
+import { m0029 } from './migrations/0029-templates.js';
 
 export interface Migration {
   version: number;
@@ -367,4 +369,5 @@ export const MIGRATIONS: Migration[] = [
   m0027,
   m0028,
   m0024,
+  m0029,
 ];

@@ -24,6 +24,8 @@ const BENCHES: Record<string, RegExp[]> = {
     /checkpoint of a workspace holding \d+ MB \(source image [\d.]+ MB on disk\): [\d.]+ ms \(frozen \d+ ms\), disk added [\d.]+ MB \([\d.]+ %\), copyMode (copy|reflink)/,
     /fork from that checkpoint: [\d.]+ ms, disk added [\d.]+ MB .*fork of the live workspace: [\d.]+ ms \(frozen \d+ ms\), disk added [\d.]+ MB/,
     /goal \(issue #33\): checkpoint and fork .*: (met|NOT met|not applicable: .*)/,
+    /setup that runs once: warm template open to first result median [\d.]+ ms; cold open \+ npm install median [\d.]+ ms; bare open median [\d.]+ ms/,
+    /goal \(issue #33 item 3\): warm template open within 1\.5x of a bare open: [\d.]+x; (met|NOT met)/,
   ],
   'bench/files': [/grep_search, rare pattern .*ratio [\d.]+x/, /symbols_search: cold index build [\d.]+ ms/, /files_read 1 MiB utf-8: median [\d.]+ ms .*ratio [\d.]+x/, /goal: files_read 1 MiB utf-8 .*within 2x the daemon alone: [\d.]+x .*: (met|NOT met)/, /files_read 1 MiB base64: service CPU per read on the wire \(no goal\): \d+ us \(user \d+, system \d+\) over \d+ calls/, /files_read handoff \(the runner reads the daemon's open descriptor\): taken [1-9]\d*, refused 0/, /1 MiB results on the wire \(no goal\): files_read [\d.]+ ms .*exec_run [\d.]+ ms .*git_diff [\d.]+ ms/],
   // In smoke mode a handful of requests: an added p99 (a difference of two p99s) can come out below zero, for either gateway.
