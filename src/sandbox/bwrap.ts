@@ -56,6 +56,7 @@ import { ServiceError } from '../core/errors.js';
 import { CgroupManager, favorDynamicCgroupModifications, type SandboxCgroup } from './cgroups.js';
 import { DaemonClient } from './client.js';
 import { HeadTailCapture } from './daemon/output.js';
+import { execParams } from './exec-params.js';
 import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type FsReadParams, type FsReadReply, type ParamsOf, type ReplyOf } from './daemon/protocol.js';
 import { FileHandoff, type DescriptorCalls } from './handoff.js';
 import {
@@ -433,15 +434,7 @@ export class BwrapExecutor implements Executor {
   ): Promise<ExecResult> {
     const client = this.client(h);
     const params: ExecParams = {
-      argv: req.argv,
-      command: req.command,
-      cwd: req.cwd,
-      env: req.env,
-      stdin: req.stdin === undefined ? undefined : Buffer.from(req.stdin).toString('base64'),
-      timeoutMs: req.timeoutMs,
-      maxOutputBytes: req.maxOutputBytes,
-      killGraceMs: req.killGraceMs,
-      stream: onOutput !== undefined,
+      ...execParams(req, onOutput !== undefined),
       hold: cg !== undefined && spare === undefined,
       spare: spare?.id,
     };

@@ -260,16 +260,11 @@ export class PreviewGate {
       return void res.end();
     }
     let upstream: Socket;
-    let release: () => void = () => undefined;
     try {
-      release = this.slot(resolved.row.id);
-      const h = await this.deps.handle(resolved.row.workspace_id);
-      upstream = await this.deps.relay(h, resolved.row.port);
+      upstream = await this.openRelay(resolved);
     } catch (err) {
-      release();
       return this.fail(res, err);
     }
-    upstream.once('close', release);
     this.counts.requests++;
     this.track(resolved.row.id, [upstream, req.socket], this.deps.previews.remainingMs(resolved, segment));
     const out = httpRequest({
@@ -296,6 +291,19 @@ export class PreviewGate {
     req.pipe(out);
   }
 
+  /** A connection slot of the preview, then a relay to its port through the workspace's daemon; the slot is freed when the relay closes, or at once when it cannot be opened. */
+  private async openRelay(resolved: ResolvedLink): Promise<Socket> {
+    const release = this.slot(resolved.row.id);
+    try {
+      const upstream = await this.deps.relay(await this.deps.handle(resolved.row.workspace_id), resolved.row.port);
+      upstream.once('close', release);
+      return upstream;
+    } catch (err) {
+      release();
+      throw err;
+    }
+  }
+
   /** A WebSocket (or any Upgrade) under /p/: the same checks, then raw bytes both ways. */
   async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, onTrusted: () => void): Promise<void> {
     const refuse = (err: unknown): void => {
@@ -317,16 +325,11 @@ export class PreviewGate {
     }
     onTrusted();
     let upstream: Socket;
-    let release: () => void = () => undefined;
     try {
-      release = this.slot(resolved.row.id);
-      const h = await this.deps.handle(resolved.row.workspace_id);
-      upstream = await this.deps.relay(h, resolved.row.port);
+      upstream = await this.openRelay(resolved);
     } catch (err) {
-      release();
       return refuse(err);
     }
-    upstream.once('close', release);
     if (socket.destroyed) return void upstream.destroy();
     this.counts.upgrades++;
     this.track(resolved.row.id, [upstream, socket], this.deps.previews.remainingMs(resolved, segment));

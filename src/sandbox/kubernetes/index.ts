@@ -24,7 +24,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { V1Pod } from '@kubernetes/client-node';
 import { ServiceError } from '../../core/errors.js';
 import { DaemonClient } from '../client.js';
-import type { DaemonMethod, ExecParams, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
+import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
+import { execParams } from '../exec-params.js';
 import type { EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
 import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
 import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
@@ -173,17 +174,7 @@ export class KubernetesExecutor implements Executor {
   }
 
   async exec(h: SandboxHandle, req: ExecRequest, onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void, signal?: AbortSignal): Promise<ExecResult> {
-    const params: ExecParams = {
-      argv: req.argv,
-      command: req.command,
-      cwd: req.cwd,
-      env: req.env,
-      stdin: req.stdin === undefined ? undefined : Buffer.from(req.stdin).toString('base64'),
-      timeoutMs: req.timeoutMs,
-      maxOutputBytes: req.maxOutputBytes,
-      killGraceMs: req.killGraceMs,
-      stream: onOutput !== undefined,
-    };
+    const params = execParams(req, onOutput !== undefined);
     const onEvent = (event: string, data: unknown): void => {
       if ((event === 'stdout' || event === 'stderr') && typeof data === 'string') onOutput?.(event, Buffer.from(data, 'base64'));
     };
