@@ -1,12 +1,12 @@
 /**
  * The byte relay between two sockets that every bridging process uses (the runner's gateway relay
- * for agents, the agent runtime's loopback bridge, the egress proxy's tunnels): bytes both ways,
+ * for agents, a preview's WebSocket, the agent runtime's loopback bridge, the egress proxy's tunnels): bytes both ways,
  * and when either side closes or fails, both are destroyed. Lives in contracts/ because the agent
  * runtime, which imports nothing of the runner, mounts it too.
  */
-import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 
-export function splice(a: Socket, b: Socket): () => void {
+export function splice(a: Duplex, b: Duplex): () => void {
   const teardown = (): void => {
     a.destroy();
     b.destroy();

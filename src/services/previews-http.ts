@@ -12,6 +12,7 @@
  * token are never passed on to the workspace's server; cookies the server sets are confined to its
  * link's path.
  */
+import { splice } from '../contracts/splice.js';
 import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
@@ -347,16 +348,7 @@ export class PreviewGate {
       socket.write(text + '\r\n');
       if (upHead.length) socket.write(upHead);
       if (head.length) up.write(head);
-      const teardown = (): void => {
-        socket.destroy();
-        up.destroy();
-      };
-      up.on('error', teardown);
-      socket.on('error', teardown);
-      up.on('close', teardown);
-      socket.on('close', teardown);
-      up.pipe(socket);
-      socket.pipe(up);
+      splice(up, socket);
     });
     out.on('response', (answer) => {
       // The server would not upgrade: its answer goes back as it is, and the connection ends.
