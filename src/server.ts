@@ -115,7 +115,11 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
       if (!app.executor.relay) throw new ServiceError('NOT_SUPPORTED', 'this executor cannot relay to a workspace port');
       return app.executor.relay(h, port);
     },
-    ownerBearer: (t) => app.auth.verifyBearer(t) !== null || app.oauth.verifyAccess(t) !== null,
+    // A token (or OAuth grant) opens an owner link only if it may use previews: one narrowed to other toolsets may not.
+    ownerBearer: (t) => {
+      const access = app.auth.verifyBearerAccess(t)?.access ?? app.oauth.verifyAccess(t)?.access;
+      return access !== undefined && (access.toolsets === null || access.toolsets.includes('previews'));
+    },
     ownerSession: (id) => app.auth.getSession(id) !== null,
     log: app.log,
   });

@@ -10,7 +10,7 @@ import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { call, connectV2, httpRequest, type Service } from './harness.js';
+import { call, connectV2, httpRequest, runCli, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -166,6 +166,19 @@ describe('preview links', () => {
     expect((await fetch(`${preview.url}`)).status).toBe(401);
     expect((await fetch(`${preview.url}`, { headers: { authorization: 'Bearer nope' } })).status).toBe(401);
     expect((await wsRoundTrip(`${preview.url}ws`)).status).toBe(401);
+  });
+
+  it('refuses a token narrowed to other toolsets; one narrowed to previews (read-only) opens the owner link', async () => {
+    const make = async (toolsets: string, readOnly: boolean) => {
+      const r = await runCli(['token', 'create', '--name', `preview-${toolsets}`, '--toolsets', toolsets, ...(readOnly ? ['--read-only'] : []), '--json', '--data-dir', svc.dataDir]);
+      if (r.code !== 0) throw new Error(r.stderr);
+      return (JSON.parse(r.stdout) as { token: string }).token;
+    };
+    const files = await make('files', false);
+    expect((await fetch(`${preview.url}`, { headers: { authorization: `Bearer ${files}` } })).status).toBe(401);
+    expect((await wsRoundTrip(`${preview.url}ws`, { authorization: `Bearer ${files}` })).status).toBe(401);
+    const viewer = await make('previews', true);
+    expect((await fetch(`${preview.url}`, { headers: { authorization: `Bearer ${viewer}` } })).status).toBe(200);
   });
 
   it('refuses a link without its signature, with an altered one, and a signature for one port used on another', async () => {
