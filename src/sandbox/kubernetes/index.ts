@@ -32,6 +32,8 @@ import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manif
 import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
 import type { KubernetesExecutorOptions } from './options.js';
 import { ExecRelay } from './relay.js';
+import { openRelay } from '../relay.js';
+import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
 
@@ -46,6 +48,8 @@ export class KubernetesExecutor implements Executor {
   /** rootDir → claim name, for mapping short-lived sandboxes' binds onto a workspace's claim. */
   private readonly roots = new Map<string, { claim: string; pod: string }>();
   private kind: Promise<WorkspaceKind> | undefined;
+  /** The Sandbox resource, when the cluster serves agent-sandbox (workspaceKind()). */
+  private sandboxes: SandboxObjects | undefined;
 
   constructor(
     private readonly o: KubernetesExecutorOptions,
@@ -65,8 +69,9 @@ export class KubernetesExecutor implements Executor {
   }
 
   /**
-   * Whether the agent-sandbox CRDs (agents.x-k8s.io) are installed. This driver makes Pods and
-   * claims either way and says so: Sandbox objects with a volume claim template are not built yet.
+   * Whether the agent-sandbox CRDs (agents.x-k8s.io) are installed, asked once through discovery
+   * and said once: with them a workspace is a `Sandbox` (sandbox-objects.ts) of the newest
+   * version the cluster serves; without them a Pod with a PersistentVolumeClaim.
    */
   workspaceKind(): Promise<WorkspaceKind> {
     this.kind ??= (async () => {
@@ -74,15 +79,32 @@ export class KubernetesExecutor implements Executor {
       const groups = await this.k.apis.getAPIVersions().catch((err: unknown) => {
         throw asServiceError(err, 'discovery');
       });
-      const has = groups.groups.some((g) => g.name === 'agents.x-k8s.io');
+      const served = groups.groups.find((g) => g.name === AGENTS_GROUP)?.versions.map((v) => v.version) ?? [];
+      const version = pickSandboxVersion(served);
+      if (version) {
+        this.sandboxes = await SandboxObjects.connect(this.k.kc, this.ns, version);
+        this.onNote(`kubernetes executor: workspaces are agent-sandbox Sandbox objects (${AGENTS_GROUP}/${version}) with a volume claim template; short-lived sandboxes are plain Pods`);
+        return 'agent-sandbox' as const;
+      }
       this.onNote(
-        has
-          ? 'kubernetes executor: agent-sandbox (agents.x-k8s.io) is installed; workspaces are still Pods with a PersistentVolumeClaim (Sandbox objects are not built yet)'
+        served.length > 0
+          ? `kubernetes executor: workspaces are Pods with a PersistentVolumeClaim (${AGENTS_GROUP} serves ${served.join(', ')}, none of ${SANDBOX_VERSIONS.join(', ')})`
           : 'kubernetes executor: workspaces are Pods with a PersistentVolumeClaim (no agent-sandbox CRDs in the cluster)',
       );
       return 'pod+pvc' as const;
     })();
+    this.kind.catch(() => (this.kind = undefined)); // a failed discovery is asked again next time
     return this.kind;
+  }
+
+  /**
+   * Which kind this workspace is: a Sandbox when the cluster has them, unless the workspace
+   * already has a Pod-path claim (made before the CRDs were installed: its files stay there).
+   */
+  private async kindOf(id: string): Promise<WorkspaceKind> {
+    if ((await this.workspaceKind()) === 'pod+pvc') return 'pod+pvc';
+    const podClaim = await orNull(this.k.core.readNamespacedPersistentVolumeClaim({ name: objectName(id), namespace: this.ns }));
+    return podClaim ? 'pod+pvc' : 'agent-sandbox';
   }
 
   private relayPath(id: string): string {
@@ -95,7 +117,7 @@ export class KubernetesExecutor implements Executor {
     if (spec.mounts?.length) {
       throw new ServiceError('NOT_SUPPORTED', 'mounts: host directories cannot be bound into a Kubernetes Pod (managed-package releases need the workspace image to carry them)', { field: 'mounts' });
     }
-    await this.workspaceKind();
+    if ((await this.kindOf(spec.id)) === 'agent-sandbox') return this.createSandbox(spec);
     const name = objectName(spec.id);
     this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
     await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(name, spec.id, this.o) }));
@@ -113,6 +135,66 @@ export class KubernetesExecutor implements Executor {
       throw asServiceError(err, 'create pod');
     });
     return this.attach(spec.id, name, true);
+  }
+
+  /**
+   * create() as a Sandbox: its NetworkPolicy first (the Pod never runs without it), then the
+   * Sandbox (or the existing one resumed, its pod template brought up to date), then its Pod
+   * running (the controller makes it) and the daemon's ping through the relay, as on the Pod path.
+   */
+  private async createSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
+    const sb = this.sandboxes!;
+    const name = objectName(spec.id);
+    const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
+    this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod: name });
+    await this.applyPolicy(name, spec.id, spec.network);
+    const body = sandboxManifest({ name, id: spec.id, version: sb.version, limits: spec.limits, env: spec.env, o: this.o });
+    let existing = await sb.get(name);
+    if (existing?.metadata.deletionTimestamp) {
+      // A destroy still under way: a new Sandbox of the same name waits for it to go.
+      for (let delay = 100; existing; delay = Math.min(delay * 2, 2_000)) {
+        if (Date.now() > deadline) throw new ServiceError('DEADLINE_EXCEEDED', `sandbox ${name} is still being deleted`, { sandbox: name });
+        await sleep(delay);
+        existing = await sb.get(name);
+      }
+    }
+    if (!existing) {
+      await sb.create(body);
+    } else if (isSuspended(existing)) {
+      await sb.setRunning(name, true, body.spec.podTemplate);
+    } else {
+      const h = await this.recover(spec);
+      if (h) return h;
+      // Its Pod ended (the daemon's orphan grace) or does not answer: the controller makes a new one.
+      await sb.setRunning(name, true, body.spec.podTemplate);
+      await this.deletePod(sandboxPodName(existing));
+    }
+    const pod = await this.waitSandboxPod(name, deadline);
+    this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod });
+    return this.attach(spec.id, pod, false);
+  }
+
+  /**
+   * Polls the Sandbox and its Pod (two GETs a step, backing off to 2 s) until the Pod runs; the
+   * controller makes the Pod, so an absent one is waited for. A Pod that ended ends the wait.
+   */
+  private async waitSandboxPod(name: string, deadline: number): Promise<string> {
+    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
+      const s = await this.sandboxes!.get(name);
+      if (!s || s.metadata.deletionTimestamp) throw new ServiceError('UNAVAILABLE', `sandbox ${name} is gone`, { sandbox: name });
+      const podName = sandboxPodName(s);
+      const p = await orNull(this.k.core.readNamespacedPod({ name: podName, namespace: this.ns }));
+      const phase = p && !p.metadata?.deletionTimestamp ? p.status?.phase : undefined;
+      if (phase === 'Running') return podName;
+      if (phase === 'Failed' || phase === 'Succeeded') {
+        throw new ServiceError('FAILED_PRECONDITION', `pod ${podName} of sandbox ${name} ended before its daemon answered (${phase}${p?.status?.message ? `: ${p.status.message}` : ''})`, { sandbox: name, pod: podName, phase });
+      }
+      if (Date.now() > deadline) {
+        const ready = readyCondition(s);
+        throw new ServiceError('DEADLINE_EXCEEDED', `the pod of sandbox ${name} was not running in time (${ready ? `Ready ${ready.status}, ${ready.reason ?? ''}${ready.message ? `: ${ready.message}` : ''}` : 'no Ready condition yet'})`, { sandbox: name, pod: podName, reason: ready?.reason ?? null });
+      }
+      await sleep(delay);
+    }
   }
 
   /** Waits for the Pod to run, opens the relay and waits for the daemon's ping. */
@@ -192,6 +274,16 @@ export class KubernetesExecutor implements Executor {
     return this.client(h).request(method, params, opts);
   }
 
+  /**
+   * Preview URLs (issue #33): the daemon's relay mode (../relay.ts, daemon/relay.ts) through a new
+   * connection to the runner-local relay socket, so one exec stream running the stdio bridge in the
+   * Pod: a byte pipe to 127.0.0.1:<port> inside the Pod, checked by the daemon as under
+   * bubblewrap. The Pod keeps no inbound network (its NetworkPolicy denies ingress).
+   */
+  relay(h: SandboxHandle, port: number): Promise<import('node:net').Socket> {
+    return openRelay(h.socketPath, port);
+  }
+
   private async deletePod(name: string): Promise<void> {
     await deleteIfPresent(this.k.core.deleteNamespacedPod({ name, namespace: this.ns, gracePeriodSeconds: 0 }));
   }
@@ -203,10 +295,19 @@ export class KubernetesExecutor implements Executor {
     this.relays.delete(id);
   }
 
+  /** The workspace's Sandbox, when it is one (agent-sandbox installed and the object exists). */
+  private async sandboxOf(id: string): Promise<SandboxObject | null> {
+    if ((await this.workspaceKind()) !== 'agent-sandbox') return null;
+    return this.sandboxes!.get(objectName(id));
+  }
+
+  /** The Pod path: delete the Pod. A Sandbox: suspend it (the claim stays) and delete its Pod now. */
   async stop(h: SandboxHandle): Promise<void> {
     await this.clientsReady;
     await this.detach(h.id);
-    await this.deletePod(objectName(h.id));
+    const sb = await this.sandboxOf(h.id);
+    if (sb) await this.sandboxes!.setRunning(sb.metadata.name, false);
+    await this.deletePod(sb ? sandboxPodName(sb) : objectName(h.id));
   }
 
   async alive(h: SandboxHandle): Promise<boolean> {
@@ -221,20 +322,34 @@ export class KubernetesExecutor implements Executor {
     await this.clientsReady;
     const name = objectName(h.id);
     await this.stop(h);
+    if (await this.sandboxOf(h.id)) {
+      // Its Pod and claim go with it (owner references); the claim is deleted here too, so the
+      // files are gone whatever the garbage collector's pace.
+      await this.sandboxes!.delete(name);
+      await deleteIfPresent(this.k.core.deleteNamespacedPersistentVolumeClaim({ name: sandboxClaimName(name), namespace: this.ns }));
+    }
     await deleteIfPresent(this.k.net.deleteNamespacedNetworkPolicy({ name, namespace: this.ns }));
     await deleteIfPresent(this.k.core.deleteNamespacedPersistentVolumeClaim({ name, namespace: this.ns }));
-    for (const [root, v] of this.roots) if (v.claim === name) this.roots.delete(root);
+    for (const [root, v] of this.roots) if (v.claim === name || v.claim === sandboxClaimName(name)) this.roots.delete(root);
   }
 
   async recover(spec: SandboxSpec): Promise<SandboxHandle | null> {
     await this.clientsReady;
     validateId(spec.id);
     const name = objectName(spec.id);
-    const p = await orNull(this.k.core.readNamespacedPod({ name, namespace: this.ns }));
+    let pod = name;
+    let claim = name;
+    const sb = await this.sandboxOf(spec.id);
+    if (sb) {
+      if (sb.metadata.deletionTimestamp || isSuspended(sb)) return null;
+      pod = sandboxPodName(sb);
+      claim = sandboxClaimName(name);
+    }
+    const p = await orNull(this.k.core.readNamespacedPod({ name: pod, namespace: this.ns }));
     if (!p || p.status?.phase !== 'Running' || p.metadata?.deletionTimestamp) return null;
     try {
-      const h = await this.attach(spec.id, name, false);
-      this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
+      const h = await this.attach(spec.id, pod, false);
+      this.roots.set(path.resolve(spec.rootDir), { claim, pod });
       return h;
     } catch {
       await this.detach(spec.id);
@@ -280,6 +395,7 @@ export class KubernetesExecutor implements Executor {
     const id = spec.id ?? `eph-${createHash('sha256').update(String(Math.random()) + Date.now()).digest('hex').slice(0, 16)}`;
     validateId(id);
     let claim: string | undefined;
+    let claimPod: string | undefined;
     for (const b of spec.binds) {
       const src = path.resolve(b.source);
       const root = this.roots.get(path.dirname(src));
@@ -290,13 +406,14 @@ export class KubernetesExecutor implements Executor {
       }
       if (claim && claim !== root.claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a short-lived Pod mounts one workspace claim', { field: 'binds' });
       claim = root.claim;
+      claimPod = root.pod;
     }
     const name = objectName(id);
     const scratch = claim === undefined;
     if (scratch) claim = name;
     const started = Date.now();
     let nodeName: string | undefined;
-    if (!scratch) nodeName = (await orNull(this.k.core.readNamespacedPod({ name: claim!, namespace: this.ns })))?.spec?.nodeName;
+    if (!scratch) nodeName = (await orNull(this.k.core.readNamespacedPod({ name: claimPod ?? claim!, namespace: this.ns })))?.spec?.nodeName;
     try {
       if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
       await this.applyPolicy(name, id, spec.network);
