@@ -1,0 +1,237 @@
+/**
+ * The Kubernetes executor driver with agent-sandbox installed (issue #34 item 1): the fixture API
+ * server serves agents.x-k8s.io and runs a Sandbox controller (test/fixtures/kube-apiserver/
+ * agent-sandbox.ts). A workspace is a Sandbox whose controller makes the Pod and the claim; stop
+ * suspends it, create resumes it, a new driver recovers it, destroy deletes it with what it owns.
+ * Previews (issue #33): relay() reaches a port a process in the Pod listens on, and nothing else.
+ * kubectl sees the Sandbox. Needs root (each Pod is a bubblewrap sandbox) and a build.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
+import { objectName } from '../../src/sandbox/kubernetes/names.js';
+import { claimManifest } from '../../src/sandbox/kubernetes/manifests.js';
+import type { SandboxHandle, SandboxSpec } from '../../src/sandbox/executor.js';
+import { startKubeApiServer, type KubeApiServer } from '../fixtures/kube-apiserver/index.js';
+import { nameHash, NAME_HASH_LABEL } from '../fixtures/kube-apiserver/agent-sandbox.js';
+import { assertDaemonBuilt, isRoot } from './helpers.js';
+
+const LIMITS = { memoryBytes: 512 * 1024 * 1024, pidsMax: 256, cpuQuotaPercent: 100 };
+type Obj = { metadata: { name: string; uid: string; labels?: Record<string, string>; ownerReferences?: { kind: string; name: string; uid: string; controller?: boolean }[] }; spec: Record<string, unknown>; status?: { conditions?: { type: string; status: string; reason: string }[] } };
+
+async function until<T>(fn: () => T | undefined | Promise<T | undefined>, what: string, ms = 60_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** An HTTP/1.0 GET through a relayed socket; the whole answer. */
+async function httpGet(sock: Socket): Promise<string> {
+  const chunks: Buffer[] = [];
+  sock.on('data', (d: Buffer) => chunks.push(d));
+  sock.resume();
+  sock.write('GET / HTTP/1.0\r\nHost: preview\r\n\r\n');
+  await new Promise((resolve) => sock.on('close', resolve));
+  return Buffer.concat(chunks).toString();
+}
+
+function kubectl(api: KubeApiServer, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn('kubectl', ['--kubeconfig', api.kubeconfig, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HOME: path.dirname(api.kubeconfig) } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
+}
+
+describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture API server)', () => {
+  let api: KubeApiServer;
+  let base: string;
+  let ex: KubernetesExecutor;
+  let spec: SandboxSpec;
+  let h: SandboxHandle;
+  let sandboxUid: string;
+  const notes: string[] = [];
+  const name = objectName('ws_SbxTest1');
+  const driver = (): KubernetesExecutor =>
+    new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: 'default', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run'), egressProxySelector: { app: 'atelier-egress' } }, (m) => notes.push(m));
+
+  beforeAll(async () => {
+    assertDaemonBuilt();
+    api = await startKubeApiServer({ agentSandbox: true });
+    base = mkdtempSync('/tmp/atl-k8s-sbx-');
+    ex = driver();
+    spec = { id: 'ws_SbxTest1', rootDir: path.join(base, 'workspaces', 'ws_SbxTest1'), limits: LIMITS, network: 'none', env: { PROJECT: 'sandboxed' } };
+  });
+  afterAll(async () => {
+    await ex?.close();
+    await api?.close();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  it('create makes a Sandbox (pod template and volume claim template of the Pod path); its controller makes the Pod and claim; says so', async () => {
+    h = await ex.create(spec);
+    expect(h).toMatchObject({ id: spec.id, pid: -1 });
+    expect(notes.join('\n')).toContain('workspaces are agent-sandbox Sandbox objects (agents.x-k8s.io/v1beta1)');
+    const sb = api.store.get('sandboxes', 'default', name) as unknown as Obj;
+    sandboxUid = sb.metadata.uid;
+    expect(sb.metadata.labels).toMatchObject({ 'atelier.dev/workspace': spec.id, 'app.kubernetes.io/managed-by': 'atelier' });
+    expect(sb.spec).toMatchObject({ operatingMode: 'Running', volumeClaimTemplates: [{ metadata: { name: 'data' }, spec: { accessModes: ['ReadWriteOnce'] } }] });
+    const tmpl = sb.spec.podTemplate as { spec: { securityContext: unknown; automountServiceAccountToken: boolean; containers: { securityContext: unknown; resources: { limits: unknown } }[] } };
+    expect(tmpl.spec.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 1000, seccompProfile: { type: 'RuntimeDefault' } });
+    expect(tmpl.spec.automountServiceAccountToken).toBe(false);
+    expect(tmpl.spec.containers[0]!.securityContext).toMatchObject({ allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
+    expect(tmpl.spec.containers[0]!.resources.limits).toMatchObject({ memory: String(LIMITS.memoryBytes), cpu: '1000m' });
+    // What the controller made: owned by the Sandbox, tracked by its name hash.
+    const pod = api.store.get('pods', 'default', name) as unknown as Obj;
+    expect(pod.metadata.ownerReferences).toEqual([expect.objectContaining({ kind: 'Sandbox', name, uid: sandboxUid, controller: true })]);
+    expect(pod.metadata.labels).toMatchObject({ [NAME_HASH_LABEL]: nameHash(name), 'atelier.dev/policy': name, 'atelier.dev/workspace': spec.id });
+    const claim = api.store.get('persistentvolumeclaims', 'default', `data-${name}`) as unknown as Obj;
+    expect(claim.metadata.ownerReferences?.[0]).toMatchObject({ kind: 'Sandbox', uid: sandboxUid });
+    expect(api.store.find('persistentvolumeclaims', 'default', name)).toBeUndefined();
+    // The deny-all policy selects the Pod through its label.
+    expect(api.store.get('networkpolicies', 'default', name).spec).toMatchObject({ podSelector: { matchLabels: { 'atelier.dev/policy': name } }, ingress: [], egress: [] });
+    await until(() => ((api.store.get('sandboxes', 'default', name) as unknown as Obj).status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' ? true : undefined), 'Ready=True');
+  });
+
+  it('exec and daemon requests reach the Sandbox Pod through the relay as on the Pod path', async () => {
+    const r = await ex.exec(h, { command: 'echo $PROJECT $(id -u) $(pwd)' });
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'sandboxed 1000 /workspace\n' });
+    await ex.request(h, 'fs.write', { path: 'kept.txt', content: 'kept across suspend\n' } as never);
+  });
+
+  it('kubectl get sandboxes lists it, with its Ready condition', async () => {
+    const list = await kubectl(api, ['get', 'sandboxes', '-o', 'name']);
+    expect(list.stdout.trim(), list.stderr).toBe(`sandbox.agents.x-k8s.io/${name}`);
+    const ready = await kubectl(api, ['get', 'sandbox', name, '-o', `jsonpath={.status.conditions[?(@.type=="Ready")].reason}`]);
+    expect(ready.stdout).toBe('DependenciesReady');
+    const byLabel = await kubectl(api, ['get', 'sandboxes', '-l', `atelier.dev/workspace=${spec.id}`, '-o', 'jsonpath={.items[*].spec.volumeClaimTemplates[0].metadata.name}']);
+    expect(byLabel.stdout).toBe('data');
+  });
+
+  it('relay (preview URLs) reaches an HTTP server listening in the Pod, and no other port', async () => {
+    await ex.exec(h, { command: `nohup node -e "require('http').createServer((q,s)=>s.end('hello from the pod')).listen(8431,'127.0.0.1')" >/dev/null 2>&1 &`, keepBackground: true });
+    const sock = await until(async () => ex.relay(h, 8431).catch(() => undefined), 'the server in the pod');
+    expect(await httpGet(sock)).toMatch(/^HTTP\/1\.1 200 OK[\s\S]*\r\n\r\nhello from the pod$/);
+    // Nothing listens on this port in the Pod.
+    await expect(ex.relay(h, 8432)).rejects.toMatchObject({ code: 'FAILED_PRECONDITION' });
+    await expect(ex.relay(h, 0)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    // Hostile: a port open on the runner's own loopback is not reached from the Pod.
+    const host = createServer((s) => s.end('HOST SECRET'));
+    await new Promise<void>((resolve) => host.listen(0, '127.0.0.1', resolve));
+    try {
+      await expect(ex.relay(h, (host.address() as AddressInfo).port)).rejects.toMatchObject({ code: 'FAILED_PRECONDITION' });
+    } finally {
+      host.close();
+    }
+  });
+
+  it('a short-lived Pod binding the workspace repo mounts the Sandbox\'s claim (data-<name>)', async () => {
+    const r = await ex.runEphemeral({ argv: ['cat', '/workspace/kept.txt'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/workspace' }], limits: LIMITS, network: 'none', cwd: '/workspace' });
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'kept across suspend\n' });
+  });
+
+  it('a runner restart: a new driver recovers the running Sandbox', async () => {
+    await ex.close();
+    ex = driver();
+    const again = await ex.recover(spec);
+    expect(again).toEqual(h);
+    expect((await ex.exec(again!, { command: 'cat kept.txt' })).stdout).toBe('kept across suspend\n');
+  });
+
+  it('stop suspends the Sandbox (Pod gone, claim kept); create resumes the same Sandbox with the files', async () => {
+    await ex.stop(h);
+    const sb = api.store.get('sandboxes', 'default', name) as unknown as Obj;
+    expect(sb.spec.operatingMode).toBe('Suspended');
+    expect(api.store.find('pods', 'default', name)).toBeUndefined();
+    expect(api.store.find('persistentvolumeclaims', 'default', `data-${name}`)).toBeDefined();
+    expect(await ex.alive(h)).toBe(false);
+    expect(await ex.recover(spec)).toBeNull();
+    await until(() => ((api.store.get('sandboxes', 'default', name) as unknown as Obj).status?.conditions?.find((c) => c.type === 'Suspended')?.status === 'True' ? true : undefined), 'Suspended=True');
+    h = await ex.create(spec);
+    const resumed = api.store.get('sandboxes', 'default', name) as unknown as Obj;
+    expect(resumed.metadata.uid).toBe(sandboxUid);
+    expect(resumed.spec.operatingMode).toBe('Running');
+    expect((await ex.exec(h, { command: 'cat kept.txt' })).stdout).toBe('kept across suspend\n');
+  });
+
+  it('a Sandbox whose Pod ended (the daemon exited) gets a new Pod on create', async () => {
+    await ex.close();
+    // What the daemon's orphan grace does: the Pod ends Succeeded; the controller keeps it.
+    await api.runtime.stop('default', name);
+    api.store.mutate('pods', 'default', name, (o) => void (o.status = { phase: 'Succeeded' }));
+    ex = driver();
+    expect(await ex.recover(spec)).toBeNull();
+    h = await ex.create(spec);
+    expect((await ex.exec(h, { command: 'cat kept.txt' })).stdout).toBe('kept across suspend\n');
+  });
+
+  it('destroy deletes the Sandbox, and with it its Pod and claim, and the policy', async () => {
+    await ex.destroy(h);
+    for (const [r, n] of [['sandboxes', name], ['pods', name], ['persistentvolumeclaims', `data-${name}`], ['networkpolicies', name]] as const) {
+      expect(api.store.find(r, 'default', n), `${r}/${n}`).toBeUndefined();
+    }
+    expect((await kubectl(api, ['get', 'sandboxes', '-o', 'name'])).stdout).toBe('');
+  });
+
+  it('a workspace made on the Pod path before the CRDs were installed stays a Pod on its claim', async () => {
+    const old = { ...spec, id: 'ws_SbxOld1', rootDir: path.join(base, 'workspaces', 'ws_SbxOld1') };
+    const oldName = objectName(old.id);
+    api.store.create('persistentvolumeclaims', 'default', { ...claimManifest(oldName, old.id, { namespace: 'default', workspaceImage: 'x', runDir: '/' }), status: { phase: 'Bound' } } as never);
+    const oh = await ex.create(old);
+    expect(api.store.find('sandboxes', 'default', oldName)).toBeUndefined();
+    expect((api.store.get('pods', 'default', oldName) as unknown as Obj).metadata.ownerReferences).toBeUndefined();
+    const relayed = await ex.exec(oh, { command: 'echo pod path' });
+    expect(relayed.stdout).toBe('pod path\n');
+    await ex.destroy(oh);
+    expect(api.store.find('persistentvolumeclaims', 'default', oldName)).toBeUndefined();
+  });
+});
+
+describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox v1alpha1 only (replicas)', () => {
+  let api: KubeApiServer;
+  let base: string;
+
+  beforeAll(async () => {
+    assertDaemonBuilt();
+    api = await startKubeApiServer({ agentSandbox: { versions: ['v1alpha1'] } });
+    base = mkdtempSync('/tmp/atl-k8s-sbx1-');
+  });
+  afterAll(async () => {
+    await api?.close();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  it('uses v1alpha1 with replicas 1, stop sets replicas 0, destroy deletes it', async () => {
+    const notes: string[] = [];
+    const ex = new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: 'default', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run') }, (m) => notes.push(m));
+    const s: SandboxSpec = { id: 'ws_SbxAlpha', rootDir: path.join(base, 'ws'), limits: LIMITS, network: 'none' };
+    const n = objectName(s.id);
+    try {
+      const h = await ex.create(s);
+      expect(notes.join('\n')).toContain('(agents.x-k8s.io/v1alpha1)');
+      const sb = api.store.get('sandboxes', 'default', n) as unknown as Obj & { apiVersion: string };
+      expect(sb.apiVersion).toBe('agents.x-k8s.io/v1alpha1');
+      expect(sb.spec.replicas).toBe(1);
+      expect(sb.spec.operatingMode).toBeUndefined();
+      expect((await ex.exec(h, { command: 'echo alpha' })).stdout).toBe('alpha\n');
+      await ex.stop(h);
+      expect((api.store.get('sandboxes', 'default', n) as unknown as Obj).spec.replicas).toBe(0);
+      expect(api.store.find('pods', 'default', n)).toBeUndefined();
+      await ex.destroy(h);
+      expect(api.store.find('sandboxes', 'default', n)).toBeUndefined();
+      expect(api.store.find('persistentvolumeclaims', 'default', `data-${n}`)).toBeUndefined();
+    } finally {
+      await ex.close();
+    }
+  });
+});
