@@ -118,6 +118,14 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture
     expect(byLabel.stdout).toBe('data');
   });
 
+  it('deploy/kubernetes/agent-sandbox.yaml names kinds the server serves (kubectl create)', async () => {
+    const manifest = new URL('../../deploy/kubernetes/agent-sandbox.yaml', import.meta.url).pathname;
+    const r = await kubectl(api, ['create', '--validate=false', '-f', manifest]);
+    expect(r.stdout, r.stderr).toContain('sandboxtemplate.extensions.agents.x-k8s.io/atelier-workspace created');
+    expect(r.stdout).toContain('sandboxwarmpool.extensions.agents.x-k8s.io/atelier-workspace created');
+    expect((await kubectl(api, ['get', 'swp', '-n', 'atelier', '-o', 'name'])).stdout.trim()).toBe('sandboxwarmpool.extensions.agents.x-k8s.io/atelier-workspace');
+  });
+
   it('relay (preview URLs) reaches an HTTP server listening in the Pod, and no other port', async () => {
     await ex.exec(h, { command: `nohup node -e "require('http').createServer((q,s)=>s.end('hello from the pod')).listen(8431,'127.0.0.1')" >/dev/null 2>&1 &`, keepBackground: true });
     const sock = await until(async () => ex.relay(h, 8431).catch(() => undefined), 'the server in the pod');
