@@ -8,6 +8,9 @@
  *   daemon     = reached over Kubernetes exec streams through a runner-local relay socket
  *                (relay.ts), its newline-delimited protocol unchanged
  *   stop       = delete the Pod (the claim, so the files, stay); destroy = Pod, policy and claim
+ *   agent-sandbox installed (sandbox-objects.ts): the workspace is a Sandbox whose controller
+ *                makes the Pod and the claim data-<name>; stop suspends it, destroy deletes it
+ *   relay      = preview URLs: the daemon's relay mode over one more exec stream
  *   recover    = the Pod by name after a runner restart, when it still runs
  *   stats      = the metrics API (metrics.k8s.io)
  *   ephemeral  = a short-lived daemon Pod per command, deleted after it
