@@ -168,9 +168,15 @@ export class KubernetesExecutor implements Executor {
     } else {
       const h = await this.recover(spec);
       if (h) return h;
-      // Its Pod ended (the daemon's orphan grace) or does not answer: the controller makes a new one.
-      await sb.setRunning(name, true, body.spec.podTemplate);
-      await this.deletePod(sandboxPodName(existing));
+      const p = await orNull(this.k.core.readNamespacedPod({ name: sandboxPodName(existing), namespace: this.ns }));
+      const phase = p && !p.metadata?.deletionTimestamp ? p.status?.phase : undefined;
+      if (phase === 'Running' || phase === 'Succeeded' || phase === 'Failed' || phase === 'Unknown') {
+        // Its Pod ended (the daemon's orphan grace) or runs without an answering daemon: the
+        // controller makes a new one from the pod template brought up to date here.
+        await sb.setRunning(name, true, body.spec.podTemplate);
+        await this.deletePod(sandboxPodName(existing));
+      }
+      // Otherwise its Pod is still starting (or being made): wait for it as for a new one.
     }
     const pod = await this.waitSandboxPod(name, deadline);
     this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod });
