@@ -55,8 +55,8 @@ describe.skipIf(!isRoot)('fixture pods/portforward', () => {
   const forwards: ChildProcess[] = [];
 
   /** kubectl port-forward pod/<pod> :<port>; resolves with the local port once it says "Forwarding from". */
-  async function kubectlForward(port: number): Promise<{ local: number; stderr: () => string }> {
-    const child = spawn('kubectl', ['--kubeconfig', api.kubeconfig, 'port-forward', '--address', '127.0.0.1', `pod/${pod}`, `:${port}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HOME: path.dirname(api.kubeconfig) } });
+  async function kubectlForward(port: number, env: Record<string, string> = {}): Promise<{ local: number; stderr: () => string }> {
+    const child = spawn('kubectl', ['--kubeconfig', api.kubeconfig, 'port-forward', '--address', '127.0.0.1', `pod/${pod}`, `:${port}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HOME: path.dirname(api.kubeconfig), ...env } });
     forwards.push(child);
     let out = '';
     let err = '';
@@ -96,6 +96,14 @@ describe.skipIf(!isRoot)('fixture pods/portforward', () => {
     const { local } = await kubectlForward(PORT);
     for (let i = 0; i < 3; i++) expect(await httpGet(local)).toMatch(/^HTTP\/1\.1 200 OK[\s\S]*\r\n\r\nhello through port-forward$/);
     expect(api.requests.get('POST pods/portforward')).toBeGreaterThanOrEqual(1);
+  });
+
+  it('kubectl port-forward without WebSockets (the plain SPDY/3.1 upgrade) reaches it too', async () => {
+    const before = api.requests.get('POST pods/portforward') ?? 0;
+    const { local } = await kubectlForward(PORT, { KUBECTL_PORT_FORWARD_WEBSOCKETS: 'false' });
+    expect(await httpGet(local)).toMatch(/\r\n\r\nhello through port-forward$/);
+    expect(api.requests.get('POST pods/portforward spdy-upgrade')).toBe(1);
+    expect(api.requests.get('POST pods/portforward')).toBe(before);
   });
 
   it('kubectl port-forward to a port nothing listens on in the Pod, or only the host does: an error, no bytes', async () => {
