@@ -77,7 +77,7 @@ describe.skipIf(!isRoot)('fixture pods/portforward', () => {
     ex = new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: 'default', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run') });
     h = await ex.create({ id: 'ws_PortFwd1', rootDir: path.join(base, 'ws'), limits: LIMITS, network: 'none' });
     pod = objectName('ws_PortFwd1');
-    await ex.exec(h, { command: `nohup node -e "require('http').createServer((q,s)=>s.end('hello through port-forward')).listen(${PORT},'127.0.0.1')" >/dev/null 2>&1 &`, keepBackground: true });
+    await ex.exec(h, { command: `nohup node -e "require('http').createServer((q,s)=>{let n=0;q.on('data',d=>n+=d.length);q.on('end',()=>s.end(q.url==='/big'?'x'.repeat(3e6):q.url==='/count'?String(n):'hello through port-forward'))}).listen(${PORT},'127.0.0.1')" >/dev/null 2>&1 &`, keepBackground: true });
     await until(async () => ((await ex.exec(h, { command: `node -e "require('net').connect(${PORT},'127.0.0.1').on('connect',()=>process.exit(0)).on('error',()=>process.exit(1))"` })).exitCode === 0 ? true : undefined), 'the server in the pod');
     // A server on the host's own loopback: no port-forward may reach it.
     host = createServer((s) => s.end('HOST SECRET'));
@@ -96,6 +96,24 @@ describe.skipIf(!isRoot)('fixture pods/portforward', () => {
     const { local } = await kubectlForward(PORT);
     for (let i = 0; i < 3; i++) expect(await httpGet(local)).toMatch(/^HTTP\/1\.1 200 OK[\s\S]*\r\n\r\nhello through port-forward$/);
     expect(api.requests.get('POST pods/portforward')).toBeGreaterThanOrEqual(1);
+  });
+
+  it('kubectl port-forward carries megabytes both ways (no flow-control stall)', async () => {
+    const { local } = await kubectlForward(PORT);
+    const exchange = (request: Buffer): Promise<string> =>
+      new Promise((resolve) => {
+        const c = connect(local, '127.0.0.1');
+        const chunks: Buffer[] = [];
+        c.on('data', (d: Buffer) => chunks.push(d));
+        c.on('connect', () => c.write(request));
+        c.on('error', () => undefined);
+        c.on('close', () => resolve(Buffer.concat(chunks).toString()));
+      });
+    const big = await exchange(Buffer.from('GET /big HTTP/1.0\r\n\r\n'));
+    expect(big.slice(big.indexOf('\r\n\r\n') + 4).length).toBe(3e6);
+    const body = Buffer.alloc(2e6, 'y');
+    const counted = await exchange(Buffer.concat([Buffer.from(`POST /count HTTP/1.0\r\ncontent-length: ${body.length}\r\n\r\n`), body]));
+    expect(counted).toMatch(/\r\n\r\n2000000$/);
   });
 
   it('kubectl port-forward without WebSockets (the plain SPDY/3.1 upgrade) reaches it too', async () => {
