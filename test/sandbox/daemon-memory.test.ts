@@ -12,7 +12,7 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DAEMON_NODE_FLAGS } from '../../src/sandbox/bwrap.js';
+import { DAEMON_NODE_FLAGS } from '../../src/sandbox/bwrap/index.js';
 import { PtyRing } from '../../src/sandbox/daemon/pty.js';
 import { DAEMON_DIR, assertDaemonBuilt } from './helpers.js';
 

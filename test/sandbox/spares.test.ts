@@ -174,7 +174,7 @@ describe('spare exec starters in rounds', () => {
 
 describe('how many spares a sandbox keeps', () => {
   it('keeps one per 64 of its process limit, from 2 to 8', async () => {
-    const { spareTarget } = await import('../../src/sandbox/bwrap.js');
+    const { spareTarget } = await import('../../src/sandbox/bwrap/index.js');
     expect([undefined, 16, 64, 128, 200, 512, 4096, 1_000_000].map((n) => spareTarget(n))).toEqual([2, 2, 2, 2, 3, 8, 8, 8]);
   });
 });

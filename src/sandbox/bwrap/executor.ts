@@ -41,7 +41,7 @@
  * the daemon kills the process group and attached descendants, and the runner then kills whatever
  * is left in the exec's cgroup, which includes processes that used setsid and were re-parented.
  */
-import { openRelay } from './relay.js';
+import { openRelay } from '../relay.js';
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
@@ -52,13 +52,13 @@ import type { Server } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { ServiceError } from '../core/errors.js';
-import { CgroupManager, favorDynamicCgroupModifications, type SandboxCgroup } from './cgroups.js';
-import { DaemonClient } from './client.js';
-import { HeadTailCapture } from './daemon/output.js';
-import { execParams } from './exec-params.js';
-import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type FsReadParams, type FsReadReply, type ParamsOf, type ReplyOf } from './daemon/protocol.js';
-import { FileHandoff, type DescriptorCalls } from './handoff.js';
+import { ServiceError } from '../../core/errors.js';
+import { CgroupManager, favorDynamicCgroupModifications, type SandboxCgroup } from '../cgroups.js';
+import { DaemonClient } from '../client.js';
+import { HeadTailCapture } from '../daemon/output.js';
+import { execParams } from '../exec-params.js';
+import { DAEMON_VERSION, type DaemonMethod, type ExecParams, type ExecResult, type ExecStarted, type FsReadParams, type FsReadReply, type ParamsOf, type ReplyOf } from '../daemon/protocol.js';
+import { FileHandoff, type DescriptorCalls } from '../handoff.js';
 import {
   EPHEMERAL_CREDHELPER,
   type EphemeralBind,
@@ -72,13 +72,13 @@ import {
   type SandboxStats,
   type DaemonDeath,
   type WorkspaceStorage,
-} from './executor.js';
-import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from './rootdir.js';
-import { nativeArtifacts, type NativeArtifacts } from './native.js';
-import { HOST_LOCALE_DIR, localeArchive, type LocaleArchive } from './locale.js';
-import { closeRelays, mountRunFs, relaySocket, unmountRunFs } from './runfs.js';
+} from '../executor.js';
+import { assertTraversable, lockDaemonSocket, prepareRootDir, removeTreeNoFollow, type SandboxIds } from '../rootdir.js';
+import { nativeArtifacts, type NativeArtifacts } from '../native.js';
+import { HOST_LOCALE_DIR, localeArchive, type LocaleArchive } from '../locale.js';
+import { closeRelays, mountRunFs, relaySocket, unmountRunFs } from '../runfs.js';
 
-export { removeSandboxRoot } from './rootdir.js';
+export { removeSandboxRoot } from '../rootdir.js';
 
 export interface BwrapExecutorOptions {
   /** Host directory for per-sandbox sockets and runtime files; keep it short (socket paths < 108 bytes). */
@@ -319,7 +319,7 @@ export class BwrapExecutor implements Executor {
   constructor(opts: BwrapExecutorOptions = {}) {
     this.storage = opts.storage;
     this.runDir = path.resolve(opts.runDir ?? '/run/atelier');
-    this.daemonDir = path.resolve(opts.daemonDir ?? fileURLToPath(new URL('./daemon/', import.meta.url)));
+    this.daemonDir = path.resolve(opts.daemonDir ?? fileURLToPath(new URL('../daemon/', import.meta.url)));
     this.ids = { uid: opts.uid ?? 64000, gid: opts.gid ?? 64000 };
     if (this.ids.uid === 0 || this.ids.gid === 0) throw new ServiceError('INVALID_ARGUMENT', 'the sandbox uid/gid must not be 0');
     this.bwrapPath = opts.bwrapPath ?? '/usr/bin/bwrap';
