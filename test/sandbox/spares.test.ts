@@ -27,7 +27,7 @@ beforeAll(async () => {
   mkdirSync(workspace);
   writeFileSync(path.join(base, 'env.json'), JSON.stringify({ PATH: '/usr/bin:/bin', BASE_VAR: 'base' }));
   const { execStarter } = await nativeArtifacts(path.join(os.tmpdir(), 'atelier-native-test'));
-  // As in a sandbox (bwrap.ts): the starter, and beside it a link named bash to bash-static.
+  // As in a sandbox (bwrap/args.ts): the starter, and beside it a link named bash to bash-static.
   const lib = path.join(base, 'lib');
   mkdirSync(lib);
   symlinkSync(execStarter, path.join(lib, 'exec-starter'));
