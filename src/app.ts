@@ -28,7 +28,7 @@ import { RepoCredentialStore } from './services/repo-credentials.js';
 import { WorkspaceService } from './services/workspaces.js';
 import { FileService } from './services/files.js';
 import { CommandService } from './services/commands.js';
-import { BwrapExecutor } from './sandbox/bwrap.js';
+import { BwrapExecutor } from './sandbox/bwrap/index.js';
 import type { Executor } from './sandbox/executor.js';
 import { kubernetesExecutor } from './sandbox/kubernetes/from-config.js';
 import { HostWorkspaceStorage } from './sandbox/host-storage.js';

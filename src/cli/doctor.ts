@@ -5,7 +5,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
-import { probeSandboxSupport } from '../sandbox/bwrap.js';
+import { probeSandboxSupport } from '../sandbox/bwrap/index.js';
 
 const run = promisify(execFile);
 

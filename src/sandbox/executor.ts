@@ -1,6 +1,6 @@
 /**
  * The executor: what the workspace service needs from a sandbox runtime. The bubblewrap driver
- * (./bwrap.ts) is the embedded default; the same interface maps onto one pod per workspace.
+ * (./bwrap/) is the embedded default; the same interface maps onto one pod per workspace.
  *
  * Handles are plain data ({ id, socketPath, pid }) so they can be stored and survive a runner
  * restart; `recover(spec)` turns a spec back into a live handle when the sandbox is still running.

@@ -8,7 +8,7 @@ import { createServer, type Server } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BwrapExecutor, probeSandboxSupport, removeSandboxRoot, type BwrapExecutorOptions } from '../../src/sandbox/bwrap.js';
+import { BwrapExecutor, probeSandboxSupport, removeSandboxRoot, type BwrapExecutorOptions } from '../../src/sandbox/bwrap/index.js';
 import { CgroupManager } from '../../src/sandbox/cgroups.js';
 import type { SandboxHandle, SandboxLimits, SandboxSpec } from '../../src/sandbox/executor.js';
 import { DAEMON_DIR, assertDaemonBuilt, isAlive, isRoot, traversableTempDir } from './helpers.js';

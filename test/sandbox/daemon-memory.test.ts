@@ -2,7 +2,7 @@
  * Issue #35 item 1: the daemon died under sustained terminal use. A terminal's output ring kept
  * 1 MiB of bytes as a list of the chunks read off the pipe: bytes bounded, chunks not. A program
  * that writes a byte at a time filled it with a million 1-byte Buffers (about 200 bytes of V8 heap
- * each) and the daemon, whose heap is capped by --max-old-space-size (bwrap.ts DAEMON_NODE_FLAGS),
+ * each) and the daemon, whose heap is capped by --max-old-space-size (bwrap/start.ts DAEMON_NODE_FLAGS),
  * died of "Reached heap limit" (SIGABRT), taking every shell and session of the workspace with it.
  * The first test drives the real terminal methods (compiled, under the daemon's own heap flags)
  * with 2,000,000 one-byte chunks, deterministically; it failed with SIGABRT before the ring became
@@ -12,7 +12,7 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DAEMON_NODE_FLAGS } from '../../src/sandbox/bwrap.js';
+import { DAEMON_NODE_FLAGS } from '../../src/sandbox/bwrap/index.js';
 import { PtyRing } from '../../src/sandbox/daemon/pty.js';
 import { DAEMON_DIR, assertDaemonBuilt } from './helpers.js';
 

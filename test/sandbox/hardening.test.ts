@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BwrapExecutor } from '../../src/sandbox/bwrap.js';
+import { BwrapExecutor } from '../../src/sandbox/bwrap/index.js';
 import type { SandboxHandle, SandboxLimits } from '../../src/sandbox/executor.js';
 import { DAEMON_DIR, assertDaemonBuilt, isRoot, traversableTempDir } from './helpers.js';
 

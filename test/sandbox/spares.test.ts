@@ -27,7 +27,7 @@ beforeAll(async () => {
   mkdirSync(workspace);
   writeFileSync(path.join(base, 'env.json'), JSON.stringify({ PATH: '/usr/bin:/bin', BASE_VAR: 'base' }));
   const { execStarter } = await nativeArtifacts(path.join(os.tmpdir(), 'atelier-native-test'));
-  // As in a sandbox (bwrap.ts): the starter, and beside it a link named bash to bash-static.
+  // As in a sandbox (bwrap/args.ts): the starter, and beside it a link named bash to bash-static.
   const lib = path.join(base, 'lib');
   mkdirSync(lib);
   symlinkSync(execStarter, path.join(lib, 'exec-starter'));
@@ -174,7 +174,7 @@ describe('spare exec starters in rounds', () => {
 
 describe('how many spares a sandbox keeps', () => {
   it('keeps one per 64 of its process limit, from 2 to 8', async () => {
-    const { spareTarget } = await import('../../src/sandbox/bwrap.js');
+    const { spareTarget } = await import('../../src/sandbox/bwrap/index.js');
     expect([undefined, 16, 64, 128, 200, 512, 4096, 1_000_000].map((n) => spareTarget(n))).toEqual([2, 2, 2, 2, 3, 8, 8, 8]);
   });
 });

@@ -1,11 +1,11 @@
 /**
- * How a short-lived sandbox's run is collected (collect() in src/sandbox/bwrap.ts), with real
+ * How a short-lived sandbox's run is collected (collect() in src/sandbox/bwrap/), with real
  * processes: the output and the end of a normal run, a run whose pipe outlives its kill (it must
  * still answer, after the grace, with what was captured), and a program that cannot start.
  */
 import { spawn } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
-import { collect } from '../../src/sandbox/bwrap.js';
+import { collect } from '../../src/sandbox/bwrap/index.js';
 import type { EphemeralSpec } from '../../src/sandbox/executor.js';
 
 const spec = (over: Partial<EphemeralSpec> = {}): EphemeralSpec => ({ binds: [], limits: { memoryBytes: 1 << 26, pidsMax: 16, cpuQuotaPercent: 100 }, network: 'none', command: 'unused', ...over });

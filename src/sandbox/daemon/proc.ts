@@ -60,7 +60,7 @@ export function treeMembers(root: number, pgid: number): number[] {
  *
  * What this cannot reach: a process that detached completely (setsid, then its parent exited)
  * before any scan saw it; it is re-parented to the sandbox's init and no longer linked to the
- * exec. The runner closes that gap with a per-exec freezer cgroup; see ../bwrap.ts.
+ * exec. The runner closes that gap with a per-exec freezer cgroup; see ../bwrap/exec.ts.
  */
 export function signalTree(root: number, signal: NodeJS.Signals, known: Set<number>): void {
   const rounds = signal === 'SIGKILL' ? 3 : 1;
