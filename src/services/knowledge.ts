@@ -595,14 +595,19 @@ export class KnowledgeService {
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another query or filters; repeat the same query and filters, or start without a cursor', { field: 'cursor' });
       offset = c.o ?? 0;
     }
+    // The query's vector is asked of the worker first, so the lexical and expanded lists (and
+    // WordNet's look-ups) run on this thread while the model embeds it.
+    const vector = force !== 'lexical' && this.deps.embedder.state === 'ready' ? this.queryVector(args.query) : undefined;
+    vector?.catch(() => undefined);
     const lex = force === 'semantic' ? [] : this.lexical(owner, workspaceId, args.query, args);
+    const expandedList = vector && force !== 'semantic' && QUERY_EXPANSION.on ? this.expanded(owner, workspaceId, args.query, args) : undefined;
     let sem: Array<{ id: string; similarity: number }> = [];
     let mode: SearchMode = 'lexical';
     let reason: string | undefined;
     if (force !== 'lexical') {
-      if (this.deps.embedder.state === 'ready') {
+      if (vector) {
         try {
-          sem = this.semantic(owner, workspaceId, await this.queryVector(args.query), args);
+          sem = this.semantic(owner, workspaceId, await vector, args);
           mode = force === 'semantic' ? 'semantic' : 'hybrid';
         } catch (e) {
           reason = `semantic ranking failed for this query: ${(e as Error).message}`;
@@ -610,7 +615,7 @@ export class KnowledgeService {
       } else reason = this.deps.embedder.reason;
     } else reason = 'lexical ranking requested';
     // The third list (WordNet expansion over stemmed words) in hybrid answers only.
-    const exp = mode === 'hybrid' && force !== 'semantic' && QUERY_EXPANSION.on ? this.expanded(owner, workspaceId, args.query, args) : undefined;
+    const exp = mode === 'hybrid' ? expandedList : undefined;
     // Reciprocal rank fusion; relevance is the fused score over the best possible one, 0-100.
     const fused = new Map<string, { score: number; lexRank?: number; semRank?: number; expRank?: number; similarity?: number }>();
     lex.forEach((id, i) => fused.set(id, { score: LEXICAL_WEIGHT / (RRF_K + i + 1), lexRank: i + 1 }));

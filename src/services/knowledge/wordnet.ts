@@ -44,6 +44,8 @@ export class WordNet {
   private index: Partial<Record<Pos, Buffer>> = {};
   private fds: Partial<Record<Pos, number>> = {};
   private readonly cache = new Map<string, Synset>();
+  /** Expansions of words already looked up (most queries repeat words). */
+  private readonly expansions = new Map<string, string[]>();
 
   constructor(private readonly dir: string) {}
 
@@ -60,6 +62,7 @@ export class WordNet {
     this.fds = {};
     this.index = {};
     this.cache.clear();
+    this.expansions.clear();
   }
 
   private indexOf(pos: Pos): Buffer {
@@ -149,6 +152,17 @@ export class WordNet {
    */
   expand(word: string, opts: ExpansionOptions = DEFAULT_EXPANSION): string[] {
     const w = word.toLowerCase();
+    const key = `${opts.senses} ${opts.derivations} ${opts.hypernyms} ${opts.perWord} ${w}`;
+    const hit = this.expansions.get(key);
+    if (hit) return hit;
+    const out = this.lookUp(w, opts);
+    // Bounded: cleared when full (a few hundred KiB at most).
+    if (this.expansions.size >= 10_000) this.expansions.clear();
+    this.expansions.set(key, out);
+    return out;
+  }
+
+  private lookUp(w: string, opts: ExpansionOptions): string[] {
     const seen = new Set<string>([w]);
     const out: string[] = [];
     const add = (x: string) => {
