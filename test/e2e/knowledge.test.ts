@@ -228,6 +228,24 @@ describe('knowledge items', () => {
     // Filters apply to the semantic half too.
     expect(((await ok(c, 'knowledge_search', { query, scope: 'owner', tags: ['nope'] })).results as R[]).length).toBe(0);
     expect(((await ok(c, 'knowledge_search', { query, kinds: ['journal'], scope: 'owner' })).results as R[]).map((x) => x.id)).not.toContain(target.id);
+    // Hostile queries at the tool's 512-character limit through the expanded list (session 13):
+    // repeated words, hundreds of identifiers, non-English text, FTS5 syntax, one long word. Each
+    // is answered (hybrid), expands at most 16 words into at most 128, and the expansion's filters
+    // still apply (the tag filter leaves nothing).
+    const hostile = [
+      'ship '.repeat(102),
+      Array.from({ length: 60 }, (_, i) => `fooBar${i}`).join(' ').slice(0, 512),
+      'доставка 配送 شحن ship release '.repeat(16).slice(0, 512),
+      '"ship" OR release* NEAR(a b) title:tag ^publish (x) '.repeat(9).slice(0, 512),
+      'a'.repeat(512),
+      Array.from({ length: 100 }, (_, i) => `word${'abcdefghij'[i % 10]}${'klmnopqrst'[Math.floor(i / 10)]}`).join(' ').replace(/\d/g, '').slice(0, 512),
+    ];
+    for (const q of hostile) {
+      const h = await ok(c, 'knowledge_search', { query: q, scope: 'owner' });
+      expect(h.mode, q.slice(0, 40)).toBe('hybrid');
+      expect((h.expansion as { words: string[] }).words.length).toBeLessThanOrEqual(128);
+      expect(((await ok(c, 'knowledge_search', { query: q, scope: 'owner', tags: ['nope'] })).results as R[]).length).toBe(0);
+    }
   }, 180_000);
 
   it('retention: an expired item is gone from read, list and search', async () => {
