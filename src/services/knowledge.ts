@@ -947,9 +947,10 @@ export class KnowledgeService {
   start(intervalMs: number): void {
     this.upgradeFts();
     this.deps.embedder.start();
-    // WordNet's index files are read off the request path (a few ms, about 6 MiB).
+    // WordNet's index files are read off the request path (about 0.1 s, 6 MiB); not at all when
+    // embeddings are off, since the expanded list runs in hybrid answers only.
     setTimeout(() => {
-      if (!this.stopped) void this.expander.warm();
+      if (!this.stopped && this.deps.embedder.state !== 'disabled') void this.expander.warm();
     }, 0).unref();
     // Load the vector indexes now rather than on the first search (about a second per 20,000 items).
     setTimeout(() => {

@@ -105,6 +105,18 @@ describe('the expanded list in the service', () => {
     db.close();
   });
 
+  it('before WordNet is open, the expanded list runs on the query\'s own words, stemmed, and the answer says so', async () => {
+    const db = openDatabase(join(dir, 'd.db'));
+    const svc = new KnowledgeService({ db, cursors, clock: { secondMs: 1000 }, embedder: standIn() });
+    const note = svc.create('o', undefined, { kind: 'memory', scope: 'owner', title: 'Retries', content: 'the sync retries six times', tags: [], expectedGeneration: 0 });
+    const r = await search(svc, 'retrying');
+    expect(r.expansion).toMatchObject({ name: 'WordNet', state: 'loading', words: [] });
+    expect(String((r.expansion as { note: string }).note)).toMatch(/own words, stemmed/);
+    expect((r.results as Array<Record<string, unknown>>)[0]).toMatchObject({ id: note.id, matchedBy: ['expanded'] }); // retrying ~ retries by the stemmer
+    await svc.stop();
+    db.close();
+  });
+
   it('keeps the stemmed table in step with update and delete, and fills it for rows of an older recipe', async () => {
     const db = openDatabase(join(dir, 'b.db'));
     let svc = new KnowledgeService({ db, cursors, clock: { secondMs: 1000 }, embedder: standIn() });

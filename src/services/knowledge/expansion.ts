@@ -51,6 +51,7 @@ export class QueryExpander {
   private _state: ExpanderState = 'loading';
   private _reason = 'WordNet is being opened';
   private opening: Promise<void> | undefined;
+  private closed = false;
 
   get state(): ExpanderState {
     return this._state;
@@ -65,6 +66,10 @@ export class QueryExpander {
       try {
         const wn = new WordNet(await WordNet.locate());
         wn.expand('warm'); // reads the four index files now
+        if (this.closed) {
+          wn.close();
+          return;
+        }
         this.wn = wn;
         this._state = 'ready';
         this._reason = '';
@@ -86,6 +91,7 @@ export class QueryExpander {
   }
 
   close(): void {
+    this.closed = true;
     this.wn?.close();
     this.wn = undefined;
   }
