@@ -16,10 +16,11 @@ import { newId } from '../core/ids.js';
 import { EMBEDDING_MODEL, Embedder, MODEL_LABEL, cosine, fromBlob, rankBySimilarity, toBlob } from './knowledge/embedder.js';
 import { VectorIndex } from './knowledge/vector-index.js';
 import { codeWords, ftsText, queryWords } from './knowledge/code-words.js';
+import { EXPANSION_SOURCE, QueryExpander } from './knowledge/expansion.js';
 import type { RetentionClock } from './memories.js';
 import { digest, snippet, uniqueTags, workspaceNeeded } from './memories.js';
 
-export { Embedder, EMBEDDING_MODEL, MODEL_LABEL, rankBySimilarity, cosine };
+export { Embedder, EMBEDDING_MODEL, MODEL_LABEL, rankBySimilarity, cosine, EXPANSION_SOURCE };
 
 export type Kind = 'memory' | 'journal';
 export type Scope = 'owner' | 'project' | 'workspace';
@@ -101,6 +102,17 @@ export interface Filters {
 export const RRF_K = 10;
 export const LEXICAL_WEIGHT = 1;
 export const SEMANTIC_WEIGHT = 1.5;
+/**
+ * The third list (issue #36, session 13): the query with its WordNet expansions over the
+ * Porter-stemmed full-text table, fused with this weight (chosen in bench/knowledge.mjs
+ * --expansion; docs/knowledge.md "Query expansion"). Runs in hybrid answers only.
+ */
+export const EXPANDED_WEIGHT = 2;
+/** For the benchmark only: run the expanded list (true) or answer as before it (false). */
+export const QUERY_EXPANSION = { on: true };
+export function setQueryExpansion(on: boolean): void {
+  QUERY_EXPANSION.on = on;
+}
 /** Best BM25 matches ranked before the visibility filters apply (then CANDIDATES of them are kept). */
 const LEXICAL_POOL = 2000;
 /** Candidates each ranking contributes to the fusion. */
@@ -139,7 +151,7 @@ function embedQueryText(query: string): string {
   return words ? `${query}\n${words}` : query;
 }
 /** Version of the full-text rows' recipe (ftsText); rows of an older one are re-indexed at start. */
-const FTS_RECIPE = '2';
+const FTS_RECIPE = '3';
 /** The hash an item's vector is stored under (storeEmbedding's textSha). */
 export function embeddingTextSha(title: string, content: string): string {
   return sha(embedText(title, content));
@@ -159,7 +171,7 @@ export function ftsQuery(text: string): string | null {
 }
 
 /** English function words left out of the lexical query (they would tie semantic hits in the fusion). */
-const STOPWORDS = new Set(
+export const STOPWORDS = new Set(
   ('a an and are as at be been but by can could did do does doing for from had has have how i if in into is it its me my no not of on or our ' +
     'should so than that the their them then there these they this those to too us was we were what when where which who whom why will with would you your')
     .split(' '),
@@ -173,8 +185,17 @@ export class KnowledgeService {
   private stopped = false;
   private readonly queryCache = new Map<string, Float32Array>();
   private readonly statements = new Map<string, Database.Statement<unknown[]>>();
+  /** WordNet expansions of the query (src/services/knowledge/expansion.ts), opened lazily. */
+  readonly expander = new QueryExpander();
 
-  constructor(private readonly deps: KnowledgeServiceDeps) {}
+  constructor(private readonly deps: KnowledgeServiceDeps) {
+    // The stemmed full-text table of the expanded list: contentless (it only matches and ranks;
+    // the text is in knowledge_fts), created here and filled by upgradeFts (recipe 3), not by a
+    // migration. Same rows and rowids as knowledge_fts.
+    deps.db.exec(
+      "CREATE VIRTUAL TABLE IF NOT EXISTS knowledge_fts_stem USING fts5(title, content, tags, content = '', contentless_delete = 1, tokenize = 'porter unicode61 remove_diacritics 2')",
+    );
+  }
 
   get embedder(): Embedder {
     return this.deps.embedder;
@@ -247,10 +268,11 @@ export class KnowledgeService {
   }
 
   private indexFts(result: { seq: number; title: string; content: string; tags_json: string }): void {
-    this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(result.seq);
-    this.deps.db
-      .prepare('INSERT INTO knowledge_fts (rowid, title, content, tags) VALUES (?, ?, ?, ?)')
-      .run(result.seq, ftsText(result.title), ftsText(result.content), ftsText((JSON.parse(result.tags_json) as string[]).join(' ')));
+    const row = [result.seq, ftsText(result.title), ftsText(result.content), ftsText((JSON.parse(result.tags_json) as string[]).join(' '))];
+    for (const table of ['knowledge_fts', 'knowledge_fts_stem']) {
+      this.stmt(`DELETE FROM ${table} WHERE rowid = ?`).run(result.seq);
+      this.stmt(`INSERT INTO ${table} (rowid, title, content, tags) VALUES (?, ?, ?, ?)`).run(...row);
+    }
   }
 
   create(
@@ -424,6 +446,7 @@ export class KnowledgeService {
     const iso = new Date().toISOString();
     this.deps.db.prepare('UPDATE knowledge_items SET deleted_at = ?, deleted_reason = ?, embedding = NULL WHERE seq = ?').run(iso, reason, item.seq);
     this.deps.db.prepare('DELETE FROM knowledge_fts WHERE rowid = ?').run(item.seq);
+    this.deps.db.prepare('DELETE FROM knowledge_fts_stem WHERE rowid = ?').run(item.seq);
     this.vectors?.get(item.owner_id)?.remove(item.id);
     return this.deps.db.prepare('UPDATE knowledge_links SET deleted_at = ? WHERE deleted_at IS NULL AND (source_id = ? OR target_id = ?)').run(iso, item.id, item.id).changes;
   }
@@ -489,7 +512,7 @@ export class KnowledgeService {
   }
 
   /** Lexical ranking: FTS5 BM25 (title weighted over tags over content), best first. */
-  lexical(owner: string, workspaceId: string | undefined, query: string, filters: Filters, limit = CANDIDATES): string[] {
+  lexical(owner: string, workspaceId: string | undefined, query: string, filters: Filters, limit = CANDIDATES, table: 'knowledge_fts' | 'knowledge_fts_stem' = 'knowledge_fts'): string[] {
     const matchQuery = ftsQuery(query);
     if (!matchQuery) return [];
     const workspace = this.where(owner, workspaceId, filters);
@@ -498,11 +521,21 @@ export class KnowledgeService {
     // CROSS JOIN keeps that order of work (the planner would otherwise walk every item of the
     // owner), and the covering index answers the filters without reading whole rows.
     return this.stmt(
-      `SELECT i.id FROM (SELECT rowid AS r, bm25(knowledge_fts, 4.0, 1.0, 2.0) AS s FROM knowledge_fts WHERE knowledge_fts MATCH ? ORDER BY s LIMIT ?) m
+      `SELECT i.id FROM (SELECT rowid AS r, bm25(${table}, 4.0, 1.0, 2.0) AS s FROM ${table} WHERE ${table} MATCH ? ORDER BY s LIMIT ?) m
          CROSS JOIN knowledge_items AS i INDEXED BY knowledge_items_filters ON i.seq = m.r WHERE ${workspace.sql} ORDER BY m.s, i.seq DESC LIMIT ?`,
     )
       .pluck()
       .all(matchQuery, LEXICAL_POOL, ...workspace.params, limit) as string[];
+  }
+
+  /**
+   * The expanded list: the query's words and their WordNet synonyms and derivations (expansion.ts)
+   * over the Porter-stemmed table, BM25, best first. `words` are the expansion words used.
+   */
+  expanded(owner: string, workspaceId: string | undefined, query: string, filters: Filters, limit = CANDIDATES): { ids: string[]; words: string[] } {
+    const words = this.expander.expand(query, STOPWORDS);
+    // The query's own words come first, so the 64-word cap of ftsQuery never drops them.
+    return { ids: this.lexical(owner, workspaceId, words.length > 0 ? `${query} ${words.join(' ')}` : query, filters, limit, 'knowledge_fts_stem'), words };
   }
 
   /** Semantic ranking over the vectors in memory (exact scan), best first. */
@@ -562,22 +595,29 @@ export class KnowledgeService {
       if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another query or filters; repeat the same query and filters, or start without a cursor', { field: 'cursor' });
       offset = c.o ?? 0;
     }
+    // The query's vector is asked of the worker first, so the lexical and expanded lists (and
+    // WordNet's look-ups) run on this thread while the model embeds it.
+    const vector = force !== 'lexical' && this.deps.embedder.state === 'ready' ? this.queryVector(args.query) : undefined;
+    vector?.catch(() => undefined);
     const lex = force === 'semantic' ? [] : this.lexical(owner, workspaceId, args.query, args);
+    const expandedList = vector && force !== 'semantic' && QUERY_EXPANSION.on ? this.expanded(owner, workspaceId, args.query, args) : undefined;
     let sem: Array<{ id: string; similarity: number }> = [];
     let mode: SearchMode = 'lexical';
     let reason: string | undefined;
     if (force !== 'lexical') {
-      if (this.deps.embedder.state === 'ready') {
+      if (vector) {
         try {
-          sem = this.semantic(owner, workspaceId, await this.queryVector(args.query), args);
+          sem = this.semantic(owner, workspaceId, await vector, args);
           mode = force === 'semantic' ? 'semantic' : 'hybrid';
         } catch (e) {
           reason = `semantic ranking failed for this query: ${(e as Error).message}`;
         }
       } else reason = this.deps.embedder.reason;
     } else reason = 'lexical ranking requested';
+    // The third list (WordNet expansion over stemmed words) in hybrid answers only.
+    const exp = mode === 'hybrid' ? expandedList : undefined;
     // Reciprocal rank fusion; relevance is the fused score over the best possible one, 0-100.
-    const fused = new Map<string, { score: number; lexRank?: number; semRank?: number; similarity?: number }>();
+    const fused = new Map<string, { score: number; lexRank?: number; semRank?: number; expRank?: number; similarity?: number }>();
     lex.forEach((id, i) => fused.set(id, { score: LEXICAL_WEIGHT / (RRF_K + i + 1), lexRank: i + 1 }));
     sem.forEach((state, i) => {
       const entry = fused.get(state.id) ?? { score: 0 };
@@ -586,7 +626,13 @@ export class KnowledgeService {
       entry.similarity = state.similarity;
       fused.set(state.id, entry);
     });
-    const best = ((mode === 'semantic' ? 0 : LEXICAL_WEIGHT) + (mode === 'lexical' ? 0 : SEMANTIC_WEIGHT)) / (RRF_K + 1);
+    exp?.ids.forEach((id, i) => {
+      const entry = fused.get(id) ?? { score: 0 };
+      entry.score += EXPANDED_WEIGHT / (RRF_K + i + 1);
+      entry.expRank = i + 1;
+      fused.set(id, entry);
+    });
+    const best = ((mode === 'semantic' ? 0 : LEXICAL_WEIGHT) + (mode === 'lexical' ? 0 : SEMANTIC_WEIGHT) + (exp ? EXPANDED_WEIGHT : 0)) / (RRF_K + 1);
     const ranked = [...fused.entries()].sort((x, y) => y[1].score - x[1].score || (x[0] < y[0] ? -1 : 1));
     const page = ranked.slice(offset, offset + args.limit);
     const rows = new Map<string, ItemRow>();
@@ -602,6 +648,19 @@ export class KnowledgeService {
       mode,
       ...(reason && mode !== 'hybrid' ? { modeReason: reason } : {}),
       model: { ...EMBEDDING_MODEL, label: MODEL_LABEL, state: this.deps.embedder.state },
+      // Which method made the third list, and with what (absent when it did not run: lexical or
+      // semantic answers).
+      ...(exp
+        ? {
+            expansion: {
+              method: 'WordNet synonyms and derivations over Porter-stemmed words',
+              ...EXPANSION_SOURCE,
+              state: this.expander.state,
+              words: exp.words,
+              ...(this.expander.state !== 'ready' ? { note: `${this.expander.reason}; the expanded list used the query's own words, stemmed` } : {}),
+            },
+          }
+        : {}),
       notYetEmbedded: pending,
       // Items waiting for a vector of this model (new, changed, or embedded by an older model or
       // recipe and being re-embedded in the background) are still found, lexically only: said here
@@ -617,8 +676,9 @@ export class KnowledgeService {
             ...this.describe(item, false),
             rank: offset + i + 1,
             relevance: Math.max(1, Math.min(100, Math.round((100 * s.score) / best))),
-            matchedBy: [...(s.lexRank ? ['lexical'] : []), ...(s.semRank ? ['semantic'] : [])],
+            matchedBy: [...(s.lexRank ? ['lexical'] : []), ...(s.semRank ? ['semantic'] : []), ...(s.expRank ? ['expanded'] : [])],
             ...(s.lexRank ? { lexicalRank: s.lexRank } : {}),
+            ...(s.expRank ? { expandedRank: s.expRank } : {}),
             ...(s.semRank ? { semanticRank: s.semRank, similarity: Math.round(s.similarity! * 1000) / 1000 } : {}),
             snippet: snippet(item.content, needle),
           };
@@ -887,6 +947,11 @@ export class KnowledgeService {
   start(intervalMs: number): void {
     this.upgradeFts();
     this.deps.embedder.start();
+    // WordNet's index files are read off the request path (about 0.1 s, 6 MiB); not at all when
+    // embeddings are off, since the expanded list runs in hybrid answers only.
+    setTimeout(() => {
+      if (!this.stopped && this.deps.embedder.state !== 'disabled') void this.expander.warm();
+    }, 0).unref();
     // Load the vector indexes now rather than on the first search (about a second per 20,000 items).
     setTimeout(() => {
       if (!this.stopped) this.loadVectors();
@@ -901,6 +966,7 @@ export class KnowledgeService {
   async stop(): Promise<void> {
     this.stopped = true;
     this.sweeper?.stop();
+    this.expander.close();
     await this.deps.embedder.stop();
   }
 }

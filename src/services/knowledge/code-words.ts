@@ -9,11 +9,21 @@
  * the joined form of every identifier in it (the stored item is unchanged: only the FTS row).
  */
 
-/** An identifier with at least two words: camelCase / PascalCase (a lower-upper step) or snake_case. */
-const IDENT = /[A-Za-z][A-Za-z0-9]*(?:_+[A-Za-z0-9]+)+|[A-Za-z][a-z0-9]*(?:[A-Z]+[a-z0-9]*)+/g;
+/**
+ * An identifier with at least two words: camelCase / PascalCase (an upper-case letter after the
+ * first) or snake_case. Tested per word-character run with linear checks: the single regular
+ * expression used before backtracked quadratically on a long run of lower-case letters (a
+ * 100,000-letter word took about a minute), which a note's content or a query could hold.
+ */
+const RUN = /[A-Za-z0-9_]+/g;
+const SNAKE = /^[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+$/;
+const ALNUM = /^[A-Za-z][A-Za-z0-9]*$/;
+/** Longer runs are not identifiers anyone writes (and would make the splitting below slow). */
+const MAX_IDENTIFIER = 128;
 
 /** The words of one identifier, lower case (`parseHTTPRequest` -> parse, http, request). */
 export function identifierWords(identifier: string): string[] {
+  if (identifier.length > MAX_IDENTIFIER) return [identifier.toLowerCase()];
   return identifier
     .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
     .replace(/([A-Z]+)([A-Z][a-z])/g, '$1 $2')
@@ -25,8 +35,13 @@ export function identifierWords(identifier: string): string[] {
 /** Identifiers of several words in a text (each once, in order of first appearance). */
 export function identifiers(text: string): string[] {
   const out = new Set<string>();
-  for (const m of text.matchAll(IDENT)) {
-    if (identifierWords(m[0]).length > 1) out.add(m[0]);
+  for (const m of text.matchAll(RUN)) {
+    // Leading digits and underscores and trailing underscores are not part of the identifier.
+    const run = m[0].replace(/^[0-9_]+/, '').replace(/_+$/, '');
+    if (run.length < 2 || run.length > MAX_IDENTIFIER) continue;
+    const snake = run.includes('_') && SNAKE.test(run.replace(/_+/g, '_'));
+    const camel = !snake && ALNUM.test(run) && /[A-Z]/.test(run.slice(1));
+    if ((snake || camel) && identifierWords(run).length > 1) out.add(run);
   }
   return [...out];
 }
