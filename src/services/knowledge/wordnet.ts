@@ -162,18 +162,16 @@ export class WordNet {
     return out;
   }
 
-  private lookUp(w: string, opts: ExpansionOptions): string[] {
-    const seen = new Set<string>([w]);
+  private lookUp(word: string, opts: ExpansionOptions): string[] {
+    const seen = new Set<string>([word]);
     const out: string[] = [];
-    const add = (x: string) => {
-      for (const part of [x]) {
-        if (part.includes('_') || part.includes('-') || seen.has(part) || !/^[a-z]+$/.test(part)) continue;
-        seen.add(part);
-        out.push(part);
-      }
+    const add = (candidate: string) => {
+      if (candidate.includes('_') || candidate.includes('-') || seen.has(candidate) || !/^[a-z]+$/.test(candidate)) return;
+      seen.add(candidate);
+      out.push(candidate);
     };
     const bases: Array<[string, Pos]> = [];
-    for (const pos of ['n', 'v', 'a', 'r'] as Pos[]) for (const b of this.lemmas(w, pos)) bases.push([b, pos]);
+    for (const pos of ['n', 'v', 'a', 'r'] as Pos[]) for (const b of this.lemmas(word, pos)) bases.push([b, pos]);
     for (const [b] of bases) seen.add(b);
     for (let sense = 0; sense < opts.senses; sense++) {
       for (const [b, pos] of bases) {
