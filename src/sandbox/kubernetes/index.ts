@@ -26,12 +26,13 @@ import { ServiceError } from '../../core/errors.js';
 import { DaemonClient } from '../client.js';
 import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
 import { execParams } from '../exec-params.js';
-import type { EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
+import type { EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
 import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
 import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
 import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
 import type { KubernetesExecutorOptions } from './options.js';
 import { ExecRelay } from './relay.js';
+import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
 
@@ -268,47 +269,94 @@ export class KubernetesExecutor implements Executor {
     await this.applyPolicy(objectName(h.id), h.id, network);
   }
 
+  /** Runner sockets and files in short-lived Pods go under the Pod's own /run/atelier (tunnel.ts). */
+  readonly ephemeralLayout: EphemeralLayout = {
+    credSocketDir: `${POD_RUN_DIR}/cred`,
+    caFile: `${POD_RUN_DIR}/ca.pem`,
+    credentialHelper: (socket: string) => `node ${IN_CREDHELPER} ${socket}`,
+  };
+
   /**
-   * A short-lived daemon Pod runs the command and is deleted after it. Binds map only onto a
-   * workspace's claim: a bind of <rootDir>/repo (home, tmp) of a workspace this runner knows
-   * mounts that claim's sub-path at the target, on the workspace Pod's node (a ReadWriteOnce claim
-   * can be mounted only there). Any other host path has no equivalent in a cluster and is refused
-   * by name.
+   * The workspace claim a host path of a workspace's root maps onto: <rootDir>/repo (home, tmp)
+   * of a workspace this runner made or recovered, or of <workspacesDir>/<id> (the service's
+   * layout: a clone runs while the workspace's Pod is still being made).
+   */
+  private claimFor(src: string): { claim: string; id?: string } | undefined {
+    const known = this.roots.get(path.dirname(src));
+    if (known) return { claim: known.claim };
+    const root = path.dirname(src);
+    const id = path.basename(root);
+    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return { claim: objectName(id), id };
+    return undefined;
+  }
+
+  /**
+   * A short-lived daemon Pod runs the command and is deleted after it. Binds map onto a
+   * workspace's claim (<rootDir>/repo at /workspace, home, tmp), on the workspace Pod's node (a
+   * ReadWriteOnce claim can be mounted only there). Runner sockets (`sockets` binds), the
+   * operation's proxy socket (network) and small read-only files reach the Pod through the socket
+   * tunnel (tunnel.ts) over an exec stream: the Pod keeps a deny-all NetworkPolicy. Any other host
+   * path has no equivalent in a cluster and is refused by name.
    */
   async runEphemeral(spec: EphemeralSpec): Promise<ExecResult> {
     await this.clientsReady;
     const id = spec.id ?? `eph-${createHash('sha256').update(String(Math.random()) + Date.now()).digest('hex').slice(0, 16)}`;
     validateId(id);
     let claim: string | undefined;
+    let claimOwner: string | undefined;
+    const sockets: Array<{ source: string; target: string }> = [];
+    const files: Array<{ source: string; target: string }> = [];
     for (const b of spec.binds) {
-      const src = path.resolve(b.source);
-      const root = this.roots.get(path.dirname(src));
-      const sub = path.basename(src);
-      const ok = root && b.target === { repo: '/workspace', home: '/home/user', tmp: '/tmp' }[sub] && !b.sockets;
-      if (!ok) {
-        throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp)`, { field: 'binds', target: b.target });
+      if (b.sockets) {
+        sockets.push(b);
+        continue;
       }
-      if (claim && claim !== root.claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a short-lived Pod mounts one workspace claim', { field: 'binds' });
-      claim = root.claim;
+      const src = path.resolve(b.source);
+      const ws = this.claimFor(src);
+      const sub = path.basename(src);
+      if (ws && b.target === { repo: '/workspace', home: '/home/user', tmp: '/tmp' }[sub]) {
+        if (claim && claim !== ws.claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a short-lived Pod mounts one workspace claim', { field: 'binds' });
+        claim = ws.claim;
+        claimOwner = ws.id;
+        continue;
+      }
+      if (b.readOnly && b.target.startsWith(POD_RUN_DIR + '/')) {
+        files.push(b);
+        continue;
+      }
+      throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp), and take runner sockets and small read-only files under ${POD_RUN_DIR}/`, { field: 'binds', target: b.target });
     }
+    const proxy = spec.network === 'none' ? undefined : { socket: spec.network.proxySocket, port: TUNNEL_PROXY_PORT };
+    const plan = sockets.length || files.length || proxy ? await planTunnel({ sockets, files, proxy }) : undefined;
     const name = objectName(id);
     const scratch = claim === undefined;
     if (scratch) claim = name;
     const started = Date.now();
-    let nodeName: string | undefined;
-    if (!scratch) nodeName = (await orNull(this.k.core.readNamespacedPod({ name: claim!, namespace: this.ns })))?.spec?.nodeName;
+    let tunnel: TunnelEnd | undefined;
+    // The proxy is the runner's (through the tunnel): the Pod itself reaches nothing.
+    const env = proxy ? { ...TUNNEL_PROXY_ENV, ...spec.env } : spec.env;
     try {
+      let placement: { nodeName?: string; nearWorkspace?: string } = {};
+      if (!scratch) {
+        // A clone may run while the workspace's own create() is still making the claim.
+        if (claimOwner) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(claim!, claimOwner, this.o) }));
+        const nodeName = (await orNull(this.k.core.readNamespacedPod({ name: claim!, namespace: this.ns })))?.spec?.nodeName;
+        placement = nodeName ? { nodeName } : { nearWorkspace: claim };
+      }
       if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
-      await this.applyPolicy(name, id, spec.network);
-      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: spec.env, o: this.o, nodeName });
+      await this.applyPolicy(name, id, proxy ? 'none' : spec.network);
+      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env, o: this.o, ...placement });
       await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
         throw asServiceError(err, 'create pod');
       });
       const h = await this.attach(id, name, true);
+      if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
       const cwd = spec.cwd && spec.cwd !== '/' ? spec.cwd : undefined;
-      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env: spec.env, stdin: spec.stdin, timeoutMs: spec.timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env, stdin: spec.stdin, timeoutMs: spec.timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
       return { ...r, durationMs: Date.now() - started };
     } finally {
+      tunnel?.close();
+      for (const d of plan?.dirs ?? []) await d.close().catch(() => undefined);
       await this.detach(id);
       await this.deletePod(name).catch(() => undefined);
       await deleteIfPresent(this.k.net.deleteNamespacedNetworkPolicy({ name, namespace: this.ns })).catch(() => undefined);
