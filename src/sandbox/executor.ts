@@ -72,7 +72,7 @@ export const EPHEMERAL_CREDHELPER = '/opt/atelier/lib/credhelper';
 /**
  * Where a driver's short-lived sandboxes take what the runner gives a git operation, when not at
  * the bubblewrap driver's paths (a Kubernetes Pod's root is its image's: runner sockets and files
- * go under the Pod's own /run/atelier there). Absent: the credential socket directory at
+ * go under the Pod's own /dev/shm/atelier there). Absent: the credential socket directory at
  * /run/atelier-cred, the CA bundle at /run/atelier-ca.pem, the helper EPHEMERAL_CREDHELPER.
  */
 export interface EphemeralLayout {

@@ -164,15 +164,15 @@ describe.skipIf(!isRoot)('socket tunnel through the driver and the fixture API s
     const r = await ex.runEphemeral({
       id: 'eph-tunnel1',
       command: [
-        'cat /run/atelier/ca.pem',
-        client("'/run/atelier/x/svc.sock'"),
+        'cat /dev/shm/atelier/ca.pem',
+        client("'/dev/shm/atelier/x/svc.sock'"),
         client('3128,\'127.0.0.1\''),
         'echo "$HTTPS_PROXY"',
-        'ls /run/atelier/x',
+        'ls /dev/shm/atelier/x',
       ].join(' && '),
       binds: [
-        { source: sockDir, target: '/run/atelier/x', readOnly: true, sockets: true },
-        { source: ca, target: '/run/atelier/ca.pem', readOnly: true },
+        { source: sockDir, target: '/dev/shm/atelier/x', readOnly: true, sockets: true },
+        { source: ca, target: '/dev/shm/atelier/ca.pem', readOnly: true },
       ],
       limits: LIMITS,
       network: { proxySocket: proxySock },
@@ -186,12 +186,12 @@ describe.skipIf(!isRoot)('socket tunnel through the driver and the fixture API s
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   });
 
-  it('sockets and files only under the Pod\'s /run/atelier; a file that is not a small readable regular file is refused by name', async () => {
+  it('sockets and files only under the Pod\'s /dev/shm/atelier; a file that is not a small readable regular file is refused by name', async () => {
     const sockDir = mkdtempSync(path.join(base, 's-'));
     await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: sockDir, target: '/run/atelier-cred', readOnly: true, sockets: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds', target: '/run/atelier-cred' } });
     const secret = path.join(base, 'secret');
     writeFileSync(secret, 'x', { mode: 0o600 });
-    await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: secret, target: '/run/atelier/s', readOnly: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds', target: '/run/atelier/s' } });
+    await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: secret, target: '/dev/shm/atelier/s', readOnly: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds', target: '/dev/shm/atelier/s' } });
     await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: '/etc/hostname', target: '/etc/hostname', readOnly: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
   });
 
@@ -212,7 +212,7 @@ describe.skipIf(!isRoot)('socket tunnel through the driver and the fixture API s
         network: 'none',
       }),
       // Another operation at the same time: its Pod has no tunnel to anything, and no socket.
-      ex.runEphemeral({ id: 'eph-cred-b', command: `ls -A /run/atelier; ${helper} get </dev/null; echo rc=$?`, binds: [], limits: LIMITS, network: 'none' }),
+      ex.runEphemeral({ id: 'eph-cred-b', command: `ls -A /dev/shm; ${helper} get </dev/null; echo rc=$?`, binds: [], limits: LIMITS, network: 'none' }),
     ]);
     expect(a).toMatchObject({ exitCode: 0, stdout: '1\n' });
     expect(b.stdout).not.toContain('cred');

@@ -2,18 +2,18 @@
  * The socket tunnel's Pod end (`node /opt/atelier/daemon/tunnel.js`, started by the runner over a
  * Kubernetes exec stream for one short-lived operation: src/sandbox/kubernetes/tunnel.ts). It
  * reads a CONFIG frame from stdin, writes the small files it names (a CA bundle), listens where it
- * says (Unix sockets in the Pod's own /run/atelier, the one-host egress proxy on
+ * says (Unix sockets in the Pod's own /dev/shm/atelier, the one-host egress proxy on
  * 127.0.0.1:<port>), answers READY, then carries every accepted connection over stdin/stdout as
  * frames (tunnel-frames.ts). The runner decides where each connection goes: this end only names
  * the listener it came in on. Ends when stdin ends. Node built-ins only.
  */
-import { mkdirSync, rmSync, chmodSync, constants as fsConstants, openSync, writeSync, closeSync } from 'node:fs';
+import { mkdirSync, rmSync, chmodSync, constants as fsConstants, openSync, writeFileSync, closeSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import path from 'node:path';
 import { FRAME, FrameReader, MAX_CONNECTIONS, Mux, frame, type TunnelConfig } from './tunnel-frames.js';
 
 /** Where listeners and files may go: the Pod's own runtime directory. */
-const ROOT = process.env.ATELIER_TUNNEL_ROOT || '/run/atelier';
+const ROOT = process.env.ATELIER_TUNNEL_ROOT || '/dev/shm/atelier';
 
 const servers: Server[] = [];
 let nextId = 1;
@@ -41,7 +41,8 @@ async function configure(cfg: TunnelConfig): Promise<void> {
     mkdirSync(path.dirname(p), { recursive: true, mode: 0o700 });
     const fd = openSync(p, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, f.mode & 0o644);
     try {
-      writeSync(fd, Buffer.from(f.b64, 'base64'));
+      // writeFileSync on a descriptor writes it all (one write(2) may write less).
+      writeFileSync(fd, Buffer.from(f.b64, 'base64'));
     } finally {
       closeSync(fd);
     }

@@ -269,7 +269,7 @@ export class KubernetesExecutor implements Executor {
     await this.applyPolicy(objectName(h.id), h.id, network);
   }
 
-  /** Runner sockets and files in short-lived Pods go under the Pod's own /run/atelier (tunnel.ts). */
+  /** Runner sockets and files in short-lived Pods go under the Pod's own /dev/shm/atelier (tunnel.ts). */
   readonly ephemeralLayout: EphemeralLayout = {
     credSocketDir: `${POD_RUN_DIR}/cred`,
     caFile: `${POD_RUN_DIR}/ca.pem`,

@@ -23,8 +23,13 @@ import { ServiceError } from '../../core/errors.js';
 import { FRAME, FrameReader, MAX_CONNECTIONS, Mux, frame, type TunnelConfig } from '../daemon/tunnel-frames.js';
 
 export const IN_TUNNEL = '/opt/atelier/daemon/tunnel.js';
-/** The Pod's own runtime directory (writable by the workspace user, private to the Pod). */
-export const POD_RUN_DIR = '/run/atelier';
+/**
+ * Where runner sockets and files go in a short-lived Pod: the Pod's own /dev/shm (a memory
+ * filesystem private to the Pod, writable by the workspace user; nothing reaches a disk or the
+ * workspace's claim, which the workspace's own Pod shares). The image's root is not the runner's
+ * to change.
+ */
+export const POD_RUN_DIR = '/dev/shm/atelier';
 export const IN_CREDHELPER = '/opt/atelier/daemon/credhelper.js';
 /** As under bubblewrap: the operation's proxy at 127.0.0.1:3128 inside, and the variables pointing at it. */
 export const TUNNEL_PROXY_PORT = 3128;
