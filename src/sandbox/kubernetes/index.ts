@@ -302,6 +302,10 @@ export class KubernetesExecutor implements Executor {
     await this.clientsReady;
     const id = spec.id ?? `eph-${createHash('sha256').update(String(Math.random()) + Date.now()).digest('hex').slice(0, 16)}`;
     validateId(id);
+    if (spec.privileged) {
+      // A Pod runs as the workspace user with no capability: uid 0 in a user namespace of its own is bubblewrap's.
+      throw new ServiceError('NOT_SUPPORTED', 'privileged: approved privileged commands need the bubblewrap executor (a workspace Pod runs as uid 1000 with every capability dropped)', { field: 'privileged' });
+    }
     let claim: string | undefined;
     let claimOwner: string | undefined;
     const sockets: Array<{ source: string; target: string }> = [];
