@@ -2,8 +2,11 @@
  * The core workspace scenario through the real service, once per executor driver, so the suite
  * proves the Kubernetes driver a drop-in for bubblewrap (issue #34): workspace_open (a clone
  * through the credential broker and the one-host egress proxy from the HTTPS git host fixture),
- * files, grep, exec, a shell, a task, git commit / push / fetch through the broker, a runner
- * restart on the same data directory that recovers the workspace, and close.
+ * files, grep, exec, a shell, a task, git commit / push / fetch through the broker (the token in
+ * no Pod's environment or files, nor in any object the cluster stores), a runner restart on the
+ * same data directory (the stopping runner stops its sandboxes; the next one starts them again on
+ * their files), a runner killed outright (the next one reattaches: on Kubernetes the same Pod,
+ * found by name), and close.
  *
  * - bubblewrap: the default executor on this host.
  * - kubernetes: `--executor kubernetes --kubeconfig <the fixture API server's>` (the fixture runs
@@ -46,6 +49,8 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
   let repoUrl: string;
   let ws: string;
   let args: string[] = [];
+  const stored: string[] = [];
+  let ownerToken = '';
   const dataDir = mkdtempSync(join(tmpdir(), 'atelier-xs-'));
 
   async function ok(name: string, a: Record<string, unknown>): Promise<Record<string, unknown>> {
@@ -69,10 +74,13 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
         const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
         api = await startKubeApiServer();
         kubeconfig = api.kubeconfig;
+        // Every object the cluster is given (Pods of the workspace and of each git operation included).
+        api.store.watch(Number(api.store.resourceVersion), (e) => stored.push(JSON.stringify(e)));
       }
       args = ['--executor', 'kubernetes', '--kubeconfig', kubeconfig!, '--kube-namespace', process.env.ATELIER_TEST_KUBE_NAMESPACE ?? 'atelier', '--kube-workspace-image', process.env.ATELIER_TEST_KUBE_IMAGE ?? 'atelier-workspace:test'];
     }
     svc = await startService({ dataDir, args });
+    ownerToken = svc.token;
     c = await connectV2(svc);
   }, 180_000);
 
@@ -141,11 +149,18 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     const half = host.token.length >> 1;
     const r = await sh(`A='${host.token.slice(0, half)}'; B='${host.token.slice(half)}'; grep -rlsF "$A$B" /proc/[0-9]*/environ /workspace /home/user /tmp /run 2>/dev/null | wc -l`);
     expect(r.stdout).toBe('0\n');
+    if (api) {
+      // Nor in any object the cluster stores: the git operations' Pods (seen) carry no credential.
+      expect(stored.some((e) => e.includes('"atelier.dev/role":"ephemeral"'))).toBe(true);
+      expect(stored.join('\n')).not.toContain(host.token);
+    }
   }, 120_000);
 
-  it.skipIf(skip)('a runner restart on the same data directory recovers the workspace and keeps working', async () => {
+  it.skipIf(skip)('a runner restart (stopped, started on the same data directory) brings the workspace back on its files and keeps working', async () => {
     await sh('echo before-restart > state.txt');
-    const token = svc.token;
+    const podUid = () => api?.store.list('pods', 'atelier', `atelier.dev/workspace=${ws}`).map((p) => p.metadata.uid);
+    const before = podUid();
+    const token = ownerToken;
     await c.close();
     expect(await svc.stop('SIGTERM')).toBe(0);
     const again = await startService({ dataDir, args });
@@ -155,8 +170,23 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     c = await connectV2({ ...again, token });
     expect((await ok('workspace_status', { workspaceId: ws })).state).toBe('active');
     expect((await sh('cat state.txt task.txt')).stdout).toBe('before-restart\ntask-ran\n');
+    // A stopping runner stops its sandboxes (files kept): the Pod was made again on the same claim.
+    if (api) expect(podUid()).not.toEqual(before);
     // A git network operation after the restart: a new broker and tunnel.
     await ok('git_fetch', { workspaceId: ws });
+  }, 180_000);
+
+  it.skipIf(skip)('a runner killed outright: the next one reattaches to the running sandbox (on Kubernetes the same Pod, found by name)', async () => {
+    await sh('echo before-crash > crash.txt');
+    const podUid = () => api?.store.list('pods', 'atelier', `atelier.dev/workspace=${ws}`).map((p) => p.metadata.uid);
+    const before = podUid();
+    const token = ownerToken;
+    await c.close();
+    await svc.stop('SIGKILL');
+    svc = await startService({ dataDir, args });
+    c = await connectV2({ ...svc, token });
+    expect((await sh('cat crash.txt')).stdout).toBe('before-crash\n');
+    if (api) expect(podUid()).toEqual(before);
   }, 180_000);
 
   it.skipIf(skip)('close', async () => {
