@@ -15,7 +15,7 @@ import { createServer, type Server } from 'node:net';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FRAME, frame, FrameReader, MAX_CONNECTIONS, MAX_PAYLOAD } from '../../src/sandbox/daemon/tunnel-frames.js';
+import { FRAME, frame, FrameReader, MAX_CONNECTIONS, MAX_PAYLOAD, RECEIVE_LIMIT } from '../../src/sandbox/daemon/tunnel-frames.js';
 import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
 import { TunnelEnd } from '../../src/sandbox/kubernetes/tunnel.js';
 import { objectName } from '../../src/sandbox/kubernetes/names.js';
@@ -117,6 +117,21 @@ describe('socket tunnel: the runner end refuses what the operation did not ask f
     expect(q.end.counters.failure).toMatch(/unknown frame type 42/);
   });
 
+  it('a Pod end that ignores the window (sends past it without ACKs) ends the tunnel', async () => {
+    const hold = createServer((c) => c.pause());
+    await new Promise<void>((r) => hold.listen(path.join(dir, 'slow.sock'), () => r()));
+    const p = hostilePod(new Map([['s', path.join(dir, 'slow.sock')]]));
+    p.send(frame(FRAME.OPEN, 1, 's'));
+    const chunk = Buffer.alloc(MAX_PAYLOAD, 1);
+    for (let i = 0; i < (2 * RECEIVE_LIMIT) / MAX_PAYLOAD + 64 && p.end.counters.failure === undefined; i++) {
+      p.send(frame(FRAME.DATA, 1, chunk));
+      if (i % 16 === 0) await tick();
+    }
+    await until(() => p.end.counters.failure !== undefined);
+    expect(p.end.counters.failure).toMatch(/unacknowledged/);
+    hold.close();
+  });
+
   it(`at most ${MAX_CONNECTIONS} connections at once`, async () => {
     const hold = createServer(() => undefined);
     await new Promise<void>((r) => hold.listen(path.join(dir, 'hold.sock'), () => r()));
@@ -185,6 +200,34 @@ describe.skipIf(!isRoot)('socket tunnel through the driver and the fixture API s
     expect((policy as { spec?: { egress?: unknown[] } } | undefined)?.spec?.egress ?? []).toEqual([]);
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   });
+
+  it('bulk bytes both ways keep their order and count through the windows (8 MiB down and 8 MiB up on one connection)', async () => {
+    const { createHash, randomBytes } = await import('node:crypto');
+    const down = randomBytes(8 * 1024 * 1024);
+    const proxySock = path.join(base, 'bulk.sock');
+    let upHash = '';
+    const bulk = createServer((c) => {
+      const h = createHash('sha256');
+      let n = 0;
+      c.on('data', (d: Buffer) => {
+        h.update(d);
+        n += d.length;
+      });
+      c.on('end', () => {
+        upHash = `${n} ${h.digest('hex')}`;
+        c.end();
+      });
+      c.write(down);
+    });
+    await new Promise<void>((r) => bulk.listen(proxySock, () => r()));
+    servers.push(bulk);
+    // In the Pod: one connection sends 8 MiB and reads what it is sent; both hashed there.
+    const script = `const c=require('crypto'),net=require('net');const s=net.connect(3128,'127.0.0.1');const h=c.createHash('sha256');let n=0;s.on('data',d=>{h.update(d);n+=d.length});s.on('end',()=>{console.log(n+' '+h.digest('hex'))});s.on('connect',()=>{const b=Buffer.alloc(1<<20,7);let i=0;const w=()=>{while(i<8){i++;if(!s.write(b)){s.once('drain',w);return}}s.end()};w()})`;
+    const r = await ex.runEphemeral({ id: 'eph-bulk1', argv: ['node', '-e', script], binds: [], limits: LIMITS, network: { proxySocket: proxySock }, timeoutMs: 120_000 });
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe(`${down.length} ${createHash('sha256').update(down).digest('hex')}`);
+    expect(upHash).toBe(`${8 * 1024 * 1024} ${createHash('sha256').update(Buffer.alloc(8 * 1024 * 1024, 7)).digest('hex')}`);
+  }, 180_000);
 
   it('sockets and files only under the Pod\'s /dev/shm/atelier; a file that is not a small readable regular file is refused by name', async () => {
     const sockDir = mkdtempSync(path.join(base, 's-'));

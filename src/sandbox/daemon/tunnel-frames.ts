@@ -12,9 +12,9 @@
  *   CLOSE   both ways: the connection ended (payload: a reason, may be empty)
  *   ACK     both ways: 4-byte count of DATA bytes the receiver has written on to its socket
  *
- * Back-pressure: a sender keeps at most WINDOW unacknowledged DATA bytes per connection and
- * pauses that connection's socket until ACKs come; a receiver that is sent more than WINDOW
- * unacknowledged bytes, a frame longer than MAX_PAYLOAD or an unknown type ends the tunnel (the
+ * Back-pressure: a sender stops reading a connection's socket once WINDOW DATA bytes of it are
+ * unacknowledged (one socket read, at most 64 KiB, may overshoot) until ACKs come; a receiver that
+ * is sent more than RECEIVE_LIMIT unacknowledged bytes, a frame longer than MAX_PAYLOAD or an unknown type ends the tunnel (the
  * stream cannot be trusted after that). Node built-ins only.
  */
 export const FRAME = { CONFIG: 1, READY: 2, OPEN: 3, DATA: 4, CLOSE: 5, ACK: 6 } as const;
@@ -23,6 +23,8 @@ export const MAX_PAYLOAD = 64 * 1024;
 /** CONFIG may carry small files (a CA bundle): larger, once. */
 export const MAX_CONFIG = 2 * 1024 * 1024;
 export const WINDOW = 256 * 1024;
+/** What a receiver holds for one connection before it calls the peer misbehaving (the window plus overshoot). */
+export const RECEIVE_LIMIT = 2 * WINDOW;
 export const MAX_CONNECTIONS = 32;
 
 export interface TunnelConfig {
@@ -125,7 +127,7 @@ export class Mux {
     const c = this.conns.get(id);
     if (!c) return; // ended here: the peer had not seen the CLOSE yet
     c.pending += payload.length;
-    if (c.pending > WINDOW) return this.fail(`connection ${id}: more than ${WINDOW} bytes unacknowledged`);
+    if (c.pending > RECEIVE_LIMIT) return this.fail(`connection ${id}: more than ${RECEIVE_LIMIT} bytes unacknowledged`);
     c.sock.write(payload, (err) => {
       c.pending -= payload.length;
       if (!err) this.send(ackFrame(id, payload.length));
