@@ -82,6 +82,8 @@ export interface EphemeralLayout {
   caFile: string;
   /** git's credential helper command (after `!`), given the broker socket's path inside. */
   credentialHelper(socket: string): string;
+  /** Where an agent runtime's socket directory is bound (default /run/agent), told to it with --socket-dir. */
+  agentSocketDir?: string;
 }
 
 export interface EphemeralBind {

@@ -15,9 +15,9 @@
  *   that kubeconfig, ATELIER_TEST_KUBE_NAMESPACE (default atelier) and the workspace image
  *   ATELIER_TEST_KUBE_IMAGE (required); skipped otherwise, with the reason printed. The cluster
  *   must reach nothing of this machine: only the runner's tunnel does (docs/scaling.md).
- *
- * Not covered here yet: an agent run under the Kubernetes driver (the agent runtime binds the
- * runner's own code into its sandbox; docs/scaling.md "What is not built yet").
+ * - an agent run (the fake model provider as in the agents tests): under Kubernetes its runtime is
+ *   a short-lived Pod of the workspace image (which carries /opt/agent), its control and gateway
+ *   sockets carried by the socket tunnel.
  */
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,6 +26,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, startService, type Service } from './harness.js';
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
+import { startAgentEnv, type AgentEnv } from './agents-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import type { KubeApiServer } from '../fixtures/kube-apiserver/index.js';
 
@@ -198,4 +199,50 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     if (api) expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   }, 60_000);
 
+});
+
+describe.each(DRIVERS)('an agent run: $driver', ({ driver, skip }) => {
+  let api: KubeApiServer | undefined;
+  let e: AgentEnv;
+
+  beforeAll(async () => {
+    if (skip) return;
+    let args: string[] = [];
+    if (driver !== 'bubblewrap') {
+      let kubeconfig = realCluster;
+      if (driver === 'kubernetes') {
+        const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
+        api = await startKubeApiServer();
+        kubeconfig = api.kubeconfig;
+      }
+      args = ['--sandbox-disk-mb', '0', '--executor', 'kubernetes', '--kubeconfig', kubeconfig!, '--kube-namespace', process.env.ATELIER_TEST_KUBE_NAMESPACE ?? 'atelier', '--kube-workspace-image', process.env.ATELIER_TEST_KUBE_IMAGE ?? 'atelier-workspace:test'];
+    }
+    e = await startAgentEnv({ args });
+    await e.makeProfile('coder-chat', 'chat-completions');
+  }, 240_000);
+
+  afterAll(async () => {
+    if (skip) return;
+    await e?.dispose();
+    await api?.close();
+  });
+
+  it.skipIf(skip)('an agent reads a file and runs a command in the workspace through its proxied tools, then ends SUCCEEDED', async () => {
+    e.fake.scripts.set('xs-agent', (c) => {
+      if (!c.hasTools) return { text: 'summary' };
+      if (c.step === 0) return { calls: [{ name: 'files_read', args: { path: 'README.md' } }] };
+      if (c.step === 1) return { calls: [{ name: 'exec_run', args: { command: 'echo from-agent > agent.txt; echo wrote' } }] };
+      return { text: `done: ${c.toolResults.at(-1)?.includes('wrote') ? 'wrote' : 'unknown'}` };
+    });
+    const r = await e.tool('agent_spawn', { workspaceId: e.ws, idempotencyKey: `xs-agent-${driver}`, profileId: 'coder-chat', prompt: '#agent=xs-agent write a file', proxyOperations: ['files_read', 'exec_run'] });
+    expect(r.ok, JSON.stringify(r)).toBe(true);
+    const end = await e.waitEnd((r as { result: { agentId: string } }).result.agentId, 120_000);
+    expect(end.status, JSON.stringify(end)).toBe('SUCCEEDED');
+    expect(end.summary).toBe('done: wrote');
+    expect((await e.ok('files_read', { workspaceId: e.ws, path: 'agent.txt' })).content).toBe('from-agent\n');
+    if (api) {
+      // Pods made: the workspace's, the clone's and at least one agent runtime's (pre-started slots may add more).
+      expect(api.requests.get('POST pods') ?? 0).toBeGreaterThanOrEqual(3);
+    }
+  }, 180_000);
 });

@@ -36,6 +36,12 @@ import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, T
 
 export type { KubernetesExecutorOptions } from './options.js';
 
+/** The daemon's longest exec (its protocol's limit). */
+const MAX_EXEC_MS = 86_400_000;
+
+/** Read-only binds of the runner's own code that the workspace image carries at the same path (deploy/kubernetes/workspace.Containerfile). */
+export const IMAGE_CARRIES = ['/opt/agent'];
+
 /** What a workspace is made of in this cluster (said once, on first use). */
 export type WorkspaceKind = 'pod+pvc' | 'agent-sandbox';
 
@@ -274,6 +280,7 @@ export class KubernetesExecutor implements Executor {
     credSocketDir: `${POD_RUN_DIR}/cred`,
     caFile: `${POD_RUN_DIR}/ca.pem`,
     credentialHelper: (socket: string) => `node ${IN_CREDHELPER} ${socket}`,
+    agentSocketDir: `${POD_RUN_DIR}/agent`,
   };
 
   /**
@@ -324,6 +331,11 @@ export class KubernetesExecutor implements Executor {
         claimOwner = ws.id;
         continue;
       }
+      if (b.readOnly && IMAGE_CARRIES.some((d) => b.target === d || b.target.startsWith(d + '/'))) {
+        // The runner's own code (the agent runtime): the workspace image, built from the same
+        // checkout, carries it at the same path. Nothing of the host is bound.
+        continue;
+      }
       if (b.readOnly && b.target.startsWith(POD_RUN_DIR + '/')) {
         files.push(b);
         continue;
@@ -356,7 +368,9 @@ export class KubernetesExecutor implements Executor {
       const h = await this.attach(id, name, true);
       if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
       const cwd = spec.cwd && spec.cwd !== '/' ? spec.cwd : undefined;
-      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env, stdin: spec.stdin, timeoutMs: spec.timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      // The daemon's exec takes at most a day: a short-lived Pod lives at most that long (an agent runtime's backstop is longer).
+      const timeoutMs = spec.timeoutMs === undefined ? undefined : Math.min(spec.timeoutMs, MAX_EXEC_MS);
+      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
       return { ...r, durationMs: Date.now() - started };
     } finally {
       tunnel?.close();
