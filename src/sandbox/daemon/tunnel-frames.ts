@@ -84,8 +84,11 @@ interface Conn {
  */
 export class Mux {
   readonly conns = new Map<number, Conn>();
-  /** Ids that ended here: late frames for them are dropped, not refused. */
-  private readonly ended = new Set<number>();
+  /**
+   * The highest connection id seen: the Pod end numbers connections 1, 2, 3... so every id up to
+   * it was opened (late frames for one that ended are dropped) and none above it was.
+   */
+  private highest = 0;
 
   constructor(
     private readonly send: (b: Buffer) => void,
@@ -93,6 +96,7 @@ export class Mux {
   ) {}
 
   attach(id: number, sock: import('node:net').Socket): void {
+    this.note(id);
     const c: Conn = { sock, inflight: 0, pending: 0, sentClose: false };
     this.conns.set(id, c);
     sock.setNoDelay?.(true);
@@ -114,13 +118,22 @@ export class Mux {
     sock.on('close', () => {
       sendClose();
       this.conns.delete(id);
-      this.ended.add(id);
     });
+  }
+
+  /** An id now opened (or refused at its opening). */
+  note(id: number): void {
+    if (id > this.highest) this.highest = id;
+  }
+
+  /** Whether the id is new: above every id opened so far. */
+  isNew(id: number): boolean {
+    return id > this.highest;
   }
 
   /** false: the id is not a connection of this tunnel (never opened). */
   known(id: number): boolean {
-    return this.conns.has(id) || this.ended.has(id);
+    return id > 0 && id <= this.highest;
   }
 
   onData(id: number, payload: Buffer): void {
@@ -150,7 +163,6 @@ export class Mux {
 
   /** Refuses one connection (a frame naming it is answered with CLOSE). */
   refuse(id: number, reason: string): void {
-    this.ended.add(id);
     this.send(frame(FRAME.CLOSE, id, reason));
   }
 

@@ -115,10 +115,12 @@ export class TunnelEnd {
         return;
       }
       case FRAME.OPEN: {
-        if (this.mux.known(id) || id === 0) {
+        if (!this.mux.isNew(id)) {
+          // Ids only grow: one already seen is a replay (a second stream on a connection).
           this.counters.refusedId++;
-          return this.fail(`connection id ${id} opened twice`);
+          return this.fail(`connection id ${id} opened twice (or out of order)`);
         }
+        this.mux.note(id);
         const tag = payload.toString('utf8');
         const target = this.targets.get(tag);
         if (target === undefined) {
@@ -242,6 +244,11 @@ export async function openTunnel(exec: Exec, namespace: string, pod: string, pla
   });
   ws = sock;
   sock.on('close', () => fromPod.end());
-  await end.start(plan.config);
+  try {
+    await end.start(plan.config);
+  } catch (err) {
+    end.close();
+    throw err;
+  }
   return end;
 }
