@@ -22,6 +22,7 @@ import OpenAI from 'openai';
 import {
   CONTROL_SOCKET,
   GATEWAY_SOCKET,
+  SOCKET_DIR_ARG,
   type AgentStartConfig,
   type BudgetView,
   type RunnerMessage,
@@ -82,9 +83,15 @@ async function warmUp(): Promise<void> {
   }
 }
 
+/** The two sockets: at AGENT_SOCKET_DIR, or where `--socket-dir` says (the executor's layout). */
+const socketDirAt = process.argv.indexOf(SOCKET_DIR_ARG);
+const SOCKET_DIR = socketDirAt > 0 && process.argv[socketDirAt + 1]?.startsWith('/') ? process.argv[socketDirAt + 1]! : undefined;
+const GATEWAY_SOCKET_PATH = SOCKET_DIR ? `${SOCKET_DIR}/gateway.sock` : GATEWAY_SOCKET;
+const CONTROL_SOCKET_PATH = SOCKET_DIR ? `${SOCKET_DIR}/control.sock` : CONTROL_SOCKET;
+
 /** 127.0.0.1:<port> inside the sandbox, piped to the gateway socket. */
 async function gatewayBridge(): Promise<number> {
-  const server = createServer((client) => void splice(client, connect(GATEWAY_SOCKET)));
+  const server = createServer((client) => void splice(client, connect(GATEWAY_SOCKET_PATH)));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   server.unref();
   return (server.address() as { port: number }).port;
@@ -242,7 +249,7 @@ async function main(): Promise<void> {
   const loadedMs = performance.now();
   if (process.argv.includes('--warm')) await warmUp();
   const port = await gatewayBridge();
-  const sock = connect(CONTROL_SOCKET);
+  const sock = connect(CONTROL_SOCKET_PATH);
   await new Promise<void>((resolve, reject) => {
     sock.once('connect', resolve);
     sock.once('error', reject);

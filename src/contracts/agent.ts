@@ -13,6 +13,8 @@
 export const AGENT_SOCKET_DIR = '/run/agent';
 export const GATEWAY_SOCKET = `${AGENT_SOCKET_DIR}/gateway.sock`;
 export const CONTROL_SOCKET = `${AGENT_SOCKET_DIR}/control.sock`;
+/** `--socket-dir DIR` on the runtime's command line: where a driver put the two sockets instead (a Kubernetes Pod: under /dev/shm/atelier). */
+export const SOCKET_DIR_ARG = '--socket-dir';
 
 /** A tool as the MCP catalog publishes it. */
 export interface AgentTool {

@@ -69,6 +69,23 @@ export interface ExecRequest {
 /** Inside every short-lived sandbox: git's credential helper (for `credential.helper = !<path>`; forwards to a broker socket bound at /run/atelier-cred). */
 export const EPHEMERAL_CREDHELPER = '/opt/atelier/lib/credhelper';
 
+/**
+ * Where a driver's short-lived sandboxes take what the runner gives a git operation, when not at
+ * the bubblewrap driver's paths (a Kubernetes Pod's root is its image's: runner sockets and files
+ * go under the Pod's own /dev/shm/atelier there). Absent: the credential socket directory at
+ * /run/atelier-cred, the CA bundle at /run/atelier-ca.pem, the helper EPHEMERAL_CREDHELPER.
+ */
+export interface EphemeralLayout {
+  /** Where the credential broker's socket directory is bound (EphemeralBind.sockets). */
+  credSocketDir: string;
+  /** Where the extra CA bundle file is placed. */
+  caFile: string;
+  /** git's credential helper command (after `!`), given the broker socket's path inside. */
+  credentialHelper(socket: string): string;
+  /** Where an agent runtime's socket directory is bound (default /run/agent), told to it with --socket-dir. */
+  agentSocketDir?: string;
+}
+
 export interface EphemeralBind {
   /** Host path. */
   source: string;
@@ -162,6 +179,8 @@ export interface WorkspaceStorage {
 export interface Executor {
   /** Optional (see WorkspaceStorage): absent, the driver keeps the files. */
   readonly storage?: WorkspaceStorage;
+  /** Optional (see EphemeralLayout): absent, the bubblewrap paths. */
+  readonly ephemeralLayout?: EphemeralLayout;
   /** Starts the long-lived sandbox running the daemon; resolves once the daemon answers ping. */
   create(spec: SandboxSpec): Promise<SandboxHandle>;
   /**

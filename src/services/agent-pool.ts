@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeFileSync } from 'node:fs';
 import { splice } from '../contracts/splice.js';
-import { AGENT_SOCKET_DIR, type RuntimeMessage } from '../contracts/agent.js';
+import { AGENT_SOCKET_DIR, SOCKET_DIR_ARG, type RuntimeMessage } from '../contracts/agent.js';
 import type { Executor, ExecResult } from '../sandbox/executor.js';
 import type { Logger } from '../core/log.js';
 
@@ -220,16 +220,18 @@ export class AgentRuntimePool {
           }
         });
       });
+    // Where this driver's sandbox takes the two sockets (a Kubernetes Pod: under its own /dev/shm/atelier).
+    const socketDir = this.deps.executor.ephemeralLayout?.agentSocketDir;
     const sandbox = Promise.all([listen(gw, join(dir, 'gateway.sock')), listen(ctl, join(dir, 'control.sock'))]).then(() =>
       this.deps.executor.runEphemeral({
         id: `agent-rt-${id}`,
-        argv: ['/usr/bin/node', '--max-old-space-size=128', '/opt/agent/dist/agent/runtime.js', ...(warm ? ['--warm'] : [])],
+        argv: ['/usr/bin/node', '--max-old-space-size=128', '/opt/agent/dist/agent/runtime.js', ...(warm ? ['--warm'] : []), ...(socketDir ? [SOCKET_DIR_ARG, socketDir] : [])],
         binds: [
           { source: join(this.deps.optDir, 'package.json'), target: '/opt/agent/package.json', readOnly: true },
           { source: join(ROOT, 'dist', 'agent'), target: '/opt/agent/dist/agent', readOnly: true },
           { source: join(ROOT, 'dist', 'contracts'), target: '/opt/agent/dist/contracts', readOnly: true },
           { source: join(ROOT, 'node_modules', 'openai'), target: '/opt/agent/node_modules/openai', readOnly: true },
-          { source: dir, target: AGENT_SOCKET_DIR, readOnly: true, sockets: true },
+          { source: dir, target: socketDir ?? AGENT_SOCKET_DIR, readOnly: true, sockets: true },
         ],
         limits: { memoryBytes: 256 * 1024 * 1024, pidsMax: 64, cpuQuotaPercent: 100 },
         network: 'none',
@@ -248,6 +250,8 @@ export class AgentRuntimePool {
       (e: unknown) => (e instanceof Error ? e : new Error(String(e))),
     ).then((result) => {
       this.all.delete(slot);
+      // A sandbox that could not start says why (the agent's end reason quotes this tail).
+      if (result instanceof Error && slot.stderr === '') slot.stderr = result.message.slice(0, 1000);
       readyResolve(false);
       const i = this.idle.indexOf(slot);
       if (i >= 0) {

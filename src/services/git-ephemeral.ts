@@ -16,7 +16,7 @@ import { ServiceError } from '../core/errors.js';
 import type { WorkspaceEgress } from '../sandbox/egress/workspace.js';
 import type { EgressProxy } from '../sandbox/egress.js';
 import { EPHEMERAL_CREDHELPER, type EphemeralBind, type Executor, type ExecResult, type SandboxLimits, type SandboxNetwork } from '../sandbox/executor.js';
-import { CRED_SOCKET_DIR, startCredentialBroker } from './broker.js';
+import { CRED_SOCKET_DIR, CRED_SOCKET_NAME, startCredentialBroker } from './broker.js';
 import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from './git-safety.js';
 import type { RepoCredentialStore } from './repo-credentials.js';
 import type { ParsedRepoUrl, RepositoryPolicy } from './repos.js';
@@ -86,16 +86,21 @@ export async function runEphemeralGit(
       if (p.status === 'rejected') throw p.reason;
       if (b.status === 'rejected') throw b.reason;
       network = { proxySocket };
-      binds.push({ source: broker!.dir, target: CRED_SOCKET_DIR, readOnly: true, sockets: true });
+      // Where this driver's short-lived sandbox takes them (a Kubernetes Pod: under its own /run/atelier).
+      const layout = deps.executor.ephemeralLayout;
+      const credDir = layout?.credSocketDir ?? CRED_SOCKET_DIR;
+      const caFile = layout?.caFile ?? CA_IN_SANDBOX;
+      binds.push({ source: broker!.dir, target: credDir, readOnly: true, sockets: true });
       const ca = deps.repos.extraCaPem();
       if (ca) {
         const bundle = join(tmp, 'ca.pem');
         systemCa ??= readFileSync(SYSTEM_CA, 'utf8');
         await writeFile(bundle, systemCa + '\n' + ca, { mode: 0o644 });
-        binds.push({ source: bundle, target: CA_IN_SANDBOX, readOnly: true });
-        extraConfig.push(['http.sslCAInfo', CA_IN_SANDBOX]);
+        binds.push({ source: bundle, target: caFile, readOnly: true });
+        extraConfig.push(['http.sslCAInfo', caFile]);
       }
-      extraConfig.push(['credential.helper', `!${EPHEMERAL_CREDHELPER}`], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
+      const helper = layout ? layout.credentialHelper(`${credDir}/${CRED_SOCKET_NAME}`) : EPHEMERAL_CREDHELPER;
+      extraConfig.push(['credential.helper', `!${helper}`], ['credential.useHttpPath', 'true'], ['http.proxy', 'http://127.0.0.1:3128']);
     }
     return await deps.executor.runEphemeral({
       id: `g-${workspace.id.slice(3, 15)}-${Math.random().toString(36).slice(2, 8)}`,

@@ -86,4 +86,15 @@ describe('one door: the executor interface is the only way past src/sandbox/', (
     expect(edges).toContainEqual({ from: 'app.ts', to: 'sandbox/kubernetes/from-config.ts' });
     expect(edges).toContainEqual({ from: 'app.ts', to: 'sandbox/bwrap/index.ts' });
   });
+
+  it("the socket tunnel's Pod end and git's Pod credential helper are of the workspace image: they import only each other (Node built-ins otherwise)", () => {
+    const podEnd = ['sandbox/daemon/tunnel.ts', 'sandbox/daemon/tunnel-frames.ts', 'sandbox/daemon/credhelper.ts'];
+    for (const f of podEnd) expect(edges.filter((e) => e.from === f && !podEnd.includes(e.to)), f).toEqual([]);
+    for (const f of podEnd) expect(readFileSync(join(SRC, f), 'utf8')).not.toMatch(/from '(?!node:|\.\/)/);
+  });
+
+  it('git operations learn where a short-lived sandbox takes sockets and files from the executor (ephemeralLayout), not from a driver', () => {
+    expect(edges.filter((e) => e.from === 'services/git-ephemeral.ts' && e.to.startsWith('sandbox/kubernetes/'))).toEqual([]);
+    expect(readFileSync(join(SRC, 'services/git-ephemeral.ts'), 'utf8')).toContain('deps.executor.ephemeralLayout');
+  });
 });

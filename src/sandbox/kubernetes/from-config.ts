@@ -16,6 +16,7 @@ export function kubernetesExecutor(config: Config, log: Logger): KubernetesExecu
       egressProxyUrl: config.kubeEgressProxyUrl || undefined,
       egressProxySelector: { 'app.kubernetes.io/name': 'atelier-egress' },
       runDir: join(config.dataDir, 'run', 'kube'),
+      workspacesDir: join(config.dataDir, 'workspaces'),
     },
     (message) => log.info(message),
   );

@@ -29,7 +29,7 @@ import { ServiceError } from '../../core/errors.js';
 import { DaemonClient } from '../client.js';
 import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
 import { execParams } from '../exec-params.js';
-import type { EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
+import type { EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
 import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
 import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
 import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
@@ -37,8 +37,15 @@ import type { KubernetesExecutorOptions } from './options.js';
 import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
+import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
+
+/** The daemon's longest exec (its protocol's limit). */
+const MAX_EXEC_MS = 86_400_000;
+
+/** Read-only binds of the runner's own code that the workspace image carries at the same path (deploy/kubernetes/workspace.Containerfile). */
+export const IMAGE_CARRIES = ['/opt/agent'];
 
 /** What a workspace is made of in this cluster (said once, on first use). */
 export type WorkspaceKind = 'pod+pvc' | 'agent-sandbox';
@@ -50,6 +57,12 @@ export class KubernetesExecutor implements Executor {
   private readonly clients = new Map<string, DaemonClient>();
   /** rootDir → claim name, for mapping short-lived sandboxes' binds onto a workspace's claim. */
   private readonly roots = new Map<string, { claim: string; pod: string }>();
+  /**
+   * rootDir → its claim, settled once create() has made it (or failed): a clone the service runs
+   * beside create() waits for this instead of guessing the claim's name (a Sandbox's claim is
+   * named by its volume claim template).
+   */
+  private readonly creating = new Map<string, Promise<{ claim: string; pod: string } | undefined>>();
   private kind: Promise<WorkspaceKind> | undefined;
   /** The Sandbox resource, when the cluster serves agent-sandbox (workspaceKind()). */
   private sandboxes: SandboxObjects | undefined;
@@ -115,15 +128,30 @@ export class KubernetesExecutor implements Executor {
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    const root = path.resolve(spec.rootDir);
+    let settle!: (v: { claim: string; pod: string } | undefined) => void;
+    const made = new Promise<{ claim: string; pod: string } | undefined>((resolve) => (settle = resolve));
+    this.creating.set(root, made);
+    try {
+      return await this.createIn(spec, () => settle(this.roots.get(root)));
+    } finally {
+      settle(this.roots.get(root));
+      if (this.creating.get(root) === made) this.creating.delete(root);
+    }
+  }
+
+  /** create(); `claimReady` is called once the workspace's claim exists (or its Sandbox, which makes it). */
+  private async createIn(spec: SandboxSpec, claimReady: () => void): Promise<SandboxHandle> {
     await this.clientsReady;
     validateId(spec.id);
     if (spec.mounts?.length) {
       throw new ServiceError('NOT_SUPPORTED', 'mounts: host directories cannot be bound into a Kubernetes Pod (managed-package releases need the workspace image to carry them)', { field: 'mounts' });
     }
-    if ((await this.kindOf(spec.id)) === 'agent-sandbox') return this.createSandbox(spec);
+    if ((await this.kindOf(spec.id)) === 'agent-sandbox') return this.createSandbox(spec, claimReady);
     const name = objectName(spec.id);
     this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
     await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(name, spec.id, this.o) }));
+    claimReady();
     await this.applyPolicy(name, spec.id, spec.network);
     const existing = await orNull(this.k.core.readNamespacedPod({ name, namespace: this.ns }));
     if (existing && (existing.metadata?.deletionTimestamp || existing.status?.phase === 'Succeeded' || existing.status?.phase === 'Failed')) {
@@ -145,7 +173,7 @@ export class KubernetesExecutor implements Executor {
    * Sandbox (or the existing one resumed, its pod template brought up to date), then its Pod
    * running (the controller makes it) and the daemon's ping through the relay, as on the Pod path.
    */
-  private async createSandbox(spec: SandboxSpec): Promise<SandboxHandle> {
+  private async createSandbox(spec: SandboxSpec, claimReady: () => void = () => undefined): Promise<SandboxHandle> {
     const sb = this.sandboxes!;
     const name = objectName(spec.id);
     const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
@@ -163,9 +191,12 @@ export class KubernetesExecutor implements Executor {
     }
     if (!existing) {
       await sb.create(body);
+      claimReady();
     } else if (isSuspended(existing)) {
       await sb.setRunning(name, true, body.spec.podTemplate);
+      claimReady();
     } else {
+      claimReady();
       const h = await this.recover(spec);
       if (h) return h;
       const p = await orNull(this.k.core.readNamespacedPod({ name: sandboxPodName(existing), namespace: this.ns }));
@@ -392,49 +423,109 @@ export class KubernetesExecutor implements Executor {
     await this.applyPolicy(objectName(h.id), h.id, network);
   }
 
+  /** Runner sockets and files in short-lived Pods go under the Pod's own /dev/shm/atelier (tunnel.ts). */
+  readonly ephemeralLayout: EphemeralLayout = {
+    credSocketDir: `${POD_RUN_DIR}/cred`,
+    caFile: `${POD_RUN_DIR}/ca.pem`,
+    credentialHelper: (socket: string) => `node ${IN_CREDHELPER} ${socket}`,
+    agentSocketDir: `${POD_RUN_DIR}/agent`,
+  };
+
   /**
-   * A short-lived daemon Pod runs the command and is deleted after it. Binds map only onto a
-   * workspace's claim: a bind of <rootDir>/repo (home, tmp) of a workspace this runner knows
-   * mounts that claim's sub-path at the target, on the workspace Pod's node (a ReadWriteOnce claim
-   * can be mounted only there). Any other host path has no equivalent in a cluster and is refused
-   * by name.
+   * The workspace claim a host path of a workspace's root maps onto: <rootDir>/repo (home, tmp)
+   * of a workspace this runner made or recovered, or of <workspacesDir>/<id> (the service's
+   * layout: a clone runs while the workspace's Pod is still being made).
+   */
+  private async claimFor(src: string): Promise<{ claim: string; pod?: string; id?: string } | undefined> {
+    const known = this.roots.get(path.dirname(src)) ?? (await this.creating.get(path.dirname(src)));
+    if (known) return known;
+    const root = path.dirname(src);
+    const id = path.basename(root);
+    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return { claim: objectName(id), id };
+    return undefined;
+  }
+
+  /**
+   * A short-lived daemon Pod runs the command and is deleted after it. Binds map onto a
+   * workspace's claim (<rootDir>/repo at /workspace, home, tmp), on the workspace Pod's node (a
+   * ReadWriteOnce claim can be mounted only there). Runner sockets (`sockets` binds), the
+   * operation's proxy socket (network) and small read-only files reach the Pod through the socket
+   * tunnel (tunnel.ts) over an exec stream: the Pod keeps a deny-all NetworkPolicy. Any other host
+   * path has no equivalent in a cluster and is refused by name.
    */
   async runEphemeral(spec: EphemeralSpec): Promise<ExecResult> {
     await this.clientsReady;
     const id = spec.id ?? `eph-${createHash('sha256').update(String(Math.random()) + Date.now()).digest('hex').slice(0, 16)}`;
     validateId(id);
-    let claim: string | undefined;
-    let claimPod: string | undefined;
-    for (const b of spec.binds) {
-      const src = path.resolve(b.source);
-      const root = this.roots.get(path.dirname(src));
-      const sub = path.basename(src);
-      const ok = root && b.target === { repo: '/workspace', home: '/home/user', tmp: '/tmp' }[sub] && !b.sockets;
-      if (!ok) {
-        throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp)`, { field: 'binds', target: b.target });
-      }
-      if (claim && claim !== root.claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a short-lived Pod mounts one workspace claim', { field: 'binds' });
-      claim = root.claim;
-      claimPod = root.pod;
+    if (spec.privileged) {
+      // A Pod runs as the workspace user with no capability: uid 0 in a user namespace of its own is bubblewrap's.
+      throw new ServiceError('NOT_SUPPORTED', 'privileged: approved privileged commands need the bubblewrap executor (a workspace Pod runs as uid 1000 with every capability dropped)', { field: 'privileged' });
     }
+    let claim: string | undefined;
+    let claimOwner: string | undefined;
+    let claimPod: string | undefined;
+    const sockets: Array<{ source: string; target: string }> = [];
+    const files: Array<{ source: string; target: string }> = [];
+    for (const b of spec.binds) {
+      if (b.sockets) {
+        sockets.push(b);
+        continue;
+      }
+      const src = path.resolve(b.source);
+      const ws = await this.claimFor(src);
+      const sub = path.basename(src);
+      if (ws && b.target === { repo: '/workspace', home: '/home/user', tmp: '/tmp' }[sub]) {
+        if (claim && claim !== ws.claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a short-lived Pod mounts one workspace claim', { field: 'binds' });
+        claim = ws.claim;
+        claimOwner = ws.id;
+        claimPod = ws.pod;
+        continue;
+      }
+      if (b.readOnly && IMAGE_CARRIES.some((d) => b.target === d || b.target.startsWith(d + '/'))) {
+        // The runner's own code (the agent runtime): the workspace image, built from the same
+        // checkout, carries it at the same path. Nothing of the host is bound.
+        continue;
+      }
+      if (b.readOnly && b.target.startsWith(POD_RUN_DIR + '/')) {
+        files.push(b);
+        continue;
+      }
+      throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp), and take runner sockets and small read-only files under ${POD_RUN_DIR}/`, { field: 'binds', target: b.target });
+    }
+    const proxy = spec.network === 'none' ? undefined : { socket: spec.network.proxySocket, port: TUNNEL_PROXY_PORT };
+    const plan = sockets.length || files.length || proxy ? await planTunnel({ sockets, files, proxy }) : undefined;
     const name = objectName(id);
     const scratch = claim === undefined;
     if (scratch) claim = name;
     const started = Date.now();
-    let nodeName: string | undefined;
-    if (!scratch) nodeName = (await orNull(this.k.core.readNamespacedPod({ name: claimPod ?? claim!, namespace: this.ns })))?.spec?.nodeName;
+    let tunnel: TunnelEnd | undefined;
+    // The proxy is the runner's (through the tunnel): the Pod itself reaches nothing.
+    const env = proxy ? { ...TUNNEL_PROXY_ENV, ...spec.env } : spec.env;
     try {
+      let placement: { nodeName?: string; nearWorkspace?: string } = {};
+      if (!scratch) {
+        // A clone may run while the workspace's own create() is still making the claim.
+        if (claimOwner) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(claim!, claimOwner, this.o) }));
+        const nodeName = (await orNull(this.k.core.readNamespacedPod({ name: claimPod ?? claim!, namespace: this.ns })))?.spec?.nodeName;
+        // Near the workspace's Pod: its policy label is the workspace's object name, which a Sandbox's claim carries after the template's prefix.
+        placement = nodeName ? { nodeName } : { nearWorkspace: claim!.startsWith(sandboxClaimName('')) ? claim!.slice(sandboxClaimName('').length) : claim };
+      }
       if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
-      await this.applyPolicy(name, id, spec.network);
-      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: spec.env, o: this.o, nodeName });
+      await this.applyPolicy(name, id, proxy ? 'none' : spec.network);
+      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env, o: this.o, ...placement });
       await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
         throw asServiceError(err, 'create pod');
       });
       const h = await this.attach(id, name, true);
+      if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
       const cwd = spec.cwd && spec.cwd !== '/' ? spec.cwd : undefined;
-      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env: spec.env, stdin: spec.stdin, timeoutMs: spec.timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      // The daemon's exec takes at most a day: a short-lived Pod lives at most that long (an agent runtime's backstop is longer).
+      const timeoutMs = spec.timeoutMs === undefined ? undefined : Math.min(spec.timeoutMs, MAX_EXEC_MS);
+      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
       return { ...r, durationMs: Date.now() - started };
     } finally {
+      tunnel?.close();
+      for (const d of plan?.dirs ?? []) await d.close().catch(() => undefined);
       await this.detach(id);
       await this.deletePod(name).catch(() => undefined);
       await deleteIfPresent(this.k.net.deleteNamespacedNetworkPolicy({ name, namespace: this.ns })).catch(() => undefined);

@@ -43,6 +43,8 @@ export function daemonPodManifest(args: {
   env?: Record<string, string>;
   o: KubernetesExecutorOptions;
   nodeName?: string;
+  /** Scheduled on the node of this workspace Pod (its ReadWriteOnce claim), when that node is not known yet. */
+  nearWorkspace?: string;
 }): V1Pod {
   const { o, limits } = args;
   const mounts: V1VolumeMount[] = [
@@ -63,6 +65,9 @@ export function daemonPodManifest(args: {
       enableServiceLinks: false,
       ...(o.runtimeClass ? { runtimeClassName: o.runtimeClass } : {}),
       ...(args.nodeName ? { nodeName: args.nodeName } : {}),
+      ...(args.nearWorkspace && !args.nodeName
+        ? { affinity: { podAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ labelSelector: { matchLabels: { 'atelier.dev/policy': args.nearWorkspace } }, topologyKey: 'kubernetes.io/hostname' }] } } }
+        : {}),
       securityContext: { runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
       containers: [
         {

@@ -18,6 +18,8 @@ export interface KubernetesExecutorOptions {
   egressProxyUrl?: string;
   /** Egress proxy port allowed by the NetworkPolicy (default 3128). */
   egressProxyPort?: number;
+  /** The service's workspaces directory (<dataDir>/workspaces): <it>/<id>/repo maps onto workspace <id>'s claim. */
+  workspacesDir?: string;
   /** Runner-local directory for the relay sockets (one per workspace). */
   runDir: string;
   /** How long create() waits for the Pod to run and its daemon to answer (default 120000 ms). */
