@@ -32,7 +32,7 @@ import { BwrapExecutor } from './sandbox/bwrap.js';
 import type { Executor } from './sandbox/executor.js';
 import { kubernetesExecutor } from './sandbox/kubernetes/from-config.js';
 import { HostWorkspaceStorage } from './sandbox/host-storage.js';
-import { openImagePool, type ImagePool } from './sandbox/image-pool.js';
+import { loopsIn, openImagePool, type ImagePool } from './sandbox/image-pool.js';
 import { SpendService } from './services/spend.js';
 import { GatewayClient } from './services/gateway-client.js';
 import { GitService } from './services/git.js';
@@ -373,7 +373,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       } finally {
         db.close();
         // Unmounted only when nothing in it is mounted (a workspace image keeps it, like the workspace's own mount).
-        imagePool.release();
+        if (imagePool.mountedHere && !imagePool.release()) log.info({ mountPoint: imagePool.mountPoint, inUse: loopsIn(imagePool.mountPoint!) }, 'the image pool stays mounted: workspace images in it are mounted');
       }
     },
     imagePool,

@@ -50,7 +50,7 @@ export interface ImagePool {
   /** The pool file and its mount point (set when state is 'xfs'). */
   file?: string;
   mountPoint?: string;
-  /** Whether this process mounted it (only then does release unmount it). */
+  /** Whether this process answers for the mount: it mounted it, or it is the serving runner that found it mounted (only then does release unmount it). */
   mountedHere: boolean;
   /** Size and use of the pool's filesystem now (statfs), or undefined when there is none. */
   usage(): { sizeBytes: number; usedBytes: number; hostFileBytes: number } | undefined;
@@ -126,6 +126,17 @@ function loopBackingFile(dev: string): string | undefined {
   }
 }
 
+/** Loop devices whose backing file is inside `dir` (the backing_file of each /sys/block/loopN). */
+export function loopsIn(dir: string): string[] {
+  const out: string[] = [];
+  for (const n of readdirSafe('/sys/block')) {
+    if (!n.startsWith('loop')) continue;
+    const f = loopBackingFile(`/dev/${n}`);
+    if (f && f.startsWith(`${dir}/`)) out.push(`/dev/${n}`);
+  }
+  return out;
+}
+
 /** Bytes the pool file takes on the host disk (its filesystem's written blocks). */
 function allocated(file: string): number {
   try {
@@ -179,6 +190,8 @@ export function openImagePool(o: ImagePoolSettings): ImagePool {
     const real = existsSync(file) ? realpathSync(file) : file;
     if (cur.fstype !== 'xfs' || backing?.replace(/ \(deleted\)$/, '') !== real)
       throw new ConfigError(`the image pool's mount point ${mnt} has ${cur.fstype} from ${backing ?? cur.source} mounted on it, not ${file}; unmount it`);
+    // The serving runner takes it over (it unmounts it at its stop when nothing in it is mounted); a one-shot command leaves it be.
+    mountedHere = o.create;
   } else {
     if (!exists) {
       const sizeMb = o.sizeMb > 0 ? o.sizeMb : defaultSizeMb(o.dataDir);
@@ -202,7 +215,11 @@ export function openImagePool(o: ImagePoolSettings): ImagePool {
       throw new ConfigError(`the image pool ${file} could not be mounted at ${mnt}: ${stderrOf(e)} (it is never formatted again; repair it with xfs_repair, or move it away to start without it)`);
     }
   }
-  for (const f of IMAGE_FOLDERS) mkdirSync(join(mnt, f), { recursive: true, mode: 0o700 });
+  chmodSync(mnt, 0o700); // the pool's own root directory, now mounted over the mount point
+  for (const f of IMAGE_FOLDERS) {
+    mkdirSync(join(mnt, f), { recursive: true, mode: 0o700 });
+    chmodSync(join(mnt, f), 0o700);
+  }
   // Spares an earlier runner made outside the pool are of no use now.
   for (const n of readdirSafe(join(o.dataDir, 'disks'))) if (n.startsWith('.spare-')) rmSync(join(o.dataDir, 'disks', n), { force: true });
   const pool: ImagePool = {
@@ -222,13 +239,20 @@ export function openImagePool(o: ImagePoolSettings): ImagePool {
     },
     release() {
       if (!pool.mountedHere || !mountAt(mnt)) return false;
-      try {
-        sh('umount', [mnt]); // refused (busy) while a workspace image in it is mounted: it stays, like they do
-        pool.mountedHere = false;
-        return true;
-      } catch {
-        return false;
+      // A workspace image in it is still mounted (loop device on a file of the pool): it stays, like that mount does.
+      if (loopsIn(mnt).length > 0) return false;
+      // None: a loop device a close just detached can take a moment to let go of its file (autoclear runs after the last close).
+      for (let i = 0; i < 20; i++) {
+        try {
+          sh('umount', [mnt]);
+          pool.mountedHere = false;
+          return true;
+        } catch {
+          if (loopsIn(mnt).length > 0) return false;
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+        }
       }
+      return false;
     },
   };
   return pool;
