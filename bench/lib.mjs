@@ -42,6 +42,11 @@ export async function startAtelier(args = [], givenDataDir) {
     async stop() {
       proc.kill('SIGTERM');
       await new Promise((r) => proc.once('exit', r));
+      // Whatever a stopped service leaves mounted under its data directory (workspace filesystems, the image pool), deepest first.
+      const { readFileSync } = await import('node:fs');
+      const { spawnSync } = await import('node:child_process');
+      const points = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4]).filter((m) => m && m.startsWith(`${dataDir}/`)).sort((a, b) => b.length - a.length);
+      for (const m of points) spawnSync('umount', ['-l', m], { stdio: 'ignore' });
       rmSync(dataDir, { recursive: true, force: true });
     },
   };

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in bubblewrap bash-static git ripgrep universal-ctags openssl ca-certificates util-linux python3-pip squashfs-tools ${ATELIER_EXTRA_APT:-}; do
+# xfsprogs: mkfs.xfs for the image pool (copy-on-write checkpoints and forks, docs/checkpoints.md); without it --image-pool auto keeps images in the data directory
+for p in bubblewrap bash-static git ripgrep universal-ctags openssl ca-certificates util-linux python3-pip squashfs-tools xfsprogs ${ATELIER_EXTRA_APT:-}; do
   have_pkg "$p" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

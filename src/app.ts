@@ -32,6 +32,7 @@ import { BwrapExecutor } from './sandbox/bwrap/index.js';
 import type { Executor } from './sandbox/executor.js';
 import { kubernetesExecutor } from './sandbox/kubernetes/from-config.js';
 import { HostWorkspaceStorage } from './sandbox/host-storage.js';
+import { loopsIn, openImagePool, type ImagePool } from './sandbox/image-pool.js';
 import { SpendService } from './services/spend.js';
 import { GatewayClient } from './services/gateway-client.js';
 import { GitService } from './services/git.js';
@@ -129,6 +130,8 @@ export interface App {
   /** Tool calls of the last hour and disk use, for the dashboard's overview (services/instance-health.ts). */
   readonly callStats: CallStats;
   readonly disk: DiskUsage;
+  /** Where workspace, checkpoint and template images live: the XFS pool with reflinks, or the data directory (sandbox/image-pool.ts). */
+  readonly imagePool: ImagePool;
   close(): void;
 }
 
@@ -174,13 +177,21 @@ export function prepareDataDir(dataDir: string): void {
  * backgroundCheckpoints: WAL checkpoints in a worker thread rather than inside a commit on the
  * event loop (src/store/checkpointer.ts); the serving process asks for it, one-shot CLI commands not.
  */
-export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabledReason?: string; backgroundCheckpoints?: boolean } = {}): App {
+export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabledReason?: string; backgroundCheckpoints?: boolean; makeImagePool?: boolean } = {}): App {
   prepareDataDir(config.dataDir);
+  // Images (workspace disks, checkpoints, templates) in the XFS pool with reflinks when there is one (docs/checkpoints.md).
+  const imagePool = openImagePool({
+    dataDir: config.dataDir, setting: config.imagePool, sizeMb: config.imagePoolSizeMb, create: opts.makeImagePool === true,
+    imagesUsed: config.executor !== 'kubernetes' && config.sandboxDiskMb > 0 && !opts.sandboxDisabledReason,
+  });
+  const images = imagePool.root;
   const dbFile = join(config.dataDir, 'atelier.db');
   const firstRun = !existsSync(dbFile);
   const db = openDatabase(dbFile);
   const master = loadMasterKey(config.dataDir);
   const log = opts.logger ?? createLogger(config.logLevel);
+  if (imagePool.state === 'xfs') log.info({ file: imagePool.file, mountPoint: imagePool.mountPoint, reason: imagePool.reason }, 'images are in the XFS image pool (reflink copies)');
+  else if (config.imagePool !== 'off' && config.sandboxDiskMb > 0) log.info({ reason: imagePool.reason }, 'images are in the data directory, no image pool (full copies unless it has reflinks)');
   const cursors = new CursorCodec(master);
   const secrets = new SecretBox(master);
   const audit = new AuditLog(db, (err, lost) => log.error({ err, lost }, 'audit write failed'));
@@ -199,7 +210,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     // The runner's native addon (loaded by the MCP transport at start): large files_read ranges
     // through the daemon's open descriptor (src/sandbox/handoff.ts).
     descriptorCalls: wireNative,
-    storage: new HostWorkspaceStorage({ dataDir: config.dataDir, sizeMb: config.sandboxDiskMb, uid: config.sandboxUid, gid: config.sandboxUid }),
+    storage: new HostWorkspaceStorage({ dataDir: images, sizeMb: config.sandboxDiskMb, uid: config.sandboxUid, gid: config.sandboxUid }),
   });
   const approvals = new ApprovalService({ db, audit });
   const locks = new WorkspaceLocks();
@@ -228,7 +239,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     fire: (...a: Parameters<ExtensionService['fire']>) => extensions.fire(...a),
     opened: (...a: Parameters<ExtensionService['opened']>) => extensions.opened(...a),
   };
-  const templates = new TemplateService({ db, log, audit, environments, dataDir: config.dataDir, diskMb: config.sandboxDiskMb, uid: config.sandboxUid });
+  const templates = new TemplateService({ db, log, audit, environments, dataDir: images, diskMb: config.sandboxDiskMb, uid: config.sandboxUid });
   const workspaces = new WorkspaceService({
     db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks, locks, templates,
     onClose: [(id) => commands.forgetWorkspace(id), (id) => packages.forgetWorkspace(id), async (id) => extensions.forgetWorkspace(id), async (id) => previews.forgetWorkspace(id)],
@@ -304,7 +315,8 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     artifacts,
     checkpoints: new CheckpointService({
       db, cursors, log, audit, workspaces, clock,
-      root: join(config.dataDir, 'checkpoints'),
+      root: join(images, 'checkpoints'),
+      pool: imagePool,
       quotaBytes: config.checkpointQuotaMb * 1_048_576,
       maxCount: config.checkpointMaxCount,
     }),
@@ -346,6 +358,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     callStats: new CallStats(),
     disk: new DiskUsage({
       dataDir: config.dataDir,
+      imagesDir: images,
       sandboxUid: config.sandboxUid,
       sandboxDiskMb: config.sandboxDiskMb,
       artifactQuotaBytes: config.artifactQuotaMb * 1_048_576,
@@ -359,8 +372,11 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
         db.pragma('wal_checkpoint(TRUNCATE)');
       } finally {
         db.close();
+        // Unmounted only when nothing in it is mounted (a workspace image keeps it, like the workspace's own mount).
+        if (imagePool.mountedHere && !imagePool.release()) log.info({ mountPoint: imagePool.mountPoint, inUse: loopsIn(imagePool.mountPoint!) }, 'the image pool stays mounted: workspace images in it are mounted');
       }
     },
+    imagePool,
   };
   return app;
 }

@@ -140,7 +140,7 @@ async function serve(argv: string[]): Promise<void> {
         'Fix the above (see `atelier doctor`), or, for development only, start with --unsafe-dev-no-sandbox (workspaces are then refused).',
     );
   }
-  const app = createApp(config, { sandboxDisabledReason: problems.length > 0 ? problems.map((p) => p.what).join(', ') + ' unavailable' : undefined, backgroundCheckpoints: true });
+  const app = createApp(config, { sandboxDisabledReason: problems.length > 0 ? problems.map((p) => p.what).join(', ') + ' unavailable' : undefined, backgroundCheckpoints: true, makeImagePool: true });
   // Traces (docs/operations.md): the SDK is loaded only when an OTLP endpoint is set.
   if (config.otlpTracesEndpoint) await startTracing({ endpoint: config.otlpTracesEndpoint, serviceName: 'atelier', serviceVersion: VERSION });
   // Signal handlers go in before anything listens, so a stop request is never lost.

@@ -96,6 +96,8 @@ export const SETTINGS: Setting[] = [
   S({ key: 'artifactQuotaMb', flag: '--artifact-quota-mb', env: 'ATELIER_ARTIFACT_QUOTA_MB', kind: 'int', def: 4096, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Total stored artifact bytes (distinct blobs), MiB' }),
   S({ key: 'checkpointQuotaMb', flag: '--checkpoint-quota-mb', env: 'ATELIER_CHECKPOINT_QUOTA_MB', kind: 'int', def: 20480, rule: 'an integer from 1 to 16777216', check: ((v: number) => v >= 1 && v <= 16777216) as never, help: 'Host disk all workspace checkpoints of the owner may take, MiB (issue #33)' }),
   S({ key: 'checkpointMaxCount', flag: '--checkpoint-max-count', env: 'ATELIER_CHECKPOINT_MAX_COUNT', kind: 'int', def: 50, rule: 'an integer from 1 to 10000', check: ((v: number) => v >= 1 && v <= 10000) as never, help: 'Workspace checkpoints the owner may keep (issue #33)' }),
+  S({ key: 'imagePool', flag: '--image-pool', env: 'ATELIER_IMAGE_POOL', kind: 'string', def: 'auto', rule: 'auto, xfs or off', check: ((v: string) => v === 'auto' || v === 'xfs' || v === 'off') as never, help: 'Workspace, checkpoint and template images in an XFS file with reflinks under the data directory (copy-on-write checkpoints and forks; docs/checkpoints.md). auto: when the data directory has no reflinks and mkfs.xfs is present' }),
+  S({ key: 'imagePoolSizeMb', flag: '--image-pool-size-mb', env: 'ATELIER_IMAGE_POOL_SIZE_MB', kind: 'int', def: 0, rule: 'an integer from 0 to 1073741824 (0 = the size of the filesystem holding the data directory); at least 1024 otherwise', check: ((v: number) => v === 0 || (v >= 1024 && v <= 1073741824)) as never, help: 'Size of the image pool when it is made (a sparse file: it takes only what its images hold)' }),
   S({ key: 'otlpTracesEndpoint', flag: '--otlp-traces-endpoint', env: 'ATELIER_OTLP_TRACES_ENDPOINT', kind: 'string', def: '', rule: 'an http(s) URL of an OTLP/HTTP traces receiver, such as http://127.0.0.1:4318/v1/traces, with no user or password in it', check: ((v: string) => v === '' || /^https?:\/\/[^\s/@]+(\/\S*)?$/.test(v)) as never, help: 'Send OpenTelemetry traces (OTLP/HTTP, JSON) here; empty = tracing off, no SDK loaded (docs/operations.md)' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
   S({ key: 'backupDir', flag: '--backup-dir', env: 'ATELIER_BACKUP_DIR', kind: 'string', def: '', rule: 'an absolute path outside the data directory (empty: no scheduled backups)', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Scheduled backups: each one a directory atelier-backup-<time> here (docs/operations.md); empty turns them off' }),
@@ -163,6 +165,8 @@ export interface Config {
   artifactMaxMb: number;
   artifactQuotaMb: number;
   checkpointQuotaMb: number;
+  imagePool: 'auto' | 'xfs' | 'off';
+  imagePoolSizeMb: number;
   checkpointMaxCount: number;
   /** The config file that was read, or null when there was none. */
   configFile: string | null;

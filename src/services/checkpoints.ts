@@ -19,7 +19,8 @@ import type { Logger } from '../core/log.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { startSweeper, type Sweeper } from '../core/sweeper.js';
-import { imageUsage, materialize, settleImage, snapshot, type CopyMode, unfreezeLeftover } from '../sandbox/snapshot.js';
+import { IMAGE_STORE_FULL, imageUsage, materialize, settleImage, snapshot, type CopyMode, unfreezeLeftover } from '../sandbox/snapshot.js';
+import type { ImagePool } from '../sandbox/image-pool.js';
 import type { AuditLog } from './audit.js';
 import type { RetentionClock } from './memories.js';
 import type { ForkTemplate, NetworkProfile, WorkspaceService } from './workspaces.js';
@@ -37,6 +38,8 @@ export interface CheckpointServiceDeps {
   quotaBytes: number;
   /** Checkpoints an owner may keep. */
   maxCount: number;
+  /** Where the images are (the XFS pool with reflinks, or the data directory): named in errors when it is full. */
+  pool?: ImagePool;
 }
 
 interface CheckpointRow {
@@ -96,6 +99,18 @@ export class CheckpointService {
     return error;
   }
 
+  /** A copy that found the images' filesystem full: said with the pool's file and setting (RESOURCE_EXHAUSTED). */
+  private full<T>(op: string, p: Promise<T>): Promise<T> {
+    return p.catch((e: unknown) => {
+      if (!(e instanceof ServiceError) || e.details?.rule !== IMAGE_STORE_FULL) throw e;
+      const pool = this.deps.pool;
+      const where = pool?.state === 'xfs'
+        ? `the image pool ${pool.file} (mounted at ${pool.mountPoint}; its size is set when it is made, --image-pool-size-mb) is full`
+        : `the data directory's filesystem (${e.details.directory as string}) is full`;
+      throw this.refuse('image_store', new ServiceError('RESOURCE_EXHAUSTED', `${op}: ${where}; delete checkpoints, forks or templates, or close workspaces, to make room`, { field: op === 'checkpoint_restore' ? 'checkpointId' : 'workspaceId', rule: IMAGE_STORE_FULL, pool: pool?.state === 'xfs' ? pool.file : null }, false));
+    });
+  }
+
   private describe(row: CheckpointRow): Record<string, unknown> {
     const c = row;
     const src = JSON.parse(c.source_json) as ForkTemplate;
@@ -152,7 +167,7 @@ export class CheckpointService {
       reservedBytes = undefined;
     };
     try {
-      const r = await this.deps.workspaces.withDiskImage(workspaceId, 'workspaceId', async (w, disk) => {
+      const r = await this.full('checkpoint_create', this.deps.workspaces.withDiskImage(workspaceId, 'workspaceId', async (w, disk) => {
         await settleImage(disk.rootDir);
         const { diskBytes } = await imageUsage(disk.image);
         this.checkQuota(owner, diskBytes);
@@ -167,7 +182,7 @@ export class CheckpointService {
           throw this.refuse('bytes', new ServiceError('RESOURCE_EXHAUSTED', `checkpoint_create: your checkpoints take ${others} of ${this.deps.quotaBytes} bytes (--checkpoint-quota-mb) and this workspace's filesystem took ${snap.diskBytes} more as it was copied; delete checkpoints with checkpoint_delete or let their retention end`, { field: 'workspaceId', rule: 'checkpoint disk quota', usedBytes: others, needBytes: snap.diskBytes, quotaBytes: this.deps.quotaBytes }, false));
         }
         return { w, snap };
-      });
+      }));
       const now = Date.now();
       const row: Omit<CheckpointRow, 'seq'> = {
         id,
@@ -191,11 +206,11 @@ export class CheckpointService {
         )
         .run(row);
       release(); // the row counts now
-      this.count('checkpoint', r.snap.mode, r.snap.diskBytes);
+      this.count('checkpoint', r.snap.mode, r.snap.addedBytes);
       this.metrics.frozenMsSum += r.snap.frozenMs;
       this.metrics.frozenCount += 1;
       this.deps.audit.record({ actor: 'mcp', action: 'checkpoint_create', target: id, outcome: 'ok', details: { workspaceId, diskBytes: r.snap.diskBytes, copyMode: r.snap.mode } });
-      return { ...this.describe(this.get(owner, id)), ms: r.snap.ms, quota: this.quota(owner) };
+      return { ...this.describe(this.get(owner, id)), addedBytes: r.snap.addedBytes, ms: r.snap.ms, quota: this.quota(owner) };
     } catch (e) {
       await rm(dest, { force: true });
       throw e;
@@ -245,11 +260,12 @@ export class CheckpointService {
       throw new ServiceError('FAILED_PRECONDITION', `checkpointId: checkpoint ${c.id} was taken of workspace ${c.workspace_id}, not ${workspaceId}: a checkpoint is restored only into its own workspace; start a new workspace from it with workspace_fork`, { field: 'checkpointId', rule: 'same workspace' });
     const t0 = Date.now();
     let mode: CopyMode = 'copy';
-    const r = await this.deps.workspaces.replaceDiskImage(workspaceId, 'workspaceId', async (tmp) => {
-      mode = (await materialize({ image: this.image(c.id) }, tmp)).mode;
-    });
+    let added = 0;
+    const r = await this.full('checkpoint_restore', this.deps.workspaces.replaceDiskImage(workspaceId, 'workspaceId', async (tmp) => {
+      ({ mode, addedBytes: added } = await materialize({ image: this.image(c.id) }, tmp));
+    }));
     this.deps.workspaces.noteHead(workspaceId, src.branch, src.headOid);
-    this.count('restore', mode, 0);
+    this.count('restore', mode, added);
     this.deps.audit.record({ actor: 'mcp', action: 'checkpoint_restore', target: c.id, outcome: 'ok', details: { workspaceId, processesStopped: r.processesStopped } });
     return {
       checkpointId: c.id,
@@ -261,6 +277,7 @@ export class CheckpointService {
         ? 'every process of the workspace was stopped before its files were replaced; shells, sessions and background commands are gone, start them again'
         : 'no process was running in the workspace',
       copyMode: mode,
+      addedBytes: added,
       ms: Date.now() - t0,
       branch: src.branch,
       headOid: src.headOid,
@@ -281,23 +298,23 @@ export class CheckpointService {
     if (args.checkpointId) {
       const c = this.get(owner, args.checkpointId);
       const src = JSON.parse(c.source_json) as ForkTemplate;
-      const { workspace, filled } = await this.deps.workspaces.openFork(src, args.networkProfile ?? src.networkProfile, { checkpointId: c.id, workspaceId: c.workspace_id }, (img) =>
+      const { workspace, filled } = await this.full('workspace_fork', this.deps.workspaces.openFork(src, args.networkProfile ?? src.networkProfile, { checkpointId: c.id, workspaceId: c.workspace_id }, (img) =>
         materialize({ image: this.image(c.id) }, img),
-      );
-      this.count('fork_checkpoint', filled.mode, c.disk_bytes);
+      ));
+      this.count('fork_checkpoint', filled.mode, filled.addedBytes);
       this.deps.audit.record({ actor: 'mcp', action: 'workspace_fork', target: workspace.workspaceId as string, outcome: 'ok', details: { checkpointId: c.id, copyMode: filled.mode } });
-      return { ...workspace, forkedFrom: { checkpointId: c.id, workspaceId: c.workspace_id }, copyMode: filled.mode, processesFrozen: false, frozenMs: 0, ms: Date.now() - t0 };
+      return { ...workspace, forkedFrom: { checkpointId: c.id, workspaceId: c.workspace_id }, copyMode: filled.mode, addedBytes: filled.addedBytes, processesFrozen: false, frozenMs: 0, ms: Date.now() - t0 };
     }
     const sourceId = args.workspaceId!;
     const src = this.deps.workspaces.forkTemplate(sourceId);
-    const { workspace, filled } = await this.deps.workspaces.openFork(src, args.networkProfile ?? src.networkProfile, { workspaceId: sourceId }, (img) =>
+    const { workspace, filled } = await this.full('workspace_fork', this.deps.workspaces.openFork(src, args.networkProfile ?? src.networkProfile, { workspaceId: sourceId }, (img) =>
       this.deps.workspaces.withDiskImage(sourceId, 'workspaceId', (_w, disk) => snapshot(disk, img)),
-    );
-    this.count('fork_live', filled.mode, filled.diskBytes);
+    ));
+    this.count('fork_live', filled.mode, filled.addedBytes);
     this.metrics.frozenMsSum += filled.frozenMs;
     this.metrics.frozenCount += 1;
     this.deps.audit.record({ actor: 'mcp', action: 'workspace_fork', target: workspace.workspaceId as string, outcome: 'ok', details: { workspaceId: sourceId, copyMode: filled.mode } });
-    return { ...workspace, forkedFrom: { workspaceId: sourceId }, copyMode: filled.mode, processesFrozen: filled.processesFrozen, frozenMs: filled.frozenMs, ms: Date.now() - t0 };
+    return { ...workspace, forkedFrom: { workspaceId: sourceId }, copyMode: filled.mode, addedBytes: filled.addedBytes, processesFrozen: filled.processesFrozen, frozenMs: filled.frozenMs, ms: Date.now() - t0 };
   }
 
   /** What /metrics shows (src/telemetry/app-metrics.ts): copies by operation and mode (reflink = copy-on-write, copy = full), their disk, freeze time, refusals, stored bytes. */

@@ -107,6 +107,8 @@ export class DiskUsage {
   constructor(
     private readonly deps: {
       dataDir: string;
+      /** Where disks/ is (the image pool's mount point, or the data directory). */
+      imagesDir?: string;
       sandboxUid: number;
       sandboxDiskMb: number;
       artifactQuotaBytes: number;
@@ -131,7 +133,7 @@ export class DiskUsage {
     const near: string[] = [];
     for (const id of ids) {
       if (!/^[A-Za-z0-9_-]{1,100}$/.test(id)) continue;
-      const img = sizeOf(join(d.dataDir, 'disks', `${id}.img`));
+      const img = sizeOf(join(d.imagesDir ?? d.dataDir, 'disks', `${id}.img`));
       const used = img > 0 ? img : await du(join(d.dataDir, 'workspaces', id), asUid);
       if (used === null) total = null;
       else if (total !== null) total += used;

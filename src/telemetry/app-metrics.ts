@@ -100,12 +100,18 @@ export function registerAppMetrics(app: App): void {
   // Checkpoints and forks (issue #33): copies by operation and mode, their disk, freezes, refusals, what is kept.
   const ckpt = () => app.checkpoints.metricValues();
   registerCounterView('atelier_checkpoint_copies_total', 'Workspace filesystem copies by operation (checkpoint, restore, fork_checkpoint, fork_live) and mode (reflink: copy-on-write; copy: every allocated block written)', ['op', 'mode'], () => ckpt().copies);
-  registerCounterView('atelier_checkpoint_copy_disk_bytes_total', 'Host disk the copies took (checkpoints and forks; a restore replaces an image and adds none)', ['op', 'mode'], () => ckpt().diskBytes);
+  registerCounterView('atelier_checkpoint_copy_disk_bytes_total', 'Host disk the copies added as they were made (a full copy: every allocated block; a reflink clone: only blocks it does not share)', ['op', 'mode'], () => ckpt().diskBytes);
   registerCounterView('atelier_checkpoint_frozen_ms_total', 'Milliseconds workspaces stood frozen for checkpoints and live forks', [], () => [{ labels: {}, value: ckpt().frozenMs }]);
   registerCounterView('atelier_checkpoint_freezes_total', 'Checkpoints and live forks taken with the workspace frozen', [], () => [{ labels: {}, value: ckpt().freezes }]);
   registerCounterView('atelier_checkpoint_refused_total', 'Checkpoints refused at the quota, by limit (count, bytes)', ['limit'], () => ckpt().refused);
   registerGauge({ name: 'atelier_checkpoints_stored', help: 'Checkpoints kept', collect: () => ckpt().stored });
   registerGauge({ name: 'atelier_checkpoints_stored_disk_bytes', help: 'Host disk the kept checkpoints take', collect: () => ckpt().storedBytes });
+  // The image pool (sandbox/image-pool.ts): state 'xfs' (images in the XFS file with reflinks) or 'off' (in the data directory; reason says why).
+  const pool = app.imagePool;
+  registerGauge({ name: 'atelier_image_pool_info', help: 'Where workspace, checkpoint and template images are: state xfs (the image pool, reflink copies) or off (the data directory), and why', labelNames: ['state', 'reason'], collect: () => [{ labels: { state: pool.state, reason: pool.reason }, value: 1 }] });
+  registerGauge({ name: 'atelier_image_pool_size_bytes', help: "The image pool filesystem's size (0 without a pool)", collect: () => pool.usage()?.sizeBytes ?? 0 });
+  registerGauge({ name: 'atelier_image_pool_used_bytes', help: "Bytes in use in the image pool filesystem, shared (reflinked) blocks once (0 without a pool)", collect: () => pool.usage()?.usedBytes ?? 0 });
+  registerGauge({ name: 'atelier_image_pool_host_bytes', help: 'Host disk the image pool file takes (0 without a pool)', collect: () => pool.usage()?.hostFileBytes ?? 0 });
 
   // Backups (issue #35 item 2): seconds since the last good one; absent until there is one.
   registerGauge({

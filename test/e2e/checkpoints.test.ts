@@ -22,6 +22,9 @@ let svc: Service;
 let c: Client;
 let ws1: string;
 let canary: string;
+/** Where the service keeps its images: the XFS image pool (reflink copies) when mkfs.xfs is installed, as scripts/setup.sh does, else the data directory (full copies). */
+let IMAGES: string;
+let MODE: 'reflink' | 'copy';
 const SECOND_MS = 20;
 const MAX_COUNT = 4;
 const QUOTA_MB = 400;
@@ -65,6 +68,10 @@ beforeAll(async () => {
   mkdirSync(canary, { mode: 0o700 });
   writeFileSync(join(canary, 'secret'), 'root only\n', { mode: 0o600 });
   chmodSync(canary, 0o700);
+  const pooled = readFileSync('/proc/self/mountinfo', 'utf8').includes(` ${join(svc.dataDir, 'image-pool')} `);
+  expect(pooled).toBe(existsSync('/usr/sbin/mkfs.xfs'));
+  IMAGES = pooled ? join(svc.dataDir, 'image-pool') : svc.dataDir;
+  MODE = pooled ? 'reflink' : 'copy';
   c = await connectV2(svc);
   const r = await call(c, 'workspace_open', { repositoryUrl: a, idempotencyKey: 'open-ckpt-1' });
   if (!r.ok) throw new Error(r.text);
@@ -109,13 +116,16 @@ describe('checkpoint and restore', () => {
 
     const cp = await ok('checkpoint_create', { workspaceId: ws1, idempotencyKey: key(), label: 'everything' });
     expect(cp.checkpointId).toMatch(/^ckpt_[A-Za-z0-9_-]{20,80}$/);
-    expect(cp).toMatchObject({ workspaceId: ws1, label: 'everything', copyMode: 'copy', processesFrozen: true, retentionSeconds: 604800 });
+    expect(cp).toMatchObject({ workspaceId: ws1, label: 'everything', copyMode: MODE, processesFrozen: true, retentionSeconds: 604800 });
     // The sparse 300 MB file is not copied as 300 MB: the copy takes about what the source does.
     expect(cp.diskBytes as number).toBeGreaterThan(100_000_000);
     expect(cp.diskBytes as number).toBeLessThan(250_000_000);
-    const file = join(svc.dataDir, 'checkpoints', `${cp.checkpointId}.img`);
+    // What it added to the disk: a reflink clone shares every block with the workspace's image as it is made; a copy adds them all.
+    if (MODE === 'reflink') expect(cp.addedBytes as number).toBeLessThan((cp.diskBytes as number) / 10);
+    else expect(cp.addedBytes).toBe(cp.diskBytes);
+    const file = join(IMAGES, 'checkpoints', `${cp.checkpointId}.img`);
     expect(statSync(file).mode & 0o777).toBe(0o600);
-    expect(statSync(join(svc.dataDir, 'checkpoints')).mode & 0o777).toBe(0o700);
+    expect(statSync(join(IMAGES, 'checkpoints')).mode & 0o777).toBe(0o700);
 
     // Everything changes after the checkpoint; a process runs in the background.
     await sh(ws1, `set -e; rm -rf links bin large.bin; echo changed > sparse.bin; git add -A; git -c user.name=t -c user.email=t@example.com commit -qm gone; rm -f ~/.config/app/settings /tmp/t/file; ln -sfn /etc links2`);
@@ -157,7 +167,7 @@ describe('fork', () => {
     const fork = f.workspaceId as string;
     expect(fork).toMatch(/^ws_/);
     expect(fork).not.toBe(ws1);
-    expect(f).toMatchObject({ state: 'active', networkProfile: 'dependency-access', forkedFrom: { workspaceId: ws1 }, copyMode: 'copy', processesFrozen: true });
+    expect(f).toMatchObject({ state: 'active', networkProfile: 'dependency-access', forkedFrom: { workspaceId: ws1 }, copyMode: MODE, processesFrozen: true });
     expect(f.frozenMs as number).toBeGreaterThanOrEqual(0);
 
     // Consistent: every log line is whole and in sequence; the counter is the last line or the one before it (the rename after the append).
@@ -192,7 +202,7 @@ describe('fork', () => {
     expect((await ok('exec_run', { command: 'cat same.txt' })).stdout).toBe('source\n');
 
     await ok('workspace_close', { workspaceId: fork });
-    expect(existsSync(join(svc.dataDir, 'disks', `${fork}.img`))).toBe(false);
+    expect(existsSync(join(IMAGES, 'disks', `${fork}.img`))).toBe(false);
     expect((await sh(ws1, 'cat same.txt')).trim()).toBe('source');
   }, 600_000);
 
@@ -200,7 +210,7 @@ describe('fork', () => {
     const cp = await ok('checkpoint_create', { workspaceId: ws1, idempotencyKey: key() });
     const a = (await ok('workspace_fork', { checkpointId: cp.checkpointId, idempotencyKey: key() })) as R;
     const b = (await ok('workspace_fork', { checkpointId: cp.checkpointId, idempotencyKey: key() })) as R;
-    expect(a).toMatchObject({ forkedFrom: { checkpointId: cp.checkpointId, workspaceId: ws1 }, copyMode: 'copy', networkProfile: 'network-none' });
+    expect(a).toMatchObject({ forkedFrom: { checkpointId: cp.checkpointId, workspaceId: ws1 }, copyMode: MODE, networkProfile: 'network-none' });
     const [fa, fb] = [a.workspaceId as string, b.workspaceId as string];
     expect(await sh(fa, 'git rev-parse --abbrev-ref HEAD')).toBe(await sh(ws1, 'git rev-parse --abbrev-ref HEAD'));
     await sh(fa, "sed -i 's/^# demo$/# demo from A/' README.md");
@@ -244,7 +254,7 @@ describe('limits, retention, errors', () => {
     expect(over).toMatchObject({ code: 'RESOURCE_EXHAUSTED', details: { rule: 'checkpoint disk quota', quotaBytes: QUOTA_MB * 1_048_576, usedBytes: one.diskBytes } });
     expect((over.details.usedBytes as number) + (over.details.needBytes as number)).toBeGreaterThan(QUOTA_MB * 1_048_576);
     expect(over.message).toContain('--checkpoint-quota-mb');
-    expect(readdirSync(join(svc.dataDir, 'checkpoints')).length).toBe(1); // nothing half-made is left
+    expect(readdirSync(join(IMAGES, 'checkpoints')).length).toBe(1); // nothing half-made is left
     await sh(ws1, 'rm big2.bin');
     const fits = await ok('checkpoint_create', { workspaceId: ws1, idempotencyKey: key() });
     expect((fits.quota as R).usedBytes as number).toBeLessThanOrEqual(QUOTA_MB * 1_048_576);
@@ -254,7 +264,7 @@ describe('limits, retention, errors', () => {
 
   it('a checkpoint goes when its retention ends (its image too)', async () => {
     const cp = await ok('checkpoint_create', { workspaceId: ws1, idempotencyKey: key(), retentionSeconds: 60 });
-    const file = join(svc.dataDir, 'checkpoints', `${cp.checkpointId}.img`);
+    const file = join(IMAGES, 'checkpoints', `${cp.checkpointId}.img`);
     expect(existsSync(file)).toBe(true);
     // 60 retention-seconds are 1.2 s here; the sweep runs every 0.6 s. Polled, with a generous bound.
     for (let i = 0; i < 300 && existsSync(file); i++) await new Promise((r) => setTimeout(r, 100));
@@ -281,9 +291,9 @@ describe('limits, retention, errors', () => {
 
     const res = await fetch(`${svc.url}/metrics`, { headers: { authorization: `Bearer ${svc.token}` } });
     const text = await res.text();
-    expect(text).toMatch(/atelier_checkpoint_copies_total\{op="checkpoint",mode="copy"\} [1-9]/);
-    expect(text).toMatch(/atelier_checkpoint_copies_total\{op="fork_live",mode="copy"\} [1-9]/);
-    expect(text).toMatch(/atelier_checkpoint_copies_total\{op="fork_checkpoint",mode="copy"\} [1-9]/);
+    expect(text).toMatch(new RegExp(`atelier_checkpoint_copies_total\\{op="checkpoint",mode="${MODE}"\\} [1-9]`));
+    expect(text).toMatch(new RegExp(`atelier_checkpoint_copies_total\\{op="fork_live",mode="${MODE}"\\} [1-9]`));
+    expect(text).toMatch(new RegExp(`atelier_checkpoint_copies_total\\{op="fork_checkpoint",mode="${MODE}"\\} [1-9]`));
     expect(text).toMatch(/atelier_checkpoint_refused_total\{limit="count"\} [1-9]/);
     // No filesystem of the service is left frozen, nothing of a closed fork is left mounted.
     const mounts = execFileSync('cat', ['/proc/mounts'], { encoding: 'utf8' }).split('\n').filter((l) => l.includes(svc.dataDir));
@@ -316,7 +326,7 @@ describe('dashboard', () => {
       const row = page.locator(`[data-testid="ckpt-${cp.checkpointId}"]`);
       await row.waitFor();
       expect(await row.textContent()).toContain('before refactor');
-      expect(await row.textContent()).toContain('copy');
+      expect(await row.textContent()).toContain(MODE);
       const source = page.locator(`[data-testid="ckpt-ws-${ws1}"]`);
       const forks = await source.locator('[data-testid="forks"]').textContent();
       expect(forks).toContain(fork);

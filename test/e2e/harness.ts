@@ -2,9 +2,9 @@
  * End-to-end harness: starts the real `bin/atelier serve` as a child process on a free port with a
  * temporary data directory, and connects the official MCP clients (v2 and v1) to it.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { request as httpRequestRaw } from 'node:http';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
@@ -97,9 +97,25 @@ export async function startService(opts: StartOptions = {}): Promise<Service> {
     stop,
     async dispose() {
       await stop();
-      if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+      if (opts.dataDir) return;
+      unmountUnder(dataDir);
+      rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Lazily unmounts whatever is mounted under `dir`, deepest first: workspace filesystems and the
+ * image pool a stopped service leaves mounted (they stay mounted across a restart by design), so
+ * removing a test's data directory never walks into a mount and no loop device is left behind.
+ */
+export function unmountUnder(dir: string): void {
+  const points = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4]?.replace(/\\040/g, ' '))
+    .filter((m): m is string => !!m && m.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+  for (const m of points) spawnSync('umount', ['-l', m], { stdio: 'ignore' });
 }
 
 /** `atelier serve` that is expected to refuse to start: its exit code and stderr (killed after 15 s). */

@@ -58,7 +58,8 @@ let session: { cookie: string; csrf: string } | undefined;
 /** The dashboard session (the one-time login link works once). */
 const login = async () => (session ??= await dashboardLogin(svc));
 const createEnv = async (name: string) => (envIds[name] = (await cli(['env', 'create', name])).split(/\s+/)[0]!);
-const templatesDir = () => join(dataDir, 'templates');
+/** The templates' folder: in the image pool when there is one (docs/checkpoints.md), else in the data directory. */
+const templatesDir = () => join(existsSync(join(dataDir, 'image-pool.xfs')) ? join(dataDir, 'image-pool') : dataDir, 'templates');
 const templateImages = () => (existsSync(templatesDir()) ? readdirSync(templatesDir()) : []);
 
 /** The repository: a small project with a dependency from the registry, and an .npmrc that reads the registry's address from the environment. */
@@ -160,6 +161,9 @@ describe('setup that runs once', () => {
     expect(o.ok, o.text).toBe(true);
     const w = o.result;
     expect(w.template).toMatchObject({ templateId: first.template.templateId, built: false, baseOid: first.headOid, maintenance: { exitCode: 0 } });
+    // With the image pool (mkfs.xfs installed, as scripts/setup.sh does) a template start is a reflink clone.
+    expect(w.template.startedBy).toBe(existsSync(join(dataDir, 'image-pool.xfs')) ? 'reflink' : 'sparse-copy');
+    if (existsSync('/usr/sbin/mkfs.xfs')) expect(existsSync(join(dataDir, 'image-pool.xfs'))).toBe(true);
     expect(o.messages.some((m) => m.startsWith('setup: setup'))).toBe(false);
     expect(o.messages).toContain('maintenance: maintenance token=absent');
     // The setup did not run again: its timestamp is the first open's.
@@ -227,6 +231,7 @@ describe('setups that fail keep nothing and say why', () => {
     // Nothing of the build left: no image, no mount, no build directory.
     const id = o.result.details.templateId as string;
     expect(existsSync(join(dataDir, 'disks', `${id}.img`))).toBe(false);
+    expect(existsSync(join(dataDir, 'image-pool', 'disks', `${id}.img`))).toBe(false);
     expect(existsSync(join(dataDir, 'workspaces', id))).toBe(false);
     expect(readFileSync('/proc/mounts', 'utf8')).not.toContain(id);
     const listed = (await cli(['env', 'templates'])).split('\n').find((l) => l.startsWith(id))!;

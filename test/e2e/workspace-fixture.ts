@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startGitHost, type GitHost } from '../fixtures/githost.js';
-import { runCli, startService, type Service, type StartOptions } from './harness.js';
+import { runCli, startService, unmountUnder, type Service, type StartOptions } from './harness.js';
 
 export interface WorkspaceEnv {
   host: GitHost;
@@ -54,12 +54,7 @@ export async function startWorkspaceService(host: GitHost, opts: StartOptions & 
     await dispose();
     // The data dir was ours: remove it (files of workspaces were removed by the service or stay for inspection on failure).
     const { rmSync } = await import('node:fs');
-    const { execFileSync } = await import('node:child_process');
-    try {
-      execFileSync('sh', ['-c', `for m in $(awk '{print $2}' /proc/mounts | grep '^${dataDir}/'); do umount -l "$m"; done`]);
-    } catch {
-      // nothing mounted
-    }
+    unmountUnder(dataDir); // workspace filesystems, then the image pool they are in
     rmSync(dataDir, { recursive: true, force: true });
   };
   return svc;

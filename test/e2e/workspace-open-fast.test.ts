@@ -247,6 +247,7 @@ describe('the spare across runner stops', () => {
     expect(mountedRoot(left)).toBe(false);
     expect(existsSync(join(dataDir, 'workspaces', left))).toBe(false);
     expect(existsSync(join(dataDir, 'disks', `${left}.img`))).toBe(false);
+    expect(existsSync(join(dataDir, 'image-pool', 'disks', `${left}.img`))).toBe(false);
     expect(pidsInCgroup(`/${left}`)).toEqual([]);
     // A normal stop removes the spare: nothing of it is left mounted or running.
     await svc.stop('SIGTERM');

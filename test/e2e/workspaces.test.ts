@@ -310,7 +310,8 @@ describe('leases, recovery and closing', () => {
     const closed = await ok('workspace_close', { workspaceId: id });
     expect(closed).toMatchObject({ state: 'closed', alreadyClosed: false });
     expect(existsSync(root)).toBe(false);
-    expect(readdirSync(join(svc.dataDir, 'disks')).filter((f) => f.startsWith(id))).toEqual([]);
+    // Its image is gone from wherever images are (the image pool's disks/ when there is one, else the data directory's).
+    for (const d of [join(svc.dataDir, 'disks'), join(svc.dataDir, 'image-pool', 'disks')]) if (existsSync(d)) expect(readdirSync(d).filter((f) => f.startsWith(id))).toEqual([]);
     expect((await ok('workspace_close', { workspaceId: id })).alreadyClosed).toBe(true);
     const gone = await call(c, 'exec_run', { workspaceId: id, command: 'true' });
     expect(!gone.ok && gone.error.code).toBe('NOT_FOUND');

@@ -7,7 +7,8 @@
  *   2. It matches when its base commit is that commit; otherwise the copy is dropped and a new
  *      template is built (service.ts: clone, setup script, checks, save) and copied.
  *   3. The workspace's filesystem is mounted and its own sandbox started (its own network profile
- *      and environment entries, never the setup-only ones).
+ *      and environment entries, never the setup-only ones): for a candidate, as soon as its copy is
+ *      there, while the commit is still being read (stopped and dropped when it does not match).
  *   4. On a template that was not built by this open, the maintenance script runs in it.
  * Any failure throws: the caller removes the workspace (nothing half-applied).
  */
@@ -80,19 +81,32 @@ export async function openFromTemplate(
   let chosen: TemplateRow | null = null;
   let copy: { method: CopyMethod; ms: number } | undefined;
   let built = false;
+  let sandbox: SandboxHandle | undefined;
   const candidate = tpls.latestReady(plan.key);
   if (candidate) {
     sayBuild(`checking template ${candidate.id} (base ${candidate.baseOid?.slice(0, 12)}) against ${plan.repositoryUrl}`);
-    // The copy and the remote read run side by side; both are settled before anything else.
-    const [oid, copied] = await Promise.allSettled([host.remoteOid(id, signal), tpls.startFrom(candidate, img)]);
-    if (oid.status === 'rejected') throw oid.reason;
-    if (copied.status === 'rejected') throw copied.reason;
+    // The copy and the remote read run side by side, and once the copy is there (a reflink clone:
+    // milliseconds) the workspace's own sandbox starts on it while the remote read still runs (its
+    // daemon's start is most of an open's fixed cost); all three are settled before anything else.
+    // When the repository moved, the sandbox is stopped and the copy dropped.
+    const copying = tpls.startFrom(candidate, img);
+    const starting = copying.then(async () => {
+      await host.ensureDisk(id);
+      return host.startWorkspaceSandbox(id);
+    });
+    const [oid, copied, started] = await Promise.allSettled([host.remoteOid(id, signal), copying, starting]);
     const ref = host.ref;
-    const matches = oid.value !== null ? oid.value === candidate.baseOid : ref !== null && SHA_RE.test(ref) && candidate.baseOid?.startsWith(ref) === true;
-    if (matches) {
+    const matches = oid.status === 'fulfilled' && copied.status === 'fulfilled' && (oid.value !== null ? oid.value === candidate.baseOid : ref !== null && SHA_RE.test(ref) && candidate.baseOid?.startsWith(ref) === true);
+    if (matches && started.status === 'fulfilled') {
       chosen = candidate;
-      copy = copied.value;
+      copy = (copied as PromiseFulfilledResult<{ method: CopyMethod; ms: number }>).value;
+      sandbox = started.value;
     } else {
+      if (started.status === 'fulfilled') await host.stopSandbox(id, started.value);
+      if (oid.status === 'rejected') throw oid.reason;
+      if (copied.status === 'rejected') throw copied.reason;
+      if (started.status === 'rejected' && matches) throw started.reason;
+      await host.detachDisk(id).catch(() => undefined); // unmounted (when it was mounted); then the copy goes
       await rm(img, { force: true });
       sayBuild(`the repository moved to ${oid.value?.slice(0, 12) ?? host.ref}: a new template is built for it`);
     }
@@ -104,8 +118,10 @@ export async function openFromTemplate(
   }
   tpls.noteUse(chosen.id);
   progress(1, 3, 'starting the sandbox');
-  await host.ensureDisk(id);
-  const sandbox = await host.startWorkspaceSandbox(id);
+  if (!sandbox) {
+    await host.ensureDisk(id);
+    sandbox = await host.startWorkspaceSandbox(id);
+  }
   host.noteHead(id, chosen.baseOid, chosen.branch);
   progress(2, 3, built ? 'the setup script ran in the template build; no maintenance script at a first open' : 'running the maintenance script');
   let maintenance: Record<string, unknown> | null = null;

@@ -66,7 +66,11 @@ export async function startFrom(dataDir: string, templateId: string, toImage: st
     await rename(tmp, toImage);
   } catch (e) {
     await rm(tmp, { force: true });
-    throw new ServiceError('INTERNAL', `could not start the workspace from template ${templateId}: ${(e as { stderr?: string }).stderr?.trim() || (e as Error).message}`);
+    const why = (e as { stderr?: string }).stderr?.trim() || (e as Error).message;
+    // The images' filesystem (the image pool, docs/checkpoints.md, or the data directory's) is full: said so, not an internal error.
+    if (/No space left on device/i.test(why))
+      throw new ServiceError('RESOURCE_EXHAUSTED', `could not start the workspace from template ${templateId}: the filesystem holding ${dataDir} has no space left (${dataDir.endsWith('/image-pool') ? 'the image pool; its size is set when it is made, --image-pool-size-mb' : 'the data directory'}); close workspaces or delete checkpoints and templates to make room`, { rule: 'image store full', directory: dataDir }, false);
+    throw new ServiceError('INTERNAL', `could not start the workspace from template ${templateId}: ${why}`);
   }
   return { method, ms: Math.round(performance.now() - t0) };
 }
