@@ -20,7 +20,6 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { startSweeper, type Sweeper } from '../core/sweeper.js';
 import { IMAGE_STORE_FULL, imageUsage, materialize, settleImage, snapshot, type CopyMode, unfreezeLeftover } from '../sandbox/snapshot.js';
-import type { ImagePool } from '../sandbox/image-pool.js';
 import type { AuditLog } from './audit.js';
 import type { RetentionClock } from './memories.js';
 import type { ForkTemplate, NetworkProfile, WorkspaceService } from './workspaces.js';
@@ -39,7 +38,7 @@ export interface CheckpointServiceDeps {
   /** Checkpoints an owner may keep. */
   maxCount: number;
   /** Where the images are (the XFS pool with reflinks, or the data directory): named in errors when it is full. */
-  pool?: ImagePool;
+  pool?: { readonly state: string; readonly file?: string; readonly mountPoint?: string };
 }
 
 interface CheckpointRow {
@@ -100,8 +99,8 @@ export class CheckpointService {
   }
 
   /** A copy that found the images' filesystem full: said with the pool's file and setting (RESOURCE_EXHAUSTED). */
-  private full<T>(op: string, p: Promise<T>): Promise<T> {
-    return p.catch((e: unknown) => {
+  private full<T>(op: string, copying: Promise<T>): Promise<T> {
+    return copying.catch((e: unknown) => {
       if (!(e instanceof ServiceError) || e.details?.rule !== IMAGE_STORE_FULL) throw e;
       const pool = this.deps.pool;
       const where = pool?.state === 'xfs'

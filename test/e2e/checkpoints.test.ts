@@ -131,7 +131,8 @@ describe('checkpoint and restore', () => {
     await sh(ws1, `set -e; rm -rf links bin large.bin; echo changed > sparse.bin; git add -A; git -c user.name=t -c user.email=t@example.com commit -qm gone; rm -f ~/.config/app/settings /tmp/t/file; ln -sfn /etc links2`);
     const bg = await ok('exec_run', { workspaceId: ws1, command: 'sleep 1000', async: true });
     expect(bg.operationId).toBeTruthy();
-    expect((await sh(ws1, 'pgrep -x sleep || true')).trim()).not.toBe('');
+    // The async command starts in the background: wait (bounded) until its process exists.
+    expect((await sh(ws1, 'for i in $(seq 300); do pgrep -x sleep && exit 0; sleep 0.1; done; true')).trim()).not.toBe('');
 
     const r = await ok('checkpoint_restore', { workspaceId: ws1, checkpointId: cp.checkpointId, idempotencyKey: key() });
     expect(r).toMatchObject({ restored: true, processesStopped: true, sandboxRestarted: true });
