@@ -48,7 +48,7 @@ function dataDirBytes(): Buffer {
       const p = join(d, e.name);
       if (e.isDirectory()) {
         if (e.name !== 'workspaces' && e.name !== 'run') walk(p);
-      } else if (e.isFile()) out.push(readFileSync(p));
+      } else if (e.isFile() && e.name !== 'image-pool.xfs') out.push(readFileSync(p)); // the pool's file: its images are read through its mount, image-pool/
     }
   };
   walk(dataDir);
