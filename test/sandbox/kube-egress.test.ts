@@ -7,7 +7,7 @@
  * - Allowed host: the fetch succeeds; another port of the same host is refused by the proxy;
  *   both decisions are the proxy's, recorded for the workspace. The policy stays deny-all.
  * - network none (setNetworkPolicy): nothing listens at 3128 any more; back to
- *   dependency-access: it does again.
+ *   dependency-access: it does again. A first open that fails (3128 held) is said and retried.
  * - The API server drops the tunnel's exec stream: the tunnel is opened again (said in the log).
  * - Hostile (the Pod end is the workspace's to subvert: it runs as the workspace user): a Pod end
  *   writing frames by hand, against the runner end with the plan the workspace tunnel uses: an OPEN
@@ -142,6 +142,21 @@ describe.skipIf(!isRoot)('dependency-access in a workspace Pod through the runne
     // The tunnel program ends with its stream (bounded wait for the process to go).
     await until('3128 to stop listening', async () => (await sh(fetchIn(port(allowed)))).includes('rc=7'));
     await ex.setNetworkPolicy(h, { proxySocket: proxy.socketPath });
+    expect(await sh(fetchIn(port(allowed)))).toBe('registry-ok connect=200 rc=0\n');
+  }, 120_000);
+
+  it('a first open that fails (3128 still held in the Pod) does not fail the operation: said, retried, open once 3128 is free', async () => {
+    await ex.setNetworkPolicy(h, 'none');
+    await until('3128 to stop listening', async () => (await sh(fetchIn(port(allowed)))).includes('rc=7'));
+    // Something in the Pod holds 127.0.0.1:3128 (as a previous runner's tunnel program may, for a moment).
+    await sh(`setsid node -e "require('net').createServer().listen(3128,'127.0.0.1',()=>require('fs').writeFileSync('/tmp/holder.pid',String(process.pid)))" >/dev/null 2>&1 < /dev/null & for i in $(seq 100); do [ -s /tmp/holder.pid ] && break; sleep 0.1; done; cat /tmp/holder.pid`);
+    const seen = notes.length;
+    await ex.setNetworkPolicy(h, { proxySocket: proxy.socketPath });
+    const t = ex.proxyTunnel(spec.id)!;
+    expect(t.current).toBeUndefined();
+    expect(notes.slice(seen).join('\n')).toMatch(/egress proxy tunnel of pod atl-\w+ could not be opened .*EADDRINUSE/);
+    await sh('kill "$(cat /tmp/holder.pid)"; rm -f /tmp/holder.pid');
+    await until('the tunnel to open', () => t.current !== undefined);
     expect(await sh(fetchIn(port(allowed)))).toBe('registry-ok connect=200 rc=0\n');
   }, 120_000);
 

@@ -39,10 +39,21 @@ export class ProxyTunnel {
     private readonly note: (message: string) => void,
   ) {}
 
-  /** Opens the tunnel (throws when the first open fails: the caller decides) and keeps it open until close(). */
+  /**
+   * Opens the tunnel and keeps it open until close(). A first open that fails does not fail the
+   * workspace (its create or recover: the daemon is reached all the same, and a recover that
+   * failed would make the Pod again): it is said and retried with back-off, as after a drop (a
+   * previous runner's tunnel program may still hold 3128 for a moment).
+   */
   static async open(exec: Exec, namespace: string, pod: string, proxySocket: string, note: (message: string) => void): Promise<ProxyTunnel> {
     const t = new ProxyTunnel(exec, namespace, pod, proxySocket, note);
-    await t.openOnce();
+    try {
+      await t.openOnce();
+    } catch (err) {
+      note(`kubernetes executor: the egress proxy tunnel of pod ${pod} could not be opened (${err instanceof Error ? err.message : String(err)}); trying again`);
+      t.backoff = FIRST_RETRY_MS;
+      void t.reopen();
+    }
     return t;
   }
 
