@@ -76,7 +76,6 @@ export const SETTINGS: Setting[] = [
   S({ key: 'kubeStorageClass', flag: '--kube-storage-class', env: 'ATELIER_KUBE_STORAGE_CLASS', kind: 'string', def: '', help: "Kubernetes executor: StorageClass of the workspaces' claims (empty = the cluster's default)" }),
   S({ key: 'kubeStorageSize', flag: '--kube-storage-size', env: 'ATELIER_KUBE_STORAGE_SIZE', kind: 'string', def: '10Gi', rule: 'a Kubernetes quantity such as 10Gi', check: ((v: string) => /^[0-9]+(Ki|Mi|Gi|Ti)?$/.test(v)) as never, help: "Kubernetes executor: size of each workspace's claim (its disk limit; --sandbox-disk-mb must be 0 on a runner in a Pod)" }),
   S({ key: 'kubeRuntimeClass', flag: '--kube-runtime-class', env: 'ATELIER_KUBE_RUNTIME_CLASS', kind: 'string', def: '', help: 'Kubernetes executor: RuntimeClass of every Pod, e.g. gvisor (empty = the default runtime)' }),
-  S({ key: 'kubeEgressProxyUrl', flag: '--kube-egress-proxy-url', env: 'ATELIER_KUBE_EGRESS_PROXY_URL', kind: 'string', def: 'http://atelier-egress:3128', rule: 'an http URL', check: ((v: string) => v === '' || /^http:\/\/\S+$/.test(v)) as never, help: 'Kubernetes executor: the in-cluster egress proxy workspace Pods use for dependency-access' }),
   S({ key: 'outputMaxMb', flag: '--output-max-mb', env: 'ATELIER_OUTPUT_MAX_MB', kind: 'int', def: 16, rule: 'an integer from 1 to 4096', check: ((v: number) => v >= 1 && v <= 4096) as never, help: 'Output kept on disk per operation or task, MiB' }),
   S({ key: 'skillSuggestUrl', flag: '--skill-suggest-url', env: 'ATELIER_SKILL_SUGGEST_URL', kind: 'string', def: '', rule: 'an https URL (http only on loopback)', check: ((v: string) => v === '' || /^https:\/\/\S+$/.test(v) || /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(\/\S*)?$/.test(v)) as never, help: 'skill_suggest endpoint: the redacted prompt and the roster are POSTed there (needs --skill-suggest-key-file)' }),
   S({ key: 'skillSuggestKeyFile', flag: '--skill-suggest-key-file', env: 'ATELIER_SKILL_SUGGEST_KEY_FILE', kind: 'string', def: '', help: 'File holding the integration key sent to the skill_suggest endpoint (a secret)' }),
@@ -151,7 +150,6 @@ export interface Config {
   kubeStorageClass: string;
   kubeStorageSize: string;
   kubeRuntimeClass: string;
-  kubeEgressProxyUrl: string;
   agentPoolSize: number;
   outputMaxMb: number;
   httpRequestTimeoutMs: number;

@@ -2,7 +2,10 @@
  * The core workspace scenario through the real service, once per executor driver, so the suite
  * proves the Kubernetes driver a drop-in for bubblewrap (issue #34): workspace_open (a clone
  * through the credential broker and the one-host egress proxy from the HTTPS git host fixture),
- * files, grep, exec, a shell, a task, git commit / push / fetch through the broker (the token in
+ * files, grep, exec, dependency-access (the workspace opened with it: an allowed package registry on
+ * loopback reached through the runner's per-workspace egress proxy at 127.0.0.1:3128, another host
+ * refused by that proxy; under Kubernetes through the socket tunnel into the workspace Pod, whose
+ * NetworkPolicy stays deny-all), a shell, a task, git commit / push / fetch through the broker (the token in
  * no Pod's environment or files, nor in any object the cluster stores), a runner restart on the
  * same data directory (the stopping runner stops its sandboxes; the next one starts them again on
  * their files), a runner killed outright (the next one reattaches: on Kubernetes the same Pod,
@@ -20,6 +23,8 @@
  *   sockets carried by the socket tunnel.
  */
 import { mkdtempSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -44,6 +49,8 @@ const DRIVERS: Array<{ driver: Driver; skip: string | false }> = [
 
 describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) => {
   let host: GitHost;
+  let registry: Server;
+  let elsewhere: Server;
   let api: KubeApiServer | undefined;
   let svc: Service;
   let c: Client;
@@ -60,16 +67,24 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     return r.result;
   }
   const sh = async (command: string) => (await ok('exec_run', { workspaceId: ws, command })) as { stdout: string; stderr: string; exitCode: number };
+  const portOf = (s: Server) => (s.address() as AddressInfo).port;
+  // Through the proxy the workspace's variables name (NO_PROXY cleared: the fixtures are on loopback); CONNECT, as the proxy takes.
+  const fetchVia = (s: Server) => `NO_PROXY= no_proxy= curl -sS -p -m 20 -o - -w ' connect=%{http_connect}' http://127.0.0.1:${portOf(s)}/pkg 2>&1; echo " rc=$?"`;
 
   beforeAll(async () => {
     if (skip) return;
     host = await startGitHost();
     repoUrl = (await host.createRepo('approved/scenario', REPO_FILES)).url;
+    const listen = (body: string) => new Promise<Server>((resolve) => { const s = createServer((_q, r) => r.end(body)); s.listen(0, '127.0.0.1', () => resolve(s)); });
+    registry = await listen('a-package');
+    elsewhere = await listen('must-not-be-reached');
+    // The allow list of dependency-access: one "registry" on loopback.
+    const egress = { allow: [{ host: '127.0.0.1', ports: [portOf(registry)], allowPrivate: true }] };
     if (driver === 'bubblewrap') {
-      await configFor(host, dataDir);
+      await configFor(host, dataDir, { egress });
     } else {
       // The claim is the disk: no loop images on the runner.
-      await configFor(host, dataDir, { sandboxDiskMb: 0 });
+      await configFor(host, dataDir, { sandboxDiskMb: 0, egress });
       let kubeconfig = realCluster;
       if (driver === 'kubernetes') {
         const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
@@ -92,10 +107,12 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     await svc?.dispose();
     await api?.close();
     await host?.close();
+    registry?.close();
+    elsewhere?.close();
   });
 
   it.skipIf(skip)('opens a workspace: the clone goes through the credential broker and the one-host proxy', async () => {
-    const r = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: `xs-open-${driver}`, fetchDepth: 0 });
+    const r = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: `xs-open-${driver}`, fetchDepth: 0, networkProfile: 'dependency-access' });
     ws = r.workspaceId as string;
     expect(r.state ?? 'active').toBe('active');
     if (api) {
@@ -111,6 +128,19 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     expect(JSON.stringify(await ok('grep_search', { workspaceId: ws, pattern: 'needle' }))).toContain('notes/todo.txt');
     const r = await sh('id -u; cat notes/todo.txt; git log --oneline | wc -l');
     expect(r).toMatchObject({ exitCode: 0, stdout: '1000\nfind the needle\n1\n' });
+  }, 60_000);
+
+  it.skipIf(skip)('dependency-access: an allowed registry through the egress proxy at 127.0.0.1:3128; another host refused', async () => {
+    expect((await sh('echo "$HTTPS_PROXY"')).stdout).toBe('http://127.0.0.1:3128\n');
+    expect((await sh(fetchVia(registry))).stdout).toBe('a-package connect=200 rc=0\n');
+    const refused = (await sh(fetchVia(elsewhere))).stdout;
+    expect(refused).toContain('connect=403');
+    expect(refused).not.toContain('must-not-be-reached');
+    if (api) {
+      // The Pod network is not how: its policy stays deny-all.
+      const pols = api.store.list('networkpolicies', 'atelier', `atelier.dev/workspace=${ws}`) as Array<{ spec: { egress?: unknown[] }; metadata: { annotations?: Record<string, string> } }>;
+      expect(pols.map((p) => [p.spec.egress, p.metadata.annotations?.['atelier.dev/network']])).toEqual([[[], 'proxy']]);
+    }
   }, 60_000);
 
   it.skipIf(skip)('a shell and a task', async () => {
@@ -175,6 +205,8 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     if (api) expect(podUid()).not.toEqual(before);
     // A git network operation after the restart: a new broker and tunnel.
     await ok('git_fetch', { workspaceId: ws });
+    // dependency-access again: the new runner's proxy (under Kubernetes, a new tunnel into the new Pod).
+    expect((await sh(fetchVia(registry))).stdout).toBe('a-package connect=200 rc=0\n');
   }, 180_000);
 
   it.skipIf(skip)('a runner killed outright: the next one reattaches to the running sandbox (on Kubernetes the same Pod, found by name)', async () => {
@@ -188,6 +220,8 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     c = await connectV2({ ...svc, token });
     expect((await sh('cat crash.txt')).stdout).toBe('before-crash\n');
     if (api) expect(podUid()).toEqual(before);
+    // The reattached Pod reaches the new runner's proxy: recover opened its tunnel again.
+    expect((await sh(fetchVia(registry))).stdout).toBe('a-package connect=200 rc=0\n');
   }, 180_000);
 
   it.skipIf(skip)('close', async () => {

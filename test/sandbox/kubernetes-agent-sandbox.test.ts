@@ -63,7 +63,7 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture
   const notes: string[] = [];
   const name = objectName('ws_SbxTest1');
   const driver = (): KubernetesExecutor =>
-    new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: 'default', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run'), egressProxySelector: { app: 'atelier-egress' } }, (m) => notes.push(m));
+    new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: 'default', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run') }, (m) => notes.push(m));
 
   beforeAll(async () => {
     assertDaemonBuilt();

@@ -25,7 +25,7 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
   const notes: string[] = [];
   const driver = (): KubernetesExecutor =>
     new KubernetesExecutor(
-      { kubeconfig: api.kubeconfig, namespace: 'atelier', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run'), egressProxySelector: { app: 'atelier-egress' }, egressProxyUrl: 'http://atelier-egress:3128' },
+      { kubeconfig: api.kubeconfig, namespace: 'atelier', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run') },
       (m) => notes.push(m),
     );
 
@@ -78,12 +78,17 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
     expect(s.pids).toBe(0);
   });
 
-  it('setNetworkPolicy: dependency-access allows egress to the egress proxy Pods only', async () => {
-    await ex.setNetworkPolicy(h, { proxySocket: '/unused' });
-    const pol = api.store.get('networkpolicies', 'atelier', objectName(spec.id)) as { spec: { egress: { to: unknown[]; ports: unknown[] }[] } };
-    expect(pol.spec.egress[0]).toEqual({ to: [{ podSelector: { matchLabels: { app: 'atelier-egress' } } }], ports: [{ protocol: 'TCP', port: 3128 }] });
+  it('setNetworkPolicy: the policy stays deny-all under dependency-access (the proxy is the runner\'s, through a tunnel: kube-egress.test.ts); its annotation says the network', async () => {
+    // No proxy listens on this socket: the tunnel opens all the same (it connects per connection).
+    await ex.setNetworkPolicy(h, { proxySocket: path.join(base, 'no-proxy.sock') });
+    const pol = () => api.store.get('networkpolicies', 'atelier', objectName(spec.id)) as { metadata: { annotations: Record<string, string> }; spec: { egress: unknown[]; ingress: unknown[] } };
+    expect(pol().spec).toMatchObject({ egress: [], ingress: [] });
+    expect(pol().metadata.annotations['atelier.dev/network']).toBe('proxy');
+    expect(ex.proxyTunnel(spec.id)?.opens).toBe(1);
     await ex.setNetworkPolicy(h, 'none');
-    expect((api.store.get('networkpolicies', 'atelier', objectName(spec.id)) as { spec: { egress: unknown[] } }).spec.egress).toEqual([]);
+    expect(pol().spec.egress).toEqual([]);
+    expect(pol().metadata.annotations['atelier.dev/network']).toBe('none');
+    expect(ex.proxyTunnel(spec.id)).toBeUndefined();
   });
 
   it('a runner restart: a new driver recovers the running Pod by name, files intact; an unknown id recovers nothing', async () => {

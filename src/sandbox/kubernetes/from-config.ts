@@ -13,8 +13,6 @@ export function kubernetesExecutor(config: Config, log: Logger): KubernetesExecu
       storageClass: config.kubeStorageClass || undefined,
       runtimeClass: config.kubeRuntimeClass || undefined,
       storageSize: config.kubeStorageSize,
-      egressProxyUrl: config.kubeEgressProxyUrl || undefined,
-      egressProxySelector: { 'app.kubernetes.io/name': 'atelier-egress' },
       runDir: join(config.dataDir, 'run', 'kube'),
       workspacesDir: join(config.dataDir, 'workspaces'),
     },

@@ -3,8 +3,10 @@
  * Executor interface as the bubblewrap driver (../bwrap.ts).
  *
  *   workspace  = PersistentVolumeClaim (its files: repo/, home/, tmp/ sub-paths) + Pod running the
- *                workspace image's daemon + NetworkPolicy (deny-all, or egress to the cluster's
- *                egress proxy only); all named atl-<hash of the id> and labelled with the id
+ *                workspace image's daemon + NetworkPolicy (deny-all, whatever the network); all
+ *                named atl-<hash of the id> and labelled with the id
+ *   dependency-access = the runner's per-workspace egress proxy through a long-lived socket
+ *                tunnel into the Pod, at 127.0.0.1:3128 there (proxy-tunnel.ts)
  *   daemon     = reached over Kubernetes exec streams through a runner-local relay socket
  *                (relay.ts), its newline-delimited protocol unchanged
  *   stop       = delete the Pod (the claim, so the files, stay); destroy = Pod, policy and claim
@@ -37,6 +39,7 @@ import type { KubernetesExecutorOptions } from './options.js';
 import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
+import { ProxyTunnel } from './proxy-tunnel.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
@@ -55,6 +58,10 @@ export class KubernetesExecutor implements Executor {
   private kc!: KubeClients;
   private readonly relays = new Map<string, ExecRelay>();
   private readonly clients = new Map<string, DaemonClient>();
+  /** Workspace id → the Pod its relay reaches (attach()). */
+  private readonly pods = new Map<string, string>();
+  /** Workspace id → its egress proxy tunnel (dependency-access workspaces only). */
+  private readonly proxies = new Map<string, ProxyTunnel>();
   /** rootDir → claim name, for mapping short-lived sandboxes' binds onto a workspace's claim. */
   private readonly roots = new Map<string, { claim: string; pod: string }>();
   /**
@@ -133,7 +140,9 @@ export class KubernetesExecutor implements Executor {
     const made = new Promise<{ claim: string; pod: string } | undefined>((resolve) => (settle = resolve));
     this.creating.set(root, made);
     try {
-      return await this.createIn(spec, () => settle(this.roots.get(root)));
+      const h = await this.createIn(spec, () => settle(this.roots.get(root)));
+      await this.setProxy(spec.id, spec.network);
+      return h;
     } finally {
       settle(this.roots.get(root));
       if (this.creating.get(root) === made) this.creating.delete(root);
@@ -246,6 +255,7 @@ export class KubernetesExecutor implements Executor {
     this.clients.get(id)?.close();
     const relay = await ExecRelay.listen(socketPath, this.k.exec, this.ns, pod);
     this.relays.set(id, relay);
+    this.pods.set(id, pod);
     const client = new DaemonClient(socketPath, { connectTimeoutMs: 30_000 });
     this.clients.set(id, client);
     for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
@@ -277,7 +287,7 @@ export class KubernetesExecutor implements Executor {
   }
 
   private async applyPolicy(name: string, id: string, network: SandboxNetwork): Promise<void> {
-    const body = networkPolicyManifest(name, id, network, this.o);
+    const body = networkPolicyManifest(name, id, network);
     const created = await createOrKeep(this.k.net.createNamespacedNetworkPolicy({ namespace: this.ns, body }));
     if (!created) {
       await this.k.net.replaceNamespacedNetworkPolicy({ name, namespace: this.ns, body }).catch((err: unknown) => {
@@ -329,6 +339,9 @@ export class KubernetesExecutor implements Executor {
   }
 
   private async detach(id: string): Promise<void> {
+    this.proxies.get(id)?.close();
+    this.proxies.delete(id);
+    this.pods.delete(id);
     this.clients.get(id)?.close();
     this.clients.delete(id);
     await this.relays.get(id)?.close();
@@ -390,6 +403,7 @@ export class KubernetesExecutor implements Executor {
     try {
       const h = await this.attach(spec.id, pod, false);
       this.roots.set(path.resolve(spec.rootDir), { claim, pod });
+      await this.setProxy(spec.id, spec.network);
       return h;
     } catch {
       await this.detach(spec.id);
@@ -417,10 +431,34 @@ export class KubernetesExecutor implements Executor {
     return { memoryBytes, pids: 0, cpuUsageNs: Math.round(cpuNanocores) };
   }
 
-  /** Replaces the Pod's NetworkPolicy in place (no restart: the proxy variables are always set). */
+  /**
+   * No restart: the Pod's policy stays deny-all (its annotation says the network) and the proxy
+   * variables are always set; dependency-access opens the egress proxy tunnel, none closes it
+   * (nothing listens at 127.0.0.1:3128 in the Pod any more).
+   */
   async setNetworkPolicy(h: SandboxHandle, network: SandboxNetwork): Promise<void> {
     await this.clientsReady;
     await this.applyPolicy(objectName(h.id), h.id, network);
+    await this.setProxy(h.id, network);
+  }
+
+  /**
+   * The workspace's egress proxy tunnel as its network asks: open to its Pod for dependency-access
+   * (kept when it already reaches that Pod and socket), closed for none.
+   */
+  private async setProxy(id: string, network: SandboxNetwork): Promise<void> {
+    const cur = this.proxies.get(id);
+    const pod = this.pods.get(id);
+    if (cur && network !== 'none' && cur.pod === pod && cur.proxySocket === network.proxySocket) return;
+    cur?.close();
+    this.proxies.delete(id);
+    if (network === 'none' || !pod) return;
+    this.proxies.set(id, await ProxyTunnel.open(this.k.exec, this.ns, pod, network.proxySocket, this.onNote));
+  }
+
+  /** The egress proxy tunnel of a workspace, if it has one (tests: its counters and opens). */
+  proxyTunnel(id: string): ProxyTunnel | undefined {
+    return this.proxies.get(id);
   }
 
   /** Runner sockets and files in short-lived Pods go under the Pod's own /dev/shm/atelier (tunnel.ts). */

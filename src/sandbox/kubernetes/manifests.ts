@@ -3,6 +3,7 @@ import type { V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1VolumeMount, V1
 import type { SandboxLimits, SandboxNetwork } from '../executor.js';
 import { labelsFor, WORKSPACE_ROLE, MANAGED_BY } from './names.js';
 import type { KubernetesExecutorOptions } from './options.js';
+import { TUNNEL_PROXY_ENV } from './tunnel.js';
 
 /** Inside the workspace image. */
 export const IN_DAEMON = '/opt/atelier/daemon/main.js';
@@ -21,12 +22,6 @@ export function claimManifest(name: string, id: string, o: KubernetesExecutorOpt
       resources: { requests: { storage: o.storageSize ?? '10Gi' } },
     },
   };
-}
-
-function proxyEnv(o: KubernetesExecutorOptions): Record<string, string> {
-  if (!o.egressProxyUrl) return {};
-  const u = o.egressProxyUrl;
-  return { HTTP_PROXY: u, HTTPS_PROXY: u, http_proxy: u, https_proxy: u, NO_PROXY: 'localhost,127.0.0.1', no_proxy: 'localhost,127.0.0.1' };
 }
 
 /**
@@ -53,7 +48,10 @@ export function daemonPodManifest(args: {
     { name: 'data', mountPath: '/tmp', subPath: 'tmp' },
   ];
   const volumes: V1Volume[] = [{ name: 'data', persistentVolumeClaim: { claimName: args.claim } }];
-  const commandEnv = { ...proxyEnv(o), ...(args.env ?? {}) };
+  // A workspace's commands always get the proxy variables (127.0.0.1:3128, where its egress proxy
+  // tunnel listens under dependency-access: proxy-tunnel.ts); the environment is fixed at Pod start
+  // and the network may change after. Short-lived Pods get them from runEphemeral when they have a proxy.
+  const commandEnv = { ...(args.role === WORKSPACE_ROLE ? TUNNEL_PROXY_ENV : {}), ...(args.env ?? {}) };
   const cpu = `${Math.max(1, Math.round(limits.cpuQuotaPercent * 10))}m`;
   return {
     apiVersion: 'v1',
@@ -90,18 +88,13 @@ export function daemonPodManifest(args: {
 }
 
 /**
- * The Pod's NetworkPolicy. network-none: deny all, both ways. With a proxy (dependency-access):
- * egress to the egress proxy Pods on their port and to cluster DNS only; ingress still denied.
+ * The Pod's NetworkPolicy: deny all, both ways, whatever the network. dependency-access reaches
+ * the runner's egress proxy through the socket tunnel over an exec stream (proxy-tunnel.ts), not
+ * the Pod network; the annotation says which network the workspace has.
  */
-export function networkPolicyManifest(name: string, id: string, network: SandboxNetwork, o: KubernetesExecutorOptions): V1NetworkPolicy {
+export function networkPolicyManifest(name: string, id: string, network: SandboxNetwork): V1NetworkPolicy {
   const podSelector = { matchLabels: { [MANAGED_BY]: 'atelier', 'atelier.dev/policy': name } };
-  const egress =
-    network === 'none' || !o.egressProxySelector
-      ? []
-      : [
-          { to: [{ podSelector: { matchLabels: o.egressProxySelector } }], ports: [{ protocol: 'TCP', port: o.egressProxyPort ?? 3128 }] },
-          { to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }], ports: [{ protocol: 'UDP', port: 53 }, { protocol: 'TCP', port: 53 }] },
-        ];
+  const egress: [] = [];
   return {
     apiVersion: 'networking.k8s.io/v1',
     kind: 'NetworkPolicy',

@@ -12,12 +12,6 @@ export interface KubernetesExecutorOptions {
   storageSize?: string;
   /** RuntimeClass of every Pod (e.g. gvisor); undefined = the cluster's default runtime. */
   runtimeClass?: string;
-  /** Labels (key=value,...) of the in-cluster egress proxy Pods; dependency-access may reach only them. */
-  egressProxySelector?: Record<string, string>;
-  /** The proxy URL set in workspace Pods (HTTP_PROXY and friends), e.g. http://atelier-egress:3128. */
-  egressProxyUrl?: string;
-  /** Egress proxy port allowed by the NetworkPolicy (default 3128). */
-  egressProxyPort?: number;
   /** The service's workspaces directory (<dataDir>/workspaces): <it>/<id>/repo maps onto workspace <id>'s claim. */
   workspacesDir?: string;
   /** Runner-local directory for the relay sockets (one per workspace). */

@@ -159,6 +159,11 @@ export class TunnelEnd {
     this.close();
   }
 
+  /** Whether the tunnel has ended (closed here or there). */
+  get ended(): boolean {
+    return this.closed;
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;
@@ -227,15 +232,22 @@ export async function planTunnel(args: {
   }
 }
 
-/** Opens the tunnel in `pod` over an exec stream and waits until it listens. */
-export async function openTunnel(exec: Exec, namespace: string, pod: string, plan: TunnelPlan): Promise<TunnelEnd> {
+/**
+ * Opens the tunnel in `pod` over an exec stream and waits until it listens. `onEnd` is called
+ * once when the tunnel ends after that (closed here, the stream dropped, the Pod end gone).
+ */
+export async function openTunnel(exec: Exec, namespace: string, pod: string, plan: TunnelPlan, onEnd: (end: TunnelEnd) => void = () => undefined): Promise<TunnelEnd> {
   const toPod = new PassThrough();
   const fromPod = new PassThrough();
   const stderr = new PassThrough();
   let errText = '';
   stderr.on('data', (d: Buffer) => void (errText.length < 2048 && (errText += d.toString())));
   let ws: { close(): void } | undefined;
-  const end = new TunnelEnd(fromPod, toPod, plan.targets, () => ws?.close());
+  let started = false;
+  const end: TunnelEnd = new TunnelEnd(fromPod, toPod, plan.targets, () => {
+    ws?.close();
+    if (started) onEnd(end);
+  });
   const sock = await exec.exec(namespace, pod, 'main', ['node', IN_TUNNEL], fromPod, stderr, toPod, false, (status) => {
     if (status?.status !== 'Success') fromPod.destroy(new Error(`tunnel exited: ${status?.message ?? ''} ${errText.trim()}`));
     else fromPod.end();
@@ -250,5 +262,8 @@ export async function openTunnel(exec: Exec, namespace: string, pod: string, pla
     end.close();
     throw err;
   }
+  started = true;
+  // Ended while READY was on its way here: said now, as it would have been after.
+  if (end.ended) onEnd(end);
   return end;
 }
