@@ -20,4 +20,5 @@ sock.on('error', (err) => {
 process.stdin.pipe(sock);
 sock.pipe(process.stdout);
 process.stdin.on('end', () => sock.end());
-sock.on('close', () => process.exit(0));
+// Exit once what was piped to stdout has been written (an exit straight away can drop the last bytes of a reply).
+sock.on('close', () => process.stdout.write('', () => process.exit(0)));
