@@ -179,16 +179,24 @@ export function prepareDataDir(dataDir: string): void {
  */
 export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabledReason?: string; backgroundCheckpoints?: boolean; makeImagePool?: boolean } = {}): App {
   prepareDataDir(config.dataDir);
-  // Images (workspace disks, checkpoints, templates) in the XFS pool with reflinks when there is one (docs/checkpoints.md).
-  const imagePool = openImagePool({
-    dataDir: config.dataDir, setting: config.imagePool, sizeMb: config.imagePoolSizeMb, create: opts.makeImagePool === true,
-    imagesUsed: config.executor !== 'kubernetes' && config.sandboxDiskMb > 0 && !opts.sandboxDisabledReason,
-  });
-  const images = imagePool.root;
   const dbFile = join(config.dataDir, 'atelier.db');
   const firstRun = !existsSync(dbFile);
+  // The database (and its migrations) first: a start refused there must not leave the image pool mounted.
   const db = openDatabase(dbFile);
   const master = loadMasterKey(config.dataDir);
+  // Images (workspace disks, checkpoints, templates) in the XFS pool with reflinks when there is one (docs/checkpoints.md).
+  const imagePool = (() => {
+    try {
+      return openImagePool({
+        dataDir: config.dataDir, setting: config.imagePool, sizeMb: config.imagePoolSizeMb, create: opts.makeImagePool === true,
+        imagesUsed: config.executor !== 'kubernetes' && config.sandboxDiskMb > 0 && !opts.sandboxDisabledReason,
+      });
+    } catch (e) {
+      db.close();
+      throw e;
+    }
+  })();
+  const images = imagePool.root;
   const log = opts.logger ?? createLogger(config.logLevel);
   if (imagePool.state === 'xfs') log.info({ file: imagePool.file, mountPoint: imagePool.mountPoint, reason: imagePool.reason }, 'images are in the XFS image pool (reflink copies)');
   else if (config.imagePool !== 'off' && config.sandboxDiskMb > 0) log.info({ reason: imagePool.reason }, 'images are in the data directory, no image pool (full copies unless it has reflinks)');
