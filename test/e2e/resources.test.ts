@@ -350,14 +350,14 @@ describe('access', () => {
     expect((await filesOnly.listResources()).resources).toEqual([]);
     const skills = (await filesOnly.request({ method: 'skills/list', params: {} }, z.looseObject({ skills: z.array(z.unknown()) }) as never)) as { skills: unknown[] };
     expect(skills.skills).toEqual([]);
-    for (const p of [
+    // Each refusal is taken as it comes (a rejection waiting for the loop to reach it is unhandled).
+    const refusals = await Promise.all([
       filesOnly.getPrompt({ name: 'repo-helper' }),
       filesOnly.readResource({ uri: `skill://repository/${ws}/repo-helper/SKILL.md` }),
       filesOnly.request({ method: 'skills/get', params: { uri: `skill://repository/${ws}/repo-helper/SKILL.md` } }, z.looseObject({}) as never),
       filesOnly.request({ method: 'resources/directory/read', params: { uri: `skill://repository/${ws}/repo-helper` } }, z.looseObject({}) as never),
-    ]) {
-      expect(await rpcFailure(p)).toMatchObject({ code: -32602, error: { code: 'PERMISSION_DENIED', details: { rule: 'toolset not granted' } } });
-    }
+    ].map((p) => rpcFailure(p)));
+    for (const f of refusals) expect(f).toMatchObject({ code: -32602, error: { code: 'PERMISSION_DENIED', details: { rule: 'toolset not granted' } } });
     expect((await filesOnly.readResource({ uri: fileUri('README.md') })).contents[0]).toMatchObject({ text: FIXTURE['README.md'] });
     await filesOnly.close();
     // Refusals are audited as refused tool calls are.

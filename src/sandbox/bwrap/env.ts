@@ -4,20 +4,10 @@
  */
 import { ServiceError } from '../../core/errors.js';
 import type { SandboxNetwork } from '../executor.js';
-import { PROXY_URL, SANDBOX_USER } from './layout.js';
+import { SANDBOX_PROXY_ENV } from '../proxy-env.js';
+import { SANDBOX_USER } from './layout.js';
 
-const PROXY_ENV: Record<string, string> = {
-  HTTP_PROXY: PROXY_URL,
-  HTTPS_PROXY: PROXY_URL,
-  http_proxy: PROXY_URL,
-  https_proxy: PROXY_URL,
-  npm_config_proxy: PROXY_URL,
-  npm_config_https_proxy: PROXY_URL,
-  YARN_HTTP_PROXY: PROXY_URL,
-  YARN_HTTPS_PROXY: PROXY_URL,
-  NO_PROXY: 'localhost,127.0.0.1,::1',
-  no_proxy: 'localhost,127.0.0.1,::1',
-};
+const PROXY_ENV = SANDBOX_PROXY_ENV;
 
 /** The environment commands start from. Proxy variables come last so the spec cannot bypass them by accident. */
 export function commandEnv(extra: Record<string, string> | undefined, network: SandboxNetwork): Record<string, string> {

@@ -21,6 +21,7 @@ import { PassThrough, type Readable, type Writable } from 'node:stream';
 import type { Exec } from '@kubernetes/client-node';
 import { ServiceError } from '../../core/errors.js';
 import { FRAME, FrameReader, MAX_CONNECTIONS, Mux, frame, type TunnelConfig } from '../daemon/tunnel-frames.js';
+import { SANDBOX_PROXY_ENV, SANDBOX_PROXY_PORT } from '../proxy-env.js';
 
 export const IN_TUNNEL = '/opt/atelier/daemon/tunnel.js';
 /**
@@ -32,20 +33,8 @@ export const IN_TUNNEL = '/opt/atelier/daemon/tunnel.js';
 export const POD_RUN_DIR = '/dev/shm/atelier';
 export const IN_CREDHELPER = '/opt/atelier/daemon/credhelper.js';
 /** As under bubblewrap: the operation's proxy at 127.0.0.1:3128 inside, and the variables pointing at it. */
-export const TUNNEL_PROXY_PORT = 3128;
-const PROXY_URL = `http://127.0.0.1:${TUNNEL_PROXY_PORT}`;
-export const TUNNEL_PROXY_ENV: Record<string, string> = {
-  HTTP_PROXY: PROXY_URL,
-  HTTPS_PROXY: PROXY_URL,
-  http_proxy: PROXY_URL,
-  https_proxy: PROXY_URL,
-  npm_config_proxy: PROXY_URL,
-  npm_config_https_proxy: PROXY_URL,
-  YARN_HTTP_PROXY: PROXY_URL,
-  YARN_HTTPS_PROXY: PROXY_URL,
-  NO_PROXY: 'localhost,127.0.0.1,::1',
-  no_proxy: 'localhost,127.0.0.1,::1',
-};
+export const TUNNEL_PROXY_PORT = SANDBOX_PROXY_PORT;
+export const TUNNEL_PROXY_ENV = SANDBOX_PROXY_ENV;
 /** Largest file carried in (a CA bundle is ~200 KB). */
 export const MAX_TUNNEL_FILE = 1024 * 1024;
 
