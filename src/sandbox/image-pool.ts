@@ -24,6 +24,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, statSync, statfsSync, truncateSync, writeFileSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError } from '../core/config.js';
+import { mountAt } from './runfs.js';
 
 export const POOL_FILE = 'image-pool.xfs';
 export const POOL_DIR = 'image-pool';
@@ -102,17 +103,6 @@ function readdirSafe(dir: string): string[] {
   } catch {
     return [];
   }
-}
-
-/** The line of /proc/self/mountinfo whose mount point is `dir`: fs type and source. */
-function mountAt(dir: string): { fstype: string; source: string } | undefined {
-  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    const f = line.split(' ');
-    const sep = f.indexOf('-');
-    if (sep < 0 || f[4]?.replace(/\\040/g, ' ') !== dir) continue;
-    return { fstype: f[sep + 1]!, source: f[sep + 2]! };
-  }
-  return undefined;
 }
 
 /** The backing file of a loop device (/sys/block/loopN/loop/backing_file), or undefined. */

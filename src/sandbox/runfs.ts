@@ -18,6 +18,7 @@
  */
 import { execFile } from 'node:child_process';
 import { chmod, chown, mkdir, readFile, realpath, unlink } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { promisify } from 'node:util';
 
@@ -25,6 +26,22 @@ const run = promisify(execFile);
 
 /** Sockets and directories only: a few inodes, no data. */
 const MOUNT_OPTIONS = 'size=64k,nr_inodes=256,mode=0711,nosuid,nodev,noexec';
+
+/** mountinfo escapes space, tab, newline and backslash in paths as octal. */
+function mountinfoPath(path: string): string {
+  return path.replace(/[ \t\n\\]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
+}
+
+/** The mount whose mount point is `dir` exactly (no symlinks resolved), from /proc/self/mountinfo: its filesystem type and source. */
+export function mountAt(dir: string): { fstype: string; source: string } | undefined {
+  const target = mountinfoPath(dir);
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const f = line.split(' ');
+    const sep = f.indexOf('-');
+    if (sep >= 0 && f[4] === target) return { fstype: f[sep + 1]!, source: f[sep + 2]! };
+  }
+  return undefined;
+}
 
 /** Whether dir is a mount point: read from /proc/self/mountinfo (no process spawned). */
 export async function isMountPoint(dir: string): Promise<boolean> {
@@ -34,8 +51,7 @@ export async function isMountPoint(dir: string): Promise<boolean> {
   } catch {
     return false;
   }
-  // mountinfo escapes space, tab, newline and backslash as octal.
-  const target = real.replace(/[ \t\n\\]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
+  const target = mountinfoPath(real);
   const text = await readFile('/proc/self/mountinfo', 'utf8');
   return text.split('\n').some((line) => line.split(' ')[4] === target);
 }

@@ -11,32 +11,12 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { startKubeApiServer, type KubeApiServer } from '../fixtures/kube-apiserver/index.js';
-import { assertDaemonBuilt, isRoot } from './helpers.js';
+import { assertDaemonBuilt, isRoot, kubectl, until } from './helpers.js';
 
 const execFileP = promisify(execFile);
 let api: KubeApiServer;
 
-async function kubectl(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn('kubectl', ['--kubeconfig', api.kubeconfig, ...args], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, HOME: path.dirname(api.kubeconfig) } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-    child.stdin.end(input ?? '');
-  });
-}
-
-async function until<T>(fn: () => Promise<T | undefined>, what: string, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const kubectlFixture = (args: string[], input?: string) => kubectl(api.kubeconfig, args, input);
 
 function manifest(name: string, obj: object): string {
   const file = path.join(path.dirname(api.kubeconfig), `${name}.json`);
@@ -76,43 +56,43 @@ describe.skipIf(!isRoot)('fixture Kubernetes API server, as kubectl sees it', ()
   });
 
   it('serves discovery and an empty pod list', async () => {
-    const r = await kubectl(['get', 'pods']);
+    const r = await kubectlFixture(['get', 'pods']);
     expect(r.stderr).toContain('No resources found in default namespace');
     expect(r.code).toBe(0);
   });
 
   it('refuses a client without the bearer token (401)', async () => {
-    const r = await kubectl(['--token', 'wrong', 'get', 'pods']);
+    const r = await kubectlFixture(['--token', 'wrong', 'get', 'pods']);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/Unauthorized|must be logged in/);
   });
 
   it('creates a claim and a workspace pod that runs; 409 on a second create; 404 for an unknown pod', async () => {
     const claim = manifest('pvc', { apiVersion: 'v1', kind: 'PersistentVolumeClaim', metadata: { name: 'data-one' }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } } });
-    const cr = await kubectl(['create', '--validate=false', '-f', claim]);
+    const cr = await kubectlFixture(['create', '--validate=false', '-f', claim]);
     expect(cr.stdout + cr.stderr).toContain('persistentvolumeclaim/data-one created');
     const pod = manifest('pod', workspacePod('ws-one', 'data-one'));
-    expect((await kubectl(['create', '--validate=false', '-f', pod])).stdout).toContain('pod/ws-one created');
-    await until(async () => ((await kubectl(['get', 'pod', 'ws-one', '-o', 'jsonpath={.status.phase}'])).stdout === 'Running' ? true : undefined), 'ws-one Running');
-    const again = await kubectl(['create', '--validate=false', '-f', pod]);
+    expect((await kubectlFixture(['create', '--validate=false', '-f', pod])).stdout).toContain('pod/ws-one created');
+    await until(async () => ((await kubectlFixture(['get', 'pod', 'ws-one', '-o', 'jsonpath={.status.phase}'])).stdout === 'Running' ? true : undefined), 'ws-one Running');
+    const again = await kubectlFixture(['create', '--validate=false', '-f', pod]);
     expect(again.code).not.toBe(0);
     expect(again.stderr).toContain('AlreadyExists');
-    const missing = await kubectl(['get', 'pod', 'nope']);
+    const missing = await kubectlFixture(['get', 'pod', 'nope']);
     expect(missing.code).not.toBe(0);
     expect(missing.stderr).toContain('pods "nope" not found');
-    const list = await kubectl(['get', 'pods', '-l', 'app=atelier-workspace', '-o', 'name']);
+    const list = await kubectlFixture(['get', 'pods', '-l', 'app=atelier-workspace', '-o', 'name']);
     expect(list.stdout.trim()).toBe('pod/ws-one');
   });
 
   it('exec runs a real process in the pod: stdout, stderr, the exit code, the pod environment', async () => {
-    const r = await kubectl(['exec', 'ws-one', '--', 'sh', '-c', 'echo out $GREETING $(id -u) $(pwd); echo err >&2; exit 3']);
+    const r = await kubectlFixture(['exec', 'ws-one', '--', 'sh', '-c', 'echo out $GREETING $(id -u) $(pwd); echo err >&2; exit 3']);
     expect(r.stdout, r.stderr).toBe('out from-the-pod-spec 1000 /workspace\n');
     expect(r.stderr).toContain('err\n');
     expect(r.code).toBe(3);
   });
 
   it('exec -i streams stdin to the process and closes it (v5 close frame)', async () => {
-    const r = await kubectl(['exec', '-i', 'ws-one', '--', 'sh', '-c', 'wc -c; echo done'], 'x'.repeat(100_000));
+    const r = await kubectlFixture(['exec', '-i', 'ws-one', '--', 'sh', '-c', 'wc -c; echo done'], 'x'.repeat(100_000));
     expect(r.stdout).toBe('100000\ndone\n');
     expect(r.code).toBe(0);
   });
@@ -152,10 +132,10 @@ describe.skipIf(!isRoot)('fixture Kubernetes API server, as kubectl sees it', ()
         throw new Error(`${e.message}: ${seen} ${watchErr}`);
       });
       const pod = manifest('job', { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'once' }, spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'x', command: ['sh', '-c', 'echo hello; echo bye'] }] } });
-      expect((await kubectl(['create', '--validate=false', '-f', pod])).code).toBe(0);
-      await until(async () => ((await kubectl(['get', 'pod', 'once', '-o', 'jsonpath={.status.phase}'])).stdout === 'Succeeded' ? true : undefined), 'once Succeeded', 20_000);
-      expect((await kubectl(['logs', 'once'])).stdout).toBe('hello\nbye\n');
-      expect((await kubectl(['delete', 'pod', 'once'])).stdout).toContain('pod "once" deleted');
+      expect((await kubectlFixture(['create', '--validate=false', '-f', pod])).code).toBe(0);
+      await until(async () => ((await kubectlFixture(['get', 'pod', 'once', '-o', 'jsonpath={.status.phase}'])).stdout === 'Succeeded' ? true : undefined), 'once Succeeded', 20_000);
+      expect((await kubectlFixture(['logs', 'once'])).stdout).toBe('hello\nbye\n');
+      expect((await kubectlFixture(['delete', 'pod', 'once'])).stdout).toContain('pod "once" deleted');
       await until(async () => (events().includes('DELETED once') ? true : undefined), 'the watch to see once deleted', 20_000).catch((e) => {
         throw new Error(`${e.message}: ${seen} ${watchErr}`);
       });
@@ -174,8 +154,8 @@ describe.skipIf(!isRoot)('fixture Kubernetes API server, as kubectl sees it', ()
   });
 
   it('deleting the workspace pod ends its sandbox', async () => {
-    expect((await kubectl(['delete', 'pod', 'ws-one'])).code).toBe(0);
+    expect((await kubectlFixture(['delete', 'pod', 'ws-one'])).code).toBe(0);
     expect(api.runtime.running('default', 'ws-one')).toBe(false);
-    expect((await kubectl(['get', 'pods', '-o', 'name'])).stdout).toBe('');
+    expect((await kubectlFixture(['get', 'pods', '-o', 'name'])).stdout).toBe('');
   });
 });

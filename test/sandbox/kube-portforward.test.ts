@@ -17,20 +17,10 @@ import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
 import { objectName } from '../../src/sandbox/kubernetes/names.js';
 import type { SandboxHandle } from '../../src/sandbox/executor.js';
 import { startKubeApiServer, type KubeApiServer } from '../fixtures/kube-apiserver/index.js';
-import { assertDaemonBuilt, isRoot } from './helpers.js';
+import { assertDaemonBuilt, isRoot, until } from './helpers.js';
 
 const LIMITS = { memoryBytes: 512 * 1024 * 1024, pidsMax: 256, cpuQuotaPercent: 100 };
 const PORT = 8431;
-
-async function until<T>(fn: () => T | undefined | Promise<T | undefined>, what: string, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 /** An HTTP/1.0 GET to a local port; the whole answer ('' when the connection closes unanswered). */
 function httpGet(port: number): Promise<string> {

@@ -6,7 +6,6 @@
  * Previews (issue #33): relay() reaches a port a process in the Pod listens on, and nothing else.
  * kubectl sees the Sandbox. Needs root (each Pod is a bubblewrap sandbox) and a build.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import path from 'node:path';
@@ -17,20 +16,10 @@ import { claimManifest } from '../../src/sandbox/kubernetes/manifests.js';
 import type { SandboxHandle, SandboxSpec } from '../../src/sandbox/executor.js';
 import { startKubeApiServer, type KubeApiServer } from '../fixtures/kube-apiserver/index.js';
 import { nameHash, NAME_HASH_LABEL } from '../fixtures/kube-apiserver/agent-sandbox.js';
-import { assertDaemonBuilt, isRoot } from './helpers.js';
+import { assertDaemonBuilt, isRoot, kubectl, until } from './helpers.js';
 
 const LIMITS = { memoryBytes: 512 * 1024 * 1024, pidsMax: 256, cpuQuotaPercent: 100 };
 type Obj = { metadata: { name: string; uid: string; labels?: Record<string, string>; ownerReferences?: { kind: string; name: string; uid: string; controller?: boolean }[] }; spec: Record<string, unknown>; status?: { conditions?: { type: string; status: string; reason: string }[] } };
-
-async function until<T>(fn: () => T | undefined | Promise<T | undefined>, what: string, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 /** An HTTP/1.0 GET through a relayed socket; the whole answer. */
 async function httpGet(sock: Socket): Promise<string> {
@@ -40,17 +29,6 @@ async function httpGet(sock: Socket): Promise<string> {
   sock.write('GET / HTTP/1.0\r\nHost: preview\r\n\r\n');
   await new Promise((resolve) => sock.on('close', resolve));
   return Buffer.concat(chunks).toString();
-}
-
-function kubectl(api: KubeApiServer, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn('kubectl', ['--kubeconfig', api.kubeconfig, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, HOME: path.dirname(api.kubeconfig) } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-  });
 }
 
 describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture API server)', () => {
@@ -110,20 +88,20 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture
   });
 
   it('kubectl get sandboxes lists it, with its Ready condition', async () => {
-    const list = await kubectl(api, ['get', 'sandboxes', '-o', 'name']);
+    const list = await kubectl(api.kubeconfig, ['get', 'sandboxes', '-o', 'name']);
     expect(list.stdout.trim(), list.stderr).toBe(`sandbox.agents.x-k8s.io/${name}`);
-    const ready = await kubectl(api, ['get', 'sandbox', name, '-o', `jsonpath={.status.conditions[?(@.type=="Ready")].reason}`]);
+    const ready = await kubectl(api.kubeconfig, ['get', 'sandbox', name, '-o', `jsonpath={.status.conditions[?(@.type=="Ready")].reason}`]);
     expect(ready.stdout).toBe('DependenciesReady');
-    const byLabel = await kubectl(api, ['get', 'sandboxes', '-l', `atelier.dev/workspace=${spec.id}`, '-o', 'jsonpath={.items[*].spec.volumeClaimTemplates[0].metadata.name}']);
+    const byLabel = await kubectl(api.kubeconfig, ['get', 'sandboxes', '-l', `atelier.dev/workspace=${spec.id}`, '-o', 'jsonpath={.items[*].spec.volumeClaimTemplates[0].metadata.name}']);
     expect(byLabel.stdout).toBe('data');
   });
 
   it('deploy/kubernetes/agent-sandbox.yaml names kinds the server serves (kubectl create)', async () => {
     const manifest = new URL('../../deploy/kubernetes/agent-sandbox.yaml', import.meta.url).pathname;
-    const r = await kubectl(api, ['create', '--validate=false', '-f', manifest]);
+    const r = await kubectl(api.kubeconfig, ['create', '--validate=false', '-f', manifest]);
     expect(r.stdout, r.stderr).toContain('sandboxtemplate.extensions.agents.x-k8s.io/atelier-workspace created');
     expect(r.stdout).toContain('sandboxwarmpool.extensions.agents.x-k8s.io/atelier-workspace created');
-    expect((await kubectl(api, ['get', 'swp', '-n', 'atelier', '-o', 'name'])).stdout.trim()).toBe('sandboxwarmpool.extensions.agents.x-k8s.io/atelier-workspace');
+    expect((await kubectl(api.kubeconfig, ['get', 'swp', '-n', 'atelier', '-o', 'name'])).stdout.trim()).toBe('sandboxwarmpool.extensions.agents.x-k8s.io/atelier-workspace');
   });
 
   it('relay (preview URLs) reaches an HTTP server listening in the Pod, and no other port', async () => {
@@ -188,7 +166,7 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture
     for (const [r, n] of [['sandboxes', name], ['pods', name], ['persistentvolumeclaims', `data-${name}`], ['networkpolicies', name]] as const) {
       expect(api.store.find(r, 'default', n), `${r}/${n}`).toBeUndefined();
     }
-    expect((await kubectl(api, ['get', 'sandboxes', '-o', 'name'])).stdout).toBe('');
+    expect((await kubectl(api.kubeconfig, ['get', 'sandboxes', '-o', 'name'])).stdout).toBe('');
   });
 
   it('a workspace made on the Pod path before the CRDs were installed stays a Pod on its claim', async () => {
