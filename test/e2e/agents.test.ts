@@ -210,7 +210,9 @@ describe('trees', () => {
     // A carve never takes what a request in flight holds reserved, and a turn reserves up to 8192
     // output tokens: the child gets more than that, so a grandchild fits while the child's request runs.
     const toks = { maxInputTokens: 50_000, maxOutputTokens: 12_000 };
-    await e.waitFor(root, (s) => s.status === 'RUNNING' && s.leaseId);
+    // The root has sent a request (its lease holds less than all 200 000 input tokens): a child
+    // asking for 200 000 cannot fit, whatever moment the spawn lands on.
+    await e.waitFor(root, (s) => s.status === 'RUNNING' && s.leaseId && s.budgets.maxInputTokens.used > 0);
     const tooBig = await spawn({ profileId: 'coder-chat', prompt: '#agent=idle child', proxyOperations: ['files_read'], parentAgentId: root, maxCostMicros: 2_000_000, ...toks });
     expect(!tooBig.ok && tooBig.error.code).toBe('FAILED_PRECONDITION');
     expect(!tooBig.ok && tooBig.error.details.field).toBe('maxCostMicros');

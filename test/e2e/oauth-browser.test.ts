@@ -79,9 +79,22 @@ afterAll(async () => {
 });
 
 
+/**
+ * Bounds a browser step that has no timeout of its own (opening and closing a tab), failing with
+ * its name instead of leaving the test to run into vitest's timeout with nothing said.
+ */
+async function bounded<T>(what: string, work: Promise<T>, ms = 20_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([work, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`the browser did not finish "${what}" in ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** A page that records what the browser refused by a Content-Security-Policy. */
 async function watchedPage(): Promise<{ page: Page; violations: string[] }> {
-  const page = await ctx.newPage();
+  const page = await bounded('open a tab', ctx.newPage());
   // Every wait fails by itself, naming what it waited for, well before the test's own timeout.
   page.setDefaultTimeout(15_000);
   page.setDefaultNavigationTimeout(15_000);
@@ -130,7 +143,7 @@ describe('OAuth in chromium', () => {
     expect(cb.searchParams.get('iss')).toBe(svc.url);
     const code = cb.searchParams.get('code')!;
     expect(code).toBeTruthy();
-    await page.close();
+    await bounded('close the tab', page.close());
 
     // The client exchanges the code (PKCE verifier) and calls a tool with its token.
     await transport.finishAuth(code, cb.searchParams.get('iss') ?? undefined);
@@ -140,7 +153,7 @@ describe('OAuth in chromium', () => {
     const r = await call(c, 'workspace_list', {});
     expect(r.ok).toBe(true);
     await c.close();
-  }, 90_000);
+  }, 150_000);
 
   it('Deny in the browser returns access_denied to the client and issues nothing', async () => {
     const provider = new MemoryOAuthProvider({ redirectUrl: redirectUri, clientName: 'browser e2e denied' });
@@ -154,8 +167,8 @@ describe('OAuth in chromium', () => {
     expect(cb.searchParams.get('error')).toBe('access_denied');
     expect(cb.searchParams.get('code')).toBeNull();
     expect(violations).toEqual([]);
-    await page.close();
-  }, 90_000);
+    await bounded('close the tab', page.close());
+  }, 150_000);
 
   it('a native app on the IPv6 loopback ([::1]) gets its code too', async () => {
     let landed: (u: URL) => void = () => undefined;
@@ -185,11 +198,11 @@ describe('OAuth in chromium', () => {
       expect(cb.searchParams.get('state')).toBe('v6');
       expect(cb.searchParams.get('code')).toBeTruthy();
       expect(violations).toEqual([]);
-      await page.close();
+      await bounded('close the tab', page.close());
     } finally {
       await new Promise((r) => v6.close(r));
     }
-  }, 90_000);
+  }, 150_000);
 
   it('a hostile client name is isolated in <bdi>, without format characters, and marked as self-declared', async () => {
     // U+202E (right-to-left override) and friends would reorder the rest of the page's sentence.
@@ -209,6 +222,6 @@ describe('OAuth in chromium', () => {
     const intro = await page.textContent('p.client');
     expect(intro).toMatch(/^The client Atelier official app \(its name is chosen by the client itself and not verified; id oauthc_/);
     expect(violations).toEqual([]);
-    await page.close();
+    await bounded('close the tab', page.close());
   }, 60_000);
 });
