@@ -60,7 +60,7 @@ describe('MCP authentication', () => {
       // workspace, sparse but large: reading it all would only show that mkfs wrote no token. The image
       // pool's file (docs/checkpoints.md) is the filesystem mounted at image-pool/, which grep reads
       // file by file there; read whole it is the size of the host's disk.
-      hits = execFileSync('grep', ['-rlaF', '--exclude=.spare-*.img', '--exclude=image-pool.xfs', svc.token, svc.dataDir], { encoding: 'utf8' }).trim();
+      hits = execFileSync('grep', ['-rlF', '--exclude=.spare-*.img', '--exclude=image-pool.xfs', svc.token, svc.dataDir], { encoding: 'utf8' }).trim();
     } catch {
       hits = ''; // grep exits 1 when nothing matches
     }

@@ -6,12 +6,13 @@
  * and the dashboard REST manages the same store. No secret is ever printed, answered or stored in
  * clear.
  */
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, dashboardLogin, httpRequest, runCli, startService, type Service } from './harness.js';
+import { filesHolding } from './secret-scan.js';
 import { releaseDataDir } from './cleanup.js';
 import { REPO_FILES, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
@@ -39,21 +40,6 @@ async function err(name: string, args: Record<string, unknown>): Promise<{ code:
   return r.error as never;
 }
 const sh = async (ws: string, command: string) => (await ok('exec_run', { workspaceId: ws, command, timeoutMs: 60_000 })) as { exitCode: number; stdout: string };
-
-/** Every file of the data directory (database, WAL, logs, config) as one buffer. */
-function dataDirBytes(): Buffer {
-  const out: Buffer[] = [];
-  const walk = (d: string) => {
-    for (const e of readdirSync(d, { withFileTypes: true })) {
-      const p = join(d, e.name);
-      if (e.isDirectory()) {
-        if (e.name !== 'workspaces' && e.name !== 'run') walk(p);
-      } else if (e.isFile() && e.name !== 'image-pool.xfs') out.push(readFileSync(p)); // the pool's file: its images are read through its mount, image-pool/
-    }
-  };
-  walk(dataDir);
-  return Buffer.concat(out);
-}
 
 beforeAll(async () => {
   host = await startGitHost();
@@ -100,9 +86,9 @@ describe('atelier credentials (CLI)', () => {
       expect(out).not.toContain(host.token);
       expect(out).not.toContain('PRIVATE KEY');
     }
-    const bytes = dataDirBytes();
-    expect(bytes.includes(Buffer.from(host.token))).toBe(false);
-    expect(bytes.includes(Buffer.from(gh.privateKeyPem.split('\n')[1]!))).toBe(false);
+    // Every file of the data directory (database, WAL, logs, config, images in the pool's mount).
+    expect(filesHolding(dataDir, [host.token])).toEqual([]);
+    expect(filesHolding(dataDir, [gh.privateKeyPem.split('\n')[1]!])).toEqual([]);
   });
 
   it('refuses bad input with the field and the rule, and a second credential for the same prefix', async () => {

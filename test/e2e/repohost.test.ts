@@ -6,13 +6,14 @@
  * the real bare repositories the workspace pushes to.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, dashboardLogin, httpRequest, runCli, startService, type Service } from './harness.js';
 import { releaseDataDir } from './cleanup.js';
+import { filesHolding } from './secret-scan.js';
 import { REPO_FILES, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import { mountFakeGitHubApp, type FakeGitHubApp } from '../fixtures/fake-github-app.js';
@@ -33,6 +34,12 @@ const RO_PAT = 'readonly-pat-0123456789abcdef';
 const answers: string[] = [];
 /** Actions that answered a result (checked by the test that called them). */
 const succeeded = new Set<string>();
+
+/**
+ * Writes are spaced by this (the operator's ATELIER_REPOHOST_WRITE_INTERVAL_MS; GitHub's own
+ * guidance, the default, is 1000 ms, which would spend most of this file waiting).
+ */
+const WRITE_INTERVAL_MS = 100;
 
 const ALL_PERMS = { contents: 'write', issues: 'write', pull_requests: 'write', statuses: 'write', checks: 'read', actions: 'write', metadata: 'read' };
 
@@ -79,7 +86,7 @@ beforeAll(async () => {
   expect((await cli(['credentials', 'add-token', `${host.url}/approved/tok.git`], host.token + '\n')).code).toBe(0);
   expect((await cli(['credentials', 'add-token', `${host.url}/approved/tokro.git`], RO_PAT + '\n')).code).toBe(0);
 
-  svc = await startService({ dataDir, env: { ATELIER_REPOHOST_MAX_RATE_WAIT_SECONDS: '5' } });
+  svc = await startService({ dataDir, env: { ATELIER_REPOHOST_MAX_RATE_WAIT_SECONDS: '5', ATELIER_REPOHOST_WRITE_INTERVAL_MS: String(WRITE_INTERVAL_MS) } });
   c = await connectV2(svc);
   ws = (await ok('workspace_open', { repositoryUrl: urls['approved/app'], idempotencyKey: 'rh-open-app', fetchDepth: 0 })).workspaceId as string;
   await ok('git_identity_set', { workspaceId: ws, name: 'Ada', email: 'ada@example.invalid' });
@@ -568,20 +575,27 @@ describe('secrets', () => {
     for (const t of tokens) expect(api.bodies.some((b) => b.includes(t))).toBe(false);
     const scan = await sh(ws, `for t in ${tokens.map((t) => `'${t}'`).join(' ')}; do grep -rlaF "$t" /workspace /tmp 2>/dev/null; env | grep -cF "$t"; done | grep -v '^0$' | wc -l`);
     expect(scan.stdout.trim()).toBe('0');
-    const files: Buffer[] = [];
-    const walk = (d: string) => {
-      for (const e of readdirSync(d, { withFileTypes: true })) {
-        const p = join(d, e.name);
-        if (e.isDirectory() && e.name !== 'workspaces' && e.name !== 'run') walk(p);
-        else if (e.isFile() && e.name !== 'image-pool.xfs') files.push(readFileSync(p)); // the pool's file: its images are read through its mount, image-pool/
-      }
-    };
-    walk(dataDir);
-    const all = Buffer.concat(files);
-    for (const t of tokens) expect(all.includes(Buffer.from(t))).toBe(false);
+    // Every file of the data directory (database, WAL, logs, config, images in the pool's mount).
+    expect(filesHolding(dataDir, tokens)).toEqual([]);
     // Installation tokens were minted per action with exactly the permissions it needs.
     const sets = new Set(gh.minted.map((m) => JSON.stringify(Object.keys(m.permissions).sort())));
     expect(sets.has(JSON.stringify(['metadata', 'pull_requests']))).toBe(true);
     expect(sets.has(JSON.stringify(['contents', 'metadata', 'pull_requests']))).toBe(true);
+  });
+});
+
+// Last: it adds an issue, which the counts of the tests above do not expect.
+describe('pacing', () => {
+  it('writes issued at once reach the host one at a time, spaced by the write interval', async () => {
+    const number = ((await act('issue_create', { title: 'Spacing', body: 'x' })).issue as Record<string, unknown>).number as number;
+    const t0 = Date.now();
+    const sent = api.requests.length;
+    const labels = ['one', 'two', 'three', 'four'];
+    await Promise.all(labels.map((l) => act('issue_labels_add', { issueNumber: number, labels: [l], createMissingLabels: true })));
+    const writes = api.requests.slice(sent).filter((r) => r.method !== 'GET');
+    expect(writes.length).toBeGreaterThanOrEqual(labels.length);
+    // Each write starts at least the interval after the one before it started, and none starts before t0.
+    expect(Math.max(...writes.map((w) => w.at)) - t0).toBeGreaterThanOrEqual((writes.length - 1) * WRITE_INTERVAL_MS);
+    await act('issue_update', { issueNumber: number, state: 'closed', stateReason: 'completed' });
   });
 });

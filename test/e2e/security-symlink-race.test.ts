@@ -149,7 +149,7 @@ describe.each([
 
   it('git network tools and every recover mode leave the root-owned canary untouched', async () => {
     const outcomes: string[] = [];
-    for (let round = 0; round < 3; round++) {
+    for (let round = 0; round < 2; round++) {
       outcomes.push(await attempt('git_fetch', { workspaceId: ws }));
       expect(canaryState(canary), `after git_fetch round ${round}`).toEqual(expected);
       outcomes.push(await attempt('git_pull', { workspaceId: ws }));

@@ -151,7 +151,7 @@ describe('isolation', () => {
     // and on the host side, nowhere under the workspace's files
     const hits = (() => {
       try {
-        return execFileSync('grep', ['-rlaF', host.token, join(svc.dataDir, 'workspaces')], { encoding: 'utf8' });
+        return execFileSync('grep', ['-rlF', host.token, join(svc.dataDir, 'workspaces')], { encoding: 'utf8' });
       } catch {
         return '';
       }

@@ -10,6 +10,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { Octokit } from '@octokit/rest';
 import { retry } from '@octokit/plugin-retry';
 import { throttling } from '@octokit/plugin-throttling';
+import Bottleneck from 'bottleneck';
 import type { Logger } from '../../core/log.js';
 import type { Actor, AuditLog } from '../audit.js';
 import { ServiceError } from '../../core/errors.js';
@@ -20,6 +21,37 @@ import { ACTIONS, allowedActions, missingPermission, type ActionName, type Needs
 import { httpsFetch } from './http.js';
 
 const OctokitWithPlugins = Octokit.plugin(retry, throttling);
+
+/** GitHub's guidance against secondary rate limits: at least a second between writes. */
+export const DEFAULT_WRITE_INTERVAL_MS = 1000;
+
+/**
+ * The write queues every call shares (one write at a time per process, spaced by the interval;
+ * three times the interval for writes that notify people), as Octokit's own default groups are,
+ * but with the operator's interval: `ATELIER_REPOHOST_WRITE_INTERVAL_MS` (a GitHub Enterprise
+ * Server with other limits; the tests' fake host). One pair per interval, made once.
+ */
+const writeGroups = new Map<number, { write: Bottleneck.Group; notifications: Bottleneck.Group }>();
+function writeGroupsFor(intervalMs: number): { write: Bottleneck.Group; notifications: Bottleneck.Group } {
+  let g = writeGroups.get(intervalMs);
+  if (!g) {
+    const timeout = 120_000; // as Octokit's groups: a limiter idle this long is dropped
+    g = {
+      write: new Bottleneck.Group({ id: `atelier-repohost-write-${intervalMs}`, maxConcurrent: 1, minTime: intervalMs, timeout }),
+      notifications: new Bottleneck.Group({ id: `atelier-repohost-notify-${intervalMs}`, maxConcurrent: 1, minTime: intervalMs * 3, timeout }),
+    };
+    writeGroups.set(intervalMs, g);
+  }
+  return g;
+}
+
+/** The write interval from the environment: a whole number of milliseconds, 0 to 60 000. */
+export function writeIntervalFromEnv(value: string | undefined): number {
+  if (value === undefined || value === '') return DEFAULT_WRITE_INTERVAL_MS;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 60_000) throw new Error(`ATELIER_REPOHOST_WRITE_INTERVAL_MS must be a whole number of milliseconds from 0 to 60000 (got ${JSON.stringify(value)})`);
+  return n;
+}
 type Client = InstanceType<typeof OctokitWithPlugins>;
 type Args = Record<string, unknown>;
 type Out = Record<string, unknown>;
@@ -72,6 +104,7 @@ export class RepoHostService {
   private readonly grants = new Map<string, Grants>();
   private readonly fetch: typeof fetch;
   private readonly maxRateWait: number;
+  private readonly writeIntervalMs: number;
 
   constructor(
     private readonly deps: {
@@ -82,10 +115,13 @@ export class RepoHostService {
       audit: AuditLog;
       /** Longest rate-limit wait (seconds) before answering RESOURCE_EXHAUSTED. */
       maxRateWaitSeconds?: number;
+      /** Milliseconds between writes (GitHub asks for at least 1000; notifying writes wait three times this). */
+      writeIntervalMs?: number;
     },
   ) {
     this.fetch = httpsFetch(() => deps.repos.extraCaPem());
     this.maxRateWait = deps.maxRateWaitSeconds ?? (Number(process.env.ATELIER_REPOHOST_MAX_RATE_WAIT_SECONDS) || DEFAULT_MAX_RATE_WAIT);
+    this.writeIntervalMs = deps.writeIntervalMs ?? writeIntervalFromEnv(process.env.ATELIER_REPOHOST_WRITE_INTERVAL_MS);
   }
 
   // ---------- target, credential, permissions ----------
@@ -114,6 +150,7 @@ export class RepoHostService {
       request: { fetch: this.fetch, ...(signal ? { signal } : {}) },
       retry: { doNotRetry: [400, 401, 403, 404, 405, 409, 410, 422, 429, 451], retries },
       throttle: {
+        ...writeGroupsFor(this.writeIntervalMs),
         onRateLimit: (retryAfter: number, _o: unknown, _k: unknown, count: number) => {
           log.info({ retryAfter, count }, 'repohost: primary rate limit');
           return count < 2 && retryAfter <= max;
