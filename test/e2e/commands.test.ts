@@ -231,13 +231,18 @@ describe('shells and sessions', () => {
 
 describe('tasks', () => {
   it('runs a dependency graph: a failure marks its dependants, the rest succeed in order', async () => {
-    const t1 = await ok('tasks_run', { workspaceId: ws, command: 'sleep 0.5; echo one > one.txt; echo t1', idempotencyKey: 'task-graph-1' });
+    // t1 waits for a gate this test opens once it has seen t2 pending (a fixed sleep could end
+    // before t2 is even created on a loaded machine).
+    await sh('rm -f graph-gate');
+    const T1 = 'for i in $(seq 1200); do [ -e graph-gate ] && break; sleep 0.05; done; echo one > one.txt; echo t1';
+    const t1 = await ok('tasks_run', { workspaceId: ws, command: T1, idempotencyKey: 'task-graph-1' });
     const t2 = await ok('tasks_run', { workspaceId: ws, command: 'cat one.txt; echo t2', dependsOn: [t1.taskId], idempotencyKey: 'task-graph-2' });
     const t3 = await ok('tasks_run', { workspaceId: ws, command: 'echo failing; exit 7', idempotencyKey: 'task-graph-3' });
     const t4 = await ok('tasks_run', { workspaceId: ws, command: 'echo never', dependsOn: [t2.taskId, t3.taskId], idempotencyKey: 'task-graph-4' });
     expect(t2.state).toBe('pending');
-    const replay = await ok('tasks_run', { workspaceId: ws, command: 'sleep 0.5; echo one > one.txt; echo t1', idempotencyKey: 'task-graph-1' });
+    const replay = await ok('tasks_run', { workspaceId: ws, command: T1, idempotencyKey: 'task-graph-1' });
     expect(replay.taskId).toBe(t1.taskId);
+    await sh('touch graph-gate');
     const final = async (id: unknown) => {
       for (let i = 0; i < 60; i++) {
         const s = await ok('tasks_status', { workspaceId: ws, taskId: id });
