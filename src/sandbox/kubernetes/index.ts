@@ -31,7 +31,7 @@ import { ServiceError } from '../../core/errors.js';
 import { DaemonClient } from '../client.js';
 import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
 import { execParams } from '../exec-params.js';
-import type { EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
+import type { EphemeralBind, EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
 import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
 import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
 import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
@@ -40,6 +40,7 @@ import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
+import { asCopyIn, checkTargets, loadCopies, releaseVolumeParts, type CopyIn } from './release-volumes.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
@@ -153,10 +154,13 @@ export class KubernetesExecutor implements Executor {
   private async createIn(spec: SandboxSpec, claimReady: () => void): Promise<SandboxHandle> {
     await this.clientsReady;
     validateId(spec.id);
-    if (spec.mounts?.length) {
-      throw new ServiceError('NOT_SUPPORTED', 'mounts: host directories cannot be bound into a Kubernetes Pod (managed-package releases need the workspace image to carry them)', { field: 'mounts' });
+    const copies = await this.copiesOf(spec.mounts ?? [], 'mounts');
+    if ((await this.kindOf(spec.id)) === 'agent-sandbox') {
+      if (copies.length) {
+        throw new ServiceError('NOT_SUPPORTED', 'mounts: the kubernetes executor does not copy read-only directories (managed-package releases) into an agent-sandbox Sandbox yet; they reach workspace Pods of the Pod path, the toolbox and other short-lived Pods (docs/scaling.md)', { field: 'mounts', driver: 'kubernetes', feature: 'release volumes in agent-sandbox Sandboxes' });
+      }
+      return this.createSandbox(spec, claimReady);
     }
-    if ((await this.kindOf(spec.id)) === 'agent-sandbox') return this.createSandbox(spec, claimReady);
     const name = objectName(spec.id);
     this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
     await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(name, spec.id, this.o) }));
@@ -170,12 +174,40 @@ export class KubernetesExecutor implements Executor {
       if (h) return h;
       await this.deletePod(name);
     }
-    const body = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: name, limits: spec.limits, env: spec.env, o: this.o });
+    const body = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: name, limits: spec.limits, env: spec.env, o: this.o, copies: releaseVolumeParts(copies, this.o) });
     await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
       throw asServiceError(err, 'create pod');
     });
+    await this.fill(name, copies);
     return this.attach(spec.id, name, true);
   }
+
+  /**
+   * The read-only directory binds (or mounts) that are copied into a Pod (release-volumes.ts);
+   * any other is refused naming the driver and the target.
+   */
+  private async copiesOf(binds: EphemeralBind[], field: string): Promise<CopyIn[]> {
+    const copies: CopyIn[] = [];
+    for (const b of binds) {
+      const c = await asCopyIn(b);
+      if (!c) throw new ServiceError('NOT_SUPPORTED', `${field}: ${b.target}: the kubernetes executor copies into a Pod only read-only directories at a path outside its own layout (/workspace, /home/user, /tmp, /opt/atelier...)`, { field, target: b.target, driver: 'kubernetes' });
+      copies.push(c);
+    }
+    checkTargets(copies, field);
+    return copies;
+  }
+
+  /** Copies the runner's read-only directories into the Pod before its main container starts (nothing to do without any). */
+  private async fill(pod: string, copies: CopyIn[]): Promise<void> {
+    if (!copies.length) return;
+    const s = await loadCopies(this.k.core, this.k.exec, this.ns, pod, copies, Date.now() + (this.o.startTimeoutMs ?? 120_000));
+    this.copyStats.pods++;
+    this.copyStats.bytes += s.bytes;
+    this.copyStats.ms += s.ms;
+  }
+
+  /** What copying releases into Pods has cost so far (tests, the bench). */
+  readonly copyStats = { pods: 0, bytes: 0, ms: 0 };
 
   /**
    * create() as a Sandbox: its NetworkPolicy first (the Pod never runs without it), then the
@@ -504,6 +536,7 @@ export class KubernetesExecutor implements Executor {
     let claimPod: string | undefined;
     const sockets: Array<{ source: string; target: string }> = [];
     const files: Array<{ source: string; target: string }> = [];
+    const copies: CopyIn[] = [];
     for (const b of spec.binds) {
       if (b.sockets) {
         sockets.push(b);
@@ -528,8 +561,15 @@ export class KubernetesExecutor implements Executor {
         files.push(b);
         continue;
       }
-      throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp), and take runner sockets and small read-only files under ${POD_RUN_DIR}/`, { field: 'binds', target: b.target });
+      const copy = await asCopyIn(b);
+      if (copy) {
+        // A read-only directory (a managed-package release): copied in before the command starts, read-only there.
+        copies.push(copy);
+        continue;
+      }
+      throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp), take runner sockets and small read-only files under ${POD_RUN_DIR}/, and get read-only directories copied in`, { field: 'binds', target: b.target, driver: 'kubernetes' });
     }
+    checkTargets(copies, 'binds');
     const proxy = spec.network === 'none' ? undefined : { socket: spec.network.proxySocket, port: TUNNEL_PROXY_PORT };
     const plan = sockets.length || files.length || proxy ? await planTunnel({ sockets, files, proxy }) : undefined;
     const name = objectName(id);
@@ -550,16 +590,26 @@ export class KubernetesExecutor implements Executor {
       }
       if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
       await this.applyPolicy(name, id, proxy ? 'none' : spec.network);
-      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env, o: this.o, ...placement });
+      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o) });
       await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
         throw asServiceError(err, 'create pod');
       });
+      await this.fill(name, copies);
       const h = await this.attach(id, name, true);
       if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
-      const cwd = spec.cwd && spec.cwd !== '/' ? spec.cwd : undefined;
+      // The daemon takes a working directory inside /workspace only; another (the toolbox's /tmp)
+      // is entered by a shell in front of the command.
+      let cwd = spec.cwd && spec.cwd !== '/' ? path.posix.normalize(spec.cwd) : undefined;
+      let argv = spec.argv;
+      let command = spec.command;
+      if (cwd && cwd !== '/workspace' && !cwd.startsWith('/workspace/')) {
+        argv = ['/bin/sh', '-c', 'cd -- "$0" && exec "$@"', cwd, ...(spec.argv ?? ['/bin/bash', '-c', spec.command!])];
+        command = undefined;
+        cwd = undefined;
+      }
       // The daemon's exec takes at most a day: a short-lived Pod lives at most that long (an agent runtime's backstop is longer).
       const timeoutMs = spec.timeoutMs === undefined ? undefined : Math.min(spec.timeoutMs, MAX_EXEC_MS);
-      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      const r = await this.exec(h, { argv, command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
       return { ...r, durationMs: Date.now() - started };
     } finally {
       tunnel?.close();

@@ -1,5 +1,5 @@
 /** The objects the driver makes: a workspace's claim, its Pod, its NetworkPolicy; short-lived Pods. */
-import type { V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1VolumeMount, V1Volume } from '@kubernetes/client-node';
+import type { V1Container, V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1VolumeMount, V1Volume } from '@kubernetes/client-node';
 import type { SandboxLimits, SandboxNetwork } from '../executor.js';
 import { labelsFor, WORKSPACE_ROLE, MANAGED_BY } from './names.js';
 import type { KubernetesExecutorOptions } from './options.js';
@@ -40,6 +40,8 @@ export function daemonPodManifest(args: {
   nodeName?: string;
   /** Scheduled on the node of this workspace Pod (its ReadWriteOnce claim), when that node is not known yet. */
   nearWorkspace?: string;
+  /** Directories the runner copies in (release-volumes.ts): their volume, init container and read-only mounts. */
+  copies?: { volumes: V1Volume[]; initContainers: V1Container[]; mounts: V1VolumeMount[] };
 }): V1Pod {
   const { o, limits } = args;
   const mounts: V1VolumeMount[] = [
@@ -47,7 +49,8 @@ export function daemonPodManifest(args: {
     { name: 'data', mountPath: '/home/user', subPath: 'home' },
     { name: 'data', mountPath: '/tmp', subPath: 'tmp' },
   ];
-  const volumes: V1Volume[] = [{ name: 'data', persistentVolumeClaim: { claimName: args.claim } }];
+  const volumes: V1Volume[] = [{ name: 'data', persistentVolumeClaim: { claimName: args.claim } }, ...(args.copies?.volumes ?? [])];
+  mounts.push(...(args.copies?.mounts ?? []));
   // A workspace's commands always get the proxy variables (127.0.0.1:3128, where its egress proxy
   // tunnel listens under dependency-access: proxy-tunnel.ts); the environment is fixed at Pod start
   // and the network may change after. Short-lived Pods get them from runEphemeral when they have a proxy.
@@ -67,6 +70,7 @@ export function daemonPodManifest(args: {
         ? { affinity: { podAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ labelSelector: { matchLabels: { 'atelier.dev/policy': args.nearWorkspace } }, topologyKey: 'kubernetes.io/hostname' }] } } }
         : {}),
       securityContext: { runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+      ...(args.copies?.initContainers.length ? { initContainers: args.copies.initContainers } : {}),
       containers: [
         {
           name: 'main',
