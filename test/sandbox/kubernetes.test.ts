@@ -5,7 +5,7 @@
  * restart (a new driver) recovering it by name, a short-lived Pod on the workspace's claim,
  * refused host binds, stop and destroy. Needs root (each Pod is a bubblewrap sandbox) and a build.
  */
-import { lstatSync, mkdtempSync, rmSync } from 'node:fs';
+import { lstatSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
@@ -123,8 +123,37 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
     for (const r of ['pods', 'persistentvolumeclaims', 'networkpolicies']) expect(api.store.find(r, 'atelier', objectName(spec.id))).toBeUndefined();
   });
 
-  it('refuses an id that is not a sandbox id, and managed-package mounts (host paths)', async () => {
+  it('refuses an id that is not a sandbox id, and mounts that are not read-only directories', async () => {
     await expect(ex.create({ ...spec, id: '../x' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-    await expect(ex.create({ ...spec, mounts: [{ source: '/opt', target: '/opt/pkgs' }] })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'mounts' } });
+    await expect(ex.create({ ...spec, mounts: [{ source: '/opt', target: '/opt/pkgs' }] })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'mounts', driver: 'kubernetes' } });
+  });
+
+  it('a read-only directory bind is copied into the Pod, read-only there; a link planted in it stays a link (never followed by the runner); a linked source, a reserved or overlapping target are refused', async () => {
+    const rel = path.join(base, 'release');
+    mkdirSync(path.join(rel, 'bin'), { recursive: true });
+    writeFileSync(path.join(rel, 'bin', 'tool'), '#!/bin/sh\necho tool-ran\n', { mode: 0o755 });
+    symlinkSync('/', path.join(rel, 'root-link'));
+    symlinkSync('/etc/shadow', path.join(rel, 'shadow-link'));
+    const r = await ex.runEphemeral({
+      command: 'tool; readlink /opt/packages/npm/t/root-link /opt/packages/npm/t/shadow-link; cat /opt/packages/npm/t/shadow-link >/dev/null 2>&1 || echo no-shadow; touch /opt/packages/npm/t/x 2>&1 | grep -c Read-only',
+      binds: [{ source: rel, target: '/opt/packages/npm/t', readOnly: true }],
+      env: { PATH: '/opt/packages/npm/t/bin:/usr/bin:/bin' },
+      limits: LIMITS,
+      network: 'none',
+      cwd: '/tmp',
+    });
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'tool-ran\n/\n/etc/shadow\nno-shadow\n1\n' });
+    expect(ex.copyStats.pods).toBeGreaterThanOrEqual(1);
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+    // The source a link to a directory: not followed, refused.
+    symlinkSync(rel, path.join(base, 'release-link'));
+    await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: path.join(base, 'release-link'), target: '/opt/packages/npm/t', readOnly: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds', driver: 'kubernetes' } });
+    for (const target of ['/opt/atelier/daemon', '/etc/x', '/opt/packages/../atelier', '/']) {
+      await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: rel, target, readOnly: true }], limits: LIMITS, network: 'none' }), target).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+    }
+    await expect(
+      ex.runEphemeral({ argv: ['true'], binds: [{ source: rel, target: '/opt/p', readOnly: true }, { source: rel, target: '/opt/p/q', readOnly: true }], limits: LIMITS, network: 'none' }),
+    ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'binds' } });
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   });
 });
