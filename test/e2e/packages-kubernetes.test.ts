@@ -32,6 +32,7 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
   let kubeArgs: string[];
   const dataDir = mkdtempSync(join(tmpdir(), 'atelier-pkk-'));
   const stored: string[] = [];
+  let session: { cookie: string; csrf: string } | undefined;
 
   async function ok(name: string, a: Record<string, unknown>): Promise<R> {
     const r = await call(c, name, a);
@@ -40,7 +41,8 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
   }
   async function install(args: Record<string, unknown>): Promise<R> {
     const plan = await ok('packages_plan', args);
-    const { cookie, csrf } = await dashboardLogin(svc);
+    session ??= await dashboardLogin(svc);
+    const { cookie, csrf } = session;
     expect((await httpRequest(svc.url, 'POST', `/api/v1/approvals/${plan.approvalRequestId}/approve`, { cookie, 'x-csrf-token': csrf })).status).toBe(200);
     const started = await ok('packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
     for (let i = 0; i < 60; i++) {
@@ -71,16 +73,7 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
     api = await startKubeApiServer();
     api.store.watch(Number(api.store.resourceVersion), (e) => stored.push(JSON.stringify(e)));
     kubeArgs = ['--executor', 'kubernetes', '--kubeconfig', api.kubeconfig, '--kube-namespace', 'atelier', '--kube-workspace-image', 'atelier-workspace:test'];
-    // The release is built on one host first (this data directory's runner on bubblewrap).
-    svc = await startService({ dataDir });
-    c = await connectV2(svc);
-    const done = await install({ ecosystem: 'npm', name: 'cli-demo', version: '1.0.0' });
-    expect(done.state, JSON.stringify(done)).toBe('SUCCEEDED');
-    await c.close();
-    const token = svc.token;
-    expect(await svc.stop('SIGTERM')).toBe(0);
     svc = await startService({ dataDir, args: kubeArgs });
-    svc = { ...svc, token };
     c = await connectV2(svc);
   }, 300_000);
 
@@ -93,6 +86,35 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
     await reg?.close();
     unmountUnder(dataDir);
   });
+
+  it('a package build runs as a short-lived Pod (registry only, through the tunnel); its tree comes back as a tar the runner parses; the launch check runs in a Pod with the release copied in', async () => {
+    const done = await install({ ecosystem: 'npm', name: 'cli-demo', version: '1.0.0' });
+    expect(done.state, JSON.stringify(done)).toBe('SUCCEEDED');
+    const list = await ok('packages_list', {});
+    expect(list.bindings.find((x: R) => x.name === 'cli-demo')).toMatchObject({ scope: 'owner', release: { version: '1.0.0', present: true, binaries: ['cli-demo'] } });
+    // The build's Pod took its directory on its scratch claim; the launch check's got the release read-only.
+    const pods = podsMade().filter((p) => p.metadata.labels?.['atelier.dev/role'] === 'ephemeral');
+    expect(pods.length).toBeGreaterThanOrEqual(2);
+    expect(JSON.stringify(pods)).not.toContain(dataDir);
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+    expect(api.store.list('persistentvolumeclaims', 'atelier')).toEqual([]);
+  }, 300_000);
+
+  it('hostile builds: a fifo in the tree refuses it (no release); planted links stay links, never followed', async () => {
+    await reg.publish({ name: 'evil-fifo', version: '1.0.0', scripts: { postinstall: 'mkfifo pipe' } });
+    const fifo = await install({ ecosystem: 'npm', name: 'evil-fifo', lifecycleScripts: true });
+    expect([fifo.state, fifo.errorCode], JSON.stringify(fifo)).toEqual(['FAILED', 'TREE_MISMATCH']);
+    expect(fifo.error).toMatch(/refused: node_modules\/evil-fifo\/pipe: a special file/);
+    expect((await ok('packages_list', {})).bindings.find((x: R) => x.name === 'evil-fifo')).toBeUndefined();
+    const canary = join(dataDir, 'canary');
+    writeFileSync(canary, 'host secret', { mode: 0o600 });
+    await reg.publish({ name: 'evil-link', version: '1.0.0', scripts: { postinstall: `ln -s / root-link && ln -s ${canary} host-link` } });
+    const link = await install({ ecosystem: 'npm', name: 'evil-link', lifecycleScripts: true });
+    expect(link.state, JSON.stringify(link)).toBe('SUCCEEDED');
+    expect(readFileSync(canary, 'utf8')).toBe('host secret');
+    const tb = await ok('bash', { target: 'toolbox', command: 'd=/opt/packages/npm/evil-link/node_modules/evil-link; readlink $d/root-link $d/host-link; cat $d/host-link 2>&1 | grep -c "host secret"' });
+    expect(tb.stdout).toBe(`/\n${canary}\n0\n`);
+  }, 300_000);
 
   it('the bash toolbox target: the bound release is copied into its Pod read-only before the command starts; no network, no checkout', async () => {
     const tb = await ok('bash', { target: 'toolbox', command: 'cli-demo; command -v cli-demo; touch /opt/packages/npm/cli-demo/node_modules/x 2>&1; echo rc=$?; (exec 3<>/dev/tcp/1.1.1.1/443) 2>/dev/null && echo NET || echo NONET; ls -A /workspace | wc -l' });

@@ -40,10 +40,13 @@ import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
-import { asCopyIn, checkTargets, loadCopies, releaseVolumeParts, type CopyIn } from './release-volumes.js';
+import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, releaseVolumeParts, type CopyIn } from './release-volumes.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
+
+/** Where a short-lived Pod takes a collected directory (a build's): its scratch claim's repo sub-path. */
+const BUILD_DIR = '/workspace';
 
 /** The daemon's longest exec (its protocol's limit). */
 const MAX_EXEC_MS = 86_400_000;
@@ -495,6 +498,7 @@ export class KubernetesExecutor implements Executor {
 
   /** Runner sockets and files in short-lived Pods go under the Pod's own /dev/shm/atelier (tunnel.ts). */
   readonly ephemeralLayout: EphemeralLayout = {
+    buildDir: BUILD_DIR,
     credSocketDir: `${POD_RUN_DIR}/cred`,
     caFile: `${POD_RUN_DIR}/ca.pem`,
     credentialHelper: (socket: string) => `node ${IN_CREDHELPER} ${socket}`,
@@ -537,7 +541,15 @@ export class KubernetesExecutor implements Executor {
     const sockets: Array<{ source: string; target: string }> = [];
     const files: Array<{ source: string; target: string }> = [];
     const copies: CopyIn[] = [];
+    type Collected = EphemeralBind & { collect: { name: string; maxBytes: number } };
+    let work: Collected | undefined;
     for (const b of spec.binds) {
+      if (b.collect && !b.readOnly && !b.sockets) {
+        // A build's directory: its contents go in, its result comes back as a tar the runner parses (untar.ts).
+        if (work || b.target !== BUILD_DIR) throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target}: a short-lived Pod takes one collected directory, at ${BUILD_DIR} (its scratch claim; Executor.ephemeralLayout.buildDir)`, { field: 'binds', target: b.target, driver: 'kubernetes' });
+        work = b as Collected;
+        continue;
+      }
       if (b.sockets) {
         sockets.push(b);
         continue;
@@ -570,6 +582,8 @@ export class KubernetesExecutor implements Executor {
       throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp), take runner sockets and small read-only files under ${POD_RUN_DIR}/, and get read-only directories copied in`, { field: 'binds', target: b.target, driver: 'kubernetes' });
     }
     checkTargets(copies, 'binds');
+    // The collected directory is the Pod's scratch claim at /workspace: no workspace claim with it.
+    if (work && claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a collected directory and a workspace claim in one short-lived Pod', { field: 'binds', driver: 'kubernetes' });
     const proxy = spec.network === 'none' ? undefined : { socket: spec.network.proxySocket, port: TUNNEL_PROXY_PORT };
     const plan = sockets.length || files.length || proxy ? await planTunnel({ sockets, files, proxy }) : undefined;
     const name = objectName(id);
@@ -596,6 +610,7 @@ export class KubernetesExecutor implements Executor {
       });
       await this.fill(name, copies);
       const h = await this.attach(id, name, true);
+      if (work) await copyInto(this.k.exec, this.ns, name, 'main', { source: work.source, target: work.target }, work.target, MAX_COPY_BYTES);
       if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
       // The daemon takes a working directory inside /workspace only; another (the toolbox's /tmp)
       // is entered by a shell in front of the command.
@@ -610,6 +625,11 @@ export class KubernetesExecutor implements Executor {
       // The daemon's exec takes at most a day: a short-lived Pod lives at most that long (an agent runtime's backstop is longer).
       const timeoutMs = spec.timeoutMs === undefined ? undefined : Math.min(spec.timeoutMs, MAX_EXEC_MS);
       const r = await this.exec(h, { argv, command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      if (work && r.exitCode === 0 && !r.timedOut && !r.cancelled) {
+        // The build's processes may still run in the Pod: what comes back is parsed, never trusted.
+        tunnel?.close();
+        await collectFrom(this.k.exec, this.ns, name, work.target, work.collect.name, work.source, work.collect.maxBytes, 'binds');
+      }
       return { ...r, durationMs: Date.now() - started };
     } finally {
       tunnel?.close();

@@ -27,6 +27,7 @@ import type { CoreV1Api, Exec, V1Container, V1Pod, V1Volume, V1VolumeMount } fro
 import { ServiceError } from '../../core/errors.js';
 import type { EphemeralBind } from '../executor.js';
 import type { KubernetesExecutorOptions } from './options.js';
+import { extractTar, TarRefusal } from './untar.js';
 
 export const RELEASES_CONTAINER = 'releases';
 export const RELEASES_VOLUME = 'releases';
@@ -50,12 +51,17 @@ export interface CopyIn {
  */
 export async function asCopyIn(b: EphemeralBind): Promise<CopyIn | undefined> {
   if (!b.readOnly || b.sockets) return undefined;
+  if (!plainTarget(b.target)) return undefined;
   const t = b.target;
-  if (!path.posix.isAbsolute(t) || path.posix.normalize(t) !== t || t === '/' || t.endsWith('/')) return undefined;
-  if (RESERVED.some((r) => t === r || t.startsWith(r + '/') || r.startsWith(t + '/'))) return undefined;
   const st = await lstat(b.source).catch(() => undefined);
   if (!st?.isDirectory()) return undefined;
   return { source: b.source, target: t };
+}
+
+/** A normalised absolute path outside the Pod's own layout (where a copied or collected directory may go). */
+export function plainTarget(t: string): boolean {
+  if (!path.posix.isAbsolute(t) || path.posix.normalize(t) !== t || t === '/' || t.endsWith('/')) return false;
+  return !RESERVED.some((r) => t === r || t.startsWith(r + '/') || r.startsWith(t + '/'));
 }
 
 /** Checks that no two targets overlap (a subPath mount inside another is not what was asked). */
@@ -101,9 +107,9 @@ export async function loadCopies(core: CoreV1Api, exec: Exec, ns: string, pod: s
   await waitInitRunning(core, ns, pod, deadline);
   let bytes = 0;
   for (const [i, c] of copies.entries()) {
-    bytes += await copyOne(exec, ns, pod, c, `${LOAD_DIR}/r${i}`, MAX_COPY_BYTES - bytes);
+    bytes += await copyInto(exec, ns, pod, RELEASES_CONTAINER, c, `${LOAD_DIR}/r${i}`, MAX_COPY_BYTES - bytes);
   }
-  await execIn(exec, ns, pod, ['touch', LOADED_MARK], undefined, 'mark the releases loaded');
+  await execIn(exec, ns, pod, RELEASES_CONTAINER, ['touch', LOADED_MARK], undefined, 'mark the releases loaded');
   return { bytes, ms: Date.now() - started };
 }
 
@@ -125,8 +131,8 @@ async function waitInitRunning(core: CoreV1Api, ns: string, pod: string, deadlin
   }
 }
 
-/** Streams one directory as a tar (GNU tar on the runner, from a descriptor) into `dir` of the init container. */
-async function copyOne(exec: Exec, ns: string, pod: string, c: CopyIn, dir: string, budget: number): Promise<number> {
+/** Streams one directory as a tar (GNU tar on the runner, from a descriptor) into `dir` of `container`. */
+export async function copyInto(exec: Exec, ns: string, pod: string, container: string, c: CopyIn, dir: string, budget: number): Promise<number> {
   const fh = await open(c.source, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW);
   try {
     // fd 3 of tar is the directory: it archives from there and never resolves the path again.
@@ -149,9 +155,9 @@ async function copyOne(exec: Exec, ns: string, pod: string, c: CopyIn, dir: stri
     tar.stdout!.pipe(counted);
     const tarDone = new Promise<number | null>((resolve) => tar.on('close', (code) => resolve(code)));
     try {
-      await execIn(exec, ns, pod, ['sh', '-c', `mkdir -p ${dir} && exec tar -x -f - --no-same-owner -C ${dir}`], counted, `copy ${c.target} into the pod`);
+      await execIn(exec, ns, pod, container, ['sh', '-c', 'mkdir -p -- "$0" && exec tar -x -f - --no-same-owner -C "$0"', dir], counted, `copy ${c.target} into the pod`);
     } catch (e) {
-      if (over) throw new ServiceError('RESOURCE_EXHAUSTED', `binds: ${c.target}: more than ${MAX_COPY_BYTES} bytes to copy into a pod`, { field: 'binds', target: c.target, limit: MAX_COPY_BYTES });
+      if (over) throw new ServiceError('RESOURCE_EXHAUSTED', `binds: ${c.target}: more than ${budget} bytes to copy into a pod`, { field: 'binds', target: c.target, limit: budget });
       throw e;
     }
     const code = await tarDone;
@@ -162,8 +168,8 @@ async function copyOne(exec: Exec, ns: string, pod: string, c: CopyIn, dir: stri
   }
 }
 
-/** One command in the init container; stdin from `input` when given. Rejects unless it exits 0. */
-async function execIn(exec: Exec, ns: string, pod: string, argv: string[], input: NodeJS.ReadableStream | undefined, what: string): Promise<void> {
+/** One command in `container`; stdin from `input` when given. Rejects unless it exits 0. */
+async function execIn(exec: Exec, ns: string, pod: string, container: string, argv: string[], input: NodeJS.ReadableStream | undefined, what: string): Promise<void> {
   const out = new PassThrough();
   const errs = new PassThrough();
   let text = '';
@@ -179,11 +185,55 @@ async function execIn(exec: Exec, ns: string, pod: string, argv: string[], input
     };
     input?.on('error', (e: Error) => done(e));
     exec
-      .exec(ns, pod, RELEASES_CONTAINER, argv, out, errs, (input as import('node:stream').Readable | undefined) ?? null, false, (status) => {
+      .exec(ns, pod, container, argv, out, errs, (input as import('node:stream').Readable | undefined) ?? null, false, (status) => {
         if (status?.status === 'Success') done();
         else done(new ServiceError('UNAVAILABLE', `pod ${pod}: could not ${what}: ${status?.message ?? 'failed'} ${text.trim().slice(0, 300)}`.trim(), { pod }));
       })
       .then((ws) => ws.on('close', () => setTimeout(() => done(new ServiceError('UNAVAILABLE', `pod ${pod}: the stream to ${what} closed early ${text.trim().slice(0, 300)}`.trim(), { pod })), 1_000)))
       .catch((e: unknown) => done(new ServiceError('UNAVAILABLE', `pod ${pod}: cannot ${what}: ${e instanceof Error ? e.message : String(e)}`, { pod })));
   });
+}
+
+/**
+ * Brings `dir/name` of the Pod's main container back into `dest/name` on the runner: GNU tar in
+ * the Pod writes the stream, the runner's own parser (untar.ts) decides what is written. Rejects
+ * with ServiceError (details.reason 'tree_refused') when the stream is refused or tar in the Pod
+ * fails (the tree changed while read, for one).
+ */
+export async function collectFrom(exec: Exec, ns: string, pod: string, dir: string, name: string, dest: string, maxBytes: number, field: string): Promise<number> {
+  const out = new PassThrough();
+  const errs = new PassThrough();
+  let text = '';
+  errs.on('data', (d: Buffer) => void (text.length < 2048 && (text += d.toString())));
+  let ws: { close(): void } | undefined;
+  let statusOk: boolean | undefined;
+  const status = new Promise<void>((resolve) => {
+    exec
+      .exec(ns, pod, 'main', ['tar', '-c', '-f', '-', '--format=gnu', '-C', dir, '--', name], out, errs, null, false, (st) => {
+        statusOk = st?.status === 'Success';
+        out.end();
+        resolve();
+      })
+      .then((sock) => {
+        ws = sock;
+        sock.on('close', () => setTimeout(() => (out.end(), resolve()), 1_000));
+      })
+      .catch((e: unknown) => {
+        out.destroy(e instanceof Error ? e : new Error(String(e)));
+        resolve();
+      });
+  });
+  const refuse = (why: string): ServiceError => new ServiceError('FAILED_PRECONDITION', `${field}: the tree the pod sent back was refused: ${why}; nothing of it is used`, { field, reason: 'tree_refused', refusal: why });
+  let bytes: number;
+  try {
+    bytes = await extractTar(out, dest, name, maxBytes);
+  } catch (e) {
+    ws?.close();
+    out.destroy();
+    if (e instanceof TarRefusal) throw refuse(e.message);
+    throw refuse(e instanceof Error ? e.message : String(e));
+  }
+  await status;
+  if (statusOk !== true) throw refuse(`tar in the pod did not succeed (${text.trim().slice(0, 300) || 'no status'})`);
+  return bytes;
 }
