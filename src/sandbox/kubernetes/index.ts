@@ -543,6 +543,7 @@ export class KubernetesExecutor implements Executor {
     const copies: CopyIn[] = [];
     type Collected = EphemeralBind & { collect: { name: string; maxBytes: number } };
     let work: Collected | undefined;
+    const subs: Partial<Record<'repo' | 'home' | 'tmp', { readOnly: boolean }>> = {};
     for (const b of spec.binds) {
       if (b.collect && !b.readOnly && !b.sockets) {
         // A build's directory: its contents go in, its result comes back as a tar the runner parses (untar.ts).
@@ -559,6 +560,8 @@ export class KubernetesExecutor implements Executor {
       const sub = path.basename(src);
       if (ws && b.target === { repo: '/workspace', home: '/home/user', tmp: '/tmp' }[sub]) {
         if (claim && claim !== ws.claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a short-lived Pod mounts one workspace claim', { field: 'binds' });
+        // Only what is bound, as bound (a deployment with secrets takes the checkout read-only).
+        subs[sub as 'repo' | 'home' | 'tmp'] = { readOnly: b.readOnly === true };
         claim = ws.claim;
         claimOwner = ws.id;
         claimPod = ws.pod;
@@ -604,7 +607,9 @@ export class KubernetesExecutor implements Executor {
       }
       if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
       await this.applyPolicy(name, id, proxy ? 'none' : spec.network);
-      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o) });
+      // The command's environment (a deployment's secrets) goes over the exec stream only, never
+      // into the Pod object the cluster stores: the Pod carries the proxy variables alone.
+      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: proxy ? TUNNEL_PROXY_ENV : undefined, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o), ...(scratch ? {} : { subs }) });
       await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
         throw asServiceError(err, 'create pod');
       });

@@ -42,14 +42,24 @@ export function daemonPodManifest(args: {
   nearWorkspace?: string;
   /** Directories the runner copies in (release-volumes.ts): their volume, init container and read-only mounts. */
   copies?: { volumes: V1Volume[]; initContainers: V1Container[]; mounts: V1VolumeMount[] };
+  /** Which of the claim's sub-paths are mounted, and how (absent: all three, read-write). */
+  subs?: Partial<Record<'repo' | 'home' | 'tmp', { readOnly: boolean }>>;
 }): V1Pod {
   const { o, limits } = args;
-  const mounts: V1VolumeMount[] = [
-    { name: 'data', mountPath: '/workspace', subPath: 'repo' },
-    { name: 'data', mountPath: '/home/user', subPath: 'home' },
-    { name: 'data', mountPath: '/tmp', subPath: 'tmp' },
-  ];
-  const volumes: V1Volume[] = [{ name: 'data', persistentVolumeClaim: { claimName: args.claim } }, ...(args.copies?.volumes ?? [])];
+  // The claim's sub-paths the Pod takes (all three, read-write, unless `subs` says); one not
+  // taken is an emptyDir of the Pod's own (as bubblewrap gives an unbound /tmp or home a tmpfs).
+  const mounts: V1VolumeMount[] = [];
+  const volumes: V1Volume[] = [{ name: 'data', persistentVolumeClaim: { claimName: args.claim } }];
+  for (const [sub, at] of [['repo', '/workspace'], ['home', '/home/user'], ['tmp', '/tmp']] as const) {
+    const take = args.subs ? args.subs[sub] : { readOnly: false };
+    if (take) {
+      mounts.push({ name: 'data', mountPath: at, subPath: sub, ...(take.readOnly ? { readOnly: true } : {}) });
+    } else {
+      volumes.push({ name: `empty-${sub}`, emptyDir: {} });
+      mounts.push({ name: `empty-${sub}`, mountPath: at });
+    }
+  }
+  volumes.push(...(args.copies?.volumes ?? []));
   mounts.push(...(args.copies?.mounts ?? []));
   // A workspace's commands always get the proxy variables (127.0.0.1:3128, where its egress proxy
   // tunnel listens under dependency-access: proxy-tunnel.ts); the environment is fixed at Pod start
