@@ -15,13 +15,15 @@
  *   relay      = preview URLs: the daemon's relay mode over one more exec stream
  *   recover    = the Pod by name after a runner restart, when it still runs
  *   stats      = the metrics API (metrics.k8s.io)
- *   ephemeral  = a short-lived daemon Pod per command, deleted after it
+ *   ephemeral  = a short-lived daemon Pod per command, deleted after it; read-only directories
+ *                (package releases) copied in by an init container (release-volumes.ts), a build's
+ *                collected directory copied in and its tree streamed back (untar.ts)
  *
  * What only the bubblewrap driver has stays behind it: per-exec cgroups (here the daemon alone
  * ends a command's process group on timeout or cancel, and background processes of a command are
  * not swept after a normal exit), spare exec starters, the files_read descriptor handoff
- * (fileHandoffs is absent), host-path binds into short-lived sandboxes (only sub-paths of a
- * workspace's own root map: onto its claim).
+ * (fileHandoffs is absent), host-path binds (a workspace's own root maps onto its claim;
+ * read-only directories are copied, a build's directory copied both ways).
  */
 import { createHash } from 'node:crypto';
 import path from 'node:path';
