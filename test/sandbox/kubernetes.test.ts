@@ -6,6 +6,7 @@
  * refused host binds, stop and destroy. Needs root (each Pod is a bubblewrap sandbox) and a build.
  */
 import { lstatSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
@@ -134,15 +135,19 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
     writeFileSync(path.join(rel, 'bin', 'tool'), '#!/bin/sh\necho tool-ran\n', { mode: 0o755 });
     symlinkSync('/', path.join(rel, 'root-link'));
     symlinkSync('/etc/shadow', path.join(rel, 'shadow-link'));
+    // 12 MiB: more than the copy keeps queued on its stream, arriving intact.
+    const big = randomBytes(12 * 1024 * 1024);
+    writeFileSync(path.join(rel, 'big.bin'), big);
+    const sum = createHash('sha256').update(big).digest('hex');
     const r = await ex.runEphemeral({
-      command: 'tool; readlink /opt/packages/npm/t/root-link /opt/packages/npm/t/shadow-link; cat /opt/packages/npm/t/shadow-link >/dev/null 2>&1 || echo no-shadow; touch /opt/packages/npm/t/x 2>&1 | grep -c Read-only',
+      command: 'sha256sum /opt/packages/npm/t/big.bin | cut -c1-64; tool; readlink /opt/packages/npm/t/root-link /opt/packages/npm/t/shadow-link; cat /opt/packages/npm/t/shadow-link >/dev/null 2>&1 || echo no-shadow; touch /opt/packages/npm/t/x 2>&1 | grep -c Read-only',
       binds: [{ source: rel, target: '/opt/packages/npm/t', readOnly: true }],
       env: { PATH: '/opt/packages/npm/t/bin:/usr/bin:/bin' },
       limits: LIMITS,
       network: 'none',
       cwd: '/tmp',
     });
-    expect(r).toMatchObject({ exitCode: 0, stdout: 'tool-ran\n/\n/etc/shadow\nno-shadow\n1\n' });
+    expect(r).toMatchObject({ exitCode: 0, stdout: `${sum}\ntool-ran\n/\n/etc/shadow\nno-shadow\n1\n` });
     expect(ex.copyStats.pods).toBeGreaterThanOrEqual(1);
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
     // The source a link to a directory: not followed, refused.

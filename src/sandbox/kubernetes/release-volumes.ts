@@ -35,6 +35,8 @@ const LOAD_DIR = '/releases';
 const LOADED_MARK = `${LOAD_DIR}/.loaded`;
 /** Most bytes (of tar stream) copied into one Pod. */
 export const MAX_COPY_BYTES = 2 * 1024 ** 3;
+/** Most bytes queued on a copy's WebSocket before the runner waits. */
+const PACE_BYTES = 4 * 1024 * 1024;
 /** Targets a copied directory may not take (the Pod's own layout, the runner's files, the image's code). */
 const RESERVED = ['/workspace', '/home/user', '/tmp', '/dev', '/proc', '/sys', '/run', '/opt/atelier', '/opt/agent', '/etc', '/usr', '/bin', '/lib'];
 
@@ -141,6 +143,9 @@ export async function copyInto(exec: Exec, ns: string, pod: string, container: s
     tar.stderr!.on('data', (d: Buffer) => void (err.length < 2048 && (err += d.toString())));
     let bytes = 0;
     let over = false;
+    // The client library sends stdin as it comes (no backpressure): the stream waits while more
+    // than PACE_BYTES are queued on the WebSocket, so the runner never holds a release in memory.
+    let sock: { bufferedAmount: number; readyState: number } | undefined;
     const counted = new Transform({
       transform(chunk: Buffer, _e, cb) {
         bytes += chunk.length;
@@ -149,13 +154,16 @@ export async function copyInto(exec: Exec, ns: string, pod: string, container: s
           tar.kill('SIGKILL');
           return cb(new Error('over the limit'));
         }
-        cb(null, chunk);
+        void (async () => {
+          while (sock && sock.readyState === 1 && sock.bufferedAmount > PACE_BYTES) await sleep(5);
+          cb(null, chunk);
+        })();
       },
     });
     tar.stdout!.pipe(counted);
     const tarDone = new Promise<number | null>((resolve) => tar.on('close', (code) => resolve(code)));
     try {
-      await execIn(exec, ns, pod, container, ['sh', '-c', 'mkdir -p -- "$0" && exec tar -x -f - --no-same-owner -C "$0"', dir], counted, `copy ${c.target} into the pod`);
+      await execIn(exec, ns, pod, container, ['sh', '-c', 'mkdir -p -- "$0" && exec tar -x -f - --no-same-owner -C "$0"', dir], counted, `copy ${c.target} into the pod`, (ws) => (sock = ws));
     } catch (e) {
       if (over) throw new ServiceError('RESOURCE_EXHAUSTED', `binds: ${c.target}: more than ${budget} bytes to copy into a pod`, { field: 'binds', target: c.target, limit: budget });
       throw e;
@@ -169,7 +177,7 @@ export async function copyInto(exec: Exec, ns: string, pod: string, container: s
 }
 
 /** One command in `container`; stdin from `input` when given. Rejects unless it exits 0. */
-async function execIn(exec: Exec, ns: string, pod: string, container: string, argv: string[], input: NodeJS.ReadableStream | undefined, what: string): Promise<void> {
+async function execIn(exec: Exec, ns: string, pod: string, container: string, argv: string[], input: NodeJS.ReadableStream | undefined, what: string, onSocket: (ws: { bufferedAmount: number; readyState: number }) => void = () => undefined): Promise<void> {
   const out = new PassThrough();
   const errs = new PassThrough();
   let text = '';
@@ -189,7 +197,7 @@ async function execIn(exec: Exec, ns: string, pod: string, container: string, ar
         if (status?.status === 'Success') done();
         else done(new ServiceError('UNAVAILABLE', `pod ${pod}: could not ${what}: ${status?.message ?? 'failed'} ${text.trim().slice(0, 300)}`.trim(), { pod }));
       })
-      .then((ws) => ws.on('close', () => setTimeout(() => done(new ServiceError('UNAVAILABLE', `pod ${pod}: the stream to ${what} closed early ${text.trim().slice(0, 300)}`.trim(), { pod })), 1_000)))
+      .then((ws) => (onSocket(ws), ws).on('close', () => setTimeout(() => done(new ServiceError('UNAVAILABLE', `pod ${pod}: the stream to ${what} closed early ${text.trim().slice(0, 300)}`.trim(), { pod })), 1_000)))
       .catch((e: unknown) => done(new ServiceError('UNAVAILABLE', `pod ${pod}: cannot ${what}: ${e instanceof Error ? e.message : String(e)}`, { pod })));
   });
 }
