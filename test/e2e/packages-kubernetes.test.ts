@@ -127,13 +127,24 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   }, 180_000);
 
-  it('a new workspace Pod gets its bound release read-only; its binary runs from exec', async () => {
+  it('a new workspace Pod gets its bound release read-only; its binary runs from exec, also after a runner restart makes the Pod again', async () => {
     const ws = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'pkk-open' })).workspaceId as string;
     const r = await ok('exec_run', { workspaceId: ws, command: 'cli-demo && touch /opt/packages/npm/cli-demo/node_modules/x 2>&1; echo rc=$?; cat README.md | head -1' });
     expect(r.stdout).toMatch(/^cli-demo 1\.0\.0\n.*Read-only file system\nrc=1\n# demo/s);
     const pods = api.store.list('pods', 'atelier', `atelier.dev/workspace=${ws}`) as R[];
     expect(pods.length).toBe(1);
     expect(pods[0]!.spec.initContainers.map((x: R) => x.name)).toEqual(['releases']);
+    // A runner restart stops the Pod; the next runner makes it again with the same releases copied in.
+    const before = pods[0]!.metadata.uid;
+    await c.close();
+    const token = svc.token;
+    expect(await svc.stop('SIGTERM')).toBe(0);
+    svc = { ...(await startService({ dataDir, args: kubeArgs })), token };
+    c = await connectV2(svc);
+    session = undefined;
+    const again = await ok('exec_run', { workspaceId: ws, command: 'cli-demo; touch /opt/packages/npm/cli-demo/node_modules/x 2>&1 | grep -c Read-only' });
+    expect(again.stdout).toBe('cli-demo 1.0.0\n1\n');
+    expect((api.store.list('pods', 'atelier', `atelier.dev/workspace=${ws}`) as R[]).map((p) => p.metadata.uid)).not.toEqual([before]);
     await ok('workspace_close', { workspaceId: ws });
-  }, 240_000);
+  }, 300_000);
 });
