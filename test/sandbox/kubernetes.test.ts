@@ -5,7 +5,7 @@
  * restart (a new driver) recovering it by name, a short-lived Pod on the workspace's claim,
  * refused host binds, stop and destroy. Needs root (each Pod is a bubblewrap sandbox) and a build.
  */
-import { lstatSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -111,6 +111,24 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
     await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/home/user' }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
     // A socket directory (the credential broker's, an agent's control socket) never goes into a Pod.
     await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/workspace', sockets: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds' } });
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+  });
+
+  it('a collected directory (a build\'s): its contents go in, the tree it names comes back (40 MB intact, paced); over the limit it is refused as tree_refused', async () => {
+    const work = path.join(base, 'build-work');
+    mkdirSync(work);
+    writeFileSync(path.join(work, 'input.txt'), 'from-the-runner\n');
+    const cmd = 'cat input.txt && mkdir -p node_modules/a && head -c 40000000 /dev/zero > node_modules/a/big && ln -s / node_modules/a/root && echo made > node_modules/a/x';
+    const r = await ex.runEphemeral({ command: cmd, binds: [{ source: work, target: '/workspace', collect: { name: 'node_modules', maxBytes: 64 * 1024 * 1024 } }], limits: LIMITS, network: 'none', cwd: '/workspace' });
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'from-the-runner\n' });
+    expect(lstatSync(path.join(work, 'node_modules/a/big')).size).toBe(40_000_000);
+    expect(readFileSync(path.join(work, 'node_modules/a/x'), 'utf8')).toBe('made\n');
+    expect(readlinkSync(path.join(work, 'node_modules/a/root'))).toBe('/');
+    const small = path.join(base, 'build-small');
+    mkdirSync(small);
+    await expect(
+      ex.runEphemeral({ command: 'mkdir -p node_modules && head -c 3000000 /dev/zero > node_modules/big', binds: [{ source: small, target: '/workspace', collect: { name: 'node_modules', maxBytes: 1024 * 1024 } }], limits: LIMITS, network: 'none', cwd: '/workspace' }),
+    ).rejects.toMatchObject({ code: 'FAILED_PRECONDITION', details: { reason: 'tree_refused' } });
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   });
 

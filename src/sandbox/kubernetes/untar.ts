@@ -16,9 +16,8 @@
  * A refusal rejects with TarRefusal naming the member and the rule; what was written stays under
  * `dest` for the caller to remove.
  *
- * Memory: the parser stops reading past 8 MiB buffered, but the Kubernetes client writes exec
- * output into the stream as it arrives (no backpressure to the WebSocket), so a Pod sending
- * faster than the runner's disk writes is held in memory up to `maxBytes` at worst.
+ * Memory: the parser stops reading past 8 MiB buffered; its caller (release-volumes.ts
+ * collectFrom) pauses the exec WebSocket's socket while the stream is that far behind.
  */
 import { constants as C } from 'node:fs';
 import { lstat, mkdir, open, symlink, type FileHandle } from 'node:fs/promises';
