@@ -76,6 +76,8 @@ export const EPHEMERAL_CREDHELPER = '/opt/atelier/lib/credhelper';
  * /run/atelier-cred, the CA bundle at /run/atelier-ca.pem, the helper EPHEMERAL_CREDHELPER.
  */
 export interface EphemeralLayout {
+  /** Where a collected directory (EphemeralBind.collect: a package build's) is bound; absent, anywhere (the builder uses /build). */
+  buildDir?: string;
   /** Where the credential broker's socket directory is bound (EphemeralBind.sockets). */
   credSocketDir: string;
   /** Where the extra CA bundle file is placed. */
@@ -100,6 +102,15 @@ export interface EphemeralBind {
    * read is copied in (no host path either; opened O_NOFOLLOW); other binds are bind mounts.
    */
   sockets?: boolean;
+  /**
+   * A read-write directory whose result the runner takes back (a package build's installed
+   * tree): under bubblewrap an ordinary bind. A driver that cannot bind host directories
+   * (Kubernetes) copies the directory's contents in before the command and, after a command that
+   * exited 0, brings back the sub-directory `name` as a tar stream the runner parses itself
+   * (kubernetes/untar.ts), at most `maxBytes`; a refused stream rejects with a ServiceError whose
+   * details.reason is 'tree_refused' and details.refusal says why.
+   */
+  collect?: { name: string; maxBytes: number };
 }
 
 /**

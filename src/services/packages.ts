@@ -53,6 +53,8 @@ export const PACKAGES_ROOT = '/opt/packages';
 const OUTPUT_TAIL_BYTES = 4096;
 const BUILD_TIMEOUT_MS = 10 * 60_000;
 const LAUNCH_TIMEOUT_MS = 15_000;
+/** Most bytes of a built tree brought back as a stream (a driver without host binds: EphemeralBind.collect). */
+const MAX_TREE_BYTES = 2 * 1024 ** 3;
 
 /** What the service needs of the workspace service (given lazily: it is built after this one). */
 export interface WorkspaceView {
@@ -515,7 +517,11 @@ export class PackageService {
       const work = join(disk, 'work');
       await mkdir(work, { mode: 0o700 });
       this.setApply(id, 'BUILDING', build.ecosystem === 'npm' ? 'fetching and installing the pinned packages (npm ci)' : 'fetching and installing the pinned wheels (pip --require-hashes)');
-      const result = await this.builder(id, buildDir, work, build);
+      const result = await this.builder(id, buildDir, work, build).catch((e: unknown) => {
+        // A driver that brings the tree back as a stream refused it (EphemeralBind.collect): as a tree root refuses.
+        if (e instanceof ServiceError && (e.details as { reason?: string } | undefined)?.reason === 'tree_refused') throw new ApplyFailure('TREE_MISMATCH', e.message, null);
+        throw e;
+      });
       if (result.exitCode !== 0 || result.timedOut || result.cancelled) {
         const text = result.stderr + '\n' + result.stdout;
         const code = /EINTEGRITY|integrity checksum failed|THESE PACKAGES DO NOT MATCH THE HASHES/i.test(text) ? 'INTEGRITY_MISMATCH' : result.timedOut ? 'BUILD_TIMED_OUT' : 'BUILD_FAILED';
@@ -594,28 +600,33 @@ export class PackageService {
     });
     try {
       await chown(sock, uid, uid);
-      const binds: EphemeralBind[] = [{ source: work, target: '/build' }];
+      // Where the driver takes the build's directory and the CA bundle (a Kubernetes Pod: its
+      // scratch claim and its own /dev/shm; the tree comes back as a tar the runner parses).
+      const layout = this.deps.executor.ephemeralLayout;
+      const B = layout?.buildDir ?? '/build';
+      const caPath = layout?.caFile ?? '/run/atelier-ca.pem';
+      const binds: EphemeralBind[] = [{ source: work, target: B, collect: { name: build.ecosystem === 'npm' ? 'node_modules' : 'site', maxBytes: MAX_TREE_BYTES } }];
       const ca = this.caPem();
       if (ca) {
         const bundle = join(buildDir, 'ca.pem');
         await writeFile(bundle, readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8') + '\n' + ca, { mode: 0o644 });
-        binds.push({ source: bundle, target: '/run/atelier-ca.pem', readOnly: true });
+        binds.push({ source: bundle, target: caPath, readOnly: true });
       }
       let command: string;
       const env: Record<string, string> = { NO_PROXY: '', no_proxy: '' };
       if (build.ecosystem === 'npm') {
         await writeFile(join(work, 'package.json'), JSON.stringify(build.manifest, null, 2));
         await writeFile(join(work, 'package-lock.json'), JSON.stringify(build.lockfile, null, 2));
-        const npmrc = [`registry=${build.registry}`, 'proxy=http://127.0.0.1:3128', 'https-proxy=http://127.0.0.1:3128', 'audit=false', 'fund=false', 'update-notifier=false', 'fetch-retries=1', 'fetch-retry-mintimeout=1000', 'fetch-retry-maxtimeout=3000', ca ? 'cafile=/run/atelier-ca.pem' : ''];
+        const npmrc = [`registry=${build.registry}`, 'proxy=http://127.0.0.1:3128', 'https-proxy=http://127.0.0.1:3128', 'audit=false', 'fund=false', 'update-notifier=false', 'fetch-retries=1', 'fetch-retry-mintimeout=1000', 'fetch-retry-maxtimeout=3000', ca ? `cafile=${caPath}` : ''];
         await writeFile(join(work, '.npmrc'), npmrc.filter(Boolean).join('\n') + '\n');
         command = `npm ci --no-audit --no-fund --loglevel=warn --cache /tmp/npm-cache ${build.lifecycleScripts ? '' : '--ignore-scripts'}`;
-        env.npm_config_userconfig = '/build/.npmrc';
+        env.npm_config_userconfig = `${B}/.npmrc`;
       } else {
         const req = build.wheels.map((w) => `${w.name}==${w.version} --hash=sha256:${w.sha256}`).join('\n') + '\n';
         await writeFile(join(work, 'requirements.txt'), req);
         command =
           `${PIP_PYTHON} -m pip install --disable-pip-version-check --no-input --no-cache-dir --no-deps --only-binary=:all: --require-hashes ` +
-          `--index-url "$INDEX" --proxy http://127.0.0.1:3128 ${ca ? '--cert /run/atelier-ca.pem' : ''} --target /build/site -r /build/requirements.txt`;
+          `--index-url "$INDEX" --proxy http://127.0.0.1:3128 ${ca ? `--cert ${caPath}` : ''} --target ${B}/site -r ${B}/requirements.txt`;
         env.INDEX = build.index;
         env.PIP_CONFIG_FILE = '/dev/null';
       }
@@ -626,7 +637,7 @@ export class PackageService {
         limits: this.deps.workspaces().sandboxLimits,
         network: { proxySocket: sock },
         command,
-        cwd: '/build',
+        cwd: B,
         env,
         timeoutMs: BUILD_TIMEOUT_MS,
         maxOutputBytes: 1_048_576,

@@ -121,6 +121,12 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture
     }
   });
 
+  it('managed-package releases (read-only directory mounts) are not copied into a Sandbox yet: refused naming the driver and the feature, nothing made', async () => {
+    const other = { ...spec, id: 'ws_SbxRel1', rootDir: path.join(base, 'workspaces', 'ws_SbxRel1'), mounts: [{ source: base, target: '/opt/packages/npm/x/node_modules', readOnly: true }] };
+    await expect(ex.create(other)).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'mounts', driver: 'kubernetes', feature: 'release volumes in agent-sandbox Sandboxes' } });
+    expect(api.store.find('networkpolicies', 'default', objectName(other.id))).toBeUndefined();
+  });
+
   it('a short-lived Pod binding the workspace repo mounts the Sandbox\'s claim (data-<name>)', async () => {
     const r = await ex.runEphemeral({ argv: ['cat', '/workspace/kept.txt'], binds: [{ source: path.join(spec.rootDir, 'repo'), target: '/workspace' }], limits: LIMITS, network: 'none', cwd: '/workspace' });
     expect(r).toMatchObject({ exitCode: 0, stdout: 'kept across suspend\n' });

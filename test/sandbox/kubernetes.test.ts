@@ -5,7 +5,8 @@
  * restart (a new driver) recovering it by name, a short-lived Pod on the workspace's claim,
  * refused host binds, stop and destroy. Needs root (each Pod is a bubblewrap sandbox) and a build.
  */
-import { lstatSync, mkdtempSync, rmSync } from 'node:fs';
+import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
@@ -113,6 +114,24 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   });
 
+  it('a collected directory (a build\'s): its contents go in, the tree it names comes back (40 MB intact, paced); over the limit it is refused as tree_refused', async () => {
+    const work = path.join(base, 'build-work');
+    mkdirSync(work);
+    writeFileSync(path.join(work, 'input.txt'), 'from-the-runner\n');
+    const cmd = 'cat input.txt && mkdir -p node_modules/a && head -c 40000000 /dev/zero > node_modules/a/big && ln -s / node_modules/a/root && echo made > node_modules/a/x';
+    const r = await ex.runEphemeral({ command: cmd, binds: [{ source: work, target: '/workspace', collect: { name: 'node_modules', maxBytes: 64 * 1024 * 1024 } }], limits: LIMITS, network: 'none', cwd: '/workspace' });
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'from-the-runner\n' });
+    expect(lstatSync(path.join(work, 'node_modules/a/big')).size).toBe(40_000_000);
+    expect(readFileSync(path.join(work, 'node_modules/a/x'), 'utf8')).toBe('made\n');
+    expect(readlinkSync(path.join(work, 'node_modules/a/root'))).toBe('/');
+    const small = path.join(base, 'build-small');
+    mkdirSync(small);
+    await expect(
+      ex.runEphemeral({ command: 'mkdir -p node_modules && head -c 3000000 /dev/zero > node_modules/big', binds: [{ source: small, target: '/workspace', collect: { name: 'node_modules', maxBytes: 1024 * 1024 } }], limits: LIMITS, network: 'none', cwd: '/workspace' }),
+    ).rejects.toMatchObject({ code: 'FAILED_PRECONDITION', details: { reason: 'tree_refused' } });
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+  });
+
   it('stop keeps the claim (the files); create again finds them; destroy removes Pod, policy and claim', async () => {
     await ex.stop(h);
     expect(await ex.alive(h)).toBe(false);
@@ -123,8 +142,41 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
     for (const r of ['pods', 'persistentvolumeclaims', 'networkpolicies']) expect(api.store.find(r, 'atelier', objectName(spec.id))).toBeUndefined();
   });
 
-  it('refuses an id that is not a sandbox id, and managed-package mounts (host paths)', async () => {
+  it('refuses an id that is not a sandbox id, and mounts that are not read-only directories', async () => {
     await expect(ex.create({ ...spec, id: '../x' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-    await expect(ex.create({ ...spec, mounts: [{ source: '/opt', target: '/opt/pkgs' }] })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'mounts' } });
+    await expect(ex.create({ ...spec, mounts: [{ source: '/opt', target: '/opt/pkgs' }] })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'mounts', driver: 'kubernetes' } });
+  });
+
+  it('a read-only directory bind is copied into the Pod, read-only there; a link planted in it stays a link (never followed by the runner); a linked source, a reserved or overlapping target are refused', async () => {
+    const rel = path.join(base, 'release');
+    mkdirSync(path.join(rel, 'bin'), { recursive: true });
+    writeFileSync(path.join(rel, 'bin', 'tool'), '#!/bin/sh\necho tool-ran\n', { mode: 0o755 });
+    symlinkSync('/', path.join(rel, 'root-link'));
+    symlinkSync('/etc/shadow', path.join(rel, 'shadow-link'));
+    // 12 MiB: more than the copy keeps queued on its stream, arriving intact.
+    const big = randomBytes(12 * 1024 * 1024);
+    writeFileSync(path.join(rel, 'big.bin'), big);
+    const sum = createHash('sha256').update(big).digest('hex');
+    const r = await ex.runEphemeral({
+      command: 'sha256sum /opt/packages/npm/t/big.bin | cut -c1-64; tool; readlink /opt/packages/npm/t/root-link /opt/packages/npm/t/shadow-link; cat /opt/packages/npm/t/shadow-link >/dev/null 2>&1 || echo no-shadow; touch /opt/packages/npm/t/x 2>&1 | grep -c Read-only',
+      binds: [{ source: rel, target: '/opt/packages/npm/t', readOnly: true }],
+      env: { PATH: '/opt/packages/npm/t/bin:/usr/bin:/bin' },
+      limits: LIMITS,
+      network: 'none',
+      cwd: '/tmp',
+    });
+    expect(r).toMatchObject({ exitCode: 0, stdout: `${sum}\ntool-ran\n/\n/etc/shadow\nno-shadow\n1\n` });
+    expect(ex.copyStats.pods).toBeGreaterThanOrEqual(1);
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+    // The source a link to a directory: not followed, refused.
+    symlinkSync(rel, path.join(base, 'release-link'));
+    await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: path.join(base, 'release-link'), target: '/opt/packages/npm/t', readOnly: true }], limits: LIMITS, network: 'none' })).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'binds', driver: 'kubernetes' } });
+    for (const target of ['/opt/atelier/daemon', '/etc/x', '/opt/packages/../atelier', '/']) {
+      await expect(ex.runEphemeral({ argv: ['true'], binds: [{ source: rel, target, readOnly: true }], limits: LIMITS, network: 'none' }), target).rejects.toMatchObject({ code: 'NOT_SUPPORTED' });
+    }
+    await expect(
+      ex.runEphemeral({ argv: ['true'], binds: [{ source: rel, target: '/opt/p', readOnly: true }, { source: rel, target: '/opt/p/q', readOnly: true }], limits: LIMITS, network: 'none' }),
+    ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', details: { field: 'binds' } });
+    expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   });
 });

@@ -15,13 +15,15 @@
  *   relay      = preview URLs: the daemon's relay mode over one more exec stream
  *   recover    = the Pod by name after a runner restart, when it still runs
  *   stats      = the metrics API (metrics.k8s.io)
- *   ephemeral  = a short-lived daemon Pod per command, deleted after it
+ *   ephemeral  = a short-lived daemon Pod per command, deleted after it; read-only directories
+ *                (package releases) copied in by an init container (release-volumes.ts), a build's
+ *                collected directory copied in and its tree streamed back (untar.ts)
  *
  * What only the bubblewrap driver has stays behind it: per-exec cgroups (here the daemon alone
  * ends a command's process group on timeout or cancel, and background processes of a command are
  * not swept after a normal exit), spare exec starters, the files_read descriptor handoff
- * (fileHandoffs is absent), host-path binds into short-lived sandboxes (only sub-paths of a
- * workspace's own root map: onto its claim).
+ * (fileHandoffs is absent), host-path binds (a workspace's own root maps onto its claim;
+ * read-only directories are copied, a build's directory copied both ways).
  */
 import { createHash } from 'node:crypto';
 import path from 'node:path';
@@ -31,7 +33,7 @@ import { ServiceError } from '../../core/errors.js';
 import { DaemonClient } from '../client.js';
 import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
 import { execParams } from '../exec-params.js';
-import type { EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
+import type { EphemeralBind, EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
 import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
 import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
 import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
@@ -40,9 +42,13 @@ import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
+import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, releaseVolumeParts, type CopyIn } from './release-volumes.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
+
+/** Where a short-lived Pod takes a collected directory (a build's): its scratch claim's repo sub-path. */
+const BUILD_DIR = '/workspace';
 
 /** The daemon's longest exec (its protocol's limit). */
 const MAX_EXEC_MS = 86_400_000;
@@ -153,10 +159,13 @@ export class KubernetesExecutor implements Executor {
   private async createIn(spec: SandboxSpec, claimReady: () => void): Promise<SandboxHandle> {
     await this.clientsReady;
     validateId(spec.id);
-    if (spec.mounts?.length) {
-      throw new ServiceError('NOT_SUPPORTED', 'mounts: host directories cannot be bound into a Kubernetes Pod (managed-package releases need the workspace image to carry them)', { field: 'mounts' });
+    const copies = await this.copiesOf(spec.mounts ?? [], 'mounts');
+    if ((await this.kindOf(spec.id)) === 'agent-sandbox') {
+      if (copies.length) {
+        throw new ServiceError('NOT_SUPPORTED', 'mounts: the kubernetes executor does not copy read-only directories (managed-package releases) into an agent-sandbox Sandbox yet; they reach workspace Pods of the Pod path, the toolbox and other short-lived Pods (docs/scaling.md)', { field: 'mounts', driver: 'kubernetes', feature: 'release volumes in agent-sandbox Sandboxes' });
+      }
+      return this.createSandbox(spec, claimReady);
     }
-    if ((await this.kindOf(spec.id)) === 'agent-sandbox') return this.createSandbox(spec, claimReady);
     const name = objectName(spec.id);
     this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
     await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(name, spec.id, this.o) }));
@@ -170,12 +179,40 @@ export class KubernetesExecutor implements Executor {
       if (h) return h;
       await this.deletePod(name);
     }
-    const body = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: name, limits: spec.limits, env: spec.env, o: this.o });
+    const body = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: name, limits: spec.limits, env: spec.env, o: this.o, copies: releaseVolumeParts(copies, this.o) });
     await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
       throw asServiceError(err, 'create pod');
     });
+    await this.fill(name, copies);
     return this.attach(spec.id, name, true);
   }
+
+  /**
+   * The read-only directory binds (or mounts) that are copied into a Pod (release-volumes.ts);
+   * any other is refused naming the driver and the target.
+   */
+  private async copiesOf(binds: EphemeralBind[], field: string): Promise<CopyIn[]> {
+    const copies: CopyIn[] = [];
+    for (const b of binds) {
+      const c = await asCopyIn(b);
+      if (!c) throw new ServiceError('NOT_SUPPORTED', `${field}: ${b.target}: the kubernetes executor copies into a Pod only read-only directories at a path outside its own layout (/workspace, /home/user, /tmp, /opt/atelier...)`, { field, target: b.target, driver: 'kubernetes' });
+      copies.push(c);
+    }
+    checkTargets(copies, field);
+    return copies;
+  }
+
+  /** Copies the runner's read-only directories into the Pod before its main container starts (nothing to do without any). */
+  private async fill(pod: string, copies: CopyIn[]): Promise<void> {
+    if (!copies.length) return;
+    const s = await loadCopies(this.k.core, this.k.exec, this.ns, pod, copies, Date.now() + (this.o.startTimeoutMs ?? 120_000));
+    this.copyStats.pods++;
+    this.copyStats.bytes += s.bytes;
+    this.copyStats.ms += s.ms;
+  }
+
+  /** What copying releases into Pods has cost so far (tests, the bench). */
+  readonly copyStats = { pods: 0, bytes: 0, ms: 0 };
 
   /**
    * create() as a Sandbox: its NetworkPolicy first (the Pod never runs without it), then the
@@ -463,6 +500,7 @@ export class KubernetesExecutor implements Executor {
 
   /** Runner sockets and files in short-lived Pods go under the Pod's own /dev/shm/atelier (tunnel.ts). */
   readonly ephemeralLayout: EphemeralLayout = {
+    buildDir: BUILD_DIR,
     credSocketDir: `${POD_RUN_DIR}/cred`,
     caFile: `${POD_RUN_DIR}/ca.pem`,
     credentialHelper: (socket: string) => `node ${IN_CREDHELPER} ${socket}`,
@@ -504,7 +542,17 @@ export class KubernetesExecutor implements Executor {
     let claimPod: string | undefined;
     const sockets: Array<{ source: string; target: string }> = [];
     const files: Array<{ source: string; target: string }> = [];
+    const copies: CopyIn[] = [];
+    type Collected = EphemeralBind & { collect: { name: string; maxBytes: number } };
+    let work: Collected | undefined;
+    const subs: Partial<Record<'repo' | 'home' | 'tmp', { readOnly: boolean }>> = {};
     for (const b of spec.binds) {
+      if (b.collect && !b.readOnly && !b.sockets) {
+        // A build's directory: its contents go in, its result comes back as a tar the runner parses (untar.ts).
+        if (work || b.target !== BUILD_DIR) throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target}: a short-lived Pod takes one collected directory, at ${BUILD_DIR} (its scratch claim; Executor.ephemeralLayout.buildDir)`, { field: 'binds', target: b.target, driver: 'kubernetes' });
+        work = b as Collected;
+        continue;
+      }
       if (b.sockets) {
         sockets.push(b);
         continue;
@@ -514,6 +562,8 @@ export class KubernetesExecutor implements Executor {
       const sub = path.basename(src);
       if (ws && b.target === { repo: '/workspace', home: '/home/user', tmp: '/tmp' }[sub]) {
         if (claim && claim !== ws.claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a short-lived Pod mounts one workspace claim', { field: 'binds' });
+        // Only what is bound, as bound (a deployment with secrets takes the checkout read-only).
+        subs[sub as 'repo' | 'home' | 'tmp'] = { readOnly: b.readOnly === true };
         claim = ws.claim;
         claimOwner = ws.id;
         claimPod = ws.pod;
@@ -528,8 +578,17 @@ export class KubernetesExecutor implements Executor {
         files.push(b);
         continue;
       }
-      throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp), and take runner sockets and small read-only files under ${POD_RUN_DIR}/`, { field: 'binds', target: b.target });
+      const copy = await asCopyIn(b);
+      if (copy) {
+        // A read-only directory (a managed-package release): copied in before the command starts, read-only there.
+        copies.push(copy);
+        continue;
+      }
+      throw new ServiceError('NOT_SUPPORTED', `binds: ${b.target} binds a host path; a Kubernetes Pod can mount only a workspace's own claim (repo at /workspace, home at /home/user, tmp at /tmp), take runner sockets and small read-only files under ${POD_RUN_DIR}/, and get read-only directories copied in`, { field: 'binds', target: b.target, driver: 'kubernetes' });
     }
+    checkTargets(copies, 'binds');
+    // The collected directory is the Pod's scratch claim at /workspace: no workspace claim with it.
+    if (work && claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a collected directory and a workspace claim in one short-lived Pod', { field: 'binds', driver: 'kubernetes' });
     const proxy = spec.network === 'none' ? undefined : { socket: spec.network.proxySocket, port: TUNNEL_PROXY_PORT };
     const plan = sockets.length || files.length || proxy ? await planTunnel({ sockets, files, proxy }) : undefined;
     const name = objectName(id);
@@ -550,16 +609,34 @@ export class KubernetesExecutor implements Executor {
       }
       if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
       await this.applyPolicy(name, id, proxy ? 'none' : spec.network);
-      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env, o: this.o, ...placement });
+      // The command's environment (a deployment's secrets) goes over the exec stream only, never
+      // into the Pod object the cluster stores: the Pod carries the proxy variables alone.
+      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: proxy ? TUNNEL_PROXY_ENV : undefined, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o), ...(scratch ? {} : { subs }) });
       await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
         throw asServiceError(err, 'create pod');
       });
+      await this.fill(name, copies);
       const h = await this.attach(id, name, true);
+      if (work) await copyInto(this.k.exec, this.ns, name, 'main', { source: work.source, target: work.target }, work.target, MAX_COPY_BYTES);
       if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
-      const cwd = spec.cwd && spec.cwd !== '/' ? spec.cwd : undefined;
+      // The daemon takes a working directory inside /workspace only; another (the toolbox's /tmp)
+      // is entered by a shell in front of the command.
+      let cwd = spec.cwd && spec.cwd !== '/' ? path.posix.normalize(spec.cwd) : undefined;
+      let argv = spec.argv;
+      let command = spec.command;
+      if (cwd && cwd !== '/workspace' && !cwd.startsWith('/workspace/')) {
+        argv = ['/bin/sh', '-c', 'cd -- "$0" && exec "$@"', cwd, ...(spec.argv ?? ['/bin/bash', '-c', spec.command!])];
+        command = undefined;
+        cwd = undefined;
+      }
       // The daemon's exec takes at most a day: a short-lived Pod lives at most that long (an agent runtime's backstop is longer).
       const timeoutMs = spec.timeoutMs === undefined ? undefined : Math.min(spec.timeoutMs, MAX_EXEC_MS);
-      const r = await this.exec(h, { argv: spec.argv, command: spec.command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      const r = await this.exec(h, { argv, command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      if (work && r.exitCode === 0 && !r.timedOut && !r.cancelled) {
+        // The build's processes may still run in the Pod: what comes back is parsed, never trusted.
+        tunnel?.close();
+        await collectFrom(this.k.exec, this.ns, name, work.target, work.collect.name, work.source, work.collect.maxBytes, 'binds');
+      }
       return { ...r, durationMs: Date.now() - started };
     } finally {
       tunnel?.close();

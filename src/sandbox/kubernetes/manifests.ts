@@ -1,5 +1,5 @@
 /** The objects the driver makes: a workspace's claim, its Pod, its NetworkPolicy; short-lived Pods. */
-import type { V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1VolumeMount, V1Volume } from '@kubernetes/client-node';
+import type { V1Container, V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1VolumeMount, V1Volume } from '@kubernetes/client-node';
 import type { SandboxLimits, SandboxNetwork } from '../executor.js';
 import { labelsFor, WORKSPACE_ROLE, MANAGED_BY } from './names.js';
 import type { KubernetesExecutorOptions } from './options.js';
@@ -40,14 +40,27 @@ export function daemonPodManifest(args: {
   nodeName?: string;
   /** Scheduled on the node of this workspace Pod (its ReadWriteOnce claim), when that node is not known yet. */
   nearWorkspace?: string;
+  /** Directories the runner copies in (release-volumes.ts): their volume, init container and read-only mounts. */
+  copies?: { volumes: V1Volume[]; initContainers: V1Container[]; mounts: V1VolumeMount[] };
+  /** Which of the claim's sub-paths are mounted, and how (absent: all three, read-write). */
+  subs?: Partial<Record<'repo' | 'home' | 'tmp', { readOnly: boolean }>>;
 }): V1Pod {
   const { o, limits } = args;
-  const mounts: V1VolumeMount[] = [
-    { name: 'data', mountPath: '/workspace', subPath: 'repo' },
-    { name: 'data', mountPath: '/home/user', subPath: 'home' },
-    { name: 'data', mountPath: '/tmp', subPath: 'tmp' },
-  ];
+  // The claim's sub-paths the Pod takes (all three, read-write, unless `subs` says); one not
+  // taken is an emptyDir of the Pod's own (as bubblewrap gives an unbound /tmp or home a tmpfs).
+  const mounts: V1VolumeMount[] = [];
   const volumes: V1Volume[] = [{ name: 'data', persistentVolumeClaim: { claimName: args.claim } }];
+  for (const [sub, at] of [['repo', '/workspace'], ['home', '/home/user'], ['tmp', '/tmp']] as const) {
+    const take = args.subs ? args.subs[sub] : { readOnly: false };
+    if (take) {
+      mounts.push({ name: 'data', mountPath: at, subPath: sub, ...(take.readOnly ? { readOnly: true } : {}) });
+    } else {
+      volumes.push({ name: `empty-${sub}`, emptyDir: {} });
+      mounts.push({ name: `empty-${sub}`, mountPath: at });
+    }
+  }
+  volumes.push(...(args.copies?.volumes ?? []));
+  mounts.push(...(args.copies?.mounts ?? []));
   // A workspace's commands always get the proxy variables (127.0.0.1:3128, where its egress proxy
   // tunnel listens under dependency-access: proxy-tunnel.ts); the environment is fixed at Pod start
   // and the network may change after. Short-lived Pods get them from runEphemeral when they have a proxy.
@@ -67,6 +80,7 @@ export function daemonPodManifest(args: {
         ? { affinity: { podAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ labelSelector: { matchLabels: { 'atelier.dev/policy': args.nearWorkspace } }, topologyKey: 'kubernetes.io/hostname' }] } } }
         : {}),
       securityContext: { runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+      ...(args.copies?.initContainers.length ? { initContainers: args.copies.initContainers } : {}),
       containers: [
         {
           name: 'main',
