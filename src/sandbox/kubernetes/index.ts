@@ -31,7 +31,7 @@ import { ServiceError } from '../../core/errors.js';
 import { DaemonClient } from '../client.js';
 import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
 import { execParams } from '../exec-params.js';
-import type { EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
+import type { EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxPlacement, SandboxSpec, SandboxStats } from '../executor.js';
 import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
 import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
 import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
@@ -40,6 +40,7 @@ import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
+import { newWatchCounters, waitForObjects, type KubeObjectLike, type Verdict, type WatchSource } from './watch.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
@@ -73,6 +74,8 @@ export class KubernetesExecutor implements Executor {
   private kind: Promise<WorkspaceKind> | undefined;
   /** The Sandbox resource, when the cluster serves agent-sandbox (workspaceKind()). */
   private sandboxes: SandboxObjects | undefined;
+  /** Lists and watches made by waits (watch.ts), 410s and drops survived: for tests and the bench. */
+  readonly watchCounters = newWatchCounters();
 
   constructor(
     private readonly o: KubernetesExecutorOptions,
@@ -130,6 +133,39 @@ export class KubernetesExecutor implements Executor {
     return podClaim ? 'pod+pvc' : 'agent-sandbox';
   }
 
+  /** Follows objects by list+watch until `judge` decides or the deadline passes (watch.ts). */
+  private waitFor<T>(sources: WatchSource<KubeObjectLike>[], judge: (objects: Array<KubeObjectLike | null | undefined>) => Verdict<T>, deadline: number, timeout: (objects: Array<KubeObjectLike | null | undefined>) => ServiceError): Promise<T> {
+    return waitForObjects({ watch: this.k.watch, sources, judge, deadline, timeout, counters: this.watchCounters });
+  }
+
+  private podSource(name: string, from?: KubeObjectLike): WatchSource<KubeObjectLike> {
+    return {
+      path: `/api/v1/namespaces/${this.ns}/pods`,
+      name,
+      from,
+      list: async (fieldSelector) => {
+        const l = await this.k.core.listNamespacedPod({ namespace: this.ns, fieldSelector });
+        return { object: l.items[0] ?? null, resourceVersion: l.metadata?.resourceVersion ?? '' };
+      },
+    };
+  }
+
+  private claimSource(name: string): WatchSource<KubeObjectLike> {
+    return {
+      path: `/api/v1/namespaces/${this.ns}/persistentvolumeclaims`,
+      name,
+      list: async (fieldSelector) => {
+        const l = await this.k.core.listNamespacedPersistentVolumeClaim({ namespace: this.ns, fieldSelector });
+        return { object: l.items[0] ?? null, resourceVersion: l.metadata?.resourceVersion ?? '' };
+      },
+    };
+  }
+
+  private sandboxSource(name: string, from?: SandboxObject): WatchSource<KubeObjectLike> {
+    const sb = this.sandboxes!;
+    return { path: sb.path, name, from, list: (fieldSelector) => sb.list(fieldSelector) };
+  }
+
   private relayPath(id: string): string {
     return path.join(this.o.runDir, `${createHash('sha256').update(id).digest('hex').slice(0, 16)}.sock`);
   }
@@ -174,7 +210,17 @@ export class KubernetesExecutor implements Executor {
     await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
       throw asServiceError(err, 'create pod');
     });
-    return this.attach(spec.id, name, true);
+    return this.attach(spec.id, name, true, this.podPlacement(name));
+  }
+
+  /** What a workspace on the Pod path is (SandboxHandle.placement). */
+  private podPlacement(pod: string): SandboxPlacement {
+    return { kind: 'kubernetes-pod', apiVersion: 'v1', objectKind: 'Pod', namespace: this.ns, name: pod, pod };
+  }
+
+  /** What a workspace that is a Sandbox is (SandboxHandle.placement). */
+  private sandboxPlacement(name: string, pod: string): SandboxPlacement {
+    return { kind: 'kubernetes-sandbox', apiVersion: `${AGENTS_GROUP}/${this.sandboxes!.version}`, objectKind: 'Sandbox', namespace: this.ns, name, pod };
   }
 
   /**
@@ -220,7 +266,7 @@ export class KubernetesExecutor implements Executor {
     }
     const pod = await this.waitSandboxPod(name, deadline);
     this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod });
-    return this.attach(spec.id, pod, false);
+    return this.attach(spec.id, pod, false, this.sandboxPlacement(name, pod));
   }
 
   /**
@@ -247,7 +293,7 @@ export class KubernetesExecutor implements Executor {
   }
 
   /** Waits for the Pod to run, opens the relay and waits for the daemon's ping. */
-  private async attach(id: string, pod: string, wait: boolean): Promise<SandboxHandle> {
+  private async attach(id: string, pod: string, wait: boolean, placement?: SandboxPlacement): Promise<SandboxHandle> {
     const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
     if (wait) await this.waitRunning(pod, deadline);
     const socketPath = this.relayPath(id);
@@ -268,7 +314,7 @@ export class KubernetesExecutor implements Executor {
         await sleep(delay);
       }
     }
-    return { id, socketPath, pid: -1 };
+    return { id, socketPath, pid: -1, ...(placement ? { placement } : {}) };
   }
 
   /** Polls the Pod (one GET per step, backing off to 2 s) until it runs; Failed ends the wait. */
@@ -401,7 +447,7 @@ export class KubernetesExecutor implements Executor {
     const p = await orNull(this.k.core.readNamespacedPod({ name: pod, namespace: this.ns }));
     if (!p || p.status?.phase !== 'Running' || p.metadata?.deletionTimestamp) return null;
     try {
-      const h = await this.attach(spec.id, pod, false);
+      const h = await this.attach(spec.id, pod, false, sb ? this.sandboxPlacement(name, pod) : this.podPlacement(pod));
       this.roots.set(path.resolve(spec.rootDir), { claim, pod });
       await this.setProxy(spec.id, spec.network);
       return h;
@@ -479,8 +525,26 @@ export class KubernetesExecutor implements Executor {
     if (known) return known;
     const root = path.dirname(src);
     const id = path.basename(root);
-    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return { claim: objectName(id), id };
+    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return this.claimOfUnknown(id);
     return undefined;
+  }
+
+  /**
+   * The claim of a workspace this runner neither made, recovered nor is making: on the Pod path
+   * its claim by name (made by the caller when absent: a clone the service starts just before the
+   * workspace's own create()); with agent-sandbox, its Pod-path claim when it has one (made before
+   * the CRDs were installed), else its Sandbox's claim, waited for (watched) when absent: the
+   * workspace's create() makes the Sandbox, whose controller makes the claim. Making a Pod-path
+   * claim there would turn the workspace into a Pod (kindOf()).
+   */
+  private async claimOfUnknown(id: string): Promise<{ claim: string; pod?: string; id?: string }> {
+    const name = objectName(id);
+    if ((await this.workspaceKind()) === 'pod+pvc') return { claim: name, id };
+    if (await orNull(this.k.core.readNamespacedPersistentVolumeClaim({ name, namespace: this.ns }))) return { claim: name, pod: name };
+    const claim = sandboxClaimName(name);
+    const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
+    await this.waitFor([this.claimSource(claim)], ([c]) => (c ? { done: undefined } : undefined), deadline, () => new ServiceError('DEADLINE_EXCEEDED', `the claim ${claim} of workspace ${id} did not appear in time (its Sandbox was not made)`, { claim, workspace: id }));
+    return { claim, pod: name };
   }
 
   /**
