@@ -199,18 +199,27 @@ export class KubernetesExecutor implements Executor {
     claimReady();
     await this.applyPolicy(name, spec.id, spec.network);
     const existing = await orNull(this.k.core.readNamespacedPod({ name, namespace: this.ns }));
-    if (existing && (existing.metadata?.deletionTimestamp || existing.status?.phase === 'Succeeded' || existing.status?.phase === 'Failed')) {
-      await this.deletePod(name);
-    } else if (existing) {
+    let replace = !!existing && (!!existing.metadata?.deletionTimestamp || existing.status?.phase === 'Succeeded' || existing.status?.phase === 'Failed');
+    if (existing && !replace) {
       const h = await this.recover(spec);
       if (h) return h;
+      replace = true;
+    }
+    if (replace) {
+      // The new Pod takes the same name: the old one must be gone (a graceful deletion or a finalizer can keep it a while).
       await this.deletePod(name);
+      await this.waitGone(this.podSource(name), `pod ${name}`, Date.now() + (this.o.startTimeoutMs ?? 120_000));
     }
     const body = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: name, limits: spec.limits, env: spec.env, o: this.o });
-    await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
+    const created = await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
       throw asServiceError(err, 'create pod');
     });
-    return this.attach(spec.id, name, true, this.podPlacement(name));
+    return this.attach(spec.id, name, created, this.podPlacement(name));
+  }
+
+  /** Watches an object until it is gone (deleted), at most until the deadline. */
+  private waitGone(src: WatchSource<KubeObjectLike>, what: string, deadline: number): Promise<void> {
+    return this.waitFor([src], ([o]) => (o === null ? { done: undefined } : undefined), deadline, () => new ServiceError('DEADLINE_EXCEEDED', `${what} is still being deleted`, { name: src.name }));
   }
 
   /** What a workspace on the Pod path is (SandboxHandle.placement). */
@@ -236,16 +245,14 @@ export class KubernetesExecutor implements Executor {
     await this.applyPolicy(name, spec.id, spec.network);
     const body = sandboxManifest({ name, id: spec.id, version: sb.version, limits: spec.limits, env: spec.env, o: this.o });
     let existing = await sb.get(name);
+    let known: SandboxObject | undefined;
     if (existing?.metadata.deletionTimestamp) {
-      // A destroy still under way: a new Sandbox of the same name waits for it to go.
-      for (let delay = 100; existing; delay = Math.min(delay * 2, 2_000)) {
-        if (Date.now() > deadline) throw new ServiceError('DEADLINE_EXCEEDED', `sandbox ${name} is still being deleted`, { sandbox: name });
-        await sleep(delay);
-        existing = await sb.get(name);
-      }
+      // A destroy still under way: a new Sandbox of the same name waits for it to go (watched).
+      await this.waitGone(this.sandboxSource(name, existing), `sandbox ${name}`, deadline);
+      existing = null;
     }
     if (!existing) {
-      await sb.create(body);
+      known = (await sb.create(body)) ?? undefined;
       claimReady();
     } else if (isSuspended(existing)) {
       await sb.setRunning(name, true, body.spec.podTemplate);
@@ -264,38 +271,51 @@ export class KubernetesExecutor implements Executor {
       }
       // Otherwise its Pod is still starting (or being made): wait for it as for a new one.
     }
-    const pod = await this.waitSandboxPod(name, deadline);
+    const pod = await this.waitSandboxPod(name, deadline, known);
     this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod });
     return this.attach(spec.id, pod, false, this.sandboxPlacement(name, pod));
   }
 
   /**
-   * Polls the Sandbox and its Pod (two GETs a step, backing off to 2 s) until the Pod runs; the
-   * controller makes the Pod, so an absent one is waited for. A Pod that ended ends the wait.
+   * Watches the Sandbox and its Pod (list+watch each, watch.ts) until the Pod runs; the
+   * controller makes the Pod, so an absent one is waited for. A Pod that ended ends the wait, as
+   * does the Sandbox's deletion. `known`: the Sandbox as just created (watched from its version).
    */
-  private async waitSandboxPod(name: string, deadline: number): Promise<string> {
-    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
-      const s = await this.sandboxes!.get(name);
-      if (!s || s.metadata.deletionTimestamp) throw new ServiceError('UNAVAILABLE', `sandbox ${name} is gone`, { sandbox: name });
-      const podName = sandboxPodName(s);
-      const p = await orNull(this.k.core.readNamespacedPod({ name: podName, namespace: this.ns }));
-      const phase = p && !p.metadata?.deletionTimestamp ? p.status?.phase : undefined;
-      if (phase === 'Running') return podName;
-      if (phase === 'Failed' || phase === 'Succeeded') {
-        throw new ServiceError('FAILED_PRECONDITION', `pod ${podName} of sandbox ${name} ended before its daemon answered (${phase}${p?.status?.message ? `: ${p.status.message}` : ''})`, { sandbox: name, pod: podName, phase });
-      }
-      if (Date.now() > deadline) {
-        const ready = readyCondition(s);
-        throw new ServiceError('DEADLINE_EXCEEDED', `the pod of sandbox ${name} was not running in time (${ready ? `Ready ${ready.status}, ${ready.reason ?? ''}${ready.message ? `: ${ready.message}` : ''}` : 'no Ready condition yet'})`, { sandbox: name, pod: podName, reason: ready?.reason ?? null });
-      }
-      await sleep(delay);
-    }
+  private async waitSandboxPod(name: string, deadline: number, known?: SandboxObject): Promise<string> {
+    const gone = () => new ServiceError('UNAVAILABLE', `sandbox ${name} is gone`, { sandbox: name });
+    const s0 = known ?? (await this.sandboxes!.get(name));
+    if (!s0 || s0.metadata.deletionTimestamp) throw gone();
+    // The Pod's name is fixed when the Sandbox is made (its own, or a warm-pool Pod's in the annotation).
+    const podName = sandboxPodName(s0);
+    return this.waitFor<string>(
+      [this.sandboxSource(name, s0), this.podSource(podName)],
+      ([s, p]) => {
+        if (s === null || s?.metadata?.deletionTimestamp) return { fail: gone() };
+        if (p === undefined) return undefined;
+        const phase = p && !p.metadata?.deletionTimestamp ? (p as PodLike).status?.phase : undefined;
+        if (phase === 'Running') return { done: podName };
+        if (phase === 'Failed' || phase === 'Succeeded') {
+          const message = (p as PodLike).status?.message;
+          return { fail: new ServiceError('FAILED_PRECONDITION', `pod ${podName} of sandbox ${name} ended before its daemon answered (${phase}${message ? `: ${message}` : ''})`, { sandbox: name, pod: podName, phase }) };
+        }
+        return undefined;
+      },
+      deadline,
+      ([s, p]) => {
+        const ready = s ? readyCondition(s as SandboxObject) : undefined;
+        const phase = p ? podPhaseNote(p as PodLike) : p === null ? 'no pod yet' : 'unknown';
+        return new ServiceError('DEADLINE_EXCEEDED', `the pod ${podName} of sandbox ${this.ns}/${name} was not running within ${Math.round((this.o.startTimeoutMs ?? 120_000) / 1000)} s (pod: ${phase}; sandbox: ${ready ? `Ready ${ready.status}, ${ready.reason ?? ''}${ready.message ? `: ${ready.message}` : ''}` : 'no Ready condition yet'})`, { sandbox: name, pod: podName, reason: ready?.reason ?? null });
+      },
+    );
   }
 
-  /** Waits for the Pod to run, opens the relay and waits for the daemon's ping. */
-  private async attach(id: string, pod: string, wait: boolean, placement?: SandboxPlacement): Promise<SandboxHandle> {
+  /**
+   * Waits for the Pod to run (`created`: the create's answer, watched from its version; false:
+   * it runs already), opens the relay and waits for the daemon's ping.
+   */
+  private async attach(id: string, pod: string, created: V1Pod | false, placement?: SandboxPlacement): Promise<SandboxHandle> {
     const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
-    if (wait) await this.waitRunning(pod, deadline);
+    if (created) await this.waitRunning(pod, deadline, created);
     const socketPath = this.relayPath(id);
     await this.relays.get(id)?.close();
     this.clients.get(id)?.close();
@@ -317,19 +337,31 @@ export class KubernetesExecutor implements Executor {
     return { id, socketPath, pid: -1, ...(placement ? { placement } : {}) };
   }
 
-  /** Polls the Pod (one GET per step, backing off to 2 s) until it runs; Failed ends the wait. */
-  private async waitRunning(pod: string, deadline: number): Promise<V1Pod> {
-    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
-      const p = await orNull(this.k.core.readNamespacedPod({ name: pod, namespace: this.ns }));
-      const phase = p?.status?.phase;
-      if (p && phase === 'Running') return p;
-      if (phase === 'Failed' || phase === 'Succeeded') {
-        throw new ServiceError('FAILED_PRECONDITION', `pod ${pod} ended before its daemon answered (${phase}${p?.status?.message ? `: ${p.status.message}` : ''})`, { pod, phase });
-      }
-      if (!p) throw new ServiceError('UNAVAILABLE', `pod ${pod} is gone`, { pod });
-      if (Date.now() > deadline) throw new ServiceError('DEADLINE_EXCEEDED', `pod ${pod} was not running in time (phase ${phase ?? 'unknown'})`, { pod, phase: phase ?? null });
-      await sleep(delay);
-    }
+  /**
+   * Watches the Pod (from `created`, the create's answer: no first list; list+watch after a 410
+   * or a dropped watch, watch.ts) until it runs; Failed or Succeeded ends the wait, as does its
+   * deletion; at the deadline the error names the Pod and its last phase.
+   */
+  private waitRunning(pod: string, deadline: number, created: V1Pod): Promise<void> {
+    return this.waitFor(
+      [this.podSource(pod, created as KubeObjectLike)],
+      ([p]) => {
+        if (p === undefined) return undefined;
+        const phase = (p as PodLike | null)?.status?.phase;
+        if (p && phase === 'Running') return { done: undefined };
+        if (phase === 'Failed' || phase === 'Succeeded') {
+          const message = (p as PodLike).status?.message;
+          return { fail: new ServiceError('FAILED_PRECONDITION', `pod ${pod} ended before its daemon answered (${phase}${message ? `: ${message}` : ''})`, { pod, phase }) };
+        }
+        if (!p) return { fail: new ServiceError('UNAVAILABLE', `pod ${pod} is gone`, { pod }) };
+        return undefined;
+      },
+      deadline,
+      ([p]) => {
+        const phase = (p as PodLike | null | undefined)?.status?.phase ?? null;
+        return new ServiceError('DEADLINE_EXCEEDED', `pod ${this.ns}/${pod} was not running within ${Math.round((this.o.startTimeoutMs ?? 120_000) / 1000)} s (last ${p ? podPhaseNote(p as PodLike) : 'phase unknown'})`, { pod, phase });
+      },
+    );
   }
 
   private async applyPolicy(name: string, id: string, network: SandboxNetwork): Promise<void> {
@@ -615,10 +647,10 @@ export class KubernetesExecutor implements Executor {
       if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
       await this.applyPolicy(name, id, proxy ? 'none' : spec.network);
       const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env, o: this.o, ...placement });
-      await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
+      const created = await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
         throw asServiceError(err, 'create pod');
       });
-      const h = await this.attach(id, name, true);
+      const h = await this.attach(id, name, created);
       if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
       const cwd = spec.cwd && spec.cwd !== '/' ? spec.cwd : undefined;
       // The daemon's exec takes at most a day: a short-lived Pod lives at most that long (an agent runtime's backstop is longer).
@@ -639,6 +671,16 @@ export class KubernetesExecutor implements Executor {
   async close(): Promise<void> {
     for (const id of [...this.relays.keys()]) await this.detach(id);
   }
+}
+
+/** What the driver reads of a Pod in a watch event or list (plain JSON or the client's V1Pod). */
+type PodLike = KubeObjectLike & { status?: { phase?: string; message?: string; reason?: string; containerStatuses?: Array<{ state?: { waiting?: { reason?: string; message?: string } } }> } };
+
+/** "phase Pending: ImagePullBackOff (…)": a Pod's phase and why it waits, for errors. */
+function podPhaseNote(p: PodLike): string {
+  const waiting = p.status?.containerStatuses?.find((c) => c.state?.waiting)?.state?.waiting;
+  const why = waiting?.reason ? `: ${waiting.reason}${waiting.message ? ` (${waiting.message.slice(0, 200)})` : ''}` : p.status?.reason ? `: ${p.status.reason}` : '';
+  return `phase ${p.status?.phase ?? 'unknown'}${why}`;
 }
 
 function validateId(id: string): void {
