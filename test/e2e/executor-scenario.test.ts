@@ -125,6 +125,8 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
       // The workspace is a Pod; the clone's short-lived Pod is gone.
       expect(api.store.list('pods', 'atelier', `atelier.dev/workspace=${ws}`).length).toBe(1);
       expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+      // The runner watched its Pods start (issue #34: watches, not polling).
+      expect(api.requests.get('GET pods watch') ?? 0).toBeGreaterThan(0);
     }
   }, 180_000);
 
