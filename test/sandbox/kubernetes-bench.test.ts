@@ -28,7 +28,7 @@ const FULL = process.env.ATELIER_BENCH_FULL === '1';
 const OPENS = FULL ? 10 : 2;
 const EXECS = FULL ? 200 : 20;
 /** Workspaces held open at once by the child-process runner (memory and handles per workspace). */
-const HOLD = FULL ? 8 : 2;
+const HOLD = Number(process.env.ATELIER_BENCH_HOLD) || (FULL ? 8 : 2);
 const LIMITS = { memoryBytes: 512 * 1024 * 1024, pidsMax: 256, cpuQuotaPercent: 100 };
 const isRoot = process.getuid?.() === 0;
 
@@ -78,7 +78,7 @@ const spec = (i) => ({ id: 'bench_hold' + process.pid + 'x' + i, rootDir: runDir
 const warm = await ex.create(spec('w'));
 await ex.exec(warm, { argv: ['true'] });
 await ex.destroy(warm);
-const sample = () => { globalThis.gc(); globalThis.gc(); const m = process.memoryUsage(); return { rss: m.rss, heap: m.heapUsed + m.external, handles: process.getActiveResourcesInfo().length }; };
+const sample = () => { globalThis.gc(); globalThis.gc(); const m = process.memoryUsage(); return { rss: m.rss, heap: m.heapUsed, external: m.external, handles: process.getActiveResourcesInfo().length, kinds: process.getActiveResourcesInfo() }; };
 const m0 = sample();
 const hs = [];
 for (let i = 0; i < Number(n); i++) { const h = await ex.create(spec(i)); await ex.exec(h, { argv: ['true'] }); hs.push(h); }
@@ -86,7 +86,11 @@ const m1 = sample();
 for (const h of hs) await ex.destroy(h);
 await ex.close();
 const per = (k) => Math.round((m1[k] - m0[k]) / Number(n));
-process.stdout.write(JSON.stringify({ workspaces: Number(n), rssBytesPerWorkspace: per('rss'), heapAndExternalBytesPerWorkspace: per('heap'), activeHandlesPerWorkspace: (m1.handles - m0.handles) / Number(n) }));
+const kinds = {};
+for (const k of m1.kinds) kinds[k] = (kinds[k] ?? 0) + 1 / Number(n);
+for (const k of m0.kinds) kinds[k] = (kinds[k] ?? 0) - 1 / Number(n);
+for (const k of Object.keys(kinds)) if (Math.abs(kinds[k]) < 1e-9) delete kinds[k]; else kinds[k] = Math.round(kinds[k] * 100) / 100;
+process.stdout.write(JSON.stringify({ workspaces: Number(n), heapBytesPerWorkspace: per('heap'), externalBytesPerWorkspace: per('external'), rssBytesPerWorkspace: per('rss'), activeHandlesPerWorkspace: (m1.handles - m0.handles) / Number(n), activeHandleKindsPerWorkspace: kinds }));
 process.exit(0);
 `;
 
