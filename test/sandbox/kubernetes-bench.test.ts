@@ -12,6 +12,7 @@
  *   npx vitest run test/sandbox/kubernetes-bench.test.ts                        smoke: 2 opens, 20 execs
  *   ATELIER_BENCH_FULL=1 npx vitest run test/sandbox/kubernetes-bench.test.ts   10 opens, 200 execs
  *
+ * ATELIER_BENCH_HOLD=N sets how many workspaces the child-process runner holds at once (8 full, 2 smoke).
  * Full runs write bench/data/kubernetes-driver.json. Needs root and a build (npx tsc -p .).
  */
 import { execFile } from 'node:child_process';
