@@ -208,7 +208,7 @@ export class KubernetesExecutor implements Executor {
     if (replace) {
       // The new Pod takes the same name: the old one must be gone (a graceful deletion or a finalizer can keep it a while).
       await this.deletePod(name);
-      await this.waitGone(this.podSource(name), `pod ${name}`, Date.now() + (this.o.startTimeoutMs ?? 120_000));
+      await this.waitGone(this.podSource(name), 'pod', Date.now() + (this.o.startTimeoutMs ?? 120_000));
     }
     const body = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: name, limits: spec.limits, env: spec.env, o: this.o });
     const created = await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
@@ -218,8 +218,8 @@ export class KubernetesExecutor implements Executor {
   }
 
   /** Watches an object until it is gone (deleted), at most until the deadline. */
-  private waitGone(src: WatchSource<KubeObjectLike>, what: string, deadline: number): Promise<void> {
-    return this.waitFor([src], ([o]) => (o === null ? { done: undefined } : undefined), deadline, () => new ServiceError('DEADLINE_EXCEEDED', `${what} is still being deleted`, { name: src.name }));
+  private waitGone(src: WatchSource<KubeObjectLike>, kind: 'pod' | 'sandbox', deadline: number): Promise<void> {
+    return this.waitFor([src], ([o]) => (o === null ? { done: undefined } : undefined), deadline, () => new ServiceError('DEADLINE_EXCEEDED', `${kind} ${this.ns}/${src.name} is still being deleted`, { [kind]: src.name }));
   }
 
   /** What a workspace on the Pod path is (SandboxHandle.placement). */
@@ -248,7 +248,7 @@ export class KubernetesExecutor implements Executor {
     let known: SandboxObject | undefined;
     if (existing?.metadata.deletionTimestamp) {
       // A destroy still under way: a new Sandbox of the same name waits for it to go (watched).
-      await this.waitGone(this.sandboxSource(name, existing), `sandbox ${name}`, deadline);
+      await this.waitGone(this.sandboxSource(name, existing), 'sandbox', deadline);
       existing = null;
     }
     if (!existing) {
