@@ -41,7 +41,38 @@ export interface SandboxHandle {
   socketPath: string;
   /** Host pid of the sandbox's outermost process (its keeper). */
   pid: number;
+  /**
+   * Where the sandbox runs when it is not a bubblewrap sandbox on the runner's host (absent):
+   * the cluster object a driver made for it (workspace_status, /metrics).
+   */
+  placement?: SandboxPlacement;
 }
+
+/** What a sandbox is: see sandboxKind(). */
+export type SandboxKind = 'bubblewrap' | 'kubernetes-pod' | 'kubernetes-sandbox';
+
+/**
+ * A sandbox in a cluster (issue #34: "detect, and say which was used"): a Pod with a
+ * PersistentVolumeClaim, or an agent-sandbox Sandbox whose controller makes the Pod.
+ */
+export interface SandboxPlacement {
+  kind: Exclude<SandboxKind, 'bubblewrap'>;
+  /** The object's apiVersion and kind: v1 Pod, or agents.x-k8s.io/<version> Sandbox. */
+  apiVersion: string;
+  objectKind: 'Pod' | 'Sandbox';
+  namespace: string;
+  name: string;
+  /** The Pod running the daemon (a Pod's own name; a Sandbox's Pod). */
+  pod: string;
+}
+
+/** The kind of a sandbox: its placement's, else a bubblewrap sandbox on the runner's host. */
+export function sandboxKind(h: SandboxHandle): SandboxKind {
+  return h.placement?.kind ?? 'bubblewrap';
+}
+
+/** Every kind, for gauges that show zero as well as counts (/metrics). */
+export const SANDBOX_KINDS: readonly SandboxKind[] = ['bubblewrap', 'kubernetes-pod', 'kubernetes-sandbox'];
 
 export interface ExecRequest {
   /** Exact argv (argv[0] looked up in PATH). Exactly one of argv and command. */

@@ -24,7 +24,7 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { nowIso, settlesWithin } from '../core/clock.js';
 import type { EphemeralBind, Executor, ExecRequest, ExecResult, SandboxHandle, SandboxLimits, SandboxNetwork, SandboxSpec } from '../sandbox/executor.js';
-import { describeDeath } from '../sandbox/executor.js';
+import { describeDeath, sandboxKind } from '../sandbox/executor.js';
 import type { ClientProfile, OverviewSection } from '../sandbox/daemon/protocol.js';
 import type { EgressDecision } from '../sandbox/egress.js';
 import { loadEgressRules, WorkspaceEgress } from '../sandbox/egress/workspace.js';
@@ -693,9 +693,22 @@ export class WorkspaceService {
       sandboxRunning: state === 'running',
       sandboxState: state,
       ...(await this.sandboxNote(id, state, death)),
+      ...(state === 'stopped' ? {} : this.sandboxPlacement(id)),
       ...(death ? { sandboxRestarts: death.restarts, sandboxLastRestartAt: death.at } : {}),
       gitIdentity: workspace.gitIdentity,
     };
+  }
+
+  /**
+   * What the workspace's sandbox is (issue #34, docs/decisions.md): sandboxKind bubblewrap,
+   * kubernetes-pod or kubernetes-sandbox, and for a cluster the object (apiVersion, kind,
+   * namespace, name, Pod). Only while the runner holds a sandbox for it (not when stopped).
+   */
+  private sandboxPlacement(id: string): Record<string, unknown> {
+    const h = this.handles.get(id);
+    if (!h) return {};
+    const p = h.placement;
+    return { sandboxKind: sandboxKind(h), ...(p ? { sandboxObject: { apiVersion: p.apiVersion, kind: p.objectKind, namespace: p.namespace, name: p.name, pod: p.pod } } : {}) };
   }
 
   /**

@@ -8,6 +8,7 @@ import { VERSION } from '../core/version.js';
 import type { WorkspaceState } from '../services/workspaces.js';
 import { AGENT_STATUSES } from '../services/agents.js';
 import { registerCounterView, registerGauge } from './metrics.js';
+import { SANDBOX_KINDS, sandboxKind } from '../sandbox/executor.js';
 
 const WORKSPACE_STATES: readonly string[] = ['opening', 'active', 'expired_recoverable', 'closed'] satisfies WorkspaceState[];
 
@@ -44,6 +45,17 @@ export function registerAppMetrics(app: App): void {
     return value;
   };
   registerGauge({ name: 'atelier_sandboxes_running', help: 'Workspace sandboxes running', collect: async () => (await sandboxTotals()).sandboxes });
+  // Which kind each workspace sandbox is (issue #34): executor bubblewrap (kind bubblewrap) or kubernetes (kind pod or sandbox: agent-sandbox).
+  registerGauge({
+    name: 'atelier_workspace_sandboxes',
+    help: 'Workspace sandboxes this runner holds, by executor (bubblewrap, kubernetes) and kind (bubblewrap; pod: a Pod with a claim; sandbox: an agent-sandbox Sandbox)',
+    labelNames: ['executor', 'kind'],
+    collect: () => {
+      const n = new Map(SANDBOX_KINDS.map((k) => [k, 0]));
+      for (const h of app.workspaces.liveSandboxes()) n.set(sandboxKind(h), (n.get(sandboxKind(h)) ?? 0) + 1);
+      return [...n].map(([k, value]) => ({ labels: { executor: k.startsWith('kubernetes-') ? 'kubernetes' : k, kind: k.replace(/^kubernetes-/, '') }, value }));
+    },
+  });
   registerGauge({ name: 'atelier_sandbox_memory_bytes', help: 'Memory in use by all workspace sandboxes (cgroup memory.current, summed), bytes', collect: async () => (await sandboxTotals()).memoryBytes });
   registerGauge({ name: 'atelier_sandbox_pids', help: 'Processes and threads in all workspace sandboxes (cgroup pids.current, summed)', collect: async () => (await sandboxTotals()).pids });
   registerGauge({ name: 'atelier_sandbox_cpu_seconds', help: 'CPU time used by the running workspace sandboxes since they started (cgroup usage_usec, summed), seconds', collect: async () => (await sandboxTotals()).cpuSeconds });

@@ -115,10 +115,18 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     const r = await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: `xs-open-${driver}`, fetchDepth: 0, networkProfile: 'dependency-access' });
     ws = r.workspaceId as string;
     expect(r.state ?? 'active').toBe('active');
+    // workspace_status says which kind of sandbox it is (a real cluster may have agent-sandbox).
+    const st = await ok('workspace_status', { workspaceId: ws });
+    if (driver === 'bubblewrap') expect(st.sandboxKind).toBe('bubblewrap');
+    else expect(st.sandboxKind).toMatch(/^kubernetes-(pod|sandbox)$/);
+    if (api) expect(st).toMatchObject({ sandboxKind: 'kubernetes-pod', sandboxObject: { kind: 'Pod', namespace: 'atelier' } });
+    if (driver === 'bubblewrap') expect(st.sandboxObject).toBeUndefined();
     if (api) {
       // The workspace is a Pod; the clone's short-lived Pod is gone.
       expect(api.store.list('pods', 'atelier', `atelier.dev/workspace=${ws}`).length).toBe(1);
       expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
+      // The runner watched its Pods start (issue #34: watches, not polling).
+      expect(api.requests.get('GET pods watch') ?? 0).toBeGreaterThan(0);
     }
   }, 180_000);
 

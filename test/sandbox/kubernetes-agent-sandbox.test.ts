@@ -59,6 +59,8 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture
   it('create makes a Sandbox (pod template and volume claim template of the Pod path); its controller makes the Pod and claim; says so', async () => {
     h = await ex.create(spec);
     expect(h).toMatchObject({ id: spec.id, pid: -1 });
+    // Says which kind it is (workspace_status, /metrics).
+    expect(h.placement).toEqual({ kind: 'kubernetes-sandbox', apiVersion: 'agents.x-k8s.io/v1beta1', objectKind: 'Sandbox', namespace: 'default', name, pod: name });
     expect(notes.join('\n')).toContain('workspaces are agent-sandbox Sandbox objects (agents.x-k8s.io/v1beta1)');
     const sb = api.store.get('sandboxes', 'default', name) as unknown as Obj;
     sandboxUid = sb.metadata.uid;
@@ -180,12 +182,34 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture
     const oldName = objectName(old.id);
     api.store.create('persistentvolumeclaims', 'default', { ...claimManifest(oldName, old.id, { namespace: 'default', workspaceImage: 'x', runDir: '/' }), status: { phase: 'Bound' } } as never);
     const oh = await ex.create(old);
+    expect(oh.placement).toEqual({ kind: 'kubernetes-pod', apiVersion: 'v1', objectKind: 'Pod', namespace: 'default', name: oldName, pod: oldName });
     expect(api.store.find('sandboxes', 'default', oldName)).toBeUndefined();
     expect((api.store.get('pods', 'default', oldName) as unknown as Obj).metadata.ownerReferences).toBeUndefined();
     const relayed = await ex.exec(oh, { command: 'echo pod path' });
     expect(relayed.stdout).toBe('pod path\n');
     await ex.destroy(oh);
     expect(api.store.find('persistentvolumeclaims', 'default', oldName)).toBeUndefined();
+  });
+
+  it("a clone started before the workspace's own create (the service runs them side by side) waits for the Sandbox's claim: the workspace stays a Sandbox", async () => {
+    const ex2 = new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: 'default', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run2'), workspacesDir: path.join(base, 'workspaces') });
+    const s2 = { ...spec, id: 'ws_SbxClone1', rootDir: path.join(base, 'workspaces', 'ws_SbxClone1') };
+    const n2 = objectName(s2.id);
+    try {
+      const clone = ex2.runEphemeral({ argv: ['sh', '-c', 'echo cloned > /workspace/cloned.txt'], binds: [{ source: path.join(s2.rootDir, 'repo'), target: '/workspace' }], limits: LIMITS, network: 'none', cwd: '/workspace' });
+      // It watches for the claim and makes none of its own (a Pod-path claim would make the workspace a Pod).
+      await until(() => (api.openWatches('persistentvolumeclaims') > 0 || api.store.find('persistentvolumeclaims', 'default', n2) ? true : undefined), 'the clone watching for the claim');
+      expect(api.store.find('persistentvolumeclaims', 'default', n2)).toBeUndefined();
+      const h2 = await ex2.create(s2);
+      expect(await clone).toMatchObject({ exitCode: 0 });
+      expect(h2.placement).toMatchObject({ kind: 'kubernetes-sandbox', name: n2 });
+      expect(api.store.find('persistentvolumeclaims', 'default', n2)).toBeUndefined();
+      expect((await ex2.exec(h2, { command: 'cat cloned.txt' })).stdout).toBe('cloned\n');
+      expect(api.openWatches()).toBe(0);
+      await ex2.destroy(h2);
+    } finally {
+      await ex2.close();
+    }
   });
 });
 
@@ -215,6 +239,7 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox v1alpha1
       expect(sb.apiVersion).toBe('agents.x-k8s.io/v1alpha1');
       expect(sb.spec.replicas).toBe(1);
       expect(sb.spec.operatingMode).toBeUndefined();
+      expect(h.placement).toMatchObject({ kind: 'kubernetes-sandbox', apiVersion: 'agents.x-k8s.io/v1alpha1', objectKind: 'Sandbox' });
       expect((await ex.exec(h, { command: 'echo alpha' })).stdout).toBe('alpha\n');
       await ex.stop(h);
       expect((api.store.get('sandboxes', 'default', n) as unknown as Obj).spec.replicas).toBe(0);

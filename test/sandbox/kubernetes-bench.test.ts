@@ -3,16 +3,22 @@
  * the fixture API server (test/fixtures/kube-apiserver/, where every Pod is itself a bubblewrap
  * sandbox, so the ratio is what the Kubernetes path adds: API round trips, the exec-stream relay).
  * Reports, as ratios kubernetes/bubblewrap: open (create to first answer) and exec (a trivial
- * command, median and p90), plus the API requests and exec streams per workspace. No timing is
- * asserted.
+ * command, median and p90), plus the API requests and exec streams per workspace (on the Pod path
+ * and, against a second fixture with agent-sandbox, as a Sandbox), the watches left open (0), and
+ * what the runner holds per open workspace: the driver alone in a child process (so the fixture's
+ * own memory is not counted) holding HOLD workspaces at once, its RSS and heap (after a GC) and
+ * its open handles per workspace. No timing is asserted.
  *
  *   npx vitest run test/sandbox/kubernetes-bench.test.ts                        smoke: 2 opens, 20 execs
  *   ATELIER_BENCH_FULL=1 npx vitest run test/sandbox/kubernetes-bench.test.ts   10 opens, 200 execs
  *
+ * ATELIER_BENCH_HOLD=N sets how many workspaces the child-process runner holds at once (8 full, 2 smoke).
  * Full runs write bench/data/kubernetes-driver.json. Needs root and a build (npx tsc -p .).
  */
+import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, chmodSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
 import { ExecRelay } from '../../src/sandbox/kubernetes/relay.js';
@@ -22,6 +28,8 @@ import { startKubeApiServer } from '../fixtures/kube-apiserver/index.js';
 const FULL = process.env.ATELIER_BENCH_FULL === '1';
 const OPENS = FULL ? 10 : 2;
 const EXECS = FULL ? 200 : 20;
+/** Workspaces held open at once by the child-process runner (memory and handles per workspace). */
+const HOLD = Number(process.env.ATELIER_BENCH_HOLD) || (FULL ? 8 : 2);
 const LIMITS = { memoryBytes: 512 * 1024 * 1024, pidsMax: 256, cpuQuotaPercent: 100 };
 const isRoot = process.getuid?.() === 0;
 
@@ -47,6 +55,56 @@ async function measure(ex: Executor, base: string, tag: string): Promise<{ open:
   return { open, exec };
 }
 
+/** API requests counted by the fixture since `before`, per workspace. */
+function perWorkspace(now: Map<string, number>, before: Map<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, v] of now) {
+    const d = v - (before.get(k) ?? 0);
+    if (d > 0) out[k] = Math.round((d / OPENS) * 10) / 10;
+  }
+  return out;
+}
+
+/**
+ * The driver alone in a child process (the runner's part: relay sockets, exec streams, daemon
+ * clients), holding `n` workspaces at once: RSS, heap + external (after a GC) and active handles
+ * per workspace, against a baseline taken after one warm-up workspace (the client loaded).
+ */
+const HOLD_SCRIPT = `
+const [distUrl, kubeconfig, runDir, n] = process.argv.slice(1);
+const { KubernetesExecutor } = await import(distUrl);
+const ex = new KubernetesExecutor({ kubeconfig, namespace: 'hold', workspaceImage: 'atelier-workspace:bench', runDir });
+const limits = { memoryBytes: 512 * 1024 * 1024, pidsMax: 256, cpuQuotaPercent: 100 };
+const spec = (i) => ({ id: 'bench_hold' + process.pid + 'x' + i, rootDir: runDir + '/ws' + i, limits, network: 'none' });
+const warm = await ex.create(spec('w'));
+await ex.exec(warm, { argv: ['true'] });
+await ex.destroy(warm);
+const sample = () => { globalThis.gc(); globalThis.gc(); const m = process.memoryUsage(); return { rss: m.rss, heap: m.heapUsed, external: m.external, handles: process.getActiveResourcesInfo().length, kinds: process.getActiveResourcesInfo() }; };
+const m0 = sample();
+const hs = [];
+for (let i = 0; i < Number(n); i++) { const h = await ex.create(spec(i)); await ex.exec(h, { argv: ['true'] }); hs.push(h); }
+const m1 = sample();
+for (const h of hs) await ex.destroy(h);
+await ex.close();
+const per = (k) => Math.round((m1[k] - m0[k]) / Number(n));
+const kinds = {};
+for (const k of m1.kinds) kinds[k] = (kinds[k] ?? 0) + 1 / Number(n);
+for (const k of m0.kinds) kinds[k] = (kinds[k] ?? 0) - 1 / Number(n);
+for (const k of Object.keys(kinds)) if (Math.abs(kinds[k]) < 1e-9) delete kinds[k]; else kinds[k] = Math.round(kinds[k] * 100) / 100;
+process.stdout.write(JSON.stringify({ workspaces: Number(n), heapBytesPerWorkspace: per('heap'), externalBytesPerWorkspace: per('external'), rssBytesPerWorkspace: per('rss'), activeHandlesPerWorkspace: (m1.handles - m0.handles) / Number(n), activeHandleKindsPerWorkspace: kinds }));
+process.exit(0);
+`;
+
+function holdInChild(kubeconfig: string, runDir: string, n: number): Promise<Record<string, number>> {
+  const dist = pathToFileURL(path.resolve(__dirname, '../../dist/sandbox/kubernetes/index.js')).href;
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--expose-gc', '--input-type=module', '-e', HOLD_SCRIPT, dist, kubeconfig, runDir, String(n)], { timeout: 480_000, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`${err.message}\n${stderr}`));
+      resolve(JSON.parse(stdout) as Record<string, number>);
+    });
+  });
+}
+
 describe.skipIf(!isRoot)('kubernetes driver overhead over bubblewrap (fixture API server)', () => {
   it('measures open and exec as ratios, API requests and exec streams per workspace', async () => {
     const base = mkdtempSync('/tmp/atl-kbench-');
@@ -59,12 +117,25 @@ describe.skipIf(!isRoot)('kubernetes driver overhead over bubblewrap (fixture AP
       const before = new Map(api.requests);
       const kube = new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: 'bench', workspaceImage: 'atelier-workspace:bench', runDir: path.join(base, 'run') });
       const k8s = await measure(kube, base, 'k');
-      const perWorkspace: Record<string, number> = {};
-      for (const [k, v] of api.requests) {
-        const d = v - (before.get(k) ?? 0);
-        if (d > 0) perWorkspace[k] = Math.round((d / OPENS) * 10) / 10;
-      }
+      const podPath = perWorkspace(api.requests, before);
+      const streams = ExecRelay.streamsOpened / OPENS;
       await kube.close();
+      const openWatchesAfter = api.openWatches();
+      const held = await holdInChild(api.kubeconfig, path.join(base, 'hold'), HOLD);
+      // The same opens as agent-sandbox Sandboxes, against a fixture that serves the CRDs.
+      const sbApi = await startKubeApiServer({ agentSandbox: true });
+      let sandboxPath: Record<string, number>;
+      let sandboxOpen: number[];
+      try {
+        const sbBefore = new Map(sbApi.requests);
+        const sbKube = new KubernetesExecutor({ kubeconfig: sbApi.kubeconfig, namespace: 'bench', workspaceImage: 'atelier-workspace:bench', runDir: path.join(base, 'run-sb') });
+        sandboxOpen = (await measure(sbKube, base, 's')).open;
+        sandboxPath = perWorkspace(sbApi.requests, sbBefore);
+        await sbKube.close();
+        expect(sbApi.openWatches()).toBe(0);
+      } finally {
+        await sbApi.close();
+      }
       const med = (xs: number[]) => pct(xs, 0.5);
       const result = {
         mode: FULL ? 'full' : 'smoke',
@@ -72,16 +143,21 @@ describe.skipIf(!isRoot)('kubernetes driver overhead over bubblewrap (fixture AP
         execs: EXECS,
         bubblewrap: { openMedianMs: med(bubble.open), execMedianMs: med(bubble.exec), execP90Ms: pct(bubble.exec, 0.9) },
         kubernetes: { openMedianMs: med(k8s.open), execMedianMs: med(k8s.exec), execP90Ms: pct(k8s.exec, 0.9) },
-        ratios: { open: med(k8s.open) / med(bubble.open), execMedian: med(k8s.exec) / med(bubble.exec), execP90: pct(k8s.exec, 0.9) / pct(bubble.exec, 0.9) },
-        apiRequestsPerWorkspaceLifecycle: perWorkspace,
+        kubernetesSandbox: { openMedianMs: med(sandboxOpen) },
+        ratios: { open: med(k8s.open) / med(bubble.open), openSandbox: med(sandboxOpen) / med(bubble.open), execMedian: med(k8s.exec) / med(bubble.exec), execP90: pct(k8s.exec, 0.9) / pct(bubble.exec, 0.9) },
+        apiRequestsPerWorkspaceLifecycle: podPath,
+        apiRequestsPerSandboxWorkspaceLifecycle: sandboxPath,
+        openWatchesAfter,
         // Held by the runner per remote workspace while it is used: one relay socket, one exec
         // stream (WebSocket) per daemon connection, one DaemonClient.
-        execStreamsPerWorkspace: ExecRelay.streamsOpened / OPENS,
+        execStreamsPerWorkspace: streams,
+        runnerHeldPerWorkspace: held,
       };
       if (FULL) writeFileSync(path.resolve(__dirname, '../../bench/data/kubernetes-driver.json'), JSON.stringify(result, null, 2) + '\n');
       console.log(JSON.stringify(result, null, 2));
       expect(result.ratios.open).toBeGreaterThan(0);
       expect(result.ratios.execMedian).toBeGreaterThan(0);
+      expect(openWatchesAfter).toBe(0);
     } finally {
       await api.close();
       rmSync(base, { recursive: true, force: true });

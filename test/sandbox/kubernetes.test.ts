@@ -46,7 +46,7 @@ describe.skipIf(!isRoot)('kubernetes executor driver (fixture API server)', () =
   it('create: a claim, a deny-all NetworkPolicy and a Pod labelled with the workspace; says what it used', async () => {
     h = await ex.create(spec);
     const name = objectName(spec.id);
-    expect(h).toEqual({ id: spec.id, socketPath: expect.stringContaining(path.join(base, 'run')), pid: -1 });
+    expect(h).toEqual({ id: spec.id, socketPath: expect.stringContaining(path.join(base, 'run')), pid: -1, placement: { kind: 'kubernetes-pod', apiVersion: 'v1', objectKind: 'Pod', namespace: 'atelier', name, pod: name } });
     expect(lstatSync(h.socketPath).mode & 0o777).toBe(0o600);
     const pod = api.store.get('pods', 'atelier', name);
     expect(pod.metadata.labels).toMatchObject({ 'atelier.dev/workspace': 'ws_K8sTest1', 'app.kubernetes.io/managed-by': 'atelier' });

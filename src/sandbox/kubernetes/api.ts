@@ -1,5 +1,5 @@
 /** The Kubernetes API as the driver uses it (@kubernetes/client-node 1.x), errors as ServiceErrors. */
-import type { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api } from '@kubernetes/client-node';
+import type { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api, Watch } from '@kubernetes/client-node';
 import { ServiceError } from '../../core/errors.js';
 import type { KubernetesExecutorOptions } from './options.js';
 
@@ -10,6 +10,8 @@ export interface KubeClients {
   apis: ApisApi;
   exec: Exec;
   metrics: Metrics;
+  /** Watches (watch.ts): the official client's list+watch building block. */
+  watch: Watch;
 }
 
 /**
@@ -17,11 +19,11 @@ export interface KubeClients {
  * on the bubblewrap driver never needs it.
  */
 export async function connectKube(o: KubernetesExecutorOptions): Promise<KubeClients> {
-  const { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api } = await import('@kubernetes/client-node');
+  const { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api, Watch } = await import('@kubernetes/client-node');
   const kc = new KubeConfig();
   if (o.kubeconfig) kc.loadFromFile(o.kubeconfig);
   else kc.loadFromCluster();
-  return { kc, core: kc.makeApiClient(CoreV1Api), net: kc.makeApiClient(NetworkingV1Api), apis: kc.makeApiClient(ApisApi), exec: new Exec(kc), metrics: new Metrics(kc) };
+  return { kc, core: kc.makeApiClient(CoreV1Api), net: kc.makeApiClient(NetworkingV1Api), apis: kc.makeApiClient(ApisApi), exec: new Exec(kc), metrics: new Metrics(kc), watch: new Watch(kc) };
 }
 
 export function statusCode(err: unknown): number | undefined {

@@ -33,7 +33,7 @@ import { ServiceError } from '../../core/errors.js';
 import { DaemonClient } from '../client.js';
 import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from '../daemon/protocol.js';
 import { execParams } from '../exec-params.js';
-import type { EphemeralBind, EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxSpec, SandboxStats } from '../executor.js';
+import type { EphemeralBind, EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxPlacement, SandboxSpec, SandboxStats } from '../executor.js';
 import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
 import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
 import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
@@ -43,6 +43,7 @@ import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
 import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, releaseVolumeParts, type CopyIn } from './release-volumes.js';
+import { newWatchCounters, waitForObjects, type KubeObjectLike, type Verdict, type WatchSource } from './watch.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 export type { KubernetesExecutorOptions } from './options.js';
@@ -79,6 +80,8 @@ export class KubernetesExecutor implements Executor {
   private kind: Promise<WorkspaceKind> | undefined;
   /** The Sandbox resource, when the cluster serves agent-sandbox (workspaceKind()). */
   private sandboxes: SandboxObjects | undefined;
+  /** Lists and watches made by waits (watch.ts), 410s and drops survived: for tests and the bench. */
+  readonly watchCounters = newWatchCounters();
 
   constructor(
     private readonly o: KubernetesExecutorOptions,
@@ -136,6 +139,39 @@ export class KubernetesExecutor implements Executor {
     return podClaim ? 'pod+pvc' : 'agent-sandbox';
   }
 
+  /** Follows objects by list+watch until `judge` decides or the deadline passes (watch.ts). */
+  private waitFor<T>(sources: WatchSource<KubeObjectLike>[], judge: (objects: Array<KubeObjectLike | null | undefined>) => Verdict<T>, deadline: number, timeout: (objects: Array<KubeObjectLike | null | undefined>) => ServiceError): Promise<T> {
+    return waitForObjects({ watch: this.k.watch, sources, judge, deadline, timeout, counters: this.watchCounters });
+  }
+
+  private podSource(name: string, from?: KubeObjectLike): WatchSource<KubeObjectLike> {
+    return {
+      path: `/api/v1/namespaces/${this.ns}/pods`,
+      name,
+      from,
+      list: async (fieldSelector) => {
+        const l = await this.k.core.listNamespacedPod({ namespace: this.ns, fieldSelector });
+        return { object: l.items[0] ?? null, resourceVersion: l.metadata?.resourceVersion ?? '' };
+      },
+    };
+  }
+
+  private claimSource(name: string): WatchSource<KubeObjectLike> {
+    return {
+      path: `/api/v1/namespaces/${this.ns}/persistentvolumeclaims`,
+      name,
+      list: async (fieldSelector) => {
+        const l = await this.k.core.listNamespacedPersistentVolumeClaim({ namespace: this.ns, fieldSelector });
+        return { object: l.items[0] ?? null, resourceVersion: l.metadata?.resourceVersion ?? '' };
+      },
+    };
+  }
+
+  private sandboxSource(name: string, from?: SandboxObject): WatchSource<KubeObjectLike> {
+    const sb = this.sandboxes!;
+    return { path: sb.path, name, from, list: (fieldSelector) => sb.list(fieldSelector) };
+  }
+
   private relayPath(id: string): string {
     return path.join(this.o.runDir, `${createHash('sha256').update(id).digest('hex').slice(0, 16)}.sock`);
   }
@@ -172,19 +208,38 @@ export class KubernetesExecutor implements Executor {
     claimReady();
     await this.applyPolicy(name, spec.id, spec.network);
     const existing = await orNull(this.k.core.readNamespacedPod({ name, namespace: this.ns }));
-    if (existing && (existing.metadata?.deletionTimestamp || existing.status?.phase === 'Succeeded' || existing.status?.phase === 'Failed')) {
-      await this.deletePod(name);
-    } else if (existing) {
+    let replace = !!existing && (!!existing.metadata?.deletionTimestamp || existing.status?.phase === 'Succeeded' || existing.status?.phase === 'Failed');
+    if (existing && !replace) {
       const h = await this.recover(spec);
       if (h) return h;
+      replace = true;
+    }
+    if (replace) {
+      // The new Pod takes the same name: the old one must be gone (a graceful deletion or a finalizer can keep it a while).
       await this.deletePod(name);
+      await this.waitGone(this.podSource(name), 'pod', Date.now() + (this.o.startTimeoutMs ?? 120_000));
     }
     const body = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: name, limits: spec.limits, env: spec.env, o: this.o, copies: releaseVolumeParts(copies, this.o) });
-    await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
+    const created = await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
       throw asServiceError(err, 'create pod');
     });
     await this.fill(name, copies);
-    return this.attach(spec.id, name, true);
+    return this.attach(spec.id, name, created, this.podPlacement(name));
+  }
+
+  /** Watches an object until it is gone (deleted), at most until the deadline. */
+  private waitGone(src: WatchSource<KubeObjectLike>, kind: 'pod' | 'sandbox', deadline: number): Promise<void> {
+    return this.waitFor([src], ([o]) => (o === null ? { done: undefined } : undefined), deadline, () => new ServiceError('DEADLINE_EXCEEDED', `${kind} ${this.ns}/${src.name} is still being deleted`, { [kind]: src.name }));
+  }
+
+  /** What a workspace on the Pod path is (SandboxHandle.placement). */
+  private podPlacement(pod: string): SandboxPlacement {
+    return { kind: 'kubernetes-pod', apiVersion: 'v1', objectKind: 'Pod', namespace: this.ns, name: pod, pod };
+  }
+
+  /** What a workspace that is a Sandbox is (SandboxHandle.placement). */
+  private sandboxPlacement(name: string, pod: string): SandboxPlacement {
+    return { kind: 'kubernetes-sandbox', apiVersion: `${AGENTS_GROUP}/${this.sandboxes!.version}`, objectKind: 'Sandbox', namespace: this.ns, name, pod };
   }
 
   /**
@@ -227,16 +282,14 @@ export class KubernetesExecutor implements Executor {
     await this.applyPolicy(name, spec.id, spec.network);
     const body = sandboxManifest({ name, id: spec.id, version: sb.version, limits: spec.limits, env: spec.env, o: this.o });
     let existing = await sb.get(name);
+    let known: SandboxObject | undefined;
     if (existing?.metadata.deletionTimestamp) {
-      // A destroy still under way: a new Sandbox of the same name waits for it to go.
-      for (let delay = 100; existing; delay = Math.min(delay * 2, 2_000)) {
-        if (Date.now() > deadline) throw new ServiceError('DEADLINE_EXCEEDED', `sandbox ${name} is still being deleted`, { sandbox: name });
-        await sleep(delay);
-        existing = await sb.get(name);
-      }
+      // A destroy still under way: a new Sandbox of the same name waits for it to go (watched).
+      await this.waitGone(this.sandboxSource(name, existing), 'sandbox', deadline);
+      existing = null;
     }
     if (!existing) {
-      await sb.create(body);
+      known = (await sb.create(body)) ?? undefined;
       claimReady();
     } else if (isSuspended(existing)) {
       await sb.setRunning(name, true, body.spec.podTemplate);
@@ -255,38 +308,51 @@ export class KubernetesExecutor implements Executor {
       }
       // Otherwise its Pod is still starting (or being made): wait for it as for a new one.
     }
-    const pod = await this.waitSandboxPod(name, deadline);
+    const pod = await this.waitSandboxPod(name, deadline, known);
     this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod });
-    return this.attach(spec.id, pod, false);
+    return this.attach(spec.id, pod, false, this.sandboxPlacement(name, pod));
   }
 
   /**
-   * Polls the Sandbox and its Pod (two GETs a step, backing off to 2 s) until the Pod runs; the
-   * controller makes the Pod, so an absent one is waited for. A Pod that ended ends the wait.
+   * Watches the Sandbox and its Pod (list+watch each, watch.ts) until the Pod runs; the
+   * controller makes the Pod, so an absent one is waited for. A Pod that ended ends the wait, as
+   * does the Sandbox's deletion. `known`: the Sandbox as just created (watched from its version).
    */
-  private async waitSandboxPod(name: string, deadline: number): Promise<string> {
-    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
-      const s = await this.sandboxes!.get(name);
-      if (!s || s.metadata.deletionTimestamp) throw new ServiceError('UNAVAILABLE', `sandbox ${name} is gone`, { sandbox: name });
-      const podName = sandboxPodName(s);
-      const p = await orNull(this.k.core.readNamespacedPod({ name: podName, namespace: this.ns }));
-      const phase = p && !p.metadata?.deletionTimestamp ? p.status?.phase : undefined;
-      if (phase === 'Running') return podName;
-      if (phase === 'Failed' || phase === 'Succeeded') {
-        throw new ServiceError('FAILED_PRECONDITION', `pod ${podName} of sandbox ${name} ended before its daemon answered (${phase}${p?.status?.message ? `: ${p.status.message}` : ''})`, { sandbox: name, pod: podName, phase });
-      }
-      if (Date.now() > deadline) {
-        const ready = readyCondition(s);
-        throw new ServiceError('DEADLINE_EXCEEDED', `the pod of sandbox ${name} was not running in time (${ready ? `Ready ${ready.status}, ${ready.reason ?? ''}${ready.message ? `: ${ready.message}` : ''}` : 'no Ready condition yet'})`, { sandbox: name, pod: podName, reason: ready?.reason ?? null });
-      }
-      await sleep(delay);
-    }
+  private async waitSandboxPod(name: string, deadline: number, known?: SandboxObject): Promise<string> {
+    const gone = () => new ServiceError('UNAVAILABLE', `sandbox ${name} is gone`, { sandbox: name });
+    const s0 = known ?? (await this.sandboxes!.get(name));
+    if (!s0 || s0.metadata.deletionTimestamp) throw gone();
+    // The Pod's name is fixed when the Sandbox is made (its own, or a warm-pool Pod's in the annotation).
+    const podName = sandboxPodName(s0);
+    return this.waitFor<string>(
+      [this.sandboxSource(name, s0), this.podSource(podName)],
+      ([s, p]) => {
+        if (s === null || s?.metadata?.deletionTimestamp) return { fail: gone() };
+        if (p === undefined) return undefined;
+        const phase = p && !p.metadata?.deletionTimestamp ? (p as PodLike).status?.phase : undefined;
+        if (phase === 'Running') return { done: podName };
+        if (phase === 'Failed' || phase === 'Succeeded') {
+          const message = (p as PodLike).status?.message;
+          return { fail: new ServiceError('FAILED_PRECONDITION', `pod ${podName} of sandbox ${name} ended before its daemon answered (${phase}${message ? `: ${message}` : ''})`, { sandbox: name, pod: podName, phase }) };
+        }
+        return undefined;
+      },
+      deadline,
+      ([s, p]) => {
+        const ready = s ? readyCondition(s as SandboxObject) : undefined;
+        const phase = p ? podPhaseNote(p as PodLike) : p === null ? 'no pod yet' : 'unknown';
+        return new ServiceError('DEADLINE_EXCEEDED', `the pod ${podName} of sandbox ${this.ns}/${name} was not running within ${Math.round((this.o.startTimeoutMs ?? 120_000) / 1000)} s (pod: ${phase}; sandbox: ${ready ? `Ready ${ready.status}, ${ready.reason ?? ''}${ready.message ? `: ${ready.message}` : ''}` : 'no Ready condition yet'})`, { sandbox: name, pod: podName, reason: ready?.reason ?? null });
+      },
+    );
   }
 
-  /** Waits for the Pod to run, opens the relay and waits for the daemon's ping. */
-  private async attach(id: string, pod: string, wait: boolean): Promise<SandboxHandle> {
+  /**
+   * Waits for the Pod to run (`created`: the create's answer, watched from its version; false:
+   * it runs already), opens the relay and waits for the daemon's ping.
+   */
+  private async attach(id: string, pod: string, created: V1Pod | false, placement?: SandboxPlacement): Promise<SandboxHandle> {
     const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
-    if (wait) await this.waitRunning(pod, deadline);
+    if (created) await this.waitRunning(pod, deadline, created);
     const socketPath = this.relayPath(id);
     await this.relays.get(id)?.close();
     this.clients.get(id)?.close();
@@ -305,22 +371,34 @@ export class KubernetesExecutor implements Executor {
         await sleep(delay);
       }
     }
-    return { id, socketPath, pid: -1 };
+    return { id, socketPath, pid: -1, ...(placement ? { placement } : {}) };
   }
 
-  /** Polls the Pod (one GET per step, backing off to 2 s) until it runs; Failed ends the wait. */
-  private async waitRunning(pod: string, deadline: number): Promise<V1Pod> {
-    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
-      const p = await orNull(this.k.core.readNamespacedPod({ name: pod, namespace: this.ns }));
-      const phase = p?.status?.phase;
-      if (p && phase === 'Running') return p;
-      if (phase === 'Failed' || phase === 'Succeeded') {
-        throw new ServiceError('FAILED_PRECONDITION', `pod ${pod} ended before its daemon answered (${phase}${p?.status?.message ? `: ${p.status.message}` : ''})`, { pod, phase });
-      }
-      if (!p) throw new ServiceError('UNAVAILABLE', `pod ${pod} is gone`, { pod });
-      if (Date.now() > deadline) throw new ServiceError('DEADLINE_EXCEEDED', `pod ${pod} was not running in time (phase ${phase ?? 'unknown'})`, { pod, phase: phase ?? null });
-      await sleep(delay);
-    }
+  /**
+   * Watches the Pod (from `created`, the create's answer: no first list; list+watch after a 410
+   * or a dropped watch, watch.ts) until it runs; Failed or Succeeded ends the wait, as does its
+   * deletion; at the deadline the error names the Pod and its last phase.
+   */
+  private waitRunning(pod: string, deadline: number, created: V1Pod): Promise<void> {
+    return this.waitFor(
+      [this.podSource(pod, created as KubeObjectLike)],
+      ([p]) => {
+        if (p === undefined) return undefined;
+        const phase = (p as PodLike | null)?.status?.phase;
+        if (p && phase === 'Running') return { done: undefined };
+        if (phase === 'Failed' || phase === 'Succeeded') {
+          const message = (p as PodLike).status?.message;
+          return { fail: new ServiceError('FAILED_PRECONDITION', `pod ${pod} ended before its daemon answered (${phase}${message ? `: ${message}` : ''})`, { pod, phase }) };
+        }
+        if (!p) return { fail: new ServiceError('UNAVAILABLE', `pod ${pod} is gone`, { pod }) };
+        return undefined;
+      },
+      deadline,
+      ([p]) => {
+        const phase = (p as PodLike | null | undefined)?.status?.phase ?? null;
+        return new ServiceError('DEADLINE_EXCEEDED', `pod ${this.ns}/${pod} was not running within ${Math.round((this.o.startTimeoutMs ?? 120_000) / 1000)} s (last ${p ? podPhaseNote(p as PodLike) : 'phase unknown'})`, { pod, phase });
+      },
+    );
   }
 
   private async applyPolicy(name: string, id: string, network: SandboxNetwork): Promise<void> {
@@ -438,7 +516,7 @@ export class KubernetesExecutor implements Executor {
     const p = await orNull(this.k.core.readNamespacedPod({ name: pod, namespace: this.ns }));
     if (!p || p.status?.phase !== 'Running' || p.metadata?.deletionTimestamp) return null;
     try {
-      const h = await this.attach(spec.id, pod, false);
+      const h = await this.attach(spec.id, pod, false, sb ? this.sandboxPlacement(name, pod) : this.podPlacement(pod));
       this.roots.set(path.resolve(spec.rootDir), { claim, pod });
       await this.setProxy(spec.id, spec.network);
       return h;
@@ -517,8 +595,26 @@ export class KubernetesExecutor implements Executor {
     if (known) return known;
     const root = path.dirname(src);
     const id = path.basename(root);
-    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return { claim: objectName(id), id };
+    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return this.claimOfUnknown(id);
     return undefined;
+  }
+
+  /**
+   * The claim of a workspace this runner neither made, recovered nor is making: on the Pod path
+   * its claim by name (made by the caller when absent: a clone the service starts just before the
+   * workspace's own create()); with agent-sandbox, its Pod-path claim when it has one (made before
+   * the CRDs were installed), else its Sandbox's claim, waited for (watched) when absent: the
+   * workspace's create() makes the Sandbox, whose controller makes the claim. Making a Pod-path
+   * claim there would turn the workspace into a Pod (kindOf()).
+   */
+  private async claimOfUnknown(id: string): Promise<{ claim: string; pod?: string; id?: string }> {
+    const name = objectName(id);
+    if ((await this.workspaceKind()) === 'pod+pvc') return { claim: name, id };
+    if (await orNull(this.k.core.readNamespacedPersistentVolumeClaim({ name, namespace: this.ns }))) return { claim: name, pod: name };
+    const claim = sandboxClaimName(name);
+    const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
+    await this.waitFor([this.claimSource(claim)], ([c]) => (c ? { done: undefined } : undefined), deadline, () => new ServiceError('DEADLINE_EXCEEDED', `the claim ${claim} of workspace ${id} did not appear in time (its Sandbox was not made)`, { claim, workspace: id }));
+    return { claim, pod: name };
   }
 
   /**
@@ -612,11 +708,11 @@ export class KubernetesExecutor implements Executor {
       // The command's environment (a deployment's secrets) goes over the exec stream only, never
       // into the Pod object the cluster stores: the Pod carries the proxy variables alone.
       const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: proxy ? TUNNEL_PROXY_ENV : undefined, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o), ...(scratch ? {} : { subs }) });
-      await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
+      const created = await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
         throw asServiceError(err, 'create pod');
       });
       await this.fill(name, copies);
-      const h = await this.attach(id, name, true);
+      const h = await this.attach(id, name, created);
       if (work) await copyInto(this.k.exec, this.ns, name, 'main', { source: work.source, target: work.target }, work.target, MAX_COPY_BYTES);
       if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
       // The daemon takes a working directory inside /workspace only; another (the toolbox's /tmp)
@@ -652,6 +748,16 @@ export class KubernetesExecutor implements Executor {
   async close(): Promise<void> {
     for (const id of [...this.relays.keys()]) await this.detach(id);
   }
+}
+
+/** What the driver reads of a Pod in a watch event or list (plain JSON or the client's V1Pod). */
+type PodLike = KubeObjectLike & { status?: { phase?: string; message?: string; reason?: string; containerStatuses?: Array<{ state?: { waiting?: { reason?: string; message?: string } } }> } };
+
+/** "phase Pending: ImagePullBackOff (…)": a Pod's phase and why it waits, for errors. */
+function podPhaseNote(p: PodLike): string {
+  const waiting = p.status?.containerStatuses?.find((c) => c.state?.waiting)?.state?.waiting;
+  const why = waiting?.reason ? `: ${waiting.reason}${waiting.message ? ` (${waiting.message.slice(0, 200)})` : ''}` : p.status?.reason ? `: ${p.status.reason}` : '';
+  return `phase ${p.status?.phase ?? 'unknown'}${why}`;
 }
 
 function validateId(id: string): void {

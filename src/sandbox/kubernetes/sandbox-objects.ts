@@ -101,6 +101,17 @@ export class SandboxObjects {
     return { group: AGENTS_GROUP, version: this.version, namespace: this.namespace, plural: SANDBOX_PLURAL };
   }
 
+  /** The collection's path (watch.ts). */
+  get path(): string {
+    return `/apis/${AGENTS_GROUP}/${this.version}/namespaces/${this.namespace}/${SANDBOX_PLURAL}`;
+  }
+
+  /** A list filtered by a field selector (watch.ts): the first object and the list's resourceVersion. */
+  async list(fieldSelector: string): Promise<{ object: SandboxObject | null; resourceVersion: string }> {
+    const l = (await this.api.listNamespacedCustomObject({ ...this.where, fieldSelector })) as { items?: SandboxObject[]; metadata?: { resourceVersion?: string } };
+    return { object: l.items?.[0] ?? null, resourceVersion: l.metadata?.resourceVersion ?? '' };
+  }
+
   get(name: string): Promise<SandboxObject | null> {
     return orNull(this.api.getNamespacedCustomObject({ ...this.where, name }) as Promise<SandboxObject>);
   }
