@@ -202,6 +202,7 @@ beforeAll(async () => {
   const keyFile = join(tmp, 'suggest.key');
   writeFileSync(keyFile, SUGGEST_KEY + '\n', { mode: 0o600 });
   svc = await startWorkspaceService(host, {
+    env: { ATELIER_KNOWLEDGE_EMBEDDINGS: 'on' }, // skill_suggest's semantic half
     args: ['--skill-suggest-url', `http://127.0.0.1:${(suggestServer.address() as { port: number }).port}/suggest`, '--skill-suggest-key-file', keyFile],
   });
   const otherPort = (otherServer.address() as { port: number }).port;

@@ -54,7 +54,11 @@ afterEach(({ task }) => {
 export async function startService(opts: StartOptions = {}): Promise<Service> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'atelier-e2e-'));
   const proc = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--data-dir', dataDir, '--log-level', 'info', ...(opts.args ?? [])], {
-    env: { ...process.env, ...opts.env },
+    // The local embedding model is loaded only by the tests that search by meaning (they pass
+    // ATELIER_KNOWLEDGE_EMBEDDINGS on): it costs every start about 1.3 s of CPU and 115 MB, on a
+    // suite that starts a few hundred services on two cores. Lexical search, owner notes and
+    // every other tool work the same with it off; a flag or the test's own env still decides.
+    env: { ATELIER_KNOWLEDGE_EMBEDDINGS: 'off', ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

@@ -41,7 +41,7 @@ const create = (args: R, w = ws) => ok(c, 'knowledge_create', { title: 'untitled
 beforeAll(async () => {
   host = await startGitHost();
   repoUrl = (await host.createRepo('approved/knowledge', REPO_FILES)).url;
-  svc = await startWorkspaceService(host, { config: { retentionSecondMs: SECOND_MS } });
+  svc = await startWorkspaceService(host, { config: { retentionSecondMs: SECOND_MS }, env: { ATELIER_KNOWLEDGE_EMBEDDINGS: 'on' } });
   c = await connectV2(svc);
   ws = await openWs(c, 'open-kn-1');
   ws2 = await openWs(c, 'open-kn-2');

@@ -137,7 +137,9 @@ describe.each([
   let expected: Record<string, unknown>;
 
   beforeAll(async () => {
-    const svc = await startWorkspaceService(host, { config: { sandboxDiskMb: diskMb } });
+    // The racer spins as fast as it may: half a core is still thousands of swaps per runner-side
+    // call, and leaves the other tests of the run their share of a 2-core machine.
+    const svc = await startWorkspaceService(host, { config: { sandboxDiskMb: diskMb, sandboxCpuPercent: 50 } });
     services.push(svc);
     await c?.close();
     c = await connectV2(svc);
