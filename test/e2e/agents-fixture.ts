@@ -129,6 +129,21 @@ export function runtimeProcesses(): string[] {
   return allRuntimeProcesses().filter((l) => !isIdle(l));
 }
 
+/**
+ * The agent runtimes still running once they should all have ended: an agent's status turns
+ * terminal as its runtime is told to stop, and the process exits a moment later, so this waits
+ * (up to `ms`) for them to go. A runtime that stays is still returned: a leak fails the test.
+ */
+export async function runtimesLeft(ms = 15_000): Promise<string[]> {
+  const until = Date.now() + ms;
+  let left = runtimeProcesses();
+  while (left.length && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 200));
+    left = runtimeProcesses();
+  }
+  return left;
+}
+
 /** Idle pre-started runtimes of the pool, as { pid, slot, line }. */
 export function idleRuntimes(): Array<{ pid: number; slot: string; line: string }> {
   return allRuntimeProcesses()

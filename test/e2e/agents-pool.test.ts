@@ -11,7 +11,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { serveExpectingFailure } from './harness.js';
-import { PROVIDER_KEY, idleRuntimes, runtimeProcesses, startAgentEnv, type AgentEnv } from './agents-fixture.js';
+import { PROVIDER_KEY, idleRuntimes, runtimeProcesses, startAgentEnv, type AgentEnv, runtimesLeft } from './agents-fixture.js';
 
 const idOf = (r: Record<string, any>) => r.agentId as string;
 
@@ -109,7 +109,7 @@ describe('agent runtime pool (default size 1)', () => {
     const idle = idleRuntimes();
     expect(idle.length).toBe(1);
     const { pid, slot, line } = idle[0]!;
-    expect(runtimeProcesses()).toEqual([]); // no agent runs
+    expect(await runtimesLeft()).toEqual([]); // no agent runs
 
     // Nothing secret before assignment: command line, environment, mounts, memory.
     const environ = readFileSync(`/proc/${pid}/environ`, 'utf8');
@@ -148,7 +148,7 @@ describe('agent runtime pool (default size 1)', () => {
     // Not reused: the process is gone, its sockets removed, the next agent gets another runtime.
     for (let i = 0; i < 50 && alive(pid); i++) await new Promise((r) => setTimeout(r, 100));
     expect(alive(pid)).toBe(false);
-    expect(runtimeProcesses()).toEqual([]);
+    expect(await runtimesLeft()).toEqual([]);
     await waitPoolReady(e);
     const next = idleRuntimes();
     expect(next.length).toBe(1);
@@ -171,7 +171,7 @@ describe('agent runtime pool (default size 1)', () => {
     const runtimes = await Promise.all(ids.map((id) => runtimeOf(e, id)));
     expect(new Set(runtimes.map((r) => r.id)).size).toBe(3);
     expect(runtimes.filter((r) => !r.pooled).length).toBeGreaterThanOrEqual(1);
-    expect(runtimeProcesses()).toEqual([]);
+    expect(await runtimesLeft()).toEqual([]);
   }, 180_000);
 });
 
@@ -193,7 +193,7 @@ describe('agent runtime pool size 0', () => {
     const id = idOf(await e.ok('agent_spawn', { idempotencyKey: 'nopool-1', profileId: 'nopool-chat', prompt: '#agent=nopool go', proxyOperations: ['files_read'], repositoryContext: 'none' }));
     expect(await e.waitEnd(id)).toMatchObject({ status: 'SUCCEEDED', summary: 'read ok' });
     expect((await runtimeOf(e, id)).pooled).toBe(false);
-    expect(runtimeProcesses()).toEqual([]);
+    expect(await runtimesLeft()).toEqual([]);
     expect(idleRuntimes()).toEqual([]);
   }, 120_000);
 });

@@ -8,7 +8,7 @@
  * agent_status) is within the root's budget, and the sum over every subtree within its carve.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startAgentEnv, runtimeProcesses, type AgentEnv } from './agents-fixture.js';
+import { startAgentEnv, type AgentEnv, runtimesLeft } from './agents-fixture.js';
 import type { ScriptCtx, ScriptStep } from '../fixtures/fake-agent-provider.js';
 import { seeded as rng } from '../fixtures/seeded.js';
 
@@ -224,7 +224,7 @@ describe('agent tree budgets through the real service', () => {
     const { spentCost } = checkTree(agents, spawned.agentId);
     // The root spent greedily: the whole budget is used up to rounding, and not one micro-USD more.
     expect(spentCost).toBeLessThanOrEqual(ROOT.maxCostMicros);
-    expect(runtimeProcesses()).toEqual([]);
+    expect(await runtimesLeft()).toEqual([]);
   }, 200_000);
 
   for (const seed of (process.env.ATELIER_TREE_SEEDS ?? '2,19,31').split(',').map(Number)) {
@@ -240,7 +240,7 @@ describe('agent tree budgets through the real service', () => {
       console.log(`tree seed ${seed}: ${count} agents (planned ${flat(plan).length}), spent ${spentCost} of ${ROOT.maxCostMicros} micro-USD; statuses ${agents.map((a) => a.status).join(' ')}`);
       if (process.env.TREE_DEBUG) for (const a of agents) console.log(a.agentId, a.depth, a.status, (await e.logText(a.agentId)).split('\n').filter((l) => /tool_result|status/.test(l)).map((l) => l.slice(0, 400)).join('\n'));
       expect(spentCost).toBeLessThanOrEqual(ROOT.maxCostMicros);
-      expect(runtimeProcesses()).toEqual([]);
+      expect(await runtimesLeft()).toEqual([]);
     }, 200_000);
   }
 });

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startAgentEnv, runtimeProcesses, PROVIDER_KEY, PRICING, LIMITS, type AgentEnv } from './agents-fixture.js';
+import { startAgentEnv, runtimeProcesses, PROVIDER_KEY, PRICING, LIMITS, type AgentEnv, runtimesLeft } from './agents-fixture.js';
 
 let e: AgentEnv;
 beforeAll(async () => {
@@ -189,7 +189,7 @@ describe('budgets, all hard', () => {
     const reqs = e.fake.requests.filter((q) => q.script === 'loop-out');
     expect(reqs.at(-1)!.body.tools).toBeUndefined();
     expect(reqs.filter((q) => q.body.tools).every((q) => JSON.stringify(q.body.messages[0]).includes('Remaining budget'))).toBe(true);
-    expect(runtimeProcesses()).toEqual([]);
+    expect(await runtimesLeft()).toEqual([]);
   }, 120_000);
 });
 
@@ -247,7 +247,7 @@ describe('trees', () => {
       expect(s.status).toBe('CANCELLED');
       expect(s.cancelReason).toBe('enough');
     }
-    expect(runtimeProcesses()).toEqual([]);
+    expect(await runtimesLeft()).toEqual([]);
     for (const l of leaseIds) {
       const a = await gatewayAdmin(`/admin/leases/${l}`);
       expect(a.status === 404 || a.body.revoked === true).toBe(true);
@@ -328,8 +328,8 @@ describe('pinning and scale', () => {
     const ids = await Promise.all(Array.from({ length: 16 }, (_, i) => spawn({ profileId: i % 2 ? 'coder-chat' : 'coder-resp', prompt: `#agent=many n${i}`, proxyOperations: ['grep_search'], repositoryContext: 'none' }).then(idOf)));
     expect(new Set(ids).size).toBe(16);
     const ends = await Promise.all(ids.map((id) => e.waitEnd(id, 120_000)));
-    for (const s of ends) expect(s).toMatchObject({ status: 'SUCCEEDED', summary: 'ok found' });
-    expect(runtimeProcesses()).toEqual([]);
+    for (const s of ends) expect(s, JSON.stringify(s)).toMatchObject({ status: 'SUCCEEDED', summary: 'ok found' });
+    expect(await runtimesLeft()).toEqual([]);
     const page1 = await e.ok('agent_list', { limit: 10 });
     expect(page1.agents.length).toBe(10);
     expect(page1.nextCursor).toMatch(/^[1-9][0-9]*$/);
