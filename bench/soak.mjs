@@ -5,7 +5,7 @@
 // workspace daemon's memory (RSS and, from its cgroup, the workspace's memory), the runner's RSS
 // and descriptors. Goal: 0 errors, no daemon death (workspace_status sandboxRestarts stays
 // absent), daemon and runner memory flat after warm-up (the last fifth's mean over the mean just
-// after warm-up, printed as ratios). Smoke mode (--smoke): 3 clients for 20 s. The daemons' memory
+// after warm-up, printed as ratios). Smoke mode (--smoke): 3 clients for 12 s, sampled every second. The daemons' memory
 // is that of this service's own daemons only (the machine may run others). On a death the
 // workspace's sandboxNote (exit signal, last stderr lines, OOM kills) is printed.
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
@@ -13,8 +13,8 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import { SMOKE, count, loadGitHost, startAtelierForGitHost } from './lib.mjs';
 
 const CLIENTS = Number(process.env.SOAK_CLIENTS ?? count(8, 3));
-const SECONDS = Number(process.env.SOAK_SECONDS ?? (process.env.SOAK_MINUTES ? Number(process.env.SOAK_MINUTES) * 60 : count(20 * 60, 20)));
-const SAMPLE_MS = Number(process.env.SOAK_SAMPLE_MS ?? count(10_000, 2_000));
+const SECONDS = Number(process.env.SOAK_SECONDS ?? (process.env.SOAK_MINUTES ? Number(process.env.SOAK_MINUTES) * 60 : count(20 * 60, 12)));
+const SAMPLE_MS = Number(process.env.SOAK_SAMPLE_MS ?? count(10_000, 1_000));
 /** Flat: the last fifth's mean memory within this factor of the mean just after warm-up. */
 const FLAT = 1.25;
 

@@ -8,8 +8,10 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Arborist from '@npmcli/arborist';
-import pacote from 'pacote';
+// Arborist and pacote (with sigstore, cacache, the fetch stack) are loaded on the first plan, not at
+// start-up: they are about a quarter of a second of CPU on every start of the service and every CLI
+// command, and most runs never resolve a package.
+const npmLibs = async () => ({ Arborist: (await import('@npmcli/arborist')).default, pacote: (await import('pacote')).default });
 import npa from 'npm-package-arg';
 import { ServiceError } from '../../core/errors.js';
 
@@ -98,6 +100,7 @@ export async function resolveNpm(name: string, spec: string | undefined, options
   try {
     const manifest = { name: 'atelier-managed-package', version: '0.0.0', private: true };
     await writeFile(join(dir, 'package.json'), JSON.stringify(manifest));
+    const { Arborist, pacote } = await npmLibs();
     const arb = new Arborist({ path: dir, ...npmOpts(options) });
     let tree: Awaited<ReturnType<typeof arb.buildIdealTree>>;
     try {
