@@ -14,6 +14,7 @@ import { call, connectV2, dashboardLogin, httpRequest, runCli, startService, unm
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import type { KubeApiServer } from '../fixtures/kube-apiserver/index.js';
+import { startKubeTarget, type KubeTarget } from './kube-fixture.js';
 
 const isRoot = process.getuid?.() === 0;
 const SECRET = 'kube-deploy-secret-4d3c2b1a';
@@ -29,7 +30,8 @@ describe.skipIf(!isRoot)('deployments on the kubernetes executor', () => {
   let dash: { cookie: string; csrf: string };
   const deployRequests: Array<{ path: string; auth: string | undefined }> = [];
   const dataDir = mkdtempSync(join(tmpdir(), 'atelier-dpk-'));
-  const stored: string[] = [];
+  let stored: string[] = [];
+  let kube: KubeTarget;
 
   async function ok(name: string, a: Record<string, unknown>): Promise<R> {
     const r = await call(c, name, a);
@@ -59,10 +61,10 @@ describe.skipIf(!isRoot)('deployments on the kubernetes executor', () => {
     };
     repoUrl = (await host.createRepo('approved/dpk', files)).url;
     await configFor(host, dataDir, { sandboxDiskMb: 0 });
-    const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
-    api = await startKubeApiServer();
-    api.store.watch(Number(api.store.resourceVersion), (e) => stored.push(JSON.stringify(e)));
-    svc = await startService({ dataDir, args: ['--executor', 'kubernetes', '--kubeconfig', api.kubeconfig, '--kube-namespace', 'atelier', '--kube-workspace-image', 'atelier-workspace:test'] });
+    kube = await startKubeTarget({ record: true });
+    api = kube.api!;
+    stored = kube.stored;
+    svc = await startService({ dataDir, args: kube.args });
     c = await connectV2(svc);
     dash = await dashboardLogin(svc);
     ws = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'dpk-open' })).workspaceId as string;

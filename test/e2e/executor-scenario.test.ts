@@ -34,6 +34,7 @@ import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import { startAgentEnv, type AgentEnv } from './agents-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import type { KubeApiServer } from '../fixtures/kube-apiserver/index.js';
+import { startKubeTarget, type KubeTarget } from './kube-fixture.js';
 
 const isRoot = process.getuid?.() === 0;
 const realCluster = process.env.KUBECONFIG && process.env.ATELIER_TEST_KUBE_IMAGE ? process.env.KUBECONFIG : undefined;
@@ -57,7 +58,8 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
   let repoUrl: string;
   let ws: string;
   let args: string[] = [];
-  const stored: string[] = [];
+  let stored: string[] = [];
+  let kube: KubeTarget | undefined;
   let ownerToken = '';
   const dataDir = mkdtempSync(join(tmpdir(), 'atelier-xs-'));
 
@@ -85,15 +87,11 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     } else {
       // The claim is the disk: no loop images on the runner.
       await configFor(host, dataDir, { sandboxDiskMb: 0, egress });
-      let kubeconfig = realCluster;
-      if (driver === 'kubernetes') {
-        const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
-        api = await startKubeApiServer();
-        kubeconfig = api.kubeconfig;
-        // Every object the cluster is given (Pods of the workspace and of each git operation included).
-        api.store.watch(Number(api.store.resourceVersion), (e) => stored.push(JSON.stringify(e)));
-      }
-      args = ['--executor', 'kubernetes', '--kubeconfig', kubeconfig!, '--kube-namespace', process.env.ATELIER_TEST_KUBE_NAMESPACE ?? 'atelier', '--kube-workspace-image', process.env.ATELIER_TEST_KUBE_IMAGE ?? 'atelier-workspace:test'];
+      // Every object the cluster is given (Pods of the workspace and of each git operation included).
+      kube = await startKubeTarget({ kubeconfig: driver === 'kubernetes' ? undefined : realCluster, record: true });
+      api = kube.api;
+      stored = kube.stored;
+      args = kube.args;
     }
     svc = await startService({ dataDir, args });
     ownerToken = svc.token;
@@ -245,19 +243,16 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
 
 describe.each(DRIVERS)('an agent run: $driver', ({ driver, skip }) => {
   let api: KubeApiServer | undefined;
+  let kube: KubeTarget | undefined;
   let e: AgentEnv;
 
   beforeAll(async () => {
     if (skip) return;
     let args: string[] = [];
     if (driver !== 'bubblewrap') {
-      let kubeconfig = realCluster;
-      if (driver === 'kubernetes') {
-        const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
-        api = await startKubeApiServer();
-        kubeconfig = api.kubeconfig;
-      }
-      args = ['--sandbox-disk-mb', '0', '--executor', 'kubernetes', '--kubeconfig', kubeconfig!, '--kube-namespace', process.env.ATELIER_TEST_KUBE_NAMESPACE ?? 'atelier', '--kube-workspace-image', process.env.ATELIER_TEST_KUBE_IMAGE ?? 'atelier-workspace:test'];
+      kube = await startKubeTarget({ kubeconfig: driver === 'kubernetes' ? undefined : realCluster });
+      api = kube.api;
+      args = ['--sandbox-disk-mb', '0', ...kube.args];
     }
     e = await startAgentEnv({ args });
     await e.makeProfile('coder-chat', 'chat-completions');
