@@ -247,7 +247,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     fire: (...a: Parameters<ExtensionService['fire']>) => extensions.fire(...a),
     opened: (...a: Parameters<ExtensionService['opened']>) => extensions.opened(...a),
   };
-  const templates = new TemplateService({ db, log, audit, environments, dataDir: images, diskMb: config.sandboxDiskMb, uid: config.sandboxUid });
+  const templates = new TemplateService({ db, log, audit, environments, dataDir: images, diskMb: config.sandboxDiskMb, uid: config.sandboxUid, hostImages: executor.storage?.image !== undefined && executor.storage.copies !== undefined, executor: config.executor });
   const workspaces = new WorkspaceService({
     db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks, locks, templates,
     onClose: [(id) => commands.forgetWorkspace(id), (id) => packages.forgetWorkspace(id), async (id) => extensions.forgetWorkspace(id), async (id) => previews.forgetWorkspace(id)],
@@ -325,6 +325,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       db, cursors, log, audit, workspaces, clock,
       root: join(images, 'checkpoints'),
       pool: imagePool,
+      copies: executor.storage?.copies,
       quotaBytes: config.checkpointQuotaMb * 1_048_576,
       maxCount: config.checkpointMaxCount,
     }),

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 
 /**
  * Identifiers: a fixed prefix plus URL-safe random characters (A-Z a-z 0-9 _ -).
@@ -43,6 +43,17 @@ export function randomToken(chars: number): string {
     .slice(0, chars);
 }
 
+const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/**
+ * A new identifier: the kind's prefix and `chars` characters of A-Za-z0-9_- (the spec's shape),
+ * the last one alphanumeric, so that every id is also a Kubernetes label value (which must end
+ * alphanumeric): the Kubernetes driver labels a workspace's objects with its id
+ * (src/sandbox/kubernetes/names.ts). One in 32 ids ended in - or _ before, and their objects had
+ * no workspace label.
+ */
 export function newId(kind: IdKind, chars = 24): string {
-  return ID_PREFIXES[kind] + randomToken(chars);
+  const body = randomToken(chars);
+  if (chars < 1 || /[A-Za-z0-9]$/.test(body)) return ID_PREFIXES[kind] + body;
+  return ID_PREFIXES[kind] + body.slice(0, -1) + ALNUM[randomInt(ALNUM.length)];
 }

@@ -199,6 +199,64 @@ export interface SandboxStats {
  * image mounted at rootDir, its repo/, home/ and tmp/ made by descriptor). A driver without it
  * keeps a workspace's files itself (Kubernetes: the workspace's claim).
  */
+/** How an image copy was made: 'reflink' shares the blocks until either side writes (copy-on-write); 'copy' wrote every allocated block. */
+export type CopyMode = 'reflink' | 'copy';
+
+/** The rule named in the RESOURCE_EXHAUSTED a copy answers when the disk holding the images is full. */
+export const IMAGE_STORE_FULL = 'image store full';
+
+/** A workspace's state at rest: one filesystem image file. */
+export interface StoredState {
+  /** Host path of the image (root's, in a 0700 directory). */
+  image: string;
+  /** The image's size (the filesystem's size; holes included). */
+  sizeBytes: number;
+  /** Blocks the image references on the host disk (a reflink clone's are shared with its source until either writes). */
+  diskBytes: number;
+  /** What making it added to the host disk: for a copy every allocated block (diskBytes); for a reflink clone only the extents it does not share (none, as it is made). */
+  addedBytes: number;
+  mode: CopyMode;
+}
+
+/** What a snapshot needs of a workspace. */
+export interface SnapshotSource {
+  /** The workspace filesystem's mount point (root's; the workspace cannot replace it). */
+  rootDir: string;
+  /** Its image file. */
+  image: string;
+  /**
+   * Runs fn with every process of the workspace frozen (cgroup freezer), when it has any running;
+   * `frozen` says whether processes were frozen.
+   */
+  freeze: <T>(fn: () => Promise<T>) => Promise<{ value: T; frozen: boolean }>;
+}
+
+export interface SnapshotResult extends StoredState {
+  /** Whether the workspace's processes were frozen for the copy (false: none ran). */
+  processesFrozen: boolean;
+  /** How long the workspace stood still (processes frozen and its filesystem frozen), ms. */
+  frozenMs: number;
+  /** The whole snapshot, ms. */
+  ms: number;
+}
+
+/**
+ * Copies of whole workspace images (checkpoints, restores, forks: issue #33), for a storage that
+ * keeps each workspace's filesystem in one host image file (WorkspaceStorage.image).
+ */
+export interface WorkspaceImageCopies {
+  /** A consistent copy of a live workspace's filesystem at dest (its processes and filesystem frozen for the copy). */
+  snapshot(source: SnapshotSource, dest: string): Promise<SnapshotResult>;
+  /** A new, independent image at `image` from a stored state. */
+  materialize(state: Pick<StoredState, 'image'>, image: string): Promise<{ mode: CopyMode; ms: number; addedBytes: number }>;
+  /** Flushes the workspace filesystem mounted at rootDir so its image's size is current. */
+  settle(rootDir: string): Promise<void>;
+  /** Apparent and allocated size of an image file. */
+  usage(file: string): Promise<{ sizeBytes: number; diskBytes: number }>;
+  /** Thaws a filesystem an earlier runner left frozen at rootDir; whether one was. */
+  unfreezeLeftover(rootDir: string): Promise<boolean>;
+}
+
 export interface WorkspaceStorage {
   /** Makes rootDir ready for the sandbox (idempotent). */
   prepare(id: string, rootDir: string): Promise<void>;
@@ -216,6 +274,17 @@ export interface WorkspaceStorage {
   image?(id: string): string | undefined;
   /** Unmounts the workspace's filesystem (before its image is replaced); prepare() mounts it again. */
   unmount?(id: string, rootDir: string): Promise<void>;
+  /**
+   * A filesystem of its own, sizeMb large, on the host file `img`, mounted at `dir` (a package
+   * build's directory, as a workspace's disk: a build that fills it fails alone). Absent, the
+   * directory stays a plain directory of the data directory (a driver whose builds run elsewhere
+   * bounds what comes back by EphemeralBind.collect.maxBytes).
+   */
+  mountScratch?(img: string, sizeMb: number, dir: string): Promise<void>;
+  /** Unmounts what mountScratch mounted at dir; nothing mounted there, nothing done. */
+  unmountScratch?(dir: string): Promise<void>;
+  /** Copies of workspace images (with image()); absent, there are no checkpoints or forks. */
+  readonly copies?: WorkspaceImageCopies;
 }
 
 export interface Executor {

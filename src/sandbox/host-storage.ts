@@ -5,11 +5,15 @@
  */
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { cleanSpareImages, ensureWorkspaceDisk, imagePath, prepareSpareImage, releaseWorkspaceDisk, unmountScratchDisk, type DiskOptions } from './disk.js';
-import type { WorkspaceStorage } from './executor.js';
+import { cleanSpareImages, ensureWorkspaceDisk, imagePath, mountScratchDisk, prepareSpareImage, releaseWorkspaceDisk, unmountScratchDisk, type DiskOptions } from './disk.js';
+import type { WorkspaceImageCopies, WorkspaceStorage } from './executor.js';
+import { HOST_IMAGE_COPIES } from './snapshot.js';
 import { prepareRootDir, removeSandboxRoot } from './rootdir.js';
 
 export class HostWorkspaceStorage implements WorkspaceStorage {
+  /** Checkpoints and forks copy each workspace's image file (snapshot.ts). */
+  readonly copies: WorkspaceImageCopies = HOST_IMAGE_COPIES;
+
   constructor(private readonly o: DiskOptions) {}
 
   private get ids() {
@@ -46,5 +50,13 @@ export class HostWorkspaceStorage implements WorkspaceStorage {
 
   async unmount(_id: string, rootDir: string): Promise<void> {
     await unmountScratchDisk(rootDir);
+  }
+
+  async mountScratch(img: string, sizeMb: number, dir: string): Promise<void> {
+    await mountScratchDisk(img, sizeMb, dir);
+  }
+
+  async unmountScratch(dir: string): Promise<void> {
+    await unmountScratchDisk(dir);
   }
 }

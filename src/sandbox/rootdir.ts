@@ -18,9 +18,13 @@
  * owned by that uid already (a new directory, or a tree made under another configured uid).
  */
 import { constants } from 'node:fs';
-import { chmod, lchown, lstat, mkdir, open, readdir, rmdir, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { chmod, lchown, lstat, mkdir, readdir, stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { ServiceError } from '../core/errors.js';
+import { at, gone, openDirAt, openDirNoFollow, removeTreeNoFollow } from './host-fs.js';
+
+// The descriptor walks live in host-fs.ts (driver-neutral); re-exported for this driver's modules.
+export { openDirNoFollow, removeTreeNoFollow };
 
 export const ROOT_SUBDIRS = ['repo', 'home', 'tmp'] as const;
 
@@ -29,33 +33,6 @@ export interface SandboxIds {
   gid: number;
 }
 
-const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
-
-/** The path that names `name` inside the directory held by `fh` (openat semantics). */
-function at(fh: FileHandle, name: string): string {
-  if (name === '' || name === '.' || name === '..' || name.includes('/')) throw new ServiceError('INTERNAL', `bad entry name in a descriptor walk: ${JSON.stringify(name)}`);
-  return `/proc/self/fd/${fh.fd}/${name}`;
-}
-
-function gone(err: unknown): boolean {
-  const code = (err as NodeJS.ErrnoException).code;
-  return code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR' || code === 'EXDEV';
-}
-
-/** Opens a directory by absolute host path, refusing a symlink in the last component. */
-export async function openDirNoFollow(p: string): Promise<FileHandle> {
-  return open(p, DIR_FLAGS);
-}
-
-/** Opens the directory `name` inside `parent`, never following a symlink; null when it is not a directory (any more). */
-async function openDirAt(parent: FileHandle, name: string): Promise<FileHandle | null> {
-  try {
-    return await open(at(parent, name), DIR_FLAGS);
-  } catch (err) {
-    if (gone(err)) return null;
-    throw err;
-  }
-}
 
 /**
  * Makes rootDir and its repo/, home/, tmp/ exist and owned by the sandbox user (rootDir 0700,
@@ -139,66 +116,6 @@ export async function chownTree(dir: string, ids: SandboxIds): Promise<void> {
   }
 }
 
-/** Removes every entry below the directory held by `dir`; descriptor walk, unlinks symlinks, never follows them. */
-async function emptyDirAt(dir: FileHandle, dev: number): Promise<void> {
-  for (const entry of await readdir(`/proc/self/fd/${dir.fd}`, { withFileTypes: true })) {
-    await removeAt(dir, entry.name, dev);
-  }
-}
-
-async function removeAt(dir: FileHandle, name: string, dev: number, retries = 0): Promise<void> {
-  // Something that keeps changing the entry (only a live workspace process could) is not chased forever.
-  if (retries > 50) throw new ServiceError('CONFLICT', `an entry kept changing while it was removed: ${name}`);
-  const p = at(dir, name);
-  try {
-    await unlink(p);
-    return;
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') return;
-    if (code !== 'EISDIR' && code !== 'EPERM') throw err;
-  }
-  const fh = await openDirAt(dir, name);
-  if (!fh) return removeAt(dir, name, dev, retries + 1); // changed kind meanwhile: try again as what it is now
-  try {
-    const st = await fh.stat();
-    if (st.dev !== dev) return; // a mount point: never descended into
-    await emptyDirAt(fh, dev);
-  } finally {
-    await fh.close();
-  }
-  try {
-    await rmdir(p);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOTEMPTY' || code === 'EEXIST') return removeAt(dir, name, dev, retries + 1); // refilled meanwhile
-    if (code !== 'ENOENT') throw err;
-  }
-}
-
-/** Removes a host directory tree by descriptor walk (rm -rf that never follows a symlink at any step). */
-export async function removeTreeNoFollow(dir: string): Promise<void> {
-  let fh: FileHandle;
-  try {
-    fh = await openDirNoFollow(dir);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') return;
-    if (code === 'ELOOP' || code === 'ENOTDIR') {
-      await unlink(dir);
-      return;
-    }
-    throw err;
-  }
-  try {
-    await emptyDirAt(fh, (await fh.stat()).dev);
-  } finally {
-    await fh.close();
-  }
-  await rmdir(dir).catch((err) => {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  });
-}
 
 /**
  * Once the daemon listens: its socket directory (bound at /run/atelier inside) and the socket

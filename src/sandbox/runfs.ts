@@ -17,20 +17,20 @@
  * process, which serves those sockets anyway.
  */
 import { execFile } from 'node:child_process';
-import { chmod, chown, mkdir, readFile, realpath, unlink } from 'node:fs/promises';
+import { chmod, chown, mkdir, unlink } from 'node:fs/promises';
 import { readFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { promisify } from 'node:util';
+import { isMountPoint, mountinfoPath } from './host-fs.js';
+
+// isMountPoint lives in host-fs.ts (driver-neutral); re-exported for this driver's modules.
+export { isMountPoint };
 
 const run = promisify(execFile);
 
 /** Sockets and directories only: a few inodes, no data. */
 const MOUNT_OPTIONS = 'size=64k,nr_inodes=256,mode=0711,nosuid,nodev,noexec';
 
-/** mountinfo escapes space, tab, newline and backslash in paths as octal. */
-function mountinfoPath(path: string): string {
-  return path.replace(/[ \t\n\\]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
-}
 
 /** The mount whose mount point is `dir` exactly (no symlinks resolved), from /proc/self/mountinfo: its filesystem type and source. */
 export function mountAt(dir: string): { fstype: string; source: string } | undefined {
@@ -43,18 +43,6 @@ export function mountAt(dir: string): { fstype: string; source: string } | undef
   return undefined;
 }
 
-/** Whether dir is a mount point: read from /proc/self/mountinfo (no process spawned). */
-export async function isMountPoint(dir: string): Promise<boolean> {
-  let real: string;
-  try {
-    real = await realpath(dir);
-  } catch {
-    return false;
-  }
-  const target = mountinfoPath(real);
-  const text = await readFile('/proc/self/mountinfo', 'utf8');
-  return text.split('\n').some((line) => line.split(' ')[4] === target);
-}
 
 /** Makes dir (root's, 0711) the mount point of a fresh private tmpfs. */
 export async function mountRunFs(dir: string): Promise<void> {

@@ -24,47 +24,12 @@ import { rename, rm, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { promisify } from 'node:util';
 import { ServiceError } from '../core/errors.js';
-import { isMountPoint } from './runfs.js';
+import { isMountPoint } from './host-fs.js';
+import { IMAGE_STORE_FULL, type CopyMode, type SnapshotResult, type SnapshotSource, type StoredState, type WorkspaceImageCopies } from './executor.js';
+
+export { IMAGE_STORE_FULL, type CopyMode, type SnapshotResult, type SnapshotSource, type StoredState };
 
 const run = promisify(execFile);
-
-/** How a copy was made: 'reflink' shares the blocks until either side writes (copy-on-write); 'copy' wrote every allocated block. */
-export type CopyMode = 'reflink' | 'copy';
-
-/** A workspace's state at rest: one filesystem image file. */
-export interface StoredState {
-  /** Host path of the image (root's, in a 0700 directory). */
-  image: string;
-  /** The image's size (the filesystem's size; holes included). */
-  sizeBytes: number;
-  /** Blocks the image references on the host disk (a reflink clone's are shared with its source until either writes). */
-  diskBytes: number;
-  /** What making it added to the host disk: for a copy every allocated block (diskBytes); for a reflink clone only the extents it does not share (none, as it is made). */
-  addedBytes: number;
-  mode: CopyMode;
-}
-
-/** What snapshot needs of a workspace. */
-export interface SnapshotSource {
-  /** The workspace filesystem's mount point (root's; the workspace cannot replace it). */
-  rootDir: string;
-  /** Its image file. */
-  image: string;
-  /**
-   * Runs fn with every process of the workspace frozen (cgroup freezer), when it has any running;
-   * `frozen` says whether processes were frozen.
-   */
-  freeze: <T>(fn: () => Promise<T>) => Promise<{ value: T; frozen: boolean }>;
-}
-
-export interface SnapshotResult extends StoredState {
-  /** Whether the workspace's processes were frozen for the copy (false: none ran). */
-  processesFrozen: boolean;
-  /** How long the workspace stood still (processes frozen and its filesystem frozen), ms. */
-  frozenMs: number;
-  /** The whole snapshot, ms. */
-  ms: number;
-}
 
 function failure(what: string, e: unknown): ServiceError {
   const stderr = (e as { stderr?: string }).stderr?.trim();
@@ -105,7 +70,6 @@ export async function copyImage(src: string, dest: string): Promise<CopyMode> {
 }
 
 /** The `rule` of the error a copy gets when the images' filesystem (the image pool, or the data directory's) is full. */
-export const IMAGE_STORE_FULL = 'image store full';
 
 /**
  * Bytes of `file` not shared with another file (filefrag -v: extents without the "shared" flag):
@@ -189,3 +153,6 @@ export async function unfreezeLeftover(rootDir: string): Promise<boolean> {
     () => false,
   );
 }
+
+/** The host's image copies, as WorkspaceStorage.copies of the bubblewrap driver's storage. */
+export const HOST_IMAGE_COPIES: WorkspaceImageCopies = { snapshot, materialize, settle: settleImage, usage: imageUsage, unfreezeLeftover };

@@ -19,7 +19,7 @@ import type { Logger } from '../core/log.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { startSweeper, type Sweeper } from '../core/sweeper.js';
-import { IMAGE_STORE_FULL, imageUsage, materialize, settleImage, snapshot, type CopyMode, unfreezeLeftover } from '../sandbox/snapshot.js';
+import { IMAGE_STORE_FULL, type CopyMode, type WorkspaceImageCopies } from '../sandbox/executor.js';
 import type { AuditLog } from './audit.js';
 import type { RetentionClock } from './memories.js';
 import type { ForkTemplate, NetworkProfile, WorkspaceService } from './workspaces.js';
@@ -39,6 +39,8 @@ export interface CheckpointServiceDeps {
   maxCount: number;
   /** Where the images are (the XFS pool with reflinks, or the data directory): named in errors when it is full. */
   pool?: { readonly state: string; readonly file?: string; readonly mountPoint?: string };
+  /** The executor's image copies (Executor.storage.copies); absent, no workspace has an image to copy. */
+  copies?: WorkspaceImageCopies;
 }
 
 interface CheckpointRow {
@@ -167,13 +169,14 @@ export class CheckpointService {
     };
     try {
       const r = await this.full('checkpoint_create', this.deps.workspaces.withDiskImage(workspaceId, 'workspaceId', async (w, disk) => {
-        await settleImage(disk.rootDir);
-        const { diskBytes } = await imageUsage(disk.image);
+        const copies = this.copies();
+        await copies.settle(disk.rootDir);
+        const { diskBytes } = await copies.usage(disk.image);
         this.checkQuota(owner, diskBytes);
         // Reserved until the row exists, so two checkpoints taken at once cannot both pass the quota.
         this.reserved.set(owner, { n: (this.reserved.get(owner)?.n ?? 0) + 1, b: (this.reserved.get(owner)?.b ?? 0) + diskBytes });
         reservedBytes = diskBytes;
-        const snap = await snapshot(disk, dest);
+        const snap = await copies.snapshot(disk, dest);
         // Commands kept writing until the freeze: the copy may be larger than the measure. Still over: refused, nothing kept.
         const others = this.usage(owner).diskBytes - diskBytes;
         if (others + snap.diskBytes > this.deps.quotaBytes) {
@@ -261,7 +264,7 @@ export class CheckpointService {
     let mode: CopyMode = 'copy';
     let added = 0;
     const r = await this.full('checkpoint_restore', this.deps.workspaces.replaceDiskImage(workspaceId, 'workspaceId', async (tmp) => {
-      ({ mode, addedBytes: added } = await materialize({ image: this.image(c.id) }, tmp));
+      ({ mode, addedBytes: added } = await this.copies().materialize({ image: this.image(c.id) }, tmp));
     }));
     this.deps.workspaces.noteHead(workspaceId, src.branch, src.headOid);
     this.count('restore', mode, added);
@@ -298,7 +301,7 @@ export class CheckpointService {
       const c = this.get(owner, args.checkpointId);
       const src = JSON.parse(c.source_json) as ForkTemplate;
       const { workspace, filled } = await this.full('workspace_fork', this.deps.workspaces.openFork(src, args.networkProfile ?? src.networkProfile, { checkpointId: c.id, workspaceId: c.workspace_id }, (img) =>
-        materialize({ image: this.image(c.id) }, img),
+        this.copies().materialize({ image: this.image(c.id) }, img),
       ));
       this.count('fork_checkpoint', filled.mode, filled.addedBytes);
       this.deps.audit.record({ actor: 'mcp', action: 'workspace_fork', target: workspace.workspaceId as string, outcome: 'ok', details: { checkpointId: c.id, copyMode: filled.mode } });
@@ -307,7 +310,7 @@ export class CheckpointService {
     const sourceId = args.workspaceId!;
     const src = this.deps.workspaces.forkTemplate(sourceId);
     const { workspace, filled } = await this.full('workspace_fork', this.deps.workspaces.openFork(src, args.networkProfile ?? src.networkProfile, { workspaceId: sourceId }, (img) =>
-      this.deps.workspaces.withDiskImage(sourceId, 'workspaceId', (_w, disk) => snapshot(disk, img)),
+      this.deps.workspaces.withDiskImage(sourceId, 'workspaceId', (_w, disk) => this.copies().snapshot(disk, img)),
     ));
     this.count('fork_live', filled.mode, filled.addedBytes);
     this.metrics.frozenMsSum += filled.frozenMs;
@@ -355,14 +358,20 @@ export class CheckpointService {
     return gone.length;
   }
 
+  /** The executor's image copies; workspaces.requireImages refuses first where there are none. */
+  private copies(): WorkspaceImageCopies {
+    if (!this.deps.copies) throw new ServiceError('NOT_SUPPORTED', "checkpoints and forks copy a workspace's filesystem image on this host, which this executor does not keep", { executor: 'kubernetes' });
+    return this.deps.copies;
+  }
+
   /** At start: image files no row names (a crash mid-copy) go; a filesystem a crashed runner left frozen is thawed. */
   async start(intervalMs: number): Promise<void> {
     const known = new Set(this.deps.db.prepare('SELECT id FROM checkpoints').pluck().all() as string[]);
     for (const f of readdirSync(this.deps.root)) {
       if (!(f.endsWith('.img') && known.has(f.slice(0, -4)))) rmSync(join(this.deps.root, f), { force: true });
     }
-    for (const id of this.deps.workspaces.retainedIds()) {
-      if (await unfreezeLeftover(this.deps.workspaces.rootDir(id))) this.deps.log.warn({ workspace: id }, 'a workspace filesystem left frozen by an earlier runner was thawed');
+    for (const id of this.deps.copies ? this.deps.workspaces.retainedIds() : []) {
+      if (await this.deps.copies!.unfreezeLeftover(this.deps.workspaces.rootDir(id))) this.deps.log.warn({ workspace: id }, 'a workspace filesystem left frozen by an earlier runner was thawed');
     }
     this.sweeper = startSweeper(() => this.sweep(), intervalMs);
   }

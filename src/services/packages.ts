@@ -25,7 +25,7 @@ import type { DB } from '../store/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { AuditLog, Actor } from './audit.js';
-import type { Executor, EphemeralBind, ExecResult, SandboxLimits } from '../sandbox/executor.js';
+import type { Executor, EphemeralBind, ExecResult, SandboxLimits, WorkspaceStorage } from '../sandbox/executor.js';
 import type { ApprovalService } from './approvals.js';
 import { startEgressProxy, type EgressDecision } from '../sandbox/egress.js';
 import { ServiceError } from '../core/errors.js';
@@ -39,9 +39,7 @@ import { PIP_PYTHON, normalise, pipAvailable, resolvePip, runtimePython, type Pl
 import { riskSignals } from './packages/risk.js';
 import { copyTreeNoFollow, TreeRefusal, type TreeEntry } from './packages/tree.js';
 import { IMAGES_UNAVAILABLE, ImageProblem, imageMatches, imagesAvailable, makeReleaseImage, mountPointsBelow, mountReleaseImage, unmountRelease, type ReleaseImage } from './packages/image.js';
-import { mountScratchDisk, unmountScratchDisk } from '../sandbox/disk.js';
-import { isMountPoint } from '../sandbox/runfs.js';
-import { removeTreeNoFollow } from '../sandbox/rootdir.js';
+import { isMountPoint, removeTreeNoFollow } from '../sandbox/host-fs.js';
 
 export type Ecosystem = 'npm' | 'uv';
 export type Scope = 'owner' | 'workspace';
@@ -507,13 +505,14 @@ export class PackageService {
     try {
       const build = JSON.parse(plan.build_json) as BuildSpec;
       await this.dirs();
-      await removeBuildDir(buildDir);
+      await removeBuildDir(buildDir, this.deps.executor.storage);
       await mkdir(buildDir, { recursive: true, mode: 0o711 });
       // The build's own filesystem (as a workspace's, sandboxDiskMb): the builder's /build shows
       // no host path in its mountinfo, and a build that fills it fails alone (docs/packages.md).
       const disk = join(buildDir, 'fs');
       await mkdir(disk, { mode: 0o711 });
-      if (this.deps.config.sandboxDiskMb > 0) await mountScratchDisk(join(buildDir, 'fs.img'), this.deps.config.sandboxDiskMb, disk);
+      const storage = this.deps.executor.storage;
+      if (this.deps.config.sandboxDiskMb > 0 && storage?.mountScratch) await storage.mountScratch(join(buildDir, 'fs.img'), this.deps.config.sandboxDiskMb, disk);
       const work = join(disk, 'work');
       await mkdir(work, { mode: 0o700 });
       this.setApply(id, 'BUILDING', build.ecosystem === 'npm' ? 'fetching and installing the pinned packages (npm ci)' : 'fetching and installing the pinned wheels (pip --require-hashes)');
@@ -581,7 +580,7 @@ export class PackageService {
       this.setApply(id, 'FAILED', 'failed; nothing was installed', { error_code: f.code, error_message: f.message, output_tail: f.tail });
       this.deps.audit.record({ actor: 'system', action: 'packages_release', target: id, outcome: 'failed', reason: `${f.code}: ${f.message}` });
     } finally {
-      await removeBuildDir(buildDir).catch((err: unknown) => this.deps.log.warn({ err, applyId: id }, 'package build directory not removed'));
+      await removeBuildDir(buildDir, this.deps.executor.storage).catch((err: unknown) => this.deps.log.warn({ err, applyId: id }, 'package build directory not removed'));
     }
   }
 
@@ -1113,7 +1112,7 @@ export class PackageService {
     if (st && !st.isDirectory())
       throw new ImageProblem('replaced', `its directory (from before release images) was replaced by ${st.isSymbolicLink() ? 'a symbolic link' : 'something that is not a directory'} (never followed); not converted`);
     const work = join(this.root, 'build', `convert-${release.digest.slice(0, 16)}`);
-    await removeBuildDir(work);
+    await removeBuildDir(work, this.deps.executor.storage);
     await mkdir(work, { mode: 0o700 });
     try {
       const tree = join(work, 'tree');
@@ -1137,7 +1136,7 @@ export class PackageService {
       this.deps.log.info({ release: release.id, name: release.name, bytes: made.bytes }, 'release directory converted to its image');
       return made;
     } finally {
-      await removeBuildDir(work).catch((err: unknown) => this.deps.log.warn({ err, release: release.id }, 'release conversion directory not removed'));
+      await removeBuildDir(work, this.deps.executor.storage).catch((err: unknown) => this.deps.log.warn({ err, release: release.id }, 'release conversion directory not removed'));
     }
   }
 
@@ -1167,7 +1166,7 @@ export class PackageService {
     const builds = join(this.root, 'build');
     await readdir(builds)
       .then(async (ids) => {
-        for (const b of ids) if (!this.running.has(b)) await removeBuildDir(join(builds, b));
+        for (const b of ids) if (!this.running.has(b)) await removeBuildDir(join(builds, b), this.deps.executor.storage);
       })
       .catch((err: unknown) => {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.deps.log.warn({ err }, 'leftover package build directories not removed');
@@ -1290,9 +1289,9 @@ async function chownTree(dir: string, uid: number): Promise<void> {
  * unmounted first (a runner that died mid-build leaves them mounted), then removed by a descriptor
  * walk that never follows a link.
  */
-async function removeBuildDir(buildDir: string): Promise<void> {
+async function removeBuildDir(buildDir: string, storage: WorkspaceStorage | undefined): Promise<void> {
   await unmountRelease(join(buildDir, 'rel'));
-  await unmountScratchDisk(join(buildDir, 'fs'));
+  await storage?.unmountScratch?.(join(buildDir, 'fs'));
   await removeTreeNoFollow(buildDir);
 }
 

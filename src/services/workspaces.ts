@@ -879,7 +879,9 @@ export class WorkspaceService {
 
   /** Checkpoints and forks copy a workspace's filesystem image: refused when workspaces have none (sandboxDiskMb 0). */
   private requireImages(field: string): void {
-    if (this.deps.config.sandboxDiskMb <= 0 || !this.deps.executor.storage?.image)
+    if (!this.deps.executor.storage?.image || !this.deps.executor.storage.copies)
+      throw new ServiceError('NOT_SUPPORTED', `${field}: checkpoints and forks copy a workspace's filesystem image on this host, which this executor does not keep (under --executor kubernetes a workspace's files are on its claim in the cluster; docs/scaling.md)`, { field, executor: this.deps.config.executor });
+    if (this.deps.config.sandboxDiskMb <= 0)
       throw new ServiceError('FAILED_PRECONDITION', `${field}: checkpoints and forks need each workspace on its own filesystem (--sandbox-disk-mb above 0; it is ${this.deps.config.sandboxDiskMb} here)`, { field, setting: 'sandboxDiskMb' });
   }
 

@@ -29,7 +29,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, startService, type Service } from './harness.js';
+import { call, connectV2, dashboardLogin, httpRequest, runCli, startService, type Service } from './harness.js';
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import { startAgentEnv, type AgentEnv } from './agents-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
@@ -134,6 +134,26 @@ describe.each(DRIVERS)('core workspace scenario: $driver', ({ driver, skip }) =>
     expect(JSON.stringify(await ok('grep_search', { workspaceId: ws, pattern: 'needle' }))).toContain('notes/todo.txt');
     const r = await sh('id -u; cat notes/todo.txt; git log --oneline | wc -l');
     expect(r).toMatchObject({ exitCode: 0, stdout: '1000\nfind the needle\n1\n' });
+  }, 60_000);
+
+  it.skipIf(skip || driver === 'bubblewrap')('checkpoints and forks: refused by name under Kubernetes (the claim holds the files; no image on the runner to copy)', async () => {
+    for (const [tool, args] of [['checkpoint_create', { workspaceId: ws, idempotencyKey: 'xs-ckpt-kube' }], ['workspace_fork', { workspaceId: ws, idempotencyKey: 'xs-fork-kube' }]] as const) {
+      const r = await call(c, tool, args);
+      expect(r.ok, tool).toBe(false);
+      if (!r.ok) expect([r.error.code, r.error.details?.field, r.error.details?.executor], r.text).toEqual(['NOT_SUPPORTED', 'workspaceId', 'kubernetes']);
+    }
+  }, 60_000);
+
+  it.skipIf(skip || driver === 'bubblewrap')('an environment with a setup script: refused by name under Kubernetes (its template would be a saved image on the runner)', async () => {
+    const cli = await runCli(['env', 'create', 'xs-setup', '--data-dir', dataDir]);
+    expect(cli.code, cli.stderr).toBe(0);
+    const env = cli.stdout.split(/\s+/)[0]!;
+    const s = await dashboardLogin(svc);
+    const put = await httpRequest(svc.url, 'PUT', `/api/v1/environments/${env}/scripts`, { cookie: s.cookie, 'x-csrf-token': s.csrf, 'content-type': 'application/json' }, JSON.stringify({ setupScript: 'echo set up' }));
+    expect(put.status, put.body).toBe(200);
+    const r = await call(c, 'workspace_open', { repositoryUrl: repoUrl, environmentId: env, confirmEnvironmentInjection: true, idempotencyKey: 'xs-open-env-kube' });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect([r.error.code, r.error.details?.field, r.error.details?.executor], r.text).toEqual(['NOT_SUPPORTED', 'environmentId', 'kubernetes']);
   }, 60_000);
 
   it.skipIf(skip)('dependency-access: an allowed registry through the egress proxy at 127.0.0.1:3128; another host refused', async () => {

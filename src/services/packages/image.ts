@@ -20,7 +20,7 @@ import { constants as C } from 'node:fs';
 import { chmod, mkdir, open, readFile, rmdir, type FileHandle } from 'node:fs/promises';
 import type { BigIntStats } from 'node:fs';
 import { promisify } from 'node:util';
-import { isMountPoint } from '../../sandbox/runfs.js';
+import { isMountPoint } from '../../sandbox/host-fs.js';
 
 const run = promisify(execFile);
 
