@@ -40,6 +40,13 @@ const BENCHES: Record<string, RegExp[]> = {
     /runner RSS: [\d.]+ MiB after warm-up, [\d.]+ MiB at the end \(ratio [\d.]+x\); descriptors \d+ -> \d+/,
     /goal: 0 errors and no daemon death over \d+ s: met/,
   ],
+  // Issue #34 item 5: the Kubernetes path's overhead over bubblewrap, against the fixture API server.
+  'bench/kubernetes': [
+    /open median: kubernetes Pod [\d.]+ ms, agent-sandbox Sandbox [\d.]+ ms, bubblewrap [\d.]+ ms; ratio [\d.]+x \(Sandbox [\d.]+x\)/,
+    /exec: median [\d.]+ ms vs [\d.]+ ms, ratio [\d.]+x; p90 [\d.]+ ms vs [\d.]+ ms, ratio [\d.]+x/,
+    /API requests per workspace lifecycle: Pod path [1-9][\d.]* .*Sandbox path [1-9][\d.]*; watches open after close: 0/,
+    /runner holds per remote workspace \(\d+ held\): -?\d+ KB heap, -?\d+ KB buffers, -?\d+ KB RSS, [\d.]+ handles; exec streams per workspace [\d.]+/,
+  ],
   // Run with their own assertions on the figures in test/e2e/bench-smoke-agents.test.ts and
   // test/unit/bench-smoke-knowledge.test.ts.
   'bench/agents': [],
@@ -48,8 +55,8 @@ const BENCHES: Record<string, RegExp[]> = {
 /** Helpers of the benchmarks, not benchmarks. */
 const NOT_BENCHES = new Set(['lib', 'relay']);
 
-/** Benchmarks that start more than one service (bench/workspace: its plain-copy baseline runs on a second one), ms. */
-const LONGER: Record<string, number> = { 'bench/workspace': 400_000 };
+/** Benchmarks that start more than one service (bench/workspace: its plain-copy baseline runs on a second one; bench/kubernetes: two fixture API servers and a child runner), ms. */
+const LONGER: Record<string, number> = { 'bench/workspace': 400_000, 'bench/kubernetes': 400_000 };
 
 function runBench(name: string): Promise<{ code: number; out: string }> {
   return new Promise((resolve) => {

@@ -2,6 +2,9 @@
  * Bench (issue #34 item 5): the Kubernetes driver's overhead over the bubblewrap driver, against
  * the fixture API server (test/fixtures/kube-apiserver/, where every Pod is itself a bubblewrap
  * sandbox, so the ratio is what the Kubernetes path adds: API round trips, the exec-stream relay).
+ * Run by bench/kubernetes.mjs (the suite runs its --smoke mode in test/e2e/bench-smoke.test.ts),
+ * which sets ATELIER_BENCH_KUBE=1 (the measurement is skipped in a plain `vitest run`, so it runs
+ * once per suite) and ATELIER_BENCH_KUBE_OUT, where the figures are written as JSON.
  * Reports, as ratios kubernetes/bubblewrap: open (create to first answer) and exec (a trivial
  * command, median and p90), plus the API requests and exec streams per workspace (on the Pod path
  * and, against a second fixture with agent-sandbox, as a Sandbox), the watches left open (0), and
@@ -9,8 +12,8 @@
  * own memory is not counted) holding HOLD workspaces at once, its RSS and heap (after a GC) and
  * its open handles per workspace. No timing is asserted.
  *
- *   npx vitest run test/sandbox/kubernetes-bench.test.ts                        smoke: 2 opens, 20 execs
- *   ATELIER_BENCH_FULL=1 npx vitest run test/sandbox/kubernetes-bench.test.ts   10 opens, 200 execs
+ *   node bench/kubernetes.mjs --smoke     2 opens, 20 execs
+ *   node bench/kubernetes.mjs             10 opens, 200 execs (ATELIER_BENCH_FULL=1)
  *
  * ATELIER_BENCH_HOLD=N sets how many workspaces the child-process runner holds at once (8 full, 2 smoke).
  * Full runs write bench/data/kubernetes-driver.json. Needs root and a build (npx tsc -p .).
@@ -105,7 +108,7 @@ function holdInChild(kubeconfig: string, runDir: string, n: number): Promise<Rec
   });
 }
 
-describe.skipIf(!isRoot)('kubernetes driver overhead over bubblewrap (fixture API server)', () => {
+describe.skipIf(!isRoot || process.env.ATELIER_BENCH_KUBE !== '1')('kubernetes driver overhead over bubblewrap (fixture API server)', () => {
   it('measures open and exec as ratios, API requests and exec streams per workspace', async () => {
     const base = mkdtempSync('/tmp/atl-kbench-');
     chmodSync(base, 0o711);
@@ -155,6 +158,7 @@ describe.skipIf(!isRoot)('kubernetes driver overhead over bubblewrap (fixture AP
       };
       if (FULL) writeFileSync(path.resolve(__dirname, '../../bench/data/kubernetes-driver.json'), JSON.stringify(result, null, 2) + '\n');
       console.log(JSON.stringify(result, null, 2));
+      if (process.env.ATELIER_BENCH_KUBE_OUT) writeFileSync(process.env.ATELIER_BENCH_KUBE_OUT, JSON.stringify(result) + '\n');
       expect(result.ratios.open).toBeGreaterThan(0);
       expect(result.ratios.execMedian).toBeGreaterThan(0);
       expect(openWatchesAfter).toBe(0);
