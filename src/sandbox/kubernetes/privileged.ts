@@ -1,0 +1,52 @@
+/**
+ * Approved privileged commands in a cluster (issue #34): the same promise as bubblewrap's (uid 0
+ * inside, nothing of the node opens up) from a Kubernetes user namespace.
+ *
+ *   - The Pod: `hostUsers: false` (uid 0 inside is an unprivileged node uid; volumes idmapped),
+ *     `runAsUser: 0`, only PRIVILEGED_CAPABILITIES, no privilege escalation, RuntimeDefault
+ *     seccomp, the deny-all policy, the workspace claim's repo and home (manifests.ts).
+ *   - Refused rather than run as the node's root: a stored Pod without `hostUsers: false` (an API
+ *     server without UserNamespacesSupport drops the field silently) is deleted before anything
+ *     runs in it (hostUsersProblem); inside, /proc/self/uid_map must not reach the node's uid 0
+ *     (../id-map.ts hostRootProblem) before the command runs.
+ *   - Ownership: with idmapped volumes what uid 0 writes is uid 0 on the volume, which the
+ *     workspace user (1000) could not edit. After the command, in the same Pod, as its root,
+ *     HAND_BACK gives whatever is owned by uid or gid 0 under /workspace and /home/user to
+ *     1000:1000 (on one host the same files are the workspace uid on disk already).
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+
+/**
+ * What a root user normally uses on files and processes: ownership and modes (CHOWN, FOWNER,
+ * FSETID), reading and writing past modes (DAC_OVERRIDE), signalling processes of other ids
+ * (KILL), switching ids (SETUID, SETGID: su, setpriv, package scripts dropping to a user). Not
+ * NET_BIND_SERVICE (no network anyway), not SYS_ADMIN (mounts), not SYS_CHROOT, MKNOD, SETPCAP,
+ * NET_RAW or AUDIT_WRITE (Docker's default adds these; none is needed to own and edit files).
+ */
+export const PRIVILEGED_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'SETGID', 'SETUID'] as const;
+
+/** The workspace user the files go back to (the workspace image's user). */
+export const WORKSPACE_UID = 1000;
+
+/** The two places of the workspace claim a privileged Pod mounts (runPrivileged's binds). */
+export const HAND_BACK_ROOTS = ['/workspace', '/home/user'] as const;
+
+/**
+ * The hand-back, run as the Pod's root after the command: entries owned by uid or gid 0 under the
+ * claim's two mounts go to 1000:1000. find never follows a link (-P, the default) nor leaves the
+ * mount it starts on (-xdev: the claim's sub-path mounts, nothing of the image); `chown -h` changes
+ * a link itself, never its target. The Pod's user namespace bounds the rest: only ids mapped in
+ * it can be touched, none of them the node's.
+ */
+export const HAND_BACK = ['find', '-P', ...HAND_BACK_ROOTS, '-xdev', '(', '-uid', '0', '-o', '-gid', '0', ')', '-exec', 'chown', '-h', `${WORKSPACE_UID}:${WORKSPACE_UID}`, '{}', '+'];
+
+/** Why the stored Pod could run as the node's root, or null: it must say `hostUsers: false`. */
+export function hostUsersProblem(stored: V1Pod): string | null {
+  const v = stored.spec?.hostUsers;
+  if (v === false) return null;
+  return `the API server stored the Pod with hostUsers ${v === undefined ? 'absent' : String(v)}, not false`;
+}
+
+/** The error's words for a cluster that cannot give a privileged Pod a user namespace. */
+export const USER_NAMESPACES_NEEDED =
+  'approved privileged commands need Kubernetes user namespaces (Pod spec.hostUsers: false): Kubernetes 1.33 or later, or 1.30-1.32 with the UserNamespacesSupport feature gate on the API server and kubelets, a container runtime that supports them (containerd 2.0+ or CRI-O 1.25+) and node filesystems with idmapped mounts (Linux 6.3+ for most); refused rather than run as the node\'s root';
