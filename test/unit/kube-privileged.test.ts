@@ -7,7 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import { hostRootProblem, parseIdMap } from '../../src/sandbox/id-map.js';
 import { daemonPodManifest } from '../../src/sandbox/kubernetes/manifests.js';
-import { HAND_BACK, hostUsersProblem, PRIVILEGED_CAPABILITIES } from '../../src/sandbox/kubernetes/privileged.js';
+import { HAND_BACK, hostUsersProblem, podSecurityRefusal, PRIVILEGED_CAPABILITIES } from '../../src/sandbox/kubernetes/privileged.js';
+import { asServiceError } from '../../src/sandbox/kubernetes/api.js';
 import { validateSpec } from '../../src/sandbox/bwrap/validate.js';
 
 const LIMITS = { memoryBytes: 512 * 1024 * 1024, pidsMax: 256, cpuQuotaPercent: 100 };
@@ -64,6 +65,20 @@ describe('the privileged Pod', () => {
     delete dropped.spec!.hostUsers;
     expect(hostUsersProblem(dropped)).toMatch(/hostUsers absent/);
     expect(hostUsersProblem({ ...pod(true), spec: { ...pod(true).spec!, hostUsers: true } })).toMatch(/hostUsers true/);
+  });
+
+  it('a namespace enforcing restricted Pod Security: the refusal says which label the operator changes', () => {
+    const forbidden = Object.assign(new Error('HTTP-Code: 403'), {
+      code: 403,
+      body: JSON.stringify({ kind: 'Status', status: 'Failure', reason: 'Forbidden', code: 403, message: 'pods "atl-x" is forbidden: violates PodSecurity "restricted:latest": unrestricted capabilities (container "main" must not include "CHOWN", "DAC_OVERRIDE" in securityContext.capabilities.add), runAsNonRoot != true' }),
+    });
+    const e = podSecurityRefusal(asServiceError(forbidden, 'create pod'), 'atelier');
+    expect(e).toMatchObject({ code: 'FAILED_PRECONDITION', details: { field: 'privileged', namespace: 'atelier' } });
+    expect(e!.message).toContain('violates PodSecurity "restricted:latest"');
+    expect(e!.message).toContain('kubectl label namespace atelier pod-security.kubernetes.io/enforce=baseline');
+    // Another 403 (RBAC) is left as it was.
+    const rbac = Object.assign(new Error('HTTP-Code: 403'), { code: 403, body: JSON.stringify({ kind: 'Status', code: 403, message: 'pods is forbidden: User "system:serviceaccount:atelier:runner" cannot create resource "pods"' }) });
+    expect(podSecurityRefusal(asServiceError(rbac, 'create pod'), 'atelier')).toBeNull();
   });
 
   it('the hand-back follows no link and stays on the claim\'s mounts', () => {

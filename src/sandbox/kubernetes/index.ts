@@ -42,7 +42,7 @@ import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
-import { HAND_BACK, hostUsersProblem, USER_NAMESPACES_NEEDED } from './privileged.js';
+import { HAND_BACK, hostUsersProblem, podSecurityRefusal, USER_NAMESPACES_NEEDED } from './privileged.js';
 import { hostRootProblem } from '../id-map.js';
 import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, releaseVolumeParts, type CopyIn } from './release-volumes.js';
 import { newWatchCounters, waitForObjects, type KubeObjectLike, type Verdict, type WatchSource } from './watch.js';
@@ -712,7 +712,8 @@ export class KubernetesExecutor implements Executor {
       // into the Pod object the cluster stores: the Pod carries the proxy variables alone.
       const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: proxy ? TUNNEL_PROXY_ENV : undefined, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o), ...(scratch ? {} : { subs }), privileged });
       const created = await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
-        throw asServiceError(err, 'create pod');
+        const e = asServiceError(err, 'create pod');
+        throw (privileged && podSecurityRefusal(e, this.ns)) || e;
       });
       // Refused rather than run as the node's root: the Pod is deleted (finally) before anything runs in it.
       const stored = privileged ? hostUsersProblem(created) : null;

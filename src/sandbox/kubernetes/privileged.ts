@@ -15,6 +15,7 @@
  *     1000:1000 (on one host the same files are the workspace uid on disk already).
  */
 import type { V1Pod } from '@kubernetes/client-node';
+import { ServiceError } from '../../core/errors.js';
 
 /**
  * What a root user normally uses on files and processes: ownership and modes (CHOWN, FOWNER,
@@ -50,3 +51,17 @@ export function hostUsersProblem(stored: V1Pod): string | null {
 /** The error's words for a cluster that cannot give a privileged Pod a user namespace. */
 export const USER_NAMESPACES_NEEDED =
   'approved privileged commands need Kubernetes user namespaces (Pod spec.hostUsers: false): Kubernetes 1.33 or later, or 1.30-1.32 with the UserNamespacesSupport feature gate on the API server and kubelets, a container runtime that supports them (containerd 2.0+ or CRI-O 1.25+) and node filesystems with idmapped mounts (Linux 6.3+ for most); refused rather than run as the node\'s root';
+
+/**
+ * A privileged Pod's create refused by Pod Security admission (the namespace enforces
+ * `restricted`, whose only addable capability is NET_BIND_SERVICE): said as what the operator
+ * changes. `created` is the create's error as asServiceError made it; null when it is another.
+ */
+export function podSecurityRefusal(created: ServiceError, namespace: string): ServiceError | null {
+  if ((created.details as { kubernetesStatus?: number } | undefined)?.kubernetesStatus !== 403 || !/PodSecurity/.test(created.message)) return null;
+  return new ServiceError(
+    'FAILED_PRECONDITION',
+    `privileged: Pod Security admission refused the privileged Pod (${created.message}); approved privileged commands need namespace ${namespace} at the baseline level, which allows a root user's file capabilities in a user namespace (the restricted level allows adding none): kubectl label namespace ${namespace} pod-security.kubernetes.io/enforce=baseline pod-security.kubernetes.io/warn=restricted --overwrite (docs/scaling.md)`,
+    { field: 'privileged', namespace, driver: 'kubernetes' },
+  );
+}
