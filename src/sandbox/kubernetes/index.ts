@@ -18,6 +18,9 @@
  *   ephemeral  = a short-lived daemon Pod per command, deleted after it; read-only directories
  *                (package releases) copied in by an init container (release-volumes.ts), a build's
  *                collected directory copied in and its tree streamed back (untar.ts)
+ *   privileged = an approved privileged command: the short-lived Pod in a Kubernetes user namespace
+ *                (hostUsers: false, uid 0, a root user's file capabilities), refused when the
+ *                cluster cannot give one, root's files handed back afterwards (privileged.ts)
  *
  * What only the bubblewrap driver has stays behind it: per-exec cgroups (here the daemon alone
  * ends a command's process group on timeout or cancel, and background processes of a command are
