@@ -5,7 +5,7 @@
  * kubelet checked with kubectl (hostUsers shown, exec as uid 0, a uid 0 Pod without a user
  * namespace refused). Needs root (each Pod is a bubblewrap sandbox) and a build.
  */
-import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
@@ -80,6 +80,17 @@ describe.skipIf(!isRoot)('privileged commands on the kubernetes driver (fixture 
     expect(after, JSON.stringify(after)).toMatchObject({ exitCode: 0, stdout: '1000\n' });
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   }, 180_000);
+
+  it('what the command left running (setsid) is ended before the hand-back: nothing of uid 0 is left on the claim', async () => {
+    const r = await ex.runEphemeral(privileged("mkdir -p late && setsid sh -c 'i=0; while :; do i=$((i + 1)); : > late/f$i; sleep 0.02; done' </dev/null >/dev/null 2>&1 & sleep 0.3; echo started"));
+    expect(r, JSON.stringify(r)).toMatchObject({ exitCode: 0, stdout: 'started\n' });
+    const repo = path.join(api.runtime.claimDir('atelier', objectName(spec.id)), 'repo');
+    const made = readdirSync(path.join(repo, 'late'));
+    expect(made.length).toBeGreaterThan(3);
+    // Every file it made is the workspace user's (64000 on the fixture's node): none came after the hand-back.
+    expect(made.filter((f) => lstatSync(path.join(repo, 'late', f)).uid !== 64000)).toEqual([]);
+    expect((await ex.exec(h, { command: 'rm -r late && echo gone' })).stdout).toBe('gone\n');
+  }, 120_000);
 
   it('refused when the API server drops hostUsers: the Pod is deleted, nothing ran, the error names hostUsers', async () => {
     api.userNamespacesSupport = false;

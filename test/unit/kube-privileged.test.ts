@@ -81,11 +81,12 @@ describe('the privileged Pod', () => {
     expect(podSecurityRefusal(asServiceError(rbac, 'create pod'), 'atelier')).toBeNull();
   });
 
-  it('the hand-back follows no link and stays on the claim\'s mounts', () => {
-    expect(HAND_BACK.slice(0, 5)).toEqual(['find', '-P', '/workspace', '/home/user', '-xdev']);
-    expect(HAND_BACK).toContain('-h');
-    expect(HAND_BACK).not.toContain('-L');
-    expect(HAND_BACK.join(' ')).toContain('( -uid 0 -o -gid 0 ) -exec chown -h 1000:1000 {} +');
+  it('the hand-back ends what the command left running, then follows no link and stays on the claim\'s mounts', () => {
+    expect(HAND_BACK.slice(0, 2)).toEqual(['/bin/sh', '-c']);
+    const last = HAND_BACK[2]!.split('\n').at(-1)!;
+    expect(last).toBe('exec find -P /workspace /home/user -xdev \\( -uid 0 -o -gid 0 \\) -exec chown -h 1000:1000 {} +');
+    expect(HAND_BACK[2]).toContain('kill -9');
+    expect(HAND_BACK[2]).not.toMatch(/\$\((?!\()|`/); // builtins only in the loop: no process of its own
   });
 });
 

@@ -33,13 +33,38 @@ export const WORKSPACE_UID = 1000;
 export const HAND_BACK_ROOTS = ['/workspace', '/home/user'] as const;
 
 /**
- * The hand-back, run as the Pod's root after the command: entries owned by uid or gid 0 under the
- * claim's two mounts go to 1000:1000. find never follows a link (-P, the default) nor leaves the
- * mount it starts on (-xdev: the claim's sub-path mounts, nothing of the image); `chown -h` changes
- * a link itself, never its target. The Pod's user namespace bounds the rest: only ids mapped in
- * it can be touched, none of them the node's.
+ * The hand-back, run by /bin/sh as the Pod's root after the command. First the processes the
+ * command left behind (a `setsid` child escapes the daemon's process-group kill) are ended, so
+ * none writes as uid 0 after the hand-back or swaps a directory under it: every process but pid 1,
+ * this shell and its ancestors (the daemon) and those with parent 0 (sessions the container
+ * runtime's exec started from outside the Pod's pid namespace: the daemon's relay), in rounds
+ * until none is left (at most 20). Then entries owned by uid or gid 0 under the claim's two mounts
+ * go to 1000:1000: find never follows a link (-P) nor leaves the mount it starts on (-xdev: the
+ * claim's sub-paths, nothing of the image); `chown -h` changes a link itself, never its target.
+ * The Pod's user namespace bounds the rest: only ids mapped in it can be touched, none of them
+ * the node's. Only shell builtins in the loop (no process of its own to mistake for a survivor).
  */
-export const HAND_BACK = ['find', '-P', ...HAND_BACK_ROOTS, '-xdev', '(', '-uid', '0', '-o', '-gid', '0', ')', '-exec', 'chown', '-h', `${WORKSPACE_UID}:${WORKSPACE_UID}`, '{}', '+'];
+export const HAND_BACK_SCRIPT = [
+  'keep=" 1 $$ "; p=$$',
+  'ppid() { pp=; while read -r k v; do [ "$k" = PPid: ] && pp=$v && break; done < "/proc/$1/status"; } 2>/dev/null',
+  'while [ "$p" -gt 1 ]; do ppid "$p" || break; [ -n "$pp" ] || break; keep="$keep$pp "; p=$pp; done',
+  'round=0',
+  'while [ $round -lt 20 ]; do',
+  '  n=0',
+  '  for d in /proc/[0-9]*; do',
+  '    pid=${d#/proc/}',
+  '    case $keep in *" $pid "*) continue ;; esac',
+  '    ppid "$pid" || continue',
+  '    [ -n "$pp" ] && [ "$pp" != 0 ] && [ "$pp" != $$ ] || continue',
+  '    kill -9 "$pid" 2>/dev/null && n=$((n + 1))',
+  '  done',
+  '  [ $n = 0 ] && break',
+  '  round=$((round + 1))',
+  'done',
+  `exec find -P ${HAND_BACK_ROOTS.join(' ')} -xdev \\( -uid 0 -o -gid 0 \\) -exec chown -h ${WORKSPACE_UID}:${WORKSPACE_UID} {} +`,
+].join('\n');
+
+export const HAND_BACK = ['/bin/sh', '-c', HAND_BACK_SCRIPT];
 
 /** Why the stored Pod could run as the node's root, or null: it must say `hostUsers: false`. */
 export function hostUsersProblem(stored: V1Pod): string | null {
