@@ -92,13 +92,19 @@ describe.skipIf(!isRoot)('privileged commands on the kubernetes driver (fixture 
     expect((await ex.exec(h, { command: 'rm -r late && echo gone' })).stdout).toBe('gone\n');
   }, 120_000);
 
-  it('refused when the API server drops hostUsers: the Pod is deleted, nothing ran, the error names hostUsers', async () => {
-    api.userNamespacesSupport = false;
+  it('refused when the API server drops hostUsers only on the real create (a skewed control plane): the Pod is deleted, nothing ran, the error names hostUsers', async () => {
+    api.userNamespacesSupport = 'dry-run only';
+    const seen: Array<{ type: string; object: { kind: string; spec?: { hostUsers?: boolean } } }> = [];
+    const stop = api.store.watch(Number(api.store.resourceVersion), (e) => seen.push(JSON.parse(JSON.stringify(e))));
     try {
-      await expect(ex.runEphemeral(privileged('echo ran > ran.txt'))).rejects.toMatchObject({ code: 'FAILED_PRECONDITION', details: { field: 'hostUsers' }, message: expect.stringMatching(/hostUsers.*Kubernetes 1\.33/) });
+      await expect(ex.runEphemeral(privileged('echo ran > ran.txt'))).rejects.toMatchObject({ code: 'FAILED_PRECONDITION', details: { field: 'hostUsers' }, message: expect.stringMatching(/hostUsers.*deleted before anything ran.*Kubernetes 1\.33/) });
     } finally {
       api.userNamespacesSupport = true;
+      stop?.();
     }
+    const pods = seen.filter((e) => e.object.kind === 'Pod');
+    expect(pods.find((e) => e.type === 'ADDED')?.object.spec?.hostUsers).toBeUndefined();
+    expect(pods.some((e) => e.type === 'DELETED')).toBe(true);
     expect((await ex.exec(h, { command: 'ls ran.txt 2>&1 || true' })).stdout).toContain('No such file');
     expect(api.store.list('pods', 'atelier', 'atelier.dev/role=ephemeral')).toEqual([]);
   }, 120_000);

@@ -714,13 +714,20 @@ export class KubernetesExecutor implements Executor {
       // The command's environment (a deployment's secrets) goes over the exec stream only, never
       // into the Pod object the cluster stores: the Pod carries the proxy variables alone.
       const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: proxy ? TUNNEL_PROXY_ENV : undefined, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o), ...(scratch ? {} : { subs }), privileged });
-      const created = await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
-        const e = asServiceError(err, 'create pod');
-        throw (privileged && podSecurityRefusal(e, this.ns)) || e;
-      });
-      // Refused rather than run as the node's root: the Pod is deleted (finally) before anything runs in it.
+      const createPod = (dryRun: boolean) =>
+        this.k.core.createNamespacedPod({ namespace: this.ns, body, ...(dryRun ? { dryRun: 'All' } : {}) }).catch((err: unknown) => {
+          const e = asServiceError(err, dryRun ? 'create pod (dry run)' : 'create pod');
+          throw (privileged && podSecurityRefusal(e, this.ns)) || e;
+        });
+      // Refused rather than run as the node's root. A dry run first: an API server without user
+      // namespaces answers without hostUsers and no Pod ever exists. Then the stored Pod itself
+      // (another API server of a skewed control plane may have served the create): deleted
+      // (finally) before anything runs in it.
+      const would = privileged ? hostUsersProblem(await createPod(true)) : null;
+      if (would) throw new ServiceError('FAILED_PRECONDITION', `hostUsers: ${would} (dry run; no Pod was made); ${USER_NAMESPACES_NEEDED}`, { field: 'hostUsers', pod: name, driver: 'kubernetes' });
+      const created = await createPod(false);
       const stored = privileged ? hostUsersProblem(created) : null;
-      if (stored) throw new ServiceError('FAILED_PRECONDITION', `hostUsers: ${stored}; ${USER_NAMESPACES_NEEDED}`, { field: 'hostUsers', pod: name, driver: 'kubernetes' });
+      if (stored) throw new ServiceError('FAILED_PRECONDITION', `hostUsers: ${stored} (the Pod was deleted before anything ran in it); ${USER_NAMESPACES_NEEDED}`, { field: 'hostUsers', pod: name, driver: 'kubernetes' });
       await this.fill(name, copies);
       const h = await this.attach(id, name, created);
       if (privileged) await this.checkUserNamespace(h, name);

@@ -66,11 +66,11 @@ export const HAND_BACK_SCRIPT = [
 
 export const HAND_BACK = ['/bin/sh', '-c', HAND_BACK_SCRIPT];
 
-/** Why the stored Pod could run as the node's root, or null: it must say `hostUsers: false`. */
+/** Why the Pod as the API server answered it (a dry run's, or the stored one) could run as the node's root, or null: it must say `hostUsers: false`. */
 export function hostUsersProblem(stored: V1Pod): string | null {
   const v = stored.spec?.hostUsers;
   if (v === false) return null;
-  return `the API server stored the Pod with hostUsers ${v === undefined ? 'absent' : String(v)}, not false`;
+  return `the API server answered with the Pod's hostUsers ${v === undefined ? 'absent' : String(v)}, not false`;
 }
 
 /** The error's words for a cluster that cannot give a privileged Pod a user namespace. */
