@@ -149,3 +149,49 @@ describe.skipIf(!isRoot)('privileged commands on the kubernetes driver (fixture 
     await kubectl('delete', 'pod', 'kp-noruns', '--wait=false');
   }, 180_000);
 });
+
+describe.skipIf(!isRoot)('privileged commands on an agent-sandbox Sandbox workspace (fixture API server)', () => {
+  let api: KubeApiServer;
+  let base: string;
+  let ex: KubernetesExecutor;
+
+  beforeAll(async () => {
+    assertDaemonBuilt();
+    api = await startKubeApiServer({ agentSandbox: true });
+    base = mkdtempSync('/tmp/atl-k8q-');
+    ex = new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: 'atelier', workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run') });
+  }, 60_000);
+  afterAll(async () => {
+    await ex?.close();
+    await api?.close();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  it('the privileged Pod mounts the Sandbox\'s claim, on its Pod\'s node, and hands root\'s files back', async () => {
+    const spec: SandboxSpec = { id: 'ws_K8sPrivSb', rootDir: path.join(base, 'workspaces', 'ws_K8sPrivSb'), limits: LIMITS, network: 'none' };
+    const h = await ex.create(spec);
+    expect(h.placement?.objectKind).toBe('Sandbox');
+    const seen: Array<{ type: string; object: { kind: string; spec: Record<string, any> } }> = []; // eslint-disable-line @typescript-eslint/no-explicit-any
+    const stop = api.store.watch(Number(api.store.resourceVersion), (e) => seen.push(JSON.parse(JSON.stringify(e))));
+    const r = await ex.runEphemeral({
+      command: 'id -u; echo root > r.txt',
+      binds: [
+        { source: path.join(spec.rootDir, 'repo'), target: '/workspace' },
+        { source: path.join(spec.rootDir, 'home'), target: '/home/user' },
+      ],
+      limits: LIMITS,
+      network: 'none',
+      cwd: '/workspace',
+      timeoutMs: 60_000,
+      privileged: true,
+    });
+    stop?.();
+    expect(r, JSON.stringify(r)).toMatchObject({ exitCode: 0, stdout: '0\n' });
+    const pod = seen.find((e) => e.type === 'ADDED' && e.object.kind === 'Pod' && e.object.spec.hostUsers === false)?.object;
+    expect(pod?.spec.volumes.find((v: { name: string }) => v.name === 'data')).toEqual({ name: 'data', persistentVolumeClaim: { claimName: `data-${objectName(spec.id)}` } });
+    // Beside the Sandbox's Pod (its node when known, else required affinity to it): the claim is ReadWriteOnce.
+    expect(pod?.spec.nodeName ?? pod?.spec.affinity?.podAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.[0]?.labelSelector?.matchLabels?.['atelier.dev/policy']).toBe(api.store.get('pods', 'atelier', h.placement!.pod).spec?.nodeName ?? objectName(spec.id));
+    expect((await ex.exec(h, { command: 'echo more >> r.txt && stat -c %u r.txt' })).stdout).toBe('1000\n');
+    await ex.destroy(h);
+  }, 180_000);
+});
