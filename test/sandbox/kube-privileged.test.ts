@@ -82,11 +82,11 @@ describe.skipIf(!isRoot)('privileged commands on the kubernetes driver (fixture 
   }, 180_000);
 
   it('what the command left running (setsid) is ended before the hand-back: nothing of uid 0 is left on the claim', async () => {
-    const r = await ex.runEphemeral(privileged("mkdir -p late && setsid sh -c 'i=0; while :; do i=$((i + 1)); : > late/f$i; sleep 0.02; done' </dev/null >/dev/null 2>&1 & sleep 0.3; echo started"));
+    const r = await ex.runEphemeral(privileged("mkdir -p late && setsid sh -c 'i=0; while :; do i=$((i + 1)); : > late/f$i; sleep 0.02; done' </dev/null >/dev/null 2>&1 & until [ $(ls late | wc -l) -ge 5 ]; do sleep 0.05; done; echo started"));
     expect(r, JSON.stringify(r)).toMatchObject({ exitCode: 0, stdout: 'started\n' });
     const repo = path.join(api.runtime.claimDir('atelier', objectName(spec.id)), 'repo');
     const made = readdirSync(path.join(repo, 'late'));
-    expect(made.length).toBeGreaterThan(3);
+    expect(made.length).toBeGreaterThanOrEqual(5);
     // Every file it made is the workspace user's (64000 on the fixture's node): none came after the hand-back.
     expect(made.filter((f) => lstatSync(path.join(repo, 'late', f)).uid !== 64000)).toEqual([]);
     expect((await ex.exec(h, { command: 'rm -r late && echo gone' })).stdout).toBe('gone\n');
