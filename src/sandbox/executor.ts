@@ -33,6 +33,14 @@ export interface SandboxSpec {
   env?: Record<string, string>;
   /** Extra host directories bound read-only (managed-package releases). */
   mounts?: EphemeralBind[];
+  /**
+   * The daemon runs as uid 0 in a user namespace whose id map the runner writes (`idMap`: lines of
+   * `inside outside count`, for uids and gids), holding only `capabilities` (names without
+   * `CAP_`). bubblewrap driver only, and only for the Kubernetes fixture's kubelet: a Pod with
+   * `hostUsers: false` and `runAsUser: 0` (test/fixtures/kube-apiserver/runtime.ts). The service
+   * never sets it.
+   */
+  rootUserNamespace?: { idMap: string; capabilities: string[] };
 }
 
 export interface SandboxHandle {

@@ -63,11 +63,20 @@ export function bwrapArgs(
     cwd: string;
     /** Privileged: uid 0 inside a new user namespace, every capability scoped to that namespace. */
     asRoot?: boolean;
+    /**
+     * uid 0 with only these capabilities in a user namespace whose id map the launcher writes
+     * (SandboxSpec.rootUserNamespace: the Kubernetes fixture's hostUsers: false Pods). bubblewrap
+     * then waits for the map (--userns-block-fd, added by the launcher), which --disable-userns
+     * cannot go with; the seccomp filter still refuses new user namespaces.
+     */
+    mappedRoot?: { capabilities: string[] };
   },
 ): string[] {
-  const id = plan.asRoot ? ['--uid', '0', '--gid', '0', '--cap-add', 'ALL'] : ['--uid', String(SANDBOX_USER.uid), '--gid', String(SANDBOX_USER.gid)];
+  const id = plan.mappedRoot
+    ? ['--uid', '0', '--gid', '0', '--cap-drop', 'ALL', ...plan.mappedRoot.capabilities.flatMap((c) => ['--cap-add', `CAP_${c.replace(/^CAP_/, '')}`])]
+    : plan.asRoot ? ['--uid', '0', '--gid', '0', '--cap-add', 'ALL'] : ['--uid', String(SANDBOX_USER.uid), '--gid', String(SANDBOX_USER.gid)];
   const a = [
-    '--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--clearenv',
+    '--unshare-all', '--unshare-user', ...(plan.mappedRoot ? [] : ['--disable-userns']), '--die-with-parent', '--new-session', '--clearenv',
     ...id, '--hostname', HOSTNAME,
     ...systemArgs(),
     LOCALE_MARK,

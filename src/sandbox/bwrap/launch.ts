@@ -8,7 +8,7 @@
  */
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { constants as fsConstants } from 'node:fs';
+import { constants as fsConstants, writeFileSync } from 'node:fs';
 import { open, rm, writeFile, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type { SandboxCgroup } from '../cgroups.js';
@@ -79,6 +79,8 @@ export class Launcher {
     bwrapArgv: string[],
     stdio: StdioOptions,
     attach: (child: ChildProcess) => T,
+    /** SandboxSpec.rootUserNamespace's id map: written for bubblewrap's user namespace before it goes on (--userns-block-fd). */
+    idMap?: string,
   ): Promise<T> {
     const native = await this.nativeArtifacts();
     const open_: FileHandle[] = [];
@@ -128,7 +130,12 @@ export class Launcher {
       await writeFile(argsFile, argv.map((x) => `${x}\0`).join(''), { mode: 0o600 });
       try {
         const argsSlot = await fdFor(argsFile);
-        return attach(this.launch(cg, oomScoreAdj, keeper, ['--args', String(argsSlot), ...command], [...(stdio as unknown[]).slice(0, 3), ...fds] as StdioOptions));
+        // bubblewrap says its child's pid on the info descriptor and waits on the block one until the map is written.
+        const infoSlot = 3 + fds.length;
+        const mapArgs = idMap === undefined ? [] : ['--userns-block-fd', String(infoSlot + 1), '--info-fd', String(infoSlot)];
+        const child = this.launch(cg, oomScoreAdj, keeper, ['--args', String(argsSlot), ...mapArgs, ...command], [...(stdio as unknown[]).slice(0, 3), ...fds, ...(idMap === undefined ? [] : ['pipe', 'pipe'])] as StdioOptions);
+        if (idMap !== undefined) writeIdMap(child, infoSlot, idMap);
+        return attach(child);
       } finally {
         await rm(argsFile, { force: true });
       }
@@ -156,4 +163,47 @@ export class Launcher {
     ];
     return spawn('/bin/sh', argv, { detached: true, stdio, env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } });
   }
+}
+
+/**
+ * Writes `idMap` as the uid and gid map of the user namespace bubblewrap made (its child's pid
+ * read from the info descriptor), then lets it go on. Root writes a map of many ids, which an
+ * unprivileged bubblewrap cannot. A failure leaves the namespace unmapped: bubblewrap then fails
+ * to set up its root and the sandbox does not start.
+ */
+function writeIdMap(child: ChildProcess, infoSlot: number, idMap: string): void {
+  // The info descriptor is read to its end, never closed first: bubblewrap writes its JSON in
+  // more than one write, and a write to a closed socket would end it with SIGPIPE. Its copies in
+  // the keeper keep it open for the sandbox's life, so it does not hold the runner's loop.
+  const info = child.stdio[infoSlot] as import('node:net').Socket;
+  const block = child.stdio[infoSlot + 1] as import('node:net').Socket;
+  let text = '';
+  let settled = false;
+  const finish = (go: boolean): void => {
+    if (settled) return;
+    settled = true;
+    if (go) block.end('1', () => block.destroy());
+    else block.destroy();
+  };
+  info.unref?.();
+  block.unref?.();
+  info.on('error', () => finish(false));
+  block.on('error', () => undefined);
+  info.on('end', () => {
+    finish(false);
+    info.destroy();
+  });
+  info.on('data', (d: Buffer) => {
+    if (settled) return;
+    text += d.toString('utf8');
+    const m = /"child-pid":\s*(\d+)/.exec(text);
+    if (!m) return;
+    try {
+      writeFileSync(`/proc/${m[1]}/uid_map`, idMap);
+      writeFileSync(`/proc/${m[1]}/gid_map`, idMap);
+      finish(true);
+    } catch {
+      finish(false);
+    }
+  });
 }

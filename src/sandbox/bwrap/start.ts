@@ -83,8 +83,11 @@ export async function startSandbox(ctx: StartContext, spec: SandboxSpec): Promis
     // Managed-package releases: always read-only.
     for (const m of spec.mounts ?? []) mounts.push({ ...validateBind(m), readOnly: true });
     // The daemon alone preloads nodump.so (PR_SET_DUMPABLE 0); commands get the env file's environment.
-    const args = bwrapArgs(settings, { mounts, tmpfs: [], etcDir: p.etc, data: optData(p, true, ctx.daemon), env: { ...daemonEnv(), LD_PRELOAD: IN_NODUMP }, cwd: '/workspace' });
+    const mapped = spec.rootUserNamespace;
+    const args = bwrapArgs(settings, { mounts, tmpfs: [], etcDir: p.etc, data: optData(p, true, ctx.daemon), env: { ...daemonEnv(), LD_PRELOAD: IN_NODUMP }, cwd: '/workspace', ...(mapped ? { mappedRoot: { capabilities: mapped.capabilities } } : {}) });
     const daemon = [
+      // In a namespace mapped by the launcher bubblewrap keeps the runner's own id (the map's 1000): the daemon becomes uid 0 there.
+      ...(mapped ? ['/usr/bin/setpriv', '--reuid=0', '--regid=0', '--clear-groups', '--'] : []),
       settings.nodePath, ...DAEMON_NODE_FLAGS, `${IN_OPT}/daemon/main.js`,
       '--socket', IN_SOCKET, '--workspace', '/workspace', '--env-file', `${IN_OPT}/env.json`, '--orphan-grace-ms', String(settings.orphanGraceMs),
       '--exec-starter', IN_EXEC_STARTER,
@@ -105,7 +108,7 @@ export async function startSandbox(ctx: StartContext, spec: SandboxSpec): Promis
           exited = `cannot start: ${err.message}`;
         });
         return c;
-      });
+      }, mapped?.idMap);
     } finally {
       await log.close();
     }

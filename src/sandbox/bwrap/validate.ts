@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { ServiceError } from '../../core/errors.js';
+import { hostRootProblem } from '../id-map.js';
 import type { EphemeralBind, SandboxLimits, SandboxNetwork, SandboxSpec } from '../executor.js';
 
 export function validateId(id: string): void {
@@ -37,6 +38,13 @@ export function validateSpec(spec: SandboxSpec): void {
   validateLimits(spec.limits);
   validateNetwork(spec.network);
   if (!path.isAbsolute(spec.rootDir)) throw new ServiceError('INVALID_ARGUMENT', 'rootDir must be absolute');
+  const mapped = spec.rootUserNamespace;
+  if (mapped) {
+    // The runner (root) writes this map: it must never reach the host's root.
+    const problem = hostRootProblem(mapped.idMap);
+    if (problem) throw new ServiceError('INVALID_ARGUMENT', `rootUserNamespace.idMap: ${problem}`, { field: 'rootUserNamespace.idMap' });
+    if (!mapped.capabilities.every((c) => /^(CAP_)?[A-Z_]{2,32}$/.test(c))) throw new ServiceError('INVALID_ARGUMENT', 'rootUserNamespace.capabilities: capability names like CHOWN', { field: 'rootUserNamespace.capabilities' });
+  }
 }
 
 export function validateBind(b: EphemeralBind): EphemeralBind {

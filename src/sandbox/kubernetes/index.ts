@@ -18,6 +18,9 @@
  *   ephemeral  = a short-lived daemon Pod per command, deleted after it; read-only directories
  *                (package releases) copied in by an init container (release-volumes.ts), a build's
  *                collected directory copied in and its tree streamed back (untar.ts)
+ *   privileged = an approved privileged command: the short-lived Pod in a Kubernetes user namespace
+ *                (hostUsers: false, uid 0, a root user's file capabilities), refused when the
+ *                cluster cannot give one, root's files handed back afterwards (privileged.ts)
  *
  * What only the bubblewrap driver has stays behind it: per-exec cgroups (here the daemon alone
  * ends a command's process group on timeout or cancel, and background processes of a command are
@@ -42,6 +45,8 @@ import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
+import { HAND_BACK, hostUsersProblem, podSecurityRefusal, USER_NAMESPACES_NEEDED } from './privileged.js';
+import { hostRootProblem } from '../id-map.js';
 import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, releaseVolumeParts, type CopyIn } from './release-volumes.js';
 import { newWatchCounters, waitForObjects, type KubeObjectLike, type Verdict, type WatchSource } from './watch.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
@@ -629,10 +634,6 @@ export class KubernetesExecutor implements Executor {
     await this.clientsReady;
     const id = spec.id ?? `eph-${createHash('sha256').update(String(Math.random()) + Date.now()).digest('hex').slice(0, 16)}`;
     validateId(id);
-    if (spec.privileged) {
-      // A Pod runs as the workspace user with no capability: uid 0 in a user namespace of its own is bubblewrap's.
-      throw new ServiceError('NOT_SUPPORTED', 'privileged: approved privileged commands need the bubblewrap executor (a workspace Pod runs as uid 1000 with every capability dropped)', { field: 'privileged' });
-    }
     let claim: string | undefined;
     let claimOwner: string | undefined;
     let claimPod: string | undefined;
@@ -685,6 +686,11 @@ export class KubernetesExecutor implements Executor {
     checkTargets(copies, 'binds');
     // The collected directory is the Pod's scratch claim at /workspace: no workspace claim with it.
     if (work && claim) throw new ServiceError('NOT_SUPPORTED', 'binds: a collected directory and a workspace claim in one short-lived Pod', { field: 'binds', driver: 'kubernetes' });
+    const privileged = spec.privileged === true;
+    if (privileged && (sockets.length || files.length || copies.length || work || spec.network !== 'none' || !claim || subs.tmp)) {
+      // runPrivileged's shape only: the workspace's repo and home, no network, nothing of the runner.
+      throw new ServiceError('NOT_SUPPORTED', 'privileged: a privileged Pod takes a workspace claim\'s repo and home only, with no network and no runner sockets, files or copies', { field: 'privileged', driver: 'kubernetes' });
+    }
     const proxy = spec.network === 'none' ? undefined : { socket: spec.network.proxySocket, port: TUNNEL_PROXY_PORT };
     const plan = sockets.length || files.length || proxy ? await planTunnel({ sockets, files, proxy }) : undefined;
     const name = objectName(id);
@@ -707,12 +713,24 @@ export class KubernetesExecutor implements Executor {
       await this.applyPolicy(name, id, proxy ? 'none' : spec.network);
       // The command's environment (a deployment's secrets) goes over the exec stream only, never
       // into the Pod object the cluster stores: the Pod carries the proxy variables alone.
-      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: proxy ? TUNNEL_PROXY_ENV : undefined, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o), ...(scratch ? {} : { subs }) });
-      const created = await this.k.core.createNamespacedPod({ namespace: this.ns, body }).catch((err: unknown) => {
-        throw asServiceError(err, 'create pod');
-      });
+      const body = daemonPodManifest({ name, id, role: EPHEMERAL_ROLE, claim: claim!, limits: spec.limits, env: proxy ? TUNNEL_PROXY_ENV : undefined, o: this.o, ...placement, copies: releaseVolumeParts(copies, this.o), ...(scratch ? {} : { subs }), privileged });
+      const createPod = (dryRun: boolean) =>
+        this.k.core.createNamespacedPod({ namespace: this.ns, body, ...(dryRun ? { dryRun: 'All' } : {}) }).catch((err: unknown) => {
+          const e = asServiceError(err, dryRun ? 'create pod (dry run)' : 'create pod');
+          throw (privileged && podSecurityRefusal(e, this.ns)) || e;
+        });
+      // Refused rather than run as the node's root. A dry run first: an API server without user
+      // namespaces answers without hostUsers and no Pod ever exists. Then the stored Pod itself
+      // (another API server of a skewed control plane may have served the create): deleted
+      // (finally) before anything runs in it.
+      const would = privileged ? hostUsersProblem(await createPod(true)) : null;
+      if (would) throw new ServiceError('FAILED_PRECONDITION', `hostUsers: ${would} (dry run; no Pod was made); ${USER_NAMESPACES_NEEDED}`, { field: 'hostUsers', pod: name, driver: 'kubernetes' });
+      const created = await createPod(false);
+      const stored = privileged ? hostUsersProblem(created) : null;
+      if (stored) throw new ServiceError('FAILED_PRECONDITION', `hostUsers: ${stored} (the Pod was deleted before anything ran in it); ${USER_NAMESPACES_NEEDED}`, { field: 'hostUsers', pod: name, driver: 'kubernetes' });
       await this.fill(name, copies);
       const h = await this.attach(id, name, created);
+      if (privileged) await this.checkUserNamespace(h, name);
       if (work) await copyInto(this.k.exec, this.ns, name, 'main', { source: work.source, target: work.target }, work.target, MAX_COPY_BYTES);
       if (plan) tunnel = await openTunnel(this.k.exec, this.ns, name, plan);
       // The daemon takes a working directory inside /workspace only; another (the toolbox's /tmp)
@@ -727,7 +745,8 @@ export class KubernetesExecutor implements Executor {
       }
       // The daemon's exec takes at most a day: a short-lived Pod lives at most that long (an agent runtime's backstop is longer).
       const timeoutMs = spec.timeoutMs === undefined ? undefined : Math.min(spec.timeoutMs, MAX_EXEC_MS);
-      const r = await this.exec(h, { argv, command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      let r = await this.exec(h, { argv, command, cwd, env, stdin: spec.stdin, timeoutMs, maxOutputBytes: spec.maxOutputBytes }, spec.onOutput, spec.signal);
+      if (privileged) r = await this.handBack(h, r);
       if (work && r.exitCode === 0 && !r.timedOut && !r.cancelled) {
         // The build's processes may still run in the Pod: what comes back is parsed, never trusted.
         tunnel?.close();
@@ -742,6 +761,27 @@ export class KubernetesExecutor implements Executor {
       await deleteIfPresent(this.k.net.deleteNamespacedNetworkPolicy({ name, namespace: this.ns })).catch(() => undefined);
       if (scratch) await deleteIfPresent(this.k.core.deleteNamespacedPersistentVolumeClaim({ name, namespace: this.ns })).catch(() => undefined);
     }
+  }
+
+  /**
+   * Before a privileged command runs: its Pod's /proc/self/uid_map (read through its daemon, as
+   * the command would run) must be a user namespace's that never reaches the node's uid 0.
+   */
+  private async checkUserNamespace(h: SandboxHandle, pod: string): Promise<void> {
+    const r = await this.exec(h, { argv: ['cat', '/proc/self/uid_map'], timeoutMs: 30_000, maxOutputBytes: 64 * 1024 });
+    const problem = r.exitCode !== 0 ? `uid_map could not be read (exit ${r.exitCode}: ${r.stderr.slice(0, 200)})` : hostRootProblem(r.stdout);
+    if (problem) throw new ServiceError('FAILED_PRECONDITION', `hostUsers: pod ${pod} is not in a user namespace of its own: ${problem}; ${USER_NAMESPACES_NEEDED}`, { field: 'hostUsers', pod, driver: 'kubernetes' });
+  }
+
+  /**
+   * After a privileged command, in its Pod, as its root: what uid 0 owns under the claim's mounts
+   * goes back to the workspace user (privileged.ts HAND_BACK). The command's result is kept
+   * whatever happens; a hand-back that fails says so at the end of its stderr.
+   */
+  private async handBack(h: SandboxHandle, r: ExecResult): Promise<ExecResult> {
+    const hb = await this.exec(h, { argv: HAND_BACK, timeoutMs: 300_000, maxOutputBytes: 16 * 1024 }).catch((err: unknown) => ({ exitCode: null, stderr: err instanceof Error ? err.message : String(err) }));
+    if (hb.exitCode === 0) return r;
+    return { ...r, stderr: `${r.stderr}${r.stderr && !r.stderr.endsWith('\n') ? '\n' : ''}atelier: handing files owned by uid 0 back to the workspace user (1000) did not finish: ${hb.stderr.trim().slice(0, 500)}\n` };
   }
 
   /** Closes every relay (the runner is stopping; Pods keep running for recover()). */

@@ -3,6 +3,7 @@ import type { V1Container, V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1Vo
 import type { SandboxLimits, SandboxNetwork } from '../executor.js';
 import { labelsFor, WORKSPACE_ROLE, MANAGED_BY } from './names.js';
 import type { KubernetesExecutorOptions } from './options.js';
+import { PRIVILEGED_CAPABILITIES } from './privileged.js';
 import { TUNNEL_PROXY_ENV } from './tunnel.js';
 
 /** Inside the workspace image. */
@@ -44,6 +45,11 @@ export function daemonPodManifest(args: {
   copies?: { volumes: V1Volume[]; initContainers: V1Container[]; mounts: V1VolumeMount[] };
   /** Which of the claim's sub-paths are mounted, and how (absent: all three, read-write). */
   subs?: Partial<Record<'repo' | 'home' | 'tmp', { readOnly: boolean }>>;
+  /**
+   * An approved privileged command's Pod (privileged.ts): uid 0 in a Kubernetes user namespace
+   * (hostUsers: false) with only PRIVILEGED_CAPABILITIES; otherwise uid 1000, no capability.
+   */
+  privileged?: boolean;
 }): V1Pod {
   const { o, limits } = args;
   // The claim's sub-paths the Pod takes (all three, read-write, unless `subs` says); one not
@@ -79,7 +85,10 @@ export function daemonPodManifest(args: {
       ...(args.nearWorkspace && !args.nodeName
         ? { affinity: { podAffinity: { requiredDuringSchedulingIgnoredDuringExecution: [{ labelSelector: { matchLabels: { 'atelier.dev/policy': args.nearWorkspace } }, topologyKey: 'kubernetes.io/hostname' }] } } }
         : {}),
-      securityContext: { runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+      ...(args.privileged ? { hostUsers: false } : {}),
+      securityContext: args.privileged
+        ? { runAsUser: 0, runAsGroup: 0, runAsNonRoot: false, fsGroup: 1000, seccompProfile: { type: 'RuntimeDefault' } }
+        : { runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
       ...(args.copies?.initContainers.length ? { initContainers: args.copies.initContainers } : {}),
       containers: [
         {
@@ -92,7 +101,7 @@ export function daemonPodManifest(args: {
             limits: { memory: String(limits.memoryBytes), cpu },
             requests: { memory: String(Math.min(limits.memoryBytes, 64 * 1024 * 1024)), cpu: '10m' },
           },
-          securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] }, readOnlyRootFilesystem: false },
+          securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'], ...(args.privileged ? { add: [...PRIVILEGED_CAPABILITIES] } : {}) }, readOnlyRootFilesystem: false },
           volumeMounts: mounts,
         },
       ],
