@@ -15,6 +15,8 @@ export interface KubeTarget {
   args: string[];
   /** Every watch event of the fixture's store since start, as JSON (empty on a real cluster). */
   stored: string[];
+  /** The same events parsed (each a copy of what was stored at that moment). */
+  events: R[];
   /** The Pods the cluster was given (ADDED events), oldest first. */
   podsMade(): R[];
   close(): Promise<void>;
@@ -28,11 +30,17 @@ export async function startKubeTarget(opts: { kubeconfig?: string; record?: bool
   let api: KubeApiServer | undefined;
   let kubeconfig = opts.kubeconfig;
   const stored: string[] = [];
+  const events: R[] = [];
   if (!kubeconfig) {
     const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
     api = await startKubeApiServer(opts.fixture);
     kubeconfig = api.kubeconfig;
-    if (opts.record) api.store.watch(Number(api.store.resourceVersion), (e) => stored.push(JSON.stringify(e)));
+    if (opts.record)
+      api.store.watch(Number(api.store.resourceVersion), (e) => {
+        const json = JSON.stringify(e);
+        stored.push(json);
+        events.push(JSON.parse(json) as R);
+      });
   }
   const args = [
     '--executor', 'kubernetes',
@@ -44,6 +52,7 @@ export async function startKubeTarget(opts: { kubeconfig?: string; record?: bool
     api,
     args,
     stored,
+    events,
     podsMade: () => stored.map((e) => JSON.parse(e) as R).filter((e) => e.type === 'ADDED' && e.object?.kind === 'Pod').map((e) => e.object as R),
     close: async () => {
       await api?.close();

@@ -17,6 +17,7 @@ import { call, connectV2, dashboardLogin, httpRequest, startService, unmountUnde
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import type { KubeApiServer } from '../fixtures/kube-apiserver/index.js';
+import { startKubeTarget, type KubeTarget } from './kube-fixture.js';
 import { objectName } from '../../src/sandbox/kubernetes/names.js';
 
 const isRoot = process.getuid?.() === 0;
@@ -30,7 +31,8 @@ describe.skipIf(!isRoot)('privileged commands on the kubernetes executor', () =>
   let ws: string;
   let dash: { cookie: string; csrf: string };
   const dataDir = mkdtempSync(join(tmpdir(), 'atelier-prk-'));
-  const events: R[] = [];
+  let events: R[] = [];
+  let kube: KubeTarget;
 
   async function ok(name: string, a: Record<string, unknown>): Promise<R> {
     const r = await call(c, name, a);
@@ -55,10 +57,10 @@ describe.skipIf(!isRoot)('privileged commands on the kubernetes executor', () =>
     host = await startGitHost();
     const repoUrl = (await host.createRepo('approved/prk', REPO_FILES)).url;
     await configFor(host, dataDir, { sandboxDiskMb: 0 });
-    const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
-    api = await startKubeApiServer();
-    api.store.watch(Number(api.store.resourceVersion), (e) => events.push(JSON.parse(JSON.stringify(e)) as R));
-    svc = await startService({ dataDir, args: ['--executor', 'kubernetes', '--kubeconfig', api.kubeconfig, '--kube-namespace', 'atelier', '--kube-workspace-image', 'atelier-workspace:test'] });
+    kube = await startKubeTarget({ record: true });
+    api = kube.api!;
+    events = kube.events;
+    svc = await startService({ dataDir, args: kube.args });
     c = await connectV2(svc);
     dash = await dashboardLogin(svc);
     ws = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'prk-open' })).workspaceId as string;
