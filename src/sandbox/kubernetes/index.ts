@@ -42,7 +42,7 @@ import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
 import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
-import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, releaseVolumeParts, type CopyIn } from './release-volumes.js';
+import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, RELEASES_CONTAINER, releaseVolumeParts, type CopyIn } from './release-volumes.js';
 import { newWatchCounters, waitForObjects, type KubeObjectLike, type Verdict, type WatchSource } from './watch.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
@@ -196,12 +196,7 @@ export class KubernetesExecutor implements Executor {
     await this.clientsReady;
     validateId(spec.id);
     const copies = await this.copiesOf(spec.mounts ?? [], 'mounts');
-    if ((await this.kindOf(spec.id)) === 'agent-sandbox') {
-      if (copies.length) {
-        throw new ServiceError('NOT_SUPPORTED', 'mounts: the kubernetes executor does not copy read-only directories (managed-package releases) into an agent-sandbox Sandbox yet; they reach workspace Pods of the Pod path, the toolbox and other short-lived Pods (docs/scaling.md)', { field: 'mounts', driver: 'kubernetes', feature: 'release volumes in agent-sandbox Sandboxes' });
-      }
-      return this.createSandbox(spec, claimReady);
-    }
+    if ((await this.kindOf(spec.id)) === 'agent-sandbox') return this.createSandbox(spec, copies, claimReady);
     const name = objectName(spec.id);
     this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
     await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(name, spec.id, this.o) }));
@@ -273,14 +268,17 @@ export class KubernetesExecutor implements Executor {
    * create() as a Sandbox: its NetworkPolicy first (the Pod never runs without it), then the
    * Sandbox (or the existing one resumed, its pod template brought up to date), then its Pod
    * running (the controller makes it) and the daemon's ping through the relay, as on the Pod path.
+   * Release copies: the pod template carries their init container, emptyDir and read-only mounts;
+   * whenever the Pod the controller made waits in that init container (a new Sandbox, a resumed
+   * one, a Pod made again, one a runner gone mid-copy left), the runner fills it as on the Pod path.
    */
-  private async createSandbox(spec: SandboxSpec, claimReady: () => void = () => undefined): Promise<SandboxHandle> {
+  private async createSandbox(spec: SandboxSpec, copies: CopyIn[], claimReady: () => void = () => undefined): Promise<SandboxHandle> {
     const sb = this.sandboxes!;
     const name = objectName(spec.id);
     const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
     this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod: name });
     await this.applyPolicy(name, spec.id, spec.network);
-    const body = sandboxManifest({ name, id: spec.id, version: sb.version, limits: spec.limits, env: spec.env, o: this.o });
+    const body = sandboxManifest({ name, id: spec.id, version: sb.version, limits: spec.limits, env: spec.env, o: this.o, copies: releaseVolumeParts(copies, this.o) });
     let existing = await sb.get(name);
     let known: SandboxObject | undefined;
     if (existing?.metadata.deletionTimestamp) {
@@ -306,9 +304,14 @@ export class KubernetesExecutor implements Executor {
         await sb.setRunning(name, true, body.spec.podTemplate);
         await this.deletePod(sandboxPodName(existing));
       }
-      // Otherwise its Pod is still starting (or being made): wait for it as for a new one.
+      // Otherwise its Pod is still starting (or being made, or waits for its copies): wait for it as for a new one.
     }
-    const pod = await this.waitSandboxPod(name, deadline, known);
+    if (copies.length) {
+      // The Pod waits in its releases init container (filled here), or runs already (filled before: the init container ends only once filled).
+      const { pod, filling } = await this.waitSandboxPod(name, deadline, known, RELEASES_CONTAINER);
+      if (filling) await this.fill(pod, copies);
+    }
+    const { pod } = await this.waitSandboxPod(name, deadline, known);
     this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod });
     return this.attach(spec.id, pod, false, this.sandboxPlacement(name, pod));
   }
@@ -317,20 +320,23 @@ export class KubernetesExecutor implements Executor {
    * Watches the Sandbox and its Pod (list+watch each, watch.ts) until the Pod runs; the
    * controller makes the Pod, so an absent one is waited for. A Pod that ended ends the wait, as
    * does the Sandbox's deletion. `known`: the Sandbox as just created (watched from its version).
+   * `init`: also done (filling: true) once that init container of the Pod runs.
    */
-  private async waitSandboxPod(name: string, deadline: number, known?: SandboxObject): Promise<string> {
+  private async waitSandboxPod(name: string, deadline: number, known?: SandboxObject, init?: string): Promise<{ pod: string; filling: boolean }> {
     const gone = () => new ServiceError('UNAVAILABLE', `sandbox ${name} is gone`, { sandbox: name });
     const s0 = known ?? (await this.sandboxes!.get(name));
     if (!s0 || s0.metadata.deletionTimestamp) throw gone();
     // The Pod's name is fixed when the Sandbox is made (its own, or a warm-pool Pod's in the annotation).
     const podName = sandboxPodName(s0);
-    return this.waitFor<string>(
+    return this.waitFor<{ pod: string; filling: boolean }>(
       [this.sandboxSource(name, s0), this.podSource(podName)],
       ([s, p]) => {
         if (s === null || s?.metadata?.deletionTimestamp) return { fail: gone() };
         if (p === undefined) return undefined;
-        const phase = p && !p.metadata?.deletionTimestamp ? (p as PodLike).status?.phase : undefined;
-        if (phase === 'Running') return { done: podName };
+        const live = p && !p.metadata?.deletionTimestamp ? (p as PodLike) : undefined;
+        const phase = live?.status?.phase;
+        if (phase === 'Running') return { done: { pod: podName, filling: false } };
+        if (init && live?.status?.initContainerStatuses?.some((c) => c.name === init && c.state?.running)) return { done: { pod: podName, filling: true } };
         if (phase === 'Failed' || phase === 'Succeeded') {
           const message = (p as PodLike).status?.message;
           return { fail: new ServiceError('FAILED_PRECONDITION', `pod ${podName} of sandbox ${name} ended before its daemon answered (${phase}${message ? `: ${message}` : ''})`, { sandbox: name, pod: podName, phase }) };
@@ -751,7 +757,7 @@ export class KubernetesExecutor implements Executor {
 }
 
 /** What the driver reads of a Pod in a watch event or list (plain JSON or the client's V1Pod). */
-type PodLike = KubeObjectLike & { status?: { phase?: string; message?: string; reason?: string; containerStatuses?: Array<{ state?: { waiting?: { reason?: string; message?: string } } }> } };
+type PodLike = KubeObjectLike & { status?: { phase?: string; message?: string; reason?: string; containerStatuses?: Array<{ state?: { waiting?: { reason?: string; message?: string } } }>; initContainerStatuses?: Array<{ name: string; state?: { running?: unknown } }> } };
 
 /** "phase Pending: ImagePullBackOff (…)": a Pod's phase and why it waits, for errors. */
 function podPhaseNote(p: PodLike): string {

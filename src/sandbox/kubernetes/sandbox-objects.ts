@@ -65,12 +65,13 @@ export function readyCondition(sb: SandboxObject): { status: string; reason?: st
 
 /**
  * A workspace's Sandbox: the daemon Pod of the Pod path (same security context, labels, limits,
- * environment, the policy label its NetworkPolicy selects) as the pod template, and the claim of
+ * environment, the policy label its NetworkPolicy selects, and the release copies' emptyDir,
+ * init container and read-only mounts: release-volumes.ts) as the pod template, and the claim of
  * the Pod path as the volume claim template.
  */
-export function sandboxManifest(args: { name: string; id: string; version: SandboxApiVersion; limits: SandboxLimits; env?: Record<string, string>; o: KubernetesExecutorOptions }): SandboxObject {
+export function sandboxManifest(args: { name: string; id: string; version: SandboxApiVersion; limits: SandboxLimits; env?: Record<string, string>; o: KubernetesExecutorOptions; copies?: Parameters<typeof daemonPodManifest>[0]['copies'] }): SandboxObject {
   const { name, id, version, o } = args;
-  const pod = daemonPodManifest({ name, id, role: WORKSPACE_ROLE, claim: sandboxClaimName(name), limits: args.limits, env: args.env, o });
+  const pod = daemonPodManifest({ name, id, role: WORKSPACE_ROLE, claim: sandboxClaimName(name), limits: args.limits, env: args.env, o, copies: args.copies });
   const claim = claimManifest(sandboxClaimName(name), id, o);
   return {
     apiVersion: `${AGENTS_GROUP}/${version}`,
