@@ -7,9 +7,13 @@
  * Ready; `kubectl get sandboxclaims` shows the Sandbox column; deleting the claim deletes its
  * Sandbox, Pod and claim. Needs root (each Pod is a bubblewrap sandbox) and a build.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KubernetesExecutor, type KubernetesExecutorOptions } from '../../src/sandbox/kubernetes/index.js';
+import { objectName } from '../../src/sandbox/kubernetes/names.js';
 import { sandboxManifest } from '../../src/sandbox/kubernetes/sandbox-objects.js';
+import type { SandboxSpec } from '../../src/sandbox/executor.js';
 import { startKubeApiServer, type KubeApiServer } from '../fixtures/kube-apiserver/index.js';
 import { CLAIM_SANDBOX_ANNOTATION, LAUNCH_TYPE_LABEL, POD_NAME_ANNOTATION, WARM_POOL_LABEL } from '../fixtures/kube-apiserver/agent-sandbox.js';
 import type { KubeObject } from '../fixtures/kube-apiserver/store.js';
@@ -105,5 +109,125 @@ describe.skipIf(!isRoot)('fixture agent-sandbox: SandboxWarmPool and SandboxClai
       for (const [r, n] of [['sandboxes', sbName], ['pods', sbName], ['persistentvolumeclaims', `data-${sbName}`]] as const) expect(get(r, n), `${r}/${n}`).toBeUndefined();
     }
     expect((await k(['get', 'sandboxclaims', '-o', 'name'])).stdout).toBe('');
+  });
+});
+
+describe.skipIf(!isRoot)('kubernetes executor driver claiming workspaces from a SandboxWarmPool (fixture API server)', () => {
+  let api: KubeApiServer;
+  let base: string;
+  const notes: string[] = [];
+  const drivers: KubernetesExecutor[] = [];
+  const driver = (o: Partial<KubernetesExecutorOptions> = {}): KubernetesExecutor => {
+    const ex = new KubernetesExecutor({ kubeconfig: api.kubeconfig, namespace: NS, workspaceImage: 'atelier-workspace:test', runDir: path.join(base, 'run'), warmPool: 'warm', claimWaitMs: 3_000, ...o }, (m) => notes.push(m));
+    drivers.push(ex);
+    return ex;
+  };
+  const get = (resource: string, name: string) => api.store.find(resource, NS, name) as Obj | undefined;
+  const poolSandboxes = () => (api.store.list('sandboxes', NS) as Obj[]).filter((s) => s.metadata.ownerReferences?.[0]?.kind === 'SandboxWarmPool');
+  const setReplicas = (n: number) => {
+    const pool = get('sandboxwarmpools', 'warm')!;
+    api.store.update('sandboxwarmpools', NS, 'warm', { ...pool, spec: { ...pool.spec, replicas: n } });
+  };
+  const specOf = (id: string, extra: Partial<SandboxSpec> = {}): SandboxSpec => ({ id, rootDir: path.join(base, 'workspaces', id), limits: LIMITS, network: 'none', env: { PROJECT: `p-${id}`, OWNER_TOKEN: 'tok-s3cret' }, ...extra });
+
+  beforeAll(async () => {
+    assertDaemonBuilt();
+    api = await startKubeApiServer({ agentSandbox: true });
+    base = mkdtempSync('/tmp/atl-k8s-claim-');
+    const sb = sandboxManifest({ name: 'tmpl', id: 'warm-template', version: 'v1beta1', limits: LIMITS, o: { namespace: NS, workspaceImage: 'atelier-workspace:test', runDir: base } });
+    const podTemplate = sb.spec.podTemplate as { metadata: { labels: Record<string, string> } };
+    delete podTemplate.metadata.labels['atelier.dev/policy'];
+    delete podTemplate.metadata.labels['atelier.dev/workspace'];
+    api.store.create('sandboxtemplates', NS, { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxTemplate', metadata: { name: 'warm' }, spec: { podTemplate, volumeClaimTemplates: sb.spec.volumeClaimTemplates } });
+    api.store.create('sandboxwarmpools', NS, { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxWarmPool', metadata: { name: 'warm' }, spec: { replicas: 1, sandboxTemplateRef: { name: 'warm' } } });
+    await until(() => ((get('sandboxwarmpools', 'warm')?.status as { readyReplicas?: number } | undefined)?.readyReplicas === 1 ? true : undefined), 'the warm pool ready');
+  });
+  afterAll(async () => {
+    for (const d of drivers) await d.close();
+    await api?.close();
+    if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  it('a workspace is claimed from the pool: the warm Pod (started before) with the policy label, its environment given after start and in no object, files on the template claim; recover, stop and resume, destroy', async () => {
+    const ex = driver();
+    const s = specOf('ws_Claim1');
+    const n = objectName(s.id);
+    const [warm] = poolSandboxes();
+    const warmPod = get('pods', warm!.metadata.name)!;
+    const h = await ex.create(s);
+    expect(h.placement).toEqual({ kind: 'kubernetes-sandbox', apiVersion: 'agents.x-k8s.io/v1beta1', objectKind: 'Sandbox', namespace: NS, name: warm!.metadata.name, pod: warm!.metadata.name, claim: { name: n, pool: 'warm', launch: 'warm' } });
+    expect(notes.join('\n')).toContain(`workspace ${s.id}: claimed the Sandbox ${warm!.metadata.name} from the warm pool warm (warm`);
+    expect(ex.claimStats).toMatchObject({ warm: 1, cold: 0, own: 0 });
+    // The same Pod as before the open, now selected by the workspace's deny-all policy.
+    const pod = get('pods', warm!.metadata.name)!;
+    expect(pod.metadata.uid).toBe(warmPod.metadata.uid);
+    const policy = get('networkpolicies', n)!.spec as { podSelector: { matchLabels: Record<string, string> } };
+    for (const [k, v] of Object.entries(policy.podSelector.matchLabels)) expect(pod.metadata.labels?.[k], k).toBe(v);
+    const claim = get('sandboxclaims', n)!;
+    expect(claim.metadata.labels?.['atelier.dev/workspace']).toBe(s.id);
+    expect(claim.spec).toMatchObject({ warmPoolRef: { name: 'warm' }, additionalPodMetadata: { labels: { 'atelier.dev/policy': n, 'atelier.dev/workspace': s.id } } });
+    // The environment reached the daemon after start, and no stored object carries it.
+    expect((await ex.exec(h, { command: 'echo "$PROJECT $OWNER_TOKEN $HTTPS_PROXY"' })).stdout).toBe('p-ws_Claim1 tok-s3cret http://127.0.0.1:3128\n');
+    for (const r of ['pods', 'sandboxes', 'sandboxclaims', 'sandboxtemplates']) expect(JSON.stringify(api.store.list(r, NS))).not.toContain('tok-s3cret');
+    // Files: the claim of the template's volume claim template, also from a short-lived Pod binding the workspace.
+    await ex.request(h, 'fs.write', { path: 'kept.txt', content: 'kept\n' } as never);
+    const r = await ex.runEphemeral({ argv: ['cat', '/workspace/kept.txt'], binds: [{ source: path.join(s.rootDir, 'repo'), target: '/workspace' }], limits: LIMITS, network: 'none', cwd: '/workspace' });
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'kept\n' });
+    // A new runner finds it through its claim (by the workspace's name) and reattaches.
+    await ex.close();
+    const ex2 = driver();
+    const again = await ex2.recover(s);
+    expect(again).toEqual(h);
+    expect((await ex2.exec(again!, { command: 'echo "$PROJECT"; cat kept.txt' })).stdout).toBe('p-ws_Claim1\nkept\n');
+    // Stop suspends the claimed Sandbox; create resumes it, its new Pod gets the environment again.
+    await ex2.stop(again!);
+    expect((get('sandboxes', warm!.metadata.name)!.spec as { operatingMode: string }).operatingMode).toBe('Suspended');
+    expect(get('pods', warm!.metadata.name)).toBeUndefined();
+    const resumed = await ex2.create({ ...s, env: { PROJECT: 'after-resume' } });
+    expect(resumed.placement?.claim).toEqual({ name: n, pool: 'warm', launch: 'warm' });
+    expect((await ex2.exec(resumed, { command: 'echo "$PROJECT"; cat kept.txt' })).stdout).toBe('after-resume\nkept\n');
+    expect(get('pods', warm!.metadata.name)!.metadata.labels?.['atelier.dev/policy']).toBe(n);
+    await ex2.destroy(resumed);
+    for (const [res, name] of [['sandboxclaims', n], ['sandboxes', warm!.metadata.name], ['pods', warm!.metadata.name], ['persistentvolumeclaims', `data-${warm!.metadata.name}`], ['networkpolicies', n]] as const) expect(get(res, name), `${res}/${name}`).toBeUndefined();
+  });
+
+  it('falls back: an empty pool gives a cold claim; a workspace with releases, settings the template does not give, or a pool that names nothing get a Sandbox of their own', async () => {
+    setReplicas(0);
+    await until(() => (poolSandboxes().length === 0 ? true : undefined), 'the pool emptied');
+    const ex = driver();
+    const cold = specOf('ws_Claim2');
+    const hc = await ex.create(cold);
+    expect(hc.placement?.claim).toEqual({ name: objectName(cold.id), pool: 'warm', launch: 'cold' });
+    expect((await ex.exec(hc, { command: 'echo "$PROJECT"' })).stdout).toBe('p-ws_Claim2\n');
+    await ex.destroy(hc);
+    // Releases: copied in before the daemon starts, which a warm Pod cannot: no claim is made.
+    const rel = path.join(base, 'release');
+    mkdirSync(rel, { recursive: true });
+    writeFileSync(path.join(rel, 'hello'), 'hi\n');
+    const withRel = specOf('ws_Claim3', { mounts: [{ source: rel, target: '/opt/packages/npm/x/node_modules', readOnly: true }] });
+    const hr = await ex.create(withRel);
+    expect(hr.placement).toMatchObject({ name: objectName(withRel.id), pod: objectName(withRel.id) });
+    expect(hr.placement?.claim).toBeUndefined();
+    expect(get('sandboxclaims', objectName(withRel.id))).toBeUndefined();
+    expect(notes.join('\n')).toContain(`workspace ${withRel.id}: a Sandbox of its own (cold), not claimed from the warm pool: it has package releases`);
+    await ex.destroy(hr);
+    // Limits the template does not give: the claimed Sandbox is given back (claim deleted), the workspace gets its own.
+    const bigger = specOf('ws_Claim4', { limits: { ...LIMITS, memoryBytes: LIMITS.memoryBytes * 2 } });
+    const hb = await ex.create(bigger);
+    expect(hb.placement?.claim).toBeUndefined();
+    expect(hb.placement?.name).toBe(objectName(bigger.id));
+    expect(get('sandboxclaims', objectName(bigger.id))).toBeUndefined();
+    expect(notes.join('\n')).toMatch(new RegExp(`workspace ${bigger.id}: a Sandbox of its own \\(cold\\), not claimed from the warm pool warm: the Sandbox \\S+ it got is not this workspace's: its memory limit ${LIMITS.memoryBytes} is not the workspace's ${LIMITS.memoryBytes * 2}`));
+    expect(JSON.parse((await ex.exec(hb, { command: 'echo "{\\"p\\":\\"$PROJECT\\"}"' })).stdout)).toEqual({ p: 'p-ws_Claim4' });
+    await ex.destroy(hb);
+    // A pool that does not exist: the claim names nothing within claimWaitMs; deleted, the workspace gets its own.
+    const exNone = driver({ warmPool: 'no-such-pool', claimWaitMs: 500 });
+    const none = specOf('ws_Claim5');
+    const hn = await exNone.create(none);
+    expect(hn.placement?.claim).toBeUndefined();
+    expect(get('sandboxclaims', objectName(none.id))).toBeUndefined();
+    expect(notes.join('\n')).toMatch(/workspace ws_Claim5: a Sandbox of its own \(cold\), not claimed from the warm pool no-such-pool: sandboxclaim \S+ named no Sandbox within 500 ms \(Ready False, WarmPoolNotFound/);
+    await exNone.destroy(hn);
+    expect(api.store.list('sandboxes', NS)).toEqual([]);
   });
 });
