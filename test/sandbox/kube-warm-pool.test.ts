@@ -212,14 +212,20 @@ describe.skipIf(!isRoot)('kubernetes executor driver claiming workspaces from a 
     expect(notes.join('\n')).toContain(`workspace ${withRel.id}: a Sandbox of its own (cold), not claimed from the warm pool: it has package releases`);
     await ex.destroy(hr);
     // Limits the template does not give: the claimed Sandbox is given back (claim deleted), the workspace gets its own.
+    // A clone the service starts before the workspace's create waits for create's answer: it lands in the workspace's own Sandbox, not the one given back.
     const bigger = specOf('ws_Claim4', { limits: { ...LIMITS, memoryBytes: LIMITS.memoryBytes * 2 } });
-    const hb = await ex.create(bigger);
+    const exClone = driver({ workspacesDir: path.join(base, 'workspaces') });
+    const clone = exClone.runEphemeral({ argv: ['sh', '-c', 'echo cloned > /workspace/cloned.txt'], binds: [{ source: path.join(bigger.rootDir, 'repo'), target: '/workspace' }], limits: LIMITS, network: 'none', cwd: '/workspace' });
+    await until(() => (api.openWatches('sandboxclaims') > 0 ? true : undefined), 'the clone watching for the claim');
+    const hb = await exClone.create(bigger);
+    expect(await clone).toMatchObject({ exitCode: 0 });
+    expect((await exClone.exec(hb, { command: 'cat cloned.txt' })).stdout).toBe('cloned\n');
     expect(hb.placement?.claim).toBeUndefined();
     expect(hb.placement?.name).toBe(objectName(bigger.id));
     expect(get('sandboxclaims', objectName(bigger.id))).toBeUndefined();
     expect(notes.join('\n')).toMatch(new RegExp(`workspace ${bigger.id}: a Sandbox of its own \\(cold\\), not claimed from the warm pool warm: the Sandbox \\S+ it got is not this workspace's: its memory limit ${LIMITS.memoryBytes} is not the workspace's ${LIMITS.memoryBytes * 2}`));
-    expect(JSON.parse((await ex.exec(hb, { command: 'echo "{\\"p\\":\\"$PROJECT\\"}"' })).stdout)).toEqual({ p: 'p-ws_Claim4' });
-    await ex.destroy(hb);
+    expect(JSON.parse((await exClone.exec(hb, { command: 'echo "{\\"p\\":\\"$PROJECT\\"}"' })).stdout)).toEqual({ p: 'p-ws_Claim4' });
+    await exClone.destroy(hb);
     // A pool that does not exist: the claim names nothing within claimWaitMs; deleted, the workspace gets its own.
     const exNone = driver({ warmPool: 'no-such-pool', claimWaitMs: 500 });
     const none = specOf('ws_Claim5');

@@ -367,9 +367,13 @@ export class KubernetesExecutor implements Executor {
         ([c]) => new ServiceError('DEADLINE_EXCEEDED', `sandboxclaim ${this.ns}/${name} named no Sandbox in time (${claimCondition(c as ClaimObject | undefined)})`, { sandboxclaim: name }),
       );
     }
-    this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(sbName), pod: sbName, policy: name });
-    claimReady();
-    if (!fresh) await this.applyPolicy(name, spec.id, spec.network);
+    const root = path.resolve(spec.rootDir);
+    // A fresh claim's Sandbox is the workspace's only once its Pod passed the check below (a clone waits until then).
+    if (!fresh) {
+      this.roots.set(root, { claim: sandboxClaimName(sbName), pod: sbName, policy: name });
+      claimReady();
+      await this.applyPolicy(name, spec.id, spec.network);
+    }
     const sb = await this.sandboxes!.get(sbName);
     if (!sb || sb.metadata.deletionTimestamp) throw new ServiceError('UNAVAILABLE', `sandbox ${sbName} of sandboxclaim ${name} is gone`, { sandbox: sbName, sandboxclaim: name });
     const launch = sb.metadata.labels?.[LAUNCH_TYPE_LABEL] === 'warm' ? 'warm' : 'cold';
@@ -390,6 +394,10 @@ export class KubernetesExecutor implements Executor {
     if (why) {
       if (fresh) throw new ClaimMismatch(`the Sandbox ${sbName} it got is not this workspace's: ${why}`);
       throw new ServiceError('FAILED_PRECONDITION', `sandboxclaim ${name}: the Pod ${pod} of its Sandbox ${sbName} is not this workspace's: ${why}`, { sandboxclaim: name, pod });
+    }
+    if (fresh) {
+      this.roots.set(root, { claim: sandboxClaimName(sbName), pod: sbName, policy: name });
+      claimReady();
     }
     const h = await this.attach(spec.id, pod, false, { ...placement, pod });
     await this.giveEnv(h, spec.env);
@@ -770,7 +778,7 @@ export class KubernetesExecutor implements Executor {
     if (known) return known;
     const root = path.dirname(src);
     const id = path.basename(root);
-    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return this.claimOfUnknown(id);
+    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return this.claimOfUnknown(id, root);
     return undefined;
   }
 
@@ -782,7 +790,7 @@ export class KubernetesExecutor implements Executor {
    * workspace's create() makes the Sandbox, whose controller makes the claim. Making a Pod-path
    * claim there would turn the workspace into a Pod (kindOf()).
    */
-  private async claimOfUnknown(id: string): Promise<{ claim: string; pod?: string; id?: string; policy?: string }> {
+  private async claimOfUnknown(id: string, root: string): Promise<{ claim: string; pod?: string; id?: string; policy?: string }> {
     const name = objectName(id);
     if ((await this.workspaceKind()) === 'pod+pvc') return { claim: name, id };
     if (await orNull(this.k.core.readNamespacedPersistentVolumeClaim({ name, namespace: this.ns }))) return { claim: name, pod: name };
@@ -790,8 +798,11 @@ export class KubernetesExecutor implements Executor {
     const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
     const timeout = () => new ServiceError('DEADLINE_EXCEEDED', `the claim ${claim} of workspace ${id} did not appear in time (its Sandbox was not made)`, { claim, workspace: id });
     if (this.claims) {
-      // Claimed from the warm pool, its files are in the claim of the Sandbox its SandboxClaim names (atl-<hash> names the claim).
-      return this.waitFor<{ claim: string; pod: string; policy: string }>(
+      // Claimed from the warm pool, its files are in the claim of the Sandbox its SandboxClaim names
+      // (atl-<hash> names the claim). Only this runner's create() makes that claim: when it is
+      // under way, its answer is the one (it gives a claimed Sandbox back when its Pod does not
+      // match, and the workspace's files then go to a Sandbox of its own).
+      const seen = await this.waitFor<{ claim: string; pod: string; policy: string }>(
         [this.claimSource(claim), this.claimObjectSource(name)],
         ([pvc, c]) => {
           const sbName = c ? claimedSandbox(c as ClaimObject) : undefined;
@@ -802,6 +813,7 @@ export class KubernetesExecutor implements Executor {
         deadline,
         timeout,
       );
+      return (await this.creating.get(root)) ?? this.roots.get(root) ?? seen;
     }
     await this.waitFor([this.claimSource(claim)], ([c]) => (c ? { done: undefined } : undefined), deadline, timeout);
     return { claim, pod: name };
