@@ -75,6 +75,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'kubeWorkspaceImage', flag: '--kube-workspace-image', env: 'ATELIER_KUBE_WORKSPACE_IMAGE', kind: 'string', def: 'atelier-workspace:latest', rule: 'an image reference', check: ((v: string) => /^\S+$/.test(v)) as never, help: 'Kubernetes executor: the workspace image (daemon and toolchains; deploy/kubernetes/workspace.Containerfile)' }),
   S({ key: 'kubeStorageClass', flag: '--kube-storage-class', env: 'ATELIER_KUBE_STORAGE_CLASS', kind: 'string', def: '', help: "Kubernetes executor: StorageClass of the workspaces' claims (empty = the cluster's default)" }),
   S({ key: 'kubeStorageSize', flag: '--kube-storage-size', env: 'ATELIER_KUBE_STORAGE_SIZE', kind: 'string', def: '10Gi', rule: 'a Kubernetes quantity such as 10Gi', check: ((v: string) => /^[0-9]+(Ki|Mi|Gi|Ti)?$/.test(v)) as never, help: "Kubernetes executor: size of each workspace's claim (its disk limit; --sandbox-disk-mb must be 0 on a runner in a Pod)" }),
+  S({ key: 'kubeWarmPool', flag: '--kube-warm-pool', env: 'ATELIER_KUBE_WARM_POOL', kind: 'string', def: '', help: 'Kubernetes executor with agent-sandbox: a SandboxWarmPool in the namespace whose Sandboxes new workspaces are claimed from when their settings match its template (empty = every workspace a Sandbox of its own)' }),
   S({ key: 'kubeRuntimeClass', flag: '--kube-runtime-class', env: 'ATELIER_KUBE_RUNTIME_CLASS', kind: 'string', def: '', help: 'Kubernetes executor: RuntimeClass of every Pod, e.g. gvisor (empty = the default runtime)' }),
   S({ key: 'outputMaxMb', flag: '--output-max-mb', env: 'ATELIER_OUTPUT_MAX_MB', kind: 'int', def: 16, rule: 'an integer from 1 to 4096', check: ((v: number) => v >= 1 && v <= 4096) as never, help: 'Output kept on disk per operation or task, MiB' }),
   S({ key: 'skillSuggestUrl', flag: '--skill-suggest-url', env: 'ATELIER_SKILL_SUGGEST_URL', kind: 'string', def: '', rule: 'an https URL (http only on loopback)', check: ((v: string) => v === '' || /^https:\/\/\S+$/.test(v) || /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(\/\S*)?$/.test(v)) as never, help: 'skill_suggest endpoint: the redacted prompt and the roster are POSTed there (needs --skill-suggest-key-file)' }),
@@ -150,6 +151,7 @@ export interface Config {
   kubeStorageClass: string;
   kubeStorageSize: string;
   kubeRuntimeClass: string;
+  kubeWarmPool: string;
   agentPoolSize: number;
   outputMaxMb: number;
   httpRequestTimeoutMs: number;

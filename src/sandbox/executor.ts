@@ -72,6 +72,8 @@ export interface SandboxPlacement {
   name: string;
   /** The Pod running the daemon (a Pod's own name; a Sandbox's Pod). */
   pod: string;
+  /** A Sandbox taken through a SandboxClaim from a warm pool: the claim, and whether the Sandbox was warm (adopted) or made for it (cold). */
+  claim?: { name: string; pool: string; launch: 'warm' | 'cold' };
 }
 
 /** The kind of a sandbox: its placement's, else a bubblewrap sandbox on the runner's host. */

@@ -56,6 +56,17 @@ export function registerAppMetrics(app: App): void {
       return [...n].map(([k, value]) => ({ labels: { executor: k.startsWith('kubernetes-') ? 'kubernetes' : k, kind: k.replace(/^kubernetes-/, '') }, value }));
     },
   });
+  // Kubernetes workspaces claimed from a SandboxWarmPool (--kube-warm-pool): warm (adopted, started before the open) or cold (the claim made it).
+  registerGauge({
+    name: 'atelier_workspace_sandbox_claims',
+    help: 'Workspace sandboxes this runner holds that were claimed from a Kubernetes SandboxWarmPool, by launch (warm: adopted from the pool; cold: made for the claim)',
+    labelNames: ['launch'],
+    collect: () => {
+      const n = { warm: 0, cold: 0 };
+      for (const h of app.workspaces.liveSandboxes()) if (h.placement?.claim) n[h.placement.claim.launch]++;
+      return Object.entries(n).map(([launch, value]) => ({ labels: { launch }, value }));
+    },
+  });
   registerGauge({ name: 'atelier_sandbox_memory_bytes', help: 'Memory in use by all workspace sandboxes (cgroup memory.current, summed), bytes', collect: async () => (await sandboxTotals()).memoryBytes });
   registerGauge({ name: 'atelier_sandbox_pids', help: 'Processes and threads in all workspace sandboxes (cgroup pids.current, summed)', collect: async () => (await sandboxTotals()).pids });
   registerGauge({ name: 'atelier_sandbox_cpu_seconds', help: 'CPU time used by the running workspace sandboxes since they started (cgroup usage_usec, summed), seconds', collect: async () => (await sandboxTotals()).cpuSeconds });

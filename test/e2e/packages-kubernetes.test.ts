@@ -26,6 +26,7 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
   let host: GitHost;
   let reg: Registry;
   let api: KubeApiServer;
+  let sbApi: KubeApiServer | undefined;
   let svc: Service;
   let c: Client;
   let repoUrl: string;
@@ -82,6 +83,7 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
     await c?.close();
     await svc?.stop().catch(() => undefined);
     await api?.close();
+    await sbApi?.close();
     await host?.close();
     await reg?.close();
     unmountUnder(dataDir);
@@ -145,6 +147,38 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
     const again = await ok('exec_run', { workspaceId: ws, command: 'cli-demo; touch /opt/packages/npm/cli-demo/node_modules/x 2>&1 | grep -c Read-only' });
     expect(again.stdout).toBe('cli-demo 1.0.0\n1\n');
     expect((api.store.list('pods', 'atelier', `atelier.dev/workspace=${ws}`) as R[]).map((p) => p.metadata.uid)).not.toEqual([before]);
+    await ok('workspace_close', { workspaceId: ws });
+  }, 300_000);
+
+  it('with agent-sandbox installed a workspace is a Sandbox: its pod template carries the release copy, the runner fills the Pod its controller makes; again when the next runner resumes it', async () => {
+    const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
+    sbApi = await startKubeApiServer({ agentSandbox: true });
+    const sbArgs = ['--executor', 'kubernetes', '--kubeconfig', sbApi.kubeconfig, '--kube-namespace', 'atelier', '--kube-workspace-image', 'atelier-workspace:test'];
+    await c.close();
+    const token = svc.token;
+    expect(await svc.stop('SIGTERM')).toBe(0);
+    svc = { ...(await startService({ dataDir, args: sbArgs })), token };
+    c = await connectV2(svc);
+    const ws = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'pkk-open-sandbox' })).workspaceId as string;
+    const check = 'cli-demo && touch /opt/packages/npm/cli-demo/node_modules/x 2>&1 | grep -c Read-only; head -1 README.md';
+    expect((await ok('exec_run', { workspaceId: ws, command: check })).stdout).toBe('cli-demo 1.0.0\n1\n# demo\n');
+    expect(await ok('workspace_status', { workspaceId: ws })).toMatchObject({ sandboxKind: 'kubernetes-sandbox', sandboxObject: { kind: 'Sandbox' } });
+    const [sb] = sbApi.store.list('sandboxes', 'atelier', `atelier.dev/workspace=${ws}`) as R[];
+    expect(sb!.spec.podTemplate.spec.initContainers.map((x: R) => x.name)).toEqual(['releases']);
+    expect(sb!.spec.podTemplate.spec.containers[0].volumeMounts).toContainEqual({ name: 'releases', mountPath: '/opt/packages/npm/cli-demo/node_modules', subPath: 'r0', readOnly: true });
+    expect(JSON.stringify(sb)).not.toContain(dataDir);
+    const pod = () => (sbApi.store.list('pods', 'atelier', `atelier.dev/workspace=${ws}`) as R[])[0];
+    expect(pod()!.metadata.ownerReferences[0]).toMatchObject({ kind: 'Sandbox', name: sb!.metadata.name });
+    expect(pod()!.spec.initContainers.map((x: R) => x.name)).toEqual(['releases']);
+    // A runner restart suspends the Sandbox; the next runner resumes it and fills its new Pod.
+    const before = pod()!.metadata.uid;
+    await c.close();
+    expect(await svc.stop('SIGTERM')).toBe(0);
+    svc = { ...(await startService({ dataDir, args: sbArgs })), token };
+    c = await connectV2(svc);
+    expect((await ok('exec_run', { workspaceId: ws, command: check })).stdout).toBe('cli-demo 1.0.0\n1\n# demo\n');
+    expect(pod()!.metadata.uid).not.toBe(before);
+    expect((sbApi.store.list('sandboxes', 'atelier', `atelier.dev/workspace=${ws}`) as R[])[0]!.metadata.uid).toBe(sb!.metadata.uid);
     await ok('workspace_close', { workspaceId: ws });
   }, 300_000);
 });

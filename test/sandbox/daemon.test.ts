@@ -63,6 +63,38 @@ describe('daemon protocol', () => {
   });
 });
 
+describe('daemon env.set (a warm Pod learns its environment after start)', () => {
+  it('later execs start from the new environment; hostile lines over the socket are refused and the daemon still answers', async () => {
+    const raw = async (line: string): Promise<Record<string, unknown>> => {
+      const sock = connect(socketPath);
+      const reply = await new Promise<string>((resolve) => {
+        let buf = '';
+        sock.on('data', (d) => {
+          buf += d.toString();
+          if (buf.includes('\n')) resolve(buf.slice(0, buf.indexOf('\n')));
+        });
+        sock.write(line + '\n');
+      });
+      sock.destroy();
+      return JSON.parse(reply) as Record<string, unknown>;
+    };
+    // Deeply nested and huge values: refused whole, naming the rule.
+    const deep = '{"id":1,"method":"env.set","params":{"env":{"A":' + '['.repeat(200_000) + ']'.repeat(200_000) + '}}}';
+    expect(await raw(deep)).toMatchObject({ error: { code: 'INVALID_ARGUMENT' } });
+    expect(await raw(JSON.stringify({ id: 2, method: 'env.set', params: { env: { A: 'x'.repeat(2 * 1024 * 1024) } } }))).toMatchObject({ id: 2, error: { code: 'INVALID_ARGUMENT', message: expect.stringMatching(/at most \d+ bytes/) } });
+    expect(await raw(JSON.stringify({ id: 3, method: 'env.set', params: { env: { A: { B: 'x' } } } }))).toMatchObject({ id: 3, error: { code: 'INVALID_ARGUMENT', message: expect.stringMatching(/every value must be a string/) } });
+    expect((await exec({ command: 'echo "$BASE_VAR"' })).stdout).toBe('base\n');
+    try {
+      expect(await client.request('env.set', { env: { PATH: '/usr/bin:/bin', NEW_VAR: 'after', OWNER_SECRET: 's3' } })).toEqual({ set: 3 });
+      expect((await exec({ command: 'echo "$NEW_VAR $OWNER_SECRET ${BASE_VAR:-unset}"' })).stdout).toBe('after s3 unset\n');
+    } finally {
+    // Put back what the other tests expect.
+      await client.request('env.set', { env: { PATH: '/usr/bin:/bin', SHLVL: '1', BASE_VAR: 'base' } });
+    }
+    expect(await client.ping()).toMatchObject({ pid: daemon.pid });
+  });
+});
+
 describe('daemon exec', () => {
   it('runs argv and shell commands with exit codes and signals', async () => {
     expect(await exec({ argv: ['sh', '-c', 'exit 7'] })).toMatchObject({ exitCode: 7, signal: null, timedOut: false });

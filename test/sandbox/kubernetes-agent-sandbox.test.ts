@@ -6,7 +6,7 @@
  * Previews (issue #33): relay() reaches a port a process in the Pod listens on, and nothing else.
  * kubectl sees the Sandbox. Needs root (each Pod is a bubblewrap sandbox) and a build.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -123,10 +123,60 @@ describe.skipIf(!isRoot)('kubernetes executor driver with agent-sandbox (fixture
     }
   });
 
-  it('managed-package releases (read-only directory mounts) are not copied into a Sandbox yet: refused naming the driver and the feature, nothing made', async () => {
-    const other = { ...spec, id: 'ws_SbxRel1', rootDir: path.join(base, 'workspaces', 'ws_SbxRel1'), mounts: [{ source: base, target: '/opt/packages/npm/x/node_modules', readOnly: true }] };
-    await expect(ex.create(other)).rejects.toMatchObject({ code: 'NOT_SUPPORTED', details: { field: 'mounts', driver: 'kubernetes', feature: 'release volumes in agent-sandbox Sandboxes' } });
-    expect(api.store.find('networkpolicies', 'default', objectName(other.id))).toBeUndefined();
+  it('managed-package releases (read-only directory mounts) reach a Sandbox: its pod template carries the init container and read-only mounts; the runner fills the Pod the controller makes, again when it resumes and after a runner gone before the copy', async () => {
+    const rel = path.join(base, 'release');
+    mkdirSync(path.join(rel, 'bin'), { recursive: true });
+    writeFileSync(path.join(rel, 'bin', 'hello'), '#!/bin/sh\necho hello from the release\n', { mode: 0o755 });
+    const target = '/opt/packages/npm/hello/node_modules';
+    const other: SandboxSpec = { ...spec, id: 'ws_SbxRel1', rootDir: path.join(base, 'workspaces', 'ws_SbxRel1'), mounts: [{ source: rel, target, readOnly: true }] };
+    const n = objectName(other.id);
+    const check = `${target}/bin/hello; touch ${target}/x 2>&1 | grep -c Read-only; ls ${target}`;
+    const ex1 = driver();
+    let ex2: KubernetesExecutor | undefined;
+    try {
+      const h1 = await ex1.create(other);
+      expect(h1.placement).toMatchObject({ kind: 'kubernetes-sandbox', name: n, pod: n });
+      const tmpl = (api.store.get('sandboxes', 'default', n) as unknown as Obj).spec.podTemplate as { spec: { initContainers: { name: string }[]; volumes: unknown[]; containers: { volumeMounts: unknown[] }[] } };
+      expect(tmpl.spec.initContainers.map((c) => c.name)).toEqual(['releases']);
+      expect(tmpl.spec.volumes).toContainEqual({ name: 'releases', emptyDir: {} });
+      expect(tmpl.spec.containers[0]!.volumeMounts).toContainEqual({ name: 'releases', mountPath: target, subPath: 'r0', readOnly: true });
+      // The Pod is the controller's (owned by the Sandbox), with the template's init container.
+      const pod = api.store.get('pods', 'default', n) as unknown as Obj & { spec: { initContainers?: { name: string }[] } };
+      expect(pod.metadata.ownerReferences?.[0]).toMatchObject({ kind: 'Sandbox', name: n });
+      expect(pod.spec.initContainers?.map((c) => c.name)).toEqual(['releases']);
+      expect(ex1.copyStats.pods).toBe(1);
+      expect((await ex1.exec(h1, { command: check })).stdout).toBe('hello from the release\n1\nbin\n');
+      // Suspended and resumed: the new Pod is filled again.
+      await ex1.stop(h1);
+      expect(api.store.find('pods', 'default', n)).toBeUndefined();
+      const h2 = await ex1.create(other);
+      expect(ex1.copyStats.pods).toBe(2);
+      expect((await ex1.exec(h2, { command: check })).stdout).toBe('hello from the release\n1\nbin\n');
+      // A runner gone before it filled the Pod: the Sandbox runs again (as a resume the runner did
+      // not finish would leave it), its new Pod waits in the init container; a new runner's recover
+      // finds no running Pod, its create fills the waiting one.
+      await ex1.stop(h2);
+      await ex1.close();
+      api.store.mutate('sandboxes', 'default', n, (o) => void ((o.spec as { operatingMode: string }).operatingMode = 'Running'));
+      await until(() => ((api.store.find('pods', 'default', n)?.status as { initContainerStatuses?: { state?: { running?: unknown } }[] } | undefined)?.initContainerStatuses?.[0]?.state?.running ? true : undefined), 'the new Pod waiting in its init container');
+      ex2 = driver();
+      expect(await ex2.recover(other)).toBeNull();
+      const h3 = await ex2.create(other);
+      expect(ex2.copyStats.pods).toBe(1);
+      expect((await ex2.exec(h3, { command: check })).stdout).toBe('hello from the release\n1\nbin\n');
+      // A new runner recovering a running Sandbox copies nothing (its Pod was filled).
+      await ex2.close();
+      ex2 = driver();
+      const h4 = await ex2.recover(other);
+      expect(h4).not.toBeNull();
+      expect(ex2.copyStats.pods).toBe(0);
+      expect((await ex2.exec(h4!, { command: check })).stdout).toBe('hello from the release\n1\nbin\n');
+      await ex2.destroy(h4!);
+      expect(api.store.find('sandboxes', 'default', n)).toBeUndefined();
+    } finally {
+      await ex1.close();
+      await ex2?.close();
+    }
   });
 
   it('a short-lived Pod binding the workspace repo mounts the Sandbox\'s claim (data-<name>)', async () => {

@@ -9,11 +9,11 @@
  *
  * The environment that commands start from comes from --env-file (a JSON object of strings), not
  * from the daemon's own environment, so workspace variables such as NODE_OPTIONS never change how
- * the daemon itself runs.
+ * the daemon itself runs. `env.set` replaces it after start (a warm-pool Pod claimed for a workspace).
  */
 import { parseArgs } from 'node:util';
 import { startEgressBridge } from './bridge.js';
-import { readEnvFile } from './env.js';
+import { envMethods, readEnvFile } from './env.js';
 import { execMethods } from './exec.js';
 import { ptyMethods } from './pty.js';
 import { analyseRepository, type OverviewOptions } from './overview/index.js';
@@ -41,6 +41,8 @@ async function main(): Promise<void> {
     ping: (): PingResult => ({ pid: process.pid, uid: process.getuid?.() ?? -1, version: DAEMON_VERSION }),
     ...execMethods({ workspaceRoot: values.workspace, baseEnv, execStarter: values['exec-starter'] }),
     ...ptyMethods({ workspaceRoot: values.workspace!, baseEnv }),
+    // After start: a warm Pod learns its workspace's environment (env.ts; the same object exec and pty read).
+    ...envMethods(baseEnv),
     // The root is the daemon's, never the caller's.
     overview: (params) => analyseRepository({ ...(params as OverviewOptions), root: values.workspace! }),
     // fs.* and search.* (files/, search/): confined to the workspace root.

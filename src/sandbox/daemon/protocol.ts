@@ -668,6 +668,9 @@ export type PtyListReply = {
   terminals: Array<{ ptyId: string; pid: number | undefined; exited: boolean; bytes: number; createdAt: string }>;
 };
 
+/** Parameters of `env.set`: a flat object of strings (names without = or NUL). */
+export type EnvSetParams = { env: Record<string, string> };
+
 /**
  * Every method of the daemon: its params (what the runner sends; the daemon still validates them,
  * they come off a socket) and its reply.
@@ -685,6 +688,8 @@ export type DaemonMethods = {
   'pty.io': { params: PtyIoParams; reply: PtyIoReply };
   'pty.close': { params: { ptyId: string }; reply: { closed: true; alreadyClosed: boolean } };
   'pty.list': { params: Record<string, never> | undefined; reply: PtyListReply };
+  /** The environment commands start from, replaced whole (env.ts): for a Pod started before its workspace was known. */
+  'env.set': { params: EnvSetParams; reply: { set: number } };
   overview: { params: OverviewParams; reply: RepositoryOverview };
   'fs.list': { params: FsListParams; reply: FsListReply };
   'fs.read': { params: FsReadParams; reply: FsReadReply };

@@ -12,6 +12,7 @@ export function kubernetesExecutor(config: Config, log: Logger): KubernetesExecu
       workspaceImage: config.kubeWorkspaceImage,
       storageClass: config.kubeStorageClass || undefined,
       runtimeClass: config.kubeRuntimeClass || undefined,
+      warmPool: config.kubeWarmPool || undefined,
       storageSize: config.kubeStorageSize,
       runDir: join(config.dataDir, 'run', 'kube'),
       workspacesDir: join(config.dataDir, 'workspaces'),

@@ -38,16 +38,16 @@ import type { DaemonMethod, ExecResult, ParamsOf, ReplyOf } from '../daemon/prot
 import { execParams } from '../exec-params.js';
 import type { EphemeralBind, EphemeralLayout, EphemeralSpec, ExecRequest, Executor, SandboxHandle, SandboxNetwork, SandboxPlacement, SandboxSpec, SandboxStats } from '../executor.js';
 import { asServiceError, connectKube, createOrKeep, deleteIfPresent, orNull, type KubeClients } from './api.js';
-import { claimManifest, daemonPodManifest, networkPolicyManifest } from './manifests.js';
+import { claimManifest, daemonPodManifest, networkPolicyManifest, workspaceCommandEnv } from './manifests.js';
 import { EPHEMERAL_ROLE, objectName, WORKSPACE_ROLE } from './names.js';
 import type { KubernetesExecutorOptions } from './options.js';
 import { ExecRelay } from './relay.js';
 import { openRelay } from '../relay.js';
-import { AGENTS_GROUP, isSuspended, pickSandboxVersion, readyCondition, SANDBOX_VERSIONS, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type SandboxObject } from './sandbox-objects.js';
+import { AGENTS_GROUP, claimedPodMismatch, claimedSandbox, ClaimObjects, EXTENSIONS_GROUP, isSuspended, LAUNCH_TYPE_LABEL, pickClaimVersion, pickSandboxVersion, POLICY_LABEL, readyCondition, SANDBOX_VERSIONS, sandboxClaimManifest, sandboxClaimName, sandboxManifest, sandboxPodName, SandboxObjects, type ClaimObject, type PodShape, type SandboxObject } from './sandbox-objects.js';
 import { ProxyTunnel } from './proxy-tunnel.js';
 import { HAND_BACK, hostUsersProblem, podSecurityRefusal, USER_NAMESPACES_NEEDED } from './privileged.js';
 import { hostRootProblem } from '../id-map.js';
-import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, releaseVolumeParts, type CopyIn } from './release-volumes.js';
+import { asCopyIn, checkTargets, collectFrom, copyInto, loadCopies, MAX_COPY_BYTES, RELEASES_CONTAINER, releaseVolumeParts, type CopyIn } from './release-volumes.js';
 import { newWatchCounters, waitForObjects, type KubeObjectLike, type Verdict, type WatchSource } from './watch.js';
 import { IN_CREDHELPER, openTunnel, planTunnel, POD_RUN_DIR, TUNNEL_PROXY_ENV, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
@@ -75,16 +75,20 @@ export class KubernetesExecutor implements Executor {
   /** Workspace id → its egress proxy tunnel (dependency-access workspaces only). */
   private readonly proxies = new Map<string, ProxyTunnel>();
   /** rootDir → claim name, for mapping short-lived sandboxes' binds onto a workspace's claim. */
-  private readonly roots = new Map<string, { claim: string; pod: string }>();
+  private readonly roots = new Map<string, { claim: string; pod: string; policy?: string }>();
   /**
    * rootDir → its claim, settled once create() has made it (or failed): a clone the service runs
    * beside create() waits for this instead of guessing the claim's name (a Sandbox's claim is
    * named by its volume claim template).
    */
-  private readonly creating = new Map<string, Promise<{ claim: string; pod: string } | undefined>>();
+  private readonly creating = new Map<string, Promise<{ claim: string; pod: string; policy?: string } | undefined>>();
   private kind: Promise<WorkspaceKind> | undefined;
   /** The Sandbox resource, when the cluster serves agent-sandbox (workspaceKind()). */
   private sandboxes: SandboxObjects | undefined;
+  /** SandboxClaims, when a warm pool is named and the cluster serves agent-sandbox's extensions (workspaceKind()). */
+  private claims: ClaimObjects | undefined;
+  /** Workspaces taken from the warm pool and made cold, with the reason when cold (tests, the bench). */
+  readonly claimStats = { warm: 0, cold: 0, own: 0 };
   /** Lists and watches made by waits (watch.ts), 410s and drops survived: for tests and the bench. */
   readonly watchCounters = newWatchCounters();
 
@@ -121,8 +125,19 @@ export class KubernetesExecutor implements Executor {
       if (version) {
         this.sandboxes = await SandboxObjects.connect(this.k.kc, this.ns, version);
         this.onNote(`kubernetes executor: workspaces are agent-sandbox Sandbox objects (${AGENTS_GROUP}/${version}) with a volume claim template; short-lived sandboxes are plain Pods`);
+        if (this.o.warmPool) {
+          const ext = groups.groups.find((g) => g.name === EXTENSIONS_GROUP)?.versions.map((v) => v.version) ?? [];
+          const cv = pickClaimVersion(ext);
+          if (cv) {
+            this.claims = await ClaimObjects.connect(this.k.kc, this.ns, cv);
+            this.onNote(`kubernetes executor: new workspaces are claimed from the SandboxWarmPool ${this.ns}/${this.o.warmPool} (${EXTENSIONS_GROUP}/${cv} SandboxClaim) when they carry no package releases; otherwise each is a Sandbox of its own`);
+          } else {
+            this.onNote(`kubernetes executor: the warm pool ${this.o.warmPool} is named but the cluster does not serve ${EXTENSIONS_GROUP} (SandboxClaim); every workspace is a Sandbox of its own`);
+          }
+        }
         return 'agent-sandbox' as const;
       }
+      if (this.o.warmPool) this.onNote(`kubernetes executor: the warm pool ${this.o.warmPool} is named but agent-sandbox is not installed; it is not used`);
       this.onNote(
         served.length > 0
           ? `kubernetes executor: workspaces are Pods with a PersistentVolumeClaim (${AGENTS_GROUP} serves ${served.join(', ')}, none of ${SANDBOX_VERSIONS.join(', ')})`
@@ -183,8 +198,8 @@ export class KubernetesExecutor implements Executor {
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
     const root = path.resolve(spec.rootDir);
-    let settle!: (v: { claim: string; pod: string } | undefined) => void;
-    const made = new Promise<{ claim: string; pod: string } | undefined>((resolve) => (settle = resolve));
+    let settle!: (v: { claim: string; pod: string; policy?: string } | undefined) => void;
+    const made = new Promise<{ claim: string; pod: string; policy?: string } | undefined>((resolve) => (settle = resolve));
     this.creating.set(root, made);
     try {
       const h = await this.createIn(spec, () => settle(this.roots.get(root)));
@@ -201,12 +216,7 @@ export class KubernetesExecutor implements Executor {
     await this.clientsReady;
     validateId(spec.id);
     const copies = await this.copiesOf(spec.mounts ?? [], 'mounts');
-    if ((await this.kindOf(spec.id)) === 'agent-sandbox') {
-      if (copies.length) {
-        throw new ServiceError('NOT_SUPPORTED', 'mounts: the kubernetes executor does not copy read-only directories (managed-package releases) into an agent-sandbox Sandbox yet; they reach workspace Pods of the Pod path, the toolbox and other short-lived Pods (docs/scaling.md)', { field: 'mounts', driver: 'kubernetes', feature: 'release volumes in agent-sandbox Sandboxes' });
-      }
-      return this.createSandbox(spec, claimReady);
-    }
+    if ((await this.kindOf(spec.id)) === 'agent-sandbox') return this.createSandbox(spec, copies, claimReady);
     const name = objectName(spec.id);
     this.roots.set(path.resolve(spec.rootDir), { claim: name, pod: name });
     await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(name, spec.id, this.o) }));
@@ -233,7 +243,7 @@ export class KubernetesExecutor implements Executor {
   }
 
   /** Watches an object until it is gone (deleted), at most until the deadline. */
-  private waitGone(src: WatchSource<KubeObjectLike>, kind: 'pod' | 'sandbox', deadline: number): Promise<void> {
+  private waitGone(src: WatchSource<KubeObjectLike>, kind: 'pod' | 'sandbox' | 'sandboxclaim', deadline: number): Promise<void> {
     return this.waitFor([src], ([o]) => (o === null ? { done: undefined } : undefined), deadline, () => new ServiceError('DEADLINE_EXCEEDED', `${kind} ${this.ns}/${src.name} is still being deleted`, { [kind]: src.name }));
   }
 
@@ -278,14 +288,150 @@ export class KubernetesExecutor implements Executor {
    * create() as a Sandbox: its NetworkPolicy first (the Pod never runs without it), then the
    * Sandbox (or the existing one resumed, its pod template brought up to date), then its Pod
    * running (the controller makes it) and the daemon's ping through the relay, as on the Pod path.
+   * Release copies: the pod template carries their init container, emptyDir and read-only mounts;
+   * whenever the Pod the controller made waits in that init container (a new Sandbox, a resumed
+   * one, a Pod made again, one a runner gone mid-copy left), the runner fills it as on the Pod path.
    */
-  private async createSandbox(spec: SandboxSpec, claimReady: () => void = () => undefined): Promise<SandboxHandle> {
+  private async createSandbox(spec: SandboxSpec, copies: CopyIn[], claimReady: () => void = () => undefined): Promise<SandboxHandle> {
+    const name = objectName(spec.id);
+    if (this.claims) {
+      // A workspace claimed before (its claim is kept while it lives) is resumed or recovered through the claim.
+      const existing = await this.claims.get(name);
+      if (existing && !existing.metadata.deletionTimestamp) return this.createClaimed(spec, existing, claimReady);
+      if (existing) await this.waitGone(this.claimObjectSource(name, existing), 'sandboxclaim', Date.now() + (this.o.startTimeoutMs ?? 120_000));
+      if (!copies.length && !(await this.sandboxes!.get(name))) {
+        const h = await this.claimNew(spec, claimReady);
+        if (h) return h;
+      } else if (copies.length) {
+        this.onNote(`workspace ${spec.id}: a Sandbox of its own (cold), not claimed from the warm pool: it has package releases, which are copied in before its daemon starts`);
+      }
+    }
+    return this.createOwnSandbox(spec, copies, claimReady);
+  }
+
+  /**
+   * A new workspace from the warm pool: its NetworkPolicy first, then a SandboxClaim (the
+   * workspace's labels and the policy label as additionalPodMetadata); the claim controller adopts
+   * a Ready warm Sandbox or makes one from the pool's template (cold). The runner then uses that
+   * Sandbox's Pod once it runs and carries the policy label (createClaimed). Undefined (the caller
+   * makes a Sandbox of its own) when the claim names no Sandbox within claimWaitMs (no such pool,
+   * a controller that is not running) or the Pod is not what this workspace's would be (the claim
+   * is deleted, and its Sandbox with it). Logs which was used.
+   */
+  private async claimNew(spec: SandboxSpec, claimReady: () => void): Promise<SandboxHandle | undefined> {
+    const name = objectName(spec.id);
+    const claims = this.claims!;
+    await this.applyPolicy(name, spec.id, spec.network);
+    const made = (await claims.create(sandboxClaimManifest({ name, id: spec.id, pool: this.o.warmPool!, version: claims.version }))) ?? (await claims.get(name));
+    if (!made) return undefined;
+    const waitMs = Math.min(this.o.claimWaitMs ?? 10_000, this.o.startTimeoutMs ?? 120_000);
+    const named = await this.waitFor<string>(
+      [this.claimObjectSource(name, made)],
+      ([c]) => (c === null ? { fail: new ServiceError('UNAVAILABLE', `sandboxclaim ${name} is gone`, { sandboxclaim: name }) } : c && claimedSandbox(c as ClaimObject) ? { done: claimedSandbox(c as ClaimObject)! } : undefined),
+      Date.now() + waitMs,
+      ([c]) => new ServiceError('DEADLINE_EXCEEDED', `sandboxclaim ${name} named no Sandbox within ${waitMs} ms (${claimCondition(c as ClaimObject | undefined)})`, { sandboxclaim: name }),
+    ).catch((err: unknown) => err as ServiceError);
+    if (named instanceof Error) {
+      this.onNote(`workspace ${spec.id}: a Sandbox of its own (cold), not claimed from the warm pool ${this.o.warmPool}: ${named.message}`);
+      await this.dropClaim(name);
+      return undefined;
+    }
+    try {
+      return await this.createClaimed(spec, made, claimReady, true);
+    } catch (err) {
+      if (!(err instanceof ClaimMismatch)) throw err;
+      this.onNote(`workspace ${spec.id}: a Sandbox of its own (cold), not claimed from the warm pool ${this.o.warmPool}: ${err.message}`);
+      await this.detach(spec.id);
+      await this.dropClaim(name);
+      return undefined;
+    }
+  }
+
+  /** Deletes a claim (its Sandbox goes with it) and waits until it is gone. */
+  private async dropClaim(name: string): Promise<void> {
+    await this.claims!.delete(name);
+    await this.waitGone(this.claimObjectSource(name), 'sandboxclaim', Date.now() + (this.o.startTimeoutMs ?? 120_000));
+  }
+
+  /**
+   * A workspace through its claim: the Sandbox the claim names (resumed when suspended; its Pod
+   * made again when it ended), its Pod running with the policy label (the workspace's
+   * NetworkPolicy selects it before the runner sends anything), checked against what this
+   * workspace's Pod would be (`fresh`: a mismatch is a ClaimMismatch), attached, and the commands'
+   * environment given to the daemon (env.set: a warm Pod started before the workspace was known).
+   */
+  private async createClaimed(spec: SandboxSpec, claim: ClaimObject, claimReady: () => void, fresh = false): Promise<SandboxHandle> {
+    const name = objectName(spec.id);
+    const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
+    let sbName = claimedSandbox(claim);
+    if (!sbName) {
+      sbName = await this.waitFor<string>(
+        [this.claimObjectSource(name, claim)],
+        ([c]) => (c === null ? { fail: new ServiceError('UNAVAILABLE', `sandboxclaim ${name} is gone`, { sandboxclaim: name }) } : c && claimedSandbox(c as ClaimObject) ? { done: claimedSandbox(c as ClaimObject)! } : undefined),
+        deadline,
+        ([c]) => new ServiceError('DEADLINE_EXCEEDED', `sandboxclaim ${this.ns}/${name} named no Sandbox in time (${claimCondition(c as ClaimObject | undefined)})`, { sandboxclaim: name }),
+      );
+    }
+    const root = path.resolve(spec.rootDir);
+    // A fresh claim's Sandbox is the workspace's only once its Pod passed the check below (a clone waits until then).
+    if (!fresh) {
+      this.roots.set(root, { claim: sandboxClaimName(sbName), pod: sbName, policy: name });
+      claimReady();
+      await this.applyPolicy(name, spec.id, spec.network);
+    }
+    const sb = await this.sandboxes!.get(sbName);
+    if (!sb || sb.metadata.deletionTimestamp) throw new ServiceError('UNAVAILABLE', `sandbox ${sbName} of sandboxclaim ${name} is gone`, { sandbox: sbName, sandboxclaim: name });
+    const launch = sb.metadata.labels?.[LAUNCH_TYPE_LABEL] === 'warm' ? 'warm' : 'cold';
+    const placement = { ...this.sandboxPlacement(sbName, sandboxPodName(sb)), claim: { name, pool: claim.spec.warmPoolRef.name, launch } as const };
+    if (isSuspended(sb)) {
+      await this.sandboxes!.setRunning(sbName, true);
+    } else if (!fresh) {
+      const h = await this.recover(spec);
+      if (h) return h;
+      const p = await orNull(this.k.core.readNamespacedPod({ name: sandboxPodName(sb), namespace: this.ns }));
+      const phase = p && !p.metadata?.deletionTimestamp ? p.status?.phase : undefined;
+      if (phase === 'Running' || phase === 'Succeeded' || phase === 'Failed' || phase === 'Unknown') await this.deletePod(sandboxPodName(sb));
+    }
+    const { pod } = await this.waitSandboxPod(sbName, deadline, undefined, undefined, name);
+    const want = daemonPodManifest({ name, id: spec.id, role: WORKSPACE_ROLE, claim: sandboxClaimName(sbName), limits: spec.limits, o: this.o });
+    const p = await orNull(this.k.core.readNamespacedPod({ name: pod, namespace: this.ns }));
+    const why = p ? claimedPodMismatch(p as PodShape, sbName, want) : 'its Pod is gone';
+    if (why) {
+      if (fresh) throw new ClaimMismatch(`the Sandbox ${sbName} it got is not this workspace's: ${why}`);
+      throw new ServiceError('FAILED_PRECONDITION', `sandboxclaim ${name}: the Pod ${pod} of its Sandbox ${sbName} is not this workspace's: ${why}`, { sandboxclaim: name, pod });
+    }
+    if (fresh) {
+      this.roots.set(root, { claim: sandboxClaimName(sbName), pod: sbName, policy: name });
+      claimReady();
+    }
+    const h = await this.attach(spec.id, pod, false, { ...placement, pod });
+    await this.giveEnv(h, spec.env);
+    if (fresh) {
+      this.claimStats[launch]++;
+      this.onNote(`workspace ${spec.id}: claimed the Sandbox ${sbName} from the warm pool ${claim.spec.warmPoolRef.name} (${launch === 'warm' ? 'warm: its Pod started before the open' : 'cold: the pool had no Ready Sandbox, the claim made one from its template'})`);
+    }
+    return h;
+  }
+
+  /** The commands' environment to the daemon (env.set), as a Pod of its own takes it at start (ATELIER_ENV_JSON). */
+  private async giveEnv(h: SandboxHandle, env: Record<string, string> | undefined): Promise<void> {
+    await this.client(h).request('env.set', { env: workspaceCommandEnv(env) }, { timeoutMs: 30_000 });
+  }
+
+  private claimObjectSource(name: string, from?: ClaimObject): WatchSource<KubeObjectLike> {
+    const c = this.claims!;
+    return { path: c.path, name, from: from as KubeObjectLike | undefined, list: (fieldSelector) => c.list(fieldSelector) };
+  }
+
+  /** create() as a Sandbox of the workspace's own (named as its objects), as before warm pools. */
+  private async createOwnSandbox(spec: SandboxSpec, copies: CopyIn[], claimReady: () => void): Promise<SandboxHandle> {
     const sb = this.sandboxes!;
     const name = objectName(spec.id);
     const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
+    if (this.claims) this.claimStats.own++;
     this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod: name });
     await this.applyPolicy(name, spec.id, spec.network);
-    const body = sandboxManifest({ name, id: spec.id, version: sb.version, limits: spec.limits, env: spec.env, o: this.o });
+    const body = sandboxManifest({ name, id: spec.id, version: sb.version, limits: spec.limits, env: spec.env, o: this.o, copies: releaseVolumeParts(copies, this.o) });
     let existing = await sb.get(name);
     let known: SandboxObject | undefined;
     if (existing?.metadata.deletionTimestamp) {
@@ -311,9 +457,14 @@ export class KubernetesExecutor implements Executor {
         await sb.setRunning(name, true, body.spec.podTemplate);
         await this.deletePod(sandboxPodName(existing));
       }
-      // Otherwise its Pod is still starting (or being made): wait for it as for a new one.
+      // Otherwise its Pod is still starting (or being made, or waits for its copies): wait for it as for a new one.
     }
-    const pod = await this.waitSandboxPod(name, deadline, known);
+    if (copies.length) {
+      // The Pod waits in its releases init container (filled here), or runs already (filled before: the init container ends only once filled).
+      const { pod, filling } = await this.waitSandboxPod(name, deadline, known, RELEASES_CONTAINER);
+      if (filling) await this.fill(pod, copies);
+    }
+    const { pod } = await this.waitSandboxPod(name, deadline, known);
     this.roots.set(path.resolve(spec.rootDir), { claim: sandboxClaimName(name), pod });
     return this.attach(spec.id, pod, false, this.sandboxPlacement(name, pod));
   }
@@ -322,20 +473,24 @@ export class KubernetesExecutor implements Executor {
    * Watches the Sandbox and its Pod (list+watch each, watch.ts) until the Pod runs; the
    * controller makes the Pod, so an absent one is waited for. A Pod that ended ends the wait, as
    * does the Sandbox's deletion. `known`: the Sandbox as just created (watched from its version).
+   * `init`: also done (filling: true) once that init container of the Pod runs.
    */
-  private async waitSandboxPod(name: string, deadline: number, known?: SandboxObject): Promise<string> {
+  private async waitSandboxPod(name: string, deadline: number, known?: SandboxObject, init?: string, policy?: string): Promise<{ pod: string; filling: boolean }> {
     const gone = () => new ServiceError('UNAVAILABLE', `sandbox ${name} is gone`, { sandbox: name });
     const s0 = known ?? (await this.sandboxes!.get(name));
     if (!s0 || s0.metadata.deletionTimestamp) throw gone();
     // The Pod's name is fixed when the Sandbox is made (its own, or a warm-pool Pod's in the annotation).
     const podName = sandboxPodName(s0);
-    return this.waitFor<string>(
+    return this.waitFor<{ pod: string; filling: boolean }>(
       [this.sandboxSource(name, s0), this.podSource(podName)],
       ([s, p]) => {
         if (s === null || s?.metadata?.deletionTimestamp) return { fail: gone() };
         if (p === undefined) return undefined;
-        const phase = p && !p.metadata?.deletionTimestamp ? (p as PodLike).status?.phase : undefined;
-        if (phase === 'Running') return { done: podName };
+        const live = p && !p.metadata?.deletionTimestamp ? (p as PodLike) : undefined;
+        const phase = live?.status?.phase;
+        // A claimed Pod: not before it carries the policy label its workspace's NetworkPolicy selects.
+        if (phase === 'Running' && (!policy || (live?.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[POLICY_LABEL] === policy)) return { done: { pod: podName, filling: false } };
+        if (init && live?.status?.initContainerStatuses?.some((c) => c.name === init && c.state?.running)) return { done: { pod: podName, filling: true } };
         if (phase === 'Failed' || phase === 'Succeeded') {
           const message = (p as PodLike).status?.message;
           return { fail: new ServiceError('FAILED_PRECONDITION', `pod ${podName} of sandbox ${name} ended before its daemon answered (${phase}${message ? `: ${message}` : ''})`, { sandbox: name, pod: podName, phase }) };
@@ -470,8 +625,21 @@ export class KubernetesExecutor implements Executor {
 
   /** The workspace's Sandbox, when it is one (agent-sandbox installed and the object exists). */
   private async sandboxOf(id: string): Promise<SandboxObject | null> {
-    if ((await this.workspaceKind()) !== 'agent-sandbox') return null;
-    return this.sandboxes!.get(objectName(id));
+    return (await this.sandboxAndClaimOf(id)).sb;
+  }
+
+  /**
+   * The workspace's Sandbox and, when it was claimed from the warm pool, its claim (atl-<hash>,
+   * the Sandbox the claim names); else the Sandbox named as the workspace's objects.
+   */
+  private async sandboxAndClaimOf(id: string): Promise<{ sb: SandboxObject | null; claim?: ClaimObject }> {
+    if ((await this.workspaceKind()) !== 'agent-sandbox') return { sb: null };
+    const claim = this.claims ? await this.claims.get(objectName(id)) : null;
+    if (claim) {
+      const n = claimedSandbox(claim);
+      return { sb: n ? await this.sandboxes!.get(n) : null, claim };
+    }
+    return { sb: await this.sandboxes!.get(objectName(id)) };
   }
 
   /** The Pod path: delete the Pod. A Sandbox: suspend it (the claim stays) and delete its Pod now. */
@@ -486,7 +654,7 @@ export class KubernetesExecutor implements Executor {
   async alive(h: SandboxHandle): Promise<boolean> {
     await this.clientsReady;
     if (this.clients.get(h.id)?.connected) return true;
-    const p = await orNull(this.k.core.readNamespacedPod({ name: objectName(h.id), namespace: this.ns })).catch(() => null);
+    const p = await orNull(this.k.core.readNamespacedPod({ name: h.placement?.pod ?? objectName(h.id), namespace: this.ns })).catch(() => null);
     return !!p && p.status?.phase === 'Running' && !p.metadata?.deletionTimestamp;
   }
 
@@ -495,7 +663,14 @@ export class KubernetesExecutor implements Executor {
     await this.clientsReady;
     const name = objectName(h.id);
     await this.stop(h);
-    if (await this.sandboxOf(h.id)) {
+    const { sb: own, claim } = await this.sandboxAndClaimOf(h.id);
+    if (claim) {
+      // Its Sandbox (and so its Pod and the claim of its files) goes with the SandboxClaim; the files' claim is deleted here too.
+      const sbName = claimedSandbox(claim);
+      await this.claims!.delete(claim.metadata.name);
+      if (sbName) await deleteIfPresent(this.k.core.deleteNamespacedPersistentVolumeClaim({ name: sandboxClaimName(sbName), namespace: this.ns }));
+      for (const [root, v] of this.roots) if (sbName && v.claim === sandboxClaimName(sbName)) this.roots.delete(root);
+    } else if (own) {
       // Its Pod and claim go with it (owner references); the claim is deleted here too, so the
       // files are gone whatever the garbage collector's pace.
       await this.sandboxes!.delete(name);
@@ -512,17 +687,25 @@ export class KubernetesExecutor implements Executor {
     const name = objectName(spec.id);
     let pod = name;
     let claim = name;
-    const sb = await this.sandboxOf(spec.id);
+    const { sb, claim: sbClaim } = await this.sandboxAndClaimOf(spec.id);
+    if (sbClaim && !sb) return null;
+    let placement = this.podPlacement(pod);
     if (sb) {
       if (sb.metadata.deletionTimestamp || isSuspended(sb)) return null;
       pod = sandboxPodName(sb);
-      claim = sandboxClaimName(name);
+      claim = sandboxClaimName(sb.metadata.name);
+      placement = this.sandboxPlacement(sb.metadata.name, pod);
+      if (sbClaim) placement = { ...placement, claim: { name, pool: sbClaim.spec.warmPoolRef.name, launch: sb.metadata.labels?.[LAUNCH_TYPE_LABEL] === 'warm' ? 'warm' : 'cold' } };
     }
     const p = await orNull(this.k.core.readNamespacedPod({ name: pod, namespace: this.ns }));
     if (!p || p.status?.phase !== 'Running' || p.metadata?.deletionTimestamp) return null;
+    // A claimed Pod not (or no longer) selected by the workspace's NetworkPolicy is not reattached.
+    if (sbClaim && p.metadata?.labels?.[POLICY_LABEL] !== name) return null;
     try {
-      const h = await this.attach(spec.id, pod, false, sb ? this.sandboxPlacement(name, pod) : this.podPlacement(pod));
-      this.roots.set(path.resolve(spec.rootDir), { claim, pod });
+      const h = await this.attach(spec.id, pod, false, placement);
+      // The daemon of a claimed Pod kept its environment; given again, it is the runner's current one.
+      if (sbClaim) await this.giveEnv(h, spec.env);
+      this.roots.set(path.resolve(spec.rootDir), { claim, pod, policy: name });
       await this.setProxy(spec.id, spec.network);
       return h;
     } catch {
@@ -534,7 +717,7 @@ export class KubernetesExecutor implements Executor {
   /** Memory and CPU from the metrics API; pids are not reported there (0). */
   async stats(h: SandboxHandle): Promise<SandboxStats> {
     await this.clientsReady;
-    const name = objectName(h.id);
+    const name = h.placement?.pod ?? objectName(h.id);
     const list = await this.k.metrics.getPodMetrics(this.ns).catch((err: unknown) => {
       throw asServiceError(err, 'metrics');
     });
@@ -595,12 +778,12 @@ export class KubernetesExecutor implements Executor {
    * of a workspace this runner made or recovered, or of <workspacesDir>/<id> (the service's
    * layout: a clone runs while the workspace's Pod is still being made).
    */
-  private async claimFor(src: string): Promise<{ claim: string; pod?: string; id?: string } | undefined> {
+  private async claimFor(src: string): Promise<{ claim: string; pod?: string; id?: string; policy?: string } | undefined> {
     const known = this.roots.get(path.dirname(src)) ?? (await this.creating.get(path.dirname(src)));
     if (known) return known;
     const root = path.dirname(src);
     const id = path.basename(root);
-    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return this.claimOfUnknown(id);
+    if (this.o.workspacesDir && path.dirname(root) === path.resolve(this.o.workspacesDir) && /^[A-Za-z0-9_-]{1,100}$/.test(id)) return this.claimOfUnknown(id, root);
     return undefined;
   }
 
@@ -612,13 +795,32 @@ export class KubernetesExecutor implements Executor {
    * workspace's create() makes the Sandbox, whose controller makes the claim. Making a Pod-path
    * claim there would turn the workspace into a Pod (kindOf()).
    */
-  private async claimOfUnknown(id: string): Promise<{ claim: string; pod?: string; id?: string }> {
+  private async claimOfUnknown(id: string, root: string): Promise<{ claim: string; pod?: string; id?: string; policy?: string }> {
     const name = objectName(id);
     if ((await this.workspaceKind()) === 'pod+pvc') return { claim: name, id };
     if (await orNull(this.k.core.readNamespacedPersistentVolumeClaim({ name, namespace: this.ns }))) return { claim: name, pod: name };
     const claim = sandboxClaimName(name);
     const deadline = Date.now() + (this.o.startTimeoutMs ?? 120_000);
-    await this.waitFor([this.claimSource(claim)], ([c]) => (c ? { done: undefined } : undefined), deadline, () => new ServiceError('DEADLINE_EXCEEDED', `the claim ${claim} of workspace ${id} did not appear in time (its Sandbox was not made)`, { claim, workspace: id }));
+    const timeout = () => new ServiceError('DEADLINE_EXCEEDED', `the claim ${claim} of workspace ${id} did not appear in time (its Sandbox was not made)`, { claim, workspace: id });
+    if (this.claims) {
+      // Claimed from the warm pool, its files are in the claim of the Sandbox its SandboxClaim names
+      // (atl-<hash> names the claim). Only this runner's create() makes that claim: when it is
+      // under way, its answer is the one (it gives a claimed Sandbox back when its Pod does not
+      // match, and the workspace's files then go to a Sandbox of its own).
+      const seen = await this.waitFor<{ claim: string; pod: string; policy: string }>(
+        [this.claimSource(claim), this.claimObjectSource(name)],
+        ([pvc, c]) => {
+          const sbName = c ? claimedSandbox(c as ClaimObject) : undefined;
+          if (sbName) return { done: { claim: sandboxClaimName(sbName), pod: sbName, policy: name } };
+          if (pvc && !c) return { done: { claim, pod: name, policy: name } };
+          return undefined;
+        },
+        deadline,
+        timeout,
+      );
+      return (await this.creating.get(root)) ?? this.roots.get(root) ?? seen;
+    }
+    await this.waitFor([this.claimSource(claim)], ([c]) => (c ? { done: undefined } : undefined), deadline, timeout);
     return { claim, pod: name };
   }
 
@@ -637,6 +839,7 @@ export class KubernetesExecutor implements Executor {
     let claim: string | undefined;
     let claimOwner: string | undefined;
     let claimPod: string | undefined;
+    let claimPolicy: string | undefined;
     const sockets: Array<{ source: string; target: string }> = [];
     const files: Array<{ source: string; target: string }> = [];
     const copies: CopyIn[] = [];
@@ -664,6 +867,7 @@ export class KubernetesExecutor implements Executor {
         claim = ws.claim;
         claimOwner = ws.id;
         claimPod = ws.pod;
+        claimPolicy = ws.policy;
         continue;
       }
       if (b.readOnly && IMAGE_CARRIES.some((d) => b.target === d || b.target.startsWith(d + '/'))) {
@@ -707,7 +911,7 @@ export class KubernetesExecutor implements Executor {
         if (claimOwner) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: claimManifest(claim!, claimOwner, this.o) }));
         const nodeName = (await orNull(this.k.core.readNamespacedPod({ name: claimPod ?? claim!, namespace: this.ns })))?.spec?.nodeName;
         // Near the workspace's Pod: its policy label is the workspace's object name, which a Sandbox's claim carries after the template's prefix.
-        placement = nodeName ? { nodeName } : { nearWorkspace: claim!.startsWith(sandboxClaimName('')) ? claim!.slice(sandboxClaimName('').length) : claim };
+        placement = nodeName ? { nodeName } : { nearWorkspace: claimPolicy ?? (claim!.startsWith(sandboxClaimName('')) ? claim!.slice(sandboxClaimName('').length) : claim) };
       }
       if (scratch) await createOrKeep(this.k.core.createNamespacedPersistentVolumeClaim({ namespace: this.ns, body: { ...claimManifest(name, id, this.o), spec: { ...claimManifest(name, id, this.o).spec, resources: { requests: { storage: '1Gi' } } } } }));
       await this.applyPolicy(name, id, proxy ? 'none' : spec.network);
@@ -791,7 +995,7 @@ export class KubernetesExecutor implements Executor {
 }
 
 /** What the driver reads of a Pod in a watch event or list (plain JSON or the client's V1Pod). */
-type PodLike = KubeObjectLike & { status?: { phase?: string; message?: string; reason?: string; containerStatuses?: Array<{ state?: { waiting?: { reason?: string; message?: string } } }> } };
+type PodLike = KubeObjectLike & { status?: { phase?: string; message?: string; reason?: string; containerStatuses?: Array<{ state?: { waiting?: { reason?: string; message?: string } } }>; initContainerStatuses?: Array<{ name: string; state?: { running?: unknown } }> } };
 
 /** "phase Pending: ImagePullBackOff (…)": a Pod's phase and why it waits, for errors. */
 function podPhaseNote(p: PodLike): string {
@@ -812,4 +1016,14 @@ export function quantity(q: string | undefined): number {
   const n = Number(m[1]);
   const suffix: Record<string, number> = { '': 1, n: 1e-9, u: 1e-6, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4 };
   return n * (suffix[m[2]!] ?? 0);
+}
+
+/** A claimed Sandbox that is not what this workspace's would be (createClaimed: the caller falls back). */
+class ClaimMismatch extends Error {}
+
+/** A claim's Ready condition, for errors. */
+function claimCondition(c: ClaimObject | undefined): string {
+  if (!c) return 'no claim seen';
+  const r = c.status?.conditions?.find((x) => x.type === 'Ready');
+  return r ? `Ready ${r.status}${r.reason ? `, ${r.reason}` : ''}${r.message ? `: ${r.message}` : ''}` : 'no Ready condition yet';
 }

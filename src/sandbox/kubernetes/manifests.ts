@@ -70,7 +70,7 @@ export function daemonPodManifest(args: {
   // A workspace's commands always get the proxy variables (127.0.0.1:3128, where its egress proxy
   // tunnel listens under dependency-access: proxy-tunnel.ts); the environment is fixed at Pod start
   // and the network may change after. Short-lived Pods get them from runEphemeral when they have a proxy.
-  const commandEnv = { ...(args.role === WORKSPACE_ROLE ? TUNNEL_PROXY_ENV : {}), ...(args.env ?? {}) };
+  const commandEnv = args.role === WORKSPACE_ROLE ? workspaceCommandEnv(args.env) : { ...(args.env ?? {}) };
   const cpu = `${Math.max(1, Math.round(limits.cpuQuotaPercent * 10))}m`;
   return {
     apiVersion: 'v1',
@@ -108,6 +108,11 @@ export function daemonPodManifest(args: {
       volumes,
     },
   };
+}
+
+/** The environment a workspace's commands start from: the proxy variables, then the workspace's own. */
+export function workspaceCommandEnv(env: Record<string, string> | undefined): Record<string, string> {
+  return { ...TUNNEL_PROXY_ENV, ...(env ?? {}) };
 }
 
 /**

@@ -12,6 +12,14 @@ export interface KubernetesExecutorOptions {
   storageSize?: string;
   /** RuntimeClass of every Pod (e.g. gvisor); undefined = the cluster's default runtime. */
   runtimeClass?: string;
+  /**
+   * A SandboxWarmPool (agent-sandbox) in the namespace: a new workspace whose settings match its
+   * template is claimed from it (SandboxClaim) instead of starting a Sandbox of its own
+   * (sandbox-objects.ts, docs/scaling.md); undefined = never.
+   */
+  warmPool?: string;
+  /** How long a new SandboxClaim may take to name its Sandbox before the workspace gets one of its own (default 10000 ms). */
+  claimWaitMs?: number;
   /** The service's workspaces directory (<dataDir>/workspaces): <it>/<id>/repo maps onto workspace <id>'s claim. */
   workspacesDir?: string;
   /** Runner-local directory for the relay sockets (one per workspace). */

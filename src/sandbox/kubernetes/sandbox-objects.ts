@@ -20,7 +20,7 @@
 import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
 import type { SandboxLimits } from '../executor.js';
 import { asServiceError, createOrKeep, deleteIfPresent, orNull, statusCode } from './api.js';
-import { claimManifest, daemonPodManifest } from './manifests.js';
+import { claimManifest, daemonPodManifest, IN_DAEMON } from './manifests.js';
 import { labelsFor, WORKSPACE_ROLE } from './names.js';
 import type { KubernetesExecutorOptions } from './options.js';
 
@@ -65,12 +65,13 @@ export function readyCondition(sb: SandboxObject): { status: string; reason?: st
 
 /**
  * A workspace's Sandbox: the daemon Pod of the Pod path (same security context, labels, limits,
- * environment, the policy label its NetworkPolicy selects) as the pod template, and the claim of
+ * environment, the policy label its NetworkPolicy selects, and the release copies' emptyDir,
+ * init container and read-only mounts: release-volumes.ts) as the pod template, and the claim of
  * the Pod path as the volume claim template.
  */
-export function sandboxManifest(args: { name: string; id: string; version: SandboxApiVersion; limits: SandboxLimits; env?: Record<string, string>; o: KubernetesExecutorOptions }): SandboxObject {
+export function sandboxManifest(args: { name: string; id: string; version: SandboxApiVersion; limits: SandboxLimits; env?: Record<string, string>; o: KubernetesExecutorOptions; copies?: Parameters<typeof daemonPodManifest>[0]['copies'] }): SandboxObject {
   const { name, id, version, o } = args;
-  const pod = daemonPodManifest({ name, id, role: WORKSPACE_ROLE, claim: sandboxClaimName(name), limits: args.limits, env: args.env, o });
+  const pod = daemonPodManifest({ name, id, role: WORKSPACE_ROLE, claim: sandboxClaimName(name), limits: args.limits, env: args.env, o, copies: args.copies });
   const claim = claimManifest(sandboxClaimName(name), id, o);
   return {
     apiVersion: `${AGENTS_GROUP}/${version}`,
@@ -150,5 +151,130 @@ export class SandboxObjects {
   /** Deletes it; its Pod and claims go with it (owner references, background propagation). */
   delete(name: string): Promise<void> {
     return deleteIfPresent(this.api.deleteNamespacedCustomObject({ ...this.where, name, propagationPolicy: 'Background' }));
+  }
+}
+
+/**
+ * agent-sandbox's extensions (extensions.agents.x-k8s.io): a SandboxClaim takes a Sandbox from a
+ * SandboxWarmPool (extensions/controllers there). What the real claim controller does, and so what
+ * this driver relies on: it adopts a Ready Sandbox of the pool (owner becomes the claim; the pod
+ * template's metadata becomes the template's plus spec.additionalPodMetadata, which the Sandbox
+ * controller puts on the running Pod; annotation agents.x-k8s.io/pod-name) or, with none Ready,
+ * makes one from the pool's template (a cold start); it names it in status.sandbox.name and the
+ * claim's annotation agents.x-k8s.io/sandbox-name, and the label agents.x-k8s.io/launch-type on
+ * the Sandbox says warm or cold. Deleting the claim deletes the Sandbox (owner reference).
+ */
+export const EXTENSIONS_GROUP = 'extensions.agents.x-k8s.io';
+export const CLAIM_VERSIONS = ['v1beta1', 'v1alpha1'] as const;
+export type ClaimApiVersion = (typeof CLAIM_VERSIONS)[number];
+export const CLAIM_SANDBOX_ANNOTATION = 'agents.x-k8s.io/sandbox-name';
+export const LAUNCH_TYPE_LABEL = 'agents.x-k8s.io/launch-type';
+/** The label a workspace's NetworkPolicy selects (manifests.ts): a claimed Pod gets it through additionalPodMetadata. */
+export const POLICY_LABEL = 'atelier.dev/policy';
+
+type Meta = { name: string; namespace?: string; uid?: string; resourceVersion?: string; labels?: Record<string, string>; annotations?: Record<string, string>; deletionTimestamp?: string };
+export interface ClaimObject {
+  apiVersion: string;
+  kind: 'SandboxClaim';
+  metadata: Meta;
+  spec: { warmPoolRef: { name: string }; additionalPodMetadata?: { labels?: Record<string, string>; annotations?: Record<string, string> } };
+  status?: { sandbox?: { name?: string }; conditions?: { type: string; status: string; reason?: string; message?: string }[] };
+}
+/** The version of extensions.agents.x-k8s.io to use, or undefined. */
+export function pickClaimVersion(served: string[]): ClaimApiVersion | undefined {
+  return CLAIM_VERSIONS.find((v) => served.includes(v));
+}
+
+/** The Sandbox a claim got (status.sandbox.name, else the claim's annotation), or undefined while it has none. */
+export function claimedSandbox(c: ClaimObject): string | undefined {
+  return c.status?.sandbox?.name || c.metadata.annotations?.[CLAIM_SANDBOX_ANNOTATION] || undefined;
+}
+
+/**
+ * A workspace's claim: named as its objects (atl-<hash>), labelled with the workspace; the Pod it
+ * gets carries the workspace's labels and the policy label its NetworkPolicy selects.
+ */
+export function sandboxClaimManifest(args: { name: string; id: string; pool: string; version: ClaimApiVersion }): ClaimObject {
+  const labels = labelsFor(args.id, WORKSPACE_ROLE);
+  return {
+    apiVersion: `${EXTENSIONS_GROUP}/${args.version}`,
+    kind: 'SandboxClaim',
+    metadata: { name: args.name, labels },
+    spec: { warmPoolRef: { name: args.pool }, additionalPodMetadata: { labels: { ...labels, [POLICY_LABEL]: args.name } } },
+  };
+}
+
+/** What the runner reads of a claimed Pod (plain JSON or the client's V1Pod). */
+export interface PodShape {
+  metadata?: { annotations?: Record<string, string> };
+  spec?: { runtimeClassName?: string; initContainers?: unknown[]; containers?: Array<{ name?: string; image?: string; command?: string[]; resources?: { limits?: Record<string, unknown> } }>; volumes?: Array<{ name?: string; persistentVolumeClaim?: { claimName?: string } }> };
+}
+
+/**
+ * Why a claimed Pod is not what this workspace's Pod would be (`want`: daemonPodManifest), or
+ * undefined. What a warm Pod cannot take after start must match: the image, the runtime class,
+ * the daemon as entry point, the memory and CPU limits, the pids limit, no init container, and
+ * the workspace's files on the claim of the volume claim template `data` (`data-<sandbox>`). The
+ * environment is given after start (the daemon's env.set). The runner reads the Pod (it may read
+ * Pods), not the pool's template (its Role has no access to templates or pools).
+ */
+export function claimedPodMismatch(pod: PodShape, sandbox: string, want: ReturnType<typeof daemonPodManifest>): string | undefined {
+  const c = pod.spec?.containers?.find((x) => x.name === 'main') ?? pod.spec?.containers?.[0];
+  const w = want.spec!.containers[0]!;
+  if (!c) return 'it has no container';
+  if (c.image !== w.image) return `its image ${c.image ?? '(none)'} is not ${w.image}`;
+  if ((pod.spec?.runtimeClassName ?? '') !== (want.spec!.runtimeClassName ?? '')) return `its runtime class ${pod.spec?.runtimeClassName ?? '(default)'} is not ${want.spec!.runtimeClassName ?? '(default)'}`;
+  if (!(c.command ?? []).some((a) => a.includes(IN_DAEMON))) return 'its container does not run the daemon';
+  for (const k of ['memory', 'cpu'] as const) {
+    const have = c.resources?.limits?.[k];
+    const need = String(w.resources!.limits![k]);
+    if (have === undefined || String(have) !== need) return `its ${k} limit ${have === undefined ? '(none)' : String(have)} is not the workspace's ${need}`;
+  }
+  const pids = want.metadata!.annotations!['atelier.dev/pids-max'];
+  if (pod.metadata?.annotations?.['atelier.dev/pids-max'] !== pids) return `its atelier.dev/pids-max is not the workspace's ${pids}`;
+  if (pod.spec?.initContainers?.length) return 'it has init containers';
+  if (!pod.spec?.volumes?.some((v) => v.name === CLAIM_TEMPLATE && v.persistentVolumeClaim?.claimName === sandboxClaimName(sandbox))) return `its volume "${CLAIM_TEMPLATE}" is not the claim ${sandboxClaimName(sandbox)} (the template's volume claim template "${CLAIM_TEMPLATE}")`;
+  return undefined;
+}
+
+/** The SandboxClaims of one namespace. */
+export class ClaimObjects {
+  private constructor(
+    private readonly api: CustomObjectsApi,
+    private readonly namespace: string,
+    readonly version: ClaimApiVersion,
+  ) {}
+
+  static async connect(kc: KubeConfig, namespace: string, version: ClaimApiVersion): Promise<ClaimObjects> {
+    const { CustomObjectsApi } = await import('@kubernetes/client-node');
+    return new ClaimObjects(kc.makeApiClient(CustomObjectsApi), namespace, version);
+  }
+
+  private where(plural: string): { group: string; version: string; namespace: string; plural: string } {
+    return { group: EXTENSIONS_GROUP, version: this.version, namespace: this.namespace, plural };
+  }
+
+  /** The claims' collection path (watch.ts). */
+  get path(): string {
+    return `/apis/${EXTENSIONS_GROUP}/${this.version}/namespaces/${this.namespace}/sandboxclaims`;
+  }
+
+  async list(fieldSelector: string): Promise<{ object: ClaimObject | null; resourceVersion: string }> {
+    const l = (await this.api.listNamespacedCustomObject({ ...this.where('sandboxclaims'), fieldSelector })) as { items?: ClaimObject[]; metadata?: { resourceVersion?: string } };
+    return { object: l.items?.[0] ?? null, resourceVersion: l.metadata?.resourceVersion ?? '' };
+  }
+
+  get(name: string): Promise<ClaimObject | null> {
+    return orNull(this.api.getNamespacedCustomObject({ ...this.where('sandboxclaims'), name }) as Promise<ClaimObject>);
+  }
+
+  /** Creates it; an existing one is kept: null. */
+  create(body: ClaimObject): Promise<ClaimObject | null> {
+    return createOrKeep(this.api.createNamespacedCustomObject({ ...this.where('sandboxclaims'), body }) as Promise<ClaimObject>);
+  }
+
+  /** Deletes it; its Sandbox (and so the Pod and the Sandbox's claims) go with it. */
+  delete(name: string): Promise<void> {
+    return deleteIfPresent(this.api.deleteNamespacedCustomObject({ ...this.where('sandboxclaims'), name, propagationPolicy: 'Background' }));
   }
 }
