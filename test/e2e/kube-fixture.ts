@@ -26,7 +26,7 @@ export interface KubeTarget {
  * Starts the fixture API server (or, with `kubeconfig`, targets that real cluster) and returns the
  * service arguments for it. `record` keeps every stored object (the fixture only).
  */
-export async function startKubeTarget(opts: { kubeconfig?: string; record?: boolean; fixture?: KubeApiServerOptions } = {}): Promise<KubeTarget> {
+export async function startKubeTarget(opts: { kubeconfig?: string; record?: boolean; fixture?: KubeApiServerOptions; namespace?: string } = {}): Promise<KubeTarget> {
   let api: KubeApiServer | undefined;
   let kubeconfig = opts.kubeconfig;
   const stored: string[] = [];
@@ -45,7 +45,7 @@ export async function startKubeTarget(opts: { kubeconfig?: string; record?: bool
   const args = [
     '--executor', 'kubernetes',
     '--kubeconfig', kubeconfig,
-    '--kube-namespace', opts.kubeconfig ? (process.env.ATELIER_TEST_KUBE_NAMESPACE ?? 'atelier') : 'atelier',
+    '--kube-namespace', opts.namespace ?? (opts.kubeconfig ? (process.env.ATELIER_TEST_KUBE_NAMESPACE ?? 'atelier') : 'atelier'),
     '--kube-workspace-image', opts.kubeconfig ? (process.env.ATELIER_TEST_KUBE_IMAGE ?? 'atelier-workspace:test') : 'atelier-workspace:test',
   ];
   return {

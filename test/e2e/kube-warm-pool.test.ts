@@ -18,6 +18,7 @@ import { call, connectV2, runCli, startService, unmountUnder, type Service } fro
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import type { KubeApiServer } from '../fixtures/kube-apiserver/index.js';
+import { startKubeTarget } from './kube-fixture.js';
 import type { KubeObject } from '../fixtures/kube-apiserver/store.js';
 import { objectName } from '../../src/sandbox/kubernetes/names.js';
 import { sandboxManifest } from '../../src/sandbox/kubernetes/sandbox-objects.js';
@@ -70,8 +71,8 @@ describe.skipIf(!isRoot)('workspaces claimed from a SandboxWarmPool (--kube-warm
     envId = created.stdout.split(/\s+/)[0]!;
     expect((await runCli(['env', 'set', 'warm-env', 'API_TOKEN', '--secret', '--data-dir', dataDir], { input: SECRET + '\n' })).code).toBe(0);
     expect((await runCli(['env', 'set', 'warm-env', 'PLAIN_VAR=hello-warm', '--data-dir', dataDir])).code).toBe(0);
-    const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
-    api = await startKubeApiServer({ agentSandbox: true });
+    const kube = await startKubeTarget({ fixture: { agentSandbox: true }, namespace: NS });
+    api = kube.api!;
     // The operator's template: the workspace Pod for the runner's limits (configFor: 256 MiB, 128 pids, one core), no per-workspace labels.
     const sb = sandboxManifest({ name: 'tmpl', id: 'tmpl', version: 'v1beta1', limits: { memoryBytes: 256 * 1024 * 1024, pidsMax: 128, cpuQuotaPercent: 100 }, o: { namespace: NS, workspaceImage: 'atelier-workspace:test', runDir: dataDir } });
     const podTemplate = sb.spec.podTemplate as { metadata: { labels: Record<string, string> } };
@@ -80,7 +81,7 @@ describe.skipIf(!isRoot)('workspaces claimed from a SandboxWarmPool (--kube-warm
     api.store.create('sandboxtemplates', NS, { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxTemplate', metadata: { name: 'atelier-workspace' }, spec: { podTemplate, volumeClaimTemplates: sb.spec.volumeClaimTemplates } });
     api.store.create('sandboxwarmpools', NS, { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxWarmPool', metadata: { name: 'atelier-workspace' }, spec: { replicas: 1, sandboxTemplateRef: { name: 'atelier-workspace' } } });
     await until(() => ((get('sandboxwarmpools', 'atelier-workspace')?.status as { readyReplicas?: number } | undefined)?.readyReplicas === 1 ? true : undefined), 'the warm pool Ready');
-    args = ['--executor', 'kubernetes', '--kubeconfig', api.kubeconfig, '--kube-namespace', NS, '--kube-workspace-image', 'atelier-workspace:test', '--kube-warm-pool', 'atelier-workspace'];
+    args = [...kube.args, '--kube-warm-pool', 'atelier-workspace'];
     svc = await startService({ dataDir, args });
     c = await connectV2(svc);
   }, 240_000);

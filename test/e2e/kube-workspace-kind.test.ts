@@ -16,6 +16,7 @@ import { call, connectV2, startService, unmountUnder, type Service } from './har
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 import type { KubeApiServer } from '../fixtures/kube-apiserver/index.js';
+import { startKubeTarget } from './kube-fixture.js';
 import { objectName } from '../../src/sandbox/kubernetes/names.js';
 
 const isRoot = process.getuid?.() === 0;
@@ -48,10 +49,10 @@ describe.skipIf(!isRoot).each(CASES)('a workspace says which kind it is: $kind',
 
   beforeAll(async () => {
     host = await startGitHost();
-    const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
-    api = await startKubeApiServer({ agentSandbox });
+    const kube = await startKubeTarget({ fixture: { agentSandbox } });
+    api = kube.api!;
     await configFor(host, dataDir, { sandboxDiskMb: 0 });
-    args = ['--executor', 'kubernetes', '--kubeconfig', api.kubeconfig, '--kube-namespace', 'atelier', '--kube-workspace-image', 'atelier-workspace:test'];
+    args = kube.args;
     svc = await startService({ dataDir, args });
     c = await connectV2(svc);
   }, 180_000);

@@ -18,6 +18,7 @@ import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import { startRegistry, type Registry } from '../fixtures/verdaccio.js';
 import type { GitHost } from '../fixtures/githost.js';
 import type { KubeApiServer } from '../fixtures/kube-apiserver/index.js';
+import { startKubeTarget } from './kube-fixture.js';
 
 const isRoot = process.getuid?.() === 0;
 type R = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -32,7 +33,7 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
   let repoUrl: string;
   let kubeArgs: string[];
   const dataDir = mkdtempSync(join(tmpdir(), 'atelier-pkk-'));
-  const stored: string[] = [];
+  let stored: string[] = [];
   let session: { cookie: string; csrf: string } | undefined;
 
   async function ok(name: string, a: Record<string, unknown>): Promise<R> {
@@ -70,10 +71,10 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
     const caFile = join(dataDir, 'registry-ca.pem');
     writeFileSync(caFile, readFileSync(reg.caCertPath, 'utf8'));
     await configFor(host, dataDir, { sandboxDiskMb: 0, packagesEnabled: true, packagesNpmRegistry: reg.url, packagesCaFile: caFile });
-    const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
-    api = await startKubeApiServer();
-    api.store.watch(Number(api.store.resourceVersion), (e) => stored.push(JSON.stringify(e)));
-    kubeArgs = ['--executor', 'kubernetes', '--kubeconfig', api.kubeconfig, '--kube-namespace', 'atelier', '--kube-workspace-image', 'atelier-workspace:test'];
+    const kube = await startKubeTarget({ record: true });
+    api = kube.api!;
+    stored = kube.stored;
+    kubeArgs = kube.args;
     svc = await startService({ dataDir, args: kubeArgs });
     c = await connectV2(svc);
   }, 300_000);
@@ -151,9 +152,9 @@ describe.skipIf(!isRoot)('managed packages on the kubernetes executor', () => {
   }, 300_000);
 
   it('with agent-sandbox installed a workspace is a Sandbox: its pod template carries the release copy, the runner fills the Pod its controller makes; again when the next runner resumes it', async () => {
-    const { startKubeApiServer } = await import('../fixtures/kube-apiserver/index.js');
-    sbApi = await startKubeApiServer({ agentSandbox: true });
-    const sbArgs = ['--executor', 'kubernetes', '--kubeconfig', sbApi.kubeconfig, '--kube-namespace', 'atelier', '--kube-workspace-image', 'atelier-workspace:test'];
+    const sbKube = await startKubeTarget({ fixture: { agentSandbox: true } });
+    sbApi = sbKube.api!;
+    const sbArgs = sbKube.args;
     await c.close();
     const token = svc.token;
     expect(await svc.stop('SIGTERM')).toBe(0);
