@@ -42,6 +42,23 @@ describe('claims from a warm pool: the template and the runner agree', () => {
     const noDaemon = podOf('s');
     noDaemon.spec!.containers![0]!.command = ['sleep', 'infinity'];
     expect(claimedPodMismatch(noDaemon, 's', want())).toBe('its container does not run the daemon');
+    // Less isolation than the workspace's own Pod: never used.
+    const worse: Array<[string, (p: PodShape) => void, RegExp]> = [
+      ['a sidecar', (p) => p.spec!.containers!.push({ name: 'side', image: 'x' }), /2 containers/],
+      ['the node network', (p) => (p.spec!.hostNetwork = true), /node's Network namespace/],
+      ['the node pids', (p) => (p.spec!.hostPID = true), /node's PID namespace/],
+      ['a service account token', (p) => delete p.spec!.automountServiceAccountToken, /service account token/],
+      ['root', (p) => (p.spec!.securityContext = { runAsUser: 0, runAsNonRoot: false }), /workspace user/],
+      ['privileged', (p) => (p.spec!.containers![0]!.securityContext = { ...p.spec!.containers![0]!.securityContext, privileged: true }), /gain privileges/],
+      ['escalation', (p) => (p.spec!.containers![0]!.securityContext = { ...p.spec!.containers![0]!.securityContext, allowPrivilegeEscalation: true }), /gain privileges/],
+      ['a capability', (p) => (p.spec!.containers![0]!.securityContext = { ...p.spec!.containers![0]!.securityContext, capabilities: { drop: ['ALL'], add: ['SYS_ADMIN'] } }), /gain privileges/],
+      ['a host path', (p) => p.spec!.volumes!.push({ name: 'node' } as never), /volume "node" is neither/],
+    ];
+    for (const [what, worsen, why] of worse) {
+      const p = podOf('s');
+      worsen(p);
+      expect(claimedPodMismatch(p, 's', want()), what).toMatch(why);
+    }
     const withInit = podOf('s');
     withInit.spec!.initContainers = [{ name: 'x' }];
     expect(claimedPodMismatch(withInit, 's', want())).toBe('it has init containers');

@@ -207,12 +207,30 @@ export function sandboxClaimManifest(args: { name: string; id: string; pool: str
 /** What the runner reads of a claimed Pod (plain JSON or the client's V1Pod). */
 export interface PodShape {
   metadata?: { annotations?: Record<string, string> };
-  spec?: { runtimeClassName?: string; initContainers?: unknown[]; containers?: Array<{ name?: string; image?: string; command?: string[]; resources?: { limits?: Record<string, unknown> } }>; volumes?: Array<{ name?: string; persistentVolumeClaim?: { claimName?: string } }> };
+  spec?: {
+    runtimeClassName?: string;
+    initContainers?: unknown[];
+    hostNetwork?: boolean;
+    hostPID?: boolean;
+    hostIPC?: boolean;
+    automountServiceAccountToken?: boolean;
+    securityContext?: { runAsUser?: number; runAsNonRoot?: boolean };
+    containers?: Array<{
+      name?: string;
+      image?: string;
+      command?: string[];
+      resources?: { limits?: Record<string, unknown> };
+      securityContext?: { privileged?: boolean; allowPrivilegeEscalation?: boolean; capabilities?: { add?: string[]; drop?: string[] } };
+    }>;
+    volumes?: Array<{ name?: string; persistentVolumeClaim?: { claimName?: string }; emptyDir?: unknown }>;
+  };
 }
 
 /**
  * Why a claimed Pod is not what this workspace's Pod would be (`want`: daemonPodManifest), or
- * undefined. What a warm Pod cannot take after start must match: the image, the runtime class,
+ * undefined. Its isolation must be at least the workspace Pod's (one container, none of the node's
+ * namespaces, no service account token, the workspace user, no privilege, capability or escalation,
+ * only its claim and emptyDirs as volumes). What a warm Pod cannot take after start must match: the image, the runtime class,
  * the daemon as entry point, the memory and CPU limits, the pids limit, no init container, and
  * the workspace's files on the claim of the volume claim template `data` (`data-<sandbox>`). The
  * environment is given after start (the daemon's env.set). The runner reads the Pod (it may read
@@ -222,6 +240,19 @@ export function claimedPodMismatch(pod: PodShape, sandbox: string, want: ReturnT
   const c = pod.spec?.containers?.find((x) => x.name === 'main') ?? pod.spec?.containers?.[0];
   const w = want.spec!.containers[0]!;
   if (!c) return 'it has no container';
+  // Isolation first: a template that runs the daemon with less of it than the workspace's own Pod
+  // (another container beside it, the node's namespaces, a service account token, root, a
+  // capability, escalation, a volume other than its claim and emptyDirs) is never used.
+  const sp = pod.spec!;
+  if ((sp.containers?.length ?? 0) !== 1) return `it has ${sp.containers?.length ?? 0} containers, not the workspace's one`;
+  for (const k of ['hostNetwork', 'hostPID', 'hostIPC'] as const) if (sp[k]) return `it shares the node's ${k.slice(4)} namespace (${k})`;
+  if (sp.automountServiceAccountToken !== false) return 'it mounts a service account token (automountServiceAccountToken is not false)';
+  if (sp.securityContext?.runAsNonRoot !== true || sp.securityContext.runAsUser !== want.spec!.securityContext!.runAsUser) return `it does not run as the workspace user (securityContext runAsNonRoot true, runAsUser ${want.spec!.securityContext!.runAsUser})`;
+  const sc = c.securityContext;
+  if (sc?.privileged || sc?.allowPrivilegeEscalation !== false || !(sc.capabilities?.drop ?? []).includes('ALL') || (sc.capabilities?.add ?? []).length > 0)
+    return 'its container may gain privileges (privileged, allowPrivilegeEscalation not false, or capabilities other than drop ALL)';
+  const foreign = (sp.volumes ?? []).find((v) => !(v.emptyDir || (v.name === CLAIM_TEMPLATE && v.persistentVolumeClaim)));
+  if (foreign) return `its volume "${foreign.name ?? '(unnamed)'}" is neither its claim nor an emptyDir`;
   if (c.image !== w.image) return `its image ${c.image ?? '(none)'} is not ${w.image}`;
   if ((pod.spec?.runtimeClassName ?? '') !== (want.spec!.runtimeClassName ?? '')) return `its runtime class ${pod.spec?.runtimeClassName ?? '(default)'} is not ${want.spec!.runtimeClassName ?? '(default)'}`;
   if (!(c.command ?? []).some((a) => a.includes(IN_DAEMON))) return 'its container does not run the daemon';
