@@ -234,6 +234,19 @@ describe.skipIf(!isRoot)('kubernetes executor driver claiming workspaces from a 
     expect(get('sandboxclaims', objectName(none.id))).toBeUndefined();
     expect(notes.join('\n')).toMatch(/workspace ws_Claim5: a Sandbox of its own \(cold\), not claimed from the warm pool no-such-pool: sandboxclaim \S+ named no Sandbox within 500 ms \(Ready False, WarmPoolNotFound/);
     await exNone.destroy(hn);
+    // A Role without sandboxclaims (an older rbac.yaml): the open still succeeds, on a Sandbox of its own, and the log says why.
+    api.forbidden.add('POST sandboxclaims');
+    try {
+      const denied = specOf('ws_Claim6');
+      const hd = await ex.create(denied);
+      expect(hd.placement?.claim).toBeUndefined();
+      expect(hd.placement?.name).toBe(objectName(denied.id));
+      expect((await ex.exec(hd, { command: 'echo "$PROJECT"' })).stdout).toBe('p-ws_Claim6\n');
+      expect(notes.join('\n')).toContain(`workspace ws_Claim6: a Sandbox of its own (cold), not claimed from the warm pool warm: the runner may not create sandboxclaims in ${NS} (403;`);
+      await ex.destroy(hd);
+    } finally {
+      api.forbidden.delete('POST sandboxclaims');
+    }
     expect(api.store.list('sandboxes', NS)).toEqual([]);
   });
 });

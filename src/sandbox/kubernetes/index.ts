@@ -322,7 +322,15 @@ export class KubernetesExecutor implements Executor {
     const name = objectName(spec.id);
     const claims = this.claims!;
     await this.applyPolicy(name, spec.id, spec.network);
-    const made = (await claims.create(sandboxClaimManifest({ name, id: spec.id, pool: this.o.warmPool!, version: claims.version }))) ?? (await claims.get(name));
+    let made: ClaimObject | null;
+    try {
+      made = (await claims.create(sandboxClaimManifest({ name, id: spec.id, pool: this.o.warmPool!, version: claims.version }))) ?? (await claims.get(name));
+    } catch (err) {
+      // A Role without sandboxclaims (an older rbac.yaml): the workspace still opens, on a Sandbox of its own.
+      if ((err as ServiceError).details?.kubernetesStatus !== 403) throw err;
+      this.onNote(`workspace ${spec.id}: a Sandbox of its own (cold), not claimed from the warm pool ${this.o.warmPool}: the runner may not create sandboxclaims in ${this.ns} (403; deploy/kubernetes/rbac.yaml grants create, get, list, watch and delete on sandboxclaims.${EXTENSIONS_GROUP})`);
+      return undefined;
+    }
     if (!made) return undefined;
     const waitMs = Math.min(this.o.claimWaitMs ?? 10_000, this.o.startTimeoutMs ?? 120_000);
     const named = await this.waitFor<string>(
