@@ -2,10 +2,10 @@
 // against the fixture API server (test/fixtures/kube-apiserver/, where every Pod is itself a
 // bubblewrap sandbox, so the ratio is what the Kubernetes path adds: API round trips, the
 // exec-stream relay), in the same run: open (create to first answer) and exec (a trivial command,
-// median and p90) as ratios kubernetes/bubblewrap, the same opens as agent-sandbox Sandboxes, the
-// API requests per workspace lifecycle, the watches left open, and what the runner holds per remote
-// workspace (the driver alone in a child process holding several workspaces). No goal: the figures
-// size a cluster (docs/scaling.md).
+// median and p90) as ratios kubernetes/bubblewrap, the same opens as agent-sandbox Sandboxes and
+// claimed from a warm pool, the API requests per workspace lifecycle, the watches left open, and
+// what the runner holds per remote workspace (the driver alone in a child process holding several
+// workspaces). No goal: the figures size a cluster (docs/scaling.md).
 //
 // The measurement lives in test/sandbox/kubernetes-bench.test.ts (it drives the TypeScript fixture
 // and the driver under the test runner's transform); this script runs it and prints the figures.
@@ -37,6 +37,7 @@ const ms = (x) => `${x.toFixed(1)} ms`;
 const per = (o) => Object.entries(o).map(([k, v]) => `${k} ${Number(v).toFixed(1)}`).join(', ');
 console.log(`bench/kubernetes (node ${process.versions.node}; ${r.mode}: ${r.opens} opens, ${r.execs} execs; fixture API server, each Pod a bubblewrap sandbox)`);
 console.log(`open median: kubernetes Pod ${ms(r.kubernetes.openMedianMs)}, agent-sandbox Sandbox ${ms(r.kubernetesSandbox.openMedianMs)}, bubblewrap ${ms(r.bubblewrap.openMedianMs)}; ratio ${r.ratios.open.toFixed(2)}x (Sandbox ${r.ratios.openSandbox.toFixed(2)}x)`);
+console.log(`open claimed from a warm pool (--kube-warm-pool): median ${ms(r.kubernetesWarmClaim.openMedianMs)}, ratio ${r.ratios.openWarmClaim.toFixed(2)}x bubblewrap, ${(r.kubernetesWarmClaim.openMedianMs / r.kubernetesSandbox.openMedianMs).toFixed(2)}x a Sandbox of its own (${r.kubernetesWarmClaim.warmLaunches} of ${r.opens} warm)`);
 console.log(`exec: median ${ms(r.kubernetes.execMedianMs)} vs ${ms(r.bubblewrap.execMedianMs)}, ratio ${r.ratios.execMedian.toFixed(2)}x; p90 ${ms(r.kubernetes.execP90Ms)} vs ${ms(r.bubblewrap.execP90Ms)}, ratio ${r.ratios.execP90.toFixed(2)}x`);
 const total = (o) => Object.values(o).reduce((a, b) => a + Number(b), 0);
 console.log(`API requests per workspace lifecycle: Pod path ${total(r.apiRequestsPerWorkspaceLifecycle).toFixed(1)} (${per(r.apiRequestsPerWorkspaceLifecycle)}); Sandbox path ${total(r.apiRequestsPerSandboxWorkspaceLifecycle).toFixed(1)}; watches open after close: ${r.openWatchesAfter}`);

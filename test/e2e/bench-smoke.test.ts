@@ -43,6 +43,7 @@ const BENCHES: Record<string, RegExp[]> = {
   // Issue #34 item 5: the Kubernetes path's overhead over bubblewrap, against the fixture API server.
   'bench/kubernetes': [
     /open median: kubernetes Pod [\d.]+ ms, agent-sandbox Sandbox [\d.]+ ms, bubblewrap [\d.]+ ms; ratio [\d.]+x \(Sandbox [\d.]+x\)/,
+    /open claimed from a warm pool \(--kube-warm-pool\): median [\d.]+ ms, ratio [\d.]+x bubblewrap, [\d.]+x a Sandbox of its own \([1-9]\d* of \d+ warm\)/,
     /exec: median [\d.]+ ms vs [\d.]+ ms, ratio [\d.]+x; p90 [\d.]+ ms vs [\d.]+ ms, ratio [\d.]+x/,
     /API requests per workspace lifecycle: Pod path [1-9][\d.]* .*Sandbox path [1-9][\d.]*; watches open after close: 0/,
     /runner holds per remote workspace \(\d+ held\): -?\d+ KB heap, -?\d+ KB buffers, -?\d+ KB RSS, [\d.]+ handles; exec streams per workspace [\d.]+/,

@@ -7,7 +7,8 @@
  * once per suite) and ATELIER_BENCH_KUBE_OUT, where the figures are written as JSON.
  * Reports, as ratios kubernetes/bubblewrap: open (create to first answer) and exec (a trivial
  * command, median and p90), plus the API requests and exec streams per workspace (on the Pod path
- * and, against a second fixture with agent-sandbox, as a Sandbox), the watches left open (0), and
+ * and, against a second fixture with agent-sandbox, as a Sandbox), opens claimed from a warm pool
+ * (a third fixture: a SandboxWarmPool of one, refilled before each open), the watches left open (0), and
  * what the runner holds per open workspace: the driver alone in a child process (so the fixture's
  * own memory is not counted) holding HOLD workspaces at once, its RSS and heap (after a GC) and
  * its open handles per workspace. No timing is asserted.
@@ -25,6 +26,7 @@ import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
 import { ExecRelay } from '../../src/sandbox/kubernetes/relay.js';
+import { sandboxManifest } from '../../src/sandbox/kubernetes/sandbox-objects.js';
 import type { Executor, SandboxSpec } from '../../src/sandbox/executor.js';
 import { startKubeApiServer } from '../fixtures/kube-apiserver/index.js';
 
@@ -139,6 +141,41 @@ describe.skipIf(!isRoot || process.env.ATELIER_BENCH_KUBE !== '1')('kubernetes d
       } finally {
         await sbApi.close();
       }
+      // Claims from a warm pool (--kube-warm-pool): each open takes a Sandbox whose Pod runs already
+      // (the pool refilled before each open, outside the timing), against the opens above.
+      const wpApi = await startKubeApiServer({ agentSandbox: true });
+      const warmOpen: number[] = [];
+      let warmLaunches = 0;
+      try {
+        const tpl = sandboxManifest({ name: 'tmpl', id: 'warm-template', version: 'v1beta1', limits: LIMITS, o: { namespace: 'bench', workspaceImage: 'atelier-workspace:bench', runDir: base } });
+        const podTemplate = tpl.spec.podTemplate as { metadata: { labels: Record<string, string> } };
+        delete podTemplate.metadata.labels['atelier.dev/policy'];
+        delete podTemplate.metadata.labels['atelier.dev/workspace'];
+        wpApi.store.create('sandboxtemplates', 'bench', { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxTemplate', metadata: { name: 'warm' }, spec: { podTemplate, volumeClaimTemplates: tpl.spec.volumeClaimTemplates } });
+        wpApi.store.create('sandboxwarmpools', 'bench', { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxWarmPool', metadata: { name: 'warm' }, spec: { replicas: 1, sandboxTemplateRef: { name: 'warm' } } });
+        const poolReady = async (): Promise<void> => {
+          for (let i = 0; i < 1200; i++) {
+            const st = (wpApi.store.find('sandboxwarmpools', 'bench', 'warm') as { status?: { readyReplicas?: number } } | undefined)?.status;
+            if ((st?.readyReplicas ?? 0) >= 1) return;
+            await new Promise((r) => setTimeout(r, 50));
+          }
+          throw new Error('the warm pool did not refill within 60 s');
+        };
+        const wpKube = new KubernetesExecutor({ kubeconfig: wpApi.kubeconfig, namespace: 'bench', workspaceImage: 'atelier-workspace:bench', runDir: path.join(base, 'run-wp'), warmPool: 'warm' });
+        for (let i = 0; i < OPENS; i++) {
+          await poolReady();
+          const spec: SandboxSpec = { id: `bench_w${process.pid}x${i}`, rootDir: path.join(base, 'workspaces', `w${i}`), limits: LIMITS, network: 'none' };
+          const t0 = performance.now();
+          const h = await wpKube.create(spec);
+          await wpKube.exec(h, { argv: ['true'] });
+          warmOpen.push(performance.now() - t0);
+          if (h.placement?.claim?.launch === 'warm') warmLaunches++;
+          await wpKube.destroy(h);
+        }
+        await wpKube.close();
+      } finally {
+        await wpApi.close();
+      }
       const med = (xs: number[]) => pct(xs, 0.5);
       const result = {
         mode: FULL ? 'full' : 'smoke',
@@ -147,7 +184,8 @@ describe.skipIf(!isRoot || process.env.ATELIER_BENCH_KUBE !== '1')('kubernetes d
         bubblewrap: { openMedianMs: med(bubble.open), execMedianMs: med(bubble.exec), execP90Ms: pct(bubble.exec, 0.9) },
         kubernetes: { openMedianMs: med(k8s.open), execMedianMs: med(k8s.exec), execP90Ms: pct(k8s.exec, 0.9) },
         kubernetesSandbox: { openMedianMs: med(sandboxOpen) },
-        ratios: { open: med(k8s.open) / med(bubble.open), openSandbox: med(sandboxOpen) / med(bubble.open), execMedian: med(k8s.exec) / med(bubble.exec), execP90: pct(k8s.exec, 0.9) / pct(bubble.exec, 0.9) },
+        kubernetesWarmClaim: { openMedianMs: med(warmOpen), warmLaunches },
+        ratios: { open: med(k8s.open) / med(bubble.open), openSandbox: med(sandboxOpen) / med(bubble.open), openWarmClaim: med(warmOpen) / med(bubble.open), execMedian: med(k8s.exec) / med(bubble.exec), execP90: pct(k8s.exec, 0.9) / pct(bubble.exec, 0.9) },
         apiRequestsPerWorkspaceLifecycle: podPath,
         apiRequestsPerSandboxWorkspaceLifecycle: sandboxPath,
         openWatchesAfter,
