@@ -320,12 +320,22 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
         expect(r.timedOut).toBe(true);
         expect(maxPids).toBeGreaterThan(LIMITS.pidsMax / 2);
         expect(maxPids).toBeLessThanOrEqual(LIMITS.pidsMax);
-        expect(maxLag).toBeLessThan(500);
+        // The executor runs in this process: a runner the bomb froze would stall for the exec's whole
+        // 2 s; a loaded 2-core machine (the suite's other worker) delays a timer by a few hundred ms
+        // on its own, so the bound tells the two apart without depending on that noise.
+        expect(maxLag).toBeLessThan(1500);
       } finally {
         clearInterval(tick);
       }
-      // The exec's cgroup took the whole bomb with it; the daemon is fine.
-      expect((await ex.stats(h)).pids).toBeLessThan(20);
+      // The exec's cgroup took the whole bomb with it; the daemon is fine. The pids controller counts
+      // a killed process until the sandbox's init has reaped it, which a loaded machine may do a
+      // moment after the reply: the count must fall, not be low at that instant.
+      let pidsAfter = (await ex.stats(h)).pids;
+      for (let i = 0; i < 100 && pidsAfter >= 20; i++) {
+        await sleep(100);
+        pidsAfter = (await ex.stats(h)).pids;
+      }
+      expect(pidsAfter).toBeLessThan(20);
       expect((await ex.exec(h, { command: 'echo still here' })).stdout).toBe('still here\n');
     });
 
