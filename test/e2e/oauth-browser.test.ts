@@ -164,6 +164,10 @@ describe('OAuth in chromium', () => {
     const landed = nextCallback(page, violations);
     await page.click('button[value=deny]');
     const cb = await landed;
+    // The tab has landed on the client's page before it is closed (as in the Approve test): a tab
+    // closed while that navigation was still under way hung chromium's close for 20 s once.
+    await page.waitForURL((u) => u.origin === new URL(redirectUri).origin);
+    expect(await page.textContent('p')).toBe('Back in the client.');
     expect(cb.searchParams.get('error')).toBe('access_denied');
     expect(cb.searchParams.get('code')).toBeNull();
     expect(violations).toEqual([]);
@@ -198,6 +202,8 @@ describe('OAuth in chromium', () => {
       expect(cb.searchParams.get('state')).toBe('v6');
       expect(cb.searchParams.get('code')).toBeTruthy();
       expect(violations).toEqual([]);
+      // Landed before the tab closes (a close during that navigation can hang chromium).
+      await page.waitForURL((u) => u.hostname === '[::1]');
       await bounded('close the tab', page.close());
     } finally {
       await new Promise((r) => v6.close(r));
