@@ -247,7 +247,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
     fire: (...a: Parameters<ExtensionService['fire']>) => extensions.fire(...a),
     opened: (...a: Parameters<ExtensionService['opened']>) => extensions.opened(...a),
   };
-  const templates = new TemplateService({ db, log, audit, environments, dataDir: images, diskMb: config.sandboxDiskMb, uid: config.sandboxUid, hostImages: executor.storage?.image !== undefined && executor.storage.copies !== undefined, executor: config.executor });
+  const templates = new TemplateService({ db, log, audit, environments, dataDir: images, diskMb: config.sandboxDiskMb, uid: config.sandboxUid, images: { onHost: executor.storage?.image !== undefined && executor.storage.copies !== undefined, executor: config.executor } });
   const workspaces = new WorkspaceService({
     db, config, log, audit, principals, cursors, executor, repos, repoCredentials, environments, packages, sandboxDisabledReason: opts.sandboxDisabledReason, hooks, locks, templates,
     onClose: [(id) => commands.forgetWorkspace(id), (id) => packages.forgetWorkspace(id), async (id) => extensions.forgetWorkspace(id), async (id) => previews.forgetWorkspace(id)],

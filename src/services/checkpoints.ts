@@ -360,7 +360,7 @@ export class CheckpointService {
 
   /** The executor's image copies; workspaces.requireImages refuses first where there are none. */
   private copies(): WorkspaceImageCopies {
-    if (!this.deps.copies) throw new ServiceError('NOT_SUPPORTED', "checkpoints and forks copy a workspace's filesystem image on this host, which this executor does not keep", { executor: 'kubernetes' });
+    if (!this.deps.copies) throw new ServiceError('NOT_SUPPORTED', "checkpoints and forks copy a workspace's filesystem image on this host, which this executor does not keep");
     return this.deps.copies;
   }
 

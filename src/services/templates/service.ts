@@ -198,9 +198,8 @@ export class TemplateService {
       dataDir: string;
       diskMb: number;
       uid: number;
-      /** Whether the executor keeps each workspace in an image file on this host (what a template saves and copies); absent, true. */
-      hostImages?: boolean;
-      executor?: string;
+      /** Whether the executor keeps each workspace in an image file on this host (what a template saves and copies), and which executor runs; absent, images are kept. */
+      images?: { onHost: boolean; executor: string };
     },
   ) {}
 
@@ -208,8 +207,9 @@ export class TemplateService {
   plan(environmentId: string, repositoryUrl: string, clone: CloneRequest): TemplatePlan | null {
     const s = this.deps.environments.scripts(environmentId);
     if (!s.setupScript) return null;
-    if (this.deps.hostImages === false)
-      throw new ServiceError('NOT_SUPPORTED', `environmentId: environment ${environmentId} has a setup script, whose result is kept as a template: a saved workspace image on the runner's host, which this executor (${this.deps.executor ?? 'kubernetes'}) does not keep (a workspace's files are on its claim in the cluster); open without the environment or remove its setup script (docs/scaling.md)`, { field: 'environmentId', executor: this.deps.executor ?? 'kubernetes' });
+    const images = this.deps.images;
+    if (images && !images.onHost)
+      throw new ServiceError('NOT_SUPPORTED', `environmentId: environment ${environmentId} has a setup script, whose result is kept as a template: a saved workspace image on the runner's host, which this executor (${images.executor}) does not keep (a workspace's files are on its claim in the cluster); open without the environment or remove its setup script (docs/scaling.md)`, { field: 'environmentId', executor: images.executor });
     if (this.deps.diskMb <= 0)
       throw new ServiceError('FAILED_PRECONDITION', `environmentId: environment ${environmentId} has a setup script, and templates need a filesystem per workspace (sandboxDiskMb is 0); set sandboxDiskMb or remove the setup script`, { field: 'environmentId', setting: 'sandboxDiskMb' });
     const key = createHash('sha256')
