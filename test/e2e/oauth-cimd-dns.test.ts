@@ -5,16 +5,21 @@
  * client_id is a metadata document URL on such a host arrive from ten client addresses, tool
  * calls that read files keep the latency they had in the same run without that load, and no
  * thread of the service's libuv pool (the one file I/O, scrypt and zlib share) is ever held by a
- * lookup: the threads are sampled from /proc while the load runs. Every authorization request is
+ * lookup: the threads are sampled from /proc while the load runs. (files_read is served by the
+ * workspace's daemon; password logins, scrypt on the runner's pool, are timed beside it as the
+ * probe of that pool. libuv lets getaddrinfo take at most half of the pool, so before the fix the
+ * lookups held two of its four threads: the sampled count is what tells the two apart.) Every authorization request is
  * answered (a page), none after more than the fetch deadline plus a margin.
  */
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
-import { readdirSync, readFileSync } from 'node:fs';
-import { request as httpRequestRaw } from 'node:http';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, type Service } from './harness.js';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { call, connectV2, runCli, type Service } from './harness.js';
 import { startGitHost, startWorkspaceService } from './workspace-fixture.js';
+import { requestFrom } from './from-address.js';
 import type { GitHost } from '../fixtures/githost.js';
 
 let dns: UdpSocket;
@@ -30,7 +35,11 @@ beforeAll(async () => {
   await new Promise<void>((r) => dns.bind(0, '127.0.0.1', r));
   git = await startGitHost();
   const repoUrl = (await git.createRepo('approved/cimd-dns', { 'README.md': '# demo\n', 'notes/a.txt': 'x'.repeat(4096) })).url;
-  svc = await startWorkspaceService(git, { env: { ATELIER_OAUTH_CIMD_DNS_SERVERS: `127.0.0.1:${dns.address().port}` } });
+  // An owner password: a password check is scrypt on the runner's own libuv pool, the pool a lookup would hold.
+  const dataDir = mkdtempSync(join(tmpdir(), 'atelier-ws-'));
+  const pw = await runCli(['owner', 'set-password', '--data-dir', dataDir], { input: PASSWORD + '\n' });
+  if (pw.code !== 0) throw new Error(pw.stderr);
+  svc = await startWorkspaceService(git, { dataDir, env: { ATELIER_OAUTH_CIMD_DNS_SERVERS: `127.0.0.1:${dns.address().port}` } });
   c = await connectV2(svc);
   const r = await call(c, 'workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'open-cimd-dns' });
   if (!r.ok) throw new Error(r.text);
@@ -43,6 +52,16 @@ afterAll(async () => {
   await git?.close();
   dns?.close();
 });
+
+const PASSWORD = 'correct horse battery staple';
+
+/** One password login's latency, ms (scrypt on the service's libuv pool). */
+async function loginOnce(): Promise<number> {
+  const t0 = performance.now();
+  const r = await requestFrom(svc.url, '127.0.0.90', 'POST', '/login', { 'content-type': 'application/json' }, JSON.stringify({ password: PASSWORD }));
+  if (r.status !== 200) throw new Error(`login: ${r.status} ${r.body}`);
+  return performance.now() - t0;
+}
 
 /** One files_read call's latency, ms. */
 async function readOnce(): Promise<number> {
@@ -76,20 +95,12 @@ function poolThreadsOnNetwork(pid: number): number {
   return n;
 }
 
-/** GET /oauth/authorize from the loopback address `from`: its status and how long it took. */
-function authorize(from: string, i: number): Promise<{ status: number; ms: number; body: string }> {
-  const u = new URL(svc.url);
+/** GET /oauth/authorize from the loopback address `from`: its answer and how long it took. */
+async function authorize(from: string, i: number): Promise<{ status: number; ms: number; body: string }> {
   const q = new URLSearchParams({ response_type: 'code', client_id: `https://c${i}.never-answers.test/client.json`, redirect_uri: 'http://127.0.0.1:9/cb', state: 's', code_challenge: 'x'.repeat(43), code_challenge_method: 'S256', resource: svc.mcpUrl });
   const t0 = performance.now();
-  return new Promise((resolve, reject) => {
-    const req = httpRequestRaw({ host: u.hostname, port: u.port, path: `/oauth/authorize?${q}`, localAddress: from, agent: false, headers: { host: u.host } }, (res) => {
-      let b = '';
-      res.on('data', (d) => (b += d));
-      res.on('end', () => resolve({ status: res.statusCode!, ms: performance.now() - t0, body: b }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
+  const a = await requestFrom(svc.url, from, 'GET', `/oauth/authorize?${q}`);
+  return { status: a.status, body: a.body, ms: performance.now() - t0 };
 }
 
 describe('a name server that never answers', () => {
@@ -97,8 +108,11 @@ describe('a name server that never answers', () => {
     const pid = svc.proc.pid!;
     // Baseline of this run: file reads with no authorization load.
     await readOnce();
+    await loginOnce();
     const baseline: number[] = [];
     for (let i = 0; i < 15; i++) baseline.push(await readOnce());
+    const loginBaseline: number[] = [];
+    for (let i = 0; i < 5; i++) loginBaseline.push(await loginOnce());
 
     // The load: ten client addresses, each sending five authorization requests one after another.
     let done = false;
@@ -118,11 +132,24 @@ describe('a name server that never answers', () => {
     const all = Promise.all(streams);
     let finished = false;
     void all.finally(() => (finished = true));
-    while (!finished) loaded.push(await readOnce());
+    const loginLoaded: number[] = [];
+    const logins = (async () => {
+      while (!finished) loginLoaded.push(await loginOnce());
+    })();
+    while (!finished) {
+      loaded.push(await readOnce());
+      await new Promise((r) => setTimeout(r, 20)); // paced: a steady reader, not a flood of its own
+    }
+    await logins;
     const answers = (await all).flat();
     done = true;
     await sampler;
 
+    console.log(
+      `files_read median: ${Math.round(median(baseline))} ms without load, ${Math.round(median(loaded))} ms under it (${loaded.length} calls); ` +
+        `password login median: ${Math.round(median(loginBaseline))} ms without, ${Math.round(median(loginLoaded))} ms under it (${loginLoaded.length}); ` +
+        `name server queries ${queries}; pool threads held by a lookup at most ${maxHeld}`,
+    );
     expect(answers).toHaveLength(50);
     expect(queries).toBeGreaterThan(0); // the service really asked the silent name server
     for (const a of answers) {
@@ -136,5 +163,7 @@ describe('a name server that never answers', () => {
     // Generous: under a loaded machine the ratio moves; a starved pool makes it hundreds.
     expect(loaded.length).toBeGreaterThan(3);
     expect(median(loaded), `baseline ${baseline.map(Math.round)} loaded ${loaded.map(Math.round)}`).toBeLessThan(median(baseline) * 5 + 250);
+    expect(loginLoaded.length).toBeGreaterThan(0);
+    expect(median(loginLoaded), `baseline ${loginBaseline.map(Math.round)} loaded ${loginLoaded.map(Math.round)}`).toBeLessThan(median(loginBaseline) * 5 + 500);
   }, 120_000);
 });

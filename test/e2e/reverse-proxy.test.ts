@@ -12,39 +12,21 @@
  * thousands of hops, IPv6 brackets and ports, obfuscated Forwarded identifiers, high bytes) never
  * break a request and fall back to the proxy's own address.
  */
-import { createServer, request as httpRequestRaw, type IncomingMessage, type Server } from 'node:http';
+import { createServer, request as httpRequestRaw, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dashboardLogin, httpRequest, runCli, startService, type Service } from './harness.js';
+import { dashboardLogin, httpRequest, runCli, serveExpectingFailure, startService, type Service } from './harness.js';
 import { cimdDocument, startCimdHost, type CimdHost } from '../fixtures/cimd-host.js';
+import { requestFrom } from './from-address.js';
 
 const PASSWORD = 'correct horse battery staple';
 const REDIRECT = 'http://127.0.0.1:9/callback';
 
-interface Answer {
-  status: number;
-  body: string;
-  headers: IncomingMessage['headers'];
-}
-
-/** An HTTP request to 127.0.0.1:`port` leaving from the loopback address `from`. */
-function send(port: number, from: string, method: string, path: string, headers: Record<string, string> = {}, body?: string): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequestRaw(
-      { host: '127.0.0.1', port, method, path, localAddress: from, agent: false, headers: { host: `127.0.0.1:${port}`, ...headers, ...(body !== undefined ? { 'content-length': String(Buffer.byteLength(body)) } : {}) } },
-      (res) => {
-        let b = '';
-        res.on('data', (d) => (b += d));
-        res.on('end', () => resolve({ status: res.statusCode!, body: b, headers: res.headers }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+/** An HTTP request to 127.0.0.1:`port` (the service or a proxy) leaving from the loopback address `from`. */
+const send = (port: number, from: string, method: string, path: string, headers: Record<string, string> = {}, body?: string) => requestFrom(`http://127.0.0.1:${port}`, from, method, path, headers, body);
 
 interface Proxy {
   port: number;
@@ -72,6 +54,14 @@ async function startProxy(servicePort: number, mode: 'x-forwarded-for' | 'forwar
   return { port: (server.address() as AddressInfo).port, close: () => new Promise((r) => server.close(() => r())) };
 }
 
+/** A service whose owner password is set (before start: setting it ends every session). */
+async function serviceWithPassword(args: string[], env: Record<string, string>): Promise<Service> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'atelier-proxy-'));
+  const pw = await runCli(['owner', 'set-password', '--data-dir', dataDir], { input: PASSWORD + '\n' });
+  expect(pw.code, pw.stderr).toBe(0);
+  return startService({ dataDir, args: ['--unsafe-dev-no-sandbox', ...args], env });
+}
+
 let svc: Service;
 let host: CimdHost;
 let xff: Proxy;
@@ -95,14 +85,10 @@ async function lockOut(port: number, from: string, headers: Record<string, strin
 
 beforeAll(async () => {
   host = await startCimdHost();
-  const dataDir = mkdtempSync(join(tmpdir(), 'atelier-proxy-'));
-  const pw = await runCli(['owner', 'set-password', '--data-dir', dataDir], { input: PASSWORD + '\n' });
-  expect(pw.code, pw.stderr).toBe(0);
-  svc = await startService({
-    dataDir,
-    args: ['--unsafe-dev-no-sandbox', '--trusted-proxies', '127.0.0.1', '--oauth-cimd-allow-loopback', '--oauth-cimd-ca-file', host.caCertPath, '--oauth-cimd-fetches-per-minute', '1'],
-    env: { ATELIER_LOGIN_LOCKOUT_FAILURES: '2', ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL: '1000' },
-  });
+  svc = await serviceWithPassword(
+    ['--trusted-proxies', '127.0.0.1', '--oauth-cimd-allow-loopback', '--oauth-cimd-ca-file', host.caCertPath, '--oauth-cimd-fetches-per-minute', '1'],
+    { ATELIER_LOGIN_LOCKOUT_FAILURES: '2', ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL: '1000' },
+  );
   owner = await dashboardLogin(svc);
   xff = await startProxy(servicePort(), 'x-forwarded-for');
   fwd = await startProxy(servicePort(), 'forwarded');
@@ -174,16 +160,34 @@ describe('behind a trusted reverse proxy', () => {
   });
 });
 
+describe('the settings', () => {
+  it('a bad --trusted-proxies, --oauth-cimd-dns-servers or --oauth-cimd-fetches-per-minute stops start-up naming the setting and the entry', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'atelier-proxy-cfg-'));
+    try {
+      const cases: Array<[string[], Record<string, string>, RegExp]> = [
+        [['--trusted-proxies', '127.0.0.1,proxy.internal'], {}, /invalid setting --trusted-proxies \/ ATELIER_TRUSTED_PROXIES: "proxy\.internal" must be an IP address or a CIDR/],
+        [[], { ATELIER_TRUSTED_PROXIES: '10.0.0.0/99' }, /invalid setting --trusted-proxies \/ ATELIER_TRUSTED_PROXIES: "10\.0\.0\.0\/99" has a prefix length over 32/],
+        [['--oauth-cimd-dns-servers', 'dns.example'], {}, /invalid setting --oauth-cimd-dns-servers \/ ATELIER_OAUTH_CIMD_DNS_SERVERS: "dns\.example" must be a name server address/],
+        [['--oauth-cimd-fetches-per-minute', '0'], {}, /invalid setting --oauth-cimd-fetches-per-minute \/ ATELIER_OAUTH_CIMD_FETCHES_PER_MINUTE: must be an integer from 1 to 100000/],
+      ];
+      for (const [args, env, why] of cases) {
+        const r = await serveExpectingFailure(['--data-dir', dataDir, '--port', '0', '--unsafe-dev-no-sandbox', ...args], env);
+        expect(r.code, r.stderr).not.toBe(0);
+        expect(r.stderr).toMatch(why);
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
+
 describe('hostile forwarding headers from the trusted address', () => {
   // A service of its own, whose address limits the table cannot reach (each case is one failed login).
   let hostile: Service;
   let hostileOwner: { cookie: string; csrf: string };
   const port = () => Number(new URL(hostile.url).port);
   beforeAll(async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'atelier-proxy-'));
-    const pw = await runCli(['owner', 'set-password', '--data-dir', dataDir], { input: PASSWORD + '\n' });
-    expect(pw.code, pw.stderr).toBe(0);
-    hostile = await startService({ dataDir, args: ['--unsafe-dev-no-sandbox', '--trusted-proxies', '127.0.0.1,fd00::/8'], env: { ATELIER_LOGIN_LOCKOUT_FAILURES: '1000', ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL: '100000' } });
+    hostile = await serviceWithPassword(['--trusted-proxies', '127.0.0.1,fd00::/8'], { ATELIER_LOGIN_LOCKOUT_FAILURES: '1000', ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL: '100000' });
     hostileOwner = await dashboardLogin(hostile);
   }, 90_000);
   afterAll(async () => {
