@@ -52,7 +52,7 @@ export const CIMD_DNS_TRIES = 2;
 /** Fetches one client address may start per minute (a bucket of as many, refilled evenly), and at once. */
 export const CIMD_FETCHES_PER_MINUTE = 20;
 export const CIMD_FETCHES_PER_ADDRESS_AT_ONCE = 1;
-/** Client addresses the per-address limit remembers (the oldest full bucket is forgotten first). */
+/** Client addresses the per-address limit remembers (past it, idle full buckets are forgotten, then the oldest idle one). */
 export const CIMD_MAX_ADDRESSES = 10_000;
 /** Redirect URIs a document may list (registration takes 10; a shared document may name more). */
 export const CIMD_MAX_REDIRECT_URIS = 20;
@@ -268,7 +268,8 @@ export interface CimdFetcherOptions {
  * deadline cancels it (dns.lookup, getaddrinfo on libuv's thread pool, cannot be cancelled and holds
  * a thread of the pool file I/O, scrypt and zlib share for as long as the name server keeps silent;
  * c-ares runs on the event loop and holds no thread). The /etc/hosts file is not read (a document's
- * host is a public DNS name); localhost is loopback (RFC 6761) without a query. Settles only when both queries have ended (answered, failed or cancelled).
+ * host is a public DNS name); localhost is loopback (RFC 6761) without a query. Settles only when
+ * both queries have ended (answered, failed or cancelled).
  */
 export function boundedResolver(servers: string[] = []): (hostname: string, run: { cancel?: () => void }) => Promise<string[]> {
   return (hostname, run) => {
@@ -371,7 +372,7 @@ export class CimdFetcher {
   async fetch(url: string, prior?: { etag: string | null; lastModified: string | null }, ended?: () => void): Promise<Fetched> {
     if (this.inFlight >= CIMD_MAX_CONCURRENT) {
       ended?.(); // no work was started
-      throw new CimdFailure('too many client metadata documents are being fetched at once; try again in a moment', 'temporarily_unavailable', 2);
+      throw new CimdFailure('too many client metadata documents are being fetched at once; try again in a moment', 'temporarily_unavailable');
     }
     this.inFlight++;
     let timer: NodeJS.Timeout | undefined;
