@@ -15,7 +15,7 @@ import { request as httpRequestRaw, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, httpRequest, type Service } from './harness.js';
+import { call, connectV2, dashboardLogin, httpRequest, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -181,6 +181,16 @@ const RELAYS: RelayUnderTest[] = [
     async setup() {
       const p = await ok('preview_open', { workspaceId: ws, port: HOSTILE_PORT, ttlSeconds: 86400 });
       return { base: String(p.url), headers: { authorization: `Bearer ${svc.token}` } };
+    },
+  },
+  {
+    name: 'preview relay (public link the owner consented to, no credentials)',
+    async setup() {
+      const p = await ok('preview_open', { workspaceId: ws, port: HOSTILE_PORT, ttlSeconds: 86400, public: true });
+      const { cookie, csrf } = await dashboardLogin(svc);
+      const r = await httpRequest(svc.url, 'POST', `/api/v1/previews/${p.previewId}/public`, { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' }, '{}');
+      if (r.status !== 200) throw new Error(`consent failed: ${r.status} ${r.body}`);
+      return { base: svc.url + (JSON.parse(r.body) as { publicLink: { path: string } }).publicLink.path, headers: {} };
     },
   },
 ];

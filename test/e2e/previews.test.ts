@@ -10,7 +10,7 @@ import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { call, connectV2, dashboardLogin, httpRequest, runCli, type Service } from './harness.js';
+import { call, connectV2, httpRequest, runCli, type Service } from './harness.js';
 import { Agent, request as agentRequest } from 'node:http';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
@@ -305,7 +305,12 @@ describe('what reaches the workspace, and what its answers may do (issue #42 ite
 
   beforeAll(async () => {
     prv = await ok('preview_open', { workspaceId: ws, port: PORT, ttlSeconds: 86400, label: 'issue 42' });
-    session = await dashboardLogin(svc);
+    // A login link of its own: the one printed at start is the browser tests' (a link works once).
+    const made = await runCli(['owner', 'login-link', '--json', '--data-dir', svc.dataDir]);
+    if (made.code !== 0) throw new Error(made.stderr);
+    const first = await httpRequest(svc.url, 'GET', (JSON.parse(made.stdout) as { path: string }).path);
+    const cookie = String(first.headers['set-cookie']).split(';')[0]!;
+    session = { cookie, csrf: (JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/session', { cookie })).body) as { csrfToken: string }).csrfToken };
     const consented = await httpRequest(svc.url, 'POST', `/api/v1/previews/${prv.previewId}/public`, { cookie: session.cookie, 'x-csrf-token': session.csrf, 'content-type': 'application/json' }, '{}');
     expect(consented.status).toBe(200);
     publicPath = (JSON.parse(consented.body) as { publicLink: { path: string } }).publicLink.path;
