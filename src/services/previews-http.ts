@@ -200,9 +200,11 @@ function badGateway(port: number, why: string): ServiceError {
  * PREVIEW_MAX_ANSWER_HEADERS fields, every name a token and every value free of control
  * characters. Returns why not when the answer cannot be forwarded. Other relays clamp with it too.
  */
-export function checkAnswer(answer: Pick<IncomingMessage, 'statusCode' | 'rawHeaders'>, headers: OutgoingHttpHeaders): string | null {
+export function checkAnswer(answer: Pick<IncomingMessage, 'statusCode' | 'rawHeaders'>, headers: OutgoingHttpHeaders, upgraded = false): string | null {
   const status = answer.statusCode ?? 0;
   if (!Number.isInteger(status) || status < 100 || status > 599) return `answered with status ${status}, not one of 100-599`;
+  // (1xx answers are informational, counted apart; one as the final answer is a 101 without an upgrade.)
+  if (status < 200 && !(upgraded && status === 101)) return `answered with status ${status} as its final answer`;
   if (answer.rawHeaders.length / 2 > PREVIEW_MAX_ANSWER_HEADERS) return `answered with ${answer.rawHeaders.length / 2} header fields, more than the ${PREVIEW_MAX_ANSWER_HEADERS} a preview forwards`;
   for (const [k, v] of Object.entries(headers)) {
     try {
@@ -530,6 +532,10 @@ export class PreviewGate {
       this.deps.log.warn({ err, previewId: id }, 'preview request to the workspace failed');
       out?.destroy();
       upstream.destroy();
+      // What is left of the client's body is read and dropped (within the server's request
+      // timeout), so the client finishes sending and reads its answer rather than a broken pipe.
+      if (out) req.unpipe(out);
+      req.resume();
       if (!res.headersSent && !res.destroyed) this.fail(res, err instanceof ServiceError ? err : badGateway(port, `failed: ${(err as Error)?.message ?? String(err)}`));
       else if (!res.writableFinished) res.destroy();
     };
@@ -566,9 +572,12 @@ export class PreviewGate {
       }),
     );
     res.on('error', () => request.destroy());
-    // The client went away (or its answer is done while its request never ended): the relay goes too.
+    // The client went away before its answer was done, or in the middle of its request: the relay goes too.
     res.on('close', () => {
-      if (!res.writableFinished || !req.complete) request.destroy();
+      if (!res.writableFinished) request.destroy();
+    });
+    req.on('close', () => {
+      if (!req.complete) request.destroy();
     });
     req.pipe(request);
   }
@@ -675,9 +684,9 @@ export class PreviewGate {
     out = this.toWorkspace(upstream, req, rest, headers, port, end);
     if (!out) return;
     const request = out;
-    const head101 = (answer: IncomingMessage, extra: OutgoingHttpHeaders): string | OutgoingHttpHeaders => {
+    const headOf = (answer: IncomingMessage, extra: OutgoingHttpHeaders, upgraded: boolean): string | OutgoingHttpHeaders => {
       const all = { ...this.answerHeaders(answer, req, segment, auth.via), ...extra };
-      return checkAnswer(answer, all) ?? all;
+      return checkAnswer(answer, all, upgraded) ?? all;
     };
     const serialize = (all: OutgoingHttpHeaders): string => {
       let text = '';
@@ -688,7 +697,7 @@ export class PreviewGate {
       'upgrade',
       contained(end, (answer: IncomingMessage, up: Duplex, upHead: Buffer) => {
         if (ended) return void up.destroy();
-        const all = head101(answer, { connection: 'Upgrade', upgrade: answer.headers.upgrade ?? 'websocket' });
+        const all = headOf(answer, { connection: 'Upgrade', upgrade: answer.headers.upgrade ?? 'websocket' }, true);
         if (typeof all === 'string') {
           up.destroy();
           return end(badGateway(port, all));
@@ -708,7 +717,7 @@ export class PreviewGate {
         if (ended) return void answer.destroy();
         const status = answer.statusCode!;
         const bodiless = status === 204 || status === 304;
-        const all = head101(answer, { connection: 'close', ...(bodiless ? {} : { 'transfer-encoding': 'chunked' }) });
+        const all = headOf(answer, { connection: 'close', ...(bodiless ? {} : { 'transfer-encoding': 'chunked' }) }, false);
         if (typeof all === 'string') {
           watched();
           return end(badGateway(port, all));

@@ -82,6 +82,9 @@ const CASES = {
   'info-flood': 'HTTP/1.1 103 Early Hints\r\nlink: </x.css>; rel=preload\r\n\r\n'.repeat(20000) + ok('late'),
   'head-body': 'HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n',
   'upgrade-answer': 'HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n\x81\x05hello',
+  'upgrade-reason-control': 'HTTP/1.1 101 Sw\x01itching\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n',
+  'upgrade-bare': 'HTTP/1.1 101 Switching Protocols\r\n\r\n',
+  'upgrade-many-headers': 'HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n' + 'a:1\r\n'.repeat(1500) + '\r\n',
   'mid-chunk': 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n10\r\nabc',
   'bad-chunk-size': 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n',
 };
@@ -113,7 +116,7 @@ net.createServer((sock) => {
     const bytes = CASES[name];
     if (bytes === undefined) return void sock.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n');
     // A close mid-chunk: the bytes, then the connection is dropped.
-    if (name === 'mid-chunk' || name === 'upgrade-answer') { sock.write(bytes, 'latin1'); return void setTimeout(() => sock.destroy(), 50); }
+    if (name === 'mid-chunk' || name.startsWith('upgrade-')) { sock.write(bytes, 'latin1'); return void setTimeout(() => sock.destroy(), 50); }
     sock.end(bytes, 'latin1');
   });
 }).listen(port, '127.0.0.1');
@@ -143,6 +146,9 @@ const HOSTILE: HostileCase[] = [
   { name: 'info-endless', why: '100 Continue without end', http: BAD, ws: BAD },
   { name: 'head-body', method: 'HEAD', why: 'a body on a HEAD answer (and a second answer after it)', http: { status: 200, body: '' }, ws: 'skip' },
   { name: 'upgrade-answer', why: '101 Switching Protocols to a plain request (to a WebSocket request it is the answer)', http: BAD, ws: { upgraded: true } },
+  { name: 'upgrade-reason-control', why: 'a 101 with a control character in its reason phrase', http: BAD, ws: { upgraded: true } },
+  { name: 'upgrade-bare', why: 'a 101 without Upgrade or Connection headers (not an upgrade: a 1xx as the final answer)', http: BAD, ws: BAD },
+  { name: 'upgrade-many-headers', why: 'a 101 with 1500 headers', http: BAD, ws: BAD },
   { name: 'early', method: 'POST', slowBody: 4 * 1024 * 1024, why: 'an answer before the request ends (the server goes on reading)', http: { status: 200, body: 'early' }, ws: { status: 200, body: 'early' } },
   {
     name: 'early-close',
@@ -156,41 +162,82 @@ const HOSTILE: HostileCase[] = [
   { name: 'bad-chunk-size', why: 'a chunk size that is not hex', http: { incomplete: true }, ws: { incomplete: true } },
 ];
 
+/**
+ * Where a relay's requests go: the service (its runner process is the one that must survive),
+ * the workspace running HOSTILE_SERVER (startHostileServer), and a client for the tool calls that
+ * must keep succeeding.
+ */
+interface RelayEnv {
+  svc: Service;
+  workspaceId: string;
+  client: Client;
+}
+
 /** One relay of the runner's that carries requests to a workspace's server. */
 interface RelayUnderTest {
   name: string;
-  /** Sets the relay up (once): the base URL /case/<name> is appended to, and the headers a request needs. */
-  setup(): Promise<{ base: string; headers: Record<string, string> }>;
+  /**
+   * Sets the relay up (once): the environment it runs in (its own service, or a shared one), the
+   * base URL `case/<name>` is appended to, and the headers a request needs.
+   */
+  setup(): Promise<{ env: RelayEnv; base: string; headers: Record<string, string> }>;
 }
 
-let host: GitHost;
-let svc: Service;
-let c: Client;
-let ws: string;
 const HOSTILE_PORT = 8431;
 
-async function ok(name: string, args: Record<string, unknown>): Promise<Record<string, unknown>> {
+async function ok(c: Client, name: string, args: Record<string, unknown>): Promise<Record<string, unknown>> {
   const r = await call(c, name, args);
   if (!r.ok) throw new Error(`${name} failed: ${r.text}`);
   return r.result;
+}
+
+/** Starts HOSTILE_SERVER in a workspace (tasks_run) on HOSTILE_PORT and waits until it listens. */
+async function startHostileServer(c: Client, workspaceId: string): Promise<void> {
+  await ok(c, 'files_write', { workspaceId, path: 'hostile.js', content: HOSTILE_SERVER });
+  await ok(c, 'tasks_run', { workspaceId, command: `exec node hostile.js ${HOSTILE_PORT}`, timeoutMs: 3_600_000, idempotencyKey: `hostile-server-${workspaceId}` });
+  const probe = await ok(c, 'exec_run', {
+    workspaceId,
+    command: `for i in $(seq 1 300); do node -e "require('net').connect(${HOSTILE_PORT},'127.0.0.1').on('connect',()=>process.exit(0)).on('error',()=>process.exit(1))" && exit 0; sleep 0.1; done; exit 1`,
+  });
+  expect(probe.exitCode).toBe(0);
+}
+
+/** The bubblewrap environment the preview relays share: one service, one workspace, started once. */
+let host: GitHost | undefined;
+let shared: Promise<RelayEnv> | undefined;
+const owned: Service[] = [];
+function bubblewrapEnv(): Promise<RelayEnv> {
+  shared ??= (async () => {
+    host = await startGitHost();
+    const repoUrl = (await host.createRepo('approved/hostile', REPO_FILES)).url;
+    const svc = await startWorkspaceService(host);
+    owned.push(svc);
+    const client = await connectV2(svc);
+    const workspaceId = (await ok(client, 'workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'hostile-open' })).workspaceId as string;
+    await startHostileServer(client, workspaceId);
+    return { svc, workspaceId, client };
+  })();
+  return shared;
 }
 
 const RELAYS: RelayUnderTest[] = [
   {
     name: 'preview relay (owner link, bearer token)',
     async setup() {
-      const p = await ok('preview_open', { workspaceId: ws, port: HOSTILE_PORT, ttlSeconds: 86400 });
-      return { base: String(p.url), headers: { authorization: `Bearer ${svc.token}` } };
+      const env = await bubblewrapEnv();
+      const p = await ok(env.client, 'preview_open', { workspaceId: env.workspaceId, port: HOSTILE_PORT, ttlSeconds: 86400 });
+      return { env, base: String(p.url), headers: { authorization: `Bearer ${env.svc.token}` } };
     },
   },
   {
     name: 'preview relay (public link the owner consented to, no credentials)',
     async setup() {
-      const p = await ok('preview_open', { workspaceId: ws, port: HOSTILE_PORT, ttlSeconds: 86400, public: true });
-      const { cookie, csrf } = await dashboardLogin(svc);
-      const r = await httpRequest(svc.url, 'POST', `/api/v1/previews/${p.previewId}/public`, { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' }, '{}');
+      const env = await bubblewrapEnv();
+      const p = await ok(env.client, 'preview_open', { workspaceId: env.workspaceId, port: HOSTILE_PORT, ttlSeconds: 86400, public: true });
+      const { cookie, csrf } = await dashboardLogin(env.svc);
+      const r = await httpRequest(env.svc.url, 'POST', `/api/v1/previews/${p.previewId}/public`, { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' }, '{}');
       if (r.status !== 200) throw new Error(`consent failed: ${r.status} ${r.body}`);
-      return { base: svc.url + (JSON.parse(r.body) as { publicLink: { path: string } }).publicLink.path, headers: {} };
+      return { env, base: env.svc.url + (JSON.parse(r.body) as { publicLink: { path: string } }).publicLink.path, headers: {} };
     },
   },
 ];
@@ -267,28 +314,14 @@ function check(o: Outcome, want: Exclude<Expect, 'skip'>, label: string): void {
   }
 }
 
-beforeAll(async () => {
-  host = await startGitHost();
-  const repoUrl = (await host.createRepo('approved/hostile', REPO_FILES)).url;
-  svc = await startWorkspaceService(host);
-  c = await connectV2(svc);
-  ws = (await ok('workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'hostile-open' })).workspaceId as string;
-  await ok('files_write', { workspaceId: ws, path: 'hostile.js', content: HOSTILE_SERVER });
-  await ok('tasks_run', { workspaceId: ws, command: `exec node hostile.js ${HOSTILE_PORT}`, timeoutMs: 3_600_000, idempotencyKey: 'hostile-server' });
-  const probe = await ok('exec_run', {
-    workspaceId: ws,
-    command: `for i in $(seq 1 300); do node -e "require('net').connect(${HOSTILE_PORT},'127.0.0.1').on('connect',()=>process.exit(0)).on('error',()=>process.exit(1))" && exit 0; sleep 0.1; done; exit 1`,
-  });
-  expect(probe.exitCode).toBe(0);
-}, 240_000);
-
 afterAll(async () => {
-  await c?.close();
-  await svc?.dispose();
+  for (const svc of owned) await svc.dispose();
   await host?.close();
 });
 
 describe.each(RELAYS)('hostile workspace servers behind the $name', (relay) => {
+  let svc: Service;
+  let ws: string;
   let base: string;
   let headers: Record<string, string>;
   let pid: number;
@@ -298,7 +331,9 @@ describe.each(RELAYS)('hostile workspace servers behind the $name', (relay) => {
   let loop: Promise<void>;
 
   beforeAll(async () => {
-    ({ base, headers } = await relay.setup());
+    let env: RelayEnv;
+    ({ env, base, headers } = await relay.setup());
+    ({ svc, workspaceId: ws } = env);
     pid = svc.proc.pid!;
     // Another client's tool calls, all the while.
     other = await connectV2(svc);
@@ -314,7 +349,7 @@ describe.each(RELAYS)('hostile workspace servers behind the $name', (relay) => {
         }
       }
     })();
-  }, 60_000);
+  }, 300_000);
 
   afterAll(async () => {
     stop = true;
