@@ -375,13 +375,18 @@ describe('what reaches the workspace, and what its answers may do (issue #42 ite
     const grantPath = String(to.headers.location);
     const grant = grantPath.split('/')[2]!;
     expect(grant.split('.')).toHaveLength(4);
-    const viaGrant = await httpRequest(svc.url, 'GET', `${grantPath}echo`, { referer: `${svc.url}${grantPath}page` });
+    const narrowed = await makeToken('files', true);
+    const viaGrant = await httpRequest(svc.url, 'GET', `${grantPath}echo`, { referer: `${svc.url}${grantPath}page`, authorization: `Bearer ${narrowed}`, cookie: `${session.cookie}; app=1` });
     expect(viaGrant.status).toBe(200);
     const seenGrant = JSON.parse(viaGrant.body) as Seen;
     expect(seenGrant.headers['x-forwarded-prefix']).toBe(String(prv.path).slice(0, -1));
     const mac = grant.split('.')[3]!;
     expect(JSON.stringify(seenGrant)).not.toContain(mac);
     expect(seenGrant.headers.referer).toBeUndefined();
+    // Nor any credential sent along a grant link.
+    expect(seenGrant.headers.authorization).toBeUndefined();
+    expect(seenGrant.headers.cookie).toBe('app=1');
+    expect(JSON.stringify(seenGrant)).not.toContain(narrowed);
   });
 
   it('a body on GET or HEAD is framed toward the workspace: its server never reads it as a second request', async () => {
