@@ -5,13 +5,12 @@
  * the signature, after expiry, after revoke, for any other port, workspace or host.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { request as httpRequestRaw, type IncomingMessage } from 'node:http';
+import { Agent, request as agentRequest, request as httpRequestRaw, type IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { call, connectV2, httpRequest, runCli, type Service } from './harness.js';
-import { Agent, request as agentRequest } from 'node:http';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -315,6 +314,51 @@ describe('what reaches the workspace, and what its answers may do (issue #42 ite
     expect(consented.status).toBe(200);
     publicPath = (JSON.parse(consented.body) as { publicLink: { path: string } }).publicLink.path;
   });
+
+  // First of its describe: no other connection has used a public link yet.
+  it('client connections through public links count against one bound (256 together): past it 429 and the connection closes; a closed one frees its place', async () => {
+    const u = new URL(svc.url);
+    const ask = (): Promise<{ status: number; socket: Socket; closed: Promise<void> }> =>
+      new Promise((resolve, reject) => {
+        const socket = connect(Number(u.port), u.hostname);
+        const closed = new Promise<void>((r) => socket.once('close', () => r()));
+        let buf = '';
+        socket.on('data', (d: Buffer) => {
+          buf += d.toString('latin1');
+          const head = buf.indexOf('\r\n\r\n');
+          if (head === -1) return;
+          const len = Number(/content-length: (\d+)/i.exec(buf.slice(0, head))?.[1] ?? 0);
+          if (buf.length >= head + 4 + len) resolve({ status: Number(buf.slice(9, 12)), socket, closed });
+        });
+        socket.once('error', reject);
+        socket.write(`GET ${publicPath}echo HTTP/1.1\r\nHost: ${u.host}\r\n\r\n`);
+      });
+    const open: Socket[] = [];
+    try {
+      for (let i = 0; i < 256; i++) {
+        const r = await ask();
+        open.push(r.socket);
+        expect(r.status, `connection ${i + 1}`).toBe(200);
+      }
+      // Every one of them is still open (keep-alive), and one more is refused and closed.
+      const over = await ask();
+      expect(over.status).toBe(429);
+      await over.closed;
+      // A request on a connection already counted is served.
+      open[1]!.write(`GET ${publicPath}echo HTTP/1.1\r\nHost: ${u.host}\r\nConnection: close\r\n\r\n`);
+      expect(await new Promise<string>((r) => { let t = ''; open[1]!.on('data', (d: Buffer) => (t += d)); open[1]!.once('close', () => r(t)); })).toMatch(/^HTTP\/1\.1 200 /);
+      // open[1] closed (Connection: close): its place is free once the service has seen the close.
+      let again = await ask();
+      for (let tries = 0; again.status === 429 && tries < 50; tries++) {
+        await again.closed;
+        again = await ask();
+      }
+      open.push(again.socket);
+      expect(again.status).toBe(200);
+    } finally {
+      for (const s of open) s.destroy();
+    }
+  }, 180_000);
 
   it('no Atelier bearer (owner, narrowed, read-only, OAuth, valid or not, in any header or as Basic), cookie or access_token parameter reaches the workspace, through a public link or an owner link', async () => {
     const files = await makeToken('files', false);
