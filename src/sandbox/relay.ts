@@ -9,6 +9,7 @@ import { encodeMessage, type DaemonErrorBody } from './daemon/protocol.js';
 
 /** Longest reply line accepted before the relay starts. */
 const MAX_REPLY = 16 * 1024;
+const GARBAGE = 'the sandbox daemon answered the relay request with garbage';
 
 /**
  * Opens a relay to `port` through the daemon at `socketPath`. Resolves with the socket, paused,
@@ -36,14 +37,14 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       try {
         onReply(chunk);
       } catch {
-        done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+        done(new ServiceError('UNAVAILABLE', GARBAGE));
       }
     };
     const onReply = (chunk: Buffer): void => {
       buf = Buffer.concat([buf, chunk]);
       const nl = buf.indexOf(10);
       if (nl === -1) {
-        if (buf.length > MAX_REPLY) done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+        if (buf.length > MAX_REPLY) done(new ServiceError('UNAVAILABLE', GARBAGE));
         return;
       }
       socket.pause();
@@ -51,10 +52,10 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       try {
         msg = JSON.parse(buf.subarray(0, nl).toString('utf8'));
       } catch {
-        return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+        return done(new ServiceError('UNAVAILABLE', GARBAGE));
       }
       if (msg === null || typeof msg !== 'object' || Array.isArray(msg) || (msg.error !== undefined && (msg.error === null || typeof msg.error !== 'object' || typeof msg.error.code !== 'string' || typeof msg.error.message !== 'string')))
-        return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+        return done(new ServiceError('UNAVAILABLE', GARBAGE));
       if (msg.error?.code === 'NOT_IMPLEMENTED')
         // A daemon started before relays existed (same protocol version: the method was added compatibly).
         return done(new ServiceError('FAILED_PRECONDITION', 'this workspace\'s sandbox daemon was started before preview relays existed (the service was upgraded while it ran): it relays once its sandbox starts again (close and reopen the workspace)', { daemonCode: 'NOT_IMPLEMENTED' }));
