@@ -9,6 +9,7 @@ import { encodeMessage, type DaemonErrorBody } from './daemon/protocol.js';
 
 /** Longest reply line accepted before the relay starts. */
 const MAX_REPLY = 16 * 1024;
+const GARBAGE = 'the sandbox daemon answered the relay request with garbage';
 
 /**
  * Opens a relay to `port` through the daemon at `socketPath`. Resolves with the socket, paused,
@@ -31,11 +32,19 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       } else resolve(s!);
     };
     const timer = setTimeout(() => done(new ServiceError('UNAVAILABLE', 'the sandbox daemon did not open the relay in time')), timeoutMs);
+    // The reply comes from inside the sandbox: whatever it is, a failure rejects this relay only (issue #42 item 1).
     const onData = (chunk: Buffer): void => {
+      try {
+        onReply(chunk);
+      } catch {
+        done(new ServiceError('UNAVAILABLE', GARBAGE));
+      }
+    };
+    const onReply = (chunk: Buffer): void => {
       buf = Buffer.concat([buf, chunk]);
       const nl = buf.indexOf(10);
       if (nl === -1) {
-        if (buf.length > MAX_REPLY) done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+        if (buf.length > MAX_REPLY) done(new ServiceError('UNAVAILABLE', GARBAGE));
         return;
       }
       socket.pause();
@@ -43,8 +52,10 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       try {
         msg = JSON.parse(buf.subarray(0, nl).toString('utf8'));
       } catch {
-        return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+        return done(new ServiceError('UNAVAILABLE', GARBAGE));
       }
+      if (msg === null || typeof msg !== 'object' || Array.isArray(msg) || (msg.error !== undefined && (msg.error === null || typeof msg.error !== 'object' || typeof msg.error.code !== 'string' || typeof msg.error.message !== 'string')))
+        return done(new ServiceError('UNAVAILABLE', GARBAGE));
       if (msg.error?.code === 'NOT_IMPLEMENTED')
         // A daemon started before relays existed (same protocol version: the method was added compatibly).
         return done(new ServiceError('FAILED_PRECONDITION', 'this workspace\'s sandbox daemon was started before preview relays existed (the service was upgraded while it ran): it relays once its sandbox starts again (close and reopen the workspace)', { daemonCode: 'NOT_IMPLEMENTED' }));
@@ -59,7 +70,7 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       socket.write(encodeMessage({ id: 1, method: 'relay', params: { port } }));
     });
     socket.on('data', onData);
-    socket.once('error', (err: NodeJS.ErrnoException) => done(new ServiceError('UNAVAILABLE', 'sandbox daemon is not reachable', { cause: err.code ?? err.message })));
+    socket.on('error', (err: NodeJS.ErrnoException) => done(new ServiceError('UNAVAILABLE', 'sandbox daemon is not reachable', { cause: err.code ?? err.message })));
     socket.once('close', () => done(new ServiceError('UNAVAILABLE', 'the sandbox daemon closed the relay before answering')));
   });
 }
