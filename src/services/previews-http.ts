@@ -37,6 +37,8 @@ export interface PreviewGateDeps {
   /** Whether a dashboard session id is live. */
   ownerSession(id: string): boolean;
   log: { warn(obj: unknown, msg: string): void };
+  /** The client's address (behind trusted proxies, core/client-address.ts); default: the TCP peer's. */
+  clientAddress?(req: IncomingMessage): string;
   /** Relayed connections one preview may hold open at once (default 64); past it 429. */
   maxConnections?: number;
   /** Client connections that came in through public links, all links together (default 256); past it 429. */
@@ -402,7 +404,7 @@ export class PreviewGate {
         throw new ServiceError('INVALID_ARGUMENT', `transfer-encoding: a preview request body may be sent chunked only (got ${JSON.stringify(te.slice(0, 40))})`, { field: 'transfer-encoding', rule: 'chunked' });
       out['transfer-encoding'] = 'chunked';
     }
-    const addr = req.socket.remoteAddress;
+    const addr = this.deps.clientAddress ? this.deps.clientAddress(req) : req.socket.remoteAddress;
     const proto = (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http';
     const host = h.host ?? '';
     out.host = `localhost:${resolved.row.port}`;
