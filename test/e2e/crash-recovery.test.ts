@@ -81,14 +81,22 @@ beforeAll(async () => {
 }, 120_000);
 
 const dataDirs: string[] = [];
+const services: Service[] = [];
+/** startService, remembered so that a failed test's services are stopped at the end. */
+async function start(dataDir: string, env?: Record<string, string>): Promise<Service> {
+  const svc = await startService({ dataDir, env });
+  services.push(svc);
+  return svc;
+}
 afterAll(async () => {
+  for (const svc of services) await svc.stop().catch(() => undefined);
   await relay?.close();
   await host?.close();
   for (const d of dataDirs) {
     unmountUnder(d);
     rmSync(d, { recursive: true, force: true });
   }
-});
+}, 120_000);
 
 const repoUrl = (): string => `${relay.url}/approved/crash.git`;
 
@@ -167,7 +175,7 @@ describe('killed at each step of an open, restarted: no mount is left that no li
     it(`SIGKILL at ${step}`, async () => {
       relay.pass();
       const dataDir = await dataDirForRelay();
-      const first = await startService({ dataDir, env: { ATELIER_TEST_PAUSE_AT: step } });
+      const first = await start(dataDir, { ATELIER_TEST_PAUSE_AT: step });
       const c1 = await connectV2(first);
       const open = call(c1, 'workspace_open', { repositoryUrl: repoUrl(), idempotencyKey: `crash-${step}` }).catch(() => undefined);
       await stderrShows(first, new RegExp(`atelier: test pause at ${step}\\n`));
@@ -175,7 +183,7 @@ describe('killed at each step of an open, restarted: no mount is left that no li
       const atCrash = await crash(first);
       await open;
 
-      const second = await startService({ dataDir });
+      const second = await start(dataDir);
       try {
         expectNoOrphanMounts(dataDir, atCrash);
         const c2 = await connectV2(second, first.token);
@@ -194,7 +202,7 @@ describe('killed at each step of an open, restarted: no mount is left that no li
   it('SIGKILL while a second workspace_open is cloning, then while a git_fetch runs (no hook: the git connection is held)', async () => {
     relay.pass();
     const dataDir = await dataDirForRelay();
-    const first = await startService({ dataDir });
+    const first = await start(dataDir);
     const c1 = await connectV2(first);
     const ws1 = (await ok(c1, 'workspace_open', { repositoryUrl: repoUrl(), idempotencyKey: 'crash-first-open' })).workspaceId as string;
     relay.hold();
@@ -206,7 +214,7 @@ describe('killed at each step of an open, restarted: no mount is left that no li
     await second;
     relay.pass();
 
-    const restarted = await startService({ dataDir });
+    const restarted = await start(dataDir);
     let third: Service | undefined;
     try {
       expectNoOrphanMounts(dataDir, atFirstCrash);
@@ -223,7 +231,7 @@ describe('killed at each step of an open, restarted: no mount is left that no li
       await fetch;
       relay.pass();
 
-      third = await startService({ dataDir });
+      third = await start(dataDir);
       expectNoOrphanMounts(dataDir, atSecondCrash);
       const c3 = await connectV2(third, first.token);
       await ok(c3, 'git_fetch', { workspaceId: ws1 });

@@ -20,12 +20,24 @@ import { BIN, unmountUnder } from './harness.js';
 import { leftoversOf } from './leftovers.js';
 
 const dirs: string[] = [];
-afterAll(() => {
+const procs: ChildProcess[] = [];
+afterAll(async () => {
+  // A test that failed may leave a service running: stopped (its gateway child with it), then killed.
+  const running = procs.filter((p) => p.exitCode === null && p.signalCode === null);
+  await Promise.all(
+    running.map(async (p) => {
+      const exited = new Promise((r) => p.once('exit', r));
+      p.kill('SIGTERM');
+      const t = setTimeout(() => p.kill('SIGKILL'), 30_000);
+      await exited;
+      clearTimeout(t);
+    }),
+  );
   for (const d of dirs) {
     unmountUnder(d);
     rmSync(d, { recursive: true, force: true });
   }
-});
+}, 90_000);
 
 function tempDir(prefix = 'atelier-startfail-'): string {
   const d = mkdtempSync(join(tmpdir(), prefix));
@@ -52,6 +64,7 @@ function serve(args: string[], env: Record<string, string> = {}, stderrFd?: numb
     env: { ATELIER_KNOWLEDGE_EMBEDDINGS: 'off', ...process.env, ...env },
     stdio: ['ignore', 'pipe', stderrFd ?? 'pipe'],
   });
+  procs.push(proc);
   const text = { stdout: '', stderr: '' };
   proc.stdout!.on('data', (d) => (text.stdout += d));
   proc.stderr?.on('data', (d) => (text.stderr += d));
