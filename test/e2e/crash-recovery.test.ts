@@ -10,7 +10,9 @@
  * before the state file is written (sandbox:ready), the clone's short-lived sandbox with its
  * tmpfs and relays up (ephemeral:runfs), and, with no hook at all, a second workspace_open whose
  * clone is running (its git connection held by a TCP relay in front of the git host: the issue's
- * reproduction) and a git_fetch of an open workspace held the same way.
+ * reproduction) and a git_fetch of an open workspace held the same way; and a package build's
+ * short-lived sandbox set up (ephemeral:runfs on a service that has opened no workspace, so the
+ * build's is the first short-lived sandbox), after which the build is applied again and succeeds.
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
@@ -18,7 +20,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
-import { call, connectV2, runCli, startService, unmountUnder, type Service } from './harness.js';
+import { call, connectV2, dashboardLogin, httpRequest, runCli, startService, unmountUnder, type Service } from './harness.js';
+import { startRegistry } from '../fixtures/verdaccio.js';
 import { REPO_FILES, configFor, startGitHost } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -244,4 +247,49 @@ describe('killed at each step of an open, restarted: no mount is left that no li
       await (third ?? restarted).dispose();
     }
   }, 900_000);
+});
+
+describe('killed during a package build, restarted: nothing the build mounted stays, and building again succeeds', () => {
+  it('SIGKILL at the build sandbox (ephemeral:runfs)', async () => {
+    const reg = await startRegistry();
+    try {
+      await reg.publish({ name: 'crash-demo', version: '1.0.0', bin: { 'crash-demo': 'bin/cli.js' }, files: { 'bin/cli.js': "#!/usr/bin/env node\nconsole.log('crash-demo 1.0.0');\n" } });
+      const dataDir = mkdtempSync(join(tmpdir(), 'atelier-crash-pk-'));
+      dataDirs.push(dataDir);
+      writeFileSync(join(dataDir, 'config.json'), JSON.stringify({ packagesEnabled: true, packagesNpmRegistry: reg.url, packagesCaFile: reg.caCertPath, sandboxMemoryMb: 256, sandboxPidsMax: 128, sandboxDiskMb: 256 }));
+      const approve = async (svc: Service, approvalId: string): Promise<void> => {
+        const { cookie, csrf } = await dashboardLogin(svc);
+        expect((await httpRequest(svc.url, 'POST', `/api/v1/approvals/${approvalId}/approve`, { cookie, 'x-csrf-token': csrf })).status).toBe(200);
+      };
+      const first = await start(dataDir, { ATELIER_TEST_PAUSE_AT: 'ephemeral:runfs' });
+      const c1 = await connectV2(first);
+      const plan = await ok(c1, 'packages_plan', { ecosystem: 'npm', name: 'crash-demo' });
+      await approve(first, plan.approvalRequestId);
+      await ok(c1, 'packages_apply', { planId: plan.planId, planDigest: plan.planDigest });
+      await stderrShows(first, /atelier: test pause at ephemeral:runfs\n/);
+      expect(runMounts(dataDir).some((m) => m.endsWith('/m')), "the build's sandbox has its socket filesystem mounted").toBe(true);
+      const atCrash = await crash(first);
+
+      const second = await start(dataDir);
+      try {
+        expectNoOrphanMounts(dataDir, atCrash);
+        const c2 = await connectV2(second, first.token);
+        const again = await ok(c2, 'packages_plan', { ecosystem: 'npm', name: 'crash-demo' });
+        if (again.approvalState !== 'approved') await approve(second, again.approvalRequestId);
+        const applied = await ok(c2, 'packages_apply', { planId: again.planId, planDigest: again.planDigest });
+        let state: R = {};
+        for (let i = 0; i < 60 && state.state !== 'SUCCEEDED' && state.state !== 'FAILED'; i++) state = await ok(c2, 'packages_status', { applyId: applied.applyId, waitMs: 10_000 });
+        expect(state.state, JSON.stringify(state)).toBe('SUCCEEDED');
+        expect((await ok(c2, 'bash', { target: 'toolbox', command: 'crash-demo' })).stdout).toContain('crash-demo 1.0.0');
+        expectNoOrphanMounts(dataDir, atCrash);
+        await c2.close();
+        expect(await second.stop()).toBe(0);
+        expect(runMounts(dataDir), 'after a stop, no socket filesystem stays').toEqual([]);
+      } finally {
+        await second.dispose();
+      }
+    } finally {
+      await reg.close();
+    }
+  }, 600_000);
 });
