@@ -149,6 +149,13 @@ function expectNoOrphanMounts(dataDir: string, atCrash: string[]): void {
   expect(orphans, 'mounts the crash left under run/ that no live sandbox owns').toEqual([]);
 }
 
+/** Stops the service (status 0): its sandboxes stop with it, so no socket filesystem stays under run/. */
+async function stopLeavingNoMount(svc: Service, c: Client): Promise<void> {
+  await c.close();
+  expect(await svc.stop()).toBe(0);
+  expect(runMounts(svc.dataDir), 'after a stop, no socket filesystem stays').toEqual([]);
+}
+
 async function ok(c: Client, name: string, args: Record<string, unknown>): Promise<R> {
   const r = await call(c, name, args, 300_000);
   if (!r.ok) throw new Error(`${name}: ${r.text}`);
@@ -193,9 +200,7 @@ describe('killed at each step of an open, restarted: no mount is left that no li
         const ws = await ok(c2, 'workspace_open', { repositoryUrl: repoUrl(), idempotencyKey: `crash-${step}-retry` });
         expect((await ok(c2, 'exec_run', { workspaceId: ws.workspaceId, command: 'cat README.md' })).stdout).toBe('# demo\n');
         expectNoOrphanMounts(dataDir, atCrash);
-        await c2.close();
-        expect(await second.stop()).toBe(0);
-        expect(runMounts(dataDir), 'after a stop, no socket filesystem stays').toEqual([]);
+        await stopLeavingNoMount(second, c2);
       } finally {
         await second.dispose();
       }
@@ -240,9 +245,7 @@ describe('killed at each step of an open, restarted: no mount is left that no li
       await ok(c3, 'git_fetch', { workspaceId: ws1 });
       expect((await ok(c3, 'exec_run', { workspaceId: ws1, command: 'cat README.md' })).stdout).toBe('# demo\n');
       expectNoOrphanMounts(dataDir, atSecondCrash);
-      await c3.close();
-      expect(await third.stop()).toBe(0);
-      expect(runMounts(dataDir), 'after a stop, no socket filesystem stays').toEqual([]);
+      await stopLeavingNoMount(third, c3);
     } finally {
       await (third ?? restarted).dispose();
     }
@@ -282,9 +285,7 @@ describe('killed during a package build, restarted: nothing the build mounted st
         expect(state.state, JSON.stringify(state)).toBe('SUCCEEDED');
         expect((await ok(c2, 'bash', { target: 'toolbox', command: 'crash-demo' })).stdout).toContain('crash-demo 1.0.0');
         expectNoOrphanMounts(dataDir, atCrash);
-        await c2.close();
-        expect(await second.stop()).toBe(0);
-        expect(runMounts(dataDir), 'after a stop, no socket filesystem stays').toEqual([]);
+        await stopLeavingNoMount(second, c2);
       } finally {
         await second.dispose();
       }
