@@ -173,29 +173,105 @@ export function prepareDataDir(dataDir: string): void {
   }
 }
 
-/**
- * backgroundCheckpoints: WAL checkpoints in a worker thread rather than inside a commit on the
- * event loop (src/store/checkpointer.ts); the serving process asks for it, one-shot CLI commands not.
- */
-export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabledReason?: string; backgroundCheckpoints?: boolean; makeImagePool?: boolean } = {}): App {
-  prepareDataDir(config.dataDir);
+/** What createApp takes besides the configuration. */
+export interface AppOptions {
+  logger?: Logger;
+  sandboxDisabledReason?: string;
+  /**
+   * WAL checkpoints in a worker thread rather than inside a commit on the event loop
+   * (src/store/checkpointer.ts); the serving process asks for it, one-shot CLI commands not.
+   */
+  backgroundCheckpoints?: boolean;
+  makeImagePool?: boolean;
+}
+
+/** The steps of opening an App, in order: `atelier serve` runs them as start phases of their own (cli/main.ts). */
+export const OPEN_STEPS = ['data-dir', 'database', 'master-key', 'image-pool', 'services'] as const;
+export type OpenStep = (typeof OPEN_STEPS)[number];
+
+/** What the steps before 'services' opened (undone in reverse by undoOpened when a later step fails). */
+interface Opened {
+  db?: DB;
+  firstRun?: boolean;
+  master?: Buffer;
+  imagePool?: ImagePool;
+}
+
+/** One opening step; a failure is a ConfigError naming what could not be opened and why. */
+function openStep(step: Exclude<OpenStep, 'services'>, config: Config, opts: AppOptions, o: Opened): void {
   const dbFile = join(config.dataDir, 'atelier.db');
-  const firstRun = !existsSync(dbFile);
-  // The database (and its migrations) first: a start refused there must not leave the image pool mounted.
-  const db = openDatabase(dbFile);
-  const master = loadMasterKey(config.dataDir);
-  // Images (workspace disks, checkpoints, templates) in the XFS pool with reflinks when there is one (docs/checkpoints.md).
-  const imagePool = (() => {
-    try {
-      return openImagePool({
+  switch (step) {
+    case 'data-dir':
+      try {
+        prepareDataDir(config.dataDir);
+      } catch (e) {
+        throw new ConfigError(`invalid setting --data-dir / ATELIER_DATA_DIR: the data directory ${config.dataDir} cannot be prepared (${(e as Error).message})`);
+      }
+      return;
+    case 'database':
+      // The database (and its migrations) first: a start refused there must not leave the image pool mounted.
+      o.firstRun = !existsSync(dbFile);
+      try {
+        o.db = openDatabase(dbFile);
+      } catch (e) {
+        if (e instanceof ConfigError) throw e;
+        throw new ConfigError(`the database ${dbFile} cannot be opened (${(e as Error).message}); nothing was changed: restore it from a backup (atelier restore, docs/operations.md) or move it away to start afresh`);
+      }
+      return;
+    case 'master-key':
+      o.master = loadMasterKey(config.dataDir);
+      return;
+    case 'image-pool':
+      // Images (workspace disks, checkpoints, templates) in the XFS pool with reflinks when there is one (docs/checkpoints.md).
+      o.imagePool = openImagePool({
         dataDir: config.dataDir, setting: config.imagePool, sizeMb: config.imagePoolSizeMb, create: opts.makeImagePool === true,
         imagesUsed: config.executor !== 'kubernetes' && config.sandboxDiskMb > 0 && !opts.sandboxDisabledReason,
       });
-    } catch (e) {
-      db.close();
-      throw e;
+  }
+}
+
+/** Undoes what the opening steps did: the image pool unmounted when this start mounted it, the database closed. */
+function undoOpened(o: Opened): void {
+  try {
+    if (o.imagePool?.mountedHere) o.imagePool.release();
+  } finally {
+    if (o.db?.open) o.db.close();
+  }
+}
+
+export function createApp(config: Config, opts: AppOptions = {}): App {
+  const o: Opened = {};
+  try {
+    for (const step of OPEN_STEPS) if (step !== 'services') openStep(step, config, opts, o);
+    return buildApp(config, opts, o as Required<Opened>);
+  } catch (e) {
+    undoOpened(o);
+    throw e;
+  }
+}
+
+/**
+ * createApp one step at a time: `before(step)` is awaited before each step (OPEN_STEPS), so a
+ * stop request during start-up is seen between them (cli/main.ts). A failure or a rejection of
+ * `before` undoes the steps already done.
+ */
+export async function openApp(config: Config, opts: AppOptions, before: (step: OpenStep) => Promise<void>): Promise<App> {
+  const o: Opened = {};
+  try {
+    for (const step of OPEN_STEPS) {
+      await before(step);
+      if (step !== 'services') openStep(step, config, opts, o);
     }
-  })();
+    return buildApp(config, opts, o as Required<Opened>);
+  } catch (e) {
+    undoOpened(o);
+    throw e;
+  }
+}
+
+function buildApp(config: Config, opts: AppOptions, opened: Required<Opened>): App {
+  const { db, firstRun, master, imagePool } = opened;
+  const dbFile = join(config.dataDir, 'atelier.db');
   const images = imagePool.root;
   const log = opts.logger ?? createLogger(config.logLevel);
   if (imagePool.state === 'xfs') log.info({ file: imagePool.file, mountPoint: imagePool.mountPoint, reason: imagePool.reason }, 'images are in the XFS image pool (reflink copies)');

@@ -6,7 +6,8 @@ import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { readRepositorySettings } from '../services/repos.js';
 import { PriceList } from '../services/price-list.js';
-import { createApp, type App } from '../app.js';
+import { OPEN_STEPS, createApp, openApp, type App } from '../app.js';
+import { testPause } from '../core/test-pause.js';
 import { ConfigError, SETTINGS, defaultDataDir, loadConfig, parseFlags } from '../core/config.js';
 import { ServiceError } from '../core/errors.js';
 import { startServer } from '../server.js';
@@ -125,13 +126,127 @@ function withApp<T>(common: string[], fn: (app: App) => Promise<T> | T): Promise
 
 /** Past the calls' grace (--shutdown-grace-ms), how long the rest of a shutdown may take before the process exits anyway. */
 const SHUTDOWN_REST_MS = 35_000;
+/**
+ * A start that fails or is stopped undoes what it started (listener, gateway child, sandboxes,
+ * image pool, database) within this, or the process exits anyway (issue #42 item 9).
+ */
+const START_UNDO_MS = 10_000;
+/** A stop request during start-up lets the phase in flight finish for at most this long, then undoes the start. */
+const START_PHASE_GRACE_MS = 3_000;
+
+/**
+ * The phases of `atelier serve`'s start, in order (docs/operations.md, "Start-up failures"); the
+ * test-only ATELIER_TEST_PAUSE_AT=start:<phase> pauses before one (core/test-pause.ts).
+ */
+export const START_PHASES = ['config', 'sandbox-check', ...OPEN_STEPS, 'tracing', 'recovery', 'listen', 'gateway', 'agents', 'ready'] as const;
+type StartPhase = (typeof START_PHASES)[number];
+
+class StartInterrupted extends Error {
+  constructor(readonly signal: string) {
+    super(`stopped by ${signal} during start-up`);
+  }
+}
+
+/**
+ * One `atelier serve` start: its phases, what each started (undone in reverse when the start fails
+ * or a stop request comes), and the signal handlers, in place before anything is created. Every
+ * end is an explicit, bounded exit: a failure exits 2 (a setting, a file, a port: the message says
+ * which and why) or 1 (anything else) once what was started is undone; SIGTERM or SIGINT during
+ * start-up ends it with status 0; after start-up they stop the service (`stop`).
+ */
+class ServeStart {
+  phase: StartPhase = 'config';
+  private interrupted: string | undefined;
+  private readonly abort = new AbortController();
+  private readonly undo: Array<() => unknown> = [];
+  private undone: Promise<void> | undefined;
+  private sequence: Promise<unknown> = Promise.resolve();
+  private ended = false;
+  /** Set once the service is up: a signal then stops it. */
+  stopAfterStart: ((signal: string) => void) | undefined;
+
+  constructor() {
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => this.onSignal(signal));
+  }
+
+  /** Runs the start sequence; its failure or an interruption ends the process (never returns then). */
+  async run(sequence: (s: ServeStart) => Promise<void>): Promise<void> {
+    const done = sequence(this);
+    this.sequence = done.catch(() => undefined);
+    try {
+      await done;
+    } catch (e) {
+      if (this.interrupted !== undefined) return new Promise<never>(() => undefined); // the signal's path exits
+      await this.fail(e);
+    }
+  }
+
+  /** Before each phase: a pending stop request ends the start here; the test-only pause point. */
+  async enter(phase: StartPhase): Promise<void> {
+    if (this.interrupted !== undefined) throw new StartInterrupted(this.interrupted);
+    this.phase = phase;
+    await testPause(`start:${phase}`, this.abort.signal);
+  }
+
+  /** What to undo should a later phase fail (undone in reverse order; each failure of an undo is ignored). */
+  started(undo: () => unknown): void {
+    this.undo.push(undo);
+  }
+
+  private onSignal(signal: string): void {
+    if (this.stopAfterStart) return this.stopAfterStart(signal);
+    if (this.interrupted !== undefined || this.ended) return;
+    this.interrupted = signal;
+    this.abort.abort(new StartInterrupted(signal));
+    const phase = this.phase;
+    void (async () => {
+      // The phase in flight (a sandbox being restarted, a child being spawned) may finish first, briefly.
+      await Promise.race([this.sequence, new Promise((r) => setTimeout(r, START_PHASE_GRACE_MS))]);
+      await this.end(0, `atelier: start-up stopped by ${signal} (during the ${phase} phase); nothing it started is left running\n`);
+    })();
+  }
+
+  private async fail(e: unknown): Promise<never> {
+    const known = e instanceof ConfigError || e instanceof ServiceError;
+    const message = known ? `atelier: ${(e as Error).message}\n` : `atelier: start-up failed during the ${this.phase} phase: ${(e as Error)?.stack ?? String(e)}\n`;
+    return this.end(known ? 2 : 1, message);
+  }
+
+  /** Undoes what was started (bounded by START_UNDO_MS), writes `message`, exits with `code`. */
+  private async end(code: number, message: string): Promise<never> {
+    this.ended = true;
+    const limit = setTimeout(() => {
+      process.stderr.write(`${message}atelier: undoing the start took longer than ${START_UNDO_MS / 1000} s; exiting\n`);
+      process.exit(code === 0 ? 1 : code);
+    }, START_UNDO_MS);
+    this.undone ??= (async () => {
+      for (const undo of this.undo.reverse()) {
+        try {
+          await undo();
+        } catch {
+          // the rest is still undone
+        }
+      }
+    })();
+    await this.undone;
+    clearTimeout(limit);
+    process.stderr.write(message);
+    process.exit(code);
+  }
+}
 
 async function serve(argv: string[]): Promise<void> {
+  await new ServeStart().run((s) => startServing(s, argv));
+}
+
+async function startServing(s: ServeStart, argv: string[]): Promise<void> {
+  await s.enter('config');
   parseFlags(argv); // reject unknown flags before anything is created
   const config = loadConfig(argv);
   // A bad "repositories" section (or the retired "repositories.credentials") stops start-up with its message.
   if (existsSync(config.configPath)) readRepositorySettings(config.configPath);
   new PriceList(config.configPath).lookup('provider_a', ''); // a bad "prices" section stops start-up too
+  await s.enter('sandbox-check');
   // With --executor kubernetes the sandboxes are Pods: this host's bubblewrap does not matter.
   const problems = config.executor === 'kubernetes' ? [] : await sandboxProblems(config.sandboxBwrapPath);
   if (problems.length > 0 && !config.unsafeNoSandbox) {
@@ -140,82 +255,80 @@ async function serve(argv: string[]): Promise<void> {
         'Fix the above (see `atelier doctor`), or, for development only, start with --unsafe-dev-no-sandbox (workspaces are then refused).',
     );
   }
-  const app = createApp(config, { sandboxDisabledReason: problems.length > 0 ? problems.map((p) => p.what).join(', ') + ' unavailable' : undefined, backgroundCheckpoints: true, makeImagePool: true });
+  // The data directory, the database, the master key, the image pool and the services, a phase each.
+  const app = await openApp(config, { sandboxDisabledReason: problems.length > 0 ? problems.map((p) => p.what).join(', ') + ' unavailable' : undefined, backgroundCheckpoints: true, makeImagePool: true }, (step) => s.enter(step));
+  s.started(() => app.close());
+  await s.enter('tracing');
   // Traces (docs/operations.md): the SDK is loaded only when an OTLP endpoint is set.
-  if (config.otlpTracesEndpoint) await startTracing({ endpoint: config.otlpTracesEndpoint, serviceName: 'atelier', serviceVersion: VERSION });
-  // Signal handlers go in before anything listens, so a stop request is never lost.
-  let server: Awaited<ReturnType<typeof startServer>> | undefined;
-  let stopping = false;
-  const stop = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    app.log.info({ signal }, 'shutting down');
-    // A stop request always ends the process: whatever part of the shutdown below is stuck, after
-    // the calls' grace plus SHUTDOWN_REST_MS it exits anyway with status 1 (sandboxes end with the
-    // runner through their keeper pipe).
-    const limitMs = app.config.shutdownGraceMs + SHUTDOWN_REST_MS;
-    setTimeout(() => {
-      app.log.error({ signal, limitMs }, 'shutdown did not finish in time; exiting');
-      app.log.flush?.();
-      process.exit(1);
-    }, limitMs).unref();
-    await server?.close();
-    await app.agents.shutdown().catch(() => undefined);
-    await app.gateway.stop().catch(() => undefined);
-    await app.commands.shutdown().catch(() => undefined);
-    await app.workspaces.shutdown().catch(() => undefined);
-    await app.packages.shutdown().catch(() => undefined);
-    await app.backups.stop().catch(() => undefined);
-    app.memories.stop();
-    app.artifacts.stop();
-    app.checkpoints.stop();
-    await app.knowledge.stop().catch(() => undefined);
-    await stopTracing();
-    app.close();
-    app.log.info('stopped');
-    app.log.flush?.();
-    process.exit(0);
-  };
-  process.on('SIGTERM', () => void stop('SIGTERM'));
-  process.on('SIGINT', () => void stop('SIGINT'));
+  if (config.otlpTracesEndpoint) {
+    s.started(() => stopTracing());
+    await startTracing({ endpoint: config.otlpTracesEndpoint, serviceName: 'atelier', serviceVersion: VERSION });
+  }
   // Ready means ready (issue #12 item 10): restart recovery (interrupted commands, half-opened
   // workspaces removed, live sandboxes reattached or restarted) finishes before anything listens,
   // so /healthz and MCP calls are answered only by a recovered service (docs/operations.md).
-  try {
-    app.commands.startup();
-    // Release mounts an earlier runner left go before any sandbox starts (docs/packages.md).
-    await app.packages.startup();
-    await app.workspaces.startup();
-  } catch (e) {
-    await app.workspaces.shutdown().catch(() => undefined);
-    await app.packages.shutdown().catch(() => undefined);
-    app.close();
-    throw e;
-  }
+  await s.enter('recovery');
+  s.started(() => app.packages.shutdown());
+  s.started(() => app.workspaces.shutdown());
+  s.started(() => app.commands.shutdown());
+  app.commands.startup();
+  // Release mounts an earlier runner left go before any sandbox starts (docs/packages.md).
+  await app.packages.startup();
+  await app.workspaces.startup();
+  // What no live sandbox owns goes: runtime directories (and their socket filesystems) of
+  // sandboxes an earlier runner was starting or running when it was killed (issue #42 item 12).
+  await app.executor.sweepRuntime?.();
+  await s.enter('listen');
+  let server: Awaited<ReturnType<typeof startServer>>;
   try {
     server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, instanceRoutes, checkpointRoutes, previewRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
-    await app.workspaces.shutdown().catch(() => undefined);
-    await app.packages.shutdown().catch(() => undefined);
-    app.close();
     const err = e as NodeJS.ErrnoException;
     if (err.code === 'EADDRINUSE') throw new ConfigError(`invalid setting --port / ATELIER_PORT: port ${config.port} on ${config.host} is already in use`);
     if (err.code === 'EADDRNOTAVAIL') throw new ConfigError(`invalid setting --host / ATELIER_HOST: ${config.host} is not an address of this machine`);
     throw e;
   }
-  try {
-    startRetention(app);
-    await app.gateway.start().catch((e) => app.log.error({ err: (e as Error).message }, 'model gateway did not start; agent spawns answer UNAVAILABLE until it does'));
-    await app.agents.startup();
-    announce(app, server, config, problems.length > 0);
-  } catch (e) {
-    // Nothing half-started stays behind: close the listener and the database, then report.
-    await server.close().catch(() => undefined);
-    await app.workspaces.shutdown().catch(() => undefined);
-    await app.packages.shutdown().catch(() => undefined);
-    app.close();
-    throw e;
-  }
+  s.started(() => server.close());
+  s.started(() => stopRetention(app));
+  startRetention(app);
+  await s.enter('gateway');
+  s.started(() => app.gateway.stop());
+  await app.gateway.start().catch((e) => app.log.error({ err: (e as Error).message }, 'model gateway did not start; agent spawns answer UNAVAILABLE until it does'));
+  await s.enter('agents');
+  s.started(() => app.agents.shutdown());
+  await app.agents.startup();
+  await s.enter('ready');
+  s.stopAfterStart = (signal) => void stop(app, server, signal);
+  announce(app, server, config, problems.length > 0);
+}
+
+/** A stop request once the service is up: calls finish within their grace, then everything stops in order and the process exits. */
+let stopping = false;
+async function stop(app: App, server: Awaited<ReturnType<typeof startServer>>, signal: string): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  app.log.info({ signal }, 'shutting down');
+  // A stop request always ends the process: whatever part of the shutdown below is stuck, after
+  // the calls' grace plus SHUTDOWN_REST_MS it exits anyway with status 1 (sandboxes end with the
+  // runner through their keeper pipe).
+  const limitMs = app.config.shutdownGraceMs + SHUTDOWN_REST_MS;
+  setTimeout(() => {
+    app.log.error({ signal, limitMs }, 'shutdown did not finish in time; exiting');
+    app.log.flush?.();
+    process.exit(1);
+  }, limitMs).unref();
+  await server.close();
+  await app.agents.shutdown().catch(() => undefined);
+  await app.gateway.stop().catch(() => undefined);
+  await app.commands.shutdown().catch(() => undefined);
+  await app.workspaces.shutdown().catch(() => undefined);
+  await app.packages.shutdown().catch(() => undefined);
+  await stopRetention(app);
+  await stopTracing();
+  app.close();
+  app.log.info('stopped');
+  app.log.flush?.();
+  process.exit(0);
 }
 
 function announce(app: App, server: Awaited<ReturnType<typeof startServer>>, config: ReturnType<typeof loadConfig>, unsafe: boolean): void {
@@ -390,4 +503,13 @@ function startRetention(app: App): void {
   app.artifacts.start(every);
   app.backups.start(); // scheduled backups, when --backup-dir is set
   void app.checkpoints.start(every).catch((e) => app.log.error({ err: e }, 'checkpoint start-up failed'));
+}
+
+/** Stops what startRetention started (the embedding worker and the backup schedule with them). */
+async function stopRetention(app: App): Promise<void> {
+  await app.backups.stop().catch(() => undefined);
+  app.memories.stop();
+  app.artifacts.stop();
+  app.checkpoints.stop();
+  await app.knowledge.stop().catch(() => undefined);
 }

@@ -328,6 +328,13 @@ export interface Executor {
   destroy(h: SandboxHandle): Promise<void>;
   /** After a runner restart: the handle of a sandbox whose daemon still answers, else null. */
   recover(spec: SandboxSpec): Promise<SandboxHandle | null>;
+  /**
+   * At start, once every sandbox the service keeps has been recovered or restarted: removes the
+   * host runtime files (and filesystems mounted for them) of sandboxes no live sandbox of this
+   * runner owns, what an earlier runner left when it was killed mid-start or mid-command (issue #42
+   * item 12). Optional: a driver whose sandboxes leave nothing on the host leaves it out.
+   */
+  sweepRuntime?(): Promise<void>;
   stats(h: SandboxHandle): Promise<SandboxStats>;
   /** Changes the network policy; see the driver for whether this restarts the sandbox. */
   setNetworkPolicy(h: SandboxHandle, network: SandboxNetwork): Promise<void>;

@@ -10,7 +10,9 @@
  * a writer or a reader, and the next write after a complete checkpoint starts the WAL over, so it
  * stays small. Should the worker fail or end, the connection checkpoints itself again as before.
  * stop() closes the worker's connection and waits for it (at most 2 s), so the service's close can
- * then truncate the WAL as it always did.
+ * then truncate the WAL as it always did. A worker that has not opened its connection yet (a start
+ * that fails or is stopped early, on a loaded machine the worker takes seconds to load) has nothing
+ * to close: it is terminated and the main thread does not wait in `Atomics.wait` for it (issue #42 item 9).
  */
 import { Worker } from 'node:worker_threads';
 import type { DB } from './db.js';
@@ -19,6 +21,8 @@ export class WalCheckpointer {
   private readonly worker: Worker;
   private readonly closed = new Int32Array(new SharedArrayBuffer(4));
   private stopped = false;
+  /** The worker has opened its connection (its first message). */
+  private ready = false;
 
   constructor(
     private readonly db: DB,
@@ -30,7 +34,8 @@ export class WalCheckpointer {
     });
     this.worker.unref();
     db.pragma('wal_autocheckpoint = 0');
-    this.worker.on('message', (m: { error?: string }) => {
+    this.worker.on('message', (m: { error?: string; ready?: boolean }) => {
+      if (m.ready) this.ready = true;
       if (m.error) opts.onError?.(`background checkpoint failed: ${m.error}`);
     });
     const fallBack = (why: string): void => {
@@ -47,8 +52,12 @@ export class WalCheckpointer {
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
-    this.worker.postMessage('stop');
-    Atomics.wait(this.closed, 0, 0, 2_000);
+    if (this.ready) {
+      this.worker.postMessage('stop');
+      Atomics.wait(this.closed, 0, 0, 2_000);
+    } else {
+      void this.worker.terminate().catch(() => undefined);
+    }
     if (this.db.open) this.db.pragma('wal_autocheckpoint = 1000');
   }
 }

@@ -10,6 +10,7 @@ import type { Server } from 'node:net';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ServiceError } from '../../core/errors.js';
+import { testPause } from '../../core/test-pause.js';
 import type { ExecResult } from '../daemon/protocol.js';
 import type { EphemeralSpec } from '../executor.js';
 import { assertTraversable, removeTreeNoFollow, type SandboxIds } from '../rootdir.js';
@@ -78,6 +79,7 @@ export async function runEphemeral(ctx: EphemeralContext, spec: EphemeralSpec): 
       relays.push(await relaySocket(path.join(p.egress, path.basename(IN_PROXY_SOCKET)), () => proxy, settings.ids));
       mounts.push({ source: p.egress, target: path.dirname(IN_PROXY_SOCKET), readOnly: true });
     }
+    await testPause('ephemeral:runfs'); // test-only (core/test-pause.ts): its tmpfs and relays are up, the command not started
     const bound = new Set(binds.map((b) => b.target));
     const argv = spec.argv ?? ['/bin/bash', '-c', spec.command!];
     // With a proxy the native egress runner starts the bridge and execs the command (native.ts).

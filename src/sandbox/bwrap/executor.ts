@@ -62,6 +62,7 @@
  * is left in the exec's cgroup, which includes processes that used setsid and were re-parented.
  */
 import type { Socket } from 'node:net';
+import { randomBytes } from 'node:crypto';
 import { readFile as readText, rm } from 'node:fs/promises';
 import { ServiceError } from '../../core/errors.js';
 import { DaemonClient } from '../client.js';
@@ -91,7 +92,7 @@ import { Launcher } from './launch.js';
 import { bwrapSettings, type BwrapExecutorOptions, type BwrapSettings } from './options.js';
 import { ProxyRelays } from './proxy.js';
 import { readFile } from './read.js';
-import { runPaths, type RunState } from './rundir.js';
+import { runPaths, sweepRunDir, type RunState } from './rundir.js';
 import { Spares } from './spares.js';
 import { startSandbox, type StartContext } from './start.js';
 import { validateSpec } from './validate.js';
@@ -115,6 +116,10 @@ export class BwrapExecutor implements Executor {
   private readonly handoff: FileHandoff;
   /** Per sandbox started by this runner: how its keeper (and so its daemon) ended, for daemonDeath(). */
   private readonly exits = new Map<string, KeeperExit>();
+  /** Runtime directories (runPaths(...).dir) of sandboxes being started or running short-lived now: sweepRuntime leaves them. */
+  private readonly inFlight = new Map<string, number>();
+  /** Runtime directories sweepRuntime is removing now: a start of the same sandbox waits for it. */
+  private readonly sweeping = new Map<string, Promise<void>>();
 
   constructor(opts: BwrapExecutorOptions = {}) {
     this.storage = opts.storage;
@@ -283,10 +288,51 @@ export class BwrapExecutor implements Executor {
   }
 
   runEphemeral(spec: EphemeralSpec): Promise<ExecResult> {
-    return runEphemeral({ settings: this.settings, daemon: this.daemon, launcher: this.launcher, cgroups: this.cgroups }, spec);
+    const id = spec.id ?? `eph-${randomBytes(8).toString('hex')}`;
+    return this.owning(id, () => runEphemeral({ settings: this.settings, daemon: this.daemon, launcher: this.launcher, cgroups: this.cgroups }, { ...spec, id }));
+  }
+
+  /**
+   * At start, after recovery (cli/main.ts): every runtime directory no sandbox of this runner owns
+   * (started, recovered, or starting now) is removed, its socket filesystem unmounted first; a
+   * sandbox still running there that nothing claimed is ended (rundir.ts, sweepRunDir).
+   */
+  async sweepRuntime(): Promise<void> {
+    const owned = (dir: string): boolean => this.inFlight.has(dir) || [...this.specs.keys()].some((id) => runPaths(this.settings.runDir, id).dir === dir);
+    await sweepRunDir(this.settings.runDir, {
+      owned,
+      claim: (dir, removal) => {
+        this.sweeping.set(dir, removal);
+        void removal.finally(() => this.sweeping.delete(dir)).catch(() => undefined);
+      },
+      endSandbox: async (state) => {
+        const cg = this.cgroups.existing(state.id);
+        if (cg) {
+          await cg.killAll();
+          await cg.remove().catch(() => undefined);
+        } else if (keeperRuns(state.pid, state.id, () => false)) await killKeeper(state.pid);
+      },
+      running: (state) => keeperRuns(state.pid, state.id, () => this.cgroups.existing(state.id) !== undefined),
+      onNote: (m) => this.onNote?.(m),
+    });
   }
 
   // ---- internals ----
+
+  /** Runs fn (a start or a short-lived sandbox) with sandbox `id`'s runtime directory marked as in use, after a sweep of it ends. */
+  private async owning<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const dir = runPaths(this.settings.runDir, id).dir;
+    // No await between the last look at `sweeping` and the mark: the sweep checks the mark before it claims a directory.
+    for (let removal = this.sweeping.get(dir); removal; removal = this.sweeping.get(dir)) await removal.catch(() => undefined);
+    this.inFlight.set(dir, (this.inFlight.get(dir) ?? 0) + 1);
+    try {
+      return await fn();
+    } finally {
+      const n = this.inFlight.get(dir)! - 1;
+      if (n > 0) this.inFlight.set(dir, n);
+      else this.inFlight.delete(dir);
+    }
+  }
 
   private start(spec: SandboxSpec): Promise<SandboxHandle> {
     const ctx: StartContext = {
@@ -299,7 +345,7 @@ export class BwrapExecutor implements Executor {
       onExit: (id, exit) => this.exits.set(id, exit),
       adopt: (id, client, pid) => this.adopt(id, client, pid),
     };
-    return startSandbox(ctx, spec);
+    return this.owning(spec.id, () => startSandbox(ctx, spec));
   }
 
   /** The sandbox's daemon answers on `client` (started or recovered with keeper `pid`): its connection from now on. */

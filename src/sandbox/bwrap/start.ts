@@ -10,6 +10,7 @@ import { chown, mkdir, open, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ServiceError } from '../../core/errors.js';
+import { testPause } from '../../core/test-pause.js';
 import { DaemonClient } from '../client.js';
 import { DAEMON_VERSION } from '../daemon/protocol.js';
 import type { SandboxHandle, SandboxSpec } from '../executor.js';
@@ -73,6 +74,7 @@ export async function startSandbox(ctx: StartContext, spec: SandboxSpec): Promis
     await chown(p.sockDir, settings.ids.uid, settings.ids.gid);
     await mkdir(p.egress, { mode: 0o755 });
     const proxyState = proxy ? await ctx.proxies.attach(spec.id, p, proxy) : null;
+    await testPause('sandbox:runfs'); // test-only (core/test-pause.ts): the socket filesystem is mounted, nothing runs yet
     const mounts: Mount[] = [
       { source: path.join(spec.rootDir, 'repo'), target: '/workspace', readOnly: false },
       { source: path.join(spec.rootDir, 'home'), target: SANDBOX_USER.home, readOnly: false },
@@ -120,6 +122,7 @@ export async function startSandbox(ctx: StartContext, spec: SandboxSpec): Promis
     // root's, so no workspace process can connect to, replace or remove them (docs/sandbox.md).
     await lockDaemonSocket(p.sockDir, path.basename(p.socket));
     ctx.adopt(spec.id, client, pid);
+    await testPause('sandbox:ready'); // test-only: the daemon answers, no state file yet
     const state: RunState = { id: spec.id, pid, startedAt: new Date().toISOString(), proxy: proxyState };
     await writeFile(p.state, JSON.stringify(state), { mode: 0o600 });
     const handle = { id: spec.id, socketPath: p.socket, pid };
