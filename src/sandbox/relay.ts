@@ -4,8 +4,9 @@
  * inbound network: preview URLs (services/previews.ts) reach a workspace server only this way.
  */
 import { connect, type Socket } from 'node:net';
-import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
-import { encodeMessage, type DaemonErrorBody } from './daemon/protocol.js';
+import { ServiceError } from '../core/errors.js';
+import { daemonError } from './client.js';
+import { encodeMessage } from './daemon/protocol.js';
 
 /** Longest reply line accepted before the relay starts. */
 const MAX_REPLY = 16 * 1024;
@@ -39,17 +40,23 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
         return;
       }
       socket.pause();
-      let msg: { id?: unknown; result?: { relayed?: unknown }; error?: DaemonErrorBody };
+      // Containment (docs/architecture.md, "Containing bytes from a workspace"): any line, JSON
+      // or not, of any shape, ends as done(); nothing here may throw in the 'data' callback.
+      let parsed: unknown;
       try {
-        msg = JSON.parse(buf.subarray(0, nl).toString('utf8'));
+        parsed = JSON.parse(buf.subarray(0, nl).toString('utf8'));
       } catch {
-        return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+        parsed = undefined;
       }
-      if (msg.error?.code === 'NOT_IMPLEMENTED')
+      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+      const msg = parsed as { id?: unknown; result?: unknown; error?: unknown };
+      const result = typeof msg.result === 'object' && msg.result !== null ? (msg.result as { relayed?: unknown }) : undefined;
+      const errorCode = typeof msg.error === 'object' && msg.error !== null ? (msg.error as { code?: unknown }).code : undefined;
+      if (errorCode === 'NOT_IMPLEMENTED')
         // A daemon started before relays existed (same protocol version: the method was added compatibly).
         return done(new ServiceError('FAILED_PRECONDITION', 'this workspace\'s sandbox daemon was started before preview relays existed (the service was upgraded while it ran): it relays once its sandbox starts again (close and reopen the workspace)', { daemonCode: 'NOT_IMPLEMENTED' }));
-      if (msg.error) return done(toServiceError(msg.error));
-      if (msg.id !== 1 || msg.result?.relayed !== true) return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon does not relay (an older daemon?)'));
+      if (msg.error !== undefined) return done(daemonError(msg.error));
+      if (msg.id !== 1 || result?.relayed !== true) return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon does not relay (an older daemon?)'));
       const rest = buf.subarray(nl + 1);
       if (rest.length > 0) socket.unshift(rest);
       done(null, socket);
@@ -62,9 +69,4 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
     socket.once('error', (err: NodeJS.ErrnoException) => done(new ServiceError('UNAVAILABLE', 'sandbox daemon is not reachable', { cause: err.code ?? err.message })));
     socket.once('close', () => done(new ServiceError('UNAVAILABLE', 'the sandbox daemon closed the relay before answering')));
   });
-}
-
-function toServiceError(body: DaemonErrorBody): ServiceError {
-  const code = (Object.hasOwn(ERROR_CODES, body.code) ? body.code : 'INTERNAL') as ErrorCode;
-  return new ServiceError(code, body.message, { ...body.details, daemonCode: body.code });
 }
