@@ -16,6 +16,8 @@ import { ServiceError } from '../../src/core/errors.js';
 import { DaemonClient } from '../../src/sandbox/client.js';
 import { openRelay } from '../../src/sandbox/relay.js';
 import { startCredentialBroker } from '../../src/services/broker.js';
+import { collect } from '../../src/sandbox/bwrap/index.js';
+import { spawn } from 'node:child_process';
 
 let dir: string;
 const uncaught: unknown[] = [];
@@ -257,5 +259,31 @@ describe('the credential broker against a hostile git', () => {
     } finally {
       await lease.close();
     }
+  });
+});
+
+describe("a short-lived sandbox's output", () => {
+  it('a consumer whose onOutput throws gets no more of it; the run is still collected whole', async () => {
+    const child = spawn('/bin/sh', ['-c', 'head -c 300000 /dev/urandom; printf "\\377\\376" >&2; echo done'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let calls = 0;
+    const r = await collect(
+      child,
+      {
+        binds: [],
+        limits: { memoryBytes: 1 << 26, pidsMax: 16, cpuQuotaPercent: 100 },
+        network: 'none',
+        command: 'unused',
+        maxOutputBytes: 1 << 20,
+        onOutput: () => {
+          calls++;
+          throw new Error('a consumer that fails on the bytes it is given');
+        },
+      },
+      Date.now(),
+      async () => undefined,
+    );
+    expect(r).toMatchObject({ exitCode: 0, stdoutBytes: 300005, stderrBytes: 2 });
+    expect(calls).toBe(1);
+    expect(uncaught).toEqual([]);
   });
 });
