@@ -250,7 +250,7 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-const MAX_ERROR_MESSAGE = 4096;
+const MAX_ERROR_MESSAGE = 64 * 1024;
 
 /**
  * A daemon's error body as a ServiceError. Its codes are a subset of the service's; anything

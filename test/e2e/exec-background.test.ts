@@ -27,14 +27,20 @@ let c: Client;
 let ws: string;
 const dataDir = mkdtempSync(join(tmpdir(), 'atelier-exec-bg-'));
 
-async function ok(name: string, args: Record<string, unknown>): Promise<Record<string, unknown>> {
-  const r = await call(c, name, args);
-  if (!r.ok) throw new Error(`${name} failed: ${r.text}`);
-  return r.result;
-}
+type Ok = (name: string, args: Record<string, unknown>) => Promise<Record<string, unknown>>;
+
+/** A tool call on `client()` that must succeed. */
+const succeeding =
+  (client: () => Client): Ok =>
+  async (name, args) => {
+    const r = await call(client(), name, args);
+    if (!r.ok) throw new Error(`${name} failed: ${r.text}`);
+    return r.result;
+  };
+const ok = succeeding(() => c);
 
 /** Live processes in the workspace whose command line carries `mark` (read from /proc, zombies left out). */
-async function alive(mark: string, workspaceId = ws, run = ok): Promise<string[]> {
+async function alive(mark: string, workspaceId = ws, run: Ok = ok): Promise<string[]> {
   const r = await run('exec_run', {
     workspaceId,
     command: `for d in /proc/[0-9]*; do s=$(cut -d' ' -f3 "$d/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && tr '\\0' ' ' < "$d/cmdline" 2>/dev/null | grep -q -- '${mark}' && echo "\${d#/proc/} $(tr '\\0' ' ' < "$d/cmdline")"; done; true`,
@@ -116,11 +122,7 @@ describe.skipIf(process.getuid?.() !== 0)('under the Kubernetes executor, the da
   let kc: Client;
   let kws = '';
   const kubeDir = mkdtempSync(join(tmpdir(), 'atelier-exec-bg-kube-'));
-  const kok = async (name: string, args: Record<string, unknown>): Promise<Record<string, unknown>> => {
-    const r = await call(kc, name, args);
-    if (!r.ok) throw new Error(`${name} failed: ${r.text}`);
-    return r.result;
-  };
+  const kok = succeeding(() => kc);
 
   beforeAll(async () => {
     kubeHost = await startGitHost();
