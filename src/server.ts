@@ -9,6 +9,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { App } from './app.js';
 import { isLoopback } from './core/config.js';
+import { clientAddress } from './core/client-address.js';
 import { createMcpEndpoint, type McpStats } from './mcp/http.js';
 import type { ToolRegistry } from './mcp/registry.js';
 import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
@@ -121,6 +122,8 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
       return access !== undefined && (access.toolsets === null || access.toolsets.includes('previews'));
     },
     ownerSession: (id) => app.auth.getSession(id) !== null,
+    // Forwarding headers toward the workspace name the client as the login limits see it (#42 item 11).
+    clientAddress: (req) => clientAddress(req, cfg.trustedProxies),
     log: app.log,
   });
   const hostOnly = (req: IncomingMessage): string | null => {

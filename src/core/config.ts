@@ -10,6 +10,7 @@ import { isAbsolute, join, resolve } from 'node:path';
 import { isIP } from 'node:net';
 import { ServiceError } from './errors.js';
 import { resolveProviders } from './providers.js';
+import { nameServerProblem, trustedProxyProblem } from './client-address.js';
 
 /**
  * A setting or section of the configuration breaks its rule. At start-up it stops the service with
@@ -86,6 +87,9 @@ export const SETTINGS: Setting[] = [
   S({ key: 'oauthAccessTokenSeconds', flag: '--oauth-access-token-seconds', env: 'ATELIER_OAUTH_ACCESS_TOKEN_SECONDS', kind: 'int', def: 3600, rule: 'an integer from 5 to 86400', check: ((v: number) => v >= 5 && v <= 86400) as never, help: 'Lifetime of OAuth access tokens, seconds (refresh tokens rotate)' }),
   S({ key: 'oauthCimdAllowLoopback', flag: '--oauth-cimd-allow-loopback', env: 'ATELIER_OAUTH_CIMD_ALLOW_LOOPBACK', kind: 'bool', def: false, help: 'DEVELOPMENT AND TESTS ONLY: fetch OAuth Client ID Metadata Documents from loopback addresses too (only with a loopback --host and no public origin)' }),
   S({ key: 'oauthCimdCaFile', flag: '--oauth-cimd-ca-file', env: 'ATELIER_OAUTH_CIMD_CA_FILE', kind: 'string', def: '', rule: 'an absolute path to a PEM file', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Extra CA certificates (PEM) trusted when fetching OAuth Client ID Metadata Documents, beside the system ones' }),
+  S({ key: 'oauthCimdDnsServers', flag: '--oauth-cimd-dns-servers', env: 'ATELIER_OAUTH_CIMD_DNS_SERVERS', kind: 'list', def: [], rule: 'a comma-separated list of name server addresses (IP, IP:port or [IPv6]:port)', check: ((v: unknown[]) => v.every((x) => typeof x === 'string')) as never, help: "Name servers asked for the hosts of OAuth Client ID Metadata Document URLs (empty = the system's, from /etc/resolv.conf); asked with a bounded timeout, docs/access.md" }),
+  S({ key: 'oauthCimdFetchesPerMinute', flag: '--oauth-cimd-fetches-per-minute', env: 'ATELIER_OAUTH_CIMD_FETCHES_PER_MINUTE', kind: 'int', def: 20, rule: 'an integer from 1 to 100000', check: ((v: number) => v >= 1 && v <= 100000) as never, help: 'OAuth Client ID Metadata Document fetches that authorization requests from one client address may cause per minute (one at a time; a kept fresh document costs none)' }),
+  S({ key: 'trustedProxies', flag: '--trusted-proxies', env: 'ATELIER_TRUSTED_PROXIES', kind: 'list', def: [], rule: 'a comma-separated list of IP addresses or CIDRs (IPv4 or IPv6)', check: ((v: unknown[]) => v.every((x) => typeof x === 'string')) as never, help: 'Reverse proxies whose Forwarded / X-Forwarded-For headers name the client (addresses or CIDRs); from anyone else those headers are ignored (docs/operations.md "Behind a reverse proxy")' }),
   S({ key: 'loginLockoutFailures', flag: '--login-lockout-failures', env: 'ATELIER_LOGIN_LOCKOUT_FAILURES', kind: 'int', def: 10, rule: 'an integer from 2 to 1000', check: ((v: number) => v >= 2 && v <= 1000) as never, help: 'Failed password logins from one address that lock password login for it (growing delays from half of them on; docs/operations.md)' }),
   S({ key: 'loginLockoutFailuresOverall', flag: '--login-lockout-failures-overall', env: 'ATELIER_LOGIN_LOCKOUT_FAILURES_OVERALL', kind: 'int', def: 100, rule: 'an integer from 2 to 100000', check: ((v: number) => v >= 2 && v <= 100000) as never, help: 'Failed password logins from all addresses together that lock password login for everyone (the one-time link still works)' }),
   S({ key: 'loginDelaySeconds', flag: '--login-delay-seconds', env: 'ATELIER_LOGIN_DELAY_SECONDS', kind: 'int', def: 1, rule: 'an integer from 1 to 60', check: ((v: number) => v >= 1 && v <= 60) as never, help: 'The first delay after failed password logins, seconds (doubled for each further failure, at most 60 s; docs/operations.md)' }),
@@ -132,6 +136,9 @@ export interface Config {
   oauthAccessTokenSeconds: number;
   oauthCimdAllowLoopback: boolean;
   oauthCimdCaFile: string;
+  oauthCimdDnsServers: string[];
+  oauthCimdFetchesPerMinute: number;
+  trustedProxies: string[];
   loginLockoutFailures: number;
   loginLockoutFailuresOverall: number;
   loginLockoutSeconds: number;
@@ -295,6 +302,15 @@ export function loadConfig(argv: string[] = [], env: NodeJS.ProcessEnv = process
       throw new ConfigError(`invalid setting --oauth-cimd-ca-file / ATELIER_OAUTH_CIMD_CA_FILE: ${c.oauthCimdCaFile} cannot be read (${(e as NodeJS.ErrnoException).code})`, 'oauthCimdCaFile');
     }
     if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`invalid setting --oauth-cimd-ca-file / ATELIER_OAUTH_CIMD_CA_FILE: ${c.oauthCimdCaFile} holds no PEM certificate`, 'oauthCimdCaFile');
+  }
+  for (const entry of c.trustedProxies) {
+    const problem = trustedProxyProblem(entry);
+    if (problem) throw new ConfigError(`invalid setting --trusted-proxies / ATELIER_TRUSTED_PROXIES: ${JSON.stringify(entry.slice(0, 100))} ${problem}`, 'trustedProxies');
+  }
+  if (c.trustedProxies.length > 1000) throw new ConfigError('invalid setting --trusted-proxies / ATELIER_TRUSTED_PROXIES: at most 1000 entries (use CIDRs)', 'trustedProxies');
+  for (const entry of c.oauthCimdDnsServers) {
+    const problem = nameServerProblem(entry);
+    if (problem) throw new ConfigError(`invalid setting --oauth-cimd-dns-servers / ATELIER_OAUTH_CIMD_DNS_SERVERS: ${JSON.stringify(entry.slice(0, 100))} ${problem}`, 'oauthCimdDnsServers');
   }
   if (c.maxWorkspaceLifetimeSeconds < c.idleLeaseSeconds) {
     throw new ConfigError(

@@ -12,6 +12,7 @@ import { SESSION_TTL_MS } from '../services/auth.js';
 import type { DashboardSession } from '../services/auth.js';
 import { CSP, registerAssets } from './assets.js';
 import { addressKey, type Refusal } from '../services/login-throttle.js';
+import { clientAddress } from '../core/client-address.js';
 
 export const SESSION_COOKIE = 'atelier_session';
 
@@ -90,7 +91,7 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
     reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-store');
     const login = (req.query as Record<string, string | undefined>).login;
     // After a throttled form post: the delay or lockout as it stands now (a busy or concurrent refusal is not kept: a generic line).
-    const throttled = login === 'throttled' ? (app.loginThrottle.refusal(addressKey(req.ip)) ?? { reason: 'busy', scope: 'service', until: Date.now() + 1000 }) : null;
+    const throttled = login === 'throttled' ? (app.loginThrottle.refusal(addressKey(clientAddress(req.raw, app.config.trustedProxies))) ?? { reason: 'busy', scope: 'service', until: Date.now() + 1000 }) : null;
     if (!s) return reply.send(loginPage(app.auth.hasPassword(), login === 'failed', throttled));
     return reply.send(appShell());
   });
@@ -123,11 +124,12 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
     const body = (req.body ?? {}) as Record<string, unknown>;
     const password = typeof body.password === 'string' ? body.password : '';
     const form = (req.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded');
-    const address = addressKey(req.ip);
+    const ip = clientAddress(req.raw, app.config.trustedProxies);
+    const address = addressKey(ip);
     // An empty or over-long password (set-password takes at most 1024 characters) is a failure
     // without a check, throttled and counted like any other.
     const plausible = password.length > 0 && password.length <= 1024;
-    const result = await app.loginThrottle.attempt(req.ip, async () => plausible && (await app.auth.checkPassword(password)));
+    const result = await app.loginThrottle.attempt(ip, async () => plausible && (await app.auth.checkPassword(password)));
     if (result.outcome === 'refused') {
       const retryAfter = Math.max(1, Math.ceil((result.until - Date.now()) / 1000));
       reply.header('retry-after', String(retryAfter));

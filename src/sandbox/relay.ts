@@ -6,10 +6,11 @@
 import { connect, type Socket } from 'node:net';
 import { ServiceError } from '../core/errors.js';
 import { daemonError } from './client.js';
-import { encodeMessage } from './daemon/protocol.js';
+import { encodeMessage, type DaemonErrorBody } from './daemon/protocol.js';
 
 /** Longest reply line accepted before the relay starts. */
 const MAX_REPLY = 16 * 1024;
+const GARBAGE = 'the sandbox daemon answered the relay request with garbage';
 
 /**
  * Opens a relay to `port` through the daemon at `socketPath`. Resolves with the socket, paused,
@@ -32,31 +33,35 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       } else resolve(s!);
     };
     const timer = setTimeout(() => done(new ServiceError('UNAVAILABLE', 'the sandbox daemon did not open the relay in time')), timeoutMs);
+    // The reply comes from inside the sandbox: whatever it is, a failure rejects this relay only (issue #42 item 1).
     const onData = (chunk: Buffer): void => {
+      try {
+        onReply(chunk);
+      } catch {
+        done(new ServiceError('UNAVAILABLE', GARBAGE));
+      }
+    };
+    const onReply = (chunk: Buffer): void => {
       buf = Buffer.concat([buf, chunk]);
       const nl = buf.indexOf(10);
       if (nl === -1) {
-        if (buf.length > MAX_REPLY) done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
+        if (buf.length > MAX_REPLY) done(new ServiceError('UNAVAILABLE', GARBAGE));
         return;
       }
       socket.pause();
-      // Containment (docs/architecture.md, "Containing bytes from a workspace"): any line, JSON
-      // or not, of any shape, ends as done(); nothing here may throw in the 'data' callback.
-      let parsed: unknown;
+      let msg: { id?: unknown; result?: { relayed?: unknown }; error?: DaemonErrorBody };
       try {
-        parsed = JSON.parse(buf.subarray(0, nl).toString('utf8'));
+        msg = JSON.parse(buf.subarray(0, nl).toString('utf8'));
       } catch {
-        parsed = undefined;
+        return done(new ServiceError('UNAVAILABLE', GARBAGE));
       }
-      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon answered the relay request with garbage'));
-      const msg = parsed as { id?: unknown; result?: unknown; error?: unknown };
-      const result = typeof msg.result === 'object' && msg.result !== null ? (msg.result as { relayed?: unknown }) : undefined;
-      const errorCode = typeof msg.error === 'object' && msg.error !== null ? (msg.error as { code?: unknown }).code : undefined;
-      if (errorCode === 'NOT_IMPLEMENTED')
+      if (msg === null || typeof msg !== 'object' || Array.isArray(msg) || (msg.error !== undefined && (msg.error === null || typeof msg.error !== 'object' || typeof msg.error.code !== 'string' || typeof msg.error.message !== 'string')))
+        return done(new ServiceError('UNAVAILABLE', GARBAGE));
+      if (msg.error?.code === 'NOT_IMPLEMENTED')
         // A daemon started before relays existed (same protocol version: the method was added compatibly).
         return done(new ServiceError('FAILED_PRECONDITION', 'this workspace\'s sandbox daemon was started before preview relays existed (the service was upgraded while it ran): it relays once its sandbox starts again (close and reopen the workspace)', { daemonCode: 'NOT_IMPLEMENTED' }));
-      if (msg.error !== undefined) return done(daemonError(msg.error));
-      if (msg.id !== 1 || result?.relayed !== true) return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon does not relay (an older daemon?)'));
+      if (msg.error) return done(daemonError(msg.error));
+      if (msg.id !== 1 || msg.result?.relayed !== true) return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon does not relay (an older daemon?)'));
       const rest = buf.subarray(nl + 1);
       if (rest.length > 0) socket.unshift(rest);
       done(null, socket);
@@ -66,7 +71,7 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       socket.write(encodeMessage({ id: 1, method: 'relay', params: { port } }));
     });
     socket.on('data', onData);
-    socket.once('error', (err: NodeJS.ErrnoException) => done(new ServiceError('UNAVAILABLE', 'sandbox daemon is not reachable', { cause: err.code ?? err.message })));
+    socket.on('error', (err: NodeJS.ErrnoException) => done(new ServiceError('UNAVAILABLE', 'sandbox daemon is not reachable', { cause: err.code ?? err.message })));
     socket.once('close', () => done(new ServiceError('UNAVAILABLE', 'the sandbox daemon closed the relay before answering')));
   });
 }

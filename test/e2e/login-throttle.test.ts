@@ -8,13 +8,13 @@
  * Client addresses are real: requests leave from other loopback addresses (127.0.0.x) of this
  * machine, so the service sees them as different clients without trusting any header.
  */
-import { request as httpRequestRaw } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { chromium } from 'playwright-core';
 import { call, connectV2, dashboardLogin, httpRequest, runCli, startService, type Service } from './harness.js';
+import { requestFrom, type Answer } from './from-address.js';
 
 const PASSWORD = 'correct horse battery staple';
 const services: Service[] = [];
@@ -36,25 +36,8 @@ async function serviceWithPassword(env: Record<string, string>): Promise<Service
   return svc;
 }
 
-interface Answer {
-  status: number;
-  body: string;
-  headers: Record<string, string | string[] | undefined>;
-}
-
 /** An HTTP request to the service leaving from the loopback address `from`. */
-function from(svc: Service, address: string, method: string, path: string, headers: Record<string, string> = {}, body?: string): Promise<Answer> {
-  const u = new URL(svc.url);
-  return new Promise((resolve, reject) => {
-    const req = httpRequestRaw({ host: u.hostname, port: u.port, method, path, localAddress: address, agent: false, headers: { host: u.host, ...headers, ...(body !== undefined ? { 'content-length': String(Buffer.byteLength(body)) } : {}) } }, (res) => {
-      let b = '';
-      res.on('data', (d) => (b += d));
-      res.on('end', () => resolve({ status: res.statusCode!, body: b, headers: res.headers }));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const from = (svc: Service, address: string, method: string, path: string, headers: Record<string, string> = {}, body?: string) => requestFrom(svc.url, address, method, path, headers, body);
 
 const login = (svc: Service, address: string, password: string) => from(svc, address, 'POST', '/login', { 'content-type': 'application/json' }, JSON.stringify({ password }));
 

@@ -32,7 +32,8 @@ const BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C\uFEFF]/;
 
 beforeAll(async () => {
   host = await startCimdHost();
-  svc = await startService({ args: ['--unsafe-dev-no-sandbox', '--oauth-cimd-allow-loopback', '--oauth-cimd-ca-file', host.caCertPath] });
+  // This file fetches far more documents a minute from one address than a client would (the per-address limit is tried in reverse-proxy.test.ts).
+  svc = await startService({ args: ['--unsafe-dev-no-sandbox', '--oauth-cimd-allow-loopback', '--oauth-cimd-ca-file', host.caCertPath, '--oauth-cimd-fetches-per-minute', '100000'] });
   session = await dashboardLogin(svc);
 }, 90_000);
 afterAll(async () => {

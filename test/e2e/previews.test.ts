@@ -5,7 +5,7 @@
  * the signature, after expiry, after revoke, for any other port, workspace or host.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { request as httpRequestRaw, type IncomingMessage } from 'node:http';
+import { Agent, request as agentRequest, request as httpRequestRaw, type IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/client';
@@ -39,7 +39,14 @@ const page = '<!doctype html><title>preview</title><body><script src="app.js"></
 const app = 'fetch("api").then(r=>r.json()).then(j=>{document.title="api:"+j.path;document.body.dataset.seencookie=j.headers.cookie||"";return fetch("/api/v1/session",{credentials:"include"})}).then(r=>r.text()).then(t=>{document.body.dataset.dash="read:"+t.slice(0,40)}).catch(e=>{document.body.dataset.dash="blocked"});' +
   'const w=new WebSocket(location.href.replace(/^http/,"ws").replace(/[^/]*$/,"ws"));w.onopen=()=>w.send("ping");w.onmessage=(m)=>{document.body.dataset.ws=m.data};' +
   'try{document.cookie="x=1";document.body.dataset.cookie="ok"}catch(e){document.body.dataset.cookie="blocked"}';
+const seenPaths = [];
 const s = http.createServer((req, res) => {
+  seenPaths.push(req.method + ' ' + req.url);
+  if (req.url === '/seen-paths') { res.writeHead(200, {'content-type': 'application/json'}); return res.end(JSON.stringify(seenPaths)); }
+  if (req.url === '/origin-headers') {
+    res.writeHead(200, {'clear-site-data': '"*"', 'strict-transport-security': 'max-age=31536000; includeSubDomains', 'alt-svc': 'h2=":443"; ma=86400', 'nel': '{"report_to":"x","max_age":86400}', 'report-to': '{"group":"x","max_age":86400,"endpoints":[{"url":"https://evil.example/r"}]}', 'accept-ch': 'Sec-CH-UA-Model', 'service-worker-allowed': '/', 'cache-control': 'public, max-age=600, s-maxage=600', 'vary': 'Accept-Encoding', 'content-type': 'text/plain'});
+    return res.end('origin');
+  }
   if (req.url === '/') { res.writeHead(200, {'content-type': 'text/html'}); return res.end(page); }
   if (req.url === '/app.js') { res.writeHead(200, {'content-type': 'text/javascript'}); return res.end(app); }
   if (req.url === '/set-cookie') { res.writeHead(200, {'set-cookie': ['app=1; Path=/; Domain=example.com; HttpOnly', 'atelier_session=evil; Path=/', '__Host-x=1; Path=/; Secure']}); return res.end('ok'); }
@@ -274,6 +281,217 @@ describe('preview links', () => {
     expect((await wsRoundTrip(`${short.url}ws`, auth())).status).toBe(410);
     const listed = await ok('preview_list', { workspaceId: ws, includeClosed: true });
     expect((listed.previews as Array<{ previewId: string; state: string }>).find((p) => p.previewId === short.previewId)?.state).toBe('expired');
+  });
+});
+
+async function makeToken(toolsets: string, readOnly: boolean): Promise<string> {
+  const r = await runCli(['token', 'create', '--name', `prv42-${toolsets}-${randomBytes(3).toString('hex')}`, '--toolsets', toolsets, ...(readOnly ? ['--read-only'] : []), '--json', '--data-dir', svc.dataDir]);
+  if (r.code !== 0) throw new Error(r.stderr);
+  return (JSON.parse(r.stdout) as { token: string }).token;
+}
+
+interface Seen {
+  method: string;
+  path: string;
+  body: string;
+  headers: Record<string, string>;
+}
+
+describe('what reaches the workspace, and what its answers may do (issue #42 items 2 and 3)', () => {
+  let prv: Record<string, unknown>;
+  let publicPath: string;
+  let session: { cookie: string; csrf: string };
+
+  beforeAll(async () => {
+    prv = await ok('preview_open', { workspaceId: ws, port: PORT, ttlSeconds: 86400, label: 'issue 42' });
+    // A login link of its own: the one printed at start is the browser tests' (a link works once).
+    const made = await runCli(['owner', 'login-link', '--json', '--data-dir', svc.dataDir]);
+    if (made.code !== 0) throw new Error(made.stderr);
+    const first = await httpRequest(svc.url, 'GET', (JSON.parse(made.stdout) as { path: string }).path);
+    const cookie = String(first.headers['set-cookie']).split(';')[0]!;
+    session = { cookie, csrf: (JSON.parse((await httpRequest(svc.url, 'GET', '/api/v1/session', { cookie })).body) as { csrfToken: string }).csrfToken };
+    const consented = await httpRequest(svc.url, 'POST', `/api/v1/previews/${prv.previewId}/public`, { cookie: session.cookie, 'x-csrf-token': session.csrf, 'content-type': 'application/json' }, '{}');
+    expect(consented.status).toBe(200);
+    publicPath = (JSON.parse(consented.body) as { publicLink: { path: string } }).publicLink.path;
+  });
+
+  // First of its describe: no other connection has used a public link yet.
+  it('client connections through public links count against one bound (256 together): past it 429 and the connection closes; a closed one frees its place', async () => {
+    const u = new URL(svc.url);
+    const ask = (): Promise<{ status: number; socket: Socket; closed: Promise<void> }> =>
+      new Promise((resolve, reject) => {
+        const socket = connect(Number(u.port), u.hostname);
+        const closed = new Promise<void>((r) => socket.once('close', () => r()));
+        let buf = '';
+        socket.on('data', (d: Buffer) => {
+          buf += d.toString('latin1');
+          const head = buf.indexOf('\r\n\r\n');
+          if (head === -1) return;
+          const len = Number(/content-length: (\d+)/i.exec(buf.slice(0, head))?.[1] ?? 0);
+          if (buf.length >= head + 4 + len) resolve({ status: Number(buf.slice(9, 12)), socket, closed });
+        });
+        socket.once('error', reject);
+        socket.write(`GET ${publicPath}echo HTTP/1.1\r\nHost: ${u.host}\r\n\r\n`);
+      });
+    const open: Socket[] = [];
+    try {
+      for (let i = 0; i < 256; i++) {
+        const r = await ask();
+        open.push(r.socket);
+        expect(r.status, `connection ${i + 1}`).toBe(200);
+      }
+      // Every one of them is still open (keep-alive), and one more is refused and closed.
+      const over = await ask();
+      expect(over.status).toBe(429);
+      await over.closed;
+      // A request on a connection already counted is served.
+      open[1]!.write(`GET ${publicPath}echo HTTP/1.1\r\nHost: ${u.host}\r\nConnection: close\r\n\r\n`);
+      expect(await new Promise<string>((r) => { let t = ''; open[1]!.on('data', (d: Buffer) => (t += d)); open[1]!.once('close', () => r(t)); })).toMatch(/^HTTP\/1\.1 200 /);
+      // open[1] closed (Connection: close): its place is free once the service has seen the close.
+      let again = await ask();
+      for (let tries = 0; again.status === 429 && tries < 50; tries++) {
+        await again.closed;
+        again = await ask();
+      }
+      open.push(again.socket);
+      expect(again.status).toBe(200);
+    } finally {
+      for (const s of open) s.destroy();
+    }
+  }, 180_000);
+
+  it('no Atelier bearer (owner, narrowed, read-only, OAuth, valid or not, in any header or as Basic), cookie or access_token parameter reaches the workspace, through a public link or an owner link', async () => {
+    const files = await makeToken('files', false);
+    const viewer = await makeToken('previews', true);
+    const b64 = (s: string) => Buffer.from(s).toString('base64');
+    const credentials = [files, viewer, svc.token, `atla_${'q'.repeat(43)}`, `atl_${'z'.repeat(40)}`, `atlr_${'r'.repeat(43)}`];
+    const cases: Array<Record<string, string>> = [
+      { authorization: `Bearer ${files}` },
+      { authorization: `bearer   ${svc.token}` },
+      { authorization: `Bearer atla_${'q'.repeat(43)}` },
+      { authorization: `Bearer atl_${'z'.repeat(40)}` },
+      { authorization: `Basic ${b64(`x-access-token:${files}`)}` },
+      { 'x-api-key': files, 'x-token': `Bearer ${viewer}` },
+      { cookie: `atelier_session=abc; Atelier_csrf=1; mine=2; tok=${files}; enc=${encodeURIComponent(`Bearer ${svc.token}`)}`, 'x-refresh': `atlr_${'r'.repeat(43)}` },
+    ];
+    for (const [label, path, extra] of [
+      ['public link', publicPath, {}],
+      ['owner link (read-only token narrowed to previews)', String(prv.path), { authorization: `Bearer ${viewer}` }],
+    ] as Array<[string, string, Record<string, string>]>) {
+      for (const h of cases) {
+        const headers = { ...h, ...(h.authorization ? {} : extra) };
+        const r = await httpRequest(svc.url, 'GET', `${path}echo?access_token=${files}&keep=1&t2=${encodeURIComponent(svc.token)}`, headers);
+        // The owner link opens with the owner's token or the read-only previews token: any other bearer is refused before it reaches anything.
+        if (label.startsWith('owner') && h.authorization && !h.authorization.includes(svc.token)) {
+          expect(r.status, `${label} ${JSON.stringify(h)}`).toBe(401);
+          continue;
+        }
+        expect(r.status, `${label} ${JSON.stringify(h)}: ${r.body.slice(0, 200)}`).toBe(200);
+        const seen = JSON.parse(r.body) as Seen;
+        for (const cred of credentials) expect(JSON.stringify(seen), `${label} ${JSON.stringify(h)}`).not.toContain(cred);
+        expect(seen.headers.authorization, label).toBeUndefined();
+        expect(seen.headers['x-api-key'], label).toBeUndefined();
+        expect(seen.path, label).toBe('/echo?keep=1');
+        if (h.cookie) expect(seen.headers.cookie, label).toBe('mine=2');
+      }
+    }
+    // An Authorization that is not Atelier's stays: it is the workspace's own business.
+    const own = JSON.parse((await httpRequest(svc.url, 'GET', `${publicPath}echo`, { authorization: 'Basic ' + b64('app:secret') })).body) as Seen;
+    expect(own.headers.authorization).toBe('Basic ' + b64('app:secret'));
+  });
+
+  it('replaces the client\'s Forwarded, X-Real-IP and X-Forwarded-*; X-Forwarded-Prefix never carries a grant', async () => {
+    const spoof = { forwarded: 'for=6.6.6.6;host=evil.example', 'x-real-ip': '6.6.6.6', 'x-forwarded-for': '6.6.6.6', 'x-forwarded-prefix': '/evil', 'x-forwarded-proto': 'gopher', 'true-client-ip': '6.6.6.6', 'x-client-ip': '6.6.6.6', 'x-original-url': '/api/v1/session' };
+    const seen = JSON.parse((await httpRequest(svc.url, 'GET', `${publicPath}echo`, spoof)).body) as Seen;
+    expect(JSON.stringify(seen.headers)).not.toContain('6.6.6.6');
+    expect(JSON.stringify(seen.headers)).not.toContain('evil');
+    expect(seen.headers['x-real-ip']).toBe('127.0.0.1');
+    expect(seen.headers['x-forwarded-for']).toBe('127.0.0.1');
+    expect(seen.headers.forwarded).toBe(`for=127.0.0.1;host="${new URL(svc.url).host}";proto=http`);
+    expect(seen.headers['x-forwarded-proto']).toBe('http');
+    expect(seen.headers['x-forwarded-prefix']).toBe(publicPath.slice(0, -1));
+    expect(seen.headers['true-client-ip']).toBeUndefined();
+    expect(seen.headers['x-original-url']).toBeUndefined();
+
+    // A browser grant: the dashboard session is sent on to it; the workspace sees the owner link's prefix, never the grant.
+    const to = await httpRequest(svc.url, 'GET', String(prv.path), { cookie: session.cookie });
+    expect(to.status).toBe(303);
+    const grantPath = String(to.headers.location);
+    const grant = grantPath.split('/')[2]!;
+    expect(grant.split('.')).toHaveLength(4);
+    const narrowed = await makeToken('files', true);
+    const viaGrant = await httpRequest(svc.url, 'GET', `${grantPath}echo`, { referer: `${svc.url}${grantPath}page`, authorization: `Bearer ${narrowed}`, cookie: `${session.cookie}; app=1` });
+    expect(viaGrant.status).toBe(200);
+    const seenGrant = JSON.parse(viaGrant.body) as Seen;
+    expect(seenGrant.headers['x-forwarded-prefix']).toBe(String(prv.path).slice(0, -1));
+    const mac = grant.split('.')[3]!;
+    expect(JSON.stringify(seenGrant)).not.toContain(mac);
+    expect(seenGrant.headers.referer).toBeUndefined();
+    // Nor any credential sent along a grant link.
+    expect(seenGrant.headers.authorization).toBeUndefined();
+    expect(seenGrant.headers.cookie).toBe('app=1');
+    expect(JSON.stringify(seenGrant)).not.toContain(narrowed);
+  });
+
+  it('a body on GET or HEAD is framed toward the workspace: its server never reads it as a second request', async () => {
+    const host = new URL(svc.url).host;
+    const smuggled = `GET /smuggled-${randomBytes(4).toString('hex')} HTTP/1.1\r\nHost: x\r\n\r\n`;
+    const chunk = `${Buffer.byteLength(smuggled).toString(16)}\r\n${smuggled}\r\n0\r\n\r\n`;
+    const raw = await rawRequest(`GET ${publicPath}echo HTTP/1.1\r\nHost: ${host}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${chunk}`);
+    expect(raw).toMatch(/^HTTP\/1\.1 200 /);
+    const seen = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4).replace(/^[0-9a-f]+\r\n/, '').replace(/\r\n0\r\n\r\n$/, '')) as Seen;
+    expect(seen).toMatchObject({ method: 'GET', path: '/echo', body: smuggled });
+    const withLength = await rawRequest(`HEAD ${publicPath}echo HTTP/1.1\r\nHost: ${host}\r\nContent-Length: ${Buffer.byteLength(smuggled)}\r\nConnection: close\r\n\r\n${smuggled}`);
+    expect(withLength).toMatch(/^HTTP\/1\.1 200 /);
+    // Another transfer coding is refused, naming the field.
+    const gz = await rawRequest(`POST ${publicPath}echo HTTP/1.1\r\nHost: ${host}\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n0\r\n\r\n`);
+    expect(gz).toMatch(/^HTTP\/1\.1 (400|501) /);
+    const paths = JSON.parse((await httpRequest(svc.url, 'GET', `${publicPath}seen-paths`)).body) as string[];
+    expect(paths.some((p) => p.includes('/smuggled-'))).toBe(false);
+  });
+
+  it('drops answer headers that act on the whole origin; owner and grant answers are private to their viewer, public ones keep the server\'s caching', async () => {
+    const originWide = ['clear-site-data', 'strict-transport-security', 'alt-svc', 'nel', 'report-to', 'accept-ch', 'service-worker-allowed'];
+    const viaBearer = await httpRequest(svc.url, 'GET', `${prv.path}origin-headers`, auth());
+    expect(viaBearer.status).toBe(200);
+    for (const h of originWide) expect(viaBearer.headers[h], h).toBeUndefined();
+    const cc = String(viaBearer.headers['cache-control']);
+    expect(cc.split(/,\s*/)[0]).toBe('private');
+    expect(cc).not.toMatch(/public|s-maxage/);
+    expect(cc).toContain('max-age=600');
+    expect(String(viaBearer.headers.vary)).toMatch(/Accept-Encoding/);
+    expect(String(viaBearer.headers.vary)).toMatch(/Authorization/);
+    const to = await httpRequest(svc.url, 'GET', String(prv.path), { cookie: session.cookie });
+    const viaGrant = await httpRequest(svc.url, 'GET', `${String(to.headers.location)}origin-headers`);
+    expect(String(viaGrant.headers['cache-control']).split(/,\s*/)[0]).toBe('private');
+    for (const h of originWide) expect(viaGrant.headers[h], h).toBeUndefined();
+    // Also the ordinary answers of an owner link (no Cache-Control of the server's).
+    expect(String((await httpRequest(svc.url, 'GET', `${prv.path}echo`, auth())).headers['cache-control'])).toBe('private');
+    const viaPublic = await httpRequest(svc.url, 'GET', `${publicPath}origin-headers`);
+    for (const h of originWide) expect(viaPublic.headers[h], h).toBeUndefined();
+    expect(viaPublic.headers['cache-control']).toBe('public, max-age=600, s-maxage=600');
+  });
+
+  it('a keep-alive connection making many requests adds one close listener, not one per request', async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const u = new URL(svc.url);
+    let reused = 0;
+    for (let i = 0; i < 30; i++) {
+      const r = await new Promise<{ status: number; reused: boolean }>((resolve, reject) => {
+        const q = agentRequest({ host: u.hostname, port: u.port, path: `${publicPath}echo?n=${i}`, agent }, (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode!, reused: q.reusedSocket }));
+        });
+        q.on('error', reject);
+        q.end();
+      });
+      expect(r.status).toBe(200);
+      if (r.reused) reused++;
+    }
+    agent.destroy();
+    expect(reused).toBe(29);
+    // Node warns when one socket gathers more than 10 listeners of an event.
+    expect(svc.stderr()).not.toContain('MaxListenersExceededWarning');
   });
 });
 

@@ -3,11 +3,17 @@
  * URL form, which addresses may be fetched from, the HTTP caching rules with their floor and
  * ceiling, the document's checks, and a fetch that connects to exactly the address it checked
  * (one resolution, no DNS rebinding). The service-level behaviour is test/e2e/oauth-cimd.test.ts.
+ * Issue #42 item 4: the bounded resolver, slots held until a lookup really ends, and the per-address
+ * limit (the service under a silent name server: test/e2e/oauth-cimd-dns.test.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
+import { createSocket } from 'node:dgram';
 import {
+  boundedResolver,
   cachePolicy,
+  CIMD_MAX_CONCURRENT,
+  CimdAddressLimit,
   CIMD_FRESH_CEILING_MS,
   CIMD_FRESH_FLOOR_MS,
   CimdFailure,
@@ -205,5 +211,77 @@ describe('the fetch', () => {
     const again = await fetcher.fetch(url, { etag: '"v1"', lastModified: null });
     expect(again.status).toBe(304);
     expect(host.requests('/etag.json').map((h) => h['if-none-match'])).toEqual([undefined, '"v1"']);
+  });
+});
+
+describe('resolution and limits (issue #42 item 4)', () => {
+  it('a silent name server: the deadline cancels the lookup, which ends at once; nothing waits on a thread', async () => {
+    const silent = createSocket('udp4');
+    let queries = 0;
+    silent.on('message', () => queries++);
+    await new Promise<void>((r) => silent.bind(0, '127.0.0.1', r));
+    try {
+      const resolve = boundedResolver([`127.0.0.1:${silent.address().port}`]);
+      let ended = 0;
+      const fetcher = new CimdFetcher({ allowLoopback: false, timeoutMs: 300, resolve: (h, run) => resolve(h, run).finally(() => ended++) });
+      const t0 = Date.now();
+      const works: Array<Promise<void>> = [];
+      const endedAll = Promise.all(Array.from({ length: CIMD_MAX_CONCURRENT }, (_, i) => new Promise<void>((r) => works.push(fetcher.fetch(`https://h${i}.silent.test/c.json`, undefined, r).then(() => undefined, () => undefined)))));
+      await Promise.all(works);
+      await endedAll;
+      expect(Date.now() - t0).toBeLessThan(3000);
+      expect(ended).toBe(CIMD_MAX_CONCURRENT);
+      expect(queries).toBeGreaterThan(0);
+      // Without the deadline, c-ares gives up by itself (timeout and tries bounded): a failure naming the code.
+      await expect(resolve('again.silent.test', {})).rejects.toMatchObject({ code: expect.stringMatching(/ETIMEOUT|ECONNREFUSED/) });
+    } finally {
+      silent.close();
+    }
+  }, 20_000);
+
+  it('localhost is loopback without a query (RFC 6761): refused unless loopback is allowed', async () => {
+    const resolve = boundedResolver(['127.0.0.1:9']);
+    expect(await resolve('localhost', {})).toEqual(['127.0.0.1', '::1']);
+    expect(await resolve('a.b.LOCALHOST', {})).toEqual(['127.0.0.1', '::1']);
+    await expect(new CimdFetcher({ allowLoopback: false }).fetch('https://localhost:9/c.json')).rejects.toThrow(/resolves to 127\.0\.0\.1, which is a private, loopback/);
+  });
+
+  it('a slot is held until the lookup really ends, past the deadline', async () => {
+    const hanging: Array<() => void> = [];
+    const fetcher = new CimdFetcher({ allowLoopback: false, timeoutMs: 50, resolve: () => new Promise((_, reject) => hanging.push(() => reject(Object.assign(new Error('x'), { code: 'ECANCELLED' })))) });
+    for (let i = 0; i < CIMD_MAX_CONCURRENT; i++) await expect(fetcher.fetch(`https://h${i}.example/c.json`)).rejects.toThrow(/no complete answer within 0.05 s/);
+    // Every deadline has passed, but the lookups have not ended: no slot is free.
+    await expect(fetcher.fetch('https://next.example/c.json')).rejects.toMatchObject({ error: 'temporarily_unavailable', message: expect.stringMatching(/too many client metadata documents are being fetched at once/) });
+    hanging.shift()!();
+    await new Promise((r) => setImmediate(r));
+    await expect(fetcher.fetch('https://next.example/c.json')).rejects.toThrow(/no complete answer/); // a slot again (and a lookup that hangs again)
+  });
+
+  it('per client address: one fetch at a time and a bucket per minute; IPv6 counted by its /64', () => {
+    let now = 0;
+    const limit = new CimdAddressLimit(3, () => now);
+    const give = limit.take('203.0.113.5');
+    expect(() => limit.take('203.0.113.5')).toThrow(/already being fetched for a request from this address/);
+    expect(() => limit.take('::ffff:203.0.113.5')).toThrow(/already being fetched/);
+    limit.take('203.0.113.6')(); // another address is not affected
+    give();
+    give(); // giving back twice gives back once
+    limit.take('203.0.113.5')();
+    limit.take('203.0.113.5')();
+    let refusal: CimdFailure | undefined;
+    try {
+      limit.take('203.0.113.5');
+    } catch (e) {
+      refusal = e as CimdFailure;
+    }
+    expect(refusal?.message).toMatch(/at most 3 a minute/);
+    expect(refusal?.retryAfterSeconds).toBe(20);
+    now += 20_000; // one refilled
+    limit.take('203.0.113.5')();
+    limit.take('2001:db8:1:2::1')();
+    limit.take('2001:db8:1:2::2')();
+    limit.take('2001:db8:1:2:ffff::3')();
+    expect(() => limit.take('2001:db8:1:2::4')).toThrow(/at most 3 a minute/);
+    limit.take('2001:db8:1:3::1')();
   });
 });

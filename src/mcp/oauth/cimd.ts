@@ -26,9 +26,10 @@
 import { request as httpsRequest } from 'node:https';
 import type { IncomingHttpHeaders } from 'node:http';
 import { rootCertificates } from 'node:tls';
-import { lookup } from 'node:dns/promises';
+import { Resolver } from 'node:dns';
 import { isIP } from 'node:net';
 import { isPrivateAddress, parseIPv4, parseIPv6 } from '../../sandbox/egress/address.js';
+import { addressKey } from '../../services/login-throttle.js';
 import { cleanClientName, type CimdCache, type CimdClientRecord, type CimdDocument, type OAuthStore } from '../../services/oauth.js';
 import { redirectUriProblem } from './redirect-uris.js';
 
@@ -39,8 +40,20 @@ export const CIMD_TIMEOUT_MS = 5_000;
 /** Bounds of how long a fetched document is reused when its answer allows caching at all. */
 export const CIMD_FRESH_FLOOR_MS = 60_000;
 export const CIMD_FRESH_CEILING_MS = 24 * 3600_000;
-/** Fetches in flight at once, over all clients (a request beyond it is refused, not queued). */
+/**
+ * Fetches in flight at once, over all clients (a request beyond it is refused, not queued). A fetch
+ * holds its slot until its work has really ended (its resolution answered or cancelled, its socket
+ * closed), not only until its deadline.
+ */
 export const CIMD_MAX_CONCURRENT = 4;
+/** One name server query's timeout and the tries of each server (c-ares; backoff doubles it per round). */
+export const CIMD_DNS_TIMEOUT_MS = 1000;
+export const CIMD_DNS_TRIES = 2;
+/** Fetches one client address may start per minute (a bucket of as many, refilled evenly), and at once. */
+export const CIMD_FETCHES_PER_MINUTE = 20;
+export const CIMD_FETCHES_PER_ADDRESS_AT_ONCE = 1;
+/** Client addresses the per-address limit remembers (past it, idle full buckets are forgotten, then the oldest idle one). */
+export const CIMD_MAX_ADDRESSES = 10_000;
 /** Redirect URIs a document may list (registration takes 10; a shared document may name more). */
 export const CIMD_MAX_REDIRECT_URIS = 20;
 
@@ -49,6 +62,8 @@ export class CimdFailure extends Error {
   constructor(
     message: string,
     readonly error: 'invalid_client' | 'temporarily_unavailable' = 'invalid_client',
+    /** Set when the client itself is over its limit: the page is a 429 with this Retry-After. */
+    readonly retryAfterSeconds?: number,
   ) {
     super(message);
   }
@@ -222,10 +237,14 @@ export function validateDocument(url: string, json: unknown): CimdDocument {
 
 export type Fetched = { status: 200; json: unknown; headers: IncomingHttpHeaders } | { status: 304; headers: IncomingHttpHeaders };
 
-/** One fetch's deadline state: past it, nothing more is started and the request in flight is destroyed. */
+/**
+ * One fetch's deadline state: past it, nothing more is started, the resolution in flight is
+ * cancelled and the request in flight is destroyed.
+ */
 interface Run {
   expired: boolean;
   abort?: (e: Error) => void;
+  cancelResolve?: () => void;
 }
 
 export interface CimdFetcherOptions {
@@ -233,31 +252,128 @@ export interface CimdFetcherOptions {
   allowLoopback: boolean;
   /** Extra CA certificates (PEM) trusted for these fetches, beside the system's. */
   extraCa?: string;
-  /** Resolves a host name to its addresses (tests count the calls); default: the system resolver. */
-  resolve?: (hostname: string) => Promise<string[]>;
+  /**
+   * Resolves a host name to its addresses (tests count the calls); default: c-ares (node:dns
+   * Resolver) with a bounded timeout, asking `dnsServers` or the system's name servers.
+   */
+  resolve?: (hostname: string, run: { cancel?: () => void }) => Promise<string[]>;
+  /** Name servers for the default resolver (IP, IP:port, [IPv6]:port); empty: /etc/resolv.conf's. */
+  dnsServers?: string[];
   timeoutMs?: number;
   maxBytes?: number;
 }
 
-const systemResolve = async (hostname: string): Promise<string[]> => (await lookup(hostname, { all: true, verbatim: true })).map((a) => a.address);
+/**
+ * A bounded resolution: A and AAAA through c-ares, a Resolver of its own per lookup so that the
+ * deadline cancels it (dns.lookup, getaddrinfo on libuv's thread pool, cannot be cancelled and holds
+ * a thread of the pool file I/O, scrypt and zlib share for as long as the name server keeps silent;
+ * c-ares runs on the event loop and holds no thread). The /etc/hosts file is not read (a document's
+ * host is a public DNS name); localhost is loopback (RFC 6761) without a query. Settles only when
+ * both queries have ended (answered, failed or cancelled).
+ */
+export function boundedResolver(servers: string[] = []): (hostname: string, run: { cancel?: () => void }) => Promise<string[]> {
+  return (hostname, run) => {
+    // RFC 6761: localhost and its subdomains are loopback, whatever a name server says.
+    if (/^(.+\.)?localhost\.?$/i.test(hostname)) return Promise.resolve(['127.0.0.1', '::1']);
+    const r = new Resolver({ timeout: CIMD_DNS_TIMEOUT_MS, tries: CIMD_DNS_TRIES });
+    if (servers.length > 0) r.setServers(servers);
+    run.cancel = () => r.cancel();
+    const query = (fn: 'resolve4' | 'resolve6') =>
+      new Promise<{ ok: string[] } | { err: NodeJS.ErrnoException }>((done) => r[fn](hostname, (err, addrs) => done(err ? { err } : { ok: addrs })));
+    return Promise.all([query('resolve4'), query('resolve6')]).then(([a, aaaa]) => {
+      const found = [...('ok' in a ? a.ok : []), ...('ok' in aaaa ? aaaa.ok : [])];
+      if (found.length > 0) return found;
+      const err = 'err' in a ? a.err : 'err' in aaaa ? aaaa.err : null;
+      if (err && err.code !== 'ENODATA') throw err;
+      return [];
+    });
+  };
+}
+
+/**
+ * Fetches per client address (issue #42 item 4): a bucket of CIMD_FETCHES_PER_MINUTE, refilled
+ * evenly over a minute, and CIMD_FETCHES_PER_ADDRESS_AT_ONCE in flight. Addresses are counted as
+ * the login throttle counts them (IPv4, or the /64 of IPv6). Only fetches count: a kept fresh
+ * document costs nothing.
+ */
+export class CimdAddressLimit {
+  private readonly buckets = new Map<string, { tokens: number; at: number; inFlight: number }>();
+
+  constructor(
+    private readonly perMinute = CIMD_FETCHES_PER_MINUTE,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Takes a fetch for `address`, or throws the refusal; the returned function gives it back when the fetch has ended. */
+  take(address: string | undefined): () => void {
+    const key = addressKey(address);
+    const now = this.now();
+    let b = this.buckets.get(key);
+    if (b) {
+      b.tokens = Math.min(this.perMinute, b.tokens + ((now - b.at) * this.perMinute) / 60_000);
+      b.at = now;
+    } else {
+      this.makeRoom();
+      b = { tokens: this.perMinute, at: now, inFlight: 0 };
+      this.buckets.set(key, b);
+    }
+    if (b.inFlight >= CIMD_FETCHES_PER_ADDRESS_AT_ONCE)
+      throw new CimdFailure('a client metadata document is already being fetched for a request from this address; try again when it has finished', 'temporarily_unavailable', 5);
+    if (b.tokens < 1)
+      throw new CimdFailure(
+        `too many client metadata documents were fetched for requests from this address (at most ${this.perMinute} a minute); try again later`,
+        'temporarily_unavailable',
+        Math.max(1, Math.ceil(((1 - b.tokens) * 60) / this.perMinute)),
+      );
+    b.tokens -= 1;
+    b.inFlight++;
+    const bucket = b;
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      bucket.inFlight--;
+    };
+  }
+
+  /** Keeps the table bounded: full, idle buckets go first (they hold nothing), then the oldest idle one. */
+  private makeRoom(): void {
+    if (this.buckets.size < CIMD_MAX_ADDRESSES) return;
+    const now = this.now();
+    for (const [k, b] of this.buckets) if (b.inFlight === 0 && b.tokens + ((now - b.at) * this.perMinute) / 60_000 >= this.perMinute) this.buckets.delete(k);
+    if (this.buckets.size < CIMD_MAX_ADDRESSES) return;
+    for (const [k, b] of this.buckets)
+      if (b.inFlight === 0) {
+        this.buckets.delete(k);
+        return;
+      }
+  }
+}
 
 export class CimdFetcher {
   private inFlight = 0;
   private readonly ca: string[] | undefined;
-  private readonly resolveHost: (hostname: string) => Promise<string[]>;
+  private readonly resolveHost: (hostname: string, run: { cancel?: () => void }) => Promise<string[]>;
   private readonly timeoutMs: number;
   private readonly maxBytes: number;
 
   constructor(private readonly opts: CimdFetcherOptions) {
     this.ca = opts.extraCa ? [...rootCertificates, opts.extraCa] : undefined;
-    this.resolveHost = opts.resolve ?? systemResolve;
+    this.resolveHost = opts.resolve ?? boundedResolver(opts.dnsServers);
     this.timeoutMs = opts.timeoutMs ?? CIMD_TIMEOUT_MS;
     this.maxBytes = opts.maxBytes ?? CIMD_MAX_BYTES;
   }
 
-  /** Fetches the document at `url` (already checked by clientIdUrlProblem), conditionally when `prior` validators are given. */
-  async fetch(url: string, prior?: { etag: string | null; lastModified: string | null }): Promise<Fetched> {
-    if (this.inFlight >= CIMD_MAX_CONCURRENT) throw new CimdFailure('too many client metadata documents are being fetched at once; try again in a moment', 'temporarily_unavailable');
+  /**
+   * Fetches the document at `url` (already checked by clientIdUrlProblem), conditionally when
+   * `prior` validators are given. `ended` is called when the fetch's work has really ended (which
+   * may be after the deadline rejected the fetch).
+   */
+  async fetch(url: string, prior?: { etag: string | null; lastModified: string | null }, ended?: () => void): Promise<Fetched> {
+    if (this.inFlight >= CIMD_MAX_CONCURRENT) {
+      ended?.(); // no work was started
+      throw new CimdFailure('too many client metadata documents are being fetched at once; try again in a moment', 'temporarily_unavailable');
+    }
     this.inFlight++;
     let timer: NodeJS.Timeout | undefined;
     const run: Run = { expired: false };
@@ -265,15 +381,22 @@ export class CimdFetcher {
       timer = setTimeout(() => {
         const e = new CimdFailure(`no complete answer within ${this.timeoutMs / 1000} s`);
         run.expired = true;
+        run.cancelResolve?.();
         run.abort?.(e);
         reject(e);
       }, this.timeoutMs);
     });
+    const work = this.fetchOnce(url, prior, run);
+    // The slot is given back when the work has really ended, past the deadline too.
+    const release = () => {
+      this.inFlight--;
+      ended?.();
+    };
+    work.then(release, release);
     try {
-      return await Promise.race([this.fetchOnce(url, prior, run), deadline]);
+      return await Promise.race([work, deadline]);
     } finally {
       clearTimeout(timer);
-      this.inFlight--;
     }
   }
 
@@ -284,8 +407,13 @@ export class CimdFetcher {
     if (isIP(host)) addresses = [host];
     else {
       try {
-        addresses = await this.resolveHost(host);
+        const lookup: { cancel?: () => void } = {};
+        const pending = this.resolveHost(host, lookup);
+        run.cancelResolve = () => lookup.cancel?.();
+        if (run.expired) run.cancelResolve();
+        addresses = await pending;
       } catch (e) {
+        if (run.expired) throw new CimdFailure('too late');
         throw new CimdFailure(`the host ${url.hostname} could not be resolved (${(e as NodeJS.ErrnoException).code ?? 'error'})`);
       }
       if (addresses.length === 0) throw new CimdFailure(`the host ${url.hostname} has no address`);
@@ -388,15 +516,18 @@ export class CimdClients {
   constructor(
     private readonly store: OAuthStore,
     private readonly fetcher: CimdFetcher,
+    private readonly limit: CimdAddressLimit = new CimdAddressLimit(),
   ) {}
 
-  async resolve(url: string): Promise<{ client: CimdClientRecord; change: CimdChange }> {
+  /** `address`: the client address of the authorization request (the per-address fetch limit). */
+  async resolve(url: string, address?: string): Promise<{ client: CimdClientRecord; change: CimdChange }> {
     const problem = clientIdUrlProblem(url);
     if (problem) throw new CimdFailure(`client_id: a Client ID Metadata Document URL ${problem}`);
     const kept = this.store.cimdClient(url);
     if (kept?.cache.freshUntil && Date.parse(kept.cache.freshUntil) > Date.now()) return { client: kept, change: 'same' };
     const prior = kept && (kept.cache.etag || kept.cache.lastModified) ? { etag: kept.cache.etag, lastModified: kept.cache.lastModified } : undefined;
-    const got = await this.fetcher.fetch(url, prior);
+    const giveBack = this.limit.take(address);
+    const got = await this.fetcher.fetch(url, prior, giveBack);
     // A 304's headers update the kept answer's (RFC 9111 section 4.3.4): without a Cache-Control of
     // its own, the kept one (no-cache, say) still rules.
     const headers = got.status === 304 && header(got.headers, 'cache-control') === undefined && kept?.cache.cacheControl ? { ...got.headers, 'cache-control': kept.cache.cacheControl } : got.headers;

@@ -16,10 +16,11 @@ import { z } from 'zod';
 import type { App } from '../../app.js';
 import { ServiceError } from '../../core/errors.js';
 import { ConfigError } from '../../core/config.js';
+import { clientAddress } from '../../core/client-address.js';
 import { accessFromScope, scopesSupported, scopeFromAccess } from '../../core/toolsets.js';
 import { cleanClientName, isMetadataUrlClientId, OAUTH_PATHS, OAuthFailure, type ClientRecord, type OAuthStore } from '../../services/oauth.js';
 import { redirectUriProblem } from './redirect-uris.js';
-import { CimdClients, CimdFailure, CimdFetcher } from './cimd.js';
+import { CimdAddressLimit, CimdClients, CimdFailure, CimdFetcher } from './cimd.js';
 
 /** Paths a browser-based client (the MCP Inspector) calls cross-origin: no cookies, CORS open. */
 export const OAUTH_CORS_PATHS = new Set([
@@ -148,7 +149,7 @@ function cimdClients(app: App, store: OAuthStore): CimdClients {
     if (!extraCa.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`invalid setting --oauth-cimd-ca-file / ATELIER_OAUTH_CIMD_CA_FILE: ${app.config.oauthCimdCaFile} holds no PEM certificate`, 'oauthCimdCaFile');
   }
   if (app.config.oauthCimdAllowLoopback) app.log.warn('--oauth-cimd-allow-loopback: OAuth client metadata documents may be fetched from loopback addresses (development and tests only)');
-  return new CimdClients(store, new CimdFetcher({ allowLoopback: app.config.oauthCimdAllowLoopback, extraCa }));
+  return new CimdClients(store, new CimdFetcher({ allowLoopback: app.config.oauthCimdAllowLoopback, extraCa, dnsServers: app.config.oauthCimdDnsServers }), new CimdAddressLimit(app.config.oauthCimdFetchesPerMinute));
 }
 
 export function registerOAuthRoutes(f: FastifyInstance, app: App, store: OAuthStore): void {
@@ -240,16 +241,17 @@ export function registerOAuthRoutes(f: FastifyInstance, app: App, store: OAuthSt
         // A Client ID Metadata Document URL: the client is what the document at it says (fetched
         // now unless a fresh copy is kept). Any failure is a page: there is no client to send it to.
         try {
-          const r = await cimd.resolve(clientId);
+          const r = await cimd.resolve(clientId, clientAddress(req.raw, app.config.trustedProxies));
           client = r.client;
           if (r.change !== 'same')
             app.audit.record({ actor: 'system', action: 'oauth_client_metadata', target: client.id, outcome: 'ok', details: { url: clientId, name: client.name, change: r.change } });
         } catch (e) {
           if (!(e instanceof CimdFailure)) throw e;
           app.log.info({ clientId: clientId.slice(0, 300), reason: e.message }, 'oauth: client metadata document refused');
+          if (e.retryAfterSeconds !== undefined) reply.header('retry-after', String(e.retryAfterSeconds));
           return errorPage(
             reply,
-            e.error === 'temporarily_unavailable' ? 503 : 400,
+            e.retryAfterSeconds !== undefined ? 429 : e.error === 'temporarily_unavailable' ? 503 : 400,
             e.error,
             // Parts of the message come from the document's host: no format or control characters.
             `client_id ${clientId.slice(0, 300)}: ${e.message.replace(/[\p{Cf}\p{Cc}]/gu, '')}`,
