@@ -135,12 +135,27 @@ function relay(ctx: GatewayContext, res: ServerResponse, route: Route, r: Reserv
       finish(null, false, 'upstream redirect refused');
       return sendError(res, 502, 'upstream_redirect_refused', `the provider answered ${st} (a redirect); the gateway never follows redirects with a key`);
     }
+    // The provider's status and headers are relayed only as node can write them: its parser takes
+    // any three digits (`HTTP/1.1 042`), which writeHead refuses with a throw in this callback, and
+    // the gateway would end. Anything else is a 502 to this request.
+    const unrelayable = (why: string): void => {
+      ur.resume();
+      finish(null, false, why);
+      sendError(res, 502, 'upstream_invalid_response', `the provider's answer cannot be relayed (${why})`);
+    };
+    if (st < 200 || st > 599) return unrelayable(`status ${st}`);
     const ok = st >= 200 && st < 300;
     const sse = String(ur.headers['content-type'] ?? '').includes('text/event-stream');
     const h: OutgoingHttpHeaders = {};
     for (const [k, v] of Object.entries(ur.headers)) if (v !== undefined && !HOP_HEADERS.has(k)) h[k] = v;
     if (sse) delete h['content-length'];
-    if (!clientGone) res.writeHead(st, h);
+    if (!clientGone) {
+      try {
+        res.writeHead(st, h);
+      } catch (err) {
+        return unrelayable(`its headers: ${(err as NodeJS.ErrnoException).code ?? 'invalid'}`);
+      }
+    }
 
     if (sse) {
       const meter = new SseMeter(r.outputLimit, o.choices, o.stripUsage);

@@ -211,8 +211,8 @@ export class SandboxCgroup {
   }
 
   /** Kills every process in the sandbox (freeze, SIGKILL all, thaw) and waits until none is left. */
-  killAll(): Promise<void> {
-    return killCgroup(this.dirs.freezer);
+  async killAll(): Promise<void> {
+    await killCgroup(this.dirs.freezer);
   }
 
   /**
@@ -256,6 +256,8 @@ export class SandboxCgroup {
   private lastSweep = 0;
 
   async attachExec(execId: string, nsPid: number): Promise<string> {
+    // Both come from the daemon: execId names a directory root makes, so it is checked here too.
+    if (!isExecId(execId) || !Number.isSafeInteger(nsPid) || nsPid <= 0) throw new ServiceError('INTERNAL', 'the sandbox daemon named an exec with an invalid id or pid');
     // Groups left busy by background processes are swept now and then, not on every exec.
     if (Date.now() - this.lastSweep > 10_000) {
       this.lastSweep = Date.now();
@@ -324,8 +326,8 @@ export class SandboxCgroup {
     setImmediate(() => attempt(true));
   }
 
-  /** Kills every process of one exec's sub-cgroup. */
-  killExec(dir: string): Promise<void> {
+  /** Kills every process of one exec's sub-cgroup; resolves with how many distinct processes were signalled. */
+  killExec(dir: string): Promise<number> {
     return killCgroup(dir);
   }
 
@@ -442,18 +444,29 @@ async function treeMembers(dir: string): Promise<number[]> {
   return pids;
 }
 
-/** Freeze, SIGKILL every member, thaw; repeat until the (freezer) cgroup is empty. */
-async function killCgroup(dir: string): Promise<void> {
-  if (!existsSync(dir)) return;
+/** The daemon's exec and spare ids (`x<n>`, `s<n>`, ...): short, and safe in a cgroup directory's name. */
+export function isExecId(v: unknown): v is string {
+  return typeof v === 'string' && /^[A-Za-z0-9_-]{1,64}$/.test(v);
+}
+
+/**
+ * Freeze, SIGKILL every member, thaw; repeat until the (freezer) cgroup is empty. Resolves with how
+ * many distinct processes it signalled: read while the group is frozen (none can fork meanwhile),
+ * so it counts what was running there, setsid'd or re-parented ones included.
+ */
+async function killCgroup(dir: string): Promise<number> {
+  if (!existsSync(dir)) return 0;
   const state = path.join(dir, 'freezer.state');
   await put(state, 'FROZEN');
   // FREEZING can last while a task sits in uninterruptible sleep; do not wait forever for it.
   for (let i = 0; i < 50 && (await readFile(state, 'utf8')).trim() !== 'FROZEN'; i++) await sleep(10);
+  const signalled = new Set<number>();
   try {
     for (let round = 0; round < 500; round++) {
       const pids = await treeMembers(dir);
-      if (pids.length === 0) return;
+      if (pids.length === 0) return signalled.size;
       for (const pid of pids) {
+        signalled.add(pid);
         try {
           process.kill(pid, 'SIGKILL');
         } catch {

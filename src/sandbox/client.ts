@@ -12,8 +12,6 @@ import { SpanKind, inSpan, inTrace } from '../telemetry/tracing.js';
 import {
   FrameReader,
   encodeMessage,
-  type DaemonErrorBody,
-  type DaemonMessage,
   type DaemonMethod,
   type ParamsOf,
   type PingResult,
@@ -181,6 +179,10 @@ export class DaemonClient {
     this.socket = socket;
     // A large body goes to a pooled block (core/raw-text.ts), given back once escaped onto the wire.
     const reader = new FrameReader(undefined, true, leaseBytes);
+    // Containment (docs/architecture.md, "Containing bytes from a workspace"): this runs in the
+    // socket's read callback, where a throw would end the runner. Nothing the peer sends may reach
+    // one: a frame the reader refuses drops the connection (requests in flight fail UNAVAILABLE),
+    // and each message is handled by handle(), which fails only the request it answers.
     const deliver = (chunk: Buffer): void => {
       let messages: Array<{ line: string; body?: Buffer }>;
       try {
@@ -200,31 +202,67 @@ export class DaemonClient {
     return deliver;
   }
 
+  /**
+   * One message off the wire, checked before anything believes it: a line that is not JSON, not an
+   * object or has no integer id is dropped; a message for no pending request (a cancel's reply, a
+   * request that gave up, an id never sent) is dropped; one of the wrong shape fails its request
+   * (INTERNAL, naming the daemon). A consumer's callback that throws on an event fails that request
+   * only. Never throws.
+   */
   private handle(line: string, body?: Buffer): void {
-    let msg: DaemonMessage;
+    let msg: unknown;
     try {
-      msg = JSON.parse(line) as DaemonMessage;
+      msg = JSON.parse(line);
     } catch {
       return;
     }
-    if (typeof msg.id !== 'number') return;
-    const pending = this.pending.get(msg.id);
-    if (!pending) return; // a reply to a cancel, or to a request that already gave up
-    if ('event' in msg) pending.onEvent?.(msg.event, msg.data);
-    else if ('error' in msg) pending.reject(toServiceError(msg.error));
-    else {
-      // A raw body (fs.read's content) becomes the field it belongs to, decoded once when first read
-      // (core/raw-text.ts: the wire escapes it from the bytes).
-      if (body && msg.body && msg.result && typeof msg.result === 'object') defineRawText(msg.result as Record<string, unknown>, msg.body.field, body, msg.body.encoding);
-      pending.resolve(msg.result);
+    if (!isRecord(msg) || !Number.isSafeInteger(msg.id)) return;
+    const pending = this.pending.get(msg.id as number);
+    if (!pending) return;
+    try {
+      if ('event' in msg) {
+        if (typeof msg.event !== 'string') throw new MalformedMessage('an event without a name');
+        pending.onEvent?.(msg.event, msg.data);
+      } else if ('error' in msg) pending.reject(daemonError(msg.error));
+      else if ('result' in msg) {
+        const spec = msg.body;
+        if (body && spec !== undefined) {
+          // A raw body (fs.read's content) becomes the field it belongs to, decoded once when first read
+          // (core/raw-text.ts: the wire escapes it from the bytes).
+          if (!isRecord(spec) || typeof spec.field !== 'string' || (spec.encoding !== 'utf-8' && spec.encoding !== 'base64')) throw new MalformedMessage('a raw body with a bad description');
+          if (!isRecord(msg.result)) throw new MalformedMessage('a raw body for a result that is not an object');
+          defineRawText(msg.result, spec.field, body, spec.encoding);
+        }
+        pending.resolve(msg.result);
+      } else throw new MalformedMessage('a message that is neither an event, an error nor a result');
+    } catch (err) {
+      const what = err instanceof MalformedMessage ? err.message : `a message its handler could not take (${err instanceof Error ? err.message : String(err)})`;
+      pending.reject(new ServiceError('INTERNAL', `the sandbox daemon sent ${what.slice(0, 300)}`));
+      // What the request started stops too (its later messages find no pending request).
+      this.write({ id: this.nextId++, method: 'cancel', params: { id: msg.id as number } });
     }
   }
 }
 
-/** Daemon error codes are a subset of the service's; anything unknown becomes INTERNAL. */
-function toServiceError(body: DaemonErrorBody): ServiceError {
-  const code = (Object.hasOwn(ERROR_CODES, body.code) ? body.code : 'INTERNAL') as ErrorCode;
-  return new ServiceError(code, body.message, { ...body.details, daemonCode: body.code });
+class MalformedMessage extends Error {}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+const MAX_ERROR_MESSAGE = 64 * 1024;
+
+/**
+ * A daemon's error body as a ServiceError. Its codes are a subset of the service's; anything
+ * unknown (or a body of the wrong shape) becomes INTERNAL, and the message is bounded. Shared by
+ * the relay's first reply (./relay.ts).
+ */
+export function daemonError(body: unknown): ServiceError {
+  const b = isRecord(body) ? body : {};
+  const daemonCode = typeof b.code === 'string' ? b.code.slice(0, 64) : 'INTERNAL';
+  const code = (Object.hasOwn(ERROR_CODES, daemonCode) ? daemonCode : 'INTERNAL') as ErrorCode;
+  const message = typeof b.message === 'string' ? b.message.slice(0, MAX_ERROR_MESSAGE) : 'the sandbox daemon sent an error without a message';
+  return new ServiceError(code, message, { ...(isRecord(b.details) ? b.details : {}), daemonCode });
 }
 
 function isCancelled(err: unknown): boolean {

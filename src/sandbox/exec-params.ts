@@ -17,5 +17,6 @@ export function execParams(req: ExecRequest, stream: boolean): ExecParams {
     maxOutputBytes: req.maxOutputBytes,
     killGraceMs: req.killGraceMs,
     stream,
+    endLeftovers: req.keepBackground === true ? undefined : true,
   };
 }

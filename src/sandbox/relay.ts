@@ -4,7 +4,8 @@
  * inbound network: preview URLs (services/previews.ts) reach a workspace server only this way.
  */
 import { connect, type Socket } from 'node:net';
-import { ERROR_CODES, ServiceError, type ErrorCode } from '../core/errors.js';
+import { ServiceError } from '../core/errors.js';
+import { daemonError } from './client.js';
 import { encodeMessage, type DaemonErrorBody } from './daemon/protocol.js';
 
 /** Longest reply line accepted before the relay starts. */
@@ -59,7 +60,7 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
       if (msg.error?.code === 'NOT_IMPLEMENTED')
         // A daemon started before relays existed (same protocol version: the method was added compatibly).
         return done(new ServiceError('FAILED_PRECONDITION', 'this workspace\'s sandbox daemon was started before preview relays existed (the service was upgraded while it ran): it relays once its sandbox starts again (close and reopen the workspace)', { daemonCode: 'NOT_IMPLEMENTED' }));
-      if (msg.error) return done(toServiceError(msg.error));
+      if (msg.error) return done(daemonError(msg.error));
       if (msg.id !== 1 || msg.result?.relayed !== true) return done(new ServiceError('UNAVAILABLE', 'the sandbox daemon does not relay (an older daemon?)'));
       const rest = buf.subarray(nl + 1);
       if (rest.length > 0) socket.unshift(rest);
@@ -73,9 +74,4 @@ export function openRelay(socketPath: string, port: number, timeoutMs = 10_000):
     socket.on('error', (err: NodeJS.ErrnoException) => done(new ServiceError('UNAVAILABLE', 'sandbox daemon is not reachable', { cause: err.code ?? err.message })));
     socket.once('close', () => done(new ServiceError('UNAVAILABLE', 'the sandbox daemon closed the relay before answering')));
   });
-}
-
-function toServiceError(body: DaemonErrorBody): ServiceError {
-  const code = (Object.hasOwn(ERROR_CODES, body.code) ? body.code : 'INTERNAL') as ErrorCode;
-  return new ServiceError(code, body.message, { ...body.details, daemonCode: body.code });
 }

@@ -274,7 +274,13 @@ export class AgentRuntimePool {
     return slot;
   }
 
-  /** Newline-delimited JSON from the runtime: before assignment only `ready` is heard. */
+  /**
+   * Newline-delimited JSON from the runtime: before assignment only `ready` is heard. The runtime is
+   * code in a sandbox acting on a model's output (docs/architecture.md, "Containing bytes from a
+   * workspace"): a line that is not JSON is skipped, anything else goes to the owner's onMessage,
+   * which checks each field and runs asynchronously (its failures are logged there); a buffer past
+   * 64 MiB without a newline drops the connection. Nothing here throws into the socket's callback.
+   */
   private serve(slot: RuntimeSlot, sock: Socket, onReady: (t: { loadedMs: number; readyMs: number }) => void): void {
     let buf = '';
     sock.setEncoding('utf8');

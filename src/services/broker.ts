@@ -23,7 +23,7 @@ export const CRED_SOCKET_DIR = '/run/atelier-cred';
 export const CRED_SOCKET_NAME = 'cred.sock';
 
 function parseRequest(text: string): Record<string, string> {
-  const out: Record<string, string> = {};
+  const out: Record<string, string> = Object.create(null) as Record<string, string>; // no inherited keys: `host` is the request's or absent
   for (const line of text.split('\n')) {
     const eq = line.indexOf('=');
     if (eq > 0) out[line.slice(0, eq)] = line.slice(eq + 1);
@@ -45,20 +45,32 @@ export async function startCredentialBroker(opts: {
   await chmod(dir, 0o711);
   const sock = join(dir, CRED_SOCKET_NAME);
   let served = 0;
+  // Containment (docs/architecture.md, "Containing bytes from a workspace"): git's side of this
+  // socket is code in a sandbox. One request per connection, at most 16 KiB, decoded as UTF-8
+  // across chunk boundaries; anything after the request, a half-close or a reset is ignored, and
+  // nothing in the callback can throw (the audit hook is guarded).
   const server: Server = createServer((conn) => {
     let buf = '';
+    let answered = false;
+    conn.setEncoding('utf8');
     conn.setTimeout(10_000, () => conn.destroy());
-    conn.on('data', (chunk) => {
-      buf += chunk.toString('utf8');
+    conn.on('data', (chunk: string) => {
+      if (answered) return;
+      buf += chunk;
       if (buf.length > 16_384) return conn.destroy();
       if (!buf.includes('\n\n')) return;
+      answered = true;
       const [action, ...rest] = buf.split('\n');
       const req = parseRequest(rest.join('\n'));
       const host = (req.host ?? '').toLowerCase();
       const path = '/' + (req.path ?? '').replace(/^\/+/, '');
       const samePath = !req.path || path.replace(/\.git$/, '') === opts.repo.path.replace(/\.git$/, '');
       const ok = action === 'get' && req.protocol === 'https' && host === opts.repo.authority && samePath && opts.credential !== null;
-      opts.onRequest?.({ host, path, answered: ok });
+      try {
+        opts.onRequest?.({ host, path, answered: ok });
+      } catch {
+        // The audit hook's failure is not the requester's.
+      }
       if (ok) {
         served++;
         conn.end(`username=${opts.credential!.username}\npassword=${opts.credential!.token}\n\n`);

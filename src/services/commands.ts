@@ -79,6 +79,25 @@ export interface CallHandle {
   input(request: Record<string, unknown> | null): void;
 }
 
+/**
+ * A run's output log. Its bytes are the workspace's: a write that fails (ENOSPC, EIO) must not end
+ * the runner (an 'error' with no listener would), so it ends the log and says so through onError.
+ */
+function outputLog(file: string, onError: () => void): WriteStream {
+  const out = createWriteStream(file, { flags: 'a', mode: 0o600 });
+  out.on('error', onError);
+  return out;
+}
+
+/** Ends a log (when there is one) and waits until it is closed, written or failed. */
+function closeLog(out: WriteStream | undefined): Promise<void> {
+  if (!out || out.closed) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    out.once('close', () => resolve());
+    out.end();
+  });
+}
+
 function stateOf(result: ExecResult): { state: RunState; reason: string | null } {
   if (result.cancelled) return { state: 'cancelled', reason: 'cancelled' };
   if (result.timedOut) return { state: 'timed_out', reason: 'the time limit passed; the whole process tree was killed' };
@@ -122,7 +141,11 @@ export class CommandService {
     };
     const done = (async () => {
       await mkdir(this.outDir, { recursive: true, mode: 0o700 });
-      out = createWriteStream(file, { flags: 'a', mode: 0o600 });
+      out = outputLog(file, () => {
+        // The log could not be written (the disk is full): the output so far is kept, the rest is not.
+        truncated = true;
+        out = undefined;
+      });
       let final: { state: RunState; reason: string | null; exitCode: number | null; signal: string | null };
       try {
         // Async operations and tasks are background work: what they leave running is theirs to keep.
@@ -137,7 +160,7 @@ export class CommandService {
         final = { state: abort.signal.aborted ? 'cancelled' : interrupted ? 'interrupted' : 'failed', reason: err.message ?? String(caught), exitCode: null, signal: null };
       }
       if (this.stopping && final.state === 'cancelled') final = { ...final, state: 'interrupted', reason: 'interrupted by a service shutdown; output so far is kept' };
-      await new Promise<void>((r) => out!.end(r));
+      await closeLog(out);
       this.deps.db
         .prepare(`UPDATE ${table} SET state = ?, reason = ?, exit_code = ?, signal = ?, output_bytes = ?, output_truncated = ?, ended_at = ? WHERE id = ?`)
         .run(final.state, final.reason, final.exitCode, final.signal, bytes, truncated ? 1 : 0, nowIso(), id);
@@ -401,6 +424,7 @@ export class CommandService {
     let bytes = 0;
     let truncated = false;
     let out: WriteStream | undefined;
+    let logFailed = false;
     const handle: CallHandle = {
       id,
       signal: abort.signal,
@@ -409,9 +433,17 @@ export class CommandService {
         const room = cap - (bytes - chunk.length);
         if (room < chunk.length) truncated = true;
         if (room <= 0) return;
+        if (logFailed) return;
         if (!out) {
-          mkdirSync(this.outDir, { recursive: true, mode: 0o700 });
-          out = createWriteStream(file, { flags: 'a', mode: 0o600 });
+          try {
+            mkdirSync(this.outDir, { recursive: true, mode: 0o700 });
+          } catch {
+            logFailed = truncated = true;
+            return;
+          }
+          out = outputLog(file, () => {
+            logFailed = truncated = true;
+          });
         }
         out.write(room >= chunk.length ? chunk : chunk.subarray(0, room));
       },
@@ -429,7 +461,7 @@ export class CommandService {
       } catch (e) {
         outcome = { error: { code: -32603, message: (e as Error)?.message ?? String(e) } };
       }
-      if (out) await new Promise<void>((r) => out!.end(r));
+      await closeLog(out);
       const cancelled = abort.signal.aborted;
       const state: RunState = this.stopping && cancelled ? 'interrupted' : cancelled ? 'cancelled' : 'error' in outcome || outcome.isError ? 'failed' : 'succeeded';
       const reason = state === 'interrupted' ? 'interrupted by a service shutdown; output so far is kept' : state === 'cancelled' ? 'cancelled by the client' : 'error' in outcome ? outcome.error.message : null;

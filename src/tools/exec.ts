@@ -10,6 +10,19 @@ const domain = 'Commands and shells';
 /** A call that keeps a log (an MCP task, docs/mcp-tasks.md) also gets the output as it comes; the result is the same. */
 const streamTo = (output: ((chunk: Buffer) => void) | undefined) => (output ? (_stream: 'stdout' | 'stderr', chunk: Buffer) => output(chunk) : undefined);
 
+/**
+ * exec_run's (and bash's) word on what the command left running (issue #42 item 8): when the
+ * driver ended processes the command left behind (`cmd &`, `nohup`, `setsid`), the result carries
+ * backgroundEnded (how many) and this note; nothing when none was left.
+ */
+function withBackgroundNote(result: Record<string, unknown>): Record<string, unknown> {
+  const n = result.backgroundEnded;
+  if (typeof n !== 'number' || n <= 0) return result;
+  const what = n === 1 ? '1 process' : `${n} processes`;
+  result.backgroundNote = `${what} the command left running (started with &, nohup or setsid) ${n === 1 ? 'was' : 'were'} ended when it returned; start a server or other long-running process with tasks_run, which keeps it running`;
+  return result;
+}
+
 const COMMAND = str(1, 32768).describe('Shell command line to run (1-32768 characters)');
 const TIMEOUT_MS = int(100, 300000).default(60000).describe('Time limit in milliseconds (100-300000); the command is killed when it passes');
 const MAX_OUTPUT_BYTES = int(1024, 1048576)
@@ -40,11 +53,12 @@ export const execRun = defineTool({
     if (args.async) return ctx.services.commands.startOperation(ws, 'exec_run', args.command, args.cwd, args.timeoutMs, ctx.signal);
     const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, streamTo(ctx.output), ctx.signal);
     // The output stays the daemon's bytes on its way to the wire (core/raw-text.ts).
-    return withFields({ workspaceId: ws }, r);
+    return withBackgroundNote(withFields({ workspaceId: ws }, r));
   },
   description:
     'Run one non-interactive shell command in the workspace as the non-root user and return its exit code and bounded output (time limit up to 300000 ms). ' +
     'Set async for long commands (then poll the returned operation); use tasks_run for runs longer than 5 minutes or with dependencies, and shell_open for interactive programs. ' +
+    'When the command returns, whatever it left running (cmd &, nohup, setsid) is ended and the result says how many (backgroundEnded, backgroundNote): start a dev server or other long-running process with tasks_run, which keeps it running. ' +
     'privileged runs need an approvalGrantToken from the approval flow; calling without one explains how to obtain it.',
   input: {
     command: COMMAND,
@@ -70,7 +84,7 @@ export const bash = defineTool({
     const ws = ctx.workspaceId(args.workspaceId);
     if (args.async) return ctx.services.commands.startOperation(ws, 'bash', args.command, args.cwd, args.timeoutMs, ctx.signal);
     const r = await ctx.services.workspaces.exec(ws, { command: args.command, cwd: args.cwd, timeoutMs: args.timeoutMs, maxOutputBytes: args.maxOutputBytes }, streamTo(ctx.output), ctx.signal);
-    return withFields({ target: 'workspace', workspaceId: ws }, r);
+    return withBackgroundNote(withFields({ target: 'workspace', workspaceId: ws }, r));
   },
   description:
     'Run a bash command. target workspace (default) behaves like exec_run in the workspace; target toolbox runs in a disposable container with no network, checkout, secrets or workspace, where the owner-bound managed packages are available (exists only when the operator enables packages). ' +

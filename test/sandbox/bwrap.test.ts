@@ -435,7 +435,9 @@ describe.skipIf(!isRoot)('bubblewrap executor', () => {
         expect((await dev.exec(h, { command: 'id -u' })).stdout).toBe('1000\n');
         const r = await dev.exec(h, { command: 'sleep 1000 & sleep 1000', timeoutMs: 200 });
         expect(r.timedOut).toBe(true);
-        await dev.exec(h, { command: 'setsid sleep 7654321 </dev/null >/dev/null 2>&1 &' });
+        // Kept running (keepBackground, as a task's would be): without it the daemon ends what the
+        // command leaves in its group when it returns, which a setsid not yet done still is.
+        await dev.exec(h, { command: 'setsid sleep 7654321 </dev/null >/dev/null 2>&1 &', keepBackground: true });
         await expect(dev.stats(h)).rejects.toMatchObject({ code: 'FAILED_PRECONDITION' });
         const marked = () =>
           readdirSync('/proc')

@@ -69,10 +69,17 @@ export function collect(
     };
     spec.signal?.addEventListener('abort', onAbort);
     if (spec.signal?.aborted) onAbort();
+    // The sandbox's bytes reach the caller's onOutput in this stream callback, where a throw would
+    // end the runner: a consumer that throws gets no more output; the run and its captures go on.
+    let onOutput = spec.onOutput;
     for (const name of ['stdout', 'stderr'] as const) {
       child[name]!.on('data', (chunk: Buffer) => {
         out[name].push(chunk);
-        spec.onOutput?.(name, chunk);
+        try {
+          onOutput?.(name, chunk);
+        } catch {
+          onOutput = undefined;
+        }
       });
     }
     child.stdin!.on('error', () => undefined);

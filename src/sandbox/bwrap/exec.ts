@@ -4,7 +4,7 @@
  * whatever it leaves behind killed with its cgroup when it ends.
  */
 import { ServiceError } from '../../core/errors.js';
-import type { SandboxCgroup } from '../cgroups.js';
+import { isExecId, type SandboxCgroup } from '../cgroups.js';
 import type { DaemonClient } from '../client.js';
 import type { ExecParams, ExecResult, ExecStarted } from '../daemon/protocol.js';
 import { execParams } from '../exec-params.js';
@@ -54,6 +54,8 @@ async function execOnce(
 ): Promise<ExecResult> {
   const params: ExecParams = {
     ...execParams(req, onOutput !== undefined),
+    // The exec cgroup ends (and counts) what the command leaves behind, setsid'd ones included.
+    ...(cg ? { endLeftovers: undefined } : {}),
     hold: cg !== undefined && spare === undefined,
     spare: spare?.id,
   };
@@ -63,8 +65,15 @@ async function execOnce(
   const onEvent = (event: string, data: unknown): void => {
     if ((event === 'stdout' || event === 'stderr') && typeof data === 'string') {
       onOutput?.(event, Buffer.from(data, 'base64'));
-    } else if (event === 'started' && cg && !spare) {
-      const { execId, pid } = data as ExecStarted;
+    } else if (event === 'started' && cg && !spare && placement === undefined) {
+      // The daemon's word, checked before root acts on it (a cgroup named after execId): a
+      // malformed announcement leaves the held exec unplaced, and the daemon ends it unreleased.
+      const started = data as Partial<ExecStarted> | null;
+      if (typeof started !== 'object' || started === null || !isExecId(started.execId) || !Number.isSafeInteger(started.pid) || started.pid! <= 0) {
+        placementError = new ServiceError('INTERNAL', 'the sandbox daemon announced a started exec without a valid execId and pid');
+        return;
+      }
+      const { execId, pid } = started as ExecStarted;
       placement = (async () => {
         try {
           execGroup = await cg.attachExec(execId, pid);
@@ -94,11 +103,15 @@ async function execOnce(
       // then remove; background processes a caller asked to keep keep it (swept later).
       if (cg.execIsEmpty(execGroup)) cg.releaseExecLater(execGroup);
       else if (killLeftovers) {
-        await cg.killExec(execGroup);
+        const ended = await cg.killExec(execGroup);
         if (!cg.releaseExec(execGroup)) cg.releaseExecLater(execGroup);
+        // Said in the result (exec_run's backgroundEnded): what the command left running was ended.
+        // (Set on the reply itself: a spread would decode its raw stdout field, core/raw-text.ts.)
+        if (result && ended > 0) result.backgroundEnded = (result.backgroundEnded ?? 0) + ended;
       }
     }
   }
   if (placementError) throw placementError;
   return result;
 }
+

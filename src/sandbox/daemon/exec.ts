@@ -28,7 +28,7 @@ import { existsSync } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { HeadTailCapture } from './output.js';
-import { signalTree } from './proc.js';
+import { endGroup, groupGone, signalTree } from './proc.js';
 import { DaemonError, ReplyWithBody, type ExecParams, type ExecResult, type ExecStarted, type SpareStarted } from './protocol.js';
 import type { CallContext, Handlers, Reply } from './server.js';
 
@@ -357,6 +357,9 @@ async function runExec(
       child.stderr.destroy();
       if (child instanceof Spare) child.discard();
       if (error) return reject(error);
+      // What the command left running in its group (`cmd &`, `nohup`) ends with it unless the
+      // caller keeps background work; the result says how many.
+      const backgroundEnded = p.endLeftovers === true && released ? endGroup(pid) : 0;
       // Large output goes to the runner as a raw body frame (protocol.ts): never escaped into the
       // reply's JSON here nor parsed there; the runner decodes it once, as UTF-8, to the same text.
       const rawStdout = stdout.keptBytes >= RAW_OUTPUT_BYTES;
@@ -372,8 +375,12 @@ async function runExec(
         stdoutTruncated: stdout.truncated,
         stderrTruncated: stderr.truncated,
         durationMs: Date.now() - started,
+        ...(backgroundEnded > 0 ? { backgroundEnded } : {}),
       };
-      resolve(rawStdout ? new ReplyWithBody(result, 'stdout', stdout.bytes(), 'utf-8') : result);
+      const reply = rawStdout ? new ReplyWithBody(result, 'stdout', stdout.bytes(), 'utf-8') : result;
+      // The reply waits until what was ended is really gone (a second exec must not see it).
+      if (backgroundEnded > 0) void groupGone(pid, 2_000).then(() => resolve(reply), () => resolve(reply));
+      else resolve(reply);
     };
 
     const terminate = (): void => {
@@ -537,6 +544,7 @@ function parseExecParams(params: unknown): ExecParams {
   checkInt(p.killGraceMs, 'killGraceMs', 0, MAX_KILL_GRACE_MS);
   if (p.stream !== undefined && typeof p.stream !== 'boolean') throw invalid('stream must be a boolean');
   if (p.hold !== undefined && typeof p.hold !== 'boolean') throw invalid('hold must be a boolean');
+  if (p.endLeftovers !== undefined && typeof p.endLeftovers !== 'boolean') throw invalid('endLeftovers must be a boolean');
   if (p.spare !== undefined && (typeof p.spare !== 'string' || p.hold === true)) throw invalid('spare must be a spare id, and not with hold');
   return p as ExecParams;
 }

@@ -7,6 +7,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 interface ProcEntry {
   ppid: number;
   pgid: number;
+  /** The state letter (R, S, D, Z, ...). */
+  state: string;
 }
 
 /** pid -> (ppid, pgid) for every process currently visible in /proc. */
@@ -22,7 +24,7 @@ export function processTable(): Map<number, ProcEntry> {
     }
     // "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    table.set(Number(name), { ppid: Number(fields[1]), pgid: Number(fields[2]) });
+    table.set(Number(name), { ppid: Number(fields[1]), pgid: Number(fields[2]), state: fields[0] ?? '' });
   }
   return table;
 }
@@ -81,4 +83,39 @@ function trySignal(pid: number, signal: NodeJS.Signals): void {
   } catch {
     // ESRCH: already gone.
   }
+}
+
+/**
+ * Ends what is left in process group `pgid` once its leader (a command's shell) has exited: what
+ * the command started with `&` or `nohup` keeps the group. Returns how many live processes (not
+ * zombies) were killed. Safe from pid reuse: the kernel allocates no pid that is still some
+ * process's group id, and the group is signalled as a whole too, so a fork between the scan and
+ * the kill dies with it (and is counted when a later round still sees it). What left the group
+ * (`setsid`) is not reached: the bubblewrap driver's exec cgroup ends that.
+ */
+export function endGroup(pgid: number): number {
+  const ended = new Set<number>();
+  for (let round = 0; round < 5; round++) {
+    const fresh = groupMembers(pgid).filter((pid) => !ended.has(pid));
+    if (fresh.length === 0) break;
+    for (const pid of fresh) ended.add(pid);
+    trySignal(-pgid, 'SIGKILL');
+    for (const pid of fresh) trySignal(pid, 'SIGKILL');
+  }
+  return ended.size;
+}
+
+/** Resolves once no live process is left in group `pgid` (SIGKILLed ones take a moment to die), or after `ms`. */
+export async function groupGone(pgid: number, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (groupMembers(pgid).length > 0 && Date.now() < end) {
+    trySignal(-pgid, 'SIGKILL');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+function groupMembers(pgid: number): number[] {
+  const members: number[] = [];
+  for (const [pid, e] of processTable()) if (e.pgid === pgid && e.state !== 'Z' && pid !== process.pid) members.push(pid);
+  return members;
 }

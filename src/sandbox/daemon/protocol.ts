@@ -268,6 +268,12 @@ export interface ExecParams {
   /** Send stdout/stderr events as the process writes. */
   stream?: boolean;
   /**
+   * End what the command leaves running in its process group (`cmd &`, `nohup`) when it returns,
+   * and count it in the result's backgroundEnded. Sent unless the caller keeps background work
+   * (ExecRequest.keepBackground); the bubblewrap driver leaves it out, its exec cgroup does this.
+   */
+  endLeftovers?: boolean;
+  /**
    * Start the process stopped before exec (after the `started` event) until a `release` call, so
    * the runner can move it into a per-exec cgroup first. An exec not released within 10 s is
    * killed and fails with FAILED_PRECONDITION.
@@ -317,6 +323,12 @@ export interface ExecResult {
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
   durationMs: number;
+  /**
+   * Processes the command left running that were ended when it returned (ExecParams.endLeftovers
+   * in the daemon: its process group, `cmd &` and `nohup`; the bubblewrap driver adds what its exec
+   * cgroup ended, `setsid` ones included). Absent when none was.
+   */
+  backgroundEnded?: number;
 }
 
 /** Data of the `started` event of an exec (sent for execs that do not run in a spare: the runner places those by this pid). */

@@ -23,8 +23,8 @@
  *                cluster cannot give one, root's files handed back afterwards (privileged.ts)
  *
  * What only the bubblewrap driver has stays behind it: per-exec cgroups (here the daemon alone
- * ends a command's process group on timeout or cancel, and background processes of a command are
- * not swept after a normal exit), spare exec starters, the files_read descriptor handoff
+ * ends a command's process group, on timeout or cancel and, unless the caller keeps background
+ * work, when it returns; a setsid'd child escapes it), spare exec starters, the files_read descriptor handoff
  * (fileHandoffs is absent), host-path binds (a workspace's own root maps onto its claim;
  * read-only directories are copied, a build's directory copied both ways).
  */
