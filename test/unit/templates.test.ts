@@ -86,6 +86,20 @@ describe('searchValues', () => {
     expect(await search(loop, [{ name: 'TOKEN', value: VALUE }])).toMatchObject({ kind: 'clean' });
   });
 
+  it('does not cross a mount point inside the tree', async () => {
+    const root = tmp();
+    mkdirSync(join(root, 'repo/mnt'), { recursive: true });
+    const { execFileSync } = await import('node:child_process');
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tpl-unit', join(root, 'repo/mnt')]);
+    try {
+      writeFileSync(join(root, 'repo/mnt/other-fs'), VALUE);
+      symlinkSync('mnt/other-fs', join(root, 'repo/into-mount'));
+      expect(await search(root, [{ name: 'TOKEN', value: VALUE }])).toMatchObject({ kind: 'clean' });
+    } finally {
+      execFileSync('umount', [join(root, 'repo/mnt')]);
+    }
+  });
+
   it('a name that is not UTF-8 is searched like any other', async () => {
     const root = tmp();
     const name = Buffer.concat([Buffer.from(root + '/'), Buffer.from([0x66, 0xff, 0xfe, 0x2e, 0x74])]);

@@ -8,7 +8,7 @@
  * - a descriptor walk: each directory is opened with O_DIRECTORY | O_NOFOLLOW relative to its
  *   parent's descriptor (/proc/self/fd/<fd>/<name>, host-fs.ts), each file with O_NOFOLLOW |
  *   O_NONBLOCK and read only when fstat says it is a regular file; names are raw bytes (a name that
- *   is not UTF-8 is opened and searched like any other);
+ *   is not UTF-8 is opened and searched like any other); it stays on the tree's filesystem;
  * - a symbolic link is a hit when its own text holds a value; and it is followed **within the
  *   tree** as the sandbox would see it (repo is /workspace, home is /home/user, tmp is /tmp),
  *   component by component with lstat on descriptors, at most 40 links deep: a link whose target
@@ -117,6 +117,8 @@ export async function searchValues(root: string, values: Array<{ name: string; v
   const overlap = Math.max(...needles.map((n) => n.bytes.length)) - 1;
   const chunk = Buffer.alloc(READ_CHUNK);
   const read = new Set<string>();
+  /** The tree's filesystem: the walk never crosses a mount point (nothing is mounted there once the sandbox stopped; if anything were, it is not the tree). */
+  let rootDev = -1;
   const found = (hay: Buffer) => needles.find((n) => hay.includes(n.bytes));
   const inTime = (at: string) => {
     if (Date.now() - t0 > bounds.maxMs) throw new Stop(`the search passed its time bound (${Math.round(bounds.maxMs / 1000)} s)`, at);
@@ -133,7 +135,7 @@ export async function searchValues(root: string, values: Array<{ name: string; v
     }
     try {
       const st: Stats = await fh.stat();
-      if (!st.isFile()) return null;
+      if (!st.isFile() || st.dev !== rootDev) return null;
       const key = `${st.dev}:${st.ino}`;
       if (read.has(key)) return null;
       if (st.size > bounds.maxBytes - bytes)
@@ -241,6 +243,7 @@ export async function searchValues(root: string, values: Array<{ name: string; v
         const sub = await openDirAtRaw(dir, name);
         if (!sub) continue;
         try {
+          if ((await sub.stat()).dev !== rootDev) continue;
           const hit = await walk(rootFh, sub, [...parts, name], depth + 1);
           if (hit) return hit;
         } finally {
@@ -270,6 +273,7 @@ export async function searchValues(root: string, values: Array<{ name: string; v
   let rootFh: FileHandle | undefined;
   try {
     rootFh = await openDirNoFollow(root);
+    rootDev = (await rootFh.stat()).dev;
     const hit = await walk(rootFh, rootFh, [], 0);
     if (hit) return { kind: 'hit', ...hit };
     return { kind: 'clean', files, bytes, ms: Date.now() - t0 };
