@@ -22,6 +22,7 @@ import { ProtocolError, ProtocolErrorCode, Server, type CallToolResult, type JSO
 import { z } from 'zod';
 import type { App } from '../app.js';
 import type { CallRecord, CallOutcome, CallHandle } from '../services/commands.js';
+import { mayReachOperation, type OperationViewer } from '../services/operation-access.js';
 import type { Access } from '../core/toolsets.js';
 import { requireAccess, type ToolRegistry } from './registry.js';
 import type { ApprovalAsk, AskAnswer, InCallApprovals } from './in-call-approvals.js';
@@ -246,9 +247,14 @@ export class McpTasks {
   private owned(taskId: unknown, caller: TaskCaller): CallRecord {
     if (typeof taskId !== 'string' || taskId.length > 200) throw new ProtocolError(ProtocolErrorCode.InvalidParams, 'taskId: must be a string of at most 200 characters');
     const record = this.app.commands.call(taskId);
-    if (!record || record.principal !== caller.principal) throw notFound(taskId);
-    if (this.registry.grant({ access: caller.access, actor: 'mcp' }).problem(record.tool) !== null) throw notFound(taskId);
+    // The rule operation_status, operation_wait and operation_cancel apply too (services/operation-access.ts).
+    if (!record || !mayReachOperation(record, this.viewer(caller))) throw notFound(taskId);
     return record;
+  }
+
+  /** The caller as the operations' rule sees it: its principal and its grant on this request. */
+  private viewer(caller: TaskCaller): OperationViewer {
+    return { principal: caller.principal, grant: this.registry.grant({ access: caller.access, actor: 'mcp' }) };
   }
 
   /** Requires the Tasks extension on a 2026-07-28 request (the extension's -32021 otherwise); a 2025-era request needs nothing. */
@@ -352,8 +358,8 @@ export class McpTasks {
     } catch {
       throw new ProtocolError(ProtocolErrorCode.InvalidParams, 'cursor: not a cursor tasks/list issued');
     }
-    const grant = this.registry.grant({ access: caller.access, actor: 'mcp' });
-    return { tasks: page.calls.filter((c) => grant.problem(c.tool) === null).map((c) => this.view(c, 'legacy')), ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) };
+    const viewer = this.viewer(caller);
+    return { tasks: page.calls.filter((c) => mayReachOperation(c, viewer)).map((c) => this.view(c, 'legacy')), ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) };
   }
 
   /**

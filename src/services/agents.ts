@@ -59,7 +59,18 @@ export interface AgentBudgets {
   maxCostMicros: number;
 }
 
-export interface SpawnArgs extends AgentBudgets {
+/** The spec's defaults of the budgets a child's carve takes from its parent (agent_spawn's schema publishes them). */
+export const SPAWN_BUDGET_DEFAULTS = { maxInputTokens: 200_000, maxOutputTokens: 32_000, maxCostMicros: 10_000_000 } as const;
+/** The budgets a child's carve takes from its parent, by spawn field. */
+type CarvedField = keyof typeof SPAWN_BUDGET_DEFAULTS;
+const CARVED_FIELDS = Object.keys(SPAWN_BUDGET_DEFAULTS) as CarvedField[];
+/** The least each carved budget may be (the schema's minimum): a child defaulted below it is refused. */
+const CARVED_MIN: Record<CarvedField, number> = { maxInputTokens: 1, maxOutputTokens: 1, maxCostMicros: 0 };
+/** Carve attempts when siblings spend the parent's room between two (each lowers the omitted budgets to what is left). */
+const CARVE_TRIES = 5;
+
+/** agent_spawn's arguments; a carved budget left out (undefined) takes its default (under a parent, at most what the parent has left). */
+export interface SpawnArgs extends Omit<AgentBudgets, CarvedField>, Partial<Pick<AgentBudgets, CarvedField>> {
   prompt: string;
   idempotencyKey: string;
   profileId: string;
@@ -303,27 +314,22 @@ export class AgentService {
     await this.deps.gateway.ensureReady();
 
     const id = newId('agent');
+    // The carved budgets: as given, else the spec's default (under a parent, lowered below to what it has left).
+    const carved: Record<CarvedField, number> = { maxInputTokens: spawnArgs.maxInputTokens ?? SPAWN_BUDGET_DEFAULTS.maxInputTokens, maxOutputTokens: spawnArgs.maxOutputTokens ?? SPAWN_BUDGET_DEFAULTS.maxOutputTokens, maxCostMicros: spawnArgs.maxCostMicros ?? SPAWN_BUDGET_DEFAULTS.maxCostMicros };
+    const omitted = CARVED_FIELDS.filter((f) => spawnArgs[f] === undefined);
     // A child's budgets (cost and both token budgets) are carved out of what its parent has left,
     // atomically on the parent's lease at the gateway; the carve becomes the child's lease.
     let carveId: string | null = null;
+    let defaulted: Array<Record<string, unknown>> | undefined;
     if (parent) {
       const pl = parent.lease_id ? this.live.get(parent.id) : undefined;
       if (!pl || !parent.lease_id) throw new ServiceError('FAILED_PRECONDITION', `parentAgentId: agent ${parent.id} holds no live lease yet; retry once it runs`, { field: 'parentAgentId', status: parent.status });
-      const r = await this.deps.gateway.carve(parent.lease_id, { inputTokens: spawnArgs.maxInputTokens, outputTokens: spawnArgs.maxOutputTokens, costMicros: spawnArgs.maxCostMicros });
-      if (!r.ok) {
-        const rem = r.parentRemaining;
-        const field = (r.field ?? 'maxCostMicros') as 'maxInputTokens' | 'maxOutputTokens' | 'maxCostMicros';
-        const left = rem ? { maxInputTokens: rem.inputTokens, maxOutputTokens: rem.outputTokens, maxCostMicros: rem.costMicros } : null;
-        throw new ServiceError(
-          'FAILED_PRECONDITION',
-          `${field}: ${spawnArgs[field]} would pass what parent ${parent.id} has left of its ${field === 'maxCostMicros' ? 'cost budget' : field === 'maxInputTokens' ? 'input token budget' : 'output token budget'} (${left ? left[field] : 'unknown'}${field === 'maxCostMicros' ? ' micro-USD' : ' tokens'}); a tree never spends more than its root was given`,
-          { field, parentRemaining: left, parentRemainingMicros: left?.maxCostMicros ?? null },
-        );
-      }
+      const r = await this.carveChild(parent, carved, omitted);
       carveId = r.carveId;
+      defaulted = r.defaulted;
     }
     const now = Date.now();
-    const budgets: AgentBudgets = { ttlSeconds: spawnArgs.ttlSeconds, maxOutputBytes: spawnArgs.maxOutputBytes, maxInputTokens: spawnArgs.maxInputTokens, maxOutputTokens: spawnArgs.maxOutputTokens, maxCostMicros: spawnArgs.maxCostMicros };
+    const budgets: AgentBudgets = { ttlSeconds: spawnArgs.ttlSeconds, maxOutputBytes: spawnArgs.maxOutputBytes, ...carved };
     const row: Row = {
       seq: 0,
       id,
@@ -346,9 +352,9 @@ export class AgentService {
       budgets_json: JSON.stringify(budgets),
       repository_context: spawnArgs.repositoryContext ?? 'profile_a',
       lease_id: null,
-      carved_micros: parent ? spawnArgs.maxCostMicros : 0,
-      carved_input_tokens: parent ? spawnArgs.maxInputTokens : 0,
-      carved_output_tokens: parent ? spawnArgs.maxOutputTokens : 0,
+      carved_micros: parent ? carved.maxCostMicros : 0,
+      carved_input_tokens: parent ? carved.maxInputTokens : 0,
+      carved_output_tokens: parent ? carved.maxOutputTokens : 0,
       access_json: JSON.stringify(access),
       used_json: null,
       log_bytes: 0,
@@ -404,7 +410,50 @@ export class AgentService {
     this.live.set(id, live);
     this.log(live, { type: 'status', status: 'SPAWNING', profileId: spawnArgs.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, parentAgentId: row.parent_id });
     void this.launch(live);
-    return { agentId: id, status: 'SPAWNING', workspaceId: agentCaller.workspace, parentAgentId: row.parent_id, profileId: spawnArgs.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, expiresAt: row.expires_at };
+    return { agentId: id, status: 'SPAWNING', workspaceId: agentCaller.workspace, parentAgentId: row.parent_id, profileId: spawnArgs.profileId, revision: pin.revision, model: pin.body.model, apiMode: pin.body.apiMode, proxyOperations: ops, budgets, ...(defaulted ? { budgetsDefaulted: defaulted } : {}), expiresAt: row.expires_at };
+  }
+
+  /**
+   * Carves a child's budgets out of its parent's lease (issue #42 item 10; docs/agents.md "Trees").
+   * A budget given explicitly is carved as given, and one above what the parent has left is
+   * refused naming its field. An omitted one (`omitted`) takes the smaller of the spec's default
+   * and what the parent has left: the gateway's refusal says what is left, the omitted budgets are
+   * lowered to it and the carve tried again (each try is atomic at the gateway; a sibling spending
+   * in between only lowers them further). `carved` is updated in place; `defaulted` names each
+   * budget lowered: its field, the default it replaced and the value it got (what the parent had left).
+   */
+  private async carveChild(parent: Row, carved: Record<CarvedField, number>, omitted: CarvedField[]): Promise<{ carveId: string; defaulted?: Array<Record<string, unknown>> }> {
+    const lowered = new Map<CarvedField, number>();
+    for (let attempt = 1; ; attempt++) {
+      const r = await this.deps.gateway.carve(parent.lease_id!, { inputTokens: carved.maxInputTokens, outputTokens: carved.maxOutputTokens, costMicros: carved.maxCostMicros });
+      if (r.ok) {
+        if (lowered.size === 0) return { carveId: r.carveId };
+        const reason = `omitted: the spec's default is more than parent ${parent.id} had left, so the child got what was left`;
+        return { carveId: r.carveId, defaulted: [...lowered].map(([field, value]) => ({ field, specDefault: SPAWN_BUDGET_DEFAULTS[field], value, reason })) };
+      }
+      const rem = r.parentRemaining;
+      const field = (r.field ?? 'maxCostMicros') as CarvedField;
+      const left: Record<CarvedField, number> | null = rem ? { maxInputTokens: rem.inputTokens, maxOutputTokens: rem.outputTokens, maxCostMicros: rem.costMicros } : null;
+      const refuse = (f: CarvedField, why: string) =>
+        new ServiceError(
+          'FAILED_PRECONDITION',
+          `${f}: ${why} what parent ${parent.id} has left of its ${f === 'maxCostMicros' ? 'cost budget' : f === 'maxInputTokens' ? 'input token budget' : 'output token budget'} (${left ? left[f] : 'unknown'}${f === 'maxCostMicros' ? ' micro-USD' : ' tokens'}); a tree never spends more than its root was given`,
+          { field: f, parentRemaining: left, parentRemainingMicros: left?.maxCostMicros ?? null, ...(omitted.includes(f) ? { rule: 'an omitted budget defaults to what the parent has left, at least the field\'s minimum' } : {}) },
+        );
+      // An explicit budget that does not fit, or no room known to default to: refused as before
+      // (the explicit ones first: they are the caller's own numbers).
+      if (!omitted.includes(field) || !left) throw refuse(field, `${carved[field]} would pass`);
+      const explicitOver = CARVED_FIELDS.find((f) => !omitted.includes(f) && carved[f] > left[f]);
+      if (explicitOver) throw refuse(explicitOver, `${carved[explicitOver]} would pass`);
+      for (const f of omitted) {
+        if (carved[f] <= left[f]) continue;
+        if (left[f] < CARVED_MIN[f]) throw refuse(f, `omitted, and its default (${SPAWN_BUDGET_DEFAULTS[f]}) cannot be lowered to fit: nothing is left of`);
+        carved[f] = left[f];
+        lowered.set(f, left[f]);
+      }
+      // The explicit budgets are checked on the next try with the omitted ones lowered.
+      if (attempt >= CARVE_TRIES) throw refuse(field, `${carved[field]} (lowered to fit, but the parent kept spending) would pass`);
+    }
   }
 
   /**

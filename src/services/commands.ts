@@ -15,6 +15,7 @@ import type { AuditLog } from './audit.js';
 import type { CursorCodec } from '../core/cursor.js';
 import type { EphemeralBind, Executor, ExecResult } from '../sandbox/executor.js';
 import type { WorkspaceService } from './workspaces.js';
+import { mayReachOperation, type OperationViewer } from './operation-access.js';
 import { ServiceError } from '../core/errors.js';
 import { newId, randomToken } from '../core/ids.js';
 import { isoIn, nowIso } from '../core/clock.js';
@@ -233,12 +234,14 @@ export class CommandService {
   }
 
   /**
-   * An operation by id. A tool call run as an MCP task belongs to the principal that started it:
-   * for anyone else (`principal` given and different) it does not exist.
+   * An operation by id, as `viewer` may reach it: the rule tasks/get applies too
+   * (operation-access.ts: a task's own principal only, and a tool within the caller's grant now);
+   * for anyone else it does not exist. No viewer: the runner's own read.
    */
-  private opRow(id: string, principal?: string): Record<string, unknown> {
+  private opRow(id: string, viewer?: OperationViewer): Record<string, unknown> {
     const r = this.deps.db.prepare('SELECT * FROM operations WHERE id = ?').get(id) as Record<string, unknown> | undefined;
-    if (!r || (principal !== undefined && typeof r.principal === 'string' && r.principal !== principal)) throw new ServiceError('NOT_FOUND', `operationId: no operation ${id}`, { field: 'operationId' });
+    if (!r || (viewer !== undefined && !mayReachOperation({ principal: typeof r.principal === 'string' ? r.principal : null, tool: String(r.tool) }, viewer)))
+      throw new ServiceError('NOT_FOUND', `operationId: no operation ${id}`, { field: 'operationId' });
     return r;
   }
 
@@ -263,14 +266,14 @@ export class CommandService {
     };
   }
 
-  async operationStatus(id: string, cursor: string | undefined, principal?: string): Promise<Record<string, unknown>> {
-    const r = this.opRow(id, principal);
+  async operationStatus(id: string, cursor: string | undefined, viewer?: OperationViewer): Promise<Record<string, unknown>> {
+    const r = this.opRow(id, viewer);
     const out = await this.readOutput('op_output', id, cursor);
     return { ...this.describeRun(this.opRow(id), 'operationId'), output: out.output, nextCursor: out.cursor, moreOutput: out.more, outputNote: 'stdout and stderr merged in the order written', tool: r.tool };
   }
 
-  async operationWait(id: string, timeoutMs: number, signal: AbortSignal, progress?: (p: number, t?: number, m?: string) => void, principal?: string): Promise<Record<string, unknown>> {
-    this.opRow(id, principal);
+  async operationWait(id: string, timeoutMs: number, signal: AbortSignal, progress?: (p: number, t?: number, m?: string) => void, viewer?: OperationViewer): Promise<Record<string, unknown>> {
+    this.opRow(id, viewer);
     const run = this.running.get(id);
     let waitedOut = false;
     if (run) {
@@ -291,12 +294,12 @@ export class CommandService {
         }),
       ]);
     }
-    const status = await this.operationStatus(id, undefined, principal);
+    const status = await this.operationStatus(id, undefined, viewer);
     return { ...status, ended: ENDED.includes(status.state as RunState), waitTimedOut: waitedOut };
   }
 
-  async operationCancel(id: string, principal?: string): Promise<Record<string, unknown>> {
-    const r = this.opRow(id, principal);
+  async operationCancel(id: string, viewer?: OperationViewer): Promise<Record<string, unknown>> {
+    const r = this.opRow(id, viewer);
     const run = this.running.get(id);
     if (!run) return { operationId: id, state: r.state, alreadyEnded: true };
     run.abort.abort();

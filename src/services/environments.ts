@@ -7,6 +7,7 @@
  * setup-only: injected into the setup script alone, never into a workspace (docs/templates.md).
  * Owns tables: environments, env_entries.
  */
+import { createHash } from 'node:crypto';
 import type { DB } from '../store/db.js';
 import type { Statement } from 'better-sqlite3';
 import { tx } from '../store/db.js';
@@ -170,6 +171,33 @@ export class EnvironmentService {
     const id = this.resolve(environmentId);
     const rows = this.db.prepare('SELECT name, kind, value FROM env_entries WHERE scope = ? AND setup_only = 1').all(id) as Array<{ name: string; kind: string; value: string }>;
     return rows.map((r) => ({ name: r.name, value: r.kind === 'secret' ? this.box.open(r.value, `env:${id}:${r.name}`).toString('utf8') : r.value }));
+  }
+
+  /**
+   * What a template of the environment is built from, of its entries (issue #42 item 5;
+   * docs/templates.md "What a template is keyed on"): read in one transaction, so the digest and
+   * the values agree. `env` is what the setup script gets (global entries, the environment's
+   * over them, setup-only ones included), `setupOnly` the values a template must not hold, and
+   * `digest` covers every one of those entries: scope, name, kind, setup-only flag and a version
+   * of its value. A secret's version is a hash of its sealed form (a fresh random IV at every set,
+   * so every rotation is a new version, even back to an old value); a variable's a hash of its
+   * value (stored in clear beside it anyway). No value is in the digest in clear. A template keyed
+   * on it is never used once any of them changed, whichever process changed it (the service's
+   * REST API, or `atelier env set` on the same database).
+   */
+  setupInputs(environmentId: string): { digest: string; env: Record<string, string>; setupOnly: Array<{ name: string; value: string }> } {
+    return this.db.transaction(() => ({ digest: this.entriesDigest(environmentId), env: this.injection(environmentId, { forSetup: true }), setupOnly: this.setupOnlyValues(environmentId) }))();
+  }
+
+  /** The digest of setupInputs alone (what a template's key holds of the entries). */
+  entriesDigest(environmentId: string): string {
+    const id = this.resolve(environmentId);
+    const rows = this.db
+      .prepare("SELECT scope, name, kind, value, setup_only FROM env_entries WHERE scope IN (?, ?) ORDER BY CASE scope WHEN 'global' THEN 0 ELSE 1 END, name")
+      .all(GLOBAL, id) as Array<{ scope: string; name: string; kind: string; value: string; setup_only: number }>;
+    const h = createHash('sha256');
+    for (const r of rows) h.update(JSON.stringify([r.scope === GLOBAL ? 'g' : 'e', r.name, r.kind, r.setup_only, createHash('sha256').update(r.value).digest('hex')])).update('\n');
+    return h.digest('hex');
   }
 
   /** An environment's setup and maintenance scripts (null when it has none). */

@@ -1,6 +1,7 @@
 /** Spec section "Coding subagents" (6 tools). */
 import { defineTool } from './define.js';
 import { AGENTID, IDEM, PROFILEID, int, str, z } from './types.js';
+import { SPAWN_BUDGET_DEFAULTS } from '../services/agents.js';
 
 const domain = 'Coding subagents';
 
@@ -17,6 +18,15 @@ export const AGENT_STATUS = z.enum([
   'INTERRUPTED',
 ]);
 
+/**
+ * A budget a child's carve takes from its parent: published exactly as `.default(d)` publishes it
+ * (the same JSON Schema, `default` included), but left undefined when omitted, so the service can
+ * tell an omitted budget from an explicit one.
+ */
+function carvedBudget(schema: ReturnType<typeof int>, field: keyof typeof SPAWN_BUDGET_DEFAULTS) {
+  return schema.optional().meta({ default: SPAWN_BUDGET_DEFAULTS[field] });
+}
+
 export const agentSpawn = defineTool({
   name: 'agent_spawn',
   domain,
@@ -27,6 +37,7 @@ export const agentSpawn = defineTool({
   description:
     'Start a budgeted coding subagent in its own isolated container on an active model profile (see model_profile_list; a profile saved over MCP stays disabled until the owner activates it on the dashboard). ' +
     'The agent may call only the proxyOperations tools, expected to lie within the profile\'s maxProxyOperations, and stops at its ttl, token, cost or output budget. Follow it with agent_status, agent_logs and agent_message. ' +
+    'Under a parent, an omitted token or cost budget defaults to the smaller of its default and what the parent has left (the result\'s budgetsDefaulted names each one lowered); an explicit value above what the parent has left is refused. ' +
     'Fails with UNAVAILABLE when the model gateway is unreachable. The same idempotencyKey with the same input replays the first result.',
   input: {
     prompt: z.string().min(1).describe('The task for the agent'),
@@ -39,9 +50,11 @@ export const agentSpawn = defineTool({
       .describe('Tool names the agent may proxy, e.g. files_read, grep_search (at most 200; within the profile\'s maxProxyOperations)'),
     ttlSeconds: int(30, 86400).default(900).describe('Wall-clock lifetime in seconds (30-86400)'),
     maxOutputBytes: int(1024, 10485760).default(262144).describe('Cap on the agent\'s output bytes (1024-10485760)'),
-    maxInputTokens: int(1, 2000000).default(200000).describe('Input-token budget (1-2000000)'),
-    maxOutputTokens: int(1, 2000000).default(32000).describe('Output-token budget (1-2000000)'),
-    maxCostMicros: int(0, 1000000000).default(10000000).describe('Estimated cost budget in micro-USD (0-1000000000; default 10000000 = 10 USD)'),
+    // The carved budgets publish the spec's default, but an omitted one reaches the service as
+    // undefined: under a parent it defaults to at most what the parent has left (issue #42 item 10).
+    maxInputTokens: carvedBudget(int(1, 2000000), 'maxInputTokens').describe('Input-token budget (1-2000000)'),
+    maxOutputTokens: carvedBudget(int(1, 2000000), 'maxOutputTokens').describe('Output-token budget (1-2000000)'),
+    maxCostMicros: carvedBudget(int(0, 1000000000), 'maxCostMicros').describe('Estimated cost budget in micro-USD (0-1000000000; default 10000000 = 10 USD)'),
     repositoryContext: z
       .enum(['all', 'profile_a', 'profile_b', 'profile_c', 'profile_d', 'none'])
       .optional()

@@ -157,7 +157,7 @@ export const operationStatus = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.services.commands.operationStatus(a.operationId, a.cursor, ctx.principal),
+  run: (a, ctx) => ctx.services.commands.operationStatus(a.operationId, a.cursor, { principal: ctx.principal, grant: ctx.caller }),
   description:
     'State of an asynchronous operation (from exec_run or bash with async) and its output since cursor; returns at once. ' +
     'To block until it finishes use operation_wait.',
@@ -172,7 +172,7 @@ export const operationCancel = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.services.commands.operationCancel(a.operationId, ctx.principal),
+  run: (a, ctx) => ctx.services.commands.operationCancel(a.operationId, { principal: ctx.principal, grant: ctx.caller }),
   description: 'Cancel a running asynchronous operation and kill its processes; effects already made are not rolled back. Cancelling a finished operation changes nothing.',
   input: {
     operationId: OPID,
@@ -184,7 +184,7 @@ export const operationWait = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
-  run: (a, ctx) => ctx.services.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal, ctx.progress, ctx.principal),
+  run: (a, ctx) => ctx.services.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal, ctx.progress, { principal: ctx.principal, grant: ctx.caller }),
   description:
     'Wait up to timeoutMs (100-300000) for an asynchronous operation to finish and return its state; a timeout is not an error, the operation keeps running. ' +
     'Use operation_status for an immediate check or to page through output.',

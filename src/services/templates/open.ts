@@ -15,7 +15,7 @@
 import { rm } from 'node:fs/promises';
 import type { ExecRequest, ExecResult, SandboxHandle } from '../../sandbox/executor.js';
 import { ServiceError } from '../../core/errors.js';
-import { MAINTENANCE_TIMEOUT_MS, type BuildHost, type TemplatePlan, type TemplateRow, type TemplateService } from './service.js';
+import { MAINTENANCE_TIMEOUT_MS, searchIncomplete, type BuildHost, type TemplatePlan, type TemplateRow, type TemplateService } from './service.js';
 import type { CopyMethod } from './store.js';
 
 export interface TemplateHost extends BuildHost {
@@ -68,6 +68,32 @@ async function runScript(host: TemplateHost, h: SandboxHandle, script: string, s
   return { r, tail: lines.join('\n').slice(-2000) };
 }
 
+/**
+ * The open goes on without a template when the build's search for setup-only values could not
+ * complete (a bound hit: issue #42 item 5): the build's tree was not shown clean, so nothing of it
+ * is used. The workspace is a plain open (a fresh filesystem, the clone, its own sandbox, no setup
+ * script: the setup needs setup-only values a workspace never gets); the result says why.
+ */
+async function openCold(host: TemplateHost, id: string, why: ServiceError, say: (m: string) => void, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<TemplateOpen> {
+  const reason = String(why.details.reason ?? why.message);
+  const warning = `no template was kept or used: the search of the setup's result for setup-only values did not complete (${reason}); this workspace was opened without the setup script's result (a plain clone), and the next open builds again. Make the setup leave less behind (or no huge sparse file), or run its steps in the workspace`;
+  say(`template not kept: ${reason}; opening without a template`);
+  await host.ensureDisk(id);
+  const starting = host.startWorkspaceSandbox(id);
+  let cloned: { head: string | null; branch: string | null };
+  try {
+    cloned = await host.clone(id, signal);
+  } catch (e) {
+    await starting.catch(() => undefined); // settled: the caller's clean-up stops it
+    throw e;
+  }
+  progress(1, 3, 'starting the sandbox');
+  const sandbox = await starting;
+  host.noteHead(id, cloned.head, cloned.branch);
+  progress(2, 3, 'reading the checkout');
+  return { sandbox, result: { templateId: why.details.templateId ?? null, built: false, kept: false, cold: true, baseOid: cloned.head, reason, warning, maintenance: null } };
+}
+
 export async function openFromTemplate(
   host: TemplateHost,
   id: string,
@@ -112,7 +138,12 @@ export async function openFromTemplate(
     }
   }
   if (!chosen) {
-    chosen = await tpls.build(plan, host, sayBuild, signal);
+    try {
+      chosen = await tpls.build(plan, host, sayBuild, signal);
+    } catch (e) {
+      if (!searchIncomplete(e)) throw e;
+      return openCold(host, id, e, sayBuild, progress, signal);
+    }
     built = true;
     copy = await tpls.startFrom(chosen, img);
   }

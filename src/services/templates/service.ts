@@ -4,21 +4,21 @@
  *
  * An environment with a setup script makes workspace_open (with that environment) start from a
  * template: the workspace filesystem after the setup script ran, kept per repository, environment,
- * clone request (ref, fetchDepth, shallowSince), setup script, disk size and base commit. The first
+ * clone request (ref, fetchDepth, shallowSince), setup script, disk size, the digest of the
+ * environment's entries (a template is never used once an entry it was built from changed: issue
+ * #42 item 5) and base commit. The first
  * open of a key builds it: a clone into a build filesystem of its own, the setup script in a
  * sandbox of its own (the workspace user, `dependency-access`, the environment's entries including
  * its setup-only ones), output streamed as the open's progress. Then the build sandbox is stopped
  * (every process it left ends), the saved tree is searched for the value of every setup-only entry
- * (a hit refuses the template), free blocks are discarded, and the image is saved (store.ts). The
+ * (search.ts: a hit refuses the template; a search that hits its bounds keeps none, and the open
+ * goes on without one), free blocks are discarded, and the image is saved (store.ts). The
  * workspace itself starts from a copy, in its own sandbox without the setup-only entries. Later
  * opens whose base commit matches copy the template and run only the maintenance script (in the
  * workspace's own sandbox). A build that fails leaves no template and no workspace: the open's error
  * and the dashboard say why.
  */
 import { createHash } from 'node:crypto';
-import { constants } from 'node:fs';
-import { open, opendir } from 'node:fs/promises';
-import { join } from 'node:path';
 import type { DB } from '../../store/db.js';
 import type { Logger } from '../../core/log.js';
 import type { AuditLog } from '../audit.js';
@@ -28,6 +28,7 @@ import { ServiceError } from '../../core/errors.js';
 import { newId } from '../../core/ids.js';
 import { nowIso } from '../../core/clock.js';
 import { remove, removeCopies, save, startFrom, type CopyMethod } from './store.js';
+import { searchValues, type SearchBounds } from './search.js';
 
 export type TemplateState = 'building' | 'ready' | 'failed';
 
@@ -60,7 +61,9 @@ export interface TemplatePlan {
   environmentId: string;
   repositoryUrl: string;
   clone: CloneRequest;
+  /** What a template is keyed on: baseKey (repository, environment, clone request, script, disk, uid) and the environment's entries (their digest). */
   key: string;
+  baseKey: string;
   setupScript: string;
   maintenanceScript: string | null;
 }
@@ -97,6 +100,18 @@ export const KEEP_FAILED = 5;
 const FAILURE_TAIL = 2000;
 /** Progress notifications per script at most (one per output line until then). */
 const MAX_PROGRESS_LINES = 2000;
+/** The setup-only search's time bound (issue #42 item 5); its byte bound is the build's disk size. */
+export const SEARCH_MAX_MS = 120_000;
+
+/** A template's key: its base (everything but the entries) with the digest of the environment's entries. */
+function keyOf(baseKey: string, entriesDigest: string): string {
+  return createHash('sha256').update(`${baseKey}\n${entriesDigest}`).digest('hex');
+}
+
+/** A build whose setup-only search could not complete: no template, and the open goes on without one (open.ts). */
+export function searchIncomplete(e: unknown): e is ServiceError {
+  return e instanceof ServiceError && e.details.searchIncomplete === true;
+}
 
 function rowOf(row: Record<string, unknown>): TemplateRow {
   return {
@@ -141,48 +156,6 @@ function lineSplitter(line: (l: string) => void): { push(c: Buffer): void; end()
   };
 }
 
-/**
- * Searches a stopped build's tree for any of the values, in file contents and names. Runs as root
- * on a filesystem no process uses any more (the build sandbox was stopped), and follows nothing:
- * symbolic links are not read through, only regular files are opened, with O_NOFOLLOW.
- */
-export async function findValues(root: string, values: Array<{ name: string; value: string }>): Promise<{ name: string; path: string } | null> {
-  const needles = values.filter((v) => v.value.length > 0).map((v) => ({ name: v.name, bytes: Buffer.from(v.value, 'utf8') }));
-  if (needles.length === 0) return null;
-  const overlap = Math.max(...needles.map((n) => n.bytes.length)) - 1;
-  const chunk = Buffer.alloc(1 << 20);
-  const walk = async (dir: string, rel: string): Promise<{ name: string; path: string } | null> => {
-    const d = await opendir(dir);
-    for await (const e of d) {
-      const relPath = rel ? `${rel}/${e.name}` : e.name;
-      for (const n of needles) if (e.name.includes(n.bytes.toString('utf8'))) return { name: n.name, path: relPath };
-      const full = join(dir, e.name);
-      if (e.isDirectory()) {
-        const hit = await walk(full, relPath);
-        if (hit) return hit;
-      } else if (e.isFile()) {
-        const fh = await open(full, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch(() => null);
-        if (!fh) continue;
-        try {
-          if (!(await fh.stat()).isFile()) continue;
-          let carry = Buffer.alloc(0);
-          for (;;) {
-            const { bytesRead } = await fh.read(chunk, 0, chunk.length, null);
-            if (bytesRead === 0) break;
-            const hay = Buffer.concat([carry, chunk.subarray(0, bytesRead)]);
-            for (const n of needles) if (hay.includes(n.bytes)) return { name: n.name, path: relPath };
-            carry = Buffer.from(hay.subarray(Math.max(0, hay.length - overlap)));
-          }
-        } finally {
-          await fh.close();
-        }
-      }
-    }
-    return null;
-  };
-  return walk(root, '');
-}
-
 export class TemplateService {
   /** Builds in flight per key: concurrent opens of one key share one build. */
   private readonly building = new Map<string, Promise<TemplateRow>>();
@@ -200,6 +173,8 @@ export class TemplateService {
       uid: number;
       /** Whether the executor keeps each workspace in an image file on this host (what a template saves and copies), and which executor runs; absent, images are kept. */
       images?: { onHost: boolean; executor: string };
+      /** Overrides of the setup-only search's bounds (default: the disk size in bytes, SEARCH_MAX_MS). */
+      searchBounds?: Partial<SearchBounds>;
     },
   ) {}
 
@@ -212,10 +187,34 @@ export class TemplateService {
       throw new ServiceError('NOT_SUPPORTED', `environmentId: environment ${environmentId} has a setup script, whose result is kept as a template: a saved workspace image on the runner's host, which this executor (${images.executor}) does not keep (a workspace's files are on its claim in the cluster); open without the environment or remove its setup script (docs/scaling.md)`, { field: 'environmentId', executor: images.executor });
     if (this.deps.diskMb <= 0)
       throw new ServiceError('FAILED_PRECONDITION', `environmentId: environment ${environmentId} has a setup script, and templates need a filesystem per workspace (sandboxDiskMb is 0); set sandboxDiskMb or remove the setup script`, { field: 'environmentId', setting: 'sandboxDiskMb' });
-    const key = createHash('sha256')
-      .update(JSON.stringify({ r: repositoryUrl, e: s.environmentId, c: clone, s: createHash('sha256').update(s.setupScript).digest('hex'), d: this.deps.diskMb, u: this.deps.uid }))
+    const baseKey = this.baseKey(repositoryUrl, s.environmentId, clone, s.setupScript);
+    const digest = this.deps.environments.entriesDigest(s.environmentId);
+    // Templates of this environment built from other entries (a rotated secret, a value marked
+    // setup-only since) or another script are never used again: deleted now, not at retention.
+    void this.sweep(s.environmentId, s.setupScript, digest).catch((e) => this.deps.log.warn({ err: e, environment: s.environmentId }, 'deleting the outdated templates of an environment failed'));
+    return { environmentId: s.environmentId, repositoryUrl, clone, key: keyOf(baseKey, digest), baseKey, setupScript: s.setupScript, maintenanceScript: s.maintenanceScript };
+  }
+
+  private baseKey(repositoryUrl: string, environmentId: string, clone: CloneRequest, setupScript: string): string {
+    return createHash('sha256')
+      .update(JSON.stringify({ r: repositoryUrl, e: environmentId, c: clone, s: createHash('sha256').update(setupScript).digest('hex'), d: this.deps.diskMb, u: this.deps.uid }))
       .digest('hex');
-    return { environmentId: s.environmentId, repositoryUrl, clone, key, setupScript: s.setupScript, maintenanceScript: s.maintenanceScript };
+  }
+
+  /**
+   * Deletes the ready templates of an environment whose key is not what an open would ask for
+   * now (its entries or setup script changed since they were built): no open can use them, and
+   * one holds what a rotated secret was. One being copied is left for the next sweep.
+   */
+  private async sweep(environmentId: string, setupScript: string, digest: string): Promise<void> {
+    const rows = (this.deps.db.prepare("SELECT * FROM workspace_templates WHERE environment_id = ? AND state = 'ready'").all(environmentId) as Array<Record<string, unknown>>).map(rowOf);
+    for (const t of rows) {
+      if (t.key === keyOf(this.baseKey(t.repositoryUrl, environmentId, t.clone, setupScript), digest)) continue;
+      if ((this.inUse.get(t.id) ?? 0) > 0) continue;
+      // One a concurrent prune or sweep deleted first, or being copied now: left to the next sweep.
+      const gone = await this.delete(t.id).then(() => true, (e) => (this.deps.log.debug({ err: e, template: t.id }, 'an outdated template was not deleted now'), false));
+      if (gone) this.deps.log.info({ template: t.id, environment: environmentId }, 'deleted a template built from entries or a setup script that changed since');
+    }
   }
 
   /** The newest ready template of a key (the candidate a warm open copies). */
@@ -299,12 +298,16 @@ export class TemplateService {
   private async doBuild(plan: TemplatePlan, host: BuildHost, progress: Progress, signal: AbortSignal): Promise<TemplateRow> {
     const id = newId('template');
     const now = nowIso();
+    // The entries the setup gets, read once with their digest: the template is keyed on exactly
+    // what it was built from (entries changed since the plan: keyed on the new ones).
+    const inputs = this.deps.environments.setupInputs(plan.environmentId);
+    const key = keyOf(plan.baseKey, inputs.digest);
     this.deps.db
       .prepare(
         `INSERT INTO workspace_templates (id, repository_url, environment_id, template_key, clone_json, state, created_at, updated_at)
          VALUES (?, ?, ?, ?, ?, 'building', ?, ?)`,
       )
-      .run(id, plan.repositoryUrl, plan.environmentId, plan.key, JSON.stringify(plan.clone), now, now);
+      .run(id, plan.repositoryUrl, plan.environmentId, key, JSON.stringify(plan.clone), now, now);
     const redact = (s: string) => this.deps.environments.redact(s);
     let h: SandboxHandle | undefined;
     let step = 'clone';
@@ -316,7 +319,7 @@ export class TemplateService {
       this.deps.db.prepare('UPDATE workspace_templates SET base_oid = ?, branch = ?, updated_at = ? WHERE id = ?').run(head, branch, nowIso(), id);
       step = 'setup script';
       progress('setup: starting the setup sandbox (dependency-access)');
-      h = await host.startSetupSandbox(id, this.deps.environments.injection(plan.environmentId, { forSetup: true }));
+      h = await host.startSetupSandbox(id, inputs.env);
       const tail: string[] = [];
       let lines = 0;
       const split = lineSplitter((l) => {
@@ -338,13 +341,23 @@ export class TemplateService {
       h = undefined;
       step = 'secret check';
       progress('setup: checking the result for setup-only values');
-      const hit = await findValues(host.rootDir(id), this.deps.environments.setupOnlyValues(plan.environmentId));
-      if (hit)
+      // The values the setup got as setup-only, and those marked setup-only (or rotated) while it ran.
+      const values = [...inputs.setupOnly, ...this.deps.environments.setupOnlyValues(plan.environmentId)];
+      const found = await searchValues(host.rootDir(id), values, { maxBytes: this.deps.diskMb * 1048576, maxMs: SEARCH_MAX_MS, ...this.deps.searchBounds });
+      if (found.kind === 'hit')
         throw new ServiceError(
           'FAILED_PRECONDITION',
-          `the setup script left the value of setup-only ${hit.name} in ${hit.path}; a template never keeps a setup-only value, so none was kept and no workspace was opened. Read it from the environment variable during setup without writing it (npm, pip and git read \${NAME} from their config at run time)`,
-          { templateId: id, step, name: hit.name, path: hit.path },
+          `the setup script left the value of setup-only ${found.name} in ${found.path}${found.via ? ` (in ${found.via})` : ''}; a template never keeps a setup-only value, so none was kept and no workspace was opened. Read it from the environment variable during setup without writing it (npm, pip and git read \${NAME} from their config at run time)`,
+          { templateId: id, step, name: found.name, path: found.path, ...(found.via ? { via: found.via } : {}) },
         );
+      if (found.kind === 'incomplete') {
+        this.deps.log.warn({ template: id, environment: plan.environmentId, reason: found.reason, path: found.path, bytes: found.bytes, ms: found.ms }, 'template not kept: the search for setup-only values did not complete; the open goes on without a template');
+        throw new ServiceError(
+          'FAILED_PRECONDITION',
+          `the search of the setup's result for setup-only values did not complete (${found.reason}), so the tree was not shown free of them and no template was kept`,
+          { templateId: id, step, searchIncomplete: true, reason: found.reason, ...(found.path ? { path: found.path } : {}) },
+        );
+      }
       step = 'save';
       const img = await host.detachDisk(id);
       const { sizeBytes } = await save(this.deps.dataDir, id, img);
