@@ -25,19 +25,26 @@ if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.
   exit 1
 fi
 
-# npm dependencies: install when node_modules is missing or older than the lockfile.
-if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ] \
+# npm dependencies: install when node_modules is missing or was installed from another lockfile.
+# Compared by content (a digest written after the install), not by time: a fresh checkout or a
+# worktree has a lockfile newer than any install, and a shared (linked) node_modules installed
+# from the same lockfile must not be wiped by `npm ci` from another checkout.
+lock_digest() { sha256sum "$1" | cut -d' ' -f1; }
+installed_from() { [ -f "$2/.atelier-lock.sha256" ] && [ "$(cat "$2/.atelier-lock.sha256")" = "$(lock_digest "$1")" ]; }
+if [ ! -f node_modules/.package-lock.json ] || ! installed_from package-lock.json node_modules \
    || [ ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ]; then
   echo "setup: installing npm dependencies (better-sqlite3 builds from source, about 90 s)" >&2
   npm ci --no-audit --no-fund --loglevel=error
+  lock_digest package-lock.json > node_modules/.atelier-lock.sha256
 fi
 # The newest MCP conformance suite and the Node 22 it needs (test/e2e/conformance-next.test.ts): a
 # project of its own, so that its `node` binary is not linked into the root's node_modules/.bin,
 # where it would run vitest, the service and better-sqlite3's build (docs/clients.md).
 if [ ! -f test/conformance-next/node_modules/.package-lock.json ] \
-   || [ test/conformance-next/package-lock.json -nt test/conformance-next/node_modules/.package-lock.json ]; then
+   || ! installed_from test/conformance-next/package-lock.json test/conformance-next/node_modules; then
   echo "setup: installing the MCP conformance suite and its Node 22 (test/conformance-next)" >&2
   npm ci --prefix test/conformance-next --no-audit --no-fund --loglevel=error
+  lock_digest test/conformance-next/package-lock.json > test/conformance-next/node_modules/.atelier-lock.sha256
 fi
 
 # Build when dist/ is missing or any source is newer than the last build.
