@@ -302,22 +302,22 @@ export class PreviewGate {
   }
 
   /** The socket closes when preview `id` is revoked; its one close listener forgets it everywhere. */
-  private watch(id: string, s: Duplex): void {
+  private watch(id: string, socket: Duplex): void {
     let set = this.live.get(id);
     if (!set) this.live.set(id, (set = new Set()));
-    set.add(s);
-    let ids = this.seen.get(s);
+    set.add(socket);
+    let ids = this.seen.get(socket);
     if (!ids) {
       const mine = (ids = new Set());
-      this.seen.set(s, mine);
-      s.once('close', () => {
+      this.seen.set(socket, mine);
+      socket.once('close', () => {
         for (const i of mine) {
           const l = this.live.get(i);
           if (!l) continue;
-          l.delete(s);
+          l.delete(socket);
           if (l.size === 0) this.live.delete(i);
         }
-        this.publicClients.delete(s);
+        this.publicClients.delete(socket);
       });
     }
     ids.add(id);
@@ -334,13 +334,13 @@ export class PreviewGate {
    * Counts a client connection that came in through a public link (anyone may hold the link: their
    * connections are bounded together); past maxPublicConnections it is refused.
    */
-  private admitPublic(s: Duplex, id: string): void {
-    if (this.publicClients.has(s)) return;
+  private admitPublic(socket: Duplex, id: string): void {
+    if (this.publicClients.has(socket)) return;
     const max = this.deps.maxPublicConnections ?? 256;
     if (this.publicClients.size >= max)
       throw new ServiceError('RESOURCE_EXHAUSTED', `public preview links have ${this.publicClients.size} connections open, the most they may hold together (${max}); retry later`, { limit: max });
-    this.publicClients.add(s);
-    this.watch(id, s);
+    this.publicClients.add(socket);
+    this.watch(id, socket);
   }
 
   /**

@@ -79,12 +79,12 @@ async function openDirAtRaw(parent: FileHandle, name: Buffer): Promise<FileHandl
   }
 }
 
-function split(p: Buffer): Buffer[] {
+function split(bytes: Buffer): Buffer[] {
   const out: Buffer[] = [];
   let start = 0;
-  for (let i = 0; i <= p.length; i++) {
-    if (i === p.length || p[i] === SLASH) {
-      if (i > start) out.push(p.subarray(start, i));
+  for (let i = 0; i <= bytes.length; i++) {
+    if (i === bytes.length || bytes[i] === SLASH) {
+      if (i > start) out.push(bytes.subarray(start, i));
       start = i + 1;
     }
   }

@@ -109,8 +109,8 @@ function keyOf(baseKey: string, entriesDigest: string): string {
 }
 
 /** A build whose setup-only search could not complete: no template, and the open goes on without one (open.ts). */
-export function searchIncomplete(e: unknown): e is ServiceError {
-  return e instanceof ServiceError && e.details.searchIncomplete === true;
+export function searchIncomplete(err: unknown): err is ServiceError {
+  return err instanceof ServiceError && err.details.searchIncomplete === true;
 }
 
 function rowOf(row: Record<string, unknown>): TemplateRow {
