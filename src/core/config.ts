@@ -100,6 +100,8 @@ export const SETTINGS: Setting[] = [
   S({ key: 'imagePoolSizeMb', flag: '--image-pool-size-mb', env: 'ATELIER_IMAGE_POOL_SIZE_MB', kind: 'int', def: 0, rule: 'an integer from 0 to 1073741824 (0 = the size of the filesystem holding the data directory); at least 1024 otherwise', check: ((v: number) => v === 0 || (v >= 1024 && v <= 1073741824)) as never, help: 'Size of the image pool when it is made (a sparse file: it takes only what its images hold)' }),
   S({ key: 'otlpTracesEndpoint', flag: '--otlp-traces-endpoint', env: 'ATELIER_OTLP_TRACES_ENDPOINT', kind: 'string', def: '', rule: 'an http(s) URL of an OTLP/HTTP traces receiver, such as http://127.0.0.1:4318/v1/traces, with no user or password in it', check: ((v: string) => v === '' || /^https?:\/\/[^\s/@]+(\/\S*)?$/.test(v)) as never, help: 'Send OpenTelemetry traces (OTLP/HTTP, JSON) here; empty = tracing off, no SDK loaded (docs/operations.md)' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
+  S({ key: 'codeIntelIdleSeconds', flag: '--code-intel-idle-seconds', env: 'ATELIER_CODE_INTEL_IDLE_SECONDS', kind: 'int', def: 600, rule: 'an integer from 1 to 86400', check: ((v: number) => v >= 1 && v <= 86400) as never, help: 'Code intelligence: a workspace\'s language server is stopped after this many seconds without a call (docs/code-intelligence.md)' }),
+  S({ key: 'codeIntelDisabledServers', flag: '--code-intel-disabled-servers', env: 'ATELIER_CODE_INTEL_DISABLED_SERVERS', kind: 'string', def: '', rule: 'a comma-separated list of typescript, python, clangd, gopls, bash', check: ((v: string) => v.split(',').map((x) => x.trim()).filter(Boolean).every((x) => ['typescript', 'python', 'clangd', 'gopls', 'bash'].includes(x))) as never, help: 'Code intelligence: language servers never started (docs/code-intelligence.md)' }),
   S({ key: 'backupDir', flag: '--backup-dir', env: 'ATELIER_BACKUP_DIR', kind: 'string', def: '', rule: 'an absolute path outside the data directory (empty: no scheduled backups)', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Scheduled backups: each one a directory atelier-backup-<time> here (docs/operations.md); empty turns them off' }),
   S({ key: 'backupIntervalMinutes', flag: '--backup-interval-minutes', env: 'ATELIER_BACKUP_INTERVAL_MINUTES', kind: 'int', def: 1440, rule: 'an integer from 5 to 43200', check: ((v: number) => v >= 5 && v <= 43200) as never, help: 'Scheduled backups: minutes between two (the first when the service starts if none was taken that recently)' }),
   S({ key: 'backupKeep', flag: '--backup-keep', env: 'ATELIER_BACKUP_KEEP', kind: 'int', def: 7, rule: 'an integer from 1 to 1000', check: ((v: number) => v >= 1 && v <= 1000) as never, help: 'Scheduled backups: how many are kept in --backup-dir (older ones are removed after a successful backup)' }),
@@ -158,6 +160,8 @@ export interface Config {
   httpHeadersTimeoutMs: number;
   httpMaxUnauthenticatedConnections: number;
   retentionSecondMs: number;
+  codeIntelIdleSeconds: number;
+  codeIntelDisabledServers: string;
   backupDir: string;
   backupIntervalMinutes: number;
   backupKeep: number;

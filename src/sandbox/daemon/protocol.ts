@@ -678,12 +678,14 @@ export type EnvSetParams = { env: Record<string, string> };
 
 /** The operator's settings, sent with every code.* call (the daemon keeps the last ones). */
 export type CodeSettings = { idleMs?: number; disabled?: string[] };
+/** Fields every code.* call may carry: the operator's settings, and `restricted` when the caller could not run exec_run (only servers that run no repository code answer it). */
+export type CodeCallParams = { settings?: CodeSettings; restricted?: boolean };
 export type CodeServerId = 'typescript' | 'python' | 'clangd' | 'gopls' | 'bash';
 export type CodePoint = { line: number; column: number };
 export type CodeRange = { start: CodePoint; end: CodePoint };
 
 /** A position: path with line and column, or path with symbol (and optionally line to choose among several). */
-export type CodePositionParams = { path: string; line?: number; column?: number; symbol?: string; settings?: CodeSettings };
+export type CodePositionParams = CodeCallParams & { path: string; line?: number; column?: number; symbol?: string };
 
 /** A place in the code: a workspace path, or (outsideWorkspace) a file of a library or the system, never a host path. */
 export type CodeLocation = {
@@ -753,13 +755,13 @@ export type DaemonMethods = {
   'search.grep': { params: GrepParams; reply: GrepReply };
   'search.references': { params: ReferencesParams; reply: ReferencesReply };
   'search.symbols': { params: SymbolsParams; reply: SymbolsReply };
-  'code.status': { params: { settings?: CodeSettings } | undefined; reply: { servers: CodeServerStatus[] } };
+  'code.status': { params: CodeCallParams | undefined; reply: { servers: CodeServerStatus[] } };
   'code.definition': { params: CodePositionParams & { kind?: 'definition' | 'declaration' | 'typeDefinition' | 'implementation' }; reply: CodeResolved & { locations: CodeLocation[] } };
   'code.references': { params: CodePositionParams & { includeDeclaration?: boolean; offset?: number; limit?: number }; reply: CodeResolved & { locations: CodeLocation[]; total: number } };
   'code.hover': { params: CodePositionParams; reply: CodeResolved & { contents: string; contentsTruncated?: true; range?: CodeRange } };
-  'code.symbols': { params: { path?: string; query?: string; server?: CodeServerId; maxResults?: number; settings?: CodeSettings }; reply: { servers: CodeServerId[]; symbols: CodeSymbol[]; total: number; truncated: boolean } };
+  'code.symbols': { params: CodeCallParams & { path?: string; query?: string; server?: CodeServerId; maxResults?: number }; reply: { servers: CodeServerId[]; symbols: CodeSymbol[]; total: number; truncated: boolean } };
   'code.diagnostics': {
-    params: { path?: string; waitMs?: number; minSeverity?: CodeDiagnostic['severity']; maxResults?: number; settings?: CodeSettings };
+    params: CodeCallParams & { path?: string; waitMs?: number; minSeverity?: CodeDiagnostic['severity']; maxResults?: number };
     reply: { servers: CodeServerId[]; diagnostics: CodeDiagnostic[]; total: number; truncated: boolean; files: number; pending: string[]; complete: boolean };
   };
   'code.rename': { params: CodePositionParams & { newName: string }; reply: CodeResolved & { files: CodeRenameFile[] } };

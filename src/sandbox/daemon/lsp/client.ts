@@ -203,12 +203,26 @@ export class LanguageServer {
       return await withTimeout(this.conn.sendRequest(method, params, cts.token) as Promise<R>, timeoutMs, () => this.exitReason, method);
     } catch (err) {
       cts.cancel();
+      // A write to a server that just died (EPIPE, a closed connection) comes before its exit event.
+      if (!(err instanceof Timeout) && !signal?.aborted) await this.exitWithin(2000);
       if (this.exitReason) throw new ServerGone(this.exitReason);
       throw err;
     } finally {
       signal?.removeEventListener('abort', onAbort);
       cts.dispose();
     }
+  }
+
+  /** Resolves when the process has ended, or after ms. */
+  private exitWithin(ms: number): Promise<void> {
+    if (this.exitReason || this.child.exitCode !== null || this.child.signalCode !== null) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, ms);
+      this.child.once('exit', () => {
+        clearTimeout(t);
+        setImmediate(resolve);
+      });
+    });
   }
 
   notify(method: string, params: unknown): void {

@@ -72,8 +72,10 @@ type Flat = { name: string; kind: number; detail?: string; container?: string; d
 function flatten(result: unknown, uri: string): Flat[] {
   const out: Flat[] = [];
   if (!Array.isArray(result)) return out;
+  // In source order (tsserver gives an outline sorted by name).
+  const byPlace = (x: LspDocumentSymbol, y: LspDocumentSymbol): number => (x.range?.start.line ?? 0) - (y.range?.start.line ?? 0) || (x.range?.start.character ?? 0) - (y.range?.start.character ?? 0);
   const walk = (list: LspDocumentSymbol[], depth: number, container?: string): void => {
-    for (const s of list) {
+    for (const s of [...list].sort(byPlace)) {
       if (out.length >= 10_000) return;
       out.push({ name: s.name, kind: s.kind, ...(s.detail ? { detail: s.detail } : {}), ...(container ? { container } : {}), depth, uri, range: s.selectionRange ?? s.range });
       if (Array.isArray(s.children)) walk(s.children, depth + 1, s.name);
@@ -142,7 +144,11 @@ export class CodeMethods {
     const path = p.path;
     if (typeof path !== 'string' || path.length === 0) throw invalid('path must be a non-empty string (a workspace-relative file)', 'path');
     this.c.segments(path);
-    return this.manager.specFor(path).spec.id;
+    const { spec } = this.manager.specFor(path);
+    if (p.restricted === true && !spec.runsNoRepositoryCode) {
+      throw new DaemonError('PERMISSION_DENIED', `path: ${spec.title} answers ${path}, and it may run the repository's toolchain: only a caller that could run exec_run may use it (docs/access.md)`, { field: 'path', server: spec.id, rule: 'runs commands: needs exec_run', fallback: ['symbols_search', 'symbols_references'] });
+    }
+    return spec.id;
   }
 
   private atPosition<T>(params: unknown, fn: (s: Session, r: Resolved, p: Record<string, unknown>, shaper: LocationShaper) => Promise<T>): Promise<T> {
@@ -199,14 +205,16 @@ export class CodeMethods {
   }
 
   /** The servers a workspace-wide call goes to: the one asked for, else the running ones, else those whose files the checkout has. */
-  private workspaceServers(server: unknown): { ids: ServerId[]; files: Map<ServerId, string[]> } {
+  private workspaceServers(server: unknown, restricted: boolean): { ids: ServerId[]; files: Map<ServerId, string[]> } {
     const files = filesByServer(this.c.root, 100);
     if (server !== undefined) {
-      if (typeof server !== 'string' || !SERVERS.some((s) => s.id === server)) throw invalid(`server must be one of ${SERVERS.map((s) => s.id).join(', ')}`, 'server');
+      const spec = SERVERS.find((s) => s.id === server);
+      if (typeof server !== 'string' || !spec) throw invalid(`server must be one of ${SERVERS.map((s) => s.id).join(', ')}`, 'server');
+      if (restricted && !spec.runsNoRepositoryCode) throw new DaemonError('PERMISSION_DENIED', `server: ${spec.title} may run the repository's toolchain: only a caller that could run exec_run may use it (docs/access.md)`, { field: 'server', server: spec.id, rule: 'runs commands: needs exec_run' });
       return { ids: [server as ServerId], files };
     }
     const running = this.manager.runningIds();
-    const ids = running.length > 0 ? running : [...files.keys()];
+    const ids = (running.length > 0 ? running : [...files.keys()]).filter((id) => !restricted || SERVERS.find((s) => s.id === id)!.runsNoRepositoryCode);
     if (ids.length === 0) throw new DaemonError('FAILED_PRECONDITION', `no file of this checkout is served by a language server (servers cover ${SERVERS.flatMap((s) => Object.keys(s.extensions)).join(' ')}); symbols_search and symbols_references still answer`, { reason: 'no_server', server: null, fallback: ['symbols_search', 'symbols_references'] });
     return { ids, files };
   }
@@ -229,7 +237,7 @@ export class CodeMethods {
     }
     if (p.path !== undefined) throw invalid('path must be a non-empty string', 'path');
     if (query === undefined) throw invalid('query: give path (a file\'s outline) or query (workspace symbols)', 'query');
-    const { ids, files } = this.workspaceServers(p.server);
+    const { ids, files } = this.workspaceServers(p.server, p.restricted === true);
     const out: CodeSymbol[] = [];
     let total = 0;
     for (const id of ids) {
@@ -268,7 +276,7 @@ export class CodeMethods {
       targets = new Map([[id, [p.path]]]);
     } else {
       if (p.path !== undefined) throw invalid('path must be a non-empty string', 'path');
-      const w = this.workspaceServers(undefined);
+      const w = this.workspaceServers(undefined, p.restricted === true);
       ids = w.ids;
       targets = w.files;
     }
