@@ -162,7 +162,8 @@ export class LanguageServer {
     child.on('error', (err) => this.ended(`cannot start: ${err.message}`));
     child.on('exit', (code, signal) => this.ended(signal ? `killed by ${signal}` : `exited with status ${code}`));
     conn.onError(() => undefined);
-    conn.onClose(() => this.ended(this.exitReason ?? 'its connection closed'));
+    // The process's exit (with its signal or status) usually follows at once: wait for it a moment.
+    conn.onClose(() => setTimeout(() => this.ended('its connection closed'), 1000).unref());
     conn.onNotification(lsp.PublishDiagnosticsNotification.type, (p: PublishDiagnosticsParams) => {
       this.diagnostics.set(p.uri, { items: Array.isArray(p.diagnostics) ? p.diagnostics.slice(0, 2000) : [], at: Date.now(), version: p.version });
       for (const w of [...this.waiters]) w();
@@ -178,11 +179,9 @@ export class LanguageServer {
   }
 
   private ended(reason: string): void {
-    if (this.exitReason !== undefined && this.exitReason !== 'its connection closed') return;
-    const first = this.exitReason === undefined;
+    if (this.exitReason !== undefined) return;
     this.exitReason = reason;
     for (const w of [...this.waiters]) w();
-    if (!first) return;
     try {
       this.conn.dispose();
     } catch {

@@ -113,6 +113,10 @@ const BASE_ENV = { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8', HOME: '/home/user', TMPDI
 export function launchOf(id: ServerId, nodePath: string, home: string): Launch | { missing: string } {
   const mods = modulesDir();
   const env = { ...BASE_ENV, HOME: home };
+  // The daemon speaks LSP with these (a sandbox without Atelier's node_modules, e.g. an image that lacks them, has no server at all).
+  for (const lib of ['vscode-jsonrpc', 'vscode-languageserver-protocol']) {
+    if (!existsSync(path.join(mods, lib, 'package.json'))) return { missing: `the LSP library ${lib} is not reachable in this sandbox` };
+  }
   switch (id) {
     case 'typescript': {
       const cli = path.join(mods, 'typescript-language-server', 'lib', 'cli.mjs');
