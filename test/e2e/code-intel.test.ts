@@ -24,6 +24,9 @@ const FILES: Record<string, string> = {
   // A TypeScript server plugin: if tsserver loaded it, it would write a marker file.
   'node_modules/evil-plugin/package.json': JSON.stringify({ name: 'evil-plugin', version: '1.0.0', main: 'index.js' }),
   'node_modules/evil-plugin/index.js': "require('fs').writeFileSync('/workspace/TS_PLUGIN_RAN', 'ran'); module.exports = () => ({ create: (info) => info.languageService });\n",
+  // A TypeScript of the repository's own: typescript-language-server would run its tsserver.js if it were not given Atelier's.
+  'node_modules/typescript/package.json': JSON.stringify({ name: 'typescript', version: '5.4.0' }),
+  'node_modules/typescript/lib/tsserver.js': "require('fs').writeFileSync('/workspace/REPO_TSSERVER_RAN', 'ran'); process.exit(1);\n",
   'src/shapes.ts': 'export interface Shape {\n  area(): number;\n}\n\nexport function makeSquare(side: number): Shape {\n  return { area: () => side * side };\n}\n',
   'src/main.ts':
     "import { makeSquare } from './shapes';\n\n// makeSquare in a comment is not a reference\nconst sq = makeSquare(3);\nconst label = '🎉 ' + String(sq.area());\nexport const total: number = makeSquare(4).area() + sq.area();\nconsole.log(label, total);\n",
@@ -169,6 +172,11 @@ describe('positions', { timeout: 240_000 }, () => {
     await sh('rm -f src/escape.ts');
     const huge = await fails('code_hover', { workspaceId: ws, path: 'src/main.ts', symbol: 'x'.repeat(300) });
     expect(huge).toMatchObject({ code: 'INVALID_ARGUMENT' });
+    // A file larger than a server is given (2 MiB) is refused naming it; the server stays up.
+    await sh('head -c 3000000 /dev/zero | tr "\\0" "a" > big.ts');
+    expect(await fails('code_hover', { workspaceId: ws, path: 'big.ts', line: 1, column: 1 })).toMatchObject({ code: 'RESOURCE_EXHAUSTED', details: { field: 'path', path: 'big.ts' } });
+    await sh('rm -f big.ts');
+    expect((await ok('code_hover', { workspaceId: ws, path: 'src/main.ts', symbol: 'sq' })).contents).toContain('sq');
   });
 });
 
@@ -236,6 +244,7 @@ describe('servers', { timeout: 240_000 }, () => {
 
   it('no TypeScript plugin from tsconfig.json ran, and the servers run as the workspace user inside its sandbox', async () => {
     expect((await sh('ls /workspace/TS_PLUGIN_RAN 2>&1 || true')).trim()).toMatch(/No such file/);
+    expect((await sh('ls /workspace/REPO_TSSERVER_RAN 2>&1 || true')).trim()).toMatch(/No such file/);
     const ps = await sh("ps -eo user:20,args | grep -E 'typescript-language-server|pyright' | grep -v grep || true");
     expect(ps).toMatch(/^user\s/m);
     expect(ps).not.toMatch(/^root/m);
