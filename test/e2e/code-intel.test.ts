@@ -10,7 +10,7 @@
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { call, connectV2, ROOT, runCli, type Service } from './harness.js';
+import { call, connectV2, httpRequest, ROOT, runCli, type Service } from './harness.js';
 import { startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
 
@@ -127,6 +127,11 @@ describe('positions', { timeout: 240_000 }, () => {
   it('code_hover gives the type; code_symbols gives a file outline and workspace symbols', async () => {
     const h = await ok('code_hover', { workspaceId: ws, path: 'src/main.ts', symbol: 'total' });
     expect(h.contents).toContain('const total: number');
+    const hc = await ok('code_hover', { workspaceId: ws, path: 'src/main.ts', line: 6, column: 14 });
+    expect(hc).toMatchObject({ position: { line: 6, column: 14 }, range: { start: { line: 6, column: 14 }, end: { line: 6, column: 19 } } });
+    expect(hc.contents).toContain('const total: number');
+    const refs = await ok('code_references', { workspaceId: ws, path: 'src/main.ts', line: 4, column: 7 });
+    expect(refs.locations.map((l: R) => `${l.range.start.line}:${l.range.start.column}`)).toEqual(['4:7', '5:29', '6:53']);
     const outline = await ok('code_symbols', { workspaceId: ws, path: 'src/shapes.ts' });
     expect(outline.mode).toBe('outline');
     expect(outline.symbols.map((s: R) => `${s.kind}:${s.name}:${s.depth}`)).toEqual(['interface:Shape:0', 'method:area:1', 'function:makeSquare:0', 'method:area:1']);
@@ -240,6 +245,12 @@ describe('servers', { timeout: 240_000 }, () => {
     expect(after).toMatchObject({ state: 'running', restarts: before.restarts + 1, crashesInWindow: before.crashesInWindow + 1, lastExit: { expected: false } });
     expect(after.lastExit.reason).toMatch(/SIGTERM|status/);
     expect(after.pid).not.toBe(before.pid);
+    // /metrics counts requests and restarts by language.
+    const m = await httpRequest(svc.url, 'GET', '/metrics', { authorization: `Bearer ${svc.token}` });
+    expect(m.status).toBe(200);
+    expect(Number(/^atelier_code_intel_restarts_total\{server="typescript"\} (\d+)$/m.exec(m.body)?.[1])).toBeGreaterThanOrEqual(1);
+    expect(Number(/^atelier_code_intel_requests_total\{server="typescript",outcome="ok"\} (\d+)$/m.exec(m.body)?.[1])).toBeGreaterThan(5);
+    expect(m.body).toMatch(/^atelier_code_intel_requests_total\{server="none",outcome="FAILED_PRECONDITION"\} \d+$/m);
   });
 
   it('no TypeScript plugin from tsconfig.json ran, and the servers run as the workspace user inside its sandbox', async () => {

@@ -699,7 +699,8 @@ export type CodeLocation = {
   textTruncated?: true;
 };
 
-export type CodeResolved = { server: CodeServerId; path: string; position: CodePoint; symbol?: string; candidates?: number };
+/** `restarts`: how often the answering server was started again in this sandbox (for the runner's /metrics). */
+export type CodeResolved = { server: CodeServerId; restarts: number; path: string; position: CodePoint; symbol?: string; candidates?: number };
 
 export type CodeSymbol = { name: string; kind: string; detail?: string; container?: string; depth?: number } & CodeLocation;
 

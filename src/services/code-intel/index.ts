@@ -40,8 +40,15 @@ export interface CodeCaller {
   mayRunCommands: boolean;
 }
 
+/** Workspace×server pairs whose restart count is remembered (the oldest forgotten beyond). */
+const MAX_TRACKED = 10_000;
+
 export class CodeIntelService {
   private readonly settings: CodeSettings;
+  /** Requests by `server\0outcome` (outcome: ok or the error code) and restarts by server, for /metrics. */
+  private readonly requests = new Map<string, number>();
+  private readonly restarts = new Map<string, number>();
+  private readonly restartsSeen = new Map<string, number>();
 
   constructor(private readonly deps: CodeIntelDeps) {
     this.settings = {
@@ -54,9 +61,12 @@ export class CodeIntelService {
     const h = await this.deps.workspaces.activeHandle(workspaceId);
     try {
       const full = { ...(params as object), settings: this.settings, restricted: !caller.mayRunCommands } as ParamsOf<M>;
-      return await this.deps.executor.request(h, method, full, { signal, timeoutMs: CODE_TIMEOUT_MS });
+      const reply = await this.deps.executor.request(h, method, full, { signal, timeoutMs: CODE_TIMEOUT_MS });
+      this.observe(workspaceId, reply, 'ok');
+      return reply;
     } catch (err) {
       if (err instanceof ServiceError) {
+        this.count(typeof err.details.server === 'string' ? err.details.server : 'none', err.code);
         const { daemonCode: _drop, ...details } = err.details;
         // A daemon from before this feature knows no code.* method.
         if (err.code === 'NOT_IMPLEMENTED') {
@@ -66,6 +76,45 @@ export class CodeIntelService {
       }
       throw err;
     }
+  }
+
+  private count(server: string, outcome: string): void {
+    const k = `${server}\0${outcome}`;
+    this.requests.set(k, (this.requests.get(k) ?? 0) + 1);
+  }
+
+  /** Counts a reply by its server(s), and the restarts a server made since this workspace's last reply from it. */
+  private observe(workspaceId: string, reply: unknown, outcome: string): void {
+    const r = reply as { server?: unknown; servers?: unknown; restarts?: unknown };
+    const seen: Array<{ server: string; restarts?: number }> = [];
+    if (typeof r.server === 'string') seen.push({ server: r.server, ...(typeof r.restarts === 'number' ? { restarts: r.restarts } : {}) });
+    if (Array.isArray(r.servers)) {
+      for (const s of r.servers) {
+        if (typeof s === 'string') seen.push({ server: s });
+        else if (s && typeof s === 'object' && typeof (s as { server?: unknown }).server === 'string') seen.push({ server: (s as { server: string }).server, restarts: (s as { restarts: number }).restarts });
+      }
+    }
+    for (const s of seen) {
+      if (!Array.isArray(r.servers) || typeof r.servers[0] === 'string') this.count(s.server, outcome);
+      if (typeof s.restarts !== 'number') continue;
+      const k = `${workspaceId}\0${s.server}`;
+      const before = this.restartsSeen.get(k) ?? 0;
+      if (s.restarts > before) this.restarts.set(s.server, (this.restarts.get(s.server) ?? 0) + s.restarts - before);
+      this.restartsSeen.delete(k);
+      this.restartsSeen.set(k, s.restarts);
+      if (this.restartsSeen.size > MAX_TRACKED) this.restartsSeen.delete(this.restartsSeen.keys().next().value!);
+    }
+  }
+
+  /** Counters for /metrics: requests by server and outcome, restarts by server (as seen in the daemons' replies). */
+  metrics(): { requests: Array<{ labels: { server: string; outcome: string }; value: number }>; restarts: Array<{ labels: { server: string }; value: number }> } {
+    return {
+      requests: [...this.requests].map(([k, value]) => {
+        const [server, outcome] = k.split('\0') as [string, string];
+        return { labels: { server, outcome }, value };
+      }),
+      restarts: [...this.restarts].map(([server, value]) => ({ labels: { server }, value })),
+    };
   }
 
   private static position(a: CodePosition): CodePosition {

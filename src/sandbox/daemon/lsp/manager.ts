@@ -301,6 +301,11 @@ export class LspManager {
     });
   }
 
+  /** How often a server was started again (after a crash or an idle stop). */
+  restartsOf(id: ServerId): number {
+    return this.slots.get(id)?.restarts ?? 0;
+  }
+
   /** The servers that are running now. */
   runningIds(): ServerId[] {
     return [...this.slots.values()].filter((s) => s.server && !s.server.exited).map((s) => s.spec.id);

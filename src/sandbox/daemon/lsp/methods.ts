@@ -111,7 +111,7 @@ export class CodeMethods {
       if (line === undefined) throw invalid('line: give line with column (both 1-based), or symbol', 'line');
       if (symbol !== undefined) throw invalid('symbol: give either line and column, or symbol (with an optional line), not both', 'symbol');
       const pos = lines.toLsp({ line, column });
-      return { rel: doc.rel, lines, pos, uri: doc.uri, shown: { server: serverId, path: doc.rel, position: lines.fromLsp(pos) } };
+      return { rel: doc.rel, lines, pos, uri: doc.uri, shown: { server: serverId, restarts: this.manager.restartsOf(serverId), path: doc.rel, position: lines.fromLsp(pos) } };
     }
     if (symbol === undefined) throw invalid('symbol: give line and column (1-based), or symbol (a name in the file, with an optional line)', 'symbol');
     if (/\s/.test(symbol)) throw invalid('symbol: a name without spaces', 'symbol');
@@ -136,7 +136,7 @@ export class CodeMethods {
       const where = line !== undefined ? ` on line ${line}` : '';
       throw new DaemonError('NOT_FOUND', `symbol: ${symbol} does not appear in ${doc.rel}${where} as a whole word`, { field: 'symbol', path: doc.rel, ...(words.length > 0 ? { lines: [...new Set(words.map((w) => w.line + 1))].slice(0, 20) } : {}) });
     }
-    const shown: CodeResolved = { server: serverId, path: doc.rel, position: lines.fromLsp(pos), symbol, candidates: all.length };
+    const shown: CodeResolved = { server: serverId, restarts: this.manager.restartsOf(serverId), path: doc.rel, position: lines.fromLsp(pos), symbol, candidates: all.length };
     return { rel: doc.rel, lines, pos, uri: doc.uri, shown };
   }
 
