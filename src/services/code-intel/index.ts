@@ -166,6 +166,7 @@ export class CodeIntelService {
    * hash again under the daemon's write lock): all files or none.
    */
   async rename(ws: string, a: CodePosition & { newName: string; apply: boolean; expectedSha256?: Record<string, string> }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    if (a.expectedSha256 && Object.keys(a.expectedSha256).length > 500) throw new ServiceError('INVALID_ARGUMENT', 'expectedSha256: at most 500 paths (a rename changes at most 500 files)', { field: 'expectedSha256', limit: 500 });
     const r = await this.call('code_rename', ws, 'code.rename', { ...CodeIntelService.position(a), newName: a.newName }, caller, signal);
     const { files, ...resolved } = r;
     const preview = files.map((f) => ({ path: f.path, sha256: f.sha256, edits: f.edits, diff: unifiedDiff(f.path, f.before, f.after) }));

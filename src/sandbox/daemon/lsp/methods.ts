@@ -244,7 +244,13 @@ export class CodeMethods {
       await this.manager.with(id, async (s) => {
         // A server loads a project from an open file (tsserver answers workspace symbols only then).
         const first = files.get(id)?.[0];
-        if (s.server.docs.size === 0 && first) s.doc(first);
+        if (s.server.docs.size === 0 && first) {
+          try {
+            s.doc(first);
+          } catch {
+            // the server answers from what it has
+          }
+        }
         const shaper = new LocationShaper(this.c);
         const result = await s.server.request<unknown>('workspace/symbol', { query }, LSP_LIMITS.requestTimeoutMs, ctx.signal);
         const flat = flatten(result, '');
@@ -282,7 +288,16 @@ export class CodeMethods {
     }
     for (const id of ids) {
       await this.manager.with(id, async (s) => {
-        const opened = (targets.get(id) ?? []).map((rel) => s.doc(rel).doc);
+        // One file of the workspace that cannot be given to the server (too large, gone meanwhile) is left out, not the call's failure.
+        const single = typeof p.path === 'string';
+        const opened: OpenDoc[] = [];
+        for (const rel of targets.get(id) ?? []) {
+          try {
+            opened.push(s.doc(rel).doc);
+          } catch (err) {
+            if (single) throw err;
+          }
+        }
         pending.push(...(await this.settle(s, opened, deadline, ctx.signal)));
         const shaper = new LocationShaper(this.c);
         const only = typeof p.path === 'string' ? new Set(opened.map((d) => d.uri)) : undefined;
