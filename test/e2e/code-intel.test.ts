@@ -180,6 +180,9 @@ describe('positions', { timeout: 240_000 }, () => {
     // A file larger than a server is given (2 MiB) is refused naming it; the server stays up.
     await sh('head -c 3000000 /dev/zero | tr "\\0" "a" > big.ts');
     expect(await fails('code_hover', { workspaceId: ws, path: 'big.ts', line: 1, column: 1 })).toMatchObject({ code: 'RESOURCE_EXHAUSTED', details: { field: 'path', path: 'big.ts' } });
+    // A workspace-wide call leaves such a file out rather than failing.
+    const whole = await ok('code_diagnostics', { workspaceId: ws, waitMs: 10_000, minSeverity: 'error' });
+    expect(whole.diagnostics.some((d: R) => d.path === 'big.ts')).toBe(false);
     await sh('rm -f big.ts');
     expect((await ok('code_hover', { workspaceId: ws, path: 'src/main.ts', symbol: 'sq' })).contents).toContain('sq');
   });
