@@ -333,7 +333,7 @@ export function createApp(config: Config, opts: { logger?: Logger; sandboxDisabl
       maxCount: config.checkpointMaxCount,
     }),
     previews,
-    codeIntel: new CodeIntelService({ workspaces, executor, cursors, idleSeconds: config.codeIntelIdleSeconds, disabledServers: config.codeIntelDisabledServers }),
+    codeIntel: new CodeIntelService({ workspaces, executor, cursors, idleSeconds: config.codeIntelIdleSeconds, disabledServers: config.codeIntelDisabledServers, configFile: config.configFile }),
     commands,
     approvals,
     packages,

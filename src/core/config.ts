@@ -108,7 +108,7 @@ export const SETTINGS: Setting[] = [
 ];
 
 /** Structured sections of the config file, read by their services (e.g. repositories by services/repos.ts). */
-export const CONFIG_SECTIONS = ['repositories', 'egress', 'providers', 'prices'];
+export const CONFIG_SECTIONS = ['repositories', 'egress', 'providers', 'prices', 'codeIntel'];
 
 export interface Config {
   host: string;
@@ -355,6 +355,7 @@ export function validateSections(file: Record<string, unknown>, where: string): 
       });
     }
   }
+  if ('codeIntel' in file) validateCodeIntel(file.codeIntel, where);
   if ('providers' in file) {
     try {
       resolveProviders((file.providers ?? {}) as never);
@@ -363,6 +364,40 @@ export function validateSections(file: Record<string, unknown>, where: string): 
       throw new ConfigError(`config file ${where}: "${msg.split(':')[0]}"${msg.slice(msg.indexOf(':'))}`, msg.split(':')[0]);
     }
   }
+}
+
+/**
+ * "codeIntel": {"servers": [{"name", "command", "args"?, "extensions", "initializationOptions"?,
+ * "settings"?, "runsNoRepositoryCode"?}]}: language servers the operator adds (docs/code-intelligence.md).
+ */
+function validateCodeIntel(v: unknown, where: string): void {
+  const bad = (setting: string, rule: string) => new ConfigError(`config file ${where}: "${setting}" ${rule}`, setting);
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad('codeIntel', 'must be an object such as {"servers": [{"name": "rust", "command": "/usr/bin/rust-analyzer", "extensions": {".rs": "rust"}}]}');
+  for (const k of Object.keys(v)) if (k !== 'servers') throw bad(`codeIntel.${k}`, 'is not a setting (known: servers)');
+  const servers = (v as { servers?: unknown }).servers;
+  if (servers === undefined) return;
+  if (!Array.isArray(servers) || servers.length > 20) throw bad('codeIntel.servers', 'must be a list of at most 20 servers');
+  const names = new Set<string>();
+  servers.forEach((s: unknown, i) => {
+    const at = `codeIntel.servers[${i}]`;
+    if (typeof s !== 'object' || s === null || Array.isArray(s)) throw bad(at, 'must be an object {name, command, args?, extensions, initializationOptions?, settings?, runsNoRepositoryCode?}');
+    const r = s as Record<string, unknown>;
+    for (const k of Object.keys(r)) if (!['name', 'command', 'args', 'extensions', 'initializationOptions', 'settings', 'runsNoRepositoryCode'].includes(k)) throw bad(at, `has an unknown key "${k}"`);
+    if (typeof r.name !== 'string' || !/^[a-z0-9][a-z0-9-]{0,39}$/.test(r.name)) throw bad(`${at}.name`, 'must be 1-40 characters of a-z 0-9 - (starting with a letter or digit)');
+    if (names.has(r.name)) throw bad(`${at}.name`, `repeats ${r.name}`);
+    names.add(r.name);
+    if (typeof r.command !== 'string' || !r.command.startsWith('/') || r.command.includes('\0')) throw bad(`${at}.command`, 'must be an absolute path inside the sandbox (e.g. /usr/bin/rust-analyzer)');
+    if (r.args !== undefined && (!Array.isArray(r.args) || r.args.length > 64 || !r.args.every((a) => typeof a === 'string' && !a.includes('\0')))) throw bad(`${at}.args`, 'must be a list of at most 64 strings');
+    const ext = r.extensions;
+    if (typeof ext !== 'object' || ext === null || Array.isArray(ext) || Object.keys(ext).length === 0) throw bad(`${at}.extensions`, 'must map file extensions to LSP language ids, e.g. {".rs": "rust"}');
+    for (const [e, l] of Object.entries(ext)) {
+      if (!/^\.[A-Za-z0-9_+-]{1,20}$/.test(e)) throw bad(`${at}.extensions`, `has ${JSON.stringify(e)}: an extension is a dot and 1-20 characters of A-Z a-z 0-9 _ + -`);
+      if (typeof l !== 'string' || l.length === 0 || l.length > 40) throw bad(`${at}.extensions["${e}"]`, 'must be a language id of 1-40 characters');
+    }
+    if (r.settings !== undefined && (typeof r.settings !== 'object' || r.settings === null || Array.isArray(r.settings))) throw bad(`${at}.settings`, 'must be an object (what workspace/configuration answers, by section)');
+    if (r.runsNoRepositoryCode !== undefined && typeof r.runsNoRepositoryCode !== 'boolean') throw bad(`${at}.runsNoRepositoryCode`, 'must be true or false');
+    if (JSON.stringify(r).length > 65_536) throw bad(at, 'is larger than 64 KiB');
+  });
 }
 
 export function isLoopback(host: string): boolean {

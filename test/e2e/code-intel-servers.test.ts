@@ -31,6 +31,15 @@ async function fails(name: string, args: Record<string, unknown>): Promise<R> {
   return r.error as unknown as R;
 }
 
+/** A server the operator adds in the config file: here typescript-language-server again, for .mts files only. */
+const OPERATOR_SERVER = {
+  name: 'ts-alt',
+  command: '/usr/bin/node',
+  args: ['/opt/atelier/node_modules/typescript-language-server/lib/cli.mjs', '--stdio'],
+  extensions: { '.mts': 'typescript' },
+  initializationOptions: { tsserver: { path: '/opt/atelier/node_modules/typescript-lsp-tsserver/lib/tsserver.js' }, disableAutomaticTypingAcquisition: true },
+};
+
 async function ts(): Promise<R> {
   return (await ok('code_servers', { workspaceId: ws })).servers.find((s: R) => s.server === 'typescript');
 }
@@ -42,8 +51,9 @@ beforeAll(async () => {
     'a.ts': 'export const answer = 42;\n',
     'b.py': 'x = 1\n',
     'c.go': 'package main\n',
+    'm.mts': 'export const viaOperator = "custom";\n',
   })).url;
-  svc = await startWorkspaceService(host, { config: { sandboxMemoryMb: 1024, sandboxPidsMax: 512, knowledgeEmbeddings: 'off', codeIntelIdleSeconds: 2, codeIntelDisabledServers: 'python' } });
+  svc = await startWorkspaceService(host, { config: { sandboxMemoryMb: 1024, sandboxPidsMax: 512, knowledgeEmbeddings: 'off', codeIntelIdleSeconds: 2, codeIntelDisabledServers: 'python', codeIntel: { servers: [OPERATOR_SERVER] } } });
   c = await connectV2(svc);
   ws = (await ok('workspace_open', { repositoryUrl: url, idempotencyKey: 'code-intel-servers' })).workspaceId as string;
 }, 180_000);
@@ -72,6 +82,14 @@ describe('language server life', { timeout: 240_000 }, () => {
     expect(left).toBe('');
     expect((await ok('code_definition', { workspaceId: ws, path: 'a.ts', line: 1, column: 14 })).locations[0]).toMatchObject({ path: 'a.ts', range: { start: { line: 1, column: 14 } } });
     expect(await ts()).toMatchObject({ state: 'running', restarts: running.restarts + 1, crashesInWindow: 0 });
+  });
+
+  it("a server from the operator's config file serves its extensions (over the built-in one) and is listed", async () => {
+    const h = await ok('code_hover', { workspaceId: ws, path: 'm.mts', symbol: 'viaOperator' });
+    expect(h.server).toBe('custom:ts-alt');
+    expect(h.contents).toContain('const viaOperator: "custom"');
+    const st = (await ok('code_servers', { workspaceId: ws })).servers.find((s: R) => s.server === 'custom:ts-alt');
+    expect(st).toMatchObject({ state: 'running', runsNoRepositoryCode: false });
   });
 
   it('a disabled server and one not installed say so, and point at symbols_search', async () => {

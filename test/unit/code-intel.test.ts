@@ -14,6 +14,7 @@ import { Lines, occurrences } from '../../src/sandbox/daemon/lsp/positions.js';
 import { applyEdits } from '../../src/sandbox/daemon/lsp/methods.js';
 import { prepareClangdDatabase, sanitizeArgs, splitCommand } from '../../src/sandbox/daemon/lsp/clangd.js';
 import { Confinement } from '../../src/sandbox/daemon/files/index.js';
+import { validateSections } from '../../src/core/config.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'code-intel-unit-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -94,5 +95,20 @@ describe('clangd compilation database', () => {
     rmSync(join(root, 'compile_flags.txt'));
     execFileSync('ln', ['-s', '/etc/hostname', join(root, 'compile_commands.json')]);
     expect(prepareClangdDatabase(new Confinement(root), out)).toMatchObject({ source: '', entries: 0 });
+  });
+});
+
+describe('operator servers in the config file', () => {
+  it('are checked at start-up, naming the setting and the rule', () => {
+    const ok = { codeIntel: { servers: [{ name: 'rust', command: '/usr/bin/rust-analyzer', extensions: { '.rs': 'rust' } }] } };
+    expect(() => validateSections(ok, 'c.json')).not.toThrow();
+    const bad = (v: unknown) => () => validateSections({ codeIntel: v }, 'c.json');
+    expect(bad([])).toThrow(/"codeIntel" must be an object/);
+    expect(bad({ other: 1 })).toThrow(/"codeIntel.other" is not a setting/);
+    expect(bad({ servers: [{ name: 'x', command: 'rust-analyzer', extensions: { '.rs': 'rust' } }] })).toThrow(/"codeIntel.servers\[0\].command" must be an absolute path/);
+    expect(bad({ servers: [{ name: 'Bad Name', command: '/x', extensions: { '.rs': 'rust' } }] })).toThrow(/servers\[0\].name/);
+    expect(bad({ servers: [{ name: 'x', command: '/x', extensions: { rs: 'rust' } }] })).toThrow(/an extension is a dot/);
+    expect(bad({ servers: [{ name: 'x', command: '/x', extensions: { '.rs': 'rust' }, shell: true }] })).toThrow(/unknown key "shell"/);
+    expect(bad({ servers: [{ name: 'x', command: '/x', extensions: { '.rs': 'rust' } }, { name: 'x', command: '/y', extensions: { '.go': 'go' } }] })).toThrow(/repeats x/);
   });
 });

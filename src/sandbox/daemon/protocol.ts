@@ -677,10 +677,24 @@ export type EnvSetParams = { env: Record<string, string> };
 // 1-based; a column counts Unicode code points (lsp/positions.ts).
 
 /** The operator's settings, sent with every code.* call (the daemon keeps the last ones). */
-export type CodeSettings = { idleMs?: number; disabled?: string[] };
+/** A server the operator added in the config file (codeIntel.servers); its id is `custom:<name>`. */
+export type CodeCustomServer = {
+  name: string;
+  /** Absolute path of the program inside the sandbox. */
+  command: string;
+  args?: string[];
+  /** File extensions (with the dot) to LSP language ids; these win over the built-in servers'. */
+  extensions: Record<string, string>;
+  initializationOptions?: unknown;
+  /** What workspace/configuration answers, by section. */
+  settings?: Record<string, unknown>;
+  /** The operator vouches that it runs no repository code (default false: exec_run callers only). */
+  runsNoRepositoryCode?: boolean;
+};
+export type CodeSettings = { idleMs?: number; disabled?: string[]; custom?: CodeCustomServer[] };
 /** Fields every code.* call may carry: the operator's settings, and `restricted` when the caller could not run exec_run (only servers that run no repository code answer it). */
 export type CodeCallParams = { settings?: CodeSettings; restricted?: boolean };
-export type CodeServerId = 'typescript' | 'python' | 'clangd' | 'gopls' | 'bash';
+export type CodeServerId = 'typescript' | 'python' | 'clangd' | 'gopls' | 'bash' | `custom:${string}`;
 export type CodePoint = { line: number; column: number };
 export type CodeRange = { start: CodePoint; end: CodePoint };
 

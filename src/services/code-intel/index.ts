@@ -9,9 +9,10 @@
  * This folder's one door: the tools and the app import this file only.
  */
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { CursorCodec } from '../../core/cursor.js';
 import { ServiceError } from '../../core/errors.js';
-import type { CodeServerId, CodeSettings, DaemonMethod, ParamsOf, ReplyOf } from '../../sandbox/daemon/protocol.js';
+import type { CodeCustomServer, CodeServerId, CodeSettings, DaemonMethod, ParamsOf, ReplyOf } from '../../sandbox/daemon/protocol.js';
 import type { Executor } from '../../sandbox/executor.js';
 import type { WorkspaceService } from '../workspaces.js';
 import { unifiedDiff } from './diff.js';
@@ -23,6 +24,19 @@ export interface CodeIntelDeps {
   /** Operator settings (codeIntelIdleSeconds, codeIntelDisabledServers). */
   idleSeconds: number;
   disabledServers: string;
+  /** The config file (its "codeIntel" section holds the operator's servers; checked at start-up by core/config.ts). */
+  configFile: string | null;
+}
+
+/** The operator's servers from the config file's "codeIntel.servers" (already validated when the config was read). */
+function customServers(configFile: string | null): CodeCustomServer[] {
+  if (!configFile) return [];
+  try {
+    const file = JSON.parse(readFileSync(configFile, 'utf8')) as { codeIntel?: { servers?: CodeCustomServer[] } };
+    return Array.isArray(file.codeIntel?.servers) ? file.codeIntel.servers : [];
+  } catch {
+    return [];
+  }
 }
 
 /** A daemon call may include a server's start and a project's first analysis. */
@@ -54,6 +68,7 @@ export class CodeIntelService {
     this.settings = {
       idleMs: deps.idleSeconds * 1000,
       disabled: deps.disabledServers.split(',').map((s) => s.trim()).filter(Boolean),
+      custom: customServers(deps.configFile),
     };
   }
 

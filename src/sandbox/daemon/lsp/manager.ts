@@ -18,7 +18,7 @@ import { DaemonError, type CodeServerStatus, type CodeSettings } from '../protoc
 import { prepareClangdDatabase, type ClangdDatabase } from './clangd.js';
 import { LanguageServer, ServerGone, Timeout, fileUri, type OpenDoc } from './client.js';
 import { Lines } from './positions.js';
-import { SERVERS, launchOf, serverForPath, type ServerId, type ServerSpec } from './servers.js';
+import { allServers, launchOf, serverForPath, setCustomServers, type ServerId, type ServerSpec } from './servers.js';
 
 export const LSP_LIMITS = {
   /** Crashes (and failed starts) within CRASH_WINDOW_MS after which a server is not started again until the window passes. */
@@ -114,7 +114,6 @@ export class LspManager {
     readonly c: Confinement,
     private readonly opts: { nodePath: string; home: string },
   ) {
-    for (const spec of SERVERS) this.slots.set(spec.id, { spec, crashes: [], restarts: 0, busy: 0, requests: 0, everStarted: false });
   }
 
   /** The operator's settings, sent by the runner with each call. */
@@ -122,20 +121,33 @@ export class LspManager {
     if (!s) return;
     if (typeof s.idleMs === 'number' && Number.isInteger(s.idleMs) && s.idleMs >= 1000 && s.idleMs <= 86_400_000) this.idleMs = s.idleMs;
     if (Array.isArray(s.disabled)) this.disabled = new Set(s.disabled.filter((x) => typeof x === 'string').slice(0, 20));
+    if (s.custom !== undefined) setCustomServers(s.custom);
+  }
+
+  /** The slot of a server (made on first use: the operator's servers come with the settings). */
+  private slotOf(id: ServerId): Slot {
+    let slot = this.slots.get(id);
+    if (!slot) {
+      const spec = allServers().find((s) => s.id === id);
+      if (!spec) throw new DaemonError('INVALID_ARGUMENT', `server: ${id} is not a server here`, { field: 'server' });
+      slot = { spec, crashes: [], restarts: 0, busy: 0, requests: 0, everStarted: false };
+      this.slots.set(id, slot);
+    }
+    return slot;
   }
 
   /** The server a file would go to, or a refusal saying which and why not. */
   specFor(rel: string, field = 'path'): { spec: ServerSpec; languageId: string } {
     const hit = serverForPath(rel);
     if (!hit) {
-      throw unavailable(null, 'no_server', `${field}: no language server serves ${path.posix.basename(rel)} (servers cover ${SERVERS.flatMap((s) => Object.keys(s.extensions)).join(' ')})`, { field, path: rel });
+      throw unavailable(null, 'no_server', `${field}: no language server serves ${path.posix.basename(rel)} (servers cover ${allServers().flatMap((s) => Object.keys(s.extensions)).join(' ')})`, { field, path: rel });
     }
     return hit;
   }
 
   /** Runs fn with the running server for `id` (started if needed), asking again once if the server crashed meanwhile. */
   async with<T>(id: ServerId, fn: (s: Session) => Promise<T>, field = 'path'): Promise<T> {
-    const slot = this.slots.get(id)!;
+    const slot = this.slotOf(id);
     slot.busy++;
     slot.requests++;
     if (slot.idle) clearTimeout(slot.idle);
@@ -313,6 +325,7 @@ export class LspManager {
 
   status(): ServerStatus[] {
     const now = Date.now();
+    for (const spec of allServers()) this.slotOf(spec.id);
     return [...this.slots.values()].map((slot) => {
       const launch = launchOf(slot.spec.id, this.opts.nodePath, this.opts.home);
       const s = slot.server && !slot.server.exited ? slot.server : undefined;

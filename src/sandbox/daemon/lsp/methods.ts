@@ -15,7 +15,7 @@ import type { Diagnostic } from 'vscode-languageserver-protocol/node';
 import { ServerGone, type OpenDoc } from './client.js';
 import { LSP_LIMITS, LspManager, readWorkspaceFile, type Session } from './manager.js';
 import { Lines, occurrences, type LspPosition, type LspRange } from './positions.js';
-import { SERVERS, type ServerId } from './servers.js';
+import { allServers, type ServerId } from './servers.js';
 import { filesByServer } from './walk.js';
 
 export type CodeMethod = 'code.status' | 'code.definition' | 'code.references' | 'code.hover' | 'code.symbols' | 'code.diagnostics' | 'code.rename';
@@ -208,14 +208,14 @@ export class CodeMethods {
   private workspaceServers(server: unknown, restricted: boolean): { ids: ServerId[]; files: Map<ServerId, string[]> } {
     const files = filesByServer(this.c.root, 100);
     if (server !== undefined) {
-      const spec = SERVERS.find((s) => s.id === server);
-      if (typeof server !== 'string' || !spec) throw invalid(`server must be one of ${SERVERS.map((s) => s.id).join(', ')}`, 'server');
+      const spec = allServers().find((s) => s.id === server);
+      if (typeof server !== 'string' || !spec) throw invalid(`server must be one of ${allServers().map((s) => s.id).join(', ')}`, 'server');
       if (restricted && !spec.runsNoRepositoryCode) throw new DaemonError('PERMISSION_DENIED', `server: ${spec.title} may run the repository's toolchain: only a caller that could run exec_run may use it (docs/access.md)`, { field: 'server', server: spec.id, rule: 'runs commands: needs exec_run' });
       return { ids: [server as ServerId], files };
     }
     const running = this.manager.runningIds();
-    const ids = (running.length > 0 ? running : [...files.keys()]).filter((id) => !restricted || SERVERS.find((s) => s.id === id)!.runsNoRepositoryCode);
-    if (ids.length === 0) throw new DaemonError('FAILED_PRECONDITION', `no file of this checkout is served by a language server (servers cover ${SERVERS.flatMap((s) => Object.keys(s.extensions)).join(' ')}); symbols_search and symbols_references still answer`, { reason: 'no_server', server: null, fallback: ['symbols_search', 'symbols_references'] });
+    const ids = (running.length > 0 ? running : [...files.keys()]).filter((id) => !restricted || allServers().find((s) => s.id === id)!.runsNoRepositoryCode);
+    if (ids.length === 0) throw new DaemonError('FAILED_PRECONDITION', `no file of this checkout is served by a language server (servers cover ${allServers().flatMap((s) => Object.keys(s.extensions)).join(' ')}); symbols_search and symbols_references still answer`, { reason: 'no_server', server: null, fallback: ['symbols_search', 'symbols_references'] });
     return { ids, files };
   }
 

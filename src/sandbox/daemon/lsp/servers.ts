@@ -19,7 +19,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import type { CodeServerId } from '../protocol.js';
+import type { CodeCustomServer, CodeServerId } from '../protocol.js';
 
 export type ServerId = CodeServerId;
 
@@ -75,9 +75,37 @@ export const SERVERS: ServerSpec[] = [
   },
 ];
 
+/** The operator's servers (codeIntel.servers in the config file), as the runner last sent them. */
+let custom: Array<{ spec: ServerSpec; def: CodeCustomServer }> = [];
+
+const NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
+const EXT = /^\.[A-Za-z0-9_+-]{1,20}$/;
+
+/** Replaces the operator's servers; a malformed entry is left out (the runner checked them at start-up). */
+export function setCustomServers(list: unknown): void {
+  if (!Array.isArray(list)) return;
+  const out: typeof custom = [];
+  for (const d of list.slice(0, 20) as CodeCustomServer[]) {
+    if (typeof d !== 'object' || d === null || typeof d.name !== 'string' || !NAME.test(d.name)) continue;
+    if (typeof d.command !== 'string' || !d.command.startsWith('/') || d.command.includes('\0')) continue;
+    if (d.args !== undefined && (!Array.isArray(d.args) || d.args.length > 64 || !d.args.every((a) => typeof a === 'string' && !a.includes('\0')))) continue;
+    if (typeof d.extensions !== 'object' || d.extensions === null) continue;
+    const extensions: Record<string, string> = {};
+    for (const [e, l] of Object.entries(d.extensions)) if (EXT.test(e) && typeof l === 'string' && l.length <= 40) extensions[e.toLowerCase()] = l;
+    if (Object.keys(extensions).length === 0) continue;
+    out.push({ def: d, spec: { id: `custom:${d.name}`, title: `${d.name} (the operator's ${path.posix.basename(d.command)})`, extensions, runsNoRepositoryCode: d.runsNoRepositoryCode === true, source: `the operator's config file (codeIntel.servers, ${d.command})` } });
+  }
+  custom = out;
+}
+
+/** Every server: the operator's first (their extensions win), then the built-in ones. */
+export function allServers(): ServerSpec[] {
+  return [...custom.map((c) => c.spec), ...SERVERS];
+}
+
 export function serverForPath(rel: string): { spec: ServerSpec; languageId: string } | undefined {
   const ext = path.posix.extname(rel).toLowerCase();
-  for (const spec of SERVERS) {
+  for (const spec of allServers()) {
     const languageId = spec.extensions[ext];
     if (languageId) return { spec, languageId };
   }
@@ -113,6 +141,15 @@ const BASE_ENV = { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8', HOME: '/home/user', TMPDI
 export function launchOf(id: ServerId, nodePath: string, home: string): Launch | { missing: string } {
   const mods = modulesDir();
   const env = { ...BASE_ENV, HOME: home };
+  if (id.startsWith('custom:')) {
+    const c = custom.find((x) => x.spec.id === id);
+    if (!c) return { missing: 'the operator no longer configures it' };
+    if (!existsSync(c.def.command)) return { missing: `${c.def.command} is not there in this sandbox` };
+    for (const lib of ['vscode-jsonrpc', 'vscode-languageserver-protocol']) {
+      if (!existsSync(path.join(mods, lib, 'package.json'))) return { missing: `the LSP library ${lib} is not reachable in this sandbox` };
+    }
+    return { command: c.def.command, args: [...(c.def.args ?? [])], env: { ...env, PATH: '/usr/bin:/bin' }, initializationOptions: c.def.initializationOptions, settings: c.def.settings ?? {} };
+  }
   // The daemon speaks LSP with these (a sandbox without Atelier's node_modules, e.g. an image that lacks them, has no server at all).
   for (const lib of ['vscode-jsonrpc', 'vscode-languageserver-protocol']) {
     if (!existsSync(path.join(mods, lib, 'package.json'))) return { missing: `the LSP library ${lib} is not reachable in this sandbox` };
@@ -177,5 +214,7 @@ export function launchOf(id: ServerId, nodePath: string, home: string): Launch |
       if (!existsSync('/usr/bin/bash-language-server')) return { missing: '/usr/bin/bash-language-server is not installed on the host' };
       return { command: '/usr/bin/bash-language-server', args: ['start'], env: { ...env, PATH: '/usr/bin:/bin' }, settings: {} };
     }
+    default:
+      return { missing: `no server ${id}` };
   }
 }
