@@ -57,6 +57,7 @@ import { wireNative } from './mcp/wire-native.js';
 import { CATALOG } from './tools/index.js';
 import { WorkspaceLocks } from './core/locks.js';
 import { PreviewService } from './services/previews.js';
+import { CodeIntelService } from './services/code-intel/index.js';
 import { deriveKey } from './core/crypto.js';
 
 export interface App {
@@ -111,6 +112,8 @@ export interface App {
   readonly checkpoints: CheckpointService;
   /** Preview URLs (issue #33 item 4): signed links to a port inside a workspace. */
   readonly previews: PreviewService;
+  /** Code intelligence by language servers (issue #44). */
+  readonly codeIntel: CodeIntelService;
   /** The OAuth authorization server's clients, grants and tokens (issue #16). */
   readonly oauth: OAuthStore;
   /** Delays, lockouts and a bound on concurrent checks for the dashboard's password login (issue #31). */
@@ -406,6 +409,7 @@ function buildApp(config: Config, opts: AppOptions, opened: Required<Opened>): A
       maxCount: config.checkpointMaxCount,
     }),
     previews,
+    codeIntel: new CodeIntelService({ workspaces, executor, cursors, idleSeconds: config.codeIntelIdleSeconds, disabledServers: config.codeIntelDisabledServers, configFile: config.configFile }),
     commands,
     approvals,
     packages,

@@ -104,13 +104,15 @@ export const SETTINGS: Setting[] = [
   S({ key: 'imagePoolSizeMb', flag: '--image-pool-size-mb', env: 'ATELIER_IMAGE_POOL_SIZE_MB', kind: 'int', def: 0, rule: 'an integer from 0 to 1073741824 (0 = the size of the filesystem holding the data directory); at least 1024 otherwise', check: ((v: number) => v === 0 || (v >= 1024 && v <= 1073741824)) as never, help: 'Size of the image pool when it is made (a sparse file: it takes only what its images hold)' }),
   S({ key: 'otlpTracesEndpoint', flag: '--otlp-traces-endpoint', env: 'ATELIER_OTLP_TRACES_ENDPOINT', kind: 'string', def: '', rule: 'an http(s) URL of an OTLP/HTTP traces receiver, such as http://127.0.0.1:4318/v1/traces, with no user or password in it', check: ((v: string) => v === '' || /^https?:\/\/[^\s/@]+(\/\S*)?$/.test(v)) as never, help: 'Send OpenTelemetry traces (OTLP/HTTP, JSON) here; empty = tracing off, no SDK loaded (docs/operations.md)' }),
   S({ key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'ATELIER_SHUTDOWN_GRACE_MS', kind: 'int', def: 10000, rule: 'an integer from 0 to 600000', check: ((v: number) => v >= 0 && v <= 600000) as never, help: 'How long shutdown waits for calls in flight' }),
+  S({ key: 'codeIntelIdleSeconds', flag: '--code-intel-idle-seconds', env: 'ATELIER_CODE_INTEL_IDLE_SECONDS', kind: 'int', def: 600, rule: 'an integer from 1 to 86400', check: ((v: number) => v >= 1 && v <= 86400) as never, help: 'Code intelligence: a workspace\'s language server is stopped after this many seconds without a call (docs/code-intelligence.md)' }),
+  S({ key: 'codeIntelDisabledServers', flag: '--code-intel-disabled-servers', env: 'ATELIER_CODE_INTEL_DISABLED_SERVERS', kind: 'string', def: '', rule: 'a comma-separated list of typescript, python, clangd, gopls, bash', check: ((v: string) => v.split(',').map((x) => x.trim()).filter(Boolean).every((x) => ['typescript', 'python', 'clangd', 'gopls', 'bash'].includes(x))) as never, help: 'Code intelligence: language servers never started (docs/code-intelligence.md)' }),
   S({ key: 'backupDir', flag: '--backup-dir', env: 'ATELIER_BACKUP_DIR', kind: 'string', def: '', rule: 'an absolute path outside the data directory (empty: no scheduled backups)', check: ((v: string) => v === '' || v.startsWith('/')) as never, help: 'Scheduled backups: each one a directory atelier-backup-<time> here (docs/operations.md); empty turns them off' }),
   S({ key: 'backupIntervalMinutes', flag: '--backup-interval-minutes', env: 'ATELIER_BACKUP_INTERVAL_MINUTES', kind: 'int', def: 1440, rule: 'an integer from 5 to 43200', check: ((v: number) => v >= 5 && v <= 43200) as never, help: 'Scheduled backups: minutes between two (the first when the service starts if none was taken that recently)' }),
   S({ key: 'backupKeep', flag: '--backup-keep', env: 'ATELIER_BACKUP_KEEP', kind: 'int', def: 7, rule: 'an integer from 1 to 1000', check: ((v: number) => v >= 1 && v <= 1000) as never, help: 'Scheduled backups: how many are kept in --backup-dir (older ones are removed after a successful backup)' }),
 ];
 
 /** Structured sections of the config file, read by their services (e.g. repositories by services/repos.ts). */
-export const CONFIG_SECTIONS = ['repositories', 'egress', 'providers', 'prices'];
+export const CONFIG_SECTIONS = ['repositories', 'egress', 'providers', 'prices', 'codeIntel'];
 
 export interface Config {
   host: string;
@@ -165,6 +167,8 @@ export interface Config {
   httpHeadersTimeoutMs: number;
   httpMaxUnauthenticatedConnections: number;
   retentionSecondMs: number;
+  codeIntelIdleSeconds: number;
+  codeIntelDisabledServers: string;
   backupDir: string;
   backupIntervalMinutes: number;
   backupKeep: number;
@@ -367,6 +371,7 @@ export function validateSections(file: Record<string, unknown>, where: string): 
       });
     }
   }
+  if ('codeIntel' in file) validateCodeIntel(file.codeIntel, where);
   if ('providers' in file) {
     try {
       resolveProviders((file.providers ?? {}) as never);
@@ -375,6 +380,40 @@ export function validateSections(file: Record<string, unknown>, where: string): 
       throw new ConfigError(`config file ${where}: "${msg.split(':')[0]}"${msg.slice(msg.indexOf(':'))}`, msg.split(':')[0]);
     }
   }
+}
+
+/**
+ * "codeIntel": {"servers": [{"name", "command", "args"?, "extensions", "initializationOptions"?,
+ * "settings"?, "runsNoRepositoryCode"?}]}: language servers the operator adds (docs/code-intelligence.md).
+ */
+function validateCodeIntel(v: unknown, where: string): void {
+  const bad = (setting: string, rule: string) => new ConfigError(`config file ${where}: "${setting}" ${rule}`, setting);
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad('codeIntel', 'must be an object such as {"servers": [{"name": "rust", "command": "/usr/bin/rust-analyzer", "extensions": {".rs": "rust"}}]}');
+  for (const k of Object.keys(v)) if (k !== 'servers') throw bad(`codeIntel.${k}`, 'is not a setting (known: servers)');
+  const servers = (v as { servers?: unknown }).servers;
+  if (servers === undefined) return;
+  if (!Array.isArray(servers) || servers.length > 20) throw bad('codeIntel.servers', 'must be a list of at most 20 servers');
+  const names = new Set<string>();
+  servers.forEach((s: unknown, i) => {
+    const at = `codeIntel.servers[${i}]`;
+    if (typeof s !== 'object' || s === null || Array.isArray(s)) throw bad(at, 'must be an object {name, command, args?, extensions, initializationOptions?, settings?, runsNoRepositoryCode?}');
+    const r = s as Record<string, unknown>;
+    for (const k of Object.keys(r)) if (!['name', 'command', 'args', 'extensions', 'initializationOptions', 'settings', 'runsNoRepositoryCode'].includes(k)) throw bad(at, `has an unknown key "${k}"`);
+    if (typeof r.name !== 'string' || !/^[a-z0-9][a-z0-9-]{0,39}$/.test(r.name)) throw bad(`${at}.name`, 'must be 1-40 characters of a-z 0-9 - (starting with a letter or digit)');
+    if (names.has(r.name)) throw bad(`${at}.name`, `repeats ${r.name}`);
+    names.add(r.name);
+    if (typeof r.command !== 'string' || !r.command.startsWith('/') || r.command.includes('\0')) throw bad(`${at}.command`, 'must be an absolute path inside the sandbox (e.g. /usr/bin/rust-analyzer)');
+    if (r.args !== undefined && (!Array.isArray(r.args) || r.args.length > 64 || !r.args.every((a) => typeof a === 'string' && !a.includes('\0')))) throw bad(`${at}.args`, 'must be a list of at most 64 strings');
+    const ext = r.extensions;
+    if (typeof ext !== 'object' || ext === null || Array.isArray(ext) || Object.keys(ext).length === 0) throw bad(`${at}.extensions`, 'must map file extensions to LSP language ids, e.g. {".rs": "rust"}');
+    for (const [e, l] of Object.entries(ext)) {
+      if (!/^\.[A-Za-z0-9_+-]{1,20}$/.test(e)) throw bad(`${at}.extensions`, `has ${JSON.stringify(e)}: an extension is a dot and 1-20 characters of A-Z a-z 0-9 _ + -`);
+      if (typeof l !== 'string' || l.length === 0 || l.length > 40) throw bad(`${at}.extensions["${e}"]`, 'must be a language id of 1-40 characters');
+    }
+    if (r.settings !== undefined && (typeof r.settings !== 'object' || r.settings === null || Array.isArray(r.settings))) throw bad(`${at}.settings`, 'must be an object (what workspace/configuration answers, by section)');
+    if (r.runsNoRepositoryCode !== undefined && typeof r.runsNoRepositoryCode !== 'boolean') throw bad(`${at}.runsNoRepositoryCode`, 'must be true or false');
+    if (JSON.stringify(r).length > 65_536) throw bad(at, 'is larger than 64 KiB');
+  });
 }
 
 export function isLoopback(host: string): boolean {

@@ -32,6 +32,8 @@ export const TOOLSETS: Record<string, string> = {
   checkpoints: 'Workspace checkpoints and forks (beyond the spec)',
   // Beyond the spec (issue #33).
   previews: 'Preview URLs (beyond the spec)',
+  // Beyond the spec (issue #44): docs/code-intelligence.md.
+  'code-intel': 'Code intelligence by language servers (beyond the spec)',
 };
 
 /** Other names a user would guess for the same toolsets. */
@@ -50,6 +52,9 @@ export const TOOLSET_ALIASES: Record<string, string> = {
   forks: 'checkpoints',
   snapshots: 'checkpoints',
   preview: 'previews',
+  lsp: 'code-intel',
+  codeintel: 'code-intel',
+  'language-servers': 'code-intel',
 };
 
 /** Presets: names for common selections. */

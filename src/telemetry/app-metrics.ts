@@ -122,6 +122,9 @@ export function registerAppMetrics(app: App): void {
   }
   // Checkpoints and forks (issue #33): copies by operation and mode, their disk, freezes, refusals, what is kept.
   const ckpt = () => app.checkpoints.metricValues();
+  // Code intelligence (issue #44): requests by language server and outcome, restarts seen in the daemons' replies.
+  registerCounterView('atelier_code_intel_requests_total', 'code_* tool calls by language server (none: no server) and outcome (ok, or the error code)', ['server', 'outcome'], () => app.codeIntel.metrics().requests);
+  registerCounterView('atelier_code_intel_restarts_total', "Language-server restarts (after a crash or an idle stop) seen in the daemons' replies, by server", ['server'], () => app.codeIntel.metrics().restarts);
   registerCounterView('atelier_checkpoint_copies_total', 'Workspace filesystem copies by operation (checkpoint, restore, fork_checkpoint, fork_live) and mode (reflink: copy-on-write; copy: every allocated block written)', ['op', 'mode'], () => ckpt().copies);
   registerCounterView('atelier_checkpoint_copy_disk_bytes_total', 'Host disk the copies added as they were made (a full copy: every allocated block; a reflink clone: only blocks it does not share)', ['op', 'mode'], () => ckpt().diskBytes);
   registerCounterView('atelier_checkpoint_frozen_ms_total', 'Milliseconds workspaces stood frozen for checkpoints and live forks', [], () => [{ labels: {}, value: ckpt().frozenMs }]);

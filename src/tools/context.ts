@@ -17,6 +17,7 @@ import type { KnowledgeService } from '../services/knowledge.js';
 import type { ArtifactService } from '../services/artifacts.js';
 import type { CheckpointService } from '../services/checkpoints.js';
 import type { PreviewService } from '../services/previews.js';
+import type { CodeIntelService } from '../services/code-intel/index.js';
 
 /**
  * The services a tool handler may call: nothing else. No database handle, no secret box, no
@@ -46,6 +47,8 @@ export interface ToolServices {
   readonly checkpoints: CheckpointService;
   /** Preview URLs (issue #33 item 4, beyond the spec). */
   readonly previews: PreviewService;
+  /** Code intelligence by language servers (issue #44, beyond the spec). */
+  readonly codeIntel: CodeIntelService;
 }
 
 export type { Actor } from '../services/audit.js';

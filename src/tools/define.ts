@@ -25,7 +25,8 @@ export type Tracking =
   | 'artifacts'
   | 'coding subagents'
   | '#33 checkpoints and forks'
-  | 'preview URLs';
+  | 'preview URLs'
+  | '#44 code intelligence';
 
 export interface ToolDef<S extends z.ZodRawShape = z.ZodRawShape> {
   /** Exactly the spec's name. */

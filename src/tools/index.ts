@@ -15,6 +15,7 @@ import { tools as models } from './models.js';
 import { tools as agents } from './agents.js';
 import { tools as checkpoints } from './checkpoints.js';
 import { tools as previews } from './previews.js';
+import { tools as codeIntel } from './code-intel.js';
 
 export const CATALOG: AnyToolDef[] = [
   ...workspace,
@@ -35,6 +36,8 @@ export const CATALOG: AnyToolDef[] = [
   ...checkpoints,
   // Beyond the spec (issue #33): their own domains and toolsets.
   ...previews,
+  // Beyond the spec (issue #44): code intelligence by language servers.
+  ...codeIntel,
 ] as AnyToolDef[];
 
 /** Tools that are not among the spec's 107 (docs/STATUS.md marks their domains "beyond the spec"). */

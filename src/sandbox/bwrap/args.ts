@@ -4,8 +4,9 @@
  * files copied in from descriptors, the environment and the working directory. Host files to copy
  * in are left as marks (layout.ts) that launch.ts replaces with descriptors.
  */
-import { lstatSync, readdirSync, readlinkSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import {
   CREDHELPER_SOURCE,
   DATA_MARK,
@@ -96,10 +97,31 @@ export function bwrapArgs(
     if (d.mode) a.push('--perms', d.mode);
     a.push('--ro-bind-data', `${d.noFollow ? DATA_NOFOLLOW_MARK : DATA_MARK}${d.source}`, d.target);
   }
-  if (plan.data.some((d) => d.target === IN_EXEC_STARTER)) a.push('--symlink', HOST_STATIC_BASH, IN_STATIC_BASH);
+  if (plan.data.some((d) => d.target === IN_EXEC_STARTER)) {
+    a.push('--symlink', HOST_STATIC_BASH, IN_STATIC_BASH);
+    // The daemon's sandbox: the language servers Atelier ships and the LSP libraries, read-only (issue #44, docs/code-intelligence.md).
+    for (const m of languageServerBinds()) a.push('--ro-bind', m.source, m.target);
+  }
   a.push('--remount-ro', '/', '--chdir', plan.cwd);
   for (const [k, v] of Object.entries(plan.env)) a.push('--setenv', k, v);
   return a;
+}
+
+/** npm packages the daemon's language servers need (src/sandbox/daemon/lsp/), bound at /opt/atelier/node_modules/<name>. */
+export const LANGUAGE_SERVER_PACKAGES = ['vscode-jsonrpc', 'vscode-languageserver-protocol', 'vscode-languageserver-types', 'typescript-language-server', 'typescript-lsp-tsserver', 'pyright'];
+
+/** This install's node_modules (dist/sandbox/bwrap/ is three levels below the install). */
+const INSTALL_MODULES = fileURLToPath(new URL('../../../node_modules/', import.meta.url));
+
+let lspBinds: Mount[] | undefined;
+/** Read-only binds of the language-server packages that are installed (looked up once). */
+export function languageServerBinds(): Mount[] {
+  lspBinds ??= LANGUAGE_SERVER_PACKAGES.filter((p) => existsSync(path.join(INSTALL_MODULES, p, 'package.json'))).map((p) => ({
+    source: path.join(INSTALL_MODULES, p),
+    target: `${IN_OPT}/node_modules/${p}`,
+    readOnly: true,
+  }));
+  return lspBinds;
 }
 
 /** The compiled daemon's modules (its subdirectories included), listed once. */

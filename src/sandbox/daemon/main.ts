@@ -11,9 +11,12 @@
  * from the daemon's own environment, so workspace variables such as NODE_OPTIONS never change how
  * the daemon itself runs. `env.set` replaces it after start (a warm-pool Pod claimed for a workspace).
  */
+import { homedir } from 'node:os';
 import { parseArgs } from 'node:util';
 import { startEgressBridge } from './bridge.js';
 import { envMethods, readEnvFile } from './env.js';
+import { Confinement } from './files/index.js';
+import { codeMethods } from './lsp/methods.js';
 import { execMethods } from './exec.js';
 import { ptyMethods } from './pty.js';
 import { analyseRepository, type OverviewOptions } from './overview/index.js';
@@ -37,6 +40,7 @@ async function main(): Promise<void> {
   const baseEnv = values['env-file'] ? readEnvFile(values['env-file']) : {};
 
   process.umask(0o077);
+  const code = codeMethods(new Confinement(values.workspace!), { nodePath: process.execPath, home: baseEnv.HOME || homedir() });
   const methods: Handlers<ServedMethod> = {
     ping: (): PingResult => ({ pid: process.pid, uid: process.getuid?.() ?? -1, version: DAEMON_VERSION }),
     ...execMethods({ workspaceRoot: values.workspace, baseEnv, execStarter: values['exec-starter'] }),
@@ -45,8 +49,10 @@ async function main(): Promise<void> {
     ...envMethods(baseEnv),
     // The root is the daemon's, never the caller's.
     overview: (params) => analyseRepository({ ...(params as OverviewOptions), root: values.workspace! }),
-    // fs.* and search.* (files/, search/): confined to the workspace root.
-    ...(await import('./search/index.js')).workspaceFileMethods(values.workspace!),
+    // fs.* and search.* (files/, search/): confined to the workspace root; their writes reach the language servers.
+    ...(await import('./search/index.js')).workspaceFileMethods(values.workspace!, code.notify),
+    // code.* (lsp/): language servers, started on first use (issue #44).
+    ...code.methods,
   };
   await startServer(values.socket, methods, {
     orphanGraceMs: Number(values['orphan-grace-ms']),

@@ -72,6 +72,8 @@ export type DaemonErrorCode =
   | 'RESOURCE_EXHAUSTED'
   | 'NOT_IMPLEMENTED'
   | 'CANCELLED'
+  | 'UNAVAILABLE'
+  | 'DEADLINE_EXCEEDED'
   | 'INTERNAL';
 
 export class DaemonError extends Error {
@@ -683,6 +685,71 @@ export type PtyListReply = {
 /** Parameters of `env.set`: a flat object of strings (names without = or NUL). */
 export type EnvSetParams = { env: Record<string, string> };
 
+// Code intelligence (issue #44, lsp/): language servers inside the sandbox. Lines and columns are
+// 1-based; a column counts Unicode code points (lsp/positions.ts).
+
+/** The operator's settings, sent with every code.* call (the daemon keeps the last ones). */
+/** A server the operator added in the config file (codeIntel.servers); its id is `custom:<name>`. */
+export type CodeCustomServer = {
+  name: string;
+  /** Absolute path of the program inside the sandbox. */
+  command: string;
+  args?: string[];
+  /** File extensions (with the dot) to LSP language ids; these win over the built-in servers'. */
+  extensions: Record<string, string>;
+  initializationOptions?: unknown;
+  /** What workspace/configuration answers, by section. */
+  settings?: Record<string, unknown>;
+  /** The operator vouches that it runs no repository code (default false: exec_run callers only). */
+  runsNoRepositoryCode?: boolean;
+};
+export type CodeSettings = { idleMs?: number; disabled?: string[]; custom?: CodeCustomServer[] };
+/** Fields every code.* call may carry: the operator's settings, and `restricted` when the caller could not run exec_run (only servers that run no repository code answer it). */
+export type CodeCallParams = { settings?: CodeSettings; restricted?: boolean };
+export type CodeServerId = 'typescript' | 'python' | 'clangd' | 'gopls' | 'bash' | `custom:${string}`;
+export type CodePoint = { line: number; column: number };
+export type CodeRange = { start: CodePoint; end: CodePoint };
+
+/** A position: path with line and column, or path with symbol (and optionally line to choose among several). */
+export type CodePositionParams = CodeCallParams & { path: string; line?: number; column?: number; symbol?: string };
+
+/** A place in the code: a workspace path, or (outsideWorkspace) a file of a library or the system, never a host path. */
+export type CodeLocation = {
+  path: string | null;
+  outsideWorkspace?: true;
+  /** Outside the workspace: where (atelier: Atelier's bundled libraries such as TypeScript's lib.*.d.ts or pyright's typeshed; system: the sandbox's /usr). */
+  external?: { root: 'atelier' | 'system' | 'sandbox' | 'uri'; path: string };
+  range: CodeRange;
+  /** The text of the range's first line (cut at 400 characters: textTruncated). */
+  text: string;
+  textTruncated?: true;
+};
+
+/** `restarts`: how often the answering server was started again in this sandbox (for the runner's /metrics). */
+export type CodeResolved = { server: CodeServerId; restarts: number; path: string; position: CodePoint; symbol?: string; candidates?: number };
+
+export type CodeSymbol = { name: string; kind: string; detail?: string; container?: string; depth?: number } & CodeLocation;
+
+export type CodeDiagnostic = { severity: 'error' | 'warning' | 'information' | 'hint'; message: string; code?: string; source?: string } & CodeLocation;
+
+export type CodeServerStatus = {
+  server: CodeServerId;
+  title: string;
+  state: 'running' | 'starting' | 'stopped' | 'crashed' | 'disabled' | 'not_installed';
+  pid?: number;
+  startedAt?: string;
+  openDocuments?: number;
+  restarts: number;
+  crashesInWindow: number;
+  lastExit?: { at: string; reason: string; expected: boolean };
+  missing?: string;
+  runsNoRepositoryCode: boolean;
+  requests: number;
+  compileDatabase?: { source: string; entries: number; removedFlags: number; note?: string };
+};
+
+export type CodeRenameFile = { path: string; sha256: string; edits: number; before: string; after: string };
+
 /**
  * Every method of the daemon: its params (what the runner sends; the daemon still validates them,
  * they come off a socket) and its reply.
@@ -715,6 +782,16 @@ export type DaemonMethods = {
   'search.grep': { params: GrepParams; reply: GrepReply };
   'search.references': { params: ReferencesParams; reply: ReferencesReply };
   'search.symbols': { params: SymbolsParams; reply: SymbolsReply };
+  'code.status': { params: CodeCallParams | undefined; reply: { servers: CodeServerStatus[] } };
+  'code.definition': { params: CodePositionParams & { kind?: 'definition' | 'declaration' | 'typeDefinition' | 'implementation' }; reply: CodeResolved & { locations: CodeLocation[] } };
+  'code.references': { params: CodePositionParams & { includeDeclaration?: boolean; offset?: number; limit?: number }; reply: CodeResolved & { locations: CodeLocation[]; total: number } };
+  'code.hover': { params: CodePositionParams; reply: CodeResolved & { contents: string; contentsTruncated?: true; range?: CodeRange } };
+  'code.symbols': { params: CodeCallParams & { path?: string; query?: string; server?: CodeServerId; maxResults?: number }; reply: { servers: CodeServerId[]; symbols: CodeSymbol[]; total: number; truncated: boolean } };
+  'code.diagnostics': {
+    params: CodeCallParams & { path?: string; waitMs?: number; minSeverity?: CodeDiagnostic['severity']; maxResults?: number };
+    reply: { servers: CodeServerId[]; diagnostics: CodeDiagnostic[]; total: number; truncated: boolean; files: number; pending: string[]; complete: boolean };
+  };
+  'code.rename': { params: CodePositionParams & { newName: string }; reply: CodeResolved & { files: CodeRenameFile[] } };
 };
 
 export type DaemonMethod = keyof DaemonMethods;

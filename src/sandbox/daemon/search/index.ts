@@ -81,10 +81,16 @@ export function searchMethods(c: Confinement): { methods: Handlers<SearchMethod>
   return { methods, notify: (rels) => index.notify(rels) };
 }
 
-/** Every file and search method of the daemon, sharing one confinement; writes keep the symbol index fresh. */
-export function workspaceFileMethods(root: string): Handlers<FileMethod | SearchMethod> {
+/** Every file and search method of the daemon, sharing one confinement; writes keep the symbol index fresh (and reach `onChange`: the language servers, lsp/). */
+export function workspaceFileMethods(root: string, onChange?: (rels: string[]) => void): Handlers<FileMethod | SearchMethod> {
   let notify: (rels: string[]) => void = () => undefined;
-  const files = fileMethods({ root, onChange: (rels) => notify(rels) });
+  const files = fileMethods({
+    root,
+    onChange: (rels) => {
+      notify(rels);
+      onChange?.(rels);
+    },
+  });
   const search = searchMethods(files.confinement);
   notify = search.notify;
   return { ...files.methods, ...search.methods };

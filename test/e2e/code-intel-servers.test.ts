@@ -1,0 +1,121 @@
+/**
+ * Code intelligence (issue #44): the life of a workspace's language servers through the real
+ * service, with the operator's settings (codeIntelIdleSeconds 2, codeIntelDisabledServers python):
+ * a server stops after the idle time and starts again on the next call; a disabled server, one
+ * not installed and one that crashed too often each answer why they are not there, never an empty
+ * success.
+ */
+import { existsSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Client } from '@modelcontextprotocol/client';
+import { call, connectV2, type Service } from './harness.js';
+import { startGitHost, startWorkspaceService } from './workspace-fixture.js';
+import type { GitHost } from '../fixtures/githost.js';
+
+type R = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+let host: GitHost;
+let svc: Service;
+let c: Client;
+let ws: string;
+
+async function ok(name: string, args: Record<string, unknown>): Promise<R> {
+  const r = await call(c, name, args, 120_000);
+  if (!r.ok) throw new Error(`${name}: ${r.text}`);
+  return r.result as R;
+}
+
+async function fails(name: string, args: Record<string, unknown>): Promise<R> {
+  const r = await call(c, name, args, 120_000);
+  if (r.ok) throw new Error(`${name} succeeded: ${JSON.stringify(r.result).slice(0, 500)}`);
+  return r.error as unknown as R;
+}
+
+/** A server the operator adds in the config file: here typescript-language-server again, for .mts files only. */
+const OPERATOR_SERVER = {
+  name: 'ts-alt',
+  command: '/usr/bin/node',
+  args: ['/opt/atelier/node_modules/typescript-language-server/lib/cli.mjs', '--stdio'],
+  extensions: { '.mts': 'typescript' },
+  initializationOptions: { tsserver: { path: '/opt/atelier/node_modules/typescript-lsp-tsserver/lib/tsserver.js' }, disableAutomaticTypingAcquisition: true },
+};
+
+async function ts(): Promise<R> {
+  return (await ok('code_servers', { workspaceId: ws })).servers.find((s: R) => s.server === 'typescript');
+}
+
+beforeAll(async () => {
+  host = await startGitHost();
+  const url = (await host.createRepo('approved/code-intel-servers', {
+    'tsconfig.json': '{"compilerOptions":{"strict":true}}',
+    'a.ts': 'export const answer = 42;\n',
+    'b.py': 'x = 1\n',
+    'c.go': 'package main\n',
+    'm.mts': 'export const viaOperator = "custom";\n',
+  })).url;
+  svc = await startWorkspaceService(host, { config: { sandboxMemoryMb: 1024, sandboxPidsMax: 512, knowledgeEmbeddings: 'off', codeIntelIdleSeconds: 2, codeIntelDisabledServers: 'python', codeIntel: { servers: [OPERATOR_SERVER] } } });
+  c = await connectV2(svc);
+  ws = (await ok('workspace_open', { repositoryUrl: url, idempotencyKey: 'code-intel-servers' })).workspaceId as string;
+}, 180_000);
+
+afterAll(async () => {
+  await c?.close();
+  await svc?.dispose();
+  await host?.close();
+});
+
+describe('language server life', { timeout: 240_000 }, () => {
+  it('stops after the idle time (its processes gone) and starts again on the next call', async () => {
+    expect((await ok('code_hover', { workspaceId: ws, path: 'a.ts', symbol: 'answer' })).contents).toContain('const answer: 42');
+    const running = await ts();
+    expect(running.state).toBe('running');
+    expect((await ok('code_servers', { workspaceId: ws })).idleSeconds).toBe(2);
+    // Wait for the condition (the daemon's idle timer), bounded.
+    let st = running;
+    for (let i = 0; i < 300 && st.state === 'running'; i++) st = await ts();
+    expect(st).toMatchObject({ state: 'stopped', lastExit: { expected: true, reason: 'stopped after 2 s idle' } });
+    let left = '';
+    for (let i = 0; i < 100; i++) {
+      left = String((await ok('exec_run', { workspaceId: ws, command: 'pgrep -fa "[t]ypescript-language-server|[t]sserver" || true' })).stdout).trim();
+      if (left === '') break;
+    }
+    expect(left).toBe('');
+    expect((await ok('code_definition', { workspaceId: ws, path: 'a.ts', line: 1, column: 14 })).locations[0]).toMatchObject({ path: 'a.ts', range: { start: { line: 1, column: 14 } } });
+    expect(await ts()).toMatchObject({ state: 'running', restarts: running.restarts + 1, crashesInWindow: 0 });
+  });
+
+  it("a server from the operator's config file serves its extensions (over the built-in one) and is listed", async () => {
+    const h = await ok('code_hover', { workspaceId: ws, path: 'm.mts', symbol: 'viaOperator' });
+    expect(h.server).toBe('custom:ts-alt');
+    expect(h.contents).toContain('const viaOperator: "custom"');
+    const st = (await ok('code_servers', { workspaceId: ws })).servers.find((s: R) => s.server === 'custom:ts-alt');
+    expect(st).toMatchObject({ state: 'running', runsNoRepositoryCode: false });
+  });
+
+  it('a disabled server and one not installed say so, and point at symbols_search', async () => {
+    const disabled = await fails('code_hover', { workspaceId: ws, path: 'b.py', line: 1, column: 1 });
+    expect(disabled).toMatchObject({ code: 'FAILED_PRECONDITION', details: { server: 'python', reason: 'disabled', fallback: ['symbols_search', 'symbols_references'] } });
+    expect(disabled.message).toMatch(/disabled by the operator.*symbols_search/);
+    if (!existsSync('/usr/bin/gopls')) {
+      const missing = await fails('code_definition', { workspaceId: ws, path: 'c.go', line: 1, column: 9 });
+      expect(missing).toMatchObject({ code: 'FAILED_PRECONDITION', details: { server: 'gopls', reason: 'not_installed' } });
+      expect(missing.message).toMatch(/not installed.*symbols_search/);
+    }
+  });
+
+  it('a server that crashed three times is not started again, and says how it ended', async () => {
+    for (let crash = 1; crash <= 3; crash++) {
+      await ok('code_hover', { workspaceId: ws, path: 'a.ts', symbol: 'answer' });
+      const pid = (await ts()).pid;
+      await ok('exec_run', { workspaceId: ws, command: `kill -9 ${pid}` });
+      // The daemon sees the exit.
+      let st = await ts();
+      for (let i = 0; i < 200 && st.state === 'running' && st.pid === pid; i++) st = await ts();
+      expect(st.crashesInWindow).toBe(crash);
+    }
+    const refused = await fails('code_hover', { workspaceId: ws, path: 'a.ts', symbol: 'answer' });
+    expect(refused).toMatchObject({ code: 'FAILED_PRECONDITION', details: { server: 'typescript', reason: 'crashed', crashes: 3, lastExit: { expected: false, reason: expect.stringContaining('SIGKILL') } } });
+    expect(refused.message).toMatch(/crashed 3 times.*symbols_search/);
+    expect(await ts()).toMatchObject({ state: 'crashed', crashesInWindow: 3 });
+  });
+});
