@@ -37,6 +37,10 @@ if [ ! -f node_modules/.package-lock.json ] || ! installed_from package-lock.jso
   npm ci --no-audit --no-fund --loglevel=error
   lock_digest package-lock.json > node_modules/.atelier-lock.sha256
 fi
+# Two packages name a `tsc` bin: the compiler (`typescript`, 7.x) and the JavaScript TypeScript whose
+# tsserver the TypeScript language server runs (`typescript-lsp-tsserver`, docs/code-intelligence.md).
+# npm links whichever it writes last; the build and `npx tsc` must get the compiler.
+ln -sfn ../typescript/bin/tsc node_modules/.bin/tsc
 # The newest MCP conformance suite and the Node 22 it needs (test/e2e/conformance-next.test.ts): a
 # project of its own, so that its `node` binary is not linked into the root's node_modules/.bin,
 # where it would run vitest, the service and better-sqlite3's build (docs/clients.md).
@@ -50,7 +54,7 @@ fi
 # Build when dist/ is missing or any source is newer than the last build.
 if [ ! -f dist/.built ] || [ -n "$(find src tsconfig.json package.json -newer dist/.built -print -quit)" ]; then
   echo "setup: building" >&2
-  npx --no-install tsc -p .
+  node node_modules/typescript/bin/tsc -p .
   touch dist/.built
 fi
 
