@@ -8,7 +8,7 @@
 import { chmod, mkdir, rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { PassThrough } from 'node:stream';
-import type { Exec } from '@kubernetes/client-node';
+import type { ExecApi as Exec } from './exec-stream.js';
 import { IN_BRIDGE, IN_SOCKET } from './manifests.js';
 
 export class ExecRelay {
