@@ -113,15 +113,16 @@ export class Mux {
   private highest = 0;
   /** The stream is behind (its last write returned false): no socket is read until drained(). */
   private blocked = false;
-  readonly stats: MuxStats = { sent: 0, acked: 0, streamPauses: 0, dropped: 0 };
 
   /**
    * `send` writes a frame to the stream and returns false when the stream is behind (a
-   * Writable's write); the owner calls drained() on the stream's 'drain'.
+   * Writable's write); the owner calls drained() on the stream's 'drain'. `stats` is counted
+   * into (the runner end gives its counters).
    */
   constructor(
     private readonly send: (b: Buffer) => boolean,
     private readonly fail: (reason: string) => void,
+    readonly stats: MuxStats = { sent: 0, acked: 0, streamPauses: 0, dropped: 0 },
   ) {}
 
   private out(b: Buffer): void {

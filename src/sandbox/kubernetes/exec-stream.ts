@@ -6,7 +6,7 @@
  * lacks:
  *
  *   - back-pressure both ways: a stdout or stderr write that returns false pauses the
- *     WebSocket's own socket until that stream drains (so the Pod waits, not the runner's
+ *     WebSocket (ws's pause(), which its receiver's 'drain' respects) until that stream drains (so the Pod waits, not the runner's
  *     memory); stdin is read only while the WebSocket holds at most SEND_HIGH_WATER bytes not yet
  *     on the wire (the official client sends every chunk as it comes);
  *   - containment: every frame the stream carries (its payload is the Pod's) is handled inside a
@@ -45,6 +45,9 @@ export interface ExecSocket {
   readonly bufferedAmount: number;
   readonly protocol: string;
   _socket?: { pause(): void; resume(): void; once(ev: 'drain', cb: () => void): unknown };
+  /** Stops reading the socket (the library's own flag: its receiver's 'drain' does not resume it). */
+  pause(): void;
+  resume(): void;
   close(code?: number, reason?: string): void;
   terminate(): void;
   send(data: Buffer, cb?: (err?: Error) => void): void;
@@ -209,13 +212,13 @@ class Session {
     if (w.write(body) || this.behind.has(w)) return;
     this.behind.add(w);
     this.counters.readPauses++;
-    this.ws._socket?.pause();
+    this.ws.pause();
     const caughtUp = (): void => {
       w.off('drain', caughtUp);
       w.off('close', caughtUp);
       w.off('finish', caughtUp);
       this.behind.delete(w);
-      if (this.behind.size === 0) this.ws._socket?.resume();
+      if (this.behind.size === 0 && this.ws.readyState === 1) this.ws.resume();
     };
     w.on('drain', caughtUp);
     w.on('close', caughtUp);
@@ -273,10 +276,7 @@ class Session {
   private closed(): void {
     this.stopStdin();
     this.finished = true;
-    if (this.behind.size) {
-      this.behind.clear();
-      this.ws._socket?.resume();
-    }
+    this.behind.clear();
   }
 }
 

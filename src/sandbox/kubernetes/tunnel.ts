@@ -27,7 +27,7 @@ import path from 'node:path';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
 import type { ExecApi as Exec, ExecSocket } from './exec-stream.js';
 import { ServiceError } from '../../core/errors.js';
-import { FRAME, FrameReader, MAX_CONNECTIONS, Mux, frame, type TunnelConfig } from '../daemon/tunnel-frames.js';
+import { FRAME, FrameReader, MAX_CONNECTIONS, Mux, frame, type MuxStats, type TunnelConfig } from '../daemon/tunnel-frames.js';
 import { SANDBOX_PROXY_ENV, SANDBOX_PROXY_PORT } from '../proxy-env.js';
 
 export const IN_TUNNEL = '/opt/atelier/daemon/tunnel.js';
@@ -52,18 +52,14 @@ export const MAX_TUNNEL_FILE = 1024 * 1024;
  */
 export const HELD_BOUND = 4 * 1024 * 1024;
 
-export interface TunnelCounters {
+/** MuxStats: DATA bytes sent toward the Pod and acknowledged, stream pauses, DATA dropped after a CLOSE. */
+export interface TunnelCounters extends MuxStats {
   opened: number;
   refusedTag: number;
   refusedId: number;
   refusedLimit: number;
-  /** DATA bytes sent toward the Pod, and what the Pod end acknowledged of them. */
-  sent: number;
-  acked: number;
   /** The most bytes toward the Pod held in the runner at once (the stream's buffer and the WebSocket's unsent bytes). */
   peakHeld: number;
-  /** Times every runner socket was paused because the stream toward the Pod was behind. */
-  streamPauses: number;
   /** Why the tunnel ended early (a protocol violation), if it did. */
   failure?: string;
 }
@@ -78,7 +74,7 @@ export interface TunnelPlan {
 
 /** The tunnel's runner end over any pair of streams (the exec stream's stdout and stdin; tests give their own). */
 export class TunnelEnd {
-  readonly counters: TunnelCounters = { opened: 0, refusedTag: 0, refusedId: 0, refusedLimit: 0, sent: 0, acked: 0, peakHeld: 0, streamPauses: 0 };
+  readonly counters: TunnelCounters = { opened: 0, refusedTag: 0, refusedId: 0, refusedLimit: 0, sent: 0, acked: 0, peakHeld: 0, streamPauses: 0, dropped: 0 };
   private readonly mux: Mux;
   private readonly reader: FrameReader;
   private readyWait: { resolve: () => void; reject: (e: Error) => void } | undefined;
@@ -92,7 +88,7 @@ export class TunnelEnd {
     /** Bytes the transport under toPod holds unsent (the exec WebSocket's bufferedAmount). */
     private readonly unsent: () => number = () => 0,
   ) {
-    this.mux = new Mux((b) => this.toPodWrite(b), (reason) => this.fail(reason));
+    this.mux = new Mux((b) => this.toPodWrite(b), (reason) => this.fail(reason), this.counters);
     toPod.on('drain', () => this.mux.drained());
     this.reader = new FrameReader((type, id, payload) => this.onFrame(type, id, payload));
     fromPod.on('data', (chunk: Buffer) => {
@@ -128,11 +124,7 @@ export class TunnelEnd {
     if (this.closed) return true;
     const ok = this.toPod.write(b);
     const held = this.held;
-    const c = this.counters;
-    if (held > c.peakHeld) c.peakHeld = held;
-    c.sent = this.mux.stats.sent;
-    c.acked = this.mux.stats.acked;
-    c.streamPauses = this.mux.stats.streamPauses;
+    if (held > this.counters.peakHeld) this.counters.peakHeld = held;
     return ok;
   }
 
@@ -175,11 +167,7 @@ export class TunnelEnd {
           return;
         }
         if (type === FRAME.DATA) return this.mux.onData(id, payload);
-        if (type === FRAME.ACK) {
-          this.mux.onAck(id, payload);
-          this.counters.acked = this.mux.stats.acked;
-          return;
-        }
+        if (type === FRAME.ACK) return this.mux.onAck(id, payload);
         return this.mux.onClose(id);
       default:
         return this.fail(`unexpected frame type ${type} from the pod`);
