@@ -11,6 +11,9 @@ import { PassThrough } from 'node:stream';
 import type { ExecApi as Exec } from './exec-stream.js';
 import { IN_BRIDGE, IN_SOCKET } from './manifests.js';
 
+/** How long a relay connection whose exec stream ended may take to hand its last bytes over. */
+const LINGER_MS = 30_000;
+
 export class ExecRelay {
   private readonly open = new Set<Socket>();
   private constructor(
@@ -35,7 +38,15 @@ export class ExecRelay {
       exec
         .exec(namespace, pod, 'main', ['node', IN_BRIDGE, IN_SOCKET], sock, stderr, sock, false)
         .then((ws) => {
-          ws.on('close', () => sock.destroy());
+          // The session ended (its status ends `sock`'s writing side): what `sock` still holds
+          // reaches the relay's client first (a destroy here cut a preview answer's last bytes);
+          // a client that never reads them is let go after LINGER_MS.
+          ws.on('close', () => {
+            sock.end();
+            if (sock.writableFinished) return void sock.destroy();
+            sock.once('finish', () => sock.destroy());
+            setTimeout(() => sock.destroy(), LINGER_MS).unref();
+          });
           sock.on('close', () => ws.close());
         })
         .catch(() => sock.destroy());
