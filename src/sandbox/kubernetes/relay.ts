@@ -48,6 +48,8 @@ export class ExecRelay {
             setTimeout(() => sock.destroy(), LINGER_MS).unref();
           });
           sock.on('close', () => ws.close());
+          // The relay's client went away while the stream was opening.
+          if (sock.destroyed) ws.close();
         })
         .catch(() => sock.destroy());
       sock.on('error', () => sock.destroy());
