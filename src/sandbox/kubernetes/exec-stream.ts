@@ -96,7 +96,7 @@ export class KubeExec implements ExecApi {
     const cluster = this.kc.getCurrentCluster();
     if (!cluster) throw new Error('No cluster is defined.');
     const query = querystring.stringify({ stdout: stdout != null, stderr: stderr != null, stdin: stdin != null, tty, command, container });
-    const server = cluster.server.replace(/^http/, 'ws');
+    const server = cluster.server.replace(/^http/, 'ws').replace(/\/+$/, '');
     const url = `${server}/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(pod)}/exec?${query}`;
     const opts: Record<string, unknown> = {};
     await this.kc.applyToHTTPSOptions(opts);
