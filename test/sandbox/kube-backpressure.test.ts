@@ -6,6 +6,8 @@
  * - The socket tunnel's runner end against a peer that acknowledges exactly what it was sent and
  *   reads nothing (a stream that stops draining): the runner stops reading its sockets; what it
  *   holds stays under HELD_BOUND while the socket behind offers 64 MiB.
+ *   An ACK for more than was sent, a malformed ACK end the tunnel; DATA after the Pod end's CLOSE
+ *   of that connection is dropped.
  * - A short-lived Pod whose image's tunnel program speaks the real frames, takes its CONFIG, then
  *   never reads again and keeps acknowledging (1 MiB a millisecond, up to 1 GiB): the runner ends
  *   that tunnel and the proxy behind it hands over at most a few MiB; the next command runs.
@@ -141,6 +143,24 @@ describe('socket tunnel runner end: a peer that acknowledges what it is sent and
       expect(end.counters.failure).toMatch(why);
     }
     echo.close();
+  });
+
+  it('DATA after the Pod end closed that connection is dropped (counted), not written to the runner socket', async () => {
+    let seen = '';
+    const sink = createServer((c) => c.on('data', (d: Buffer) => void (seen += d.toString())));
+    await new Promise<void>((r) => sink.listen(path.join(dir, 'sink.sock'), () => r()));
+    const fromPod = new PassThrough();
+    const toPod = new PassThrough();
+    toPod.resume();
+    const end = new TunnelEnd(fromPod, toPod, new Map([['s', path.join(dir, 'sink.sock')]]));
+    fromPod.write(frame(FRAME.OPEN, 1, 's'));
+    fromPod.write(frame(FRAME.DATA, 1, 'before'));
+    fromPod.write(frame(FRAME.CLOSE, 1));
+    fromPod.write(frame(FRAME.DATA, 1, 'after'));
+    await until(() => end.counters.dropped === 1 && seen === 'before', 'the late DATA to be dropped');
+    expect(end.counters.failure).toBeUndefined();
+    end.close();
+    sink.close();
   });
 });
 
