@@ -9,7 +9,8 @@
 //
 // The measurement lives in test/sandbox/kubernetes-bench.test.ts (it drives the TypeScript fixture
 // and the driver under the test runner's transform); this script runs it and prints the figures.
-// Smoke mode (--smoke): 2 opens, 20 execs, 2 held workspaces; full: 10, 200, 8 (and writes
+// Smoke mode (--smoke): 2 opens, 20 execs, 2 held workspaces; full: 10, 200, 8, the preview
+// relay's throughput and its bound for a client that reads nothing (and writes
 // bench/data/kubernetes-driver.json). Needs root and a build (npx tsc -p .).
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -42,4 +43,6 @@ console.log(`exec: median ${ms(r.kubernetes.execMedianMs)} vs ${ms(r.bubblewrap.
 const total = (o) => Object.values(o).reduce((a, b) => a + Number(b), 0);
 console.log(`API requests per workspace lifecycle: Pod path ${total(r.apiRequestsPerWorkspaceLifecycle).toFixed(1)} (${per(r.apiRequestsPerWorkspaceLifecycle)}); Sandbox path ${total(r.apiRequestsPerSandboxWorkspaceLifecycle).toFixed(1)}; watches open after close: ${r.openWatchesAfter}`);
 const h = r.runnerHeldPerWorkspace;
+if (r.relay) console.log(`preview relay (one exec stream): ${r.relay.throughputMiBps.toFixed(0)} MiB/s to a reading client; a client that reads nothing lets the server write ${r.relay.heldMiBWhenNotRead.toFixed(1)} MiB of 256 (back-pressure)`);
+else console.log('preview relay throughput: full runs only');
 console.log(`runner holds per remote workspace (${h.workspaces} held): ${(h.heapBytesPerWorkspace / 1024).toFixed(0)} KB heap, ${(h.externalBytesPerWorkspace / 1024).toFixed(0)} KB buffers, ${(h.rssBytesPerWorkspace / 1024).toFixed(0)} KB RSS, ${h.activeHandlesPerWorkspace.toFixed(1)} handles; exec streams per workspace ${r.execStreamsPerWorkspace.toFixed(1)}`);

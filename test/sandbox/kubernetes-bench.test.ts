@@ -60,6 +60,51 @@ async function measure(ex: Executor, base: string, tag: string): Promise<{ open:
   return { open, exec };
 }
 
+/**
+ * The preview relay over one exec stream (full runs only; issue #42 item 7): MiB/s of 64 MiB from
+ * a server in the Pod to a reading client, and how much of 256 MiB a server gets to write to a
+ * client that reads nothing (what back-pressure leaves in the buffers between).
+ */
+async function relayFigures(ex: KubernetesExecutor, base: string): Promise<{ throughputMiBps: number; heldMiBWhenNotRead: number }> {
+  const MiB = 1024 * 1024;
+  const h = await ex.create({ id: `bench_r${process.pid}`, rootDir: path.join(base, 'workspaces', 'relay'), limits: LIMITS, network: 'none' });
+  const server = (port: number, cap: number): string =>
+    `nohup node -e "let n=0;setInterval(()=>require('fs').writeFileSync('/tmp/sent-${port}',String(n)),50);require('net').createServer(c=>{c.on('error',()=>{});const b=Buffer.alloc(65536,7);let m=0;const go=()=>{while(m<${cap}){m+=b.length;n+=b.length;if(!c.write(b))return c.once('drain',go)}c.end()};c.once('data',go)}).listen(${port},'127.0.0.1')" >/dev/null 2>&1 &`;
+  await ex.exec(h, { command: server(8491, 64 * MiB) + server(8492, 256 * MiB), keepBackground: true });
+  const open = async (port: number): Promise<import('node:net').Socket> => {
+    for (let i = 0; i < 400; i++) {
+      const s = await ex.relay(h, port).catch(() => undefined);
+      if (s) return s;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`nothing listens on ${port} in the pod`);
+  };
+  const fast = await open(8491);
+  let got = 0;
+  const t0 = performance.now();
+  await new Promise<void>((resolve) => {
+    fast.on('data', (d: Buffer) => void ((got += d.length) >= 64 * MiB && resolve()));
+    fast.resume();
+    fast.write('GO');
+  });
+  const throughputMiBps = 64 / ((performance.now() - t0) / 1000);
+  fast.destroy();
+  const slow = await open(8492);
+  slow.pause();
+  slow.write('GO');
+  const sent = async (): Promise<number> => Number((await ex.exec(h, { command: 'cat /tmp/sent-8492' })).stdout.trim() || 0);
+  let last = -1;
+  for (let quiet = 0; quiet < 4; ) {
+    await new Promise((r) => setTimeout(r, 500));
+    const v = await sent();
+    quiet = v === last ? quiet + 1 : 0;
+    last = v;
+  }
+  slow.destroy();
+  await ex.destroy(h);
+  return { throughputMiBps, heldMiBWhenNotRead: last / MiB };
+}
+
 /** API requests counted by the fixture since `before`, per workspace. */
 function perWorkspace(now: Map<string, number>, before: Map<string, number>): Record<string, number> {
   const out: Record<string, number> = {};
@@ -124,6 +169,7 @@ describe.skipIf(!isRoot || process.env.ATELIER_BENCH_KUBE !== '1')('kubernetes d
       const k8s = await measure(kube, base, 'k');
       const podPath = perWorkspace(api.requests, before);
       const streams = ExecRelay.streamsOpened / OPENS;
+      const relay = FULL ? await relayFigures(kube, base) : null;
       await kube.close();
       const openWatchesAfter = api.openWatches();
       const held = await holdInChild(api.kubeconfig, path.join(base, 'hold'), HOLD);
@@ -193,6 +239,8 @@ describe.skipIf(!isRoot || process.env.ATELIER_BENCH_KUBE !== '1')('kubernetes d
         // stream (WebSocket) per daemon connection, one DaemonClient.
         execStreamsPerWorkspace: streams,
         runnerHeldPerWorkspace: held,
+        // The preview relay (full runs only): throughput to a reading client, MiB a server wrote to one that reads nothing.
+        relay,
       };
       if (FULL) writeFileSync(path.resolve(__dirname, '../../bench/data/kubernetes-driver.json'), JSON.stringify(result, null, 2) + '\n');
       console.log(JSON.stringify(result, null, 2));

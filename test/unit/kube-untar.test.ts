@@ -31,6 +31,20 @@ function member(name: string, type: string, opts: { data?: Buffer | string; link
   const pad = Buffer.alloc((512 - (data.length % 512)) % 512);
   return Buffer.concat([h, data, pad]);
 }
+/** A pax extended header ('x') carrying `records` (each as `<length> <key>=<value>\n`). */
+function pax(records: Record<string, string>, raw?: string): Buffer {
+  const body =
+    raw ??
+    Object.entries(records)
+      .map(([k, v]) => {
+        const rest = ` ${k}=${v}\n`;
+        let n = rest.length + 1;
+        while (String(n).length + rest.length !== n) n++;
+        return `${n}${rest}`;
+      })
+      .join('');
+  return member('PaxHeaders/x', 'x', { data: body });
+}
 const END = Buffer.alloc(1024);
 const tar = (...parts: Buffer[]): Readable => Readable.from([Buffer.concat([...parts, END])]);
 
@@ -116,8 +130,54 @@ describe('extractTar', () => {
     expect(await refusal(Readable.from(pieces), 1 << 20)).toMatch(/more than 1048576 bytes/);
     expect(existsSync(join(dest, 'node_modules/big')) ? lstatSync(join(dest, 'node_modules/big')).size : 0).toBeLessThanOrEqual(1 << 20);
     rmSync(join(dest, 'node_modules'), { recursive: true, force: true });
-    const short = member('node_modules/f', '0', { size: 1 << 30 });
+    const short = member('node_modules/f', '0', { size: 1 << 19 });
     expect(await refusal(Readable.from([Buffer.concat([member('node_modules/', '5'), short.subarray(0, 512), Buffer.alloc(512)])]))).toMatch(/ended inside/);
+    outsideIntact();
+  });
+
+  it('a pax size replaces the ustar size: the data and its padding follow it, and the members after parse at the right offset', async () => {
+    const big = Buffer.alloc(1500, 0x62);
+    const small = Buffer.from('ten bytes!');
+    await extractTar(
+      tar(
+        member('node_modules/', '5'),
+        // pax larger than ustar (writers put 0 or a truncated size there for files over 8 GiB): 1500 bytes, 3 blocks.
+        pax({ size: '1500' }),
+        member('node_modules/big', '0', { data: big, size: 0 }),
+        member('node_modules/after-big', '0', { data: 'A' }),
+        // pax smaller than ustar: 10 bytes, one block, though the ustar field says 5000 (10 blocks).
+        pax({ size: '10' }),
+        member('node_modules/small', '0', { data: small, size: 5000 }),
+        member('node_modules/after-small', '0', { data: 'B' }),
+        // A directory whose ustar size says one block of data, pax 0: no block is skipped.
+        pax({ size: '0' }),
+        member('node_modules/d/', '5', { size: 512 }),
+        member('node_modules/d/in', '0', { data: 'C' }),
+      ),
+      dest,
+      'node_modules',
+      1 << 20,
+    );
+    expect(readFileSync(join(dest, 'node_modules/big')).equals(big)).toBe(true);
+    expect(readFileSync(join(dest, 'node_modules/after-big'), 'utf8')).toBe('A');
+    expect(readFileSync(join(dest, 'node_modules/small'), 'utf8')).toBe('ten bytes!');
+    expect(readFileSync(join(dest, 'node_modules/after-small'), 'utf8')).toBe('B');
+    expect(readFileSync(join(dest, 'node_modules/d/in'), 'utf8')).toBe('C');
+    outsideIntact();
+  });
+
+  it('refuses a hostile pax size (not plain decimal digits, or over the limit) and a malformed pax record', async () => {
+    for (const size of ['1e3', '0x10', '-1', '', ' 12', '12 ', '1.5', '99999999999999999999']) {
+      expect(await refusal(tar(member('node_modules/', '5'), pax({ size }), member('node_modules/f', '0', { data: 'x' })))).toMatch(/node_modules\/f: a pax size .* \(decimal digits only\)/);
+      rmSync(join(dest, 'node_modules'), { recursive: true, force: true });
+    }
+    // A size the whole tree could not hold: refused before a byte of it is read.
+    expect(await refusal(tar(member('node_modules/', '5'), pax({ size: String(1 << 30) }), member('node_modules/f', '0', { data: 'x' })), 1 << 20)).toMatch(/node_modules\/f: a size of 1073741824 bytes, more than the 1048576/);
+    rmSync(join(dest, 'node_modules'), { recursive: true, force: true });
+    for (const raw of ['0x10 size=1\n', '13 size=1500X', '+12 size=150\n', '99999999 size=1\n']) {
+      expect(await refusal(tar(member('node_modules/', '5'), pax({}, raw), member('node_modules/f', '0', { data: 'x' })))).toMatch(/a bad pax record/);
+      rmSync(join(dest, 'node_modules'), { recursive: true, force: true });
+    }
     outsideIntact();
   });
 

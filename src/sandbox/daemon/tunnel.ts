@@ -19,15 +19,16 @@ const servers: Server[] = [];
 let nextId = 1;
 let configured = false;
 
-const out = (b: Buffer): void => {
-  process.stdout.write(b);
-};
+/** Frames to the runner; false while stdout is behind (the Mux stops reading sockets until 'drain'). */
+const out = (b: Buffer): boolean => process.stdout.write(b);
 const die = (reason: string): never => {
   process.stderr.write(`atelier tunnel: ${reason}\n`);
   mux.destroyAll();
   process.exit(1);
 };
 const mux = new Mux(out, die);
+process.stdout.on('drain', () => mux.drained());
+process.stdout.on('error', () => die('stdout closed'));
 
 function inside(p: string): string {
   const r = path.resolve(p);

@@ -1,5 +1,6 @@
 /** The Kubernetes API as the driver uses it (@kubernetes/client-node 1.x), errors as ServiceErrors. */
-import type { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api, Watch } from '@kubernetes/client-node';
+import type { ApisApi, CoreV1Api, KubeConfig, Metrics, NetworkingV1Api, Watch } from '@kubernetes/client-node';
+import { KubeExec } from './exec-stream.js';
 import { ServiceError } from '../../core/errors.js';
 import type { KubernetesExecutorOptions } from './options.js';
 
@@ -8,7 +9,8 @@ export interface KubeClients {
   core: CoreV1Api;
   net: NetworkingV1Api;
   apis: ApisApi;
-  exec: Exec;
+  /** Exec streams: the runner's own client (exec-stream.ts), back-pressured and contained. */
+  exec: KubeExec;
   metrics: Metrics;
   /** Watches (watch.ts): the official client's list+watch building block. */
   watch: Watch;
@@ -19,11 +21,11 @@ export interface KubeClients {
  * on the bubblewrap driver never needs it.
  */
 export async function connectKube(o: KubernetesExecutorOptions): Promise<KubeClients> {
-  const { ApisApi, CoreV1Api, Exec, KubeConfig, Metrics, NetworkingV1Api, Watch } = await import('@kubernetes/client-node');
+  const { ApisApi, CoreV1Api, KubeConfig, Metrics, NetworkingV1Api, Watch } = await import('@kubernetes/client-node');
   const kc = new KubeConfig();
   if (o.kubeconfig) kc.loadFromFile(o.kubeconfig);
   else kc.loadFromCluster();
-  return { kc, core: kc.makeApiClient(CoreV1Api), net: kc.makeApiClient(NetworkingV1Api), apis: kc.makeApiClient(ApisApi), exec: new Exec(kc), metrics: new Metrics(kc), watch: new Watch(kc) };
+  return { kc, core: kc.makeApiClient(CoreV1Api), net: kc.makeApiClient(NetworkingV1Api), apis: kc.makeApiClient(ApisApi), exec: new KubeExec(kc), metrics: new Metrics(kc), watch: new Watch(kc) };
 }
 
 export function statusCode(err: unknown): number | undefined {

@@ -13,7 +13,7 @@
  * close() (the workspace stopped or destroyed, its network changed to none, the runner stopping).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Exec } from '@kubernetes/client-node';
+import type { ExecApi as Exec } from './exec-stream.js';
 import { openTunnel, planTunnel, TUNNEL_PROXY_PORT, type TunnelEnd } from './tunnel.js';
 
 const FIRST_RETRY_MS = 1_000;

@@ -8,8 +8,11 @@
 import { chmod, mkdir, rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { PassThrough } from 'node:stream';
-import type { Exec } from '@kubernetes/client-node';
+import type { ExecApi as Exec } from './exec-stream.js';
 import { IN_BRIDGE, IN_SOCKET } from './manifests.js';
+
+/** How long a relay connection whose exec stream ended may take to hand its last bytes over. */
+const LINGER_MS = 30_000;
 
 export class ExecRelay {
   private readonly open = new Set<Socket>();
@@ -35,8 +38,18 @@ export class ExecRelay {
       exec
         .exec(namespace, pod, 'main', ['node', IN_BRIDGE, IN_SOCKET], sock, stderr, sock, false)
         .then((ws) => {
-          ws.on('close', () => sock.destroy());
+          // The session ended (its status ends `sock`'s writing side): what `sock` still holds
+          // reaches the relay's client first (a destroy here cut a preview answer's last bytes);
+          // a client that never reads them is let go after LINGER_MS.
+          ws.on('close', () => {
+            sock.end();
+            if (sock.writableFinished) return void sock.destroy();
+            sock.once('finish', () => sock.destroy());
+            setTimeout(() => sock.destroy(), LINGER_MS).unref();
+          });
           sock.on('close', () => ws.close());
+          // The relay's client went away while the stream was opening.
+          if (sock.destroyed) ws.close();
         })
         .catch(() => sock.destroy());
       sock.on('error', () => sock.destroy());

@@ -21,9 +21,10 @@ import { spawn } from 'node:child_process';
 import { constants as C } from 'node:fs';
 import { lstat, open } from 'node:fs/promises';
 import path from 'node:path';
-import { PassThrough, Transform, Writable } from 'node:stream';
+import { PassThrough, Transform } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { CoreV1Api, Exec, V1Container, V1Pod, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import type { ExecApi as Exec } from './exec-stream.js';
+import type { CoreV1Api, V1Container, V1Pod, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
 import { ServiceError } from '../../core/errors.js';
 import type { EphemeralBind } from '../executor.js';
 import type { KubernetesExecutorOptions } from './options.js';
@@ -213,29 +214,14 @@ export async function collectFrom(exec: Exec, ns: string, pod: string, dir: stri
   const errs = new PassThrough();
   let text = '';
   errs.on('data', (d: Buffer) => void (text.length < 2048 && (text += d.toString())));
-  let ws: { close(): void; _socket?: { pause(): void; resume(): void } } | undefined;
+  let ws: { close(): void } | undefined;
   let statusOk: boolean | undefined;
-  // The client library writes exec output as it arrives: the WebSocket's own TCP socket is paused
-  // while the parser is behind (more than PACE_BYTES waiting), so the Pod waits, not the runner's memory.
-  let paused = false;
-  const sink = new Writable({
-    write(chunk: Buffer, _e, cb) {
-      if (!out.write(chunk) && !paused && ws?._socket) {
-        paused = true;
-        ws._socket.pause();
-        out.once('drain', () => ((paused = false), ws?._socket?.resume()));
-      }
-      cb();
-    },
-    final(cb) {
-      out.end();
-      cb();
-    },
-  });
-  sink.on('error', () => undefined);
+  // The exec stream (exec-stream.ts) pauses its WebSocket's socket while `out` is behind (the
+  // parser more than PACE_BYTES behind), so the Pod waits, not the runner's memory.
+  out.on('error', () => undefined);
   const status = new Promise<void>((resolve) => {
     exec
-      .exec(ns, pod, 'main', ['tar', '-c', '-f', '-', '--format=gnu', '-C', dir, '--', name], sink, errs, null, false, (st) => {
+      .exec(ns, pod, 'main', ['tar', '-c', '-f', '-', '--format=gnu', '-C', dir, '--', name], out, errs, null, false, (st) => {
         statusOk = st?.status === 'Success';
         out.end();
         resolve();

@@ -9,6 +9,13 @@
  * connections than MAX_CONNECTIONS are refused (and counted). The Pod's NetworkPolicy stays
  * deny-all.
  *
+ * What the Pod end says is not trusted for memory (issue #42 item 7): an ACK advances a
+ * connection's window only over bytes this end really sent on it (more ends the tunnel), and no
+ * runner socket is read while the stream toward the Pod is behind (the exec stream's stdin holds
+ * its high-water mark: exec-stream.ts stops reading it while the WebSocket holds SEND_HIGH_WATER
+ * unsent), so a Pod end that acknowledges and never reads makes this end hold at most about
+ * HELD_BOUND bytes (counters.peakHeld says the most it held).
+ *
  * The runner-side sockets of a directory (EphemeralBind.sockets) are reached through a
  * descriptor of the directory opened O_NOFOLLOW (as the bubblewrap driver's relays do), never by
  * resolving its path again.
@@ -18,9 +25,9 @@ import { open, readdir, lstat, readFile, type FileHandle } from 'node:fs/promise
 import { connect } from 'node:net';
 import path from 'node:path';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
-import type { Exec } from '@kubernetes/client-node';
+import type { ExecApi as Exec, ExecSocket } from './exec-stream.js';
 import { ServiceError } from '../../core/errors.js';
-import { FRAME, FrameReader, MAX_CONNECTIONS, Mux, frame, type TunnelConfig } from '../daemon/tunnel-frames.js';
+import { FRAME, FrameReader, MAX_CONNECTIONS, Mux, frame, type MuxStats, type TunnelConfig } from '../daemon/tunnel-frames.js';
 import { SANDBOX_PROXY_ENV, SANDBOX_PROXY_PORT } from '../proxy-env.js';
 
 export const IN_TUNNEL = '/opt/atelier/daemon/tunnel.js';
@@ -38,11 +45,21 @@ export const TUNNEL_PROXY_ENV = SANDBOX_PROXY_ENV;
 /** Largest file carried in (a CA bundle is ~200 KB). */
 export const MAX_TUNNEL_FILE = 1024 * 1024;
 
-export interface TunnelCounters {
+/**
+ * The most bytes toward the Pod this end holds while the Pod end reads nothing, whatever it
+ * acknowledges: the exec stream's SEND_HIGH_WATER, the stdin pipe's buffer and one socket read
+ * (64 KiB) per connection past the moment the stream said it was behind, with slack.
+ */
+export const HELD_BOUND = 4 * 1024 * 1024;
+
+/** MuxStats: DATA bytes sent toward the Pod and acknowledged, stream pauses, DATA dropped after a CLOSE. */
+export interface TunnelCounters extends MuxStats {
   opened: number;
   refusedTag: number;
   refusedId: number;
   refusedLimit: number;
+  /** The most bytes toward the Pod held in the runner at once (the stream's buffer and the WebSocket's unsent bytes). */
+  peakHeld: number;
   /** Why the tunnel ended early (a protocol violation), if it did. */
   failure?: string;
 }
@@ -57,7 +74,7 @@ export interface TunnelPlan {
 
 /** The tunnel's runner end over any pair of streams (the exec stream's stdout and stdin; tests give their own). */
 export class TunnelEnd {
-  readonly counters: TunnelCounters = { opened: 0, refusedTag: 0, refusedId: 0, refusedLimit: 0 };
+  readonly counters: TunnelCounters = { opened: 0, refusedTag: 0, refusedId: 0, refusedLimit: 0, sent: 0, acked: 0, peakHeld: 0, streamPauses: 0, dropped: 0 };
   private readonly mux: Mux;
   private readonly reader: FrameReader;
   private readyWait: { resolve: () => void; reject: (e: Error) => void } | undefined;
@@ -68,8 +85,11 @@ export class TunnelEnd {
     private readonly toPod: Writable,
     private readonly targets: ReadonlyMap<string, string>,
     private readonly onEnd: () => void = () => undefined,
+    /** Bytes the transport under toPod holds unsent (the exec WebSocket's bufferedAmount). */
+    private readonly unsent: () => number = () => 0,
   ) {
-    this.mux = new Mux((b) => void (!this.closed && this.toPod.write(b)), (reason) => this.fail(reason));
+    this.mux = new Mux((b) => this.toPodWrite(b), (reason) => this.fail(reason), this.counters);
+    toPod.on('drain', () => this.mux.drained());
     this.reader = new FrameReader((type, id, payload) => this.onFrame(type, id, payload));
     fromPod.on('data', (chunk: Buffer) => {
       if (this.closed) return;
@@ -93,6 +113,19 @@ export class TunnelEnd {
       };
       this.toPod.write(frame(FRAME.CONFIG, 0, JSON.stringify(config)));
     });
+  }
+
+  /** Bytes toward the Pod held in the runner now. */
+  get held(): number {
+    return this.toPod.writableLength + ((this.toPod as unknown as Partial<Readable>).readableLength ?? 0) + this.unsent();
+  }
+
+  private toPodWrite(b: Buffer): boolean {
+    if (this.closed) return true;
+    const ok = this.toPod.write(b);
+    const held = this.held;
+    if (held > this.counters.peakHeld) this.counters.peakHeld = held;
+    return ok;
   }
 
   private onFrame(type: number, id: number, payload: Buffer): void {
@@ -231,12 +264,18 @@ export async function openTunnel(exec: Exec, namespace: string, pod: string, pla
   const stderr = new PassThrough();
   let errText = '';
   stderr.on('data', (d: Buffer) => void (errText.length < 2048 && (errText += d.toString())));
-  let ws: { close(): void } | undefined;
+  let ws: ExecSocket | undefined;
   let started = false;
-  const end: TunnelEnd = new TunnelEnd(fromPod, toPod, plan.targets, () => {
-    ws?.close();
-    if (started) onEnd(end);
-  });
+  const end: TunnelEnd = new TunnelEnd(
+    fromPod,
+    toPod,
+    plan.targets,
+    () => {
+      ws?.close();
+      if (started) onEnd(end);
+    },
+    () => ws?.bufferedAmount ?? 0,
+  );
   const sock = await exec.exec(namespace, pod, 'main', ['node', IN_TUNNEL], fromPod, stderr, toPod, false, (status) => {
     if (status?.status !== 'Success') fromPod.destroy(new Error(`tunnel exited: ${status?.message ?? ''} ${errText.trim()}`));
     else fromPod.end();

@@ -4,7 +4,9 @@
  * so untrusted: this parser, not a tar program, decides what is written, and only under `dest`:
  *
  *   - ustar headers with their checksums; GNU long names (L, K) and pax headers (x: path,
- *     linkpath, size) are understood; anything else (hard links, devices, fifos, sparse files,
+ *     linkpath, size) are understood; a pax size is the member's size (its data and so its
+ *     padding, whatever the ustar field says), decimal digits only and within `maxBytes`, and a
+ *     pax record is `<decimal length> <key>=<value>\n` exactly; anything else (hard links, devices, fifos, sparse files,
  *     global pax headers, volume labels) refuses the whole stream;
  *   - every name is relative, without `..`, `.` inside or empty components, and starts with the
  *     one directory asked for (`top`); each path appears once;
@@ -97,10 +99,9 @@ export async function extractTar(stream: Readable, dest: string, top: string, ma
     }
     if (zeroBlocks) throw new TarRefusal('a member after an end-of-archive block');
     const h = parseHeader(block);
-    const padded = Math.ceil(h.size / 512) * 512;
     if (h.type === 'L' || h.type === 'K' || h.type === 'x') {
       if (h.size > 1 << 20) throw new TarRefusal(`a ${h.type} header of ${h.size} bytes`);
-      const data = (await takeExact(padded, 'an extended header')).subarray(0, h.size);
+      const data = (await takeExact(blocks(h.size), 'an extended header')).subarray(0, h.size);
       if (h.type === 'L') longName = cString(data);
       else if (h.type === 'K') longLink = cString(data);
       else pax = { ...pax, ...parsePax(data) };
@@ -109,8 +110,15 @@ export async function extractTar(stream: Readable, dest: string, top: string, ma
     if (++entries > MAX_ENTRIES) throw new TarRefusal(`more than ${MAX_ENTRIES} members`);
     const rawName = pax.path ?? longName ?? h.name;
     const link = pax.linkpath ?? longLink ?? h.linkname;
-    const size = pax.size !== undefined ? Number(pax.size) : h.size;
+    let size = h.size;
+    if (pax.size !== undefined) {
+      // The pax size replaces the ustar one: the member's data, and so its padding, follow it.
+      if (!/^[0-9]{1,16}$/.test(pax.size)) throw new TarRefusal(`${rawName}: a pax size ${JSON.stringify(pax.size.slice(0, 40))} (decimal digits only)`);
+      size = Number(pax.size);
+    }
     if (!Number.isSafeInteger(size) || size < 0) throw new TarRefusal(`${rawName}: a bad size`);
+    if (size > maxBytes) throw new TarRefusal(`${rawName}: a size of ${size} bytes, more than the ${maxBytes} the whole tree may have`);
+    const padded = blocks(size);
     longName = longLink = undefined;
     pax = {};
     const name = normalise(rawName);
@@ -185,6 +193,11 @@ export async function extractTar(stream: Readable, dest: string, top: string, ma
   return total;
 }
 
+/** n bytes rounded up to whole 512-byte blocks. */
+function blocks(n: number): number {
+  return Math.ceil(n / 512) * 512;
+}
+
 function normalise(raw: string): string {
   let n = raw;
   while (n.startsWith('./')) n = n.slice(2);
@@ -233,8 +246,9 @@ function parsePax(data: Buffer): Record<string, string> {
   while (i < data.length) {
     const sp = data.indexOf(0x20, i);
     if (sp < 0) break;
-    const len = Number(data.subarray(i, sp).toString('latin1'));
-    if (!Number.isSafeInteger(len) || len <= 0 || i + len > data.length) throw new TarRefusal('a bad pax record');
+    const digits = data.subarray(i, sp).toString('latin1');
+    const len = /^[1-9][0-9]{0,7}$/.test(digits) ? Number(digits) : NaN;
+    if (!Number.isSafeInteger(len) || i + len > data.length || len < sp - i + 3 || data[i + len - 1] !== 0x0a) throw new TarRefusal('a bad pax record');
     const rec = data.subarray(sp + 1, i + len - 1).toString('utf8');
     const eq = rec.indexOf('=');
     if (eq > 0) {
