@@ -40,6 +40,17 @@ const OPERATOR_SERVER = {
   initializationOptions: { tsserver: { path: '/opt/atelier/node_modules/typescript-lsp-tsserver/lib/tsserver.js' }, disableAutomaticTypingAcquisition: true },
 };
 
+/** Polls `probe` until `done` holds or `ms` have passed (the daemon's own timers decide when; a count of polls would depend on how fast each answers). */
+async function until(probe: () => Promise<R>, done: (r: R) => boolean, ms: number): Promise<R> {
+  const end = Date.now() + ms;
+  let r = await probe();
+  while (!done(r) && Date.now() < end) {
+    await new Promise((res) => setTimeout(res, 50));
+    r = await probe();
+  }
+  return r;
+}
+
 async function ts(): Promise<R> {
   return (await ok('code_servers', { workspaceId: ws })).servers.find((s: R) => s.server === 'typescript');
 }
@@ -71,15 +82,10 @@ describe('language server life', { timeout: 240_000 }, () => {
     expect(running.state).toBe('running');
     expect((await ok('code_servers', { workspaceId: ws })).idleSeconds).toBe(2);
     // Wait for the condition (the daemon's idle timer), bounded.
-    let st = running;
-    for (let i = 0; i < 300 && st.state === 'running'; i++) st = await ts();
+    const st = await until(ts, (r) => r.state !== 'running', 60_000);
     expect(st).toMatchObject({ state: 'stopped', lastExit: { expected: true, reason: 'stopped after 2 s idle' } });
-    let left = '';
-    for (let i = 0; i < 100; i++) {
-      left = String((await ok('exec_run', { workspaceId: ws, command: 'pgrep -fa "[t]ypescript-language-server|[t]sserver" || true' })).stdout).trim();
-      if (left === '') break;
-    }
-    expect(left).toBe('');
+    const left = await until(() => ok('exec_run', { workspaceId: ws, command: 'pgrep -fa "[t]ypescript-language-server|[t]sserver" || true' }), (r) => String(r.stdout).trim() === '', 30_000);
+    expect(String(left.stdout).trim()).toBe('');
     expect((await ok('code_definition', { workspaceId: ws, path: 'a.ts', line: 1, column: 14 })).locations[0]).toMatchObject({ path: 'a.ts', range: { start: { line: 1, column: 14 } } });
     expect(await ts()).toMatchObject({ state: 'running', restarts: running.restarts + 1, crashesInWindow: 0 });
   });
@@ -109,8 +115,7 @@ describe('language server life', { timeout: 240_000 }, () => {
       const pid = (await ts()).pid;
       await ok('exec_run', { workspaceId: ws, command: `kill -9 ${pid}` });
       // The daemon sees the exit.
-      let st = await ts();
-      for (let i = 0; i < 200 && st.state === 'running' && st.pid === pid; i++) st = await ts();
+      const st = await until(ts, (r) => !(r.state === 'running' && r.pid === pid), 30_000);
       expect(st.crashesInWindow).toBe(crash);
     }
     const refused = await fails('code_hover', { workspaceId: ws, path: 'a.ts', symbol: 'answer' });

@@ -132,40 +132,40 @@ export class CodeIntelService {
     };
   }
 
-  private static position(a: CodePosition): CodePosition {
-    return { path: a.path, ...(a.line !== undefined ? { line: a.line } : {}), ...(a.column !== undefined ? { column: a.column } : {}), ...(a.symbol !== undefined ? { symbol: a.symbol } : {}) };
+  private static position(args: CodePosition): CodePosition {
+    return { path: args.path, ...(args.line !== undefined ? { line: args.line } : {}), ...(args.column !== undefined ? { column: args.column } : {}), ...(args.symbol !== undefined ? { symbol: args.symbol } : {}) };
   }
 
-  async definition(ws: string, a: CodePosition & { kind?: 'definition' | 'declaration' | 'typeDefinition' | 'implementation' }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const r = await this.call('code_definition', ws, 'code.definition', { ...CodeIntelService.position(a), kind: a.kind ?? 'definition' }, caller, signal);
+  async definition(ws: string, args: CodePosition & { kind?: 'definition' | 'declaration' | 'typeDefinition' | 'implementation' }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const r = await this.call('code_definition', ws, 'code.definition', { ...CodeIntelService.position(args), kind: args.kind ?? 'definition' }, caller, signal);
     return { ...r, count: r.locations.length };
   }
 
-  async references(ws: string, a: CodePosition & { includeDeclaration: boolean; maxResults: number; cursor?: string }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const key = createHash('sha256').update(JSON.stringify([ws, CodeIntelService.position(a), a.includeDeclaration])).digest().subarray(0, 9).toString('base64url');
+  async references(ws: string, args: CodePosition & { includeDeclaration: boolean; maxResults: number; cursor?: string }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const key = createHash('sha256').update(JSON.stringify([ws, CodeIntelService.position(args), args.includeDeclaration])).digest().subarray(0, 9).toString('base64url');
     let offset = 0;
-    if (a.cursor) {
-      const s = this.deps.cursors.decode<{ k?: string; o?: number }>('code_references', a.cursor);
+    if (args.cursor) {
+      const s = this.deps.cursors.decode<{ k?: string; o?: number }>('code_references', args.cursor);
       if (s.k !== key) throw new ServiceError('INVALID_ARGUMENT', 'code_references: cursor was issued for another position, includeDeclaration or workspace; ask again without a cursor', { field: 'cursor' });
       offset = typeof s.o === 'number' ? s.o : 0;
     }
-    const r = await this.call('code_references', ws, 'code.references', { ...CodeIntelService.position(a), includeDeclaration: a.includeDeclaration, offset, limit: a.maxResults }, caller, signal);
+    const r = await this.call('code_references', ws, 'code.references', { ...CodeIntelService.position(args), includeDeclaration: args.includeDeclaration, offset, limit: args.maxResults }, caller, signal);
     const next = offset + r.locations.length;
     return { ...r, count: r.locations.length, offset, nextCursor: next < r.total && r.locations.length > 0 ? this.deps.cursors.encode('code_references', { k: key, o: next }) : null };
   }
 
-  async hover(ws: string, a: CodePosition, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    return this.call('code_hover', ws, 'code.hover', CodeIntelService.position(a), caller, signal);
+  async hover(ws: string, args: CodePosition, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return this.call('code_hover', ws, 'code.hover', CodeIntelService.position(args), caller, signal);
   }
 
-  async symbols(ws: string, a: { path?: string; query?: string; server?: CodeServerId; maxResults: number }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const r = await this.call('code_symbols', ws, 'code.symbols', { ...a }, caller, signal);
-    return { mode: a.path !== undefined ? 'outline' : 'workspace', ...r, count: r.symbols.length };
+  async symbols(ws: string, args: { path?: string; query?: string; server?: CodeServerId; maxResults: number }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const r = await this.call('code_symbols', ws, 'code.symbols', { ...args }, caller, signal);
+    return { mode: args.path !== undefined ? 'outline' : 'workspace', ...r, count: r.symbols.length };
   }
 
-  async diagnostics(ws: string, a: { path?: string; minSeverity: 'error' | 'warning' | 'information' | 'hint'; waitMs: number; maxResults: number }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    const r = await this.call('code_diagnostics', ws, 'code.diagnostics', { ...a }, caller, signal);
-    return { scope: a.path !== undefined ? 'file' : 'workspace', ...r, count: r.diagnostics.length };
+  async diagnostics(ws: string, args: { path?: string; minSeverity: 'error' | 'warning' | 'information' | 'hint'; waitMs: number; maxResults: number }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    const r = await this.call('code_diagnostics', ws, 'code.diagnostics', { ...args }, caller, signal);
+    return { scope: args.path !== undefined ? 'file' : 'workspace', ...r, count: r.diagnostics.length };
   }
 
   async status(ws: string, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
@@ -180,13 +180,13 @@ export class CodeIntelService {
    * CONFLICT naming it), then written with one atomic fs.writeBatch (each file compared with its
    * hash again under the daemon's write lock): all files or none.
    */
-  async rename(ws: string, a: CodePosition & { newName: string; apply: boolean; expectedSha256?: Record<string, string> }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
-    if (a.expectedSha256 && Object.keys(a.expectedSha256).length > 500) throw new ServiceError('INVALID_ARGUMENT', 'expectedSha256: at most 500 paths (a rename changes at most 500 files)', { field: 'expectedSha256', limit: 500 });
-    const r = await this.call('code_rename', ws, 'code.rename', { ...CodeIntelService.position(a), newName: a.newName }, caller, signal);
+  async rename(ws: string, args: CodePosition & { newName: string; apply: boolean; expectedSha256?: Record<string, string> }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    if (args.expectedSha256 && Object.keys(args.expectedSha256).length > 500) throw new ServiceError('INVALID_ARGUMENT', 'expectedSha256: at most 500 paths (a rename changes at most 500 files)', { field: 'expectedSha256', limit: 500 });
+    const r = await this.call('code_rename', ws, 'code.rename', { ...CodeIntelService.position(args), newName: args.newName }, caller, signal);
     const { files, ...resolved } = r;
     const preview = files.map((f) => ({ path: f.path, sha256: f.sha256, edits: f.edits, diff: unifiedDiff(f.path, f.before, f.after) }));
-    if (!a.apply) return { ...resolved, newName: a.newName, applied: false, files: preview, count: preview.length };
-    const expected = a.expectedSha256;
+    if (!args.apply) return { ...resolved, newName: args.newName, applied: false, files: preview, count: preview.length };
+    const expected = args.expectedSha256;
     if (!expected) throw new ServiceError('INVALID_ARGUMENT', 'expectedSha256: required with apply: true (the sha256 of each file code_rename with apply: false listed)', { field: 'expectedSha256' });
     for (const f of files) {
       if (!Object.hasOwn(expected, f.path)) throw new ServiceError('CONFLICT', `code_rename: ${f.path} would change but is not in expectedSha256 (the tree changed since the preview); preview again`, { field: 'expectedSha256', path: f.path, currentSha256: f.sha256 });
@@ -195,7 +195,7 @@ export class CodeIntelService {
     for (const p of Object.keys(expected)) {
       if (!files.some((f) => f.path === p)) throw new ServiceError('CONFLICT', `code_rename: ${p} is in expectedSha256 but the rename no longer changes it (the tree changed since the preview); preview again`, { field: 'expectedSha256', path: p });
     }
-    if (files.length === 0) return { ...resolved, newName: a.newName, applied: true, files: [], count: 0 };
+    if (files.length === 0) return { ...resolved, newName: args.newName, applied: true, files: [], count: 0 };
     let written;
     try {
       written = await this.call('code_rename', ws, 'fs.writeBatch', { files: files.map((f) => ({ path: f.path, content: f.after, expectedSha256: f.sha256 })), atomic: true }, caller, signal);
@@ -208,6 +208,6 @@ export class CodeIntelService {
       throw err;
     }
     const after = new Map(written.files.map((w) => [w.path, 'sha256' in w ? w.sha256 : undefined]));
-    return { ...resolved, newName: a.newName, applied: true, files: preview.map((p) => ({ ...p, previousSha256: p.sha256, sha256: after.get(p.path) ?? p.sha256 })), count: preview.length };
+    return { ...resolved, newName: args.newName, applied: true, files: preview.map((p) => ({ ...p, previousSha256: p.sha256, sha256: after.get(p.path) ?? p.sha256 })), count: preview.length };
   }
 }
