@@ -18,6 +18,7 @@ import type { Client } from '@modelcontextprotocol/client';
 import { call, connectV2, dashboardLogin, httpRequest, type Service } from './harness.js';
 import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fixture.js';
 import type { GitHost } from '../fixtures/githost.js';
+import { startKubeTarget, type KubeTarget } from './kube-fixture.js';
 
 /** What a client saw of one request through a relay. */
 interface Outcome {
@@ -208,7 +209,7 @@ let shared: Promise<RelayEnv> | undefined;
 const owned: Service[] = [];
 function bubblewrapEnv(): Promise<RelayEnv> {
   shared ??= (async () => {
-    host = await startGitHost();
+    host ??= await startGitHost();
     const repoUrl = (await host.createRepo('approved/hostile', REPO_FILES)).url;
     const svc = await startWorkspaceService(host);
     owned.push(svc);
@@ -218,6 +219,28 @@ function bubblewrapEnv(): Promise<RelayEnv> {
     return { svc, workspaceId, client };
   })();
   return shared;
+}
+
+/**
+ * The Kubernetes environment: its own service with `--executor kubernetes` on the fixture API
+ * server (each Pod a local sandbox), whose preview relay reaches the Pod's port over the exec
+ * stream (sandbox/kubernetes/relay.ts), and one workspace running the hostile server.
+ */
+let kube: KubeTarget | undefined;
+let kubeShared: Promise<RelayEnv> | undefined;
+function kubernetesEnv(): Promise<RelayEnv> {
+  kubeShared ??= (async () => {
+    host ??= await startGitHost();
+    const repoUrl = (await host.createRepo('approved/hostile-kube', REPO_FILES)).url;
+    kube = await startKubeTarget();
+    const svc = await startWorkspaceService(host, { args: kube.args, config: { sandboxDiskMb: 0 } });
+    owned.push(svc);
+    const client = await connectV2(svc);
+    const workspaceId = (await ok(client, 'workspace_open', { repositoryUrl: repoUrl, idempotencyKey: 'hostile-kube-open' })).workspaceId as string;
+    await startHostileServer(client, workspaceId);
+    return { svc, workspaceId, client };
+  })();
+  return kubeShared;
 }
 
 const RELAYS: RelayUnderTest[] = [
@@ -238,6 +261,14 @@ const RELAYS: RelayUnderTest[] = [
       const r = await httpRequest(env.svc.url, 'POST', `/api/v1/previews/${p.previewId}/public`, { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' }, '{}');
       if (r.status !== 200) throw new Error(`consent failed: ${r.status} ${r.body}`);
       return { env, base: env.svc.url + (JSON.parse(r.body) as { publicLink: { path: string } }).publicLink.path, headers: {} };
+    },
+  },
+  {
+    name: 'preview relay of a Kubernetes workspace (owner link, bearer token)',
+    async setup() {
+      const env = await kubernetesEnv();
+      const p = await ok(env.client, 'preview_open', { workspaceId: env.workspaceId, port: HOSTILE_PORT, ttlSeconds: 86400 });
+      return { env, base: String(p.url), headers: { authorization: `Bearer ${env.svc.token}` } };
     },
   },
 ];
@@ -315,7 +346,11 @@ function check(o: Outcome, want: Exclude<Expect, 'skip'>, label: string): void {
 }
 
 afterAll(async () => {
+  // The Kubernetes workspace is closed first, so that its Pod (a sandbox of the fixture's) goes.
+  const k = await kubeShared?.catch(() => undefined);
+  if (k) await call(k.client, 'workspace_close', { workspaceId: k.workspaceId }).catch(() => undefined);
   for (const svc of owned) await svc.dispose();
+  await kube?.close();
   await host?.close();
 });
 
