@@ -68,7 +68,7 @@ async function oauthNarrowed(scope: string): Promise<{ c: Client; tool: (n: stri
   const page = await httpRequest(e.svc.url, 'GET', String(a.headers.location), { cookie: e.cookie });
   const request = /name="request" value="([^"]+)"/.exec(page.body)![1]!;
   const csrf = /name="csrf" value="([^"]+)"/.exec(page.body)![1]!;
-  const ticked = Object.fromEntries([...page.body.matchAll(/name="(ts_[a-z]+|readonly)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
+  const ticked = Object.fromEntries([...page.body.matchAll(/name="(ts_[a-z-]+|readonly)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
   const post = await httpRequest(e.svc.url, 'POST', '/oauth/consent', { cookie: e.cookie, 'content-type': 'application/x-www-form-urlencoded', origin: e.svc.url }, new URLSearchParams({ request, csrf, decision: 'approve', ...ticked }).toString());
   expect(post.status, post.body).toBe(303);
   const code = new URL(String(post.headers.location)).searchParams.get('code')!;

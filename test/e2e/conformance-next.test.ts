@@ -325,7 +325,7 @@ describe(`MCP conformance suite ${VERSION}`, () => {
     const request = /name="request" value="([^"]+)"/.exec(page.body)![1]!;
     const csrf = /name="csrf" value="([^"]+)"/.exec(page.body)![1]!;
     // What the page ticked (the toolsets asked for), plus read-only.
-    const ticked = Object.fromEntries([...page.body.matchAll(/name="(ts_[a-z]+)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
+    const ticked = Object.fromEntries([...page.body.matchAll(/name="(ts_[a-z-]+)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
     expect(Object.keys(ticked).length).toBeGreaterThan(0);
     const post = await httpRequest(svc.url, 'POST', '/oauth/consent', { cookie: session.cookie, 'content-type': 'application/x-www-form-urlencoded' }, new URLSearchParams({ request, csrf, decision: 'approve', ...ticked, readonly: 'on' }).toString());
     expect(post.status, post.body).toBe(303);

@@ -98,7 +98,7 @@ describe('a client identified by its metadata document', () => {
     expect(body).toContain(`Verified: its metadata document was fetched over HTTPS from <code>127.0.0.1:${host.port}</code>, at <code>${url}</code>`);
     expect(body).toContain('Not verified: the name, which the document declares itself.');
     expect(host.requests('/clients/e2e.json').length).toBe(1);
-    const ticked = Object.fromEntries([...body.matchAll(/name="(ts_[a-z]+)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
+    const ticked = Object.fromEntries([...body.matchAll(/name="(ts_[a-z-]+)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
     const post = await httpRequest(svc.url, 'POST', '/oauth/consent', { cookie: session.cookie, ...FORM }, new URLSearchParams({ request, csrf, decision: 'approve', ...ticked }).toString());
     expect(post.status).toBe(303);
     const cb = new URL(String(post.headers.location));

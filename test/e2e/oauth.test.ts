@@ -46,7 +46,7 @@ async function approve(authUrl: URL, decision: 'approve' | 'deny' = 'approve', c
   // A wrong CSRF token is refused and does not consume the request.
   const bad = await httpRequest(svc.url, 'POST', '/oauth/consent', { cookie: session.cookie, 'content-type': 'application/x-www-form-urlencoded' }, new URLSearchParams({ request, csrf: 'x', decision }).toString());
   expect(bad.status).toBe(403);
-  const ticked = Object.fromEntries([...page.body.matchAll(/name="(ts_[a-z]+|readonly)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
+  const ticked = Object.fromEntries([...page.body.matchAll(/name="(ts_[a-z-]+|readonly)" value="on" checked/g)].map((m) => [m[1]!, 'on']));
   const post = await httpRequest(svc.url, 'POST', '/oauth/consent', { cookie: session.cookie, 'content-type': 'application/x-www-form-urlencoded' }, new URLSearchParams({ request, csrf, decision, ...(choices ?? ticked) }).toString());
   expect(post.status).toBe(303);
   return new URL(String(post.headers.location));
