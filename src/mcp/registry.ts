@@ -268,7 +268,7 @@ export class ToolRegistry extends ToolParser {
     const readOnly = c.def.badges.includes('readOnly');
     let args: Record<string, unknown> | undefined;
     const started = Date.now();
-    let ok: boolean | undefined; // the outcome counted for the dashboard's overview (services/instance-health.ts)
+    let ok: boolean | undefined; // the outcome counted for the dashboard's overview (services/instance/health.ts)
     // A call still running after SLOW_CALL_MS says so in the log, and again every SLOW_CALL_MS: what
     // an operator (or a timed-out test's log dump) needs to tell which call hangs.
     const watchdog = setInterval(() => {

@@ -14,8 +14,8 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { EventEmitter } from 'node:events';
 import type { DB } from '../store/db.js';
-import type { AuditLog } from './audit.js';
-import type { Actor } from './audit.js';
+import type { AuditLog } from './instance/index.js';
+import type { Actor } from './instance/index.js';
 import { ServiceError } from '../core/errors.js';
 import { newId, randomToken } from '../core/ids.js';
 import { isoIn, nowIso } from '../core/clock.js';

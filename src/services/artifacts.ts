@@ -16,7 +16,7 @@ import { ServiceError } from '../core/errors.js';
 import { defineRawText, leaseBytes, rawText, releaseRawText } from '../core/raw-text.js';
 import { newId } from '../core/ids.js';
 import type { FileService } from './files.js';
-import type { WorkspaceService } from './workspaces.js';
+import type { WorkspaceService } from './workspaces/index.js';
 import type { RetentionClock } from './memories.js';
 
 export interface ArtifactServiceDeps {

@@ -20,9 +20,9 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { startSweeper, type Sweeper } from '../core/sweeper.js';
 import { IMAGE_STORE_FULL, type CopyMode, type WorkspaceImageCopies } from '../sandbox/executor.js';
-import type { AuditLog } from './audit.js';
+import type { AuditLog } from './instance/index.js';
 import type { RetentionClock } from './memories.js';
-import type { ForkTemplate, NetworkProfile, WorkspaceService } from './workspaces.js';
+import type { ForkTemplate, NetworkProfile, WorkspaceService } from './workspaces/index.js';
 
 export interface CheckpointServiceDeps {
   db: DB;

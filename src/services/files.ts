@@ -13,7 +13,7 @@ import { ServiceError } from '../core/errors.js';
 import { copyText } from '../core/raw-text.js';
 import type { DaemonMethod, GrepReply, ParamsOf, ReplyOf } from '../sandbox/daemon/protocol.js';
 import type { Executor } from '../sandbox/executor.js';
-import type { WorkspaceService } from './workspaces.js';
+import type { WorkspaceService } from './workspaces/index.js';
 
 export interface FileServiceDeps {
   workspaces: WorkspaceService;

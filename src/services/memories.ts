@@ -10,8 +10,8 @@ import { tx } from '../store/db.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
-import type { WorkspaceService } from './workspaces.js';
-import { parseRepoUrl } from './repos.js';
+import type { WorkspaceService } from './workspaces/index.js';
+import { parseRepoUrl } from './repos/index.js';
 
 export type MemoryScope = 'owner' | 'repository' | 'workspace';
 const SCOPES: MemoryScope[] = ['owner', 'repository', 'workspace'];

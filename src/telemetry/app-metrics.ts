@@ -5,8 +5,8 @@
  */
 import type { App } from '../app.js';
 import { VERSION } from '../core/version.js';
-import type { WorkspaceState } from '../services/workspaces.js';
-import { AGENT_STATUSES } from '../services/agents.js';
+import type { WorkspaceState } from '../services/workspaces/index.js';
+import { AGENT_STATUSES } from '../services/agents/index.js';
 import { registerCounterView, registerGauge } from './metrics.js';
 import { SANDBOX_KINDS, sandboxKind } from '../sandbox/executor.js';
 

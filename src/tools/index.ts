@@ -1,10 +1,10 @@
 /** The whole catalog: every tool of the spec, in spec order, then the tools beyond it (their own toolsets). */
 import type { AnyToolDef } from './define.js';
-import { tools as workspace } from './workspace.js';
+import { tools as workspace } from './workspaces.js';
 import { tools as files } from './files.js';
-import { tools as exec } from './exec.js';
+import { tools as exec } from './commands.js';
 import { tools as packages } from './packages.js';
-import { tools as sessions } from './sessions.js';
+import { tools as sessions } from './terminals.js';
 import { tools as git } from './git.js';
 import { tools as repohost } from './repohost.js';
 import { deploymentsAndSuggest, skillsAndHooks } from './extensions.js';

@@ -14,14 +14,14 @@
 import { chown, mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../audit.js';
+import type { AuditLog, Actor } from '../instance/index.js';
 import type { Config } from '../../core/config.js';
 import type { Logger } from '../../core/log.js';
 import { ServiceError } from '../../core/errors.js';
 import { nowIso } from '../../core/clock.js';
 import type { Executor, SandboxNetwork } from '../../sandbox/executor.js';
 import { startEgressProxy, type EgressDecision } from '../../sandbox/egress.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import type { EnvironmentService } from '../environments.js';
 import { DEPLOY_MANIFEST, parseDeployManifest, type DeployTarget, type Manifest } from './format.js';
 import type { SkillService } from './skills.js';

@@ -7,13 +7,13 @@
  * digest differs from the activated one runs nothing. Git's own hooks stay off.
  */
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../audit.js';
+import type { AuditLog, Actor } from '../instance/index.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import type { Logger } from '../../core/log.js';
 import { ServiceError } from '../../core/errors.js';
 import { COMMAND_TOOL, currentCaller, type CallerGrant } from '../../core/caller.js';
 import { isoIn, nowIso } from '../../core/clock.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import { HOOK_EVENTS, HOOK_MANIFEST, parseHookManifest, type HookDef, type HookEvent, type Manifest } from './format.js';
 import type { FiredEvent, HookFiring, HookRunRecord } from './hook-runner.js';
 import type { SkillService } from './skills.js';

@@ -5,12 +5,12 @@
  * extension_workspaces, hook_activations, deployment_enrolments. Decisions: docs/extensions.md.
  */
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../audit.js';
+import type { AuditLog, Actor } from '../instance/index.js';
 import type { Config } from '../../core/config.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import type { Logger } from '../../core/log.js';
 import type { Executor } from '../../sandbox/executor.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import type { ApprovalService } from '../approvals.js';
 import type { EnvironmentService } from '../environments.js';
 import { SkillService, type SkillOverride, type SkillSetSel } from './skills.js';
@@ -116,3 +116,6 @@ export class ExtensionService implements HookRunner {
 }
 
 export type { HookRunner } from './hook-runner.js';
+export * from './format.js';
+export * from './hook-runner.js';
+export * from './skills.js';

@@ -13,13 +13,13 @@ import { readdirSync, readFileSync, lstatSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../audit.js';
+import type { AuditLog, Actor } from '../instance/index.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import { ServiceError } from '../../core/errors.js';
 import { nowIso } from '../../core/clock.js';
 import type { Executor, ExecResult } from '../../sandbox/executor.js';
 import type { DaemonMethod, ParamsOf, ReplyOf } from '../../sandbox/daemon/protocol.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import type { ApprovalService } from '../approvals.js';
 import {
   SHADOW_ORDER,
