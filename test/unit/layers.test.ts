@@ -8,7 +8,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { dirname, join, posix, relative, resolve } from 'node:path';
+import { join, relative, resolve } from 'node:path';
+import { importsOf, type Edge } from './import-graph.js';
+
+export { importsOf, type Edge };
 
 const SRC = resolve(__dirname, '../../src');
 
@@ -57,25 +60,6 @@ const ALLOWED: Record<string, string[]> = {
  * the list only shrinks.
  */
 const EXCEPTIONS: Array<{ from: RegExp; to: RegExp; why: string }> = [];
-
-export interface Edge {
-  from: string;
-  to: string;
-}
-
-const IMPORT = /(?:^|[;\s{}])(?:import|export)\s[^'"`;]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|(?:^|[;\s])import\s+['"]([^'"]+)['"]/g;
-
-/** The relative imports of one file (static, type-only, re-exports, dynamic), resolved to paths under src/. */
-export function importsOf(rel: string, source: string): Edge[] {
-  const out: Edge[] = [];
-  for (const m of source.matchAll(IMPORT)) {
-    const spec = m[1] ?? m[2] ?? m[3]!;
-    if (!spec.startsWith('.')) continue;
-    const to = posix.normalize(posix.join(posix.dirname(rel), spec)).replace(/\.js$/, '.ts');
-    out.push({ from: rel, to });
-  }
-  return out;
-}
 
 /** Every import that breaks the rule, as "from → to (areas)"; and the exceptions no import used. */
 export function violations(edges: Edge[]): { broken: string[]; unusedExceptions: string[] } {
