@@ -48,9 +48,7 @@ const DOMAINS = [
 /** Tool modules that are not a domain's tools: the framework every tool module uses. */
 const TOOL_FRAMEWORK = ['context', 'define', 'index', 'types', 'validate'];
 /** Tool modules named otherwise than a domain, with the reason. */
-const TOOL_NAME_EXCEPTIONS: Record<string, string> = {
-  terminals: "the commands domain's terminal tools (sessions_*), kept apart from its exec and task tools (tools/commands.ts) for their length; tools/index.ts says so",
-};
+const TOOL_NAME_EXCEPTIONS: Record<string, string> = {};
 
 /** Imports into a domain folder past its door, with the reason (`from → to`, paths under src/). */
 const DOOR_EXCEPTIONS: Array<{ from: RegExp; to: RegExp; why: string }> = [];
