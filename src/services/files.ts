@@ -1,6 +1,6 @@
 /**
  * Files and code intelligence (spec section "Files and code intelligence"): the runner side of the
- * daemon's fs.* and search.* methods (src/sandbox/daemon/files.ts and search.ts).
+ * daemon's fs.* and search.* methods (src/sandbox/daemon/files/ and search/).
  *
  * Every path is resolved and confined inside the sandbox by the daemon; this service picks the
  * workspace's live sandbox, calls the daemon, and shapes results and cursors. Decisions (result

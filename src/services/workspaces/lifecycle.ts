@@ -119,7 +119,6 @@ interface Deps {
 }
 
 const GIT_BIN = '/usr/bin/git';
-/** Moved to ../git/safety.ts (re-exported for existing importers). */
 const SHA_RE = /^[0-9a-f]{7,64}$/;
 
 function rowOf(row: Record<string, unknown>): WorkspaceRow {
