@@ -59,7 +59,6 @@ const SIZE_EXCEPTIONS: Record<string, string> = {
   'services/packages/packages.ts': 'PackageService: plan, apply, releases and mounts in one class',
   'services/agents/agents.ts': 'AgentService: spawn, supervisor and views in one class (changed by issue #42: split after it lands)',
   'services/workspaces/lifecycle.ts': 'WorkspaceService: lifecycle, sandboxes, disks and recovery in one class',
-  'services/knowledge/store.ts': 'KnowledgeService: the store and its search in one class',
   'services/repohost/host.ts': "RepoHostService: one dispatch over the host's actions",
   'services/commands/runs.ts': 'CommandService: operations, tasks, calls and terminals (changed by issue #42: split after it lands)',
   'services/models/profiles.ts': 'ModelService: credentials, profiles and their routes',

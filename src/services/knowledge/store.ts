@@ -1,12 +1,20 @@
 /**
- * The knowledge store (spec "Knowledge store"): memory and journal items in the owner, project or
+ * The knowledge store (spec "Knowledge store"), in three modules: this one (KnowledgeStore: the
+ * items, their links and graph, and the upkeep of their full-text rows and vectors), search.ts
+ * (KnowledgeService, the store with its searches: lexical, expanded, semantic and their fusion)
+ * and ranking.ts (the weights and texts the ranking uses).
+ *
+ * Size: over 600 lines because creating, updating and deleting an item keeps its full-text rows,
+ * its vector and its embedding queue in step in one transaction; the parts that only read them
+ * are in search.ts.
+ *
+ * Memory and journal items in the owner, project or
  * workspace scope, links between them, a graph walk, and hybrid search: SQLite FTS5 (BM25) fused
  * with cosine similarity of local embeddings (src/services/knowledge/embedder.ts) by reciprocal
  * rank fusion. Embedding runs in a worker thread off the request path; items not yet embedded are
  * still found lexically, and every answer says which mode answered. Decisions: docs/knowledge.md.
  */
 import { startSweeper, type Sweeper } from '../../core/sweeper.js';
-import { createHash } from 'node:crypto';
 import type Database from 'better-sqlite3';
 import type { DB } from '../../store/db.js';
 import { tx } from '../../store/db.js';
@@ -15,10 +23,11 @@ import { ServiceError } from '../../core/errors.js';
 import { newId } from '../../core/ids.js';
 import { EMBEDDING_MODEL, Embedder, MODEL_LABEL, cosine, fromBlob, rankBySimilarity, toBlob } from './embedder.js';
 import { VectorIndex } from './vector-index.js';
-import { codeWords, ftsText, queryWords } from './code-words.js';
+import { ftsText } from './code-words.js';
 import { EXPANSION_SOURCE, QueryExpander } from './expansion.js';
+import { DEFAULT_RANKING, FTS_RECIPE, embedText, sha, type RankingOptions } from './ranking.js';
 import type { RetentionClock } from '../memories.js';
-import { digest, snippet, uniqueTags, workspaceNeeded } from '../memories.js';
+import { digest, uniqueTags, workspaceNeeded } from '../memories.js';
 
 export { Embedder, EMBEDDING_MODEL, MODEL_LABEL, rankBySimilarity, cosine, EXPANSION_SOURCE };
 
@@ -35,9 +44,11 @@ export interface KnowledgeServiceDeps {
   embedder: Embedder;
   /** Throws NOT_FOUND for an unknown workspace (optional: the benchmark has no workspaces). */
   checkWorkspace?: (id: string) => void;
+  /** How searches rank (default DEFAULT_RANKING); for the benchmark's variants. */
+  ranking?: Partial<RankingOptions>;
 }
 
-interface ItemRow {
+export interface ItemRow {
   seq: number;
   id: string;
   owner_id: string;
@@ -72,7 +83,7 @@ interface LinkRow {
 }
 
 /** What the vector scan needs to filter without touching the database. */
-interface VectorMeta {
+export interface VectorMeta {
   seq: number;
   owner: string;
   kind: Kind;
@@ -93,102 +104,21 @@ export interface Filters {
   tagMatch: 'all' | 'any';
 }
 
-/**
- * Reciprocal rank fusion: score = sum of weight / (RRF_K + rank). Tuned on the labelled queries of
- * bench/knowledge.mjs (docs/knowledge.md): a smaller constant than the customary 60 lets a first
- * place count, and the semantic list weighs more because paraphrased questions seldom share the
- * words of the note they look for, while any shared word makes a lexical hit.
- */
-export const RRF_K = 10;
-export const LEXICAL_WEIGHT = 1;
-export const SEMANTIC_WEIGHT = 1.5;
-/**
- * The third list (issue #36, session 13): the query with its WordNet expansions over the
- * Porter-stemmed full-text table, fused with this weight (chosen in bench/knowledge.mjs
- * --expansion; docs/knowledge.md "Query expansion"). Runs in hybrid answers only.
- */
-export const EXPANDED_WEIGHT = 2;
-/** For the benchmark only: run the expanded list (true) or answer as before it (false). */
-export const QUERY_EXPANSION = { on: true };
-export function setQueryExpansion(on: boolean): void {
-  QUERY_EXPANSION.on = on;
-}
-/** Best BM25 matches ranked before the visibility filters apply (then CANDIDATES of them are kept). */
-const LEXICAL_POOL = 2000;
-/** Candidates each ranking contributes to the fusion. */
-const CANDIDATES = 200;
-/** A semantic candidate below this cosine similarity is not a match (measured in bench/knowledge.mjs). */
-export const MIN_SIMILARITY = 0.2;
-/**
- * Pseudo-relevance feedback on the semantic half (measured in bench/knowledge.mjs --tune; see
- * docs/knowledge.md "Fusion"): `docs` best hits pulled into the query with `weight`; 0 docs is off.
- */
-export const FEEDBACK = { docs: 0, weight: 0 };
-/** For the benchmark's tuning runs only. */
-export function setSemanticFeedback(docs: number, weight: number): void {
-  FEEDBACK.docs = docs;
-  FEEDBACK.weight = weight;
-}
-function dot(a: Float32Array, b: Float32Array): number {
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s += a[i]! * b[i]!;
-  return s;
-}
-/** Query vectors kept (least recently used dropped first). */
-const QUERY_CACHE = 4096;
-/** Characters of an item fed to the model (title, then the start of the content). */
-const EMBED_CHARS = 2000;
-
-/** What the model embeds for an item: title, the start of the content, then its identifiers' words. */
-function embedText(title: string, content: string): string {
-  const text = `${title}\n${content}`.slice(0, EMBED_CHARS);
-  const words = codeWords(text);
-  return words ? `${text}\n${words}` : text;
-}
-/** What the model embeds for a query: the query, then its identifiers' words. */
-function embedQueryText(query: string): string {
-  const words = codeWords(query);
-  return words ? `${query}\n${words}` : query;
-}
-/** Version of the full-text rows' recipe (ftsText); rows of an older one are re-indexed at start. */
-const FTS_RECIPE = '3';
-/** The hash an item's vector is stored under (storeEmbedding's textSha). */
-export function embeddingTextSha(title: string, content: string): string {
-  return sha(embedText(title, content));
-}
-function sha(text: string): string {
-  return createHash('sha256').update(text).digest('hex');
-}
-
-/** FTS5 query from literal text: every word quoted (no operators), any word may match; BM25 ranks. */
-export function ftsQuery(text: string): string | null {
-  // Identifiers stand for their words too (fooBarBaz, foo_bar_baz: src/services/knowledge/code-words.ts).
-  const words = queryWords(text);
-  if (words.length === 0) return null;
-  // Function words carry no topic; dropped unless the query has nothing else.
-  const content = words.filter((w) => !STOPWORDS.has(w));
-  return [...new Set(content.length > 0 ? content : words)].slice(0, 64).map((w) => `"${w}"`).join(' OR ');
-}
-
-/** English function words left out of the lexical query (they would tie semantic hits in the fusion). */
-export const STOPWORDS = new Set(
-  ('a an and are as at be been but by can could did do does doing for from had has have how i if in into is it its me my no not of on or our ' +
-    'should so than that the their them then there these they this those to too us was we were what when where which who whom why will with would you your')
-    .split(' '),
-);
-
-export class KnowledgeService {
+export class KnowledgeStore {
   private sweeper: Sweeper | undefined;
   /** One exact index per owner (src/services/knowledge/vector-index.ts), loaded on first use. */
   private vectors: Map<string, VectorIndex<VectorMeta>> | undefined;
   private embedding = false;
   private stopped = false;
-  private readonly queryCache = new Map<string, Float32Array>();
+  protected readonly queryCache = new Map<string, Float32Array>();
   private readonly statements = new Map<string, Database.Statement<unknown[]>>();
   /** WordNet expansions of the query (src/services/knowledge/expansion.ts), opened lazily. */
   readonly expander = new QueryExpander();
+  /** How searches rank (ranking.ts); the benchmark changes it between runs. */
+  readonly ranking: RankingOptions;
 
-  constructor(private readonly deps: KnowledgeServiceDeps) {
+  constructor(protected readonly deps: KnowledgeServiceDeps) {
+    this.ranking = { expansion: deps.ranking?.expansion ?? DEFAULT_RANKING.expansion, feedback: { ...(deps.ranking?.feedback ?? DEFAULT_RANKING.feedback) } };
     // The stemmed full-text table of the expanded list: contentless (it only matches and ranks;
     // the text is in knowledge_fts), created here and filled by upgradeFts (recipe 3), not by a
     // migration. Same rows and rowids as knowledge_fts.
@@ -212,7 +142,7 @@ export class KnowledgeService {
   }
 
   /** A prepared statement, kept for the next call (the search path's statements, a few shapes each). */
-  private stmt(sql: string): Database.Statement<unknown[]> {
+  protected stmt(sql: string): Database.Statement<unknown[]> {
     let st = this.statements.get(sql);
     if (!st) {
       st = this.deps.db.prepare<unknown[]>(sql);
@@ -221,7 +151,7 @@ export class KnowledgeService {
     return st;
   }
 
-  private now(): number {
+  protected now(): number {
     return Date.now();
   }
 
@@ -235,7 +165,7 @@ export class KnowledgeService {
     return r;
   }
 
-  private describe(item: ItemRow, withContent: boolean): Record<string, unknown> {
+  protected describe(item: ItemRow, withContent: boolean): Record<string, unknown> {
     const out: Record<string, unknown> = {
       id: item.id,
       kind: item.kind,
@@ -452,13 +382,13 @@ export class KnowledgeService {
   }
 
   /** list and search without a workspace: only with scope owner (issue #36 item 4). */
-  private scopeWithout(workspaceId: string | undefined, scope: Scope | undefined, tool: string): void {
+  protected scopeWithout(workspaceId: string | undefined, scope: Scope | undefined, tool: string): void {
     if (workspaceId !== undefined || scope === 'owner') return;
     throw workspaceNeeded(tool, scope ? `the ${scope} scope` : 'a call without scope (owner, project and workspace items)');
   }
 
   /** SQL conditions (on alias i) for the items visible from a workspace under the filters. */
-  private where(owner: string, workspaceId: string | undefined, filters: Filters): { sql: string; params: unknown[] } {
+  protected where(owner: string, workspaceId: string | undefined, filters: Filters): { sql: string; params: unknown[] } {
     const list: string[] = ['i.owner_id = ?', 'i.deleted_at IS NULL', '(i.expires_at_ms IS NULL OR i.expires_at_ms > ?)'];
     const sqlParams: unknown[] = [owner, this.now()];
     // Visible: owner and project scope everywhere, workspace scope only in its workspace.
@@ -476,7 +406,7 @@ export class KnowledgeService {
     return { sql: list.join(' AND '), params: sqlParams };
   }
 
-  private passes(workspaceId: string | undefined, filters: Filters, vectorMeta: VectorMeta, now: number): boolean {
+  protected passes(workspaceId: string | undefined, filters: Filters, vectorMeta: VectorMeta, now: number): boolean {
     if (vectorMeta.expiresAt !== null && vectorMeta.expiresAt <= now) return false;
     if (vectorMeta.scope === 'workspace' && vectorMeta.workspaceId !== (workspaceId ?? '')) return false;
     if (filters.scope && vectorMeta.scope !== filters.scope) return false;
@@ -508,184 +438,6 @@ export class KnowledgeService {
       items: page.map((r) => this.describe(r, false)),
       count: page.length,
       nextCursor: rows.length > args.limit ? this.deps.cursors.encode('knowledge_list', { f: filter, b: page[page.length - 1]!.seq }) : null,
-    };
-  }
-
-  /** Lexical ranking: FTS5 BM25 (title weighted over tags over content), best first. */
-  lexical(owner: string, workspaceId: string | undefined, query: string, filters: Filters, limit = CANDIDATES, table: 'knowledge_fts' | 'knowledge_fts_stem' = 'knowledge_fts'): string[] {
-    const matchQuery = ftsQuery(query);
-    if (!matchQuery) return [];
-    const workspace = this.where(owner, workspaceId, filters);
-    // BM25 over the index alone first (the best LEXICAL_POOL matches), then the filters on the
-    // items: joining every match to its row before ranking cost ~20x at 20,000 items.
-    // CROSS JOIN keeps that order of work (the planner would otherwise walk every item of the
-    // owner), and the covering index answers the filters without reading whole rows.
-    return this.stmt(
-      `SELECT i.id FROM (SELECT rowid AS r, bm25(${table}, 4.0, 1.0, 2.0) AS s FROM ${table} WHERE ${table} MATCH ? ORDER BY s LIMIT ?) m
-         CROSS JOIN knowledge_items AS i INDEXED BY knowledge_items_filters ON i.seq = m.r WHERE ${workspace.sql} ORDER BY m.s, i.seq DESC LIMIT ?`,
-    )
-      .pluck()
-      .all(matchQuery, LEXICAL_POOL, ...workspace.params, limit) as string[];
-  }
-
-  /**
-   * The expanded list: the query's words and their WordNet synonyms and derivations (expansion.ts)
-   * over the Porter-stemmed table, BM25, best first. `words` are the expansion words used.
-   */
-  expanded(owner: string, workspaceId: string | undefined, query: string, filters: Filters, limit = CANDIDATES): { ids: string[]; words: string[] } {
-    const words = this.expander.expand(query, STOPWORDS);
-    // The query's own words come first, so the 64-word cap of ftsQuery never drops them.
-    return { ids: this.lexical(owner, workspaceId, words.length > 0 ? `${query} ${words.join(' ')}` : query, filters, limit, 'knowledge_fts_stem'), words };
-  }
-
-  /** Semantic ranking over the vectors in memory (exact scan), best first. */
-  semantic(owner: string, workspaceId: string | undefined, qv: Float32Array, filters: Filters, limit = CANDIDATES): Array<{ id: string; similarity: number }> {
-    const idx = this.loadVectors().get(owner);
-    if (!idx) return [];
-    const now = this.now();
-    const accept = (m: VectorMeta) => this.passes(workspaceId, filters, m, now);
-    let hits = idx.search(qv, limit, MIN_SIMILARITY, accept);
-    // Pseudo-relevance feedback (Rocchio): the query moved towards its best few hits, scanned again.
-    if (FEEDBACK.docs > 0 && hits.length > 0) {
-      const q2 = Float32Array.from(qv);
-      const top = hits.slice(0, FEEDBACK.docs);
-      for (const h of top) {
-        const v = idx.vector(h.id);
-        if (v) for (let i = 0; i < q2.length; i++) q2[i]! += (FEEDBACK.weight / top.length) * v[i]!;
-      }
-      let n = 0;
-      for (let i = 0; i < q2.length; i++) n += q2[i]! * q2[i]!;
-      n = Math.sqrt(n) || 1;
-      for (let i = 0; i < q2.length; i++) q2[i]! /= n;
-      const second = idx.search(q2, limit, MIN_SIMILARITY, accept);
-      // Similarity shown is still the cosine to the query itself.
-      hits = second.map((h) => ({ ...h, score: dot(qv, idx.vector(h.id) ?? q2) }));
-    }
-    return hits.map((h) => ({ id: h.id, similarity: h.score }));
-  }
-
-  private async queryVector(query: string): Promise<Float32Array> {
-    const hit = this.queryCache.get(query);
-    if (hit) {
-      // Least recently used goes first: a hit moves to the end.
-      this.queryCache.delete(query);
-      this.queryCache.set(query, hit);
-      return hit;
-    }
-    const [v] = await this.deps.embedder.embed([embedQueryText(query)], 5_000);
-    this.queryCache.set(query, v!);
-    // 4,096 query vectors (8 MiB at 512 dimensions): a working set of a few hundred repeated
-    // queries stays cached (the benchmark's 258 labelled queries no longer evict one another).
-    if (this.queryCache.size > QUERY_CACHE) this.queryCache.delete(this.queryCache.keys().next().value!);
-    return v!;
-  }
-
-  async search(
-    owner: string,
-    workspaceId: string | undefined,
-    args: Filters & { query: string; limit: number; cursor?: string },
-    force?: SearchMode,
-  ): Promise<Record<string, unknown>> {
-    this.scopeWithout(workspaceId, args.scope, 'knowledge_search');
-    this.sweep();
-    const filter = digest([args.query, args.kinds ?? null, args.scope ?? null, args.projectId ?? null, args.journalType ?? null, args.tags ?? null, args.tagMatch]);
-    let offset = 0;
-    if (args.cursor) {
-      const c = this.deps.cursors.decode<{ f?: string; o?: number }>('knowledge_search', args.cursor);
-      if (c.f !== filter) throw new ServiceError('INVALID_ARGUMENT', 'cursor: issued for another query or filters; repeat the same query and filters, or start without a cursor', { field: 'cursor' });
-      offset = c.o ?? 0;
-    }
-    // The query's vector is asked of the worker first, so the lexical and expanded lists (and
-    // WordNet's look-ups) run on this thread while the model embeds it.
-    const vector = force !== 'lexical' && this.deps.embedder.state === 'ready' ? this.queryVector(args.query) : undefined;
-    vector?.catch(() => undefined);
-    const lex = force === 'semantic' ? [] : this.lexical(owner, workspaceId, args.query, args);
-    const expandedList = vector && force !== 'semantic' && QUERY_EXPANSION.on ? this.expanded(owner, workspaceId, args.query, args) : undefined;
-    let sem: Array<{ id: string; similarity: number }> = [];
-    let mode: SearchMode = 'lexical';
-    let reason: string | undefined;
-    if (force !== 'lexical') {
-      if (vector) {
-        try {
-          sem = this.semantic(owner, workspaceId, await vector, args);
-          mode = force === 'semantic' ? 'semantic' : 'hybrid';
-        } catch (e) {
-          reason = `semantic ranking failed for this query: ${(e as Error).message}`;
-        }
-      } else reason = this.deps.embedder.reason;
-    } else reason = 'lexical ranking requested';
-    // The third list (WordNet expansion over stemmed words) in hybrid answers only.
-    const exp = mode === 'hybrid' ? expandedList : undefined;
-    // Reciprocal rank fusion; relevance is the fused score over the best possible one, 0-100.
-    const fused = new Map<string, { score: number; lexRank?: number; semRank?: number; expRank?: number; similarity?: number }>();
-    lex.forEach((id, i) => fused.set(id, { score: LEXICAL_WEIGHT / (RRF_K + i + 1), lexRank: i + 1 }));
-    sem.forEach((state, i) => {
-      const entry = fused.get(state.id) ?? { score: 0 };
-      entry.score += SEMANTIC_WEIGHT / (RRF_K + i + 1);
-      entry.semRank = i + 1;
-      entry.similarity = state.similarity;
-      fused.set(state.id, entry);
-    });
-    exp?.ids.forEach((id, i) => {
-      const entry = fused.get(id) ?? { score: 0 };
-      entry.score += EXPANDED_WEIGHT / (RRF_K + i + 1);
-      entry.expRank = i + 1;
-      fused.set(id, entry);
-    });
-    const best = ((mode === 'semantic' ? 0 : LEXICAL_WEIGHT) + (mode === 'lexical' ? 0 : SEMANTIC_WEIGHT) + (exp ? EXPANDED_WEIGHT : 0)) / (RRF_K + 1);
-    const ranked = [...fused.entries()].sort((x, y) => y[1].score - x[1].score || (x[0] < y[0] ? -1 : 1));
-    const page = ranked.slice(offset, offset + args.limit);
-    const rows = new Map<string, ItemRow>();
-    if (page.length > 0) {
-      const got = this.stmt(`SELECT * FROM knowledge_items WHERE id IN (${page.map(() => '?').join(',')})`).all(...(page.map((p) => p[0]) as unknown[])) as ItemRow[];
-      for (const r of got) rows.set(r.id, r);
-    }
-    const needle = (args.query.toLowerCase().match(/[\p{L}\p{N}_]+/gu) ?? [args.query.toLowerCase()]).sort((x, y) => y.length - x.length)[0]!;
-    const pending = this.pendingCount(owner);
-    const next = offset + page.length;
-    return {
-      query: args.query,
-      mode,
-      ...(reason && mode !== 'hybrid' ? { modeReason: reason } : {}),
-      model: { ...EMBEDDING_MODEL, label: MODEL_LABEL, state: this.deps.embedder.state },
-      // Which method made the third list, and with what (absent when it did not run: lexical or
-      // semantic answers).
-      ...(exp
-        ? {
-            expansion: {
-              method: 'WordNet synonyms and derivations over Porter-stemmed words',
-              ...EXPANSION_SOURCE,
-              state: this.expander.state,
-              words: exp.words,
-              ...(this.expander.state !== 'ready' ? { note: `${this.expander.reason}; the expanded list used the query's own words, stemmed` } : {}),
-            },
-          }
-        : {}),
-      notYetEmbedded: pending,
-      // Items waiting for a vector of this model (new, changed, or embedded by an older model or
-      // recipe and being re-embedded in the background) are still found, lexically only: said here
-      // and on each such hit (embedded: false, matchedBy without semantic).
-      ...(pending > 0 && mode !== 'lexical'
-        ? { notYetEmbeddedNote: `${pending} item(s) have no vector of ${MODEL_LABEL} yet (being embedded in the background); until then they are ranked lexically only` }
-        : {}),
-      results: page
-        .filter(([id]) => rows.has(id))
-        .map(([id, s], i) => {
-          const item = rows.get(id)!;
-          return {
-            ...this.describe(item, false),
-            rank: offset + i + 1,
-            relevance: Math.max(1, Math.min(100, Math.round((100 * s.score) / best))),
-            matchedBy: [...(s.lexRank ? ['lexical'] : []), ...(s.semRank ? ['semantic'] : []), ...(s.expRank ? ['expanded'] : [])],
-            ...(s.lexRank ? { lexicalRank: s.lexRank } : {}),
-            ...(s.expRank ? { expandedRank: s.expRank } : {}),
-            ...(s.semRank ? { semanticRank: s.semRank, similarity: Math.round(s.similarity! * 1000) / 1000 } : {}),
-            snippet: snippet(item.content, needle),
-          };
-        }),
-      count: page.length,
-      total: ranked.length,
-      nextCursor: next < ranked.length ? this.deps.cursors.encode('knowledge_search', { f: filter, o: next }) : null,
     };
   }
 
@@ -822,7 +574,7 @@ export class KnowledgeService {
    * The vector indexes, loaded from the database on first use: vectors of another model are
    * discarded there (their items become pending and are embedded again).
    */
-  private loadVectors(): Map<string, VectorIndex<VectorMeta>> {
+  protected loadVectors(): Map<string, VectorIndex<VectorMeta>> {
     if (this.vectors) return this.vectors;
     this.deps.db
       .prepare('UPDATE knowledge_items SET embedding = NULL, embedding_sha = NULL, embedding_model = NULL WHERE embedding_model IS NOT NULL AND embedding_model != ?')
