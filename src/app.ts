@@ -52,15 +52,18 @@ import { ArtifactService } from './services/artifacts.js';
 import { CheckpointService } from './services/checkpoints.js';
 import { OAuthStore } from './services/access/index.js';
 import { LoginThrottle } from './services/access/index.js';
+import { TokenVerifyCache } from './services/access/index.js';
 import { ToolRegistry } from './mcp/registry.js';
 import { wireNative } from './mcp/wire-native.js';
 import { CATALOG } from './tools/index.js';
+import type { ToolServices } from './tools/context.js';
 import { WorkspaceLocks } from './core/locks.js';
 import { PreviewService } from './services/previews/index.js';
 import { CodeIntelService } from './services/code-intel/index.js';
 import { deriveKey } from './core/crypto.js';
 
-export interface App {
+/** The composition root's product: the services the tools call (ToolServices), and what the transports and the CLI need besides. */
+export interface App extends ToolServices {
   readonly config: Config;
   readonly dataDir: string;
   readonly db: DB;
@@ -78,46 +81,12 @@ export interface App {
   /** Repository credentials of the broker: tokens and GitHub Apps, sealed at rest (issue #6). */
   readonly repoCredentials: RepoCredentialStore;
   readonly executor: Executor;
-  readonly workspaces: WorkspaceService;
-  /** Files and code intelligence through the workspace daemon (issue #4). */
-  readonly files: FileService;
-  /** Spend ledger and policies (issue #8). */
-  readonly spend: SpendService;
-  /** The model gateway: embedded child or external (issue #8). */
-  readonly gateway: GatewayClient;
-  /** Model control plane: credentials, profiles, approvals (issue #7). */
-  readonly models: ModelService;
-  readonly modelCatalog: ModelCatalog;
-  readonly modelChecks: ConnectionChecks;
-  readonly commands: CommandService;
-  /** Owner approvals of every kind: one queue, grants, audit (issue #13). */
-  readonly approvals: ApprovalService;
-  /** Managed packages: plans, builds, releases, bindings (issue #20). */
-  readonly packages: PackageService;
-  /** Git and worktrees (issue #6). */
-  readonly git: GitService;
-  /** Repository-host operations: issues, pull requests, reviews, statuses, workflows (issue #17). */
-  readonly repohost: RepoHostService;
-  /** Repository extensions: skills, hooks, deployment targets (issue #19). */
-  readonly extensions: ExtensionService;
-  /** Coding subagents: supervisor, logs, trees (issue #14). */
-  readonly agents: AgentService;
-  /** Memory notes (issue #18). */
-  readonly memories: MemoryService;
-  /** Knowledge store with hybrid search (issue #18). */
-  readonly knowledge: KnowledgeService;
-  /** Retained artifacts (issue #18). */
-  readonly artifacts: ArtifactService;
-  /** Workspace checkpoints and forks (issue #33). */
-  readonly checkpoints: CheckpointService;
-  /** Preview URLs (issue #33 item 4): signed links to a port inside a workspace. */
-  readonly previews: PreviewService;
-  /** Code intelligence by language servers (issue #44). */
-  readonly codeIntel: CodeIntelService;
   /** The OAuth authorization server's clients, grants and tokens (issue #16). */
   readonly oauth: OAuthStore;
   /** Delays, lockouts and a bound on concurrent checks for the dashboard's password login (issue #31). */
   readonly loginThrottle: LoginThrottle;
+  /** Verified bearer and OAuth tokens of /mcp, remembered while the token tables are unchanged (services/access/token-cache.ts). */
+  readonly tokenCache: TokenVerifyCache;
   /** The one per-workspace lock (lifecycle, git) and per-idempotency-key lock (core/locks.ts). */
   readonly locks: WorkspaceLocks;
   /** Every tool, and the call pipeline every transport (and agents' proxied calls) goes through. */
@@ -423,6 +392,7 @@ function buildApp(config: Config, opts: AppOptions, opened: Required<Opened>): A
     modelChecks: new ConnectionChecks({ models, catalog: modelCatalog, audit }),
     agents,
     oauth: new OAuthStore(db, () => config.oauthAccessTokenSeconds * 1000),
+    tokenCache: new TokenVerifyCache(db),
     loginThrottle: new LoginThrottle(
       { perAddress: config.loginLockoutFailures, overall: config.loginLockoutFailuresOverall, lockoutMs: config.loginLockoutSeconds * 1000, delayMs: config.loginDelaySeconds * 1000 },
       (e) => {

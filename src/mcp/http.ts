@@ -17,7 +17,7 @@ import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
 import type { OAuthStore } from '../services/access/index.js';
 import { McpLogLevels, mcpLogger, type McpNotifyContext } from './logging.js';
 import { directPath, type NodeResponseTransport, type PlainCallContext } from './node-transport.js';
-import { TokenVerifyCache } from '../services/access/index.js';
+import type { TokenVerifyCache } from '../services/access/index.js';
 import { loadWireNative } from './wire-native.js';
 import type { WireText } from './wire-text.js';
 import { LINKED_TOOLS, registerResourceSurfaces, resourceLinks } from './resources.js';
@@ -209,10 +209,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     },
   });
 
-  const tokens = new TokenVerifyCache(app.db);
-
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const caller = authenticate(app, oauth, req, res, tokens);
+    const caller = authenticate(app, oauth, req, res, app.tokenCache);
     if (!caller) return;
     (req as IncomingMessage & { auth?: unknown }).auth = caller;
     await serve(req, res);

@@ -22,8 +22,6 @@ export function areaOf(rel: string): string {
   // The daemon's wire contract lives in its folder (the daemon is copied into the sandbox on its
   // own and imports nothing outside it), but it is a contract both ends import.
   if (rel === 'sandbox/daemon/protocol.ts') return 'contracts';
-  // The application's gauges read the App: composition level, like server.ts (issue #35).
-  if (rel === 'telemetry/app-metrics.ts') return 'server';
   if (parts[0] === 'sandbox' && parts[1] === 'daemon') return 'sandbox/daemon';
   return parts[0]!;
 }
