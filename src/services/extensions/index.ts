@@ -62,7 +62,7 @@ export class ExtensionService implements HookRunner {
   }
 
   /** skill_suggest: at most one roster skill; the endpoint's answer only when it names a roster skill. */
-  async suggest(workspaceId: string | undefined, prompt: string, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async suggest(workspaceId: string | undefined, prompt: string, who: { principal: string; actor: Actor }, signal?: AbortSignal) {
     const roster = (await this.skills.roster(workspaceId, signal)).map((s) => ({ name: s.name, description: s.meta.description ?? '', source: s.source }));
     let local: { name: string | null; ranked: ReturnType<typeof localSuggestion>['ranked'] } = localSuggestion(prompt, roster);
     let ranking = 'lexical';
@@ -119,3 +119,6 @@ export type { HookRunner } from './hook-runner.js';
 export * from './format.js';
 export * from './hook-runner.js';
 export * from './skills.js';
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type ExtensionSuggestResult = Awaited<ReturnType<ExtensionService['suggest']>>;

@@ -31,7 +31,7 @@ export class GitFinalize {
       preflight?: { commands: Array<{ name: string; command: string; cwd?: string; timeoutMs: number }> };
     },
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     if (args.branch) {
       const e = badRef('branch', args.branch);
       if (e) throw e;
@@ -127,3 +127,6 @@ export class GitFinalize {
     });
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type GitFinalizeFinalizeResult = Awaited<ReturnType<GitFinalize['finalize']>>;

@@ -29,7 +29,7 @@ export class GitService extends GitRunner {
 
   // ---------- read-only ----------
 
-  async status(ws: string): Promise<Record<string, unknown>> {
+  async status(ws: string) {
     const result = await this.git(ws, ['status', '--porcelain=v2', '--branch', '-z', '--untracked-files=all']);
     if (result.exitCode !== 0) throw this.fail('status', result);
     const state = parseStatusV2(result.stdout);
@@ -57,7 +57,7 @@ export class GitService extends GitRunner {
     };
   }
 
-  async diff(ws: string, diffArgs: { staged: boolean; path?: string; cursor?: string; limit: number; readAll?: boolean }): Promise<Record<string, unknown>> {
+  async diff(ws: string, diffArgs: { staged: boolean; path?: string; cursor?: string; limit: number; readAll?: boolean }) {
     if (diffArgs.path !== undefined) confineToWorkspace('path', diffArgs.path);
     const args = ['diff', '--no-color', '--no-ext-diff', '--no-textconv', ...(diffArgs.staged ? ['--cached'] : []), '--'];
     if (diffArgs.path) args.push(diffArgs.path);
@@ -91,7 +91,7 @@ export class GitService extends GitRunner {
     };
   }
 
-  async log(ws: string, args: { limit: number; cursor?: string; readAll?: boolean }): Promise<Record<string, unknown>> {
+  async log(ws: string, args: { limit: number; cursor?: string; readAll?: boolean }) {
     let start: string;
     let skip = 0;
     if (args.cursor) {
@@ -143,7 +143,7 @@ export class GitService extends GitRunner {
       });
   }
 
-  async branch(ws: string, args: { action: 'list' | 'create' | 'delete'; name?: string; startPoint?: string; force: boolean }): Promise<Record<string, unknown>> {
+  async branch(ws: string, args: { action: 'list' | 'create' | 'delete'; name?: string; startPoint?: string; force: boolean }) {
     if (args.action === 'list') return { workspaceId: ws, action: 'list', branches: await this.branches(ws) };
     const name = args.name!;
     const e = badRef('name', name) ?? (args.startPoint ? badRef('startPoint', args.startPoint) : null);
@@ -171,7 +171,7 @@ export class GitService extends GitRunner {
     });
   }
 
-  async checkout(ws: string, args: { ref: string; create: boolean }): Promise<Record<string, unknown>> {
+  async checkout(ws: string, args: { ref: string; create: boolean }) {
     const e = badRef('ref', args.ref);
     if (e) throw e;
     return this.locked(ws, async () => {
@@ -195,7 +195,7 @@ export class GitService extends GitRunner {
     });
   }
 
-  async add(ws: string, args: { all: boolean; paths: string[] }): Promise<Record<string, unknown>> {
+  async add(ws: string, args: { all: boolean; paths: string[] }) {
     if (!args.all) args.paths.forEach((p, i) => confineToWorkspace(`paths[${i}]`, p));
     return this.locked(ws, async () => {
       const result = await this.git(ws, args.all ? ['add', '-A', '--', '.'] : ['add', '-A', '--', ...args.paths]);
@@ -212,12 +212,12 @@ export class GitService extends GitRunner {
 
   // ---------- commits and identity ----------
 
-  async identityStatus(ws: string): Promise<Record<string, unknown>> {
+  async identityStatus(ws: string) {
     const c = await this.configuredIdentity(ws);
     return { workspaceId: ws, configured: !!(c.name && c.email), name: c.name, email: c.email, scope: 'repository' };
   }
 
-  async identitySet(ws: string, name: string, email: string): Promise<Record<string, unknown>> {
+  async identitySet(ws: string, name: string, email: string) {
     return this.locked(ws, async () => {
       await this.must(ws, 'identity set', ['config', '--local', 'user.name', name]);
       await this.must(ws, 'identity set', ['config', '--local', 'user.email', email]);
@@ -225,7 +225,7 @@ export class GitService extends GitRunner {
     });
   }
 
-  async commit(ws: string, args: { message: string; authorName?: string; authorEmail?: string; all: boolean; expectedHeadOid?: string }): Promise<Record<string, unknown>> {
+  async commit(ws: string, args: { message: string; authorName?: string; authorEmail?: string; all: boolean; expectedHeadOid?: string }) {
     return this.locked(ws, async () => {
       const { env, author } = await this.identityEnv(ws, args.authorName, args.authorEmail);
       // Repository hooks (issue #19): a failing activated pre_commit hook stops the commit.
@@ -290,7 +290,7 @@ export class GitService extends GitRunner {
 
   // ---------- merge and rebase ----------
 
-  async merge(ws: string, args: { ref: string; fastForward: 'allow' | 'only' | 'never'; message?: string }): Promise<Record<string, unknown>> {
+  async merge(ws: string, args: { ref: string; fastForward: 'allow' | 'only' | 'never'; message?: string }) {
     const e = badRef('ref', args.ref);
     if (e) throw e;
     return this.locked(ws, async () => {
@@ -302,7 +302,7 @@ export class GitService extends GitRunner {
   }
 
 
-  async rebase(ws: string, args: { action: 'start' | 'continue' | 'abort'; upstream?: string }): Promise<Record<string, unknown>> {
+  async rebase(ws: string, args: { action: 'start' | 'continue' | 'abort'; upstream?: string }) {
     if (args.upstream) {
       const e = badRef('upstream', args.upstream);
       if (e) throw e;
@@ -318,7 +318,7 @@ export class GitService extends GitRunner {
 
   // ---------- worktrees ----------
 
-  async worktreesList(ws: string): Promise<Record<string, unknown>> {
+  async worktreesList(ws: string) {
     const r = await this.git(ws, ['worktree', 'list', '--porcelain']);
     if (r.exitCode !== 0) throw this.fail('worktree list', r);
     const out: Array<Record<string, unknown>> = [];
@@ -349,7 +349,7 @@ export class GitService extends GitRunner {
     return { workspaceId: ws, worktrees: out };
   }
 
-  async worktreesCreate(ws: string, args: { name: string; ref: string; createBranch: boolean }): Promise<Record<string, unknown>> {
+  async worktreesCreate(ws: string, args: { name: string; ref: string; createBranch: boolean }) {
     const e = badRef('ref', args.ref);
     if (e) throw e;
     if (args.name === '.' || args.name === '..') throw new ServiceError('INVALID_ARGUMENT', 'name: "." and ".." are not worktree names', { field: 'name' });
@@ -377,7 +377,7 @@ export class GitService extends GitRunner {
     });
   }
 
-  async worktreesRemove(ws: string, args: { name: string; force: boolean }): Promise<Record<string, unknown>> {
+  async worktreesRemove(ws: string, args: { name: string; force: boolean }) {
     return this.locked(ws, async () => {
       const list = (await this.worktreesList(ws)).worktrees as Array<Record<string, unknown>>;
       const wt = list.find((w) => !w.main && w.name === args.name);
@@ -395,3 +395,19 @@ export class GitService extends GitRunner {
     });
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type GitStatusResult = Awaited<ReturnType<GitService['status']>>;
+export type GitDiffResult = Awaited<ReturnType<GitService['diff']>>;
+export type GitLogResult = Awaited<ReturnType<GitService['log']>>;
+export type GitBranchResult = Awaited<ReturnType<GitService['branch']>>;
+export type GitCheckoutResult = Awaited<ReturnType<GitService['checkout']>>;
+export type GitAddResult = Awaited<ReturnType<GitService['add']>>;
+export type GitIdentityStatusResult = Awaited<ReturnType<GitService['identityStatus']>>;
+export type GitIdentitySetResult = Awaited<ReturnType<GitService['identitySet']>>;
+export type GitCommitResult = Awaited<ReturnType<GitService['commit']>>;
+export type GitMergeResult = Awaited<ReturnType<GitService['merge']>>;
+export type GitRebaseResult = Awaited<ReturnType<GitService['rebase']>>;
+export type GitWorktreesListResult = Awaited<ReturnType<GitService['worktreesList']>>;
+export type GitWorktreesCreateResult = Awaited<ReturnType<GitService['worktreesCreate']>>;
+export type GitWorktreesRemoveResult = Awaited<ReturnType<GitService['worktreesRemove']>>;

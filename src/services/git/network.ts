@@ -47,7 +47,7 @@ export class GitNetwork {
 
   private static readonly REFS = `git for-each-ref --format='%(objectname) %(refname)' refs/remotes/origin refs/tags`;
 
-  async fetch(ws: string, args: { refspec?: string; depth?: number; unshallow?: boolean; shallowSince?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async fetch(ws: string, args: { refspec?: string; depth?: number; unshallow?: boolean; shallowSince?: string }, signal?: AbortSignal) {
     if (args.refspec) {
       const e = badRef('refspec', args.refspec);
       if (e) throw e;
@@ -74,7 +74,7 @@ export class GitNetwork {
     });
   }
 
-  async pull(ws: string, args: { branch?: string; strategy: 'ff-only' | 'merge' | 'rebase' }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async pull(ws: string, args: { branch?: string; strategy: 'ff-only' | 'merge' | 'rebase' }, signal?: AbortSignal) {
     if (args.branch) {
       const e = badRef('branch', args.branch);
       if (e) throw e;
@@ -147,7 +147,7 @@ export class GitNetwork {
     ws: string,
     args: { refspec?: string; forceWithLease: boolean; expectedRemoteOid?: string; expectedAbsent: boolean; delete: boolean },
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     return this.run.locked(ws, () => this.pushLocked(ws, args, signal));
   }
 
@@ -155,7 +155,7 @@ export class GitNetwork {
     ws: string,
     args: { refspec?: string; forceWithLease: boolean; expectedRemoteOid?: string; expectedAbsent: boolean; delete: boolean },
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const { src, dst } = await this.pushTarget(ws, args);
     let srcOid: string | null = null;
     if (!args.delete) {
@@ -212,3 +212,9 @@ export class GitNetwork {
     };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type GitNetworkFetchResult = Awaited<ReturnType<GitNetwork['fetch']>>;
+export type GitNetworkPullResult = Awaited<ReturnType<GitNetwork['pull']>>;
+export type GitNetworkPushResult = Awaited<ReturnType<GitNetwork['push']>>;
+export type GitNetworkPushLockedResult = Awaited<ReturnType<GitNetwork['pushLocked']>>;

@@ -87,7 +87,7 @@ export class KnowledgeService extends KnowledgeStore {
     workspaceId: string | undefined,
     args: Filters & { query: string; limit: number; cursor?: string },
     force?: SearchMode,
-  ): Promise<Record<string, unknown>> {
+  ) {
     this.scopeWithout(workspaceId, args.scope, 'knowledge_search');
     this.sweep();
     const filter = digest([args.query, args.kinds ?? null, args.scope ?? null, args.projectId ?? null, args.journalType ?? null, args.tags ?? null, args.tagMatch]);
@@ -191,3 +191,6 @@ export class KnowledgeService extends KnowledgeStore {
     };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type KnowledgeSearchResult = Awaited<ReturnType<KnowledgeService['search']>>;

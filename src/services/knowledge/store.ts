@@ -165,7 +165,7 @@ export class KnowledgeStore {
     return r;
   }
 
-  protected describe(item: ItemRow, withContent: boolean): Record<string, unknown> {
+  protected describe(item: ItemRow, withContent: boolean) {
     const out: Record<string, unknown> = {
       id: item.id,
       kind: item.kind,
@@ -220,7 +220,7 @@ export class KnowledgeStore {
       retentionSeconds?: number;
       expectedGeneration: number;
     },
-  ): Record<string, unknown> {
+  ) {
     if (args.expectedGeneration !== 0) {
       throw new ServiceError('CONFLICT', `knowledge_create: expectedGeneration: a new item has generation 0, not ${args.expectedGeneration}; to change an existing item use knowledge_update`, {
         field: 'expectedGeneration',
@@ -269,7 +269,7 @@ export class KnowledgeStore {
     return { ...this.describe(row, false), created: true };
   }
 
-  read(owner: string, id: string, workspaceId: string | undefined): Record<string, unknown> {
+  read(owner: string, id: string, workspaceId: string | undefined) {
     this.sweep();
     const item = this.item(owner, id, 'id', 'knowledge_read');
     this.needsWorkspace(item, workspaceId, 'knowledge_read');
@@ -289,7 +289,7 @@ export class KnowledgeStore {
     return this.live(r);
   }
 
-  private link(link: LinkRow, from?: string): Record<string, unknown> {
+  private link(link: LinkRow, from?: string) {
     return {
       linkId: link.id,
       sourceId: link.source_id,
@@ -305,7 +305,7 @@ export class KnowledgeStore {
     owner: string,
     args: { id: string; title?: string; content?: string; journalType?: JournalType; occurredAt?: number; tags?: string[]; retentionSeconds?: number; expectedGeneration: number },
     workspaceId: string | undefined,
-  ): Record<string, unknown> {
+  ) {
     const row = tx(this.deps.db, () => {
       const item = this.item(owner, args.id, 'id', 'knowledge_update');
       this.needsWorkspace(item, workspaceId, 'knowledge_update');
@@ -352,7 +352,7 @@ export class KnowledgeStore {
     return this.describe(row, false);
   }
 
-  delete(owner: string, args: { id: string; expectedGeneration: number }, workspaceId: string | undefined): Record<string, unknown> {
+  delete(owner: string, args: { id: string; expectedGeneration: number }, workspaceId: string | undefined) {
     return tx(this.deps.db, () => {
       const r = this.deps.db.prepare('SELECT * FROM knowledge_items WHERE id = ? AND owner_id = ?').get(args.id, owner) as ItemRow | undefined;
       if (r) this.needsWorkspace(r, workspaceId, 'knowledge_delete');
@@ -420,7 +420,7 @@ export class KnowledgeStore {
     return true;
   }
 
-  list(owner: string, workspaceId: string | undefined, args: Filters & { kind?: Kind; limit: number; cursor?: string }): Record<string, unknown> {
+  list(owner: string, workspaceId: string | undefined, args: Filters & { kind?: Kind; limit: number; cursor?: string }) {
     this.scopeWithout(workspaceId, args.scope, 'knowledge_list');
     this.sweep();
     const filters: Filters = { ...args, kinds: args.kind ? [args.kind] : undefined };
@@ -441,7 +441,7 @@ export class KnowledgeStore {
     };
   }
 
-  linkItems(owner: string, args: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }, workspaceId: string | undefined): Record<string, unknown> {
+  linkItems(owner: string, args: { sourceId: string; targetId: string; relation: Relation; expectedGeneration: number }, workspaceId: string | undefined) {
     return tx(this.deps.db, () => {
       this.needsWorkspace(this.item(owner, args.sourceId, 'sourceId', 'knowledge_link'), workspaceId, 'knowledge_link');
       this.needsWorkspace(this.item(owner, args.targetId, 'targetId', 'knowledge_link'), workspaceId, 'knowledge_link');
@@ -466,7 +466,7 @@ export class KnowledgeStore {
     });
   }
 
-  unlink(owner: string, args: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }, workspaceId: string | undefined): Record<string, unknown> {
+  unlink(owner: string, args: { linkId?: string; sourceId?: string; targetId?: string; relation?: Relation; expectedGeneration?: number }, workspaceId: string | undefined) {
     return tx(this.deps.db, () => {
       let link: LinkRow | undefined;
       if (args.linkId) {
@@ -506,7 +506,7 @@ export class KnowledgeStore {
     });
   }
 
-  graph(owner: string, workspaceId: string | undefined, args: { rootId?: string; depth: number; maxNodes: number; kinds?: Kind[]; projectId?: string }): Record<string, unknown> {
+  graph(owner: string, workspaceId: string | undefined, args: { rootId?: string; depth: number; maxNodes: number; kinds?: Kind[]; projectId?: string }) {
     this.sweep();
     // knowledge_graph has no scope parameter: without a workspace it walks the owner scope only
     // (the root included), and says so in `scopes`.
@@ -722,3 +722,13 @@ export class KnowledgeStore {
     await this.deps.embedder.stop();
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type KnowledgeCreateResult = Awaited<ReturnType<KnowledgeStore['create']>>;
+export type KnowledgeReadResult = Awaited<ReturnType<KnowledgeStore['read']>>;
+export type KnowledgeUpdateResult = Awaited<ReturnType<KnowledgeStore['update']>>;
+export type KnowledgeDeleteResult = Awaited<ReturnType<KnowledgeStore['delete']>>;
+export type KnowledgeListResult = Awaited<ReturnType<KnowledgeStore['list']>>;
+export type KnowledgeLinkItemsResult = Awaited<ReturnType<KnowledgeStore['linkItems']>>;
+export type KnowledgeUnlinkResult = Awaited<ReturnType<KnowledgeStore['unlink']>>;
+export type KnowledgeGraphResult = Awaited<ReturnType<KnowledgeStore['graph']>>;

@@ -213,7 +213,7 @@ export class ModelCatalog {
     }
   }
 
-  async search(args: { provider: ProviderId; credentialId?: string; query?: string; cursor?: string; limit?: number; capability?: Capability }, signal?: AbortSignal, progress?: (p: number, t?: number, m?: string) => void): Promise<Record<string, unknown>> {
+  async search(args: { provider: ProviderId; credentialId?: string; query?: string; cursor?: string; limit?: number; capability?: Capability }, signal?: AbortSignal, progress?: (p: number, t?: number, m?: string) => void) {
     const limit = args.limit ?? 25;
     const filterHash = sha256Hex(JSON.stringify([args.provider, args.credentialId ?? null, args.query ?? '', args.capability ?? null])).slice(0, 16);
     let offset = 0;
@@ -269,3 +269,6 @@ export class ModelCatalog {
     return { pricing: pr as FullPricing, sourceModelId: provenance.sourceModelId, fetchedAt: e.fetchedAt, stale: e.stale };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type ModelCatalogSearchResult = Awaited<ReturnType<ModelCatalog['search']>>;

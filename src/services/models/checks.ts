@@ -50,7 +50,7 @@ export class ConnectionChecks {
     actor: Actor,
     principal: string,
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const models = this.opts.models;
     let route: { credentialId: string; model: string; apiMode: ApiMode; customUpstreamUrl: string | null };
     const draft = !args.profileId;
@@ -214,3 +214,6 @@ export class ConnectionChecks {
     return { ok: true, httpStatus: response.status, ms, detail: `streamed ${events.length} events${usage ? ', usage reported' : ', usage not reported'}` };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type ConnectionChecksVerifyResult = Awaited<ReturnType<ConnectionChecks['verify']>>;

@@ -159,7 +159,7 @@ export class ModelService {
     }
   }
 
-  providerList(provider?: ProviderId): Record<string, unknown> {
+  providerList(provider?: ProviderId) {
     const reg = this.registry();
     const ids = provider ? [provider] : [...PROVIDER_IDS];
     return {
@@ -474,7 +474,7 @@ export class ModelService {
    * routes to (never with the model catalogPriceRef names, which may be another one); custom is
    * always unknown. A ref that is not that model's catalog source is reported beside the status.
    */
-  pricingReview(provider: ProviderId, body: RevisionBody): Record<string, unknown> {
+  pricingReview(provider: ProviderId, body: RevisionBody) {
     if (provider === 'custom') return { status: 'unknown', reason: 'custom has no catalog' };
     const c = this.catalogPrice(provider, body.model);
     const ref = body.catalogPriceRef ? { catalogPriceRef: { sourceModelId: body.catalogPriceRef.sourceModelId, matchesRoutedModel: this.refMatchesRoute(body.catalogPriceRef, body.model, c) } } : {};
@@ -483,7 +483,7 @@ export class ModelService {
     return { status: same ? 'current' : 'differs', model: body.model, sourceModelId: c.sourceModelId, catalogPricing: c.pricing, catalogFetchedAt: c.fetchedAt, stale: c.stale, priceSource: body.priceSource, ...ref };
   }
 
-  validate(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string): Record<string, unknown> {
+  validate(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string) {
     try {
       const plan = this.plan(action, input, actor, principal);
       return {
@@ -504,7 +504,7 @@ export class ModelService {
   }
 
   /** Saves a new profile (disabled) or a new revision. Over MCP, escalations refuse and nothing changes. */
-  save(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string): Record<string, unknown> {
+  save(action: 'create' | 'update', input: ProfileInput, actor: Actor, principal: string) {
     const plan = this.plan(action, input, actor, principal);
     if (plan.refused) {
       const priceNewRoute = plan.escalations.some((e) => e.kind === 'price_unverified_for_new_route');
@@ -534,13 +534,13 @@ export class ModelService {
     return { profile: this.profile(id), revision: plan.revision, issues: plan.issues, verificationAttached: plan.attach.attaches, verificationReason: plan.attach.reason };
   }
 
-  profile(id: string): Record<string, unknown> {
+  profile(id: string) {
     const row = this.profileRow(id);
     if (!row) throw new ServiceError('NOT_FOUND', `profileId: no profile ${id}`, { field: 'profileId', profileId: id });
     return this.view(row);
   }
 
-  private view(row: ProfileRow): Record<string, unknown> {
+  private view(row: ProfileRow) {
     const latest = this.revision(row.id, row.latest_revision);
     const active = row.active_revision ? this.revision(row.id, row.active_revision) : null;
     const cred = this.db.prepare('SELECT provider, status FROM provider_credentials WHERE id = ?').get(latest.credentialId) as { provider: ProviderId; status: string } | undefined;
@@ -564,7 +564,7 @@ export class ModelService {
     };
   }
 
-  list(profileId?: string): Record<string, unknown> {
+  list(profileId?: string) {
     const rows = (profileId
       ? this.db.prepare('SELECT * FROM model_profiles WHERE id = ?').all(profileId)
       : this.db.prepare('SELECT * FROM model_profiles ORDER BY id').all()) as ProfileRow[];
@@ -579,7 +579,7 @@ export class ModelService {
   }
 
   /** Owner activation on the dashboard: approves the whole latest revision (or `revision`), which becomes the active one. */
-  activate(id: string, opts: { revision?: number; expectedGeneration?: number } = {}): Record<string, unknown> {
+  activate(id: string, opts: { revision?: number; expectedGeneration?: number } = {}) {
     const row = this.profileRow(id);
     if (!row) throw new ServiceError('NOT_FOUND', `no profile ${id}`, { profileId: id });
     if (opts.expectedGeneration !== undefined && opts.expectedGeneration !== row.generation)
@@ -591,7 +591,7 @@ export class ModelService {
     return this.profile(id);
   }
 
-  disable(id: string): Record<string, unknown> {
+  disable(id: string) {
     if (!this.profileRow(id)) throw new ServiceError('NOT_FOUND', `no profile ${id}`, { profileId: id });
     this.db.prepare("UPDATE model_profiles SET status = 'disabled', generation = generation + 1, updated_at = ? WHERE id = ?").run(nowIso(), id);
     this.opts.audit.record({ actor: 'dashboard', action: 'model_profile_disable', target: id, outcome: 'ok' });
@@ -664,3 +664,13 @@ export class ModelService {
     return out;
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type ModelProviderListResult = Awaited<ReturnType<ModelService['providerList']>>;
+export type ModelPricingReviewResult = Awaited<ReturnType<ModelService['pricingReview']>>;
+export type ModelValidateResult = Awaited<ReturnType<ModelService['validate']>>;
+export type ModelSaveResult = Awaited<ReturnType<ModelService['save']>>;
+export type ModelProfileResult = Awaited<ReturnType<ModelService['profile']>>;
+export type ModelListResult = Awaited<ReturnType<ModelService['list']>>;
+export type ModelActivateResult = Awaited<ReturnType<ModelService['activate']>>;
+export type ModelDisableResult = Awaited<ReturnType<ModelService['disable']>>;

@@ -211,7 +211,7 @@ export class SpendService {
     return { settledMicros: settled, reservedMicros: reserved, unreconciledMicros: unreconciled, totalMicros: settled + reserved + unreconciled };
   }
 
-  summary(period?: 'day' | 'month'): Record<string, unknown> {
+  summary(period?: 'day' | 'month') {
     const periods: Array<'day' | 'month'> = period ? [period] : ['day', 'month'];
     const at = this.now();
     const { updatedAt, ...policies } = this.policies();
@@ -260,3 +260,6 @@ export class SpendService {
     };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type SpendSummaryResult = Awaited<ReturnType<SpendService['summary']>>;

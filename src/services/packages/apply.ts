@@ -27,7 +27,7 @@ import { PackageReleases } from './releases.js';
 export class PackageApplies extends PackageReleases {
   // ---------- applies ----------
 
-  async apply(planId: string, planDigest: string, principal: string, actor: Actor): Promise<Record<string, unknown>> {
+  async apply(planId: string, planDigest: string, principal: string, actor: Actor) {
     this.requireEnabled();
     const plan = this.planRow(planId);
     if (plan.digest !== planDigest)
@@ -59,7 +59,7 @@ export class PackageApplies extends PackageReleases {
     return r;
   }
 
-  protected describeApply(applyRow: ApplyRow): Record<string, unknown> {
+  protected describeApply(applyRow: ApplyRow) {
     return {
       applyId: applyRow.id,
       planId: applyRow.plan_id,
@@ -307,3 +307,6 @@ export class PackageApplies extends PackageReleases {
     return this.deps.db.prepare('SELECT * FROM package_releases WHERE id = ?').get(id) as ReleaseRow;
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type PackageAppliesApplyResult = Awaited<ReturnType<PackageApplies['apply']>>;

@@ -44,7 +44,7 @@ export { PACKAGES_ROOT, releaseTarget, type ApplyState, type Ecosystem, type Pla
 export class PackageService extends PackageApplies {
   // ---------- plans ----------
 
-  async plan(input: PlanInput, principal: string, actor: Actor): Promise<Record<string, unknown>> {
+  async plan(input: PlanInput, principal: string, actor: Actor) {
     this.requireEnabled();
     if (input.ecosystem === 'apt')
       throw new ServiceError('NOT_SUPPORTED', 'ecosystem: apt packages are not supported; use npm or uv (Python wheels)', { field: 'ecosystem' });
@@ -91,7 +91,7 @@ export class PackageService extends PackageApplies {
     return { resolutionId, state: 'RESOLVING', note: `resolution takes longer than ${Math.round(wait / 1000)} s; poll packages_status with resolutionId` };
   }
 
-  private async buildPlan(input: PlanInput & { ecosystem: Ecosystem }, principal: string, actor: Actor): Promise<Record<string, unknown>> {
+  private async buildPlan(input: PlanInput & { ecosystem: Ecosystem }, principal: string, actor: Actor) {
     await this.dirs();
     const cacheDir = join(this.root, 'cache');
     const image = await this.executorImage();
@@ -225,7 +225,7 @@ export class PackageService extends PackageApplies {
     }
   }
 
-  private describePlan(plan: PlanRow): Record<string, unknown> {
+  private describePlan(plan: PlanRow) {
     const body = JSON.parse(plan.plan_json) as Record<string, unknown>;
     const { approvalUnavailable, build: _b, ...rest } = body;
     let approvalState: string | null = null;
@@ -254,7 +254,7 @@ export class PackageService extends PackageApplies {
     return this.deps.workspaces().retained().filter((id) => !overridden.has(id));
   }
 
-  async list(scope: Scope | undefined, workspaceId: string | undefined, includeHistory: boolean): Promise<Record<string, unknown>> {
+  async list(scope: Scope | undefined, workspaceId: string | undefined, includeHistory: boolean) {
     this.requireEnabled();
     const where: string[] = [];
     const params: unknown[] = [];
@@ -274,7 +274,7 @@ export class PackageService extends PackageApplies {
     return { bindings };
   }
 
-  rollback(bindingId: string, releaseId: string, expectedGeneration: number, principal: string, actor: Actor): Record<string, unknown> {
+  rollback(bindingId: string, releaseId: string, expectedGeneration: number, principal: string, actor: Actor) {
     this.requireEnabled();
     const db = this.deps.db;
     return db.transaction(() => {
@@ -295,7 +295,7 @@ export class PackageService extends PackageApplies {
     })();
   }
 
-  async remove(bindingId: string, expectedGeneration: number, principal: string, actor: Actor): Promise<Record<string, unknown>> {
+  async remove(bindingId: string, expectedGeneration: number, principal: string, actor: Actor) {
     this.requireEnabled();
     const db = this.deps.db;
     const removed = db.transaction(() => {
@@ -341,7 +341,7 @@ export class PackageService extends PackageApplies {
     return garbage.map((r) => r.id);
   }
 
-  async status(args: { applyId?: string; resolutionId?: string; waitMs: number }): Promise<Record<string, unknown>> {
+  async status(args: { applyId?: string; resolutionId?: string; waitMs: number }) {
     this.requireEnabled();
     if (args.applyId) {
       const first = this.applyRow(args.applyId);
@@ -366,7 +366,7 @@ export class PackageService extends PackageApplies {
     return this.summary();
   }
 
-  private async summary(): Promise<Record<string, unknown>> {
+  private async summary() {
     const db = this.deps.db;
     const inflight = (db.prepare(`SELECT * FROM package_applies WHERE state IN (${ACTIVE_APPLY.map(() => '?').join(',')}) ORDER BY created_at`).all(...ACTIVE_APPLY) as ApplyRow[]).map((r) => this.describeApply(r));
     const awaiting = (db.prepare("SELECT * FROM package_plans WHERE approval = 'required' AND NOT EXISTS (SELECT 1 FROM package_applies a WHERE a.plan_id = package_plans.id) ORDER BY created_at DESC LIMIT 100").all() as PlanRow[])
@@ -446,3 +446,10 @@ export class PackageService extends PackageApplies {
     await Promise.all([...this.running.values(), ...this.resolving.values()].map((p) => p.catch(() => undefined)));
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type PackagePlanResult = Awaited<ReturnType<PackageService['plan']>>;
+export type PackageListResult = Awaited<ReturnType<PackageService['list']>>;
+export type PackageRollbackResult = Awaited<ReturnType<PackageService['rollback']>>;
+export type PackageRemoveResult = Awaited<ReturnType<PackageService['remove']>>;
+export type PackageStatusResult = Awaited<ReturnType<PackageService['status']>>;

@@ -132,7 +132,7 @@ export class PackageReleases {
     return r;
   }
 
-  protected async describeRelease(release: ReleaseRow): Promise<Record<string, unknown>> {
+  protected async describeRelease(release: ReleaseRow) {
     const manifest = JSON.parse(release.manifest_json) as Record<string, unknown>;
     return {
       releaseId: release.id,

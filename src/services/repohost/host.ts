@@ -347,7 +347,7 @@ export class RepoHostService {
     return { items: items.slice(0, limit), hasMore: items.length > limit || hasNext };
   }
 
-  private async pull(ctx: Ctx, limit: number): Promise<Record<string, unknown>> {
+  private async pull(ctx: Ctx, limit: number) {
     return (await ctx.o.rest.pulls.get({ owner: ctx.owner, repo: ctx.repo, pull_number: limit })).data as unknown as Record<string, unknown>;
   }
 

@@ -36,7 +36,7 @@ export type { ForkTemplate, NetworkProfile, OpenArgs, WorkspaceRow, WorkspaceSta
 export class WorkspaceService extends WorkspaceRecovery {
   // ---------- lifecycle ----------
 
-  async open(openArgs: OpenArgs, principal: string, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<Record<string, unknown>> {
+  async open(openArgs: OpenArgs, principal: string, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal) {
     if (this.deps.sandboxDisabledReason)
       throw new ServiceError('FAILED_PRECONDITION', `workspaces are disabled: the service runs in unsafe development mode (${this.deps.sandboxDisabledReason}); see atelier doctor`, {});
     const repo = this.deps.repos.approve(openArgs.repositoryUrl);
@@ -194,7 +194,7 @@ export class WorkspaceService extends WorkspaceRecovery {
     return { head: head && SHA_RE.test(head) ? head : null, branch: !branch || branch === '(detached)' ? null : branch };
   }
 
-  list(cursor: string | undefined, limit: number): Record<string, unknown> {
+  list(cursor: string | undefined, limit: number) {
     let after: { c: string; i: string } | null = null;
     if (cursor) after = this.deps.cursors.decode<{ c: string; i: string }>('workspace_list', cursor);
     // The two statements are kept: preparing one on every call was most of a workspace_list (#21 item 5).
@@ -208,7 +208,7 @@ export class WorkspaceService extends WorkspaceRecovery {
     return { workspaces: page, nextCursor: last ? this.deps.cursors.encode('workspace_list', { c: last.createdAt, i: last.id }) : null };
   }
 
-  async status(id: string): Promise<Record<string, unknown>> {
+  async status(id: string) {
     const workspace = this.get(id);
     const state = workspace.state === 'active' ? await this.sandboxState(id) : 'stopped';
     const death = this.deaths.get(id);
@@ -228,7 +228,7 @@ export class WorkspaceService extends WorkspaceRecovery {
    * kubernetes-pod or kubernetes-sandbox, and for a cluster the object (apiVersion, kind,
    * namespace, name, Pod). Only while the runner holds a sandbox for it (not when stopped).
    */
-  private sandboxPlacement(id: string): Record<string, unknown> {
+  private sandboxPlacement(id: string) {
     const h = this.handles.get(id);
     if (!h) return {};
     const p = h.placement;
@@ -252,7 +252,7 @@ export class WorkspaceService extends WorkspaceRecovery {
   }
 
   /** What this workspace may do, and the repohost actions for its repository. Mints no tokens. */
-  capabilities(id: string): Record<string, unknown> {
+  capabilities(id: string) {
     const workspace = this.get(id);
     const repo = parseRepoUrl(workspace.repositoryUrl);
     const cred = this.deps.repoCredentials.match(repo);
@@ -276,7 +276,7 @@ export class WorkspaceService extends WorkspaceRecovery {
     id: string,
     args: { clientProfile: string; include: string[]; contentMode: 'none' | 'excerpt'; cursor?: string; limit: number; maxBytes: number },
     signal: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const handle = await this.activeHandle(id);
     const workspace = this.get(id);
     const ident = await this.deps.executor.exec(handle, { command: 'git config --get user.name; echo ---; git config --get user.email', env: gitConfigEnv(), timeoutMs: 10_000 });
@@ -325,7 +325,7 @@ export class WorkspaceService extends WorkspaceRecovery {
     };
   }
 
-  secretsList(workspaceId: string | undefined, args: { environmentId?: string; query?: string; cursor?: string; limit: number }): Record<string, unknown> {
+  secretsList(workspaceId: string | undefined, args: { environmentId?: string; query?: string; cursor?: string; limit: number }) {
     let envId = args.environmentId ?? null;
     if (!envId && workspaceId) envId = this.get(workspaceId).environmentId;
     const offset = args.cursor ? this.deps.cursors.decode<{ o: number }>('secrets_list', args.cursor).o : 0;
@@ -338,14 +338,14 @@ export class WorkspaceService extends WorkspaceRecovery {
     };
   }
 
-  setActive(principal: string, id: string): Record<string, unknown> {
+  setActive(principal: string, id: string) {
     const w = this.get(id);
     if (w.state === 'closed') throw new ServiceError('FAILED_PRECONDITION', `workspaceId: workspace ${id} is closed`, { field: 'workspaceId' });
     this.deps.principals.setActiveWorkspace(principal, id);
     return { activeWorkspaceId: id, state: w.state };
   }
 
-  async close(id: string): Promise<Record<string, unknown>> {
+  async close(id: string) {
     return this.locked(id, async () => {
       const w = this.get(id);
       if (w.state === 'closed') return { workspaceId: id, state: 'closed', alreadyClosed: true, closedAt: w.closedAt };
@@ -465,3 +465,13 @@ export class WorkspaceService extends WorkspaceRecovery {
     await this.egress.stopAll();
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type WorkspaceOpenResult = Awaited<ReturnType<WorkspaceService['open']>>;
+export type WorkspaceListResult = Awaited<ReturnType<WorkspaceService['list']>>;
+export type WorkspaceStatusResult = Awaited<ReturnType<WorkspaceService['status']>>;
+export type WorkspaceCapabilitiesResult = Awaited<ReturnType<WorkspaceService['capabilities']>>;
+export type WorkspaceContextResult = Awaited<ReturnType<WorkspaceService['context']>>;
+export type WorkspaceSecretsListResult = Awaited<ReturnType<WorkspaceService['secretsList']>>;
+export type WorkspaceSetActiveResult = Awaited<ReturnType<WorkspaceService['setActive']>>;
+export type WorkspaceCloseResult = Awaited<ReturnType<WorkspaceService['close']>>;

@@ -13,7 +13,7 @@ import { WorkspaceRow } from './records.js';
 import { WorkspaceImages } from './images.js';
 
 export class WorkspaceRecovery extends WorkspaceImages {
-  async renew(id: string, extensionSeconds: number | undefined): Promise<Record<string, unknown>> {
+  async renew(id: string, extensionSeconds: number | undefined) {
     return this.locked(id, async () => {
       const workspace = this.get(id);
       if (workspace.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed`, { workspaceId: id });
@@ -56,7 +56,7 @@ export class WorkspaceRecovery extends WorkspaceImages {
     return `$(git rev-parse -q --verify '@{upstream}' 2>/dev/null || echo ${workspace.cloneOid ?? 'HEAD'})`;
   }
 
-  async recover(id: string, mode: 'resume' | 'status' | 'patch' | 'export', targetBranch: string | undefined, principal: string): Promise<Record<string, unknown>> {
+  async recover(id: string, mode: 'resume' | 'status' | 'patch' | 'export', targetBranch: string | undefined, principal: string) {
     const workspace = this.get(id);
     if (workspace.state === 'closed') throw new ServiceError('NOT_FOUND', `workspace ${id} was closed and its files removed; nothing to recover`, { workspaceId: id });
     if (workspace.state === 'opening') throw new ServiceError('FAILED_PRECONDITION', `workspace ${id} is still opening`, { workspaceId: id });
@@ -105,3 +105,7 @@ export class WorkspaceRecovery extends WorkspaceImages {
     });
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type WorkspaceRecoveryRenewResult = Awaited<ReturnType<WorkspaceRecovery['renew']>>;
+export type WorkspaceRecoveryRecoverResult = Awaited<ReturnType<WorkspaceRecovery['recover']>>;

@@ -286,7 +286,7 @@ export class WorkspaceSandboxes {
     );
   }
 
-  describe(workspace: WorkspaceRow): Record<string, unknown> {
+  describe(workspace: WorkspaceRow) {
     return {
       workspaceId: workspace.id,
       state: workspace.state,
@@ -377,3 +377,6 @@ export class WorkspaceSandboxes {
     return this.deps.executor.exec(h, req, onOutput, signal);
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type WorkspaceSandboxesDescribeResult = Awaited<ReturnType<WorkspaceSandboxes['describe']>>;
