@@ -6,7 +6,6 @@
 import { rename, rm } from 'node:fs/promises';
 import { ServiceError } from '../../core/errors.js';
 import { newId } from '../../core/ids.js';
-import { detach as detachTemplateDisk } from './templates/store.js';
 import { ForkTemplate, NetworkProfile, WorkspaceRow, rowOf } from './records.js';
 import { WorkspaceSandboxes } from './sandboxes.js';
 

@@ -14,7 +14,6 @@ import type { RepositoryPolicy } from '../repos/index.js';
 import type { EnvironmentService } from '../environments.js';
 import type { RepoCredentialStore } from '../repos/index.js';
 import type { HookRunner } from '../extensions/index.js';
-import { detach as detachTemplateDisk } from './templates/store.js';
 import type { TemplateService } from './templates/builds.js';
 
 /** What a fork copies of its source workspace (WorkspaceService.forkTemplate); kept with a checkpoint. */

@@ -8,7 +8,6 @@ import type { ExecResult } from '../../sandbox/executor.js';
 import { parseRepoUrl } from '../repos/index.js';
 import { gitConfigEnv, NEUTRALISE_REPO_DRIVERS } from '../git/index.js';
 import { gitFailure } from '../git/index.js';
-import { detach as detachTemplateDisk } from './templates/store.js';
 import { WorkspaceRow } from './records.js';
 import { WorkspaceImages } from './images.js';
 

@@ -15,7 +15,6 @@ import { describeDeath } from '../../sandbox/executor.js';
 import type { EgressDecision } from '../../sandbox/egress.js';
 import { loadEgressRules, WorkspaceEgress } from '../../sandbox/egress/workspace.js';
 import { runEphemeralGit, type EphemeralGitOptions } from '../git/index.js';
-import { detach as detachTemplateDisk } from './templates/store.js';
 import { Deps, NetworkProfile, SPARE_SANDBOX_DELAY_MS, WorkspaceRow, rowOf } from './records.js';
 
 export class WorkspaceSandboxes {
