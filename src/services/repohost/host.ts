@@ -5,6 +5,10 @@
  * from the workspace (owner/name from its repository URL; the token from the broker's credential
  * store, minted per action with exactly the permissions it needs). No token leaves this module
  * except toward the API over TLS. docs/repohost.md describes every action.
+ *
+ * Size: over 600 lines because `dispatch` is one switch over the 41 actions (each a few lines of
+ * REST or GraphQL, read side by side with actions.ts, their parameter table), with the GraphQL
+ * documents and the result summaries it uses below it.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Octokit } from '@octokit/rest';
