@@ -110,8 +110,8 @@ function edgesOfTree(): Array<{ from: string; to: string }> {
 
 describe('services by domain: one domain, one name', () => {
   it('the check sees a stray module, a file beside its folder and an unlisted domain', () => {
-    expect(nameProblems([{ name: 'git', dir: true }, { name: 'git.ts', dir: false }, { name: 'stuff.ts', dir: false }, { name: 'notes.md', dir: false }], ['git'])).toEqual([
-      'services/git.ts beside services/git/: the file belongs in the folder',
+    expect(nameProblems([{ name: 'memories', dir: true }, { name: 'memories.ts', dir: false }, { name: 'stuff.ts', dir: false }, { name: 'notes.md', dir: false }], ['memories'])).toEqual([
+      'services/memories.ts beside services/memories/: the file belongs in the folder',
       'services/stuff.ts: stuff is not a listed domain (add it to DOMAINS in test/unit/domains.test.ts, or put it in its domain\'s folder)',
       'services/notes.md: not a module',
     ]);
