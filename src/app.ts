@@ -11,56 +11,59 @@ import { join } from 'node:path';
 import type { Config } from './core/config.js';
 import { ConfigError } from './core/config.js';
 import { openDatabase, schemaVersionOf, type DB } from './store/db.js';
-import { BackupService } from './services/backups.js';
-import { CallStats, DiskUsage } from './services/instance-health.js';
+import { BackupService } from './services/instance/index.js';
+import { CallStats, DiskUsage } from './services/instance/index.js';
 import { WalCheckpointer } from './store/checkpointer.js';
 import { createLogger, type Logger } from './core/log.js';
 import { CursorCodec } from './core/cursor.js';
 import { SecretBox } from './core/crypto.js';
-import { AuthService } from './services/auth.js';
-import { IdempotencyStore } from './services/idempotency.js';
-import { AuditLog } from './services/audit.js';
-import { PrincipalState } from './services/principals.js';
+import { AuthService } from './services/access/index.js';
+import { IdempotencyStore } from './services/instance/index.js';
+import { AuditLog } from './services/instance/index.js';
+import { PrincipalState } from './services/access/index.js';
 import { EnvironmentService } from './services/environments.js';
-import { TemplateService } from './services/templates/service.js';
-import { RepositoryPolicy } from './services/repos.js';
-import { RepoCredentialStore } from './services/repo-credentials.js';
-import { WorkspaceService } from './services/workspaces.js';
+import { TemplateService } from './services/workspaces/index.js';
+import { RepositoryPolicy } from './services/repos/index.js';
+import { RepoCredentialStore } from './services/repos/index.js';
+import { WorkspaceService } from './services/workspaces/index.js';
 import { FileService } from './services/files.js';
-import { CommandService } from './services/commands.js';
+import { CommandService } from './services/commands/index.js';
 import { BwrapExecutor } from './sandbox/bwrap/index.js';
 import type { Executor } from './sandbox/executor.js';
 import { kubernetesExecutor } from './sandbox/kubernetes/from-config.js';
 import { HostWorkspaceStorage } from './sandbox/host-storage.js';
 import { loopsIn, openImagePool, type ImagePool } from './sandbox/image-pool.js';
-import { SpendService } from './services/spend.js';
-import { GatewayClient } from './services/gateway-client.js';
-import { GitService } from './services/git.js';
-import { ModelService } from './services/models.js';
-import { PriceList } from './services/price-list.js';
-import { ModelCatalog } from './services/model-catalog.js';
-import { ConnectionChecks } from './services/model-checks.js';
+import { SpendService } from './services/models/index.js';
+import { GatewayClient } from './services/models/index.js';
+import { GitService } from './services/git/index.js';
+import { ModelService } from './services/models/index.js';
+import { PriceList } from './services/models/index.js';
+import { ModelCatalog } from './services/models/index.js';
+import { ConnectionChecks } from './services/models/index.js';
 import { ApprovalService } from './services/approvals.js';
-import { PackageService } from './services/packages.js';
+import { PackageService } from './services/packages/index.js';
 import { ROOT_DIR } from './core/version.js';
-import { RepoHostService } from './services/repohost/service.js';
+import { RepoHostService } from './services/repohost/index.js';
 import { ExtensionService } from './services/extensions/index.js';
-import { AgentService } from './services/agents.js';
+import { AgentService } from './services/agents/index.js';
 import { MemoryService } from './services/memories.js';
-import { KnowledgeService, Embedder } from './services/knowledge.js';
+import { KnowledgeService, Embedder } from './services/knowledge/index.js';
 import { ArtifactService } from './services/artifacts.js';
 import { CheckpointService } from './services/checkpoints.js';
-import { OAuthStore } from './services/oauth.js';
-import { LoginThrottle } from './services/login-throttle.js';
+import { OAuthStore } from './services/access/index.js';
+import { LoginThrottle } from './services/access/index.js';
+import { TokenVerifyCache } from './services/access/index.js';
 import { ToolRegistry } from './mcp/registry.js';
 import { wireNative } from './mcp/wire-native.js';
 import { CATALOG } from './tools/index.js';
+import type { ToolServices } from './tools/context.js';
 import { WorkspaceLocks } from './core/locks.js';
-import { PreviewService } from './services/previews.js';
+import { PreviewService } from './services/previews/index.js';
 import { CodeIntelService } from './services/code-intel/index.js';
 import { deriveKey } from './core/crypto.js';
 
-export interface App {
+/** The composition root's product: the services the tools call (ToolServices), and what the transports and the CLI need besides. */
+export interface App extends ToolServices {
   readonly config: Config;
   readonly dataDir: string;
   readonly db: DB;
@@ -78,46 +81,12 @@ export interface App {
   /** Repository credentials of the broker: tokens and GitHub Apps, sealed at rest (issue #6). */
   readonly repoCredentials: RepoCredentialStore;
   readonly executor: Executor;
-  readonly workspaces: WorkspaceService;
-  /** Files and code intelligence through the workspace daemon (issue #4). */
-  readonly files: FileService;
-  /** Spend ledger and policies (issue #8). */
-  readonly spend: SpendService;
-  /** The model gateway: embedded child or external (issue #8). */
-  readonly gateway: GatewayClient;
-  /** Model control plane: credentials, profiles, approvals (issue #7). */
-  readonly models: ModelService;
-  readonly modelCatalog: ModelCatalog;
-  readonly modelChecks: ConnectionChecks;
-  readonly commands: CommandService;
-  /** Owner approvals of every kind: one queue, grants, audit (issue #13). */
-  readonly approvals: ApprovalService;
-  /** Managed packages: plans, builds, releases, bindings (issue #20). */
-  readonly packages: PackageService;
-  /** Git and worktrees (issue #6). */
-  readonly git: GitService;
-  /** Repository-host operations: issues, pull requests, reviews, statuses, workflows (issue #17). */
-  readonly repohost: RepoHostService;
-  /** Repository extensions: skills, hooks, deployment targets (issue #19). */
-  readonly extensions: ExtensionService;
-  /** Coding subagents: supervisor, logs, trees (issue #14). */
-  readonly agents: AgentService;
-  /** Memory notes (issue #18). */
-  readonly memories: MemoryService;
-  /** Knowledge store with hybrid search (issue #18). */
-  readonly knowledge: KnowledgeService;
-  /** Retained artifacts (issue #18). */
-  readonly artifacts: ArtifactService;
-  /** Workspace checkpoints and forks (issue #33). */
-  readonly checkpoints: CheckpointService;
-  /** Preview URLs (issue #33 item 4): signed links to a port inside a workspace. */
-  readonly previews: PreviewService;
-  /** Code intelligence by language servers (issue #44). */
-  readonly codeIntel: CodeIntelService;
   /** The OAuth authorization server's clients, grants and tokens (issue #16). */
   readonly oauth: OAuthStore;
   /** Delays, lockouts and a bound on concurrent checks for the dashboard's password login (issue #31). */
   readonly loginThrottle: LoginThrottle;
+  /** Verified bearer and OAuth tokens of /mcp, remembered while the token tables are unchanged (services/access/token-cache.ts). */
+  readonly tokenCache: TokenVerifyCache;
   /** The one per-workspace lock (lifecycle, git) and per-idempotency-key lock (core/locks.ts). */
   readonly locks: WorkspaceLocks;
   /** Every tool, and the call pipeline every transport (and agents' proxied calls) goes through. */
@@ -128,9 +97,9 @@ export interface App {
   readonly schemaVersion: number;
   /** When this process built the App (the overview's uptime). */
   readonly startedAt: number;
-  /** Backups and their schedule (issue #35, services/backups.ts). */
+  /** Backups and their schedule (issue #35, services/instance/backups.ts). */
   readonly backups: BackupService;
-  /** Tool calls of the last hour and disk use, for the dashboard's overview (services/instance-health.ts). */
+  /** Tool calls of the last hour and disk use, for the dashboard's overview (services/instance/health.ts). */
   readonly callStats: CallStats;
   readonly disk: DiskUsage;
   /** Where workspace, checkpoint and template images live: the XFS pool with reflinks, or the data directory (sandbox/image-pool.ts). */
@@ -423,6 +392,7 @@ function buildApp(config: Config, opts: AppOptions, opened: Required<Opened>): A
     modelChecks: new ConnectionChecks({ models, catalog: modelCatalog, audit }),
     agents,
     oauth: new OAuthStore(db, () => config.oauthAccessTokenSeconds * 1000),
+    tokenCache: new TokenVerifyCache(db),
     loginThrottle: new LoginThrottle(
       { perAddress: config.loginLockoutFailures, overall: config.loginLockoutFailuresOverall, lockoutMs: config.loginLockoutSeconds * 1000, delayMs: config.loginDelaySeconds * 1000 },
       (e) => {

@@ -14,13 +14,16 @@ import { createMcpEndpoint, type McpStats } from './mcp/http.js';
 import type { ToolRegistry } from './mcp/registry.js';
 import { registerDashboard, type ApiRegistrar } from './dashboard/routes.js';
 import { pendingSpecPaths } from './dashboard/spec-paths.js';
-import { registerAppMetrics } from './telemetry/app-metrics.js';
+import { registerAppMetrics, type AppMetricSources } from './telemetry/app-metrics.js';
+import { SANDBOX_KINDS, sandboxKind } from './sandbox/executor.js';
+import { AGENT_STATUSES } from './services/agents/index.js';
+import type { WorkspaceState } from './services/workspaces/index.js';
 import { renderMetrics } from './telemetry/metrics.js';
 import { withExtracted } from './telemetry/tracing.js';
 import { ServiceError, errorEnvelope } from './core/errors.js';
 import { OAUTH_CORS_PATHS, registerOAuthRoutes } from './mcp/oauth/routes.js';
 import { oauthClientRoutes, registerConsent } from './dashboard/oauth.js';
-import { PreviewGate, isPreviewPath } from './services/previews-http.js';
+import { PreviewGate, isPreviewPath } from './services/previews/index.js';
 
 export interface RunningServer {
   url: string;
@@ -85,7 +88,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
   const guard = oauthGuard(originGuard(app));
   let inflight = 0;
   let idleResolve: (() => void) | null = null;
-  registerAppMetrics(app);
+  registerAppMetrics(appMetricSources(app));
 
   const forbid = (res: ServerResponse, why: string) => {
     const { status, body } = errorEnvelope(new ServiceError('PERMISSION_DENIED', why));
@@ -107,7 +110,7 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
     return session ? app.auth.getSession(decodeURIComponent(session[1]!)) !== null : false;
   };
 
-  // Preview links (/p/..., services/previews-http.ts): checked by the gate; Host is checked here,
+  // Preview links (/p/..., services/previews/http-gate.ts): checked by the gate; Host is checked here,
   // Origin not (a preview's sandboxed pages send Origin: null; they reach nothing but their link).
   const previews = new PreviewGate({
     previews: app.previews,
@@ -262,5 +265,28 @@ export async function startServer(app: App, opts: { apiRoutes?: ApiRegistrar[]; 
       http.closeAllConnections();
       await fastify.close().catch(() => undefined);
     },
+  };
+}
+
+const WORKSPACE_STATES: readonly string[] = ['opening', 'active', 'expired_recoverable', 'closed'] satisfies WorkspaceState[];
+
+/** What the application's gauges read (telemetry/app-metrics.ts), from the App. */
+export function appMetricSources(app: App): AppMetricSources {
+  const fileHandoffs = app.executor.fileHandoffs?.bind(app.executor);
+  return {
+    countBy: (table, column) => app.db.prepare(`SELECT ${column} AS s, COUNT(*) AS n FROM ${table} GROUP BY ${column}`).all() as Array<{ s: string; n: number }>,
+    workspaceStates: WORKSPACE_STATES,
+    agentStatuses: AGENT_STATUSES,
+    sandboxKinds: SANDBOX_KINDS,
+    sandboxes: () => app.workspaces.liveSandboxes().map((h) => ({ kind: sandboxKind(h), claim: h.placement?.claim?.launch })),
+    sandboxStats: () => Promise.all(app.workspaces.liveSandboxes().map((h) => app.executor.stats(h).catch(() => null))),
+    spendWindow: (window) => app.spend.window(window),
+    spendCaps: () => app.spend.policies(),
+    login: () => app.loginThrottle.metrics(),
+    ...(fileHandoffs ? { fileHandoffs } : {}),
+    checkpoints: () => app.checkpoints.metricValues(),
+    codeIntel: () => app.codeIntel.metrics(),
+    imagePool: app.imagePool,
+    lastBackupAt: () => app.backups.summary().last?.finishedAt ?? null,
   };
 }

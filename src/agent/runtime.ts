@@ -1,6 +1,6 @@
 /**
  * The agent runtime: a program of its own, run by the runner in a short-lived sandbox of its own
- * (src/services/agents.ts). It imports nothing of the runner: only node built-ins, the official
+ * (src/services/agents/agents.ts). It imports nothing of the runner: only node built-ins, the official
  * `openai` client and the wire contract (src/contracts/agent.ts).
  *
  * Ways out: two Unix sockets bound in by the runner. The gateway socket carries the model traffic

@@ -4,7 +4,7 @@
  */
 import { ConfigError, defaultDataDir, loadConfig, type Config } from '../core/config.js';
 import { createApp } from '../app.js';
-import { editRepositorySettings, readRepositorySettings, validateRule } from '../services/repos.js';
+import { editRepositorySettings, readRepositorySettings, validateRule } from '../services/repos/index.js';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import { resolve } from 'node:path';

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError } from '../core/config.js';
 import type { App } from '../app.js';
-import type { RepoCredentialMeta } from '../services/repo-credentials.js';
+import type { RepoCredentialMeta } from '../services/repos/index.js';
 
 export const CREDENTIALS_USAGE = `usage:
   atelier credentials list [--json]

@@ -4,8 +4,8 @@
  */
 import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { readRepositorySettings } from '../services/repos.js';
-import { PriceList } from '../services/price-list.js';
+import { readRepositorySettings } from '../services/repos/index.js';
+import { PriceList } from '../services/models/index.js';
 import { OPEN_STEPS, createApp, openApp, type App } from '../app.js';
 import { testPause } from '../core/test-pause.js';
 import { ConfigError, SETTINGS, defaultDataDir, loadConfig, parseFlags } from '../core/config.js';
@@ -31,7 +31,7 @@ import { instanceRoutes } from '../dashboard/instance.js';
 import { checkpointRoutes } from '../dashboard/checkpoints.js';
 import { VERSION } from '../core/version.js';
 import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
-import { LOGIN_LINK_TTL_MS } from '../services/auth.js';
+import { LOGIN_LINK_TTL_MS } from '../services/access/index.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
 

@@ -1,5 +1,5 @@
 /**
- * Wire contract between the runner's agent supervisor (src/services/agents.ts) and the agent
+ * Wire contract between the runner's agent supervisor (src/services/agents/agents.ts) and the agent
  * runtime (src/agent/runtime.ts), which runs in its own sandbox and imports nothing of the runner.
  *
  * The runtime starts with nothing of any agent: it connects to the runner over a Unix socket

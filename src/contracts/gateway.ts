@@ -1,5 +1,5 @@
 /**
- * Wire contract between the runner (src/services/gateway-client.ts, spend.ts, models.ts, agents.ts)
+ * Wire contract between the runner (src/services/models/gateway-client.ts, spend.ts, models.ts, agents.ts)
  * and the model gateway (src/gateway/*), which imports nothing of the runner: the snapshot the
  * runner pushes (PUT /admin/snapshot), the leases it issues (POST /admin/leases), the status it
  * reads (GET /admin/status) and the usage events it pulls (GET /admin/usage). Both sides import

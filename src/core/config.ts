@@ -111,7 +111,7 @@ export const SETTINGS: Setting[] = [
   S({ key: 'backupKeep', flag: '--backup-keep', env: 'ATELIER_BACKUP_KEEP', kind: 'int', def: 7, rule: 'an integer from 1 to 1000', check: ((v: number) => v >= 1 && v <= 1000) as never, help: 'Scheduled backups: how many are kept in --backup-dir (older ones are removed after a successful backup)' }),
 ];
 
-/** Structured sections of the config file, read by their services (e.g. repositories by services/repos.ts). */
+/** Structured sections of the config file, read by their services (e.g. repositories by services/repos/policy.ts). */
 export const CONFIG_SECTIONS = ['repositories', 'egress', 'providers', 'prices', 'codeIntel'];
 
 export interface Config {

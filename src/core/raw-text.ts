@@ -7,13 +7,21 @@
  * collection every ten such reads (a few ms each on this machine).
  *
  * The field is an ordinary enumerable property whose getter decodes the bytes once, on first read,
- * exactly as the daemon client always did (protocol.ts decodeBody), so everything that reads it
+ * exactly as the daemon client decodes a body (decodeRawText here, the same rule as decodeBody of
+ * sandbox/daemon/protocol.ts, which the daemon's copy cannot import from core; a unit test holds
+ * them equal), so everything that reads it
  * (JSON.stringify, spread, redaction, a handler) sees the same string as before. `rawText` tells the
  * one reader that can use the bytes whether the property is still that untouched getter.
  */
-import { decodeBody } from '../sandbox/daemon/protocol.js';
+import { isAscii } from 'node:buffer';
 
 export type RawEncoding = 'utf-8' | 'base64';
+
+/** The text of raw bytes: base64 of them, or their UTF-8 (ASCII copied as Latin-1: the same string, without decoding). */
+export function decodeRawText(bytes: Buffer, encoding: RawEncoding): string {
+  if (encoding === 'base64') return bytes.toString('base64');
+  return isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8');
+}
 
 export interface RawText {
   /** The bytes as they came (for 'utf-8': the text's UTF-8; for 'base64': what the text is the base64 of). */
@@ -46,7 +54,7 @@ function defineField(target: Record<string, unknown>, key: string, source: Sourc
     if (value === undefined) {
       // A use after release would read another call's bytes: refused loudly instead.
       if (source.released) throw new Error(`${key}: read after its bytes were released to the block pool`);
-      value = decodeBody(source.bytes, source.encoding);
+      value = decodeRawText(source.bytes, source.encoding);
     }
     return value;
   };

@@ -1,6 +1,6 @@
 /**
  * Dashboard REST for the model control plane (owner session; CSRF on changes, see routes.ts).
- * Same service as the MCP tools (src/services/models.ts); bodies are validated by the same tool
+ * Same service as the MCP tools (src/services/models/profiles.ts); bodies are validated by the same tool
  * schemas. Request and response bodies: docs/rest.md. Keys go in, never out.
  *   GET    /api/v1/model-providers[?provider=]              registry + credential metadata (model_provider_list)
  *   GET    /api/v1/provider-credentials[?provider=]         credential metadata

@@ -9,7 +9,7 @@ import type { App } from '../app.js';
 import { ServiceError } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
 import { accessFromScope, describeAccess, intersect, scopeFromAccess, TOOLSETS, type Access } from '../core/toolsets.js';
-import { cleanClientName, OAUTH_PATHS, type ClientRecord, type OAuthStore, type PendingRequest } from '../services/oauth.js';
+import { cleanClientName, OAUTH_PATHS, type ClientRecord, type OAuthStore, type PendingRequest } from '../services/access/index.js';
 import { parseCookies, SESSION_COOKIE, type ApiRegistrar } from './routes.js';
 
 function esc(s: string): string {

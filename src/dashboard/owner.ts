@@ -23,7 +23,7 @@ import type { FastifyRequest } from 'fastify';
 import type { ApiRegistrar } from './routes.js';
 import { ServiceError } from '../core/errors.js';
 import { ConfigError } from '../core/config.js';
-import { editExtraCaCertificates, editRepositorySettings, validateRule } from '../services/repos.js';
+import { editExtraCaCertificates, editRepositorySettings, validateRule } from '../services/repos/index.js';
 
 function body(req: { body: unknown }): Record<string, unknown> {
   const b = req.body;
@@ -77,7 +77,7 @@ export const ownerRoutes: ApiRegistrar = (api, app) => {
       gatewayPush: { lastAttemptAt: p.lastAttemptAt, lastSuccessAt: p.lastSuccessAt, lastError: p.lastError, generation: p.generation },
       providerCredentials: app.models.listCredentials().length,
       profiles: { total: profiles.length, active: profiles.filter((x) => x.status === 'active').length },
-      // Password login throttling: delays, lockouts per address and overall (src/services/login-throttle.ts).
+      // Password login throttling: delays, lockouts per address and overall (src/services/access/login-throttle.ts).
       login: app.loginThrottle.view(),
       asOf: new Date().toISOString(),
     };

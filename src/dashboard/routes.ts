@@ -8,10 +8,10 @@ import type { App } from '../app.js';
 import { ServiceError, errorEnvelope } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
 import { VERSION } from '../core/version.js';
-import { SESSION_TTL_MS } from '../services/auth.js';
-import type { DashboardSession } from '../services/auth.js';
+import { SESSION_TTL_MS } from '../services/access/index.js';
+import type { DashboardSession } from '../services/access/index.js';
 import { CSP, registerAssets } from './assets.js';
-import { addressKey, type Refusal } from '../services/login-throttle.js';
+import { addressKey, type Refusal } from '../services/access/index.js';
 import { clientAddress } from '../core/client-address.js';
 
 export const SESSION_COOKIE = 'atelier_session';
@@ -117,7 +117,7 @@ export function registerDashboard(f: FastifyInstance, app: App, apiRoutes: ApiRe
     return reply.redirect('/', 303);
   });
 
-  // Password login, throttled (src/services/login-throttle.ts, docs/operations.md): per address and
+  // Password login, throttled (src/services/access/login-throttle.ts, docs/operations.md): per address and
   // overall, growing delays then a lockout; one check per address at a time and a bounded queue of
   // scrypt checks. A refused attempt runs no check. The one-time link above is never throttled.
   f.post('/login', async (req, reply) => {

@@ -14,10 +14,10 @@ import { VERSION } from '../core/version.js';
 import { ServiceError, errorEnvelope } from '../core/errors.js';
 import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access } from '../core/toolsets.js';
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
-import type { OAuthStore } from '../services/oauth.js';
+import type { OAuthStore } from '../services/access/index.js';
 import { McpLogLevels, mcpLogger, type McpNotifyContext } from './logging.js';
 import { directPath, type NodeResponseTransport, type PlainCallContext } from './node-transport.js';
-import { TokenVerifyCache } from '../services/token-cache.js';
+import type { TokenVerifyCache } from '../services/access/index.js';
 import { loadWireNative } from './wire-native.js';
 import type { WireText } from './wire-text.js';
 import { LINKED_TOOLS, registerResourceSurfaces, resourceLinks } from './resources.js';
@@ -209,10 +209,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     },
   });
 
-  const tokens = new TokenVerifyCache(app.db);
-
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const caller = authenticate(app, oauth, req, res, tokens);
+    const caller = authenticate(app, oauth, req, res, app.tokenCache);
     if (!caller) return;
     (req as IncomingMessage & { auth?: unknown }).auth = caller;
     await serve(req, res);
@@ -221,7 +219,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
 
 type Verifiers = ReturnType<typeof verifiers>;
 
-/** Token checks, through the cache of verified tokens when there is one (src/services/token-cache.ts). */
+/** Token checks, through the cache of verified tokens when there is one (src/services/access/token-cache.ts). */
 function verifiers(app: App, oauth: OAuthStore | undefined, tokens: TokenVerifyCache | undefined) {
   return {
     bearer: (t: string) => (tokens ? tokens.verify('bearer', t, () => app.auth.verifyBearerAccess(t)) : app.auth.verifyBearerAccess(t)),

@@ -9,7 +9,7 @@
  */
 import type { Server, ServerContext } from '@modelcontextprotocol/server';
 import { ServiceError } from '../core/errors.js';
-import type { Skill } from '../services/extensions/skills.js';
+import type { Skill } from '../services/extensions/index.js';
 import { loadSkill, skillFileUri, skillRoot } from './skills-ext.js';
 import { META, activeRoster, cacheFields, mayUse, page, requireTool, rpcError, type SurfaceDeps } from './surface.js';
 

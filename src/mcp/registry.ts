@@ -5,7 +5,10 @@
  * idempotent replay by key, run, redact secret values, audit and log. Every failure becomes the
  * error envelope of docs/errors.md.
  */
-import type { App } from '../app.js';
+import type { Logger } from '../core/log.js';
+import type { AuditLog, CallStats, IdempotencyStore } from '../services/instance/index.js';
+import type { AuthService, PrincipalState } from '../services/access/index.js';
+import type { EnvironmentService } from '../services/environments.js';
 import type { AnyToolDef } from '../tools/define.js';
 import type { Actor, ToolContext, ToolServices } from '../tools/context.js';
 import { ToolParser, parseArgs, type PublishedTool } from '../tools/validate.js';
@@ -67,7 +70,15 @@ export interface CallContext {
 }
 
 /** What the pipeline needs of the application besides the services it hands to handlers. */
-export type RegistryHost = Pick<App, 'log' | 'audit' | 'idempotency' | 'principals' | 'auth' | 'environments'> & Partial<Pick<App, 'callStats'>> & ToolServices;
+export interface RegistryHost extends ToolServices {
+  readonly log: Logger;
+  readonly audit: AuditLog;
+  readonly idempotency: IdempotencyStore;
+  readonly principals: PrincipalState;
+  readonly auth: AuthService;
+  readonly environments: EnvironmentService;
+  readonly callStats?: CallStats;
+}
 
 // ---------- results ----------
 
@@ -268,7 +279,7 @@ export class ToolRegistry extends ToolParser {
     const readOnly = c.def.badges.includes('readOnly');
     let args: Record<string, unknown> | undefined;
     const started = Date.now();
-    let ok: boolean | undefined; // the outcome counted for the dashboard's overview (services/instance-health.ts)
+    let ok: boolean | undefined; // the outcome counted for the dashboard's overview (services/instance/health.ts)
     // A call still running after SLOW_CALL_MS says so in the log, and again every SLOW_CALL_MS: what
     // an operator (or a timed-out test's log dump) needs to tell which call hangs.
     const watchdog = setInterval(() => {

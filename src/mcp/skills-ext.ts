@@ -25,8 +25,8 @@ import { DIRECTORY_MIME_TYPE, SKILLS_GET_METHOD, SKILLS_LIST_METHOD, SkillCatalo
 import { z } from 'zod';
 import type { App } from '../app.js';
 import { ServiceError } from '../core/errors.js';
-import { SKILL_SOURCES, TOOL_SKILL_NAME, type SkillSource } from '../services/extensions/format.js';
-import type { Skill } from '../services/extensions/skills.js';
+import { SKILL_SOURCES, TOOL_SKILL_NAME, type SkillSource } from '../services/extensions/index.js';
+import type { Skill } from '../services/extensions/index.js';
 import { META, activeRoster, cacheFields, decodeSegment, encodeSegment, knownMimeType, mayUse, mimeTypeOf, page, requireTool, rpcError, type SurfaceDeps } from './surface.js';
 
 const WORKSPACE_ID = /^ws_[A-Za-z0-9_-]{20,80}$/;

@@ -12,7 +12,7 @@ import { ProtocolError, ProtocolErrorCode, type Server, type ServerContext } fro
 import type { App } from '../app.js';
 import { ServiceError, errorEnvelope } from '../core/errors.js';
 import type { Access } from '../core/toolsets.js';
-import type { Skill } from '../services/extensions/skills.js';
+import type { Skill } from '../services/extensions/index.js';
 import type { ToolRegistry } from './registry.js';
 
 /** Who sends a request: the principal and its access, as the auth gate set them (src/mcp/http.ts). */

@@ -21,8 +21,8 @@ import { randomUUID } from 'node:crypto';
 import { ProtocolError, ProtocolErrorCode, Server, type CallToolResult, type JSONRPCRequest, type Result, type ServerContext } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { App } from '../app.js';
-import type { CallRecord, CallOutcome, CallHandle } from '../services/commands.js';
-import { mayReachOperation, type OperationViewer } from '../services/operation-access.js';
+import type { CallRecord, CallOutcome, CallHandle } from '../services/commands/index.js';
+import { mayReachOperation, type OperationViewer } from '../services/commands/index.js';
 import type { Access } from '../core/toolsets.js';
 import { requireAccess, type ToolRegistry } from './registry.js';
 import type { ApprovalAsk, AskAnswer, InCallApprovals } from './in-call-approvals.js';
@@ -247,7 +247,7 @@ export class McpTasks {
   private owned(taskId: unknown, caller: TaskCaller): CallRecord {
     if (typeof taskId !== 'string' || taskId.length > 200) throw new ProtocolError(ProtocolErrorCode.InvalidParams, 'taskId: must be a string of at most 200 characters');
     const record = this.app.commands.call(taskId);
-    // The rule operation_status, operation_wait and operation_cancel apply too (services/operation-access.ts).
+    // The rule operation_status, operation_wait and operation_cancel apply too (services/commands/access.ts).
     if (!record || !mayReachOperation(record, this.viewer(caller))) throw notFound(taskId);
     return record;
   }

@@ -1,7 +1,7 @@
 /**
  * Runner side of the daemon's relay mode (daemon/relay.ts): a fresh connection to the daemon's
  * socket turned into a byte pipe to one loopback port inside the sandbox. The workspace keeps no
- * inbound network: preview URLs (services/previews.ts) reach a workspace server only this way.
+ * inbound network: preview URLs (services/previews/links.ts) reach a workspace server only this way.
  */
 import { connect, type Socket } from 'node:net';
 import { ServiceError } from '../core/errors.js';

@@ -14,8 +14,8 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { EventEmitter } from 'node:events';
 import type { DB } from '../store/db.js';
-import type { AuditLog } from './audit.js';
-import type { Actor } from './audit.js';
+import type { AuditLog } from './instance/index.js';
+import type { Actor } from './instance/index.js';
 import { ServiceError } from '../core/errors.js';
 import { newId, randomToken } from '../core/ids.js';
 import { isoIn, nowIso } from '../core/clock.js';
@@ -315,7 +315,7 @@ export class ApprovalService {
   }
 
   /** Approve (issues a single-use grant, shown once) or deny a pending request. */
-  decide(id: string, approve: boolean, actor: Actor = 'dashboard'): Record<string, unknown> {
+  decide(id: string, approve: boolean, actor: Actor = 'dashboard') {
     const db = this.deps.db;
     const row = db.prepare('SELECT * FROM approvals WHERE id = ?').get(id) as Row | undefined;
     if (!row) throw new ServiceError('NOT_FOUND', `no approval request ${id}`, { field: 'id' });
@@ -397,3 +397,6 @@ function view(row: Row): ApprovalView {
   }
   return approvalView;
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type ApprovalDecideResult = Awaited<ReturnType<ApprovalService['decide']>>;

@@ -16,7 +16,7 @@ import { ServiceError } from '../core/errors.js';
 import { defineRawText, leaseBytes, rawText, releaseRawText } from '../core/raw-text.js';
 import { newId } from '../core/ids.js';
 import type { FileService } from './files.js';
-import type { WorkspaceService } from './workspaces.js';
+import type { WorkspaceService } from './workspaces/index.js';
 import type { RetentionClock } from './memories.js';
 
 export interface ArtifactServiceDeps {
@@ -81,7 +81,7 @@ export class ArtifactService {
     return Date.now();
   }
 
-  private describe(artifact: ArtifactRow): Record<string, unknown> {
+  private describe(artifact: ArtifactRow) {
     return {
       artifactId: artifact.id,
       logicalName: artifact.logical_name,
@@ -133,7 +133,7 @@ export class ArtifactService {
     args: { path: string; logicalName: string; retentionSeconds?: number },
     signal: AbortSignal,
     progress: (p: number, t?: number, m?: string) => void,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const rel = checkPath(args.path, 'artifacts_snapshot');
     const tmp = join(this.deps.root, 'tmp', `snap-${randomBytes(8).toString('hex')}`);
     const fd = openSync(tmp, 'wx', 0o600);
@@ -243,7 +243,7 @@ export class ArtifactService {
     rmSync(this.blobPath(sha), { force: true });
   }
 
-  list(owner: string, args: { cursor?: string; limit: number }): Record<string, unknown> {
+  list(owner: string, args: { cursor?: string; limit: number }) {
     this.sweep();
     let before = Number.MAX_SAFE_INTEGER;
     if (args.cursor) before = this.deps.cursors.decode<{ b?: number }>('artifacts_list', args.cursor).b ?? before;
@@ -259,7 +259,7 @@ export class ArtifactService {
     };
   }
 
-  read(owner: string, args: { artifactId: string; offset: number; limit: number }): Record<string, unknown> {
+  read(owner: string, args: { artifactId: string; offset: number; limit: number }) {
     const artifact = this.get(owner, args.artifactId, 'artifacts_read');
     if (args.offset > artifact.size) throw new ServiceError('INVALID_ARGUMENT', `artifacts_read: offset: ${args.offset} is beyond the end of the artifact (${artifact.size} bytes)`, { field: 'offset', size: artifact.size });
     const len = Math.min(args.limit, artifact.size - args.offset);
@@ -303,7 +303,7 @@ export class ArtifactService {
     args: { artifactId: string; path: string; overwrite: boolean; expectedSha256?: string },
     signal: AbortSignal,
     progress: (p: number, t?: number, m?: string) => void,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const rel = checkPath(args.path, 'artifacts_restore');
     const artifact = this.get(owner, args.artifactId, 'artifacts_restore');
     const tmpName = `.atelier-restore-${randomBytes(6).toString('hex')}`;
@@ -373,7 +373,7 @@ export class ArtifactService {
     return { artifactId: artifact.id, logicalName: artifact.logical_name, generation: artifact.generation, workspaceId, path: rel, size: artifact.size, sha256: artifact.sha256, restored: true };
   }
 
-  delete(owner: string, args: { artifactId: string; expectedGeneration: number }): Record<string, unknown> {
+  delete(owner: string, args: { artifactId: string; expectedGeneration: number }) {
     const artifact = this.get(owner, args.artifactId, 'artifacts_delete');
     if (artifact.generation !== args.expectedGeneration) {
       throw new ServiceError('CONFLICT', `artifacts_delete: expectedGeneration: artifact ${artifact.id} is at generation ${artifact.generation}, not ${args.expectedGeneration}; nothing was deleted`, {
@@ -418,3 +418,10 @@ export class ArtifactService {
     this.sweeper?.stop();
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type ArtifactSnapshotResult = Awaited<ReturnType<ArtifactService['snapshot']>>;
+export type ArtifactListResult = Awaited<ReturnType<ArtifactService['list']>>;
+export type ArtifactReadResult = Awaited<ReturnType<ArtifactService['read']>>;
+export type ArtifactRestoreResult = Awaited<ReturnType<ArtifactService['restore']>>;
+export type ArtifactDeleteResult = Awaited<ReturnType<ArtifactService['delete']>>;

@@ -20,9 +20,9 @@ import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
 import { startSweeper, type Sweeper } from '../core/sweeper.js';
 import { IMAGE_STORE_FULL, type CopyMode, type WorkspaceImageCopies } from '../sandbox/executor.js';
-import type { AuditLog } from './audit.js';
+import type { AuditLog } from './instance/index.js';
 import type { RetentionClock } from './memories.js';
-import type { ForkTemplate, NetworkProfile, WorkspaceService } from './workspaces.js';
+import type { ForkTemplate, NetworkProfile, WorkspaceService } from './workspaces/index.js';
 
 export interface CheckpointServiceDeps {
   db: DB;
@@ -112,7 +112,7 @@ export class CheckpointService {
     });
   }
 
-  private describe(row: CheckpointRow): Record<string, unknown> {
+  private describe(row: CheckpointRow) {
     const c = row;
     const src = JSON.parse(c.source_json) as ForkTemplate;
     return {
@@ -155,7 +155,7 @@ export class CheckpointService {
       throw this.refuse('bytes', new ServiceError('RESOURCE_EXHAUSTED', `checkpoint_create: your checkpoints take ${u.diskBytes} of ${this.deps.quotaBytes} bytes (--checkpoint-quota-mb) and this workspace's filesystem needs ${need} more; delete checkpoints with checkpoint_delete or let their retention end`, { field: 'workspaceId', rule: 'checkpoint disk quota', usedBytes: u.diskBytes, needBytes: need, quotaBytes: this.deps.quotaBytes }, false));
   }
 
-  async create(owner: string, workspaceId: string, args: { label?: string; retentionSeconds?: number }): Promise<Record<string, unknown>> {
+  async create(owner: string, workspaceId: string, args: { label?: string; retentionSeconds?: number }) {
     const id = newId('checkpoint');
     const dest = this.image(id);
     const retention = args.retentionSeconds ?? DEFAULT_CHECKPOINT_RETENTION;
@@ -226,7 +226,7 @@ export class CheckpointService {
     return { usedBytes: u.diskBytes, quotaBytes: this.deps.quotaBytes, count: u.count, maxCount: this.deps.maxCount };
   }
 
-  list(owner: string, args: { workspaceId?: string; cursor?: string; limit: number }): Record<string, unknown> {
+  list(owner: string, args: { workspaceId?: string; cursor?: string; limit: number }) {
     const after = args.cursor ? this.deps.cursors.decode<{ s: number }>('checkpoint_list', args.cursor).s : Number.MAX_SAFE_INTEGER;
     const rows = this.deps.db
       .prepare(`SELECT * FROM checkpoints WHERE owner_id = ? AND expires_at_ms > ? AND seq < ? ${args.workspaceId ? 'AND workspace_id = ?' : ''} ORDER BY seq DESC LIMIT ?`)
@@ -253,7 +253,7 @@ export class CheckpointService {
     };
   }
 
-  async restore(owner: string, workspaceId: string, args: { checkpointId: string }): Promise<Record<string, unknown>> {
+  async restore(owner: string, workspaceId: string, args: { checkpointId: string }) {
     const c = this.get(owner, args.checkpointId);
     const src = JSON.parse(c.source_json) as ForkTemplate;
     // Only into the workspace it was taken from: a checkpoint of another workspace would hand this
@@ -286,7 +286,7 @@ export class CheckpointService {
     };
   }
 
-  delete(owner: string, args: { checkpointId: string }, actor: 'mcp' | 'dashboard' = 'mcp'): Record<string, unknown> {
+  delete(owner: string, args: { checkpointId: string }, actor: 'mcp' | 'dashboard' = 'mcp') {
     const c = this.get(owner, args.checkpointId);
     this.deps.db.prepare('DELETE FROM checkpoints WHERE id = ?').run(c.id);
     rmSync(this.image(c.id), { force: true });
@@ -295,7 +295,7 @@ export class CheckpointService {
   }
 
   /** A new workspace from a checkpoint or from a live workspace (snapshotted now, consistently). */
-  async fork(owner: string, args: { checkpointId?: string; workspaceId?: string; networkProfile?: NetworkProfile }): Promise<Record<string, unknown>> {
+  async fork(owner: string, args: { checkpointId?: string; workspaceId?: string; networkProfile?: NetworkProfile }) {
     const t0 = Date.now();
     if (args.checkpointId) {
       const c = this.get(owner, args.checkpointId);
@@ -380,3 +380,10 @@ export class CheckpointService {
     this.sweeper?.stop();
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type CheckpointCreateResult = Awaited<ReturnType<CheckpointService['create']>>;
+export type CheckpointListResult = Awaited<ReturnType<CheckpointService['list']>>;
+export type CheckpointRestoreResult = Awaited<ReturnType<CheckpointService['restore']>>;
+export type CheckpointDeleteResult = Awaited<ReturnType<CheckpointService['delete']>>;
+export type CheckpointForkResult = Awaited<ReturnType<CheckpointService['fork']>>;

@@ -1,6 +1,6 @@
 /**
  * Files and code intelligence (spec section "Files and code intelligence"): the runner side of the
- * daemon's fs.* and search.* methods (src/sandbox/daemon/files.ts and search.ts).
+ * daemon's fs.* and search.* methods (src/sandbox/daemon/files/ and search/).
  *
  * Every path is resolved and confined inside the sandbox by the daemon; this service picks the
  * workspace's live sandbox, calls the daemon, and shapes results and cursors. Decisions (result
@@ -13,7 +13,7 @@ import { ServiceError } from '../core/errors.js';
 import { copyText } from '../core/raw-text.js';
 import type { DaemonMethod, GrepReply, ParamsOf, ReplyOf } from '../sandbox/daemon/protocol.js';
 import type { Executor } from '../sandbox/executor.js';
-import type { WorkspaceService } from './workspaces.js';
+import type { WorkspaceService } from './workspaces/index.js';
 
 export interface FileServiceDeps {
   workspaces: WorkspaceService;
@@ -64,7 +64,7 @@ export class FileService {
     }
   }
 
-  async list(workspaceId: string, args: { path: string; cursor?: string; limit: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async list(workspaceId: string, args: { path: string; cursor?: string; limit: number }, signal?: AbortSignal) {
     const key = this.pathKey(workspaceId, args.path);
     const params: Record<string, unknown> = { path: args.path, limit: args.limit };
     if (args.cursor) {
@@ -92,7 +92,7 @@ export class FileService {
     workspaceId: string,
     args: { path: string; offset: number; limit: number; cursor?: string; readAll?: boolean },
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const key = this.pathKey(workspaceId, args.path);
     let offset = args.offset;
     let expect: string | undefined;
@@ -126,7 +126,7 @@ export class FileService {
     return out;
   }
 
-  write(workspaceId: string, args: { path: string; content: string; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  write(workspaceId: string, args: { path: string; content: string; expectedSha256?: string }, signal?: AbortSignal) {
     return this.call('files_write', workspaceId, 'fs.write', { path: args.path, ...wireContent(args.content), expectedSha256: args.expectedSha256 }, signal);
   }
 
@@ -134,28 +134,28 @@ export class FileService {
     workspaceId: string,
     args: { files: Array<{ path: string; content: string; expectedSha256?: string }>; createParents: boolean; atomic: boolean },
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const files = args.files.map(({ content, ...rest }) => ({ ...rest, ...wireContent(content) }));
     return this.call('files_write_batch', workspaceId, 'fs.writeBatch', { files, createParents: args.createParents, atomic: args.atomic }, signal);
   }
 
-  applyPatch(workspaceId: string, args: { path: string; oldText: string; newText: string; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  applyPatch(workspaceId: string, args: { path: string; oldText: string; newText: string; expectedSha256?: string }, signal?: AbortSignal) {
     return this.call('files_apply_patch', workspaceId, 'fs.patch', { path: args.path, oldText: args.oldText, newText: args.newText, expectedSha256: args.expectedSha256 }, signal);
   }
 
-  delete(workspaceId: string, args: { path: string; recursive: boolean; expectedSha256?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  delete(workspaceId: string, args: { path: string; recursive: boolean; expectedSha256?: string }, signal?: AbortSignal) {
     return this.call('files_delete', workspaceId, 'fs.delete', { path: args.path, recursive: args.recursive, expectedSha256: args.expectedSha256 }, signal);
   }
 
-  move(workspaceId: string, args: { source: string; destination: string; overwrite: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  move(workspaceId: string, args: { source: string; destination: string; overwrite: boolean }, signal?: AbortSignal) {
     return this.call('files_move', workspaceId, 'fs.move', { source: args.source, destination: args.destination, overwrite: args.overwrite }, signal);
   }
 
-  mkdir(workspaceId: string, args: { path: string; recursive: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  mkdir(workspaceId: string, args: { path: string; recursive: boolean }, signal?: AbortSignal) {
     return this.call('files_mkdir', workspaceId, 'fs.mkdir', { path: args.path, recursive: args.recursive }, signal);
   }
 
-  async grep(workspaceId: string, args: { pattern: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async grep(workspaceId: string, args: { pattern: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal) {
     const reply = await this.call(
       'grep_search',
       workspaceId,
@@ -173,7 +173,7 @@ export class FileService {
     args: { query: string; path: string; language?: string; maxResults: number },
     signal?: AbortSignal,
     progress?: (progress: number, total?: number, message?: string) => void,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const reply = await this.call(
       'symbols_search',
       workspaceId,
@@ -189,7 +189,7 @@ export class FileService {
     return { query: args.query, ...reply };
   }
 
-  async references(workspaceId: string, args: { symbol: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async references(workspaceId: string, args: { symbol: string; path: string; glob?: string; maxResults: number }, signal?: AbortSignal) {
     const reply = await this.call(
       'symbols_references',
       workspaceId,
@@ -203,7 +203,7 @@ export class FileService {
 }
 
 /** The common shape of a ripgrep-backed answer (grep_search, symbols_references); `key` names the result list. */
-function searchResult(reply: GrepReply, key: 'matches' | 'references'): Record<string, unknown> {
+function searchResult(reply: GrepReply, key: 'matches' | 'references') {
   return {
     path: reply.path,
     [key]: reply.results,
@@ -229,3 +229,16 @@ export function wireContent(content: string): { content: string } | { contentBas
   }
   return escaped * 5 > content.length / 3 ? { contentBase64: Buffer.from(content, 'utf8').toString('base64') } : { content };
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type FileListResult = Awaited<ReturnType<FileService['list']>>;
+export type FileReadResult = Awaited<ReturnType<FileService['read']>>;
+export type FileWriteResult = Awaited<ReturnType<FileService['write']>>;
+export type FileWriteBatchResult = Awaited<ReturnType<FileService['writeBatch']>>;
+export type FileApplyPatchResult = Awaited<ReturnType<FileService['applyPatch']>>;
+export type FileDeleteResult = Awaited<ReturnType<FileService['delete']>>;
+export type FileMoveResult = Awaited<ReturnType<FileService['move']>>;
+export type FileMkdirResult = Awaited<ReturnType<FileService['mkdir']>>;
+export type FileGrepResult = Awaited<ReturnType<FileService['grep']>>;
+export type FileSymbolsResult = Awaited<ReturnType<FileService['symbols']>>;
+export type FileReferencesResult = Awaited<ReturnType<FileService['references']>>;

@@ -10,8 +10,8 @@ import { tx } from '../store/db.js';
 import type { CursorCodec } from '../core/cursor.js';
 import { ServiceError } from '../core/errors.js';
 import { newId } from '../core/ids.js';
-import type { WorkspaceService } from './workspaces.js';
-import { parseRepoUrl } from './repos.js';
+import type { WorkspaceService } from './workspaces/index.js';
+import { parseRepoUrl } from './repos/index.js';
 
 export type MemoryScope = 'owner' | 'repository' | 'workspace';
 const SCOPES: MemoryScope[] = ['owner', 'repository', 'workspace'];
@@ -112,7 +112,7 @@ export class MemoryService {
     return retentionSeconds === undefined ? null : this.now() + retentionSeconds * this.deps.clock.secondMs;
   }
 
-  private describe(note: NoteRow, withContent: boolean): Record<string, unknown> {
+  private describe(note: NoteRow, withContent: boolean) {
     const out: Record<string, unknown> = {
       memoryId: note.id,
       scope: note.scope,
@@ -161,7 +161,7 @@ export class MemoryService {
     return note;
   }
 
-  list(owner: string, workspaceId: string | undefined, args: { scope?: MemoryScope; tags?: string[]; limit: number; cursor?: string }): Record<string, unknown> {
+  list(owner: string, workspaceId: string | undefined, args: { scope?: MemoryScope; tags?: string[]; limit: number; cursor?: string }) {
     const filter = digest([args.scope ?? null, args.tags ?? null]);
     let after: string | undefined;
     if (args.cursor) {
@@ -181,7 +181,7 @@ export class MemoryService {
     };
   }
 
-  read(owner: string, workspaceId: string | undefined, args: { memoryId?: string; name?: string; scope?: MemoryScope }): Record<string, unknown> {
+  read(owner: string, workspaceId: string | undefined, args: { memoryId?: string; name?: string; scope?: MemoryScope }) {
     this.sweep();
     return this.describe(this.find(owner, workspaceId, args, 'memories_read'), true);
   }
@@ -190,7 +190,7 @@ export class MemoryService {
     owner: string,
     workspaceId: string | undefined,
     args: { scope: MemoryScope; name: string; content: string; tags: string[]; retentionSeconds?: number; expectedGeneration: number },
-  ): Record<string, unknown> {
+  ) {
     const key = this.scopeKey(args.scope, workspaceId, 'memories_write');
     const tags = uniqueTags(args.tags);
     return tx(this.deps.db, () => {
@@ -225,7 +225,7 @@ export class MemoryService {
     owner: string,
     workspaceId: string | undefined,
     args: { query: string; scope?: MemoryScope; tags?: string[]; tagMatch: 'all' | 'any'; limit: number; cursor?: string },
-  ): Record<string, unknown> {
+  ) {
     const filter = digest([args.query, args.scope ?? null, args.tags ?? null, args.tagMatch]);
     let offset = 0;
     if (args.cursor) {
@@ -265,7 +265,7 @@ export class MemoryService {
     };
   }
 
-  delete(owner: string, workspaceId: string | undefined, args: { memoryId?: string; name?: string; scope?: MemoryScope; expectedGeneration: number }): Record<string, unknown> {
+  delete(owner: string, workspaceId: string | undefined, args: { memoryId?: string; name?: string; scope?: MemoryScope; expectedGeneration: number }) {
     return tx(this.deps.db, () => {
       const note = this.find(owner, workspaceId, args, 'memories_delete');
       if (note.generation !== args.expectedGeneration) {
@@ -307,3 +307,10 @@ export function snippet(content: string, needleLower: string): string {
   const start = Math.max(0, at - 60);
   return (start > 0 ? '…' : '') + content.slice(start, start + 160) + (start + 160 < content.length ? '…' : '');
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type MemoryListResult = Awaited<ReturnType<MemoryService['list']>>;
+export type MemoryReadResult = Awaited<ReturnType<MemoryService['read']>>;
+export type MemoryWriteResult = Awaited<ReturnType<MemoryService['write']>>;
+export type MemorySearchResult = Awaited<ReturnType<MemoryService['search']>>;
+export type MemoryDeleteResult = Awaited<ReturnType<MemoryService['delete']>>;

@@ -1,5 +1,5 @@
 /**
- * A backup's thread (src/store/backup.ts, started by services/backups.ts): VACUUM INTO, hashing and
+ * A backup's thread (src/store/backup.ts, started by services/instance/backups.ts): VACUUM INTO, hashing and
  * copying are synchronous, so they run here, off the service's event loop, on a connection of their own.
  */
 import { parentPort, workerData } from 'node:worker_threads';

@@ -1,36 +1,36 @@
 /**
  * Numbered migrations. Never edit a released migration: add the next number.
  * Table ownership (only the owner reads or writes a table):
- *   services/auth   owner, api_tokens, dashboard_sessions, login_links
- *   services/idempotency idempotency
- *   services/audit  audit_log
- *   services/principals principal_state
+ *   services/access/tokens owner, api_tokens, dashboard_sessions, login_links
+ *   services/instance/idempotency idempotency
+ *   services/instance/audit audit_log
+ *   services/access/principals principal_state
  *   services/environments environments, env_entries
  *   services/workspaces   workspaces
- *   services/spend        spend_reservations, spend_policies, spend_cursor
+ *   services/models/spend spend_reservations, spend_policies, spend_cursor
  *   services/commands     operations, tasks, terminals
  *   services/approvals    approvals
  *   services/packages     package_plans, package_resolutions, package_applies, package_releases, package_bindings, package_binding_history, workspace_package_mounts
  *
  * From version 7 on, each migration is a file of its own under migrations/ (NNNN-name.ts),
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
- *   services/models       provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
- *   services/repo-credentials repo_credentials
- *   services/auth   (0012) api_tokens.toolsets/read_only
- *   services/oauth  oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
+ *   services/models/profiles provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
+ *   services/repos/credentials repo_credentials
+ *   services/access/tokens (0012) api_tokens.toolsets/read_only
+ *   services/access/oauth oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens
  *   services/agents       agents (logs on disk under <dataDir>/state/agents/)
  *   services/extensions   owner_skills, extension_workspaces, hook_activations, deployment_enrolments
  *   services/memories     memory_notes
  *   services/knowledge    knowledge_projects, knowledge_items, knowledge_fts, knowledge_links
  *   services/artifacts    artifacts, artifact_blobs
- *   services/token-cache  (0019) auth_epoch (moved by triggers on the token tables; only read)
- *   services/oauth  (0020) oauth_tokens.scope
- *   services/oauth  (0022) oauth_clients.metadata_url, doc_* (Client ID Metadata Documents)
+ *   services/access/token-cache (0019) auth_epoch (moved by triggers on the token tables; only read)
+ *   services/access/oauth (0020) oauth_tokens.scope
+ *   services/access/oauth (0022) oauth_clients.metadata_url, doc_* (Client ID Metadata Documents)
  *   services/commands (0023) operations: tool calls run as MCP tasks
- *   services/backups (0025) backups
+ *   services/instance/backups (0025) backups
  *   services/checkpoints (0027) checkpoints
  *   services/previews (0028) previews
- *   services/templates (0029) workspace_templates; environments.setup_script/maintenance_script; env_entries.setup_only
+ *   services/workspaces/templates (0029) workspace_templates; environments.setup_script/maintenance_script; env_entries.setup_only
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';

@@ -7,7 +7,7 @@
  * batched and sent by OTLP/HTTP (JSON) to the endpoint. The runner, the gateway child
  * (src/gateway/main.ts) and nothing else start it; agent runtimes, sandboxed with no network, carry
  * the context into their gateway requests (`traceparent`) and report their turns' span ids, which
- * the runner records (src/services/agents.ts).
+ * the runner records (src/services/agents/agents.ts).
  *
  * Attributes: only ids, names, codes, counts and durations. `attrs()` is the one way attributes are
  * set here; it keeps only keys of the allowed prefixes and drops any string that looks like a

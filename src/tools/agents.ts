@@ -1,7 +1,7 @@
 /** Spec section "Coding subagents" (6 tools). */
 import { defineTool } from './define.js';
 import { AGENTID, IDEM, PROFILEID, int, str, z } from './types.js';
-import { SPAWN_BUDGET_DEFAULTS } from '../services/agents.js';
+import { SPAWN_BUDGET_DEFAULTS } from '../services/agents/index.js';
 
 const domain = 'Coding subagents';
 

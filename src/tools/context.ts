@@ -1,22 +1,22 @@
-import type { WorkspaceService } from '../services/workspaces.js';
+import type { WorkspaceService } from '../services/workspaces/index.js';
 import type { FileService } from '../services/files.js';
-import type { CommandService } from '../services/commands.js';
-import type { GitService } from '../services/git.js';
-import type { ModelService } from '../services/models.js';
-import type { ModelCatalog } from '../services/model-catalog.js';
-import type { ConnectionChecks } from '../services/model-checks.js';
-import type { SpendService } from '../services/spend.js';
-import type { GatewayClient } from '../services/gateway-client.js';
+import type { CommandService } from '../services/commands/index.js';
+import type { GitService } from '../services/git/index.js';
+import type { ModelService } from '../services/models/index.js';
+import type { ModelCatalog } from '../services/models/index.js';
+import type { ConnectionChecks } from '../services/models/index.js';
+import type { SpendService } from '../services/models/index.js';
+import type { GatewayClient } from '../services/models/index.js';
 import type { ApprovalService } from '../services/approvals.js';
-import type { PackageService } from '../services/packages.js';
-import type { RepoHostService } from '../services/repohost/service.js';
+import type { PackageService } from '../services/packages/index.js';
+import type { RepoHostService } from '../services/repohost/index.js';
 import type { ExtensionService } from '../services/extensions/index.js';
-import type { AgentService } from '../services/agents.js';
+import type { AgentService } from '../services/agents/index.js';
 import type { MemoryService } from '../services/memories.js';
-import type { KnowledgeService } from '../services/knowledge.js';
+import type { KnowledgeService } from '../services/knowledge/index.js';
 import type { ArtifactService } from '../services/artifacts.js';
 import type { CheckpointService } from '../services/checkpoints.js';
-import type { PreviewService } from '../services/previews.js';
+import type { PreviewService } from '../services/previews/index.js';
 import type { CodeIntelService } from '../services/code-intel/index.js';
 
 /**
@@ -51,9 +51,9 @@ export interface ToolServices {
   readonly codeIntel: CodeIntelService;
 }
 
-export type { Actor } from '../services/audit.js';
+export type { Actor } from '../services/instance/index.js';
 import type { CallerGrant } from '../core/caller.js';
-import type { Actor } from '../services/audit.js';
+import type { Actor } from '../services/instance/index.js';
 
 /** What a tool handler gets besides its validated arguments. */
 export interface ToolContext {

@@ -1,10 +1,30 @@
-/** The whole catalog: every tool of the spec, in spec order, then the tools beyond it (their own toolsets). */
+/**
+ * The whole catalog: every tool of the spec, in spec order, then the tools beyond it (their own toolsets).
+ *
+ * Where a spec section lives: a tool module is named after the domain of src/services/ its tools
+ * call; its end-to-end tests are test/e2e/<domain>*.test.ts (workspaces also workspace-*, lifecycle,
+ * templates; commands also mcp-tasks; models also catalog, spend-overrun).
+ *   Workspace lifecycle                      tools/workspaces.ts   services/workspaces/
+ *   Files and code intelligence              tools/files.ts        services/files.ts
+ *   Commands and shells; Sessions and tasks  tools/commands.ts     services/commands/
+ *   Managed packages                         tools/packages.ts     services/packages/
+ *   Git and worktrees                        tools/git.ts          services/git/
+ *   Repository-host operations               tools/repohost.ts     services/repohost/
+ *   Repository extensions                    tools/extensions.ts   services/extensions/
+ *     (its memories_* tools)                 tools/memories.ts     services/memories.ts
+ *   Knowledge store                          tools/knowledge.ts    services/knowledge/
+ *   Retained artifacts                       tools/artifacts.ts    services/artifacts.ts
+ *   Models and spend tools                   tools/models.ts       services/models/
+ *   Coding subagents                         tools/agents.ts       services/agents/
+ *   Workspace checkpoints and forks (beyond the spec; workspace_fork is the checkpoint service's)
+ *                                            tools/checkpoints.ts  services/checkpoints.ts
+ *   Previews (beyond the spec)               tools/previews.ts     services/previews/
+ */
 import type { AnyToolDef } from './define.js';
-import { tools as workspace } from './workspace.js';
+import { tools as workspace } from './workspaces.js';
 import { tools as files } from './files.js';
-import { tools as exec } from './exec.js';
+import { commandsAndShells, sessionsAndTasks } from './commands.js';
 import { tools as packages } from './packages.js';
-import { tools as sessions } from './sessions.js';
 import { tools as git } from './git.js';
 import { tools as repohost } from './repohost.js';
 import { deploymentsAndSuggest, skillsAndHooks } from './extensions.js';
@@ -20,9 +40,9 @@ import { tools as codeIntel } from './code-intel.js';
 export const CATALOG: AnyToolDef[] = [
   ...workspace,
   ...files,
-  ...exec,
+  ...commandsAndShells,
   ...packages,
-  ...sessions,
+  ...sessionsAndTasks,
   ...git,
   ...repohost,
   ...skillsAndHooks,

@@ -5,7 +5,7 @@
  */
 import { defineTool } from './define.js';
 import { CUR, IDEM, WSID, idOf, int, str, z } from './types.js';
-import { PREVIEW_DEFAULT_TTL_S, PREVIEW_MAX_TTL_S } from '../services/previews.js';
+import { PREVIEW_DEFAULT_TTL_S, PREVIEW_MAX_TTL_S } from '../services/previews/index.js';
 
 export const PREVIEWS_DOMAIN = 'Preview URLs (beyond the spec)';
 const domain = PREVIEWS_DOMAIN;

@@ -1,7 +1,7 @@
 /** Spec section "Repository-host operations" (2 tools). */
 import { defineTool } from './define.js';
 import { IDEM, INT, OID, PATH, THREADID, URI, int, str, z } from './types.js';
-import { ACTIONS, actionLines, checkActionArgs } from '../services/repohost/actions.js';
+import { ACTIONS, actionLines, checkActionArgs } from '../services/repohost/index.js';
 
 const domain = 'Repository-host operations';
 const tracking = 'repository host' as const;

@@ -1,5 +1,5 @@
 /**
- * /mcp remembers verified tokens (src/services/token-cache.ts); a revoked token must still fail on its very
+ * /mcp remembers verified tokens (src/services/access/token-cache.ts); a revoked token must still fail on its very
  * next request, whether it was revoked in this process (the dashboard) or by another (the CLI), on a
  * connection that was just using it; and one token's remembered access is never widened or narrowed
  * by another request's narrowing headers.

@@ -1,6 +1,6 @@
 /**
  * Issue #42 item 6 through the real service: operation_status, operation_wait and operation_cancel
- * obey the caller's access exactly as tasks/get does (one rule, services/operation-access.ts).
+ * obey the caller's access exactly as tasks/get does (one rule, services/commands/access.ts).
  * Narrowed connections (X-MCP-Toolsets, X-MCP-Readonly) and narrowed tokens (atelier token create
  * --read-only / --toolsets) are told an operation outside their grant does not exist, whether it
  * runs or has ended; the owner's unnarrowed connection still reaches it, and what was hidden was

@@ -555,8 +555,8 @@ describe('coverage and API base', () => {
   });
 
   it('derives the API base: github.com -> api.github.com, an app credential its API URL, a token on another host /api/v3', async () => {
-    const { RepoCredentialStore } = await import('../../src/services/repo-credentials.js');
-    const { parseRepoUrl } = await import('../../src/services/repos.js');
+    const { RepoCredentialStore } = await import('../../src/services/repos/credentials.js');
+    const { parseRepoUrl } = await import('../../src/services/repos/policy.js');
     const store = new RepoCredentialStore({ db: null as never, secrets: null as never, audit: null as never, extraCaPem: () => '' });
     const meta = (kind: 'token' | 'github_app', apiUrl: string | null) => ({ kind, apiUrl }) as never;
     expect(store.apiBase(parseRepoUrl('https://github.com/acme/app.git'), meta('token', null))).toBe('https://api.github.com');

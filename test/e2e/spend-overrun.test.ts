@@ -16,7 +16,7 @@ import { startFakeProvider, type FakeProvider } from '../fixtures/fake-provider.
 import { generateTls } from '../fixtures/githost.js';
 import { PRICES, route, startGatewayProc, until, type GatewayProc } from './gateway-harness.js';
 import { migrate } from '../../src/store/db.js';
-import { SpendService } from '../../src/services/spend.js';
+import { SpendService } from '../../src/services/models/spend.js';
 import { costMicros, effectivePrices, worstCaseMicros, type EffectivePrices } from '../../src/core/pricing.js';
 import { INPUT_PER_ITEM_ALLOWANCE, INPUT_TEMPLATE_ALLOWANCE, STREAM_DELTA_SLACK } from '../../src/gateway/budget.js';
 

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/core/errors.js';
 import { DaemonClient } from '../../src/sandbox/client.js';
 import { openRelay } from '../../src/sandbox/relay.js';
-import { startCredentialBroker } from '../../src/services/broker.js';
+import { startCredentialBroker } from '../../src/services/repos/broker.js';
 import { collect } from '../../src/sandbox/bwrap/index.js';
 import { spawn } from 'node:child_process';
 

@@ -19,7 +19,7 @@ import { FRAME, frame, FrameReader, MAX_CONNECTIONS, MAX_PAYLOAD, RECEIVE_LIMIT 
 import { KubernetesExecutor } from '../../src/sandbox/kubernetes/index.js';
 import { TunnelEnd } from '../../src/sandbox/kubernetes/tunnel.js';
 import { objectName } from '../../src/sandbox/kubernetes/names.js';
-import { startCredentialBroker } from '../../src/services/broker.js';
+import { startCredentialBroker } from '../../src/services/repos/broker.js';
 import { startKubeApiServer, type KubeApiServer } from '../fixtures/kube-apiserver/index.js';
 import { assertDaemonBuilt, isRoot } from './helpers.js';
 

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { AuditLog, type AuditEntry } from '../../src/services/audit.js';
+import { AuditLog, type AuditEntry } from '../../src/services/instance/audit.js';
 import { openDatabase, type DB } from '../../src/store/db.js';
 
 const entry = (action: string): AuditEntry => ({ actor: 'mcp', principal: 'token_x', action, target: 'ws_1', outcome: 'ok' });

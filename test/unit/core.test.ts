@@ -7,7 +7,7 @@ import { SecretBox, hashPassword, verifyPassword } from '../../src/core/crypto.j
 import { newId } from '../../src/core/ids.js';
 import { ConfigError, loadConfig } from '../../src/core/config.js';
 import { openDatabase } from '../../src/store/db.js';
-import { IdempotencyStore } from '../../src/services/idempotency.js';
+import { IdempotencyStore } from '../../src/services/instance/idempotency.js';
 import { canonicalJson } from '../../src/core/canonical-json.js';
 import { ServiceError } from '../../src/core/errors.js';
 import { ToolRegistry } from '../../src/mcp/registry.js';

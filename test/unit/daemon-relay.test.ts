@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer } from '../../src/sandbox/daemon/server.js';
 import { openRelay } from '../../src/sandbox/relay.js';
 import { ServiceError } from '../../src/core/errors.js';
-import { confineCookie } from '../../src/services/previews-http.js';
+import { confineCookie } from '../../src/services/previews/http-gate.js';
 
 let dir: string;
 let sock: string;

@@ -78,7 +78,7 @@ describe('one door: the executor interface is the only way past src/sandbox/', (
   });
 
   it("the workspace service reaches a workspace's files only through the optional Executor.storage", () => {
-    const ws = edges.filter((e) => e.from === 'services/workspaces.ts' && e.to.startsWith('sandbox/'));
+    const ws = edges.filter((e) => e.from.startsWith('services/workspaces/') && e.to.startsWith('sandbox/'));
     expect(ws.map((e) => e.to)).not.toContain('sandbox/disk.ts');
     expect(ws.map((e) => e.to)).not.toContain('sandbox/rootdir.ts');
     expect(edges).toContainEqual({ from: 'sandbox/host-storage.ts', to: 'sandbox/disk.ts' });
@@ -96,7 +96,7 @@ describe('one door: the executor interface is the only way past src/sandbox/', (
   });
 
   it('git operations learn where a short-lived sandbox takes sockets and files from the executor (ephemeralLayout), not from a driver', () => {
-    expect(edges.filter((e) => e.from === 'services/git-ephemeral.ts' && e.to.startsWith('sandbox/kubernetes/'))).toEqual([]);
-    expect(readFileSync(join(SRC, 'services/git-ephemeral.ts'), 'utf8')).toContain('deps.executor.ephemeralLayout');
+    expect(edges.filter((e) => e.from === 'services/git/ephemeral.ts' && e.to.startsWith('sandbox/kubernetes/'))).toEqual([]);
+    expect(readFileSync(join(SRC, 'services/git/ephemeral.ts'), 'utf8')).toContain('deps.executor.ephemeralLayout');
   });
 });

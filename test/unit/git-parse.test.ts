@@ -1,6 +1,6 @@
-/** Parsers of GitService (src/services/git.ts): porcelain v2 status and push porcelain. */
+/** Parsers of GitService (src/services/git/local.ts): porcelain v2 status and push porcelain. */
 import { describe, expect, it } from 'vitest';
-import { parsePushPorcelain, parseStatusV2 } from '../../src/services/git.js';
+import { parsePushPorcelain, parseStatusV2 } from '../../src/services/git/local.js';
 
 describe('parseStatusV2', () => {
   it('reads branch headers and every entry kind, including renames and paths with spaces', () => {

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openDatabase, type DB } from '../../src/store/db.js';
-import { AuditLog } from '../../src/services/audit.js';
+import { AuditLog } from '../../src/services/instance/audit.js';
 import { ApprovalService, withApprovedRequest } from '../../src/services/approvals.js';
 import { ServiceError } from '../../src/core/errors.js';
 import { runWithApprovals, approvalUrl, type ApprovalAsk, type InCallApprovals } from '../../src/mcp/in-call-approvals.js';

@@ -1,6 +1,6 @@
-/** Calls of the last hour (services/instance-health.ts): per-minute buckets, errors, slowest tools, nothing older than an hour. */
+/** Calls of the last hour (services/instance/health.ts): per-minute buckets, errors, slowest tools, nothing older than an hour. */
 import { describe, expect, it } from 'vitest';
-import { CallStats } from '../../src/services/instance-health.js';
+import { CallStats } from '../../src/services/instance/health.js';
 
 describe('CallStats', () => {
   it('counts calls and errors of the last hour and ranks the slowest tools by mean', () => {

@@ -6,7 +6,7 @@
  */
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { ftsQuery } from '../../src/services/knowledge.js';
+import { ftsQuery } from '../../src/services/knowledge/index.js';
 import { codeWords, ftsText, identifierWords, identifiers, queryWords } from '../../src/services/knowledge/code-words.js';
 
 describe('identifier words', () => {

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/store/db.js';
 import { CursorCodec } from '../../src/core/cursor.js';
-import { EMBEDDING_MODEL, KnowledgeService, STOPWORDS, type Embedder } from '../../src/services/knowledge.js';
+import { EMBEDDING_MODEL, KnowledgeService, STOPWORDS, type Embedder } from '../../src/services/knowledge/index.js';
 import { WordNet } from '../../src/services/knowledge/wordnet.js';
 import { EXPANSION_SOURCE, MAX_EXPANDED_WORDS, expandableWords, expansionWords } from '../../src/services/knowledge/expansion.js';
 

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/store/db.js';
 import { CursorCodec } from '../../src/core/cursor.js';
-import { EMBEDDING_MODEL, KnowledgeService, MODEL_LABEL, type Embedder } from '../../src/services/knowledge.js';
+import { EMBEDDING_MODEL, KnowledgeService, MODEL_LABEL, type Embedder } from '../../src/services/knowledge/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'atelier-kn-reembed-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -5,7 +5,7 @@
  */
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { ftsQuery } from '../../src/services/knowledge.js';
+import { ftsQuery } from '../../src/services/knowledge/index.js';
 import { VectorIndex, simdAvailable } from '../../src/services/knowledge/vector-index.js';
 
 let seed = 1;

@@ -8,7 +8,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { dirname, join, posix, relative, resolve } from 'node:path';
+import { join, relative, resolve } from 'node:path';
+import { importsOf, type Edge } from './import-graph.js';
+
+export { importsOf, type Edge };
 
 const SRC = resolve(__dirname, '../../src');
 
@@ -19,8 +22,6 @@ export function areaOf(rel: string): string {
   // The daemon's wire contract lives in its folder (the daemon is copied into the sandbox on its
   // own and imports nothing outside it), but it is a contract both ends import.
   if (rel === 'sandbox/daemon/protocol.ts') return 'contracts';
-  // The application's gauges read the App: composition level, like server.ts (issue #35).
-  if (rel === 'telemetry/app-metrics.ts') return 'server';
   if (parts[0] === 'sandbox' && parts[1] === 'daemon') return 'sandbox/daemon';
   return parts[0]!;
 }
@@ -57,25 +58,6 @@ const ALLOWED: Record<string, string[]> = {
  * the list only shrinks.
  */
 const EXCEPTIONS: Array<{ from: RegExp; to: RegExp; why: string }> = [];
-
-export interface Edge {
-  from: string;
-  to: string;
-}
-
-const IMPORT = /(?:^|[;\s{}])(?:import|export)\s[^'"`;]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|(?:^|[;\s])import\s+['"]([^'"]+)['"]/g;
-
-/** The relative imports of one file (static, type-only, re-exports, dynamic), resolved to paths under src/. */
-export function importsOf(rel: string, source: string): Edge[] {
-  const out: Edge[] = [];
-  for (const m of source.matchAll(IMPORT)) {
-    const spec = m[1] ?? m[2] ?? m[3]!;
-    if (!spec.startsWith('.')) continue;
-    const to = posix.normalize(posix.join(posix.dirname(rel), spec)).replace(/\.js$/, '.ts');
-    out.push({ from: rel, to });
-  }
-  return out;
-}
 
 /** Every import that breaks the rule, as "from → to (areas)"; and the exceptions no import used. */
 export function violations(edges: Edge[]): { broken: string[]; unusedExceptions: string[] } {

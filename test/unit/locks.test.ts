@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { WorkspaceLocks } from '../../src/core/locks.js';
 import { ServiceError } from '../../src/core/errors.js';
 import { openDatabase } from '../../src/store/db.js';
-import { IdempotencyStore } from '../../src/services/idempotency.js';
+import { IdempotencyStore } from '../../src/services/instance/idempotency.js';
 import { IdempotentRunner } from '../../src/mcp/registry.js';
 
 const dirs: string[] = [];

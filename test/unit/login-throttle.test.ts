@@ -1,6 +1,6 @@
 /** Password-login throttling (issue #31 item 5): delays, lockouts, bounded checks, on a fake clock. */
 import { describe, expect, it } from 'vitest';
-import { addressKey, FORGET_AFTER_MS, LoginThrottle, MAX_ADDRESSES, MAX_RUNNING, MAX_WAITING, type LockoutEvent } from '../../src/services/login-throttle.js';
+import { addressKey, FORGET_AFTER_MS, LoginThrottle, MAX_ADDRESSES, MAX_RUNNING, MAX_WAITING, type LockoutEvent } from '../../src/services/access/login-throttle.js';
 
 function throttle(perAddress = 10, overall = 100, lockoutMs = 900_000) {
   let t = 1_000_000;

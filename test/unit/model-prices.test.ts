@@ -15,9 +15,9 @@ import { openDatabase, type DB } from '../../src/store/db.js';
 import { SecretBox } from '../../src/core/crypto.js';
 import { CursorCodec } from '../../src/core/cursor.js';
 import { createLogger } from '../../src/core/log.js';
-import { AuditLog } from '../../src/services/audit.js';
-import { ModelService } from '../../src/services/models.js';
-import { ModelCatalog } from '../../src/services/model-catalog.js';
+import { AuditLog } from '../../src/services/instance/audit.js';
+import { ModelService } from '../../src/services/models/profiles.js';
+import { ModelCatalog } from '../../src/services/models/catalog.js';
 
 const P = (input: number, output: number) => ({ inputMicrosPerMillionTokens: input, outputMicrosPerMillionTokens: output, cachedReadMicrosPerMillionTokens: null, cachedWriteMicrosPerMillionTokens: null });
 const BIG = P(10_000_000, 40_000_000);

@@ -7,8 +7,8 @@
 import { Agent, createServer as createHttpServer, request, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PreviewGate } from '../../src/services/previews-http.js';
-import type { PreviewService, ResolvedLink } from '../../src/services/previews.js';
+import { PreviewGate } from '../../src/services/previews/http-gate.js';
+import type { PreviewService, ResolvedLink } from '../../src/services/previews/links.js';
 
 let app: HttpServer;
 let front: HttpServer;

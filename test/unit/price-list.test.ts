@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { PriceList, SHIPPED_PRICE_LIST } from '../../src/services/price-list.js';
-import { ModelCatalog } from '../../src/services/model-catalog.js';
+import { PriceList, SHIPPED_PRICE_LIST } from '../../src/services/models/price-list.js';
+import { ModelCatalog } from '../../src/services/models/catalog.js';
 import { PROVIDERS } from '../../src/core/providers.js';
 import { ConfigError } from '../../src/core/config.js';
 

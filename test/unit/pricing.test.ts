@@ -3,7 +3,7 @@ import Database from 'better-sqlite3';
 import { affordableOutputTokens, costMicros, effectivePrices, worstCaseMicros, type EffectivePrices } from '../../src/core/pricing.js';
 import { Budget, BudgetError } from '../../src/gateway/budget.js';
 import { migrate } from '../../src/store/db.js';
-import { SpendService } from '../../src/services/spend.js';
+import { SpendService } from '../../src/services/models/spend.js';
 import { findUsage } from '../../src/gateway/usage.js';
 import { endpointFor, resolveProviders } from '../../src/core/providers.js';
 

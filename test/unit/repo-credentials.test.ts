@@ -7,11 +7,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { appJwt, normalisePrefix, ownerAndName, prefixCovers, RepoCredentialStore } from '../../src/services/repo-credentials.js';
-import { parseRepoUrl, readRepositorySettings } from '../../src/services/repos.js';
+import { appJwt, normalisePrefix, ownerAndName, prefixCovers, RepoCredentialStore } from '../../src/services/repos/credentials.js';
+import { parseRepoUrl, readRepositorySettings } from '../../src/services/repos/policy.js';
 import { openDatabase, migrate } from '../../src/store/db.js';
 import { SecretBox } from '../../src/core/crypto.js';
-import { AuditLog } from '../../src/services/audit.js';
+import { AuditLog } from '../../src/services/instance/audit.js';
 import { ServiceError } from '../../src/core/errors.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'atelier-rcred-'));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_WRITE_INTERVAL_MS, writeIntervalFromEnv } from '../../src/services/repohost/service.js';
+import { DEFAULT_WRITE_INTERVAL_MS, writeIntervalFromEnv } from '../../src/services/repohost/host.js';
 
 describe('ATELIER_REPOHOST_WRITE_INTERVAL_MS', () => {
   it('defaults to GitHub guidance of one second between writes', () => {

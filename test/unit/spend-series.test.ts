@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import Database from 'better-sqlite3';
 import { migrate } from '../../src/store/db.js';
-import { SpendService } from '../../src/services/spend.js';
+import { SpendService } from '../../src/services/models/spend.js';
 
 describe('spend series', () => {
   it('buckets every day of the month and every month of the year, splitting settled, reserved and unreconciled', () => {

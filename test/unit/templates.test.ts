@@ -7,8 +7,8 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, syml
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { MAX_DEPTH, searchValues } from '../../src/services/templates/search.js';
-import { save, startFrom, templateImage } from '../../src/services/templates/store.js';
+import { MAX_DEPTH, searchValues } from '../../src/services/workspaces/templates/search.js';
+import { save, startFrom, templateImage } from '../../src/services/workspaces/templates/store.js';
 
 const dirs: string[] = [];
 const tmp = () => {

@@ -1,5 +1,5 @@
 /**
- * The cache of verified tokens (src/services/token-cache.ts) on a real database: an entry stands
+ * The cache of verified tokens (src/services/access/token-cache.ts) on a real database: an entry stands
  * while the token tables are unchanged, whatever else is written (a tool call's audit entry), and
  * goes at the first change to them by this connection or another (migration 0019's counter).
  */
@@ -7,9 +7,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { AuditLog } from '../../src/services/audit.js';
-import { AuthService } from '../../src/services/auth.js';
-import { TokenVerifyCache } from '../../src/services/token-cache.js';
+import { AuditLog } from '../../src/services/instance/audit.js';
+import { AuthService } from '../../src/services/access/tokens.js';
+import { TokenVerifyCache } from '../../src/services/access/token-cache.js';
 import { openDatabase, type DB } from '../../src/store/db.js';
 
 describe('remembered token verification', () => {

@@ -29,8 +29,8 @@ import { rootCertificates } from 'node:tls';
 import { Resolver } from 'node:dns';
 import { isIP } from 'node:net';
 import { isPrivateAddress, parseIPv4, parseIPv6 } from '../../sandbox/egress/address.js';
-import { addressKey } from '../../services/login-throttle.js';
-import { cleanClientName, type CimdCache, type CimdClientRecord, type CimdDocument, type OAuthStore } from '../../services/oauth.js';
+import { addressKey } from '../../services/access/index.js';
+import { cleanClientName, type CimdCache, type CimdClientRecord, type CimdDocument, type OAuthStore } from '../../services/access/index.js';
 import { redirectUriProblem } from './redirect-uris.js';
 
 /** Largest document read (the draft recommends 5 KB; documents with a `jwks` of a few keys are larger). */

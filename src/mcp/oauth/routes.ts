@@ -18,7 +18,7 @@ import { ServiceError } from '../../core/errors.js';
 import { ConfigError } from '../../core/config.js';
 import { clientAddress } from '../../core/client-address.js';
 import { accessFromScope, scopesSupported, scopeFromAccess } from '../../core/toolsets.js';
-import { cleanClientName, isMetadataUrlClientId, OAUTH_PATHS, OAuthFailure, type ClientRecord, type OAuthStore } from '../../services/oauth.js';
+import { cleanClientName, isMetadataUrlClientId, OAUTH_PATHS, OAuthFailure, type ClientRecord, type OAuthStore } from '../../services/access/index.js';
 import { redirectUriProblem } from './redirect-uris.js';
 import { CimdAddressLimit, CimdClients, CimdFailure, CimdFetcher } from './cimd.js';
 

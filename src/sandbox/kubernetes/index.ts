@@ -1,6 +1,6 @@
 /**
  * The Kubernetes executor driver: every sandbox a Pod in the cluster, reached through the same
- * Executor interface as the bubblewrap driver (../bwrap.ts).
+ * Executor interface as the bubblewrap driver (../bwrap/index.ts).
  *
  *   workspace  = PersistentVolumeClaim (its files: repo/, home/, tmp/ sub-paths) + Pod running the
  *                workspace image's daemon + NetworkPolicy (deny-all, whatever the network); all

@@ -14,7 +14,7 @@ import type { CursorCodec } from '../../core/cursor.js';
 import { ServiceError } from '../../core/errors.js';
 import type { CodeCustomServer, CodeServerId, CodeSettings, DaemonMethod, ParamsOf, ReplyOf } from '../../sandbox/daemon/protocol.js';
 import type { Executor } from '../../sandbox/executor.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import { unifiedDiff } from './diff.js';
 
 export interface CodeIntelDeps {

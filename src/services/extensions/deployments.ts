@@ -14,14 +14,14 @@
 import { chown, mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../audit.js';
+import type { AuditLog, Actor } from '../instance/index.js';
 import type { Config } from '../../core/config.js';
 import type { Logger } from '../../core/log.js';
 import { ServiceError } from '../../core/errors.js';
 import { nowIso } from '../../core/clock.js';
 import type { Executor, SandboxNetwork } from '../../sandbox/executor.js';
 import { startEgressProxy, type EgressDecision } from '../../sandbox/egress.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import type { EnvironmentService } from '../environments.js';
 import { DEPLOY_MANIFEST, parseDeployManifest, type DeployTarget, type Manifest } from './format.js';
 import type { SkillService } from './skills.js';
@@ -91,7 +91,7 @@ export class DeploymentService {
     return this.enrolments(args.repositoryUrl).find((e) => e.target === args.target)!;
   }
 
-  revoke(repositoryUrl: string, target: string, actor: Actor): Record<string, unknown> {
+  revoke(repositoryUrl: string, target: string, actor: Actor) {
     const r = this.deps.db.prepare('DELETE FROM deployment_enrolments WHERE repository_url = ? AND target = ?').run(repositoryUrl, target);
     if (r.changes === 0) throw new ServiceError('NOT_FOUND', `no enrolment of target ${target} for ${repositoryUrl}`, { field: 'target' });
     this.deps.audit.record({ actor, action: 'deployment_revoke', target: `${repositoryUrl}#${target}`, outcome: 'ok' });
@@ -109,7 +109,7 @@ export class DeploymentService {
     return `the owner enrols it with: atelier deployments allow ${repo} ${target.name} ${target.sha256}${target.secrets.length ? ' --environment ENV' : ''} (or POST /api/v1/deployment-enrolments)`;
   }
 
-  async listTool(workspaceId: string, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async listTool(workspaceId: string, signal?: AbortSignal) {
     const repo = this.deps.workspaces.get(workspaceId).repositoryUrl;
     const manifest = await this.manifest(workspaceId, signal);
     const enr = this.enrolments(repo);
@@ -135,7 +135,7 @@ export class DeploymentService {
     };
   }
 
-  async runTool(workspaceId: string, args: { name: string; timeoutMs: number }, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async runTool(workspaceId: string, args: { name: string; timeoutMs: number }, who: { principal: string; actor: Actor }, signal?: AbortSignal) {
     const workspace = this.deps.workspaces.get(workspaceId);
     const manifest = await this.manifest(workspaceId, signal);
     if (!manifest) throw new ServiceError('NOT_FOUND', `name: the checkout has no deployment manifest at ${DEPLOY_MANIFEST}`, { field: 'name' });
@@ -227,3 +227,8 @@ export class DeploymentService {
     }
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type DeploymentRevokeResult = Awaited<ReturnType<DeploymentService['revoke']>>;
+export type DeploymentListToolResult = Awaited<ReturnType<DeploymentService['listTool']>>;
+export type DeploymentRunToolResult = Awaited<ReturnType<DeploymentService['runTool']>>;

@@ -7,13 +7,13 @@
  * digest differs from the activated one runs nothing. Git's own hooks stay off.
  */
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../audit.js';
+import type { AuditLog, Actor } from '../instance/index.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import type { Logger } from '../../core/log.js';
 import { ServiceError } from '../../core/errors.js';
 import { COMMAND_TOOL, currentCaller, type CallerGrant } from '../../core/caller.js';
 import { isoIn, nowIso } from '../../core/clock.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import { HOOK_EVENTS, HOOK_MANIFEST, parseHookManifest, type HookDef, type HookEvent, type Manifest } from './format.js';
 import type { FiredEvent, HookFiring, HookRunRecord } from './hook-runner.js';
 import type { SkillService } from './skills.js';
@@ -79,7 +79,7 @@ export class HookService {
     return b ? parseHookManifest(b.toString('utf8')) : null;
   }
 
-  async listTool(workspaceId: string, args: { event?: HookEvent; includeInactive: boolean; limit: number; cursor?: string }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async listTool(workspaceId: string, args: { event?: HookEvent; includeInactive: boolean; limit: number; cursor?: string }, signal?: AbortSignal) {
     const manifest = await this.manifest(workspaceId, signal);
     const acts = this.activations(this.repo(workspaceId), workspaceId);
     const rows = (manifest?.items ?? [])
@@ -119,7 +119,7 @@ export class HookService {
    * workspace: it never fires later in another workspace (one opened with an environment's secrets,
    * say) that the caller could not reach.
    */
-  async activate(workspaceId: string, args: { manifestSha256: string; events: HookEvent[]; retentionSeconds?: number }, who: HookActor, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async activate(workspaceId: string, args: { manifestSha256: string; events: HookEvent[]; retentionSeconds?: number }, who: HookActor, signal?: AbortSignal) {
     const events = [...new Set(args.events)];
     if (events.length !== args.events.length) throw new ServiceError('INVALID_ARGUMENT', 'events: each event at most once', { field: 'events' });
     const manifest = await this.manifest(workspaceId, signal);
@@ -163,7 +163,7 @@ export class HookService {
    * only) the repository's. A narrowed caller cannot remove the owner's repository activations (a
    * pre_commit gate, say); they are listed as kept.
    */
-  deactivate(workspaceId: string, events: HookEvent[] | undefined, who: HookActor): Record<string, unknown> {
+  deactivate(workspaceId: string, events: HookEvent[] | undefined, who: HookActor) {
     const repo = this.repo(workspaceId);
     const list = events ? [...new Set(events)] : [...HOOK_EVENTS];
     const owner = (who.grant ?? currentCaller())?.unnarrowed === true;
@@ -203,7 +203,7 @@ export class HookService {
     args: { name: string; event?: HookEvent; expectedSha256?: string; expectedManifestSha256?: string; timeoutMs: number },
     who: HookActor,
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const manifest = await this.manifest(workspaceId, signal);
     if (!manifest) throw new ServiceError('NOT_FOUND', `name: the checkout has no hook manifest at ${HOOK_MANIFEST}`, { field: 'name' });
     if (args.expectedManifestSha256 && args.expectedManifestSha256.toLowerCase() !== manifest.sha256)
@@ -282,3 +282,9 @@ function failureMessage(run: HookRunRecord): string {
   const out = `${run.stderr}\n${run.stdout}`.trim().split('\n').slice(-10).join('\n');
   return `${run.event} hook ${run.name} failed (${how})${out ? `: ${out}` : ''}`;
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type HookListToolResult = Awaited<ReturnType<HookService['listTool']>>;
+export type HookActivateResult = Awaited<ReturnType<HookService['activate']>>;
+export type HookDeactivateResult = Awaited<ReturnType<HookService['deactivate']>>;
+export type HookRunToolResult = Awaited<ReturnType<HookService['runTool']>>;

@@ -5,12 +5,12 @@
  * extension_workspaces, hook_activations, deployment_enrolments. Decisions: docs/extensions.md.
  */
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../audit.js';
+import type { AuditLog, Actor } from '../instance/index.js';
 import type { Config } from '../../core/config.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import type { Logger } from '../../core/log.js';
 import type { Executor } from '../../sandbox/executor.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import type { ApprovalService } from '../approvals.js';
 import type { EnvironmentService } from '../environments.js';
 import { SkillService, type SkillOverride, type SkillSetSel } from './skills.js';
@@ -62,7 +62,7 @@ export class ExtensionService implements HookRunner {
   }
 
   /** skill_suggest: at most one roster skill; the endpoint's answer only when it names a roster skill. */
-  async suggest(workspaceId: string | undefined, prompt: string, who: { principal: string; actor: Actor }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async suggest(workspaceId: string | undefined, prompt: string, who: { principal: string; actor: Actor }, signal?: AbortSignal) {
     const roster = (await this.skills.roster(workspaceId, signal)).map((s) => ({ name: s.name, description: s.meta.description ?? '', source: s.source }));
     let local: { name: string | null; ranked: ReturnType<typeof localSuggestion>['ranked'] } = localSuggestion(prompt, roster);
     let ranking = 'lexical';
@@ -116,3 +116,9 @@ export class ExtensionService implements HookRunner {
 }
 
 export type { HookRunner } from './hook-runner.js';
+export * from './format.js';
+export * from './hook-runner.js';
+export * from './skills.js';
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type ExtensionSuggestResult = Awaited<ReturnType<ExtensionService['suggest']>>;

@@ -13,13 +13,13 @@ import { readdirSync, readFileSync, lstatSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { DB } from '../../store/db.js';
-import type { AuditLog, Actor } from '../audit.js';
+import type { AuditLog, Actor } from '../instance/index.js';
 import type { CursorCodec } from '../../core/cursor.js';
 import { ServiceError } from '../../core/errors.js';
 import { nowIso } from '../../core/clock.js';
 import type { Executor, ExecResult } from '../../sandbox/executor.js';
 import type { DaemonMethod, ParamsOf, ReplyOf } from '../../sandbox/daemon/protocol.js';
-import type { WorkspaceService } from '../workspaces.js';
+import type { WorkspaceService } from '../workspaces/index.js';
 import type { ApprovalService } from '../approvals.js';
 import {
   SHADOW_ORDER,
@@ -376,7 +376,7 @@ export class SkillService {
 
   // ---------- tools ----------
 
-  async listTool(workspaceId: string, args: { limit: number; cursor?: string; includeShadowed: boolean }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async listTool(workspaceId: string, args: { limit: number; cursor?: string; includeShadowed: boolean }, signal?: AbortSignal) {
     const cfg = this.workspaceConfig(workspaceId);
     const notes: string[] = [];
     const listed = this.resolve((await this.all(workspaceId, signal, undefined, notes)).map((x) => x.skill), cfg.skillOverrides).filter((l) => args.includeShadowed || l.active || !l.skill.usable);
@@ -505,7 +505,7 @@ export class SkillService {
     workspaceId: string,
     args: { name: string; source?: SkillSource; expectedSha256?: string; offset: number; limit: number },
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const { skill, contents, active } = await this.load(workspaceId, args.name, args.source, signal);
     if (args.expectedSha256 && args.expectedSha256.toLowerCase() !== skill.sha256)
       throw new ServiceError('CONFLICT', `expectedSha256: skill ${skill.name} (${skill.source}) changed: its SHA-256 is now ${skill.sha256}`, { field: 'expectedSha256', currentSha256: skill.sha256 });
@@ -540,7 +540,7 @@ export class SkillService {
     args: { name: string; source?: SkillSource; script: string; args: string[]; timeoutMs: number; expectedSha256?: string; expectedContentSha256?: string; approvalGrantToken?: string },
     who: { principal: string; actor: Actor },
     signal?: AbortSignal,
-  ): Promise<Record<string, unknown>> {
+  ) {
     const argBytes = args.args.reduce((n, x) => n + Buffer.byteLength(x) + 1, 0);
     if (argBytes > 131072) throw new ServiceError('INVALID_ARGUMENT', `args: ${argBytes} bytes in all; at most 131072`, { field: 'args' });
     if (args.args.some((x) => x.includes('\0'))) throw new ServiceError('INVALID_ARGUMENT', 'args: NUL characters cannot be passed to a program', { field: 'args' });
@@ -615,7 +615,7 @@ export class SkillService {
   }
 
   /** Adds or replaces an owner skill. SKILL.md must be valid enough to use; its name is the skill's name. */
-  ownerPut(files: Record<string, Buffer>, actor: Actor, expectName?: string): Record<string, unknown> {
+  ownerPut(files: Record<string, Buffer>, actor: Actor, expectName?: string) {
     const paths = Object.keys(files);
     if (!files['SKILL.md']) throw new ServiceError('INVALID_ARGUMENT', 'files: a skill needs a SKILL.md', { field: 'files' });
     if (paths.length > SKILL_LIMITS.files) throw new ServiceError('INVALID_ARGUMENT', `files: at most ${SKILL_LIMITS.files} files`, { field: 'files' });
@@ -642,10 +642,17 @@ export class SkillService {
     return { name, source: 'owner', sha256: skill.sha256, files: skill.files, scripts: skill.scripts, problems: skill.problems, replaced: existed };
   }
 
-  ownerRemove(name: string, actor: Actor): Record<string, unknown> {
+  ownerRemove(name: string, actor: Actor) {
     const r = this.deps.db.prepare('DELETE FROM owner_skills WHERE name = ?').run(name);
     if (r.changes === 0) throw new ServiceError('NOT_FOUND', `name: no owner skill ${name}`, { field: 'name' });
     this.deps.audit.record({ actor, action: 'owner_skill_remove', target: name, outcome: 'ok' });
     return { name, removed: true };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type SkillListToolResult = Awaited<ReturnType<SkillService['listTool']>>;
+export type SkillReadToolResult = Awaited<ReturnType<SkillService['readTool']>>;
+export type SkillRunToolResult = Awaited<ReturnType<SkillService['runTool']>>;
+export type SkillOwnerPutResult = Awaited<ReturnType<SkillService['ownerPut']>>;
+export type SkillOwnerRemoveResult = Awaited<ReturnType<SkillService['ownerRemove']>>;

@@ -1,7 +1,7 @@
 import type { Migration } from '../migrations.js';
 
 /**
- * A counter of changes to what token verification reads (services/token-cache.ts): every insert,
+ * A counter of changes to what token verification reads (services/access/token-cache.ts): every insert,
  * update and delete on api_tokens, oauth_clients, oauth_grants and oauth_tokens moves it, by any
  * connection (the service, the CLI, a future process). The cache of verified tokens keeps its
  * entries while it stands still, so a tool call's own writes (its audit entry) no longer empty the

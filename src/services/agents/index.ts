@@ -1,0 +1,4 @@
+/**
+ * services/agents (the door of this domain: other domains and the layers above import only this file)
+ */
+export * from './agents.js';

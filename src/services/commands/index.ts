@@ -1,0 +1,5 @@
+/**
+ * services/commands (the door of this domain: other domains and the layers above import only this file)
+ */
+export * from './access.js';
+export * from './runs.js';
