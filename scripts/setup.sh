@@ -74,6 +74,16 @@ if [ ${#sandbox_native[@]} -gt 0 ]; then
 fi
 node --input-type=module -e 'const m = await import("./dist/sandbox/native.js"); await m.buildNative(m.installNativeDir());'
 # --- end sandbox native pieces ---
+# The language servers' image (src/sandbox/bwrap/lsp-image.ts, docs/code-intelligence.md): the shipped
+# servers reach the daemon's sandbox from a read-only squashfs of their packages, made once per
+# install into dist/lsp/ (without it the runner makes one under its run directory on first use).
+node --input-type=module -e '
+  const m = await import("./dist/sandbox/bwrap/lsp-image.js");
+  const { existsSync } = await import("node:fs");
+  const { names, key } = m.languageServerPackages();
+  const out = m.INSTALL_IMAGE_DIR + key + ".sqfs";
+  if (names.length > 0 && !existsSync(out)) await m.makeLanguageServerImage(out);
+' || echo "setup: the language servers' image was not made; the runner makes it on first use" >&2
 # Large results' escaping addon (src/mcp/wire-native.ts; gcc and Node's own headers): without it they are escaped in JavaScript.
 node --input-type=module -e 'const m = await import("./dist/mcp/wire-native.js"); await m.buildWireNative(m.installWireNativeDir());' || echo "setup: the wire-text addon was not built; large results are escaped in JavaScript (slower)" >&2
 # Dashboard front end (web/ -> dist/web/, bundled by esbuild; nothing fetched at run time).

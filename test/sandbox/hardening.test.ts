@@ -8,7 +8,19 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BwrapExecutor } from '../../src/sandbox/bwrap/index.js';
 import type { SandboxHandle, SandboxLimits } from '../../src/sandbox/executor.js';
+import { readFileSync } from 'node:fs';
 import { DAEMON_DIR, assertDaemonBuilt, isRoot, traversableTempDir } from './helpers.js';
+
+/** How a host path shows as the root of a bind of it in mountinfo: its path inside the filesystem it is on (the longest mount point above it). */
+function pathInItsFilesystem(p: string): string {
+  let best = { point: '/', root: '/' };
+  for (const l of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const f = l.split(' ');
+    const point = f[4];
+    if (point && (p === point || p.startsWith(point === '/' ? '/' : point + '/')) && point.length >= best.point.length) best = { point, root: f[3]! };
+  }
+  return path.join(best.root, path.relative(best.point, p));
+}
 
 const LIMITS: SandboxLimits = { memoryBytes: 512 * 1024 * 1024, pidsMax: 128, cpuQuotaPercent: 100 };
 
@@ -124,6 +136,10 @@ describe.skipIf(!isRoot)('sandbox hardening', () => {
     const [mountinfo, cmdline] = r.stdout.split('===');
     const install = path.resolve(DAEMON_DIR, '../../..');
     expect(mountinfo).not.toContain(install);
+    // A bind names its source as a path inside the source's filesystem (mountinfo's root field):
+    // under /work/main on a /work filesystem that is /main/..., which the check above cannot see.
+    const seen = pathInItsFilesystem(install);
+    expect(mountinfo!.split('\n').filter((l) => (l.split(' ')[3] ?? '').startsWith(seen + '/')).map((l) => l.split(' ').slice(3, 5).join(' '))).toEqual([]);
     expect(cmdline).not.toContain(install);
     expect(cmdline).not.toContain(base);
     const leaking = mountinfo!.split('\n').filter((l) => l.includes(base)).map((l) => l.split(' ')[4]);

@@ -4,9 +4,8 @@
  * files copied in from descriptors, the environment and the working directory. Host files to copy
  * in are left as marks (layout.ts) that launch.ts replaces with descriptors.
  */
-import { existsSync, lstatSync, readdirSync, readlinkSync } from 'node:fs';
+import { lstatSync, readdirSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import {
   CREDHELPER_SOURCE,
   DATA_MARK,
@@ -71,6 +70,8 @@ export function bwrapArgs(
      * cannot go with; the seccomp filter still refuses new user namespaces.
      */
     mappedRoot?: { capabilities: string[] };
+    /** The daemon's sandbox: binds of the language-server packages from their mounted image (lsp-image.ts). */
+    languageServers?: Mount[];
   },
 ): string[] {
   const id = plan.mappedRoot
@@ -99,29 +100,12 @@ export function bwrapArgs(
   }
   if (plan.data.some((d) => d.target === IN_EXEC_STARTER)) {
     a.push('--symlink', HOST_STATIC_BASH, IN_STATIC_BASH);
-    // The daemon's sandbox: the language servers Atelier ships and the LSP libraries, read-only (issue #44, docs/code-intelligence.md).
-    for (const m of languageServerBinds()) a.push('--ro-bind', m.source, m.target);
+    // The daemon's sandbox: the language servers Atelier ships and the LSP libraries, read-only, from their own image (lsp-image.ts; issue #44).
+    for (const m of plan.languageServers ?? []) a.push('--ro-bind', m.source, m.target);
   }
   a.push('--remount-ro', '/', '--chdir', plan.cwd);
   for (const [k, v] of Object.entries(plan.env)) a.push('--setenv', k, v);
   return a;
-}
-
-/** npm packages the daemon's language servers need (src/sandbox/daemon/lsp/), bound at /opt/atelier/node_modules/<name>. */
-export const LANGUAGE_SERVER_PACKAGES = ['vscode-jsonrpc', 'vscode-languageserver-protocol', 'vscode-languageserver-types', 'typescript-language-server', 'typescript-lsp-tsserver', 'pyright'];
-
-/** This install's node_modules (dist/sandbox/bwrap/ is three levels below the install). */
-const INSTALL_MODULES = fileURLToPath(new URL('../../../node_modules/', import.meta.url));
-
-let lspBinds: Mount[] | undefined;
-/** Read-only binds of the language-server packages that are installed (looked up once). */
-export function languageServerBinds(): Mount[] {
-  lspBinds ??= LANGUAGE_SERVER_PACKAGES.filter((p) => existsSync(path.join(INSTALL_MODULES, p, 'package.json'))).map((p) => ({
-    source: path.join(INSTALL_MODULES, p),
-    target: `${IN_OPT}/node_modules/${p}`,
-    readOnly: true,
-  }));
-  return lspBinds;
 }
 
 /** The compiled daemon's modules (its subdirectories included), listed once. */

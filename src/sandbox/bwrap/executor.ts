@@ -78,6 +78,7 @@ import type {
   SandboxStats,
   WorkspaceStorage,
 } from '../executor.js';
+import { LanguageServerMounts } from './lsp-image.js';
 import { FileHandoff } from '../handoff.js';
 import { openRelay } from '../relay.js';
 import { removeTreeNoFollow } from '../rootdir.js';
@@ -120,6 +121,8 @@ export class BwrapExecutor implements Executor {
   private readonly inFlight = new Map<string, number>();
   /** Runtime directories sweepRuntime is removing now: a start of the same sandbox waits for it. */
   private readonly sweeping = new Map<string, Promise<void>>();
+  /** The language servers' image, mounted while daemon sandboxes start (lsp-image.ts). */
+  private readonly languageServers: LanguageServerMounts;
 
   constructor(opts: BwrapExecutorOptions = {}) {
     this.storage = opts.storage;
@@ -133,6 +136,7 @@ export class BwrapExecutor implements Executor {
       (h) => this.client(h),
       (id) => this.specs.get(id)?.limits.pidsMax,
     );
+    this.languageServers = new LanguageServerMounts(this.settings.runDir, this.onNote);
     this.handoff = new FileHandoff(opts.descriptorCalls ?? (() => null), (m) => this.onNote?.(m));
   }
 
@@ -342,6 +346,7 @@ export class BwrapExecutor implements Executor {
       cgroups: this.cgroups,
       proxies: this.proxies,
       spares: this.spares,
+      languageServers: this.languageServers,
       onExit: (id, exit) => this.exits.set(id, exit),
       adopt: (id, client, pid) => this.adopt(id, client, pid),
     };

@@ -27,6 +27,7 @@ import type { BwrapSettings } from './options.js';
 import { checkProxySocket, type ProxyRelays } from './proxy.js';
 import { prepareRunDir, runPaths, type RunPaths, type RunState } from './rundir.js';
 import type { Spares } from './spares.js';
+import type { LanguageServerHold, LanguageServerMounts } from './lsp-image.js';
 import { validateBind } from './validate.js';
 
 /**
@@ -51,6 +52,8 @@ export interface StartContext {
   cgroups: CgroupAccess;
   proxies: ProxyRelays;
   spares: Spares;
+  /** The language servers' image, mounted while daemon sandboxes start (lsp-image.ts). */
+  languageServers: LanguageServerMounts;
   /** Told how the sandbox's keeper ended (for daemonDeath). */
   onExit(id: string, exit: KeeperExit): void;
   /** The daemon answered: the executor keeps this connection as the sandbox's, with its keeper. */
@@ -66,6 +69,7 @@ export async function startSandbox(ctx: StartContext, spec: SandboxSpec): Promis
   // Leftover processes are killed first: nothing of the sandbox may run while root walks its tree.
   const cg = await ctx.cgroups.create(spec.id, spec.limits);
   let pid: number | undefined;
+  let lsp: LanguageServerHold | null = null;
   try {
     await prepareRootDir(spec.rootDir, settings.ids);
     await assertTraversable(path.join(spec.rootDir, 'repo'), settings.ids);
@@ -86,7 +90,9 @@ export async function startSandbox(ctx: StartContext, spec: SandboxSpec): Promis
     for (const m of spec.mounts ?? []) mounts.push({ ...validateBind(m), readOnly: true });
     // The daemon alone preloads nodump.so (PR_SET_DUMPABLE 0); commands get the env file's environment.
     const mapped = spec.rootUserNamespace;
-    const args = bwrapArgs(settings, { mounts, tmpfs: [], etcDir: p.etc, data: optData(p, true, ctx.daemon), env: { ...daemonEnv(), LD_PRELOAD: IN_NODUMP }, cwd: '/workspace', ...(mapped ? { mappedRoot: { capabilities: mapped.capabilities } } : {}) });
+    // Held until the daemon answers: by then bubblewrap has made the sandbox's binds of it.
+    lsp = await ctx.languageServers.acquire();
+    const args = bwrapArgs(settings, { mounts, tmpfs: [], etcDir: p.etc, data: optData(p, true, ctx.daemon), env: { ...daemonEnv(), LD_PRELOAD: IN_NODUMP }, cwd: '/workspace', ...(mapped ? { mappedRoot: { capabilities: mapped.capabilities } } : {}), ...(lsp ? { languageServers: lsp.binds } : {}) });
     const daemon = [
       // In a namespace mapped by the launcher bubblewrap keeps the runner's own id (the map's 1000): the daemon becomes uid 0 there.
       ...(mapped ? ['/usr/bin/setpriv', '--reuid=0', '--regid=0', '--clear-groups', '--'] : []),
@@ -118,6 +124,7 @@ export async function startSandbox(ctx: StartContext, spec: SandboxSpec): Promis
     child.unref();
     pid = child.pid!;
     const client = await waitReady(p, () => exited, settings.startTimeoutMs);
+    await lsp?.release();
     // Listening now, and no workspace process exists yet: the socket and its directory become
     // root's, so no workspace process can connect to, replace or remove them (docs/sandbox.md).
     await lockDaemonSocket(p.sockDir, path.basename(p.socket));
@@ -131,6 +138,7 @@ export async function startSandbox(ctx: StartContext, spec: SandboxSpec): Promis
     if (cg) ctx.spares.fill(handle, cg);
     return handle;
   } catch (err) {
+    await lsp?.release();
     if (cg) {
       await cg.killAll();
       await cg.remove();
