@@ -15,7 +15,7 @@ import { CALL_TTL_SCAN_MS, CallHandle, CallOutcome, CallRecord, ENDED, RunState,
 import { CommandTasks } from './tasks.js';
 
 export class CommandOperations extends CommandTasks {
-  async startOperation(workspaceId: string, tool: string, command: string, cwd: string, timeoutMs: number, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async startOperation(workspaceId: string, tool: string, command: string, cwd: string, timeoutMs: number, signal?: AbortSignal) {
     this.deps.workspaces.get(workspaceId); // exists
     await this.checkCwd(workspaceId, cwd, signal);
     const id = newId('operation');
@@ -31,20 +31,20 @@ export class CommandOperations extends CommandTasks {
    * (access.ts: a task's own principal only, and a tool within the caller's grant now);
    * for anyone else it does not exist. No viewer: the runner's own read.
    */
-  protected opRow(id: string, viewer?: OperationViewer): Record<string, unknown> {
+  protected opRow(id: string, viewer?: OperationViewer) {
     const r = this.deps.db.prepare('SELECT * FROM operations WHERE id = ?').get(id) as Record<string, unknown> | undefined;
     if (!r || (viewer !== undefined && !mayReachOperation({ principal: typeof r.principal === 'string' ? r.principal : null, tool: String(r.tool) }, viewer)))
       throw new ServiceError('NOT_FOUND', `operationId: no operation ${id}`, { field: 'operationId' });
     return r;
   }
 
-  async operationStatus(id: string, cursor: string | undefined, viewer?: OperationViewer): Promise<Record<string, unknown>> {
+  async operationStatus(id: string, cursor: string | undefined, viewer?: OperationViewer) {
     const r = this.opRow(id, viewer);
     const out = await this.readOutput('op_output', id, cursor);
     return { ...this.describeRun(this.opRow(id), 'operationId'), output: out.output, nextCursor: out.cursor, moreOutput: out.more, outputNote: 'stdout and stderr merged in the order written', tool: r.tool };
   }
 
-  async operationWait(id: string, timeoutMs: number, signal: AbortSignal, progress?: (p: number, t?: number, m?: string) => void, viewer?: OperationViewer): Promise<Record<string, unknown>> {
+  async operationWait(id: string, timeoutMs: number, signal: AbortSignal, progress?: (p: number, t?: number, m?: string) => void, viewer?: OperationViewer) {
     this.opRow(id, viewer);
     const run = this.running.get(id);
     let waitedOut = false;
@@ -70,7 +70,7 @@ export class CommandOperations extends CommandTasks {
     return { ...status, ended: ENDED.includes(status.state as RunState), waitTimedOut: waitedOut };
   }
 
-  async operationCancel(id: string, viewer?: OperationViewer): Promise<Record<string, unknown>> {
+  async operationCancel(id: string, viewer?: OperationViewer) {
     const r = this.opRow(id, viewer);
     const run = this.running.get(id);
     if (!run) return { operationId: id, state: r.state, alreadyEnded: true };
@@ -230,3 +230,9 @@ export class CommandOperations extends CommandTasks {
     }
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type CommandStartOperationResult = Awaited<ReturnType<CommandOperations['startOperation']>>;
+export type CommandOperationStatusResult = Awaited<ReturnType<CommandOperations['operationStatus']>>;
+export type CommandOperationWaitResult = Awaited<ReturnType<CommandOperations['operationWait']>>;
+export type CommandOperationCancelResult = Awaited<ReturnType<CommandOperations['operationCancel']>>;

@@ -14,6 +14,10 @@ import { nowIso } from '../../core/clock.js';
 import { CommandTerminals } from './terminals.js';
 
 export type { CallHandle, CallOutcome, CallRecord, RunState } from './records.js';
+/** The named results of the modules below (what the tools' runs answer). */
+export type { CommandRunTaskResult, CommandTaskStatusResult, CommandTaskCancelResult, CommandListTasksResult, CommandGraphResult } from './tasks.js';
+export type { CommandStartOperationResult, CommandOperationStatusResult, CommandOperationWaitResult, CommandOperationCancelResult } from './operations.js';
+export type { CommandOpenTerminalResult, CommandTerminalIoResult, CommandCloseTerminalResult, CommandListSessionsResult } from './terminals.js';
 
 export class CommandService extends CommandTerminals {
   /**

@@ -128,11 +128,11 @@ export class CommandTasks {
     }
   }
 
-  protected describeRun(row: Record<string, unknown>, idField: string): Record<string, unknown> {
+  protected describeRun<K extends string>(row: Record<string, unknown>, idField: K) {
     const ended = row.ended_at ? Date.parse(row.ended_at as string) : Date.now();
     const started = Date.parse((row.started_at ?? row.created_at) as string);
     return {
-      [idField]: row.id,
+      ...({ [idField]: row.id } as { [F in K]: unknown }), // the id first, under the record's own name
       workspaceId: row.workspace_id,
       command: row.command,
       cwd: row.cwd,
@@ -151,13 +151,13 @@ export class CommandTasks {
 
   // ---------- tasks ----------
 
-  protected taskRow(workspaceId: string, id: string, field = 'taskId'): Record<string, unknown> {
+  protected taskRow(workspaceId: string, id: string, field = 'taskId') {
     const r = this.deps.db.prepare('SELECT * FROM tasks WHERE id = ?').get(id) as Record<string, unknown> | undefined;
     if (!r || r.workspace_id !== workspaceId) throw new ServiceError('NOT_FOUND', `${field}: no task ${id} in workspace ${workspaceId}`, { field });
     return r;
   }
 
-  async runTask(workspaceId: string, args: { command: string; cwd: string; timeoutMs: number; dependsOn: string[] }, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async runTask(workspaceId: string, args: { command: string; cwd: string; timeoutMs: number; dependsOn: string[] }, signal?: AbortSignal) {
     this.deps.workspaces.get(workspaceId);
     const deps = [...new Set(args.dependsOn)];
     for (const dep of deps) this.taskRow(workspaceId, dep, 'dependsOn'); // unknown ids refused
@@ -196,17 +196,17 @@ export class CommandTasks {
     }
   }
 
-  protected describeTask(row: Record<string, unknown>): Record<string, unknown> {
+  protected describeTask(row: Record<string, unknown>) {
     return { ...this.describeRun(row, 'taskId'), dependsOn: JSON.parse(row.depends_on as string), startedAt: row.started_at ?? null };
   }
 
-  async taskStatus(workspaceId: string, id: string, cursor: string | undefined): Promise<Record<string, unknown>> {
+  async taskStatus(workspaceId: string, id: string, cursor: string | undefined) {
     this.taskRow(workspaceId, id);
     const out = await this.readOutput('task_output', id, cursor);
     return { ...this.describeTask(this.taskRow(workspaceId, id)), output: out.output, nextCursor: out.cursor, moreOutput: out.more, outputNote: 'stdout and stderr merged in the order written' };
   }
 
-  async taskCancel(workspaceId: string, id: string): Promise<Record<string, unknown>> {
+  async taskCancel(workspaceId: string, id: string) {
     const row = this.taskRow(workspaceId, id);
     if (row.state === 'pending') {
       this.deps.db.prepare("UPDATE tasks SET state = 'cancelled', reason = 'cancelled before it started', ended_at = ? WHERE id = ?").run(nowIso(), id);
@@ -220,7 +220,7 @@ export class CommandTasks {
     return { taskId: id, state: this.taskRow(workspaceId, id).state, alreadyEnded: false, note: 'completed effects are not rolled back' };
   }
 
-  listTasks(workspaceId: string, cursor: string | undefined, limit: number): Record<string, unknown> {
+  listTasks(workspaceId: string, cursor: string | undefined, limit: number) {
     this.deps.workspaces.get(workspaceId); // an unknown workspace is NOT_FOUND, as for every other tool
     const after = cursor ? this.deps.cursors.decode<{ c: string; i: string }>('tasks_list', cursor) : null;
     const rows = this.deps.db
@@ -234,7 +234,7 @@ export class CommandTasks {
     };
   }
 
-  graph(workspaceId: string): Record<string, unknown> {
+  graph(workspaceId: string) {
     this.deps.workspaces.get(workspaceId);
     const rows = this.deps.db.prepare('SELECT id, command, state, depends_on FROM tasks WHERE workspace_id = ? ORDER BY created_at, id').all(workspaceId) as Array<Record<string, string>>;
     return {
@@ -244,3 +244,10 @@ export class CommandTasks {
     };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type CommandRunTaskResult = Awaited<ReturnType<CommandTasks['runTask']>>;
+export type CommandTaskStatusResult = Awaited<ReturnType<CommandTasks['taskStatus']>>;
+export type CommandTaskCancelResult = Awaited<ReturnType<CommandTasks['taskCancel']>>;
+export type CommandListTasksResult = Awaited<ReturnType<CommandTasks['listTasks']>>;
+export type CommandGraphResult = Awaited<ReturnType<CommandTasks['graph']>>;

@@ -11,19 +11,19 @@ import { CommandOperations } from './operations.js';
 export class CommandTerminals extends CommandOperations {
   // ---------- terminals: shells and sessions ----------
 
-  protected termRow(workspaceId: string, id: string, kind: 'shell' | 'session'): Record<string, unknown> {
+  protected termRow(workspaceId: string, id: string, kind: 'shell' | 'session') {
     const r = this.deps.db.prepare('SELECT * FROM terminals WHERE id = ?').get(id) as Record<string, unknown> | undefined;
     const field = kind === 'shell' ? 'shellId' : 'sessionId';
     if (!r || r.workspace_id !== workspaceId || r.kind !== kind) throw new ServiceError('NOT_FOUND', `${field}: no ${kind} ${id} in workspace ${workspaceId}`, { field });
     return r;
   }
 
-  protected describeTerm(row: Record<string, unknown>): Record<string, unknown> {
+  protected describeTerm(row: Record<string, unknown>) {
     const idField = row.kind === 'shell' ? 'shellId' : 'sessionId';
     return { [idField]: row.id, workspaceId: row.workspace_id, ...(row.kind === 'session' ? { name: row.name } : {}), cwd: row.cwd, state: row.state, reason: row.reason ?? null, createdAt: row.created_at, closedAt: row.closed_at ?? null };
   }
 
-  async openTerminal(workspaceId: string, kind: 'shell' | 'session', cwd: string, name?: string): Promise<Record<string, unknown>> {
+  async openTerminal(workspaceId: string, kind: 'shell' | 'session', cwd: string, name?: string) {
     if (kind === 'session' && name) {
       const existing = this.deps.db.prepare("SELECT * FROM terminals WHERE workspace_id = ? AND kind = 'session' AND name = ? AND state = 'open'").get(workspaceId, name) as Record<string, unknown> | undefined;
       if (existing) return { ...this.describeTerm(existing), reattached: true };
@@ -37,7 +37,7 @@ export class CommandTerminals extends CommandOperations {
     return { ...this.describeTerm(this.termRow(workspaceId, id, kind)), reattached: false };
   }
 
-  async terminalIo(workspaceId: string, kind: 'shell' | 'session', id: string, input: string | undefined, cursor: string | undefined, waitMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
+  async terminalIo(workspaceId: string, kind: 'shell' | 'session', id: string, input: string | undefined, cursor: string | undefined, waitMs: number, signal: AbortSignal) {
     const row = this.termRow(workspaceId, id, kind);
     if (row.state !== 'open') throw new ServiceError('FAILED_PRECONDITION', `${kind} ${id} is ${row.state}${row.reason ? ` (${row.reason})` : ''}; open a new one`, { state: row.state });
     const from = cursor ? this.deps.cursors.decode<{ o: number; i: string }>('term_output', cursor) : null;
@@ -69,7 +69,7 @@ export class CommandTerminals extends CommandOperations {
     this.deps.db.prepare("UPDATE terminals SET state = ?, reason = ?, closed_at = coalesce(closed_at, ?) WHERE id = ? AND state = 'open'").run(state, reason, nowIso(), id);
   }
 
-  async closeTerminal(workspaceId: string, kind: 'shell' | 'session', id: string): Promise<Record<string, unknown>> {
+  async closeTerminal(workspaceId: string, kind: 'shell' | 'session', id: string) {
     const row = this.termRow(workspaceId, id, kind);
     if (row.state !== 'open') return { ...this.describeTerm(row), alreadyClosed: true };
     try {
@@ -82,7 +82,7 @@ export class CommandTerminals extends CommandOperations {
     return { ...this.describeTerm(this.termRow(workspaceId, id, kind)), alreadyClosed: false };
   }
 
-  listSessions(workspaceId: string, cursor: string | undefined, limit: number): Record<string, unknown> {
+  listSessions(workspaceId: string, cursor: string | undefined, limit: number) {
     this.deps.workspaces.get(workspaceId);
     const after = cursor ? this.deps.cursors.decode<{ c: string; i: string }>('sessions_list', cursor) : null;
     const rows = this.deps.db
@@ -93,3 +93,9 @@ export class CommandTerminals extends CommandOperations {
     return { sessions: page.map((r) => this.describeTerm(r)), nextCursor: rows.length > limit && last ? this.deps.cursors.encode('sessions_list', { c: last.created_at, i: last.id }) : null };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type CommandOpenTerminalResult = Awaited<ReturnType<CommandTerminals['openTerminal']>>;
+export type CommandTerminalIoResult = Awaited<ReturnType<CommandTerminals['terminalIo']>>;
+export type CommandCloseTerminalResult = Awaited<ReturnType<CommandTerminals['closeTerminal']>>;
+export type CommandListSessionsResult = Awaited<ReturnType<CommandTerminals['listSessions']>>;

@@ -8,6 +8,11 @@
  * fs.read as the workspace user, confined to the checkout); symlinks inside a skill are never
  * followed. A skill script runs in the workspace sandbox from a private copy of exactly the bytes
  * that were hashed and (for workspace and repository skills) approved by the owner.
+ *
+ * Size: over 600 lines because the four sources feed one roster resolved in precedence order, and
+ * the tools (read, run, approve) work on that resolved roster: reading a source and the rule that
+ * picks among sources sit together. The owner skills (the last section, CLI and dashboard) are the
+ * seam to split along when it grows.
  */
 import { readdirSync, readFileSync, lstatSync } from 'node:fs';
 import { join } from 'node:path';

@@ -5,6 +5,11 @@
  * attachment (routing rule 6), owner activation/disable/delete, and the gateway snapshot routes.
  * One service, two transports: MCP tools (src/tools/models.ts) and dashboard REST
  * (src/dashboard/models.ts) call the same methods; `actor` says who acts. See docs/models.md.
+ *
+ * Size: over 600 lines because a profile's plan, validation and save (the larger part) check its
+ * route against the credentials, their bound upstream URLs and the draft checks kept here, and are
+ * read as one sequence; the credentials section (dashboard only) is the seam to split along
+ * (a base class of their own, as workspaces/ does) when either grows.
  */
 import type { DB } from '../../store/db.js';
 import type { SecretBox } from '../../core/crypto.js';
