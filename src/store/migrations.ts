@@ -14,7 +14,8 @@
  *
  * From version 7 on, each migration is a file of its own under migrations/ (NNNN-name.ts),
  * listed at the end of MIGRATIONS, so that domains written side by side touch one line here.
- *   services/models/profiles provider_credentials, model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
+ *   services/models/credentials provider_credentials
+ *   services/models/profiles model_profiles, model_profile_revisions, model_verifications, model_catalog_cache
  *   services/repos/credentials repo_credentials
  *   services/access/tokens (0012) api_tokens.toolsets/read_only
  *   services/access/oauth oauth_clients, oauth_pending, oauth_codes, oauth_grants, oauth_tokens

@@ -18,6 +18,7 @@ import type { CallerGrant } from '../../core/caller.js';
 import { describeAccess, intersect } from '../../core/toolsets.js';
 import { AgentBudgets, AgentCaller, CARVED_FIELDS, CARVED_MIN, CARVE_TRIES, CarvedField, LIVE_STATUSES, Live, NEVER_PROXIED, Row, SPAWN_BUDGET_DEFAULTS, SpawnArgs, TERMINAL, accessOf, clip } from './records.js';
 export { AGENT_STATUSES, DRAIN_MS, NEVER_PROXIED, SPAWN_BUDGET_DEFAULTS, TOOL_RESULT_CAP_BYTES, type AgentBudgets, type AgentCaller, type AgentStatus, type SpawnArgs, type ToolGateway } from './records.js';
+export type { AgentStatusResult, AgentLogsResult, AgentListResult, AgentOwnerListResult, AgentOwnerLogTailResult } from './views.js';
 import { AgentViews } from './views.js';
 
 export class AgentService extends AgentViews {
@@ -51,7 +52,7 @@ export class AgentService extends AgentViews {
 
   // ------------------------------------------------------------------ spawn
 
-  async spawn(spawnArgs: SpawnArgs, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
+  async spawn(spawnArgs: SpawnArgs, agentCaller: AgentCaller) {
     const callerAgent = agentCaller.actor.startsWith('agent_') ? this.row(agentCaller.actor) : null;
     let parentId = spawnArgs.parentAgentId;
     if (callerAgent) {
@@ -269,7 +270,7 @@ export class AgentService extends AgentViews {
     return ops;
   }
 
-  message(args: { agentId: string; mode: 'steer' | 'followUp'; message: string }, agentCaller: AgentCaller): Record<string, unknown> {
+  message(args: { agentId: string; mode: 'steer' | 'followUp'; message: string }, agentCaller: AgentCaller) {
     const row = this.visible(args.agentId, agentCaller);
     this.reachable(row, agentCaller, 'message');
     const live = this.live.get(row.id);
@@ -284,13 +285,13 @@ export class AgentService extends AgentViews {
     return { agentId: row.id, mode: args.mode, accepted: true, status: live.row.status, delivery: args.mode === 'steer' ? 'at the next turn boundary' : 'when the agent would otherwise end' };
   }
 
-  async cancel(args: { agentId: string; reason?: string }, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
+  async cancel(args: { agentId: string; reason?: string }, agentCaller: AgentCaller) {
     const r = this.visible(args.agentId, agentCaller);
     this.reachable(r, agentCaller, 'cancel');
     return this.cancelTree(r, args.reason ?? `cancelled by ${agentCaller.actor}`, agentCaller.actor);
   }
 
-  async ownerCancel(id: string, reason?: string): Promise<Record<string, unknown>> {
+  async ownerCancel(id: string, reason?: string) {
     if (!/^agent_[A-Za-z0-9_-]{20,80}$/.test(id)) throw new ServiceError('INVALID_ARGUMENT', 'agentId: an agent_ identifier', { field: 'agentId' });
     if (reason !== undefined && (typeof reason !== 'string' || reason.length > 2000)) throw new ServiceError('INVALID_ARGUMENT', 'reason: a string of at most 2000 characters', { field: 'reason' });
     const r = this.row(id);
@@ -299,3 +300,9 @@ export class AgentService extends AgentViews {
     return out;
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type AgentSpawnResult = Awaited<ReturnType<AgentService['spawn']>>;
+export type AgentMessageResult = Awaited<ReturnType<AgentService['message']>>;
+export type AgentCancelResult = Awaited<ReturnType<AgentService['cancel']>>;
+export type AgentOwnerCancelResult = Awaited<ReturnType<AgentService['ownerCancel']>>;

@@ -476,7 +476,7 @@ export class AgentSupervisor {
       .all(id) as Row[];
   }
 
-  protected async cancelTree(row: Row, reason: string, by: string): Promise<Record<string, unknown>> {
+  protected async cancelTree(row: Row, reason: string, by: string) {
     const targets = [...this.descendants(row.id), row]; // leaves first
     const cancelled: string[] = [];
     const alreadyEnded: Array<{ agentId: string; status: AgentStatus }> = [];

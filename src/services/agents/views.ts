@@ -41,7 +41,7 @@ export class AgentViews extends AgentSupervisor {
       );
   }
 
-  protected async view(row: Row, withLive = true): Promise<Record<string, unknown>> {
+  protected async view(row: Row, withLive = true) {
     const agentBudgets = JSON.parse(row.budgets_json) as AgentBudgets;
     const live = this.live.get(row.id);
     let lease: { used: LeaseInfo['used']; reserved: LeaseInfo['reserved']; budgets: LeaseInfo['budgets'] } | null = row.used_json ? JSON.parse(row.used_json) : null;
@@ -97,7 +97,7 @@ export class AgentViews extends AgentSupervisor {
     };
   }
 
-  async status(args: { agentId?: string; idempotencyKey?: string }, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
+  async status(args: { agentId?: string; idempotencyKey?: string }, agentCaller: AgentCaller) {
     if (!args.agentId && !args.idempotencyKey) throw new ServiceError('INVALID_ARGUMENT', 'agentId or idempotencyKey: give one of them', { field: 'agentId' });
     let row: Row;
     if (args.agentId) {
@@ -112,7 +112,7 @@ export class AgentViews extends AgentSupervisor {
     return this.view(row);
   }
 
-  logs(args: { agentId: string; cursor?: string; limitBytes: number }, agentCaller: AgentCaller): Record<string, unknown> {
+  logs(args: { agentId: string; cursor?: string; limitBytes: number }, agentCaller: AgentCaller) {
     const row = this.visible(args.agentId, agentCaller);
     this.reachable(row, agentCaller, 'read the log of');
     const file = this.logFile(row.id);
@@ -157,7 +157,7 @@ export class AgentViews extends AgentSupervisor {
     };
   }
 
-  async list(args: { parentAgentId?: string; status?: AgentStatus; cursor?: string; limit: number }, agentCaller: AgentCaller): Promise<Record<string, unknown>> {
+  async list(args: { parentAgentId?: string; status?: AgentStatus; cursor?: string; limit: number }, agentCaller: AgentCaller) {
     let parent = args.parentAgentId;
     if (agentCaller.actor.startsWith('agent_')) {
       if (parent && parent !== agentCaller.actor) this.visible(parent, agentCaller, 'parentAgentId');
@@ -180,7 +180,7 @@ export class AgentViews extends AgentSupervisor {
     return { agents, nextCursor: rows.length > args.limit ? String(page.at(-1)!.seq) : null };
   }
 
-  protected brief(row: Row): Record<string, unknown> {
+  protected brief(row: Row) {
     return {
       agentId: row.id,
       status: row.status,
@@ -200,7 +200,7 @@ export class AgentViews extends AgentSupervisor {
   // ------------------------------------------------------------------ owner's view (dashboard REST)
 
   /** Every agent (newest first, at most `limit`), with its tree links, status, budgets and spend. */
-  async ownerList(options: { status?: string; workspaceId?: string; limit?: number } = {}): Promise<Record<string, unknown>> {
+  async ownerList(options: { status?: string; workspaceId?: string; limit?: number } = {}) {
     const where: string[] = [];
     const params: unknown[] = [];
     if (options.status) {
@@ -220,7 +220,7 @@ export class AgentViews extends AgentSupervisor {
   }
 
   /** The owner's view of an agent's log: its last `limitBytes` bytes, whole lines, secrets redacted. */
-  ownerLogTail(id: string, limitBytes = 8192): Record<string, unknown> {
+  ownerLogTail(id: string, limitBytes = 8192) {
     const result = this.deps.db.prepare('SELECT id, status FROM agents WHERE id = ?').get(id) as { id: string; status: string } | undefined;
     if (!result) throw new ServiceError('NOT_FOUND', `no agent ${id}`, { field: 'id' });
     const file = this.logFile(result.id);
@@ -254,3 +254,10 @@ export class AgentViews extends AgentSupervisor {
     return this.live.size;
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type AgentStatusResult = Awaited<ReturnType<AgentViews['status']>>;
+export type AgentLogsResult = Awaited<ReturnType<AgentViews['logs']>>;
+export type AgentListResult = Awaited<ReturnType<AgentViews['list']>>;
+export type AgentOwnerListResult = Awaited<ReturnType<AgentViews['ownerList']>>;
+export type AgentOwnerLogTailResult = Awaited<ReturnType<AgentViews['ownerLogTail']>>;

@@ -6,7 +6,7 @@ import { ServiceError } from '../../core/errors.js';
 import type { GitRunner } from './runner.js';
 import { tail } from './parsers.js';
 
-export async function doMerge(run: GitRunner, ws: string, ref: string, ff: 'allow' | 'only' | 'never', message: string | undefined, before: string | null): Promise<Record<string, unknown>> {
+export async function doMerge(run: GitRunner, ws: string, ref: string, ff: 'allow' | 'only' | 'never', message: string | undefined, before: string | null) {
   const v = await run.git(ws, ['rev-parse', '-q', '--verify', `${ref}^{commit}`]);
   if (v.exitCode !== 0) throw new ServiceError('NOT_FOUND', `ref: ${ref} is not a branch, tag or commit here (fetch it first?)`, { field: 'ref' });
   const { env } = await run.identityEnv(ws, undefined, undefined, ff === 'never');
@@ -34,7 +34,7 @@ export async function doMerge(run: GitRunner, ws: string, ref: string, ff: 'allo
   throw run.fail('merge', result);
 }
 
-export async function doRebase(run: GitRunner, ws: string, action: 'start' | 'continue' | 'abort', upstream: string | undefined, before: string | null): Promise<Record<string, unknown>> {
+export async function doRebase(run: GitRunner, ws: string, action: 'start' | 'continue' | 'abort', upstream: string | undefined, before: string | null) {
   if (action === 'abort') {
     const r = await run.git(ws, ['rebase', '--abort']);
     if (r.exitCode !== 0) throw run.fail('rebase abort', r);
@@ -70,3 +70,7 @@ export async function doRebase(run: GitRunner, ws: string, action: 'start' | 'co
     throw new ServiceError('FAILED_PRECONDITION', 'no git identity for the rebased commits; set one with git_identity_set', { step: 'rebase' });
   throw run.fail(`rebase ${action}`, result);
 }
+
+/** What the steps above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type GitMergeStepResult = Awaited<ReturnType<typeof doMerge>>;
+export type GitRebaseStepResult = Awaited<ReturnType<typeof doRebase>>;

@@ -3,277 +3,32 @@
  * agent model profiles with immutable revisions and generations, the MCP constraints on profiles
  * (escalations refused with OWNER_APPROVAL_REQUIRED), custom upstream URL binding, draft-check
  * attachment (routing rule 6), owner activation/disable/delete, and the gateway snapshot routes.
- * One service, two transports: MCP tools (src/tools/models.ts) and dashboard REST
- * (src/dashboard/models.ts) call the same methods; `actor` says who acts. See docs/models.md.
+ * ModelService is this module's class on credentials.ts (the provider registry and the
+ * credentials); records.ts has the types and rows. One service, two transports: MCP tools
+ * (src/tools/models.ts) and dashboard REST (src/dashboard/models.ts) call the same methods;
+ * `actor` says who acts. See docs/models.md.
  */
-import type { DB } from '../../store/db.js';
-import type { SecretBox } from '../../core/crypto.js';
 import { sha256Hex } from '../../core/crypto.js';
-import type { AuditLog } from '../instance/index.js';
-import type { Logger } from '../../core/log.js';
 import { ServiceError } from '../../core/errors.js';
 import { newId } from '../../core/ids.js';
 import { nowIso } from '../../core/clock.js';
 import { canonicalJson } from '../../core/canonical-json.js';
 import type { Pricing } from '../../core/pricing.js';
 import {
-  PROVIDER_IDS,
-  readProviderOverrides,
-  resolveProviders,
   upstreamUrlProblem,
   type ApiMode,
-  type AuthHeaderMode,
   type ProviderId,
-  type ProviderInfo,
 } from '../../core/providers.js';
 import type { SnapshotRoute } from '../../contracts/gateway.js';
-
-export type { Actor } from '../instance/index.js';
+import { CatalogPriceLookup, CredRow, DRAFT_CHECK_TTL_MS, Escalation, FullPricing, ProfileInput, ProfileRow, RevisionBody, aadOf } from './records.js';
+import { ModelCredentials } from './credentials.js';
 import type { Actor } from '../instance/index.js';
 
-/** Draft connection checks attach only to a save within this many ms (routing rule 6; spec: "a short expiry"). */
-export const DRAFT_CHECK_TTL_MS = 15 * 60 * 1000;
+export { DRAFT_CHECK_TTL_MS, UNSUPPORTED_SIGN_IN, type Actor, type CatalogPriceLookup, type CredentialMeta, type Escalation, type FullPricing, type Limits, type ProfileInput, type RevisionBody } from './records.js';
 
-/** Sign-in kinds the spec names as unsupported: refused, documented in model_provider_list. */
-export const UNSUPPORTED_SIGN_IN = [
-  { kind: 'consumer_plan_sign_in', provider: 'provider_a', reason: 'needs vendor approval for remotely hosted apps, uses a loopback redirect a remote service cannot receive, and needs rotating refresh tokens' },
-  { kind: 'consumer_chat_session', provider: null, reason: 'cookies or scraped consumer chat sessions are not credentials' },
-  { kind: 'native_protocol', provider: null, reason: 'native message or vendor-specific protocols are not spoken; only Chat Completions and Responses' },
-];
-
-export interface CredentialMeta {
-  id: string;
-  provider: ProviderId;
-  label: string;
-  authHeader: AuthHeaderMode;
-  status: 'active' | 'disabled';
-  keyVersion: number;
-  lastCheck: Record<string, unknown> | null;
-  createdAt: string;
-  updatedAt: string;
-}
-
-export interface FullPricing {
-  inputMicrosPerMillionTokens: number;
-  outputMicrosPerMillionTokens: number;
-  cachedReadMicrosPerMillionTokens: number | null;
-  cachedWriteMicrosPerMillionTokens: number | null;
-}
-
-export interface Limits {
-  maxInputTokens: number;
-  maxOutputTokens: number;
-  maxCostMicros: number;
-}
-
-/** One immutable revision of a profile. */
-export interface RevisionBody {
-  displayName: string;
-  credentialId: string;
-  model: string;
-  apiMode: ApiMode;
-  customUpstreamUrl: string | null;
-  pricing: FullPricing;
-  /** catalog: pinned by catalogPriceRef and equal to the cached catalog price; override: typed by hand. */
-  priceSource: 'catalog' | 'override';
-  limits: Limits;
-  maxProxyOperations: string[];
-  catalogPriceRef: { sourceModelId: string } | null;
-  verification: { verificationRef: string; status: 'verified'; checkedAt: string } | { verificationRef: string | null; status: 'not_verified' };
-}
-
-export interface ProfileInput {
-  profileId?: string;
-  displayName?: string;
-  credentialId?: string;
-  model?: string;
-  apiMode?: ApiMode;
-  customUpstreamUrl?: string;
-  pricing?: Pricing;
-  limits?: Limits;
-  maxProxyOperations?: string[];
-  verificationRef?: string;
-  catalogPriceRef?: { sourceModelId: string };
-  expectedGeneration?: number;
-}
-
-export interface Escalation {
-  kind: 'credential_change' | 'limit_raised' | 'price_lowered_unverified' | 'price_unverified_for_new_route' | 'proxy_operations_widened' | 'custom_url_unbound' | 'provider_f_route_change';
-  field: string;
-  message: string;
-}
-
-interface ProfileRow {
-  id: string;
-  status: 'disabled' | 'active';
-  generation: number;
-  latest_revision: number;
-  active_revision: number | null;
-  created_at: string;
-  updated_at: string;
-  last_check_json: string | null;
-}
-
-interface CredRow {
-  id: string;
-  provider: ProviderId;
-  label: string;
-  auth_header: AuthHeaderMode;
-  status: 'active' | 'disabled';
-  key_version: number;
-  key_sealed: string;
-  created_at: string;
-  updated_at: string;
-  last_check_json: string | null;
-}
-
-const aadOf = (id: string, version: number) => `provider_credential:${id}:v${version}`;
-
-/**
- * The cached catalog price of a model, as the repricing review and catalog verification read it
- * (never fetched here; rule 4): the price of the cached entry whose providerModelId is `model`, with
- * that entry's pricing.provenance.sourceModelId (where the catalog says the price comes from).
- */
-export type CatalogPriceLookup = (provider: ProviderId, model: string) => { pricing: FullPricing; sourceModelId: string; fetchedAt: string; stale: boolean } | null;
-
-export class ModelService {
+export class ModelService extends ModelCredentials {
   /** Set by the catalog when it exists; without it no price is catalog-verified. */
   catalogPrice: CatalogPriceLookup = () => null;
-
-  constructor(
-    private readonly opts: { db: DB; secrets: SecretBox; audit: AuditLog; log: Logger; configPath: string },
-  ) {}
-
-  private get db(): DB {
-    return this.opts.db;
-  }
-
-  // ---------------- registry ----------------
-
-  registry(): Record<ProviderId, ProviderInfo> {
-    try {
-      return resolveProviders(readProviderOverrides(this.opts.configPath));
-    } catch (e) {
-      this.opts.log.warn({ err: (e as Error).message }, 'config section "providers" is invalid; using the registry defaults');
-      return resolveProviders({});
-    }
-  }
-
-  providerList(provider?: ProviderId) {
-    const reg = this.registry();
-    const ids = provider ? [provider] : [...PROVIDER_IDS];
-    return {
-      providers: ids.map((id) => {
-        const providerInfo = reg[id];
-        return {
-          provider: providerInfo.id,
-          authHeaderModes: providerInfo.authHeaderModes,
-          apiModes: providerInfo.apiModes,
-          apiNote: providerInfo.apiNote,
-          endpoints:
-            providerInfo.id === 'custom'
-              ? { baseUrl: null, note: 'one caller-entered HTTPS upstream URL per profile' }
-              : { baseUrl: providerInfo.baseUrl, chatCompletions: providerInfo.apiModes.includes('chat-completions') ? providerInfo.baseUrl + '/chat/completions' : null, responses: providerInfo.apiModes.includes('responses') ? providerInfo.baseUrl + '/responses' : null, models: providerInfo.catalogSource === 'provider-models-endpoint' ? providerInfo.baseUrl + '/models' : null },
-          hosts: providerInfo.hosts,
-          catalogSource: providerInfo.catalogSource,
-          cacheWriteBilled: providerInfo.cacheWriteBilled,
-          ...(providerInfo.sessionHeader ? { sessionHeader: providerInfo.sessionHeader, userAgent: providerInfo.userAgent } : {}),
-        };
-      }),
-      credentials: this.listCredentials(provider),
-      acceptedSignIn: 'provider API keys only, added by the owner on the dashboard',
-      unsupportedSignIn: UNSUPPORTED_SIGN_IN,
-    };
-  }
-
-  // ---------------- credentials (dashboard only) ----------------
-
-  private meta(credential: CredRow): CredentialMeta {
-    return {
-      id: credential.id,
-      provider: credential.provider,
-      label: credential.label,
-      authHeader: credential.auth_header,
-      status: credential.status,
-      keyVersion: credential.key_version,
-      lastCheck: credential.last_check_json ? JSON.parse(credential.last_check_json) : null,
-      createdAt: credential.created_at,
-      updatedAt: credential.updated_at,
-    };
-  }
-
-  listCredentials(provider?: ProviderId): CredentialMeta[] {
-    const rows = (provider
-      ? this.db.prepare('SELECT * FROM provider_credentials WHERE provider = ? ORDER BY created_at, id').all(provider)
-      : this.db.prepare('SELECT * FROM provider_credentials ORDER BY created_at, id').all()) as CredRow[];
-    return rows.map((r) => this.meta(r));
-  }
-
-  private credRow(id: string, field = 'credentialId'): CredRow {
-    const r = this.db.prepare('SELECT * FROM provider_credentials WHERE id = ?').get(id) as CredRow | undefined;
-    if (!r) throw new ServiceError('NOT_FOUND', `${field}: no provider credential ${id}; model_provider_list lists them`, { field, credentialId: id });
-    return r;
-  }
-
-  credential(id: string): CredentialMeta {
-    return this.meta(this.credRow(id));
-  }
-
-  /** The plain key, for the gateway snapshot and connection checks only. Never returned by a tool or REST path. */
-  keyOf(id: string): string {
-    const r = this.credRow(id);
-    return this.opts.secrets.open(r.key_sealed, aadOf(r.id, r.key_version)).toString('utf8');
-  }
-
-  private checkKey(key: unknown): string {
-    if (typeof key !== 'string' || key.length < 8 || key.length > 4096 || /[\s\x00-\x1f\x7f]/.test(key))
-      throw new ServiceError('INVALID_ARGUMENT', 'key: must be a string of 8-4096 characters without spaces or control characters', { field: 'key' });
-    return key;
-  }
-
-  createCredential(input: { provider: unknown; key: unknown; authHeader?: unknown; label?: unknown }): CredentialMeta {
-    const provider = input.provider as ProviderId;
-    if (!(PROVIDER_IDS as readonly string[]).includes(String(provider)))
-      throw new ServiceError('INVALID_ARGUMENT', `provider: must be one of ${PROVIDER_IDS.join(', ')}`, { field: 'provider' });
-    const key = this.checkKey(input.key);
-    const p = this.registry()[provider];
-    const authHeader = (input.authHeader ?? p.authHeaderModes[0]) as AuthHeaderMode;
-    if (!p.authHeaderModes.includes(authHeader))
-      throw new ServiceError('INVALID_ARGUMENT', `authHeader: ${provider} accepts ${p.authHeaderModes.join(' or ')}`, { field: 'authHeader' });
-    const label = input.label === undefined ? '' : input.label;
-    if (typeof label !== 'string' || label.length > 100) throw new ServiceError('INVALID_ARGUMENT', 'label: must be a string of at most 100 characters', { field: 'label' });
-    const id = newId('credential');
-    const now = nowIso();
-    this.db
-      .prepare('INSERT INTO provider_credentials (id, provider, label, auth_header, status, key_version, key_sealed, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?)')
-      .run(id, provider, label, authHeader, 'active', this.opts.secrets.seal(key, aadOf(id, 1)), now, now);
-    this.opts.audit.record({ actor: 'dashboard', action: 'provider_credential_create', target: id, outcome: 'ok', details: { provider, authHeader, keyVersion: 1 } });
-    return this.credential(id);
-  }
-
-  rotateCredential(id: string, keyRaw: unknown): CredentialMeta {
-    const r = this.credRow(id, 'id');
-    const key = this.checkKey(keyRaw);
-    const v = r.key_version + 1;
-    this.db.prepare('UPDATE provider_credentials SET key_version = ?, key_sealed = ?, updated_at = ?, last_check_json = NULL WHERE id = ?').run(v, this.opts.secrets.seal(key, aadOf(id, v)), nowIso(), id);
-    this.opts.audit.record({ actor: 'dashboard', action: 'provider_credential_rotate', target: id, outcome: 'ok', details: { keyVersion: v } });
-    return this.credential(id);
-  }
-
-  setCredentialStatus(id: string, status: 'active' | 'disabled'): CredentialMeta {
-    this.credRow(id, 'id');
-    this.db.prepare('UPDATE provider_credentials SET status = ?, updated_at = ? WHERE id = ?').run(status, nowIso(), id);
-    this.opts.audit.record({ actor: 'dashboard', action: status === 'active' ? 'provider_credential_enable' : 'provider_credential_disable', target: id, outcome: 'ok' });
-    return this.credential(id);
-  }
-
-  deleteCredential(id: string): { deleted: true; id: string; profilesLeftWithoutCredential: string[] } {
-    this.credRow(id, 'id');
-    const profiles = (this.db.prepare('SELECT DISTINCT profile_id FROM model_profile_revisions WHERE credential_id = ?').all(id) as Array<{ profile_id: string }>).map((r) => r.profile_id);
-    this.db.prepare('DELETE FROM provider_credentials WHERE id = ?').run(id);
-    this.opts.audit.record({ actor: 'dashboard', action: 'provider_credential_delete', target: id, outcome: 'ok' });
-    return { deleted: true, id, profilesLeftWithoutCredential: profiles };
-  }
 
   // ---------------- profiles ----------------
 

@@ -8,6 +8,7 @@ import { ServiceError } from '../../core/errors.js';
 import { newId } from '../../core/ids.js';
 import { ForkTemplate, NetworkProfile, WorkspaceRow, rowOf } from './records.js';
 import { WorkspaceSandboxes } from './sandboxes.js';
+import { detach as detachTemplateDisk } from './templates/store.js';
 
 export class WorkspaceImages extends WorkspaceSandboxes {
   // ---------- checkpoints and forks (issue #33: src/services/checkpoints.ts calls these) ----------
@@ -21,10 +22,16 @@ export class WorkspaceImages extends WorkspaceSandboxes {
   }
 
   /** The host file of a workspace's filesystem (the driver's storage keeps it; requireImages checked it can). */
-  protected imageOf(id: string): string {
+  imageOf(id: string): string {
     const img = this.deps.executor.storage?.image?.(id);
     if (!img) throw new ServiceError('FAILED_PRECONDITION', 'checkpoints and forks need each workspace on its own filesystem (--sandbox-disk-mb above 0)', { setting: 'sandboxDiskMb' });
     return img;
+  }
+
+  /** A template build's filesystem made ready to save: free blocks discarded, unmounted (templates/store.ts detach); the image stays, its path returned. */
+  async detachDisk(id: string): Promise<string> {
+    await detachTemplateDisk(this.rootDir(id));
+    return this.imageOf(id);
   }
 
   /** A workspace that can be checkpointed, restored or forked: not closed, not opening. */

@@ -26,14 +26,21 @@ import type { ParsedRepoUrl } from '../repos/index.js';
 import { parseRepoUrl } from '../repos/index.js';
 import { gitConfigEnv } from '../git/index.js';
 import { gitFailure, runEphemeralGit } from '../git/index.js';
-import { openFromTemplate, type TemplateHost, type TemplateOpen } from './templates/open.js';
-import { detach as detachTemplateDisk } from './templates/store.js';
+import { openFromTemplate, type TemplateOpen, type TemplateWorkspaceSteps } from './templates/open.js';
+import type { CloneRequest } from './templates/builds.js';
 import { GIT_BIN, NetworkProfile, OpenArgs, SHA_RE, SHUTDOWN_LOCK_WAIT_MS, rowOf } from './records.js';
 import { WorkspaceRecovery } from './recovery.js';
 
 export type { ForkTemplate, NetworkProfile, OpenArgs, WorkspaceRow, WorkspaceState } from './records.js';
 
-export class WorkspaceService extends WorkspaceRecovery {
+/** What a clone is asked for: workspace_open's arguments, or a template's clone request (null: not given). */
+type CloneArgs = Pick<OpenArgs, 'ref' | 'fetchDepth' | 'shallowSince'> | CloneRequest;
+
+/**
+ * The workspace service. The template code (templates/) is handed this service itself, typed as
+ * the steps it needs (TemplateWorkspaceSteps: disks, clone, sandboxes), not closures lent.
+ */
+export class WorkspaceService extends WorkspaceRecovery implements TemplateWorkspaceSteps {
   // ---------- lifecycle ----------
 
   async open(openArgs: OpenArgs, principal: string, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal) {
@@ -80,7 +87,7 @@ export class WorkspaceService extends WorkspaceRecovery {
         if (plan) {
           // From a template: its image copied (built first when none matches), then the
           // workspace's own sandbox, then the maintenance script (templates/open.ts).
-          template = await openFromTemplate(this.templateHost(repo, openArgs), id, plan, progress, signal);
+          template = await openFromTemplate({ templates: this.deps.templates!, workspaces: this, executor: this.deps.executor, repo }, id, plan, progress, signal);
           sandbox = Promise.resolve(template.sandbox);
         }
         if (!template) {
@@ -125,37 +132,12 @@ export class WorkspaceService extends WorkspaceRecovery {
     });
   }
 
-  /** What an open from a template works with (templates/open.ts): this service's own steps, lent. */
-  private templateHost(repo: ParsedRepoUrl, openArgs: OpenArgs): TemplateHost {
-    return {
-      templates: this.deps.templates!,
-      ref: openArgs.ref ?? null,
-      imagePath: (id) => this.imageOf(id),
-      rootDir: (id) => this.rootDir(id),
-      ensureDisk: (id) => this.ensureDisk(id),
-      clone: (id, signal) => this.clone(id, repo, openArgs, signal),
-      remoteOid: (id, signal) => this.remoteOid(id, repo, openArgs.ref, signal),
-      // The setup sandbox: the workspace user, dependency-access, the entries given (setup-only included), no managed packages.
-      startSetupSandbox: async (id, env) =>
-        this.deps.executor.create({ id, rootDir: this.rootDir(id), limits: this.sandboxLimits, network: await this.startWorkspaceProxy(id, 'dependency-access'), env, mounts: [] }),
-      startWorkspaceSandbox: (id) => this.startSandbox(this.get(id)),
-      exec: (h, req, onOutput, signal) => this.deps.executor.exec(h, req, onOutput, signal),
-      stopSandbox: async (id, h) => {
-        if (h) await this.deps.executor.destroy(h);
-        await this.egress.stop(id);
-      },
-      detachDisk: async (id) => (await detachTemplateDisk(this.rootDir(id)), this.imageOf(id)),
-      removeFiles: (id) => this.removeFiles(id),
-      noteHead: (id, head, branch) => this.update(id, { head_oid: head, branch }),
-    };
-  }
-
   /**
    * The commit a ref names on the repository now (git ls-remote in a short-lived sandbox with the
    * repository host's network and credential, in an empty root-owned directory). A full commit id
    * is its own answer; a short one gives null (reading it needs a fetch).
    */
-  private async remoteOid(id: string, repo: ParsedRepoUrl, ref: string | undefined, signal: AbortSignal): Promise<string | null> {
+  async remoteOid(id: string, repo: ParsedRepoUrl, ref: string | null | undefined, signal: AbortSignal): Promise<string | null> {
     if (ref && SHA_RE.test(ref)) return ref.length === 40 || ref.length === 64 ? ref : null;
     const dir = await mkdtemp(join(this.deps.config.dataDir, 'run', 'lsr-'));
     try {
@@ -176,8 +158,8 @@ export class WorkspaceService extends WorkspaceRecovery {
     }
   }
 
-  /** Clones into the workspace's filesystem; returns the checked-out commit and branch (null when detached), read by the same script. */
-  private async clone(id: string, repo: ParsedRepoUrl, openArgs: OpenArgs, signal: AbortSignal): Promise<{ head: string | null; branch: string | null }> {
+  /** Clones into the workspace's filesystem (`id`: a workspace's or a template build's); returns the checked-out commit and branch (null when detached), read by the same script. */
+  async clone(id: string, repo: ParsedRepoUrl, openArgs: CloneArgs, signal: AbortSignal): Promise<{ head: string | null; branch: string | null }> {
     const depthArgs = openArgs.shallowSince ? `--shallow-since="$SINCE"` : openArgs.fetchDepth === 0 ? '' : `--depth=${openArgs.fetchDepth ?? 1}`;
     const ref = openArgs.ref;
     // Shell script inside the sandbox; every value arrives as an environment variable, never spliced into the script.
@@ -419,12 +401,7 @@ export class WorkspaceService extends WorkspaceRecovery {
     await this.reap();
     // Template builds a stop interrupted: failed, their files removed (docs/templates.md).
     await this.deps.templates
-      ?.recover({
-        discard: async (id) => {
-          await this.deps.executor.destroy(this.handleById(id)).catch((e) => this.deps.log.warn({ err: e, template: id }, 'stopping the sandbox of an interrupted template build failed'));
-          await this.removeFiles(id);
-        },
-      })
+      ?.recover(this)
       .catch((e) => this.deps.log.error({ err: e }, 'cleaning up interrupted template builds failed'));
     // A spare workspace sandbox an earlier runner left (no open took it): stopped and removed.
     const left = await readFile(this.spareFile, 'utf8').then((t) => (JSON.parse(t) as { id?: unknown }).id, () => undefined);

@@ -67,7 +67,7 @@ export class WorkspaceSandboxes {
   }
 
   /** Makes sure the workspace's own filesystem is mounted and its directories exist. */
-  protected ensureDisk(id: string): Promise<void> {
+  ensureDisk(id: string): Promise<void> {
     const running = this.disking.get(id);
     if (running) return running;
     const pending = (async () => {
@@ -157,7 +157,7 @@ export class WorkspaceSandboxes {
   }
 
   /** Deletes every file of a workspace (its filesystem, or its directory tree). */
-  protected async removeFiles(id: string): Promise<void> {
+  async removeFiles(id: string): Promise<void> {
     await this.deps.executor.storage?.remove(id, this.rootDir(id));
   }
 
@@ -228,6 +228,28 @@ export class WorkspaceSandboxes {
     this.handles.set(workspace.id, h);
     this.update(workspace.id, { sandbox_json: JSON.stringify(h) });
     return h;
+  }
+
+  /** Starts the sandbox of a workspace by id (its own network profile and entries: specFor). */
+  startWorkspaceSandbox(id: string): Promise<SandboxHandle> {
+    return this.startSandbox(this.get(id));
+  }
+
+  /** A template build's setup sandbox on `id`'s disk: the workspace user, dependency-access, the entries given (setup-only included), no managed packages. */
+  async startSetupSandbox(id: string, env: Record<string, string>): Promise<SandboxHandle> {
+    return this.deps.executor.create({ id, rootDir: this.rootDir(id), limits: this.sandboxLimits, network: await this.startWorkspaceProxy(id, 'dependency-access'), env, mounts: [] });
+  }
+
+  /** Stops a sandbox a template step started (every process ends; none given: none started) and the egress proxy of its id. */
+  async stopStartedSandbox(id: string, handle: SandboxHandle | undefined): Promise<void> {
+    if (handle) await this.deps.executor.destroy(handle);
+    await this.egress.stop(id);
+  }
+
+  /** A template build a stop interrupted (templates/builds.ts recover): its sandbox, which outlives a runner, stopped and its files removed. */
+  async discardBuild(id: string): Promise<void> {
+    await this.deps.executor.destroy(this.handleById(id)).catch((e) => this.deps.log.warn({ err: e, template: id }, 'stopping the sandbox of an interrupted template build failed'));
+    await this.removeFiles(id);
   }
 
   /** The workspace's sandbox is the spare started for it; one that failed to start or died is replaced by a fresh start. */

@@ -23,7 +23,8 @@ import type { DB } from '../../../store/db.js';
 import type { Logger } from '../../../core/log.js';
 import type { AuditLog } from '../../instance/index.js';
 import type { EnvironmentService } from '../../environments.js';
-import type { ExecRequest, ExecResult, SandboxHandle } from '../../../sandbox/executor.js';
+import type { Executor, SandboxHandle } from '../../../sandbox/executor.js';
+import type { ParsedRepoUrl } from '../../repos/index.js';
 import { ServiceError } from '../../../core/errors.js';
 import { newId } from '../../../core/ids.js';
 import { nowIso } from '../../../core/clock.js';
@@ -68,22 +69,33 @@ export interface TemplatePlan {
   maintenanceScript: string | null;
 }
 
-/** What the workspace service lends a build: its own primitives, on the build's id. */
-export interface BuildHost {
+/**
+ * What a template build needs of workspaces, by name: the steps it takes on the build's own id (a
+ * disk of its own, the clone, a setup sandbox). The workspace service implements them
+ * (sandboxes.ts, images.ts, lifecycle.ts); nothing is lent as a closure.
+ */
+export interface BuildWorkspaceSteps {
+  /** Where `id`'s filesystem is mounted. */
+  rootDir(id: string): string;
   /** Mounts a fresh workspace filesystem for `id` (disks/<id>.img at rootDir(id)). */
   ensureDisk(id: string): Promise<void>;
-  /** Clones the open's repository and ref into it; the checked-out commit and branch. */
-  clone(id: string, signal: AbortSignal): Promise<{ head: string | null; branch: string | null }>;
+  /** Clones the repository with the clone request into it; the checked-out commit and branch. */
+  clone(id: string, repo: ParsedRepoUrl, clone: CloneRequest, signal: AbortSignal): Promise<{ head: string | null; branch: string | null }>;
   /** Starts a sandbox on it with dependency-access and these variables. */
   startSetupSandbox(id: string, env: Record<string, string>): Promise<SandboxHandle>;
-  exec(h: SandboxHandle, req: ExecRequest, onOutput: (s: 'stdout' | 'stderr', c: Buffer) => void, signal: AbortSignal): Promise<ExecResult>;
   /** Stops the sandbox (every process ends; none given: none started) and its egress proxy. */
-  stopSandbox(id: string, h: SandboxHandle | undefined): Promise<void>;
+  stopStartedSandbox(id: string, handle: SandboxHandle | undefined): Promise<void>;
   /** Discards free blocks, then unmounts; the image stays (its path returned). */
   detachDisk(id: string): Promise<string>;
   /** Unmounts and deletes everything of `id`. */
   removeFiles(id: string): Promise<void>;
-  rootDir(id: string): string;
+}
+
+/** What a build is given: the workspace steps above, the executor that runs the setup script, and the repository the open was approved for. */
+export interface BuildDeps {
+  workspaces: BuildWorkspaceSteps;
+  executor: Pick<Executor, 'exec'>;
+  repo: ParsedRepoUrl;
 }
 
 type Progress = (message: string) => void;
@@ -284,18 +296,18 @@ export class TemplateService {
   }
 
   /** Builds the template of a plan (or joins the build of the same key already running). */
-  build(plan: TemplatePlan, host: BuildHost, progress: Progress, signal: AbortSignal): Promise<TemplateRow> {
+  build(plan: TemplatePlan, deps: BuildDeps, progress: Progress, signal: AbortSignal): Promise<TemplateRow> {
     const running = this.building.get(plan.key);
     if (running) {
       progress('waiting for the setup another open of this repository and environment is running');
       return running;
     }
-    const p = this.doBuild(plan, host, progress, signal).finally(() => this.building.delete(plan.key));
+    const p = this.doBuild(plan, deps, progress, signal).finally(() => this.building.delete(plan.key));
     this.building.set(plan.key, p);
     return p;
   }
 
-  private async doBuild(plan: TemplatePlan, host: BuildHost, progress: Progress, signal: AbortSignal): Promise<TemplateRow> {
+  private async doBuild(plan: TemplatePlan, { workspaces, executor, repo }: BuildDeps, progress: Progress, signal: AbortSignal): Promise<TemplateRow> {
     const id = newId('template');
     const now = nowIso();
     // The entries the setup gets, read once with their digest: the template is keyed on exactly
@@ -314,12 +326,12 @@ export class TemplateService {
     const t0 = Date.now();
     try {
       progress(`setup: cloning ${plan.repositoryUrl} for a new template ${id}`);
-      await host.ensureDisk(id);
-      const { head, branch } = await host.clone(id, signal);
+      await workspaces.ensureDisk(id);
+      const { head, branch } = await workspaces.clone(id, repo, plan.clone, signal);
       this.deps.db.prepare('UPDATE workspace_templates SET base_oid = ?, branch = ?, updated_at = ? WHERE id = ?').run(head, branch, nowIso(), id);
       step = 'setup script';
       progress('setup: starting the setup sandbox (dependency-access)');
-      h = await host.startSetupSandbox(id, inputs.env);
+      h = await workspaces.startSetupSandbox(id, inputs.env);
       const tail: string[] = [];
       let lines = 0;
       const split = lineSplitter((l) => {
@@ -328,7 +340,7 @@ export class TemplateService {
         if (tail.length > 40) tail.shift();
         if (++lines <= MAX_PROGRESS_LINES) progress(`setup: ${text}`);
       });
-      const r = await host.exec(h, { command: plan.setupScript, timeoutMs: SETUP_TIMEOUT_MS, maxOutputBytes: 65_536, killGraceMs: 2000 }, (_s, c) => split.push(c), signal);
+      const r = await executor.exec(h, { command: plan.setupScript, timeoutMs: SETUP_TIMEOUT_MS, maxOutputBytes: 65_536, killGraceMs: 2000 }, (_s, c) => split.push(c), signal);
       split.end();
       if (r.cancelled) throw new ServiceError('CANCELLED', 'the open was cancelled while the setup script ran; no template was kept', { templateId: id, step });
       if (r.timedOut || r.exitCode !== 0) {
@@ -337,13 +349,13 @@ export class TemplateService {
         throw new ServiceError('FAILED_PRECONDITION', `the setup script of environment ${plan.environmentId} ${why}; no template was kept and no workspace was opened. Last output:\n${out}`, { templateId: id, step, exitCode: r.exitCode, timedOut: r.timedOut === true });
       }
       step = 'stop';
-      await host.stopSandbox(id, h);
+      await workspaces.stopStartedSandbox(id, h);
       h = undefined;
       step = 'secret check';
       progress('setup: checking the result for setup-only values');
       // The values the setup got as setup-only, and those marked setup-only (or rotated) while it ran.
       const values = [...inputs.setupOnly, ...this.deps.environments.setupOnlyValues(plan.environmentId)];
-      const found = await searchValues(host.rootDir(id), values, { maxBytes: this.deps.diskMb * 1048576, maxMs: SEARCH_MAX_MS, ...this.deps.searchBounds });
+      const found = await searchValues(workspaces.rootDir(id), values, { maxBytes: this.deps.diskMb * 1048576, maxMs: SEARCH_MAX_MS, ...this.deps.searchBounds });
       if (found.kind === 'hit')
         throw new ServiceError(
           'FAILED_PRECONDITION',
@@ -359,19 +371,19 @@ export class TemplateService {
         );
       }
       step = 'save';
-      const img = await host.detachDisk(id);
+      const img = await workspaces.detachDisk(id);
       const { sizeBytes } = await save(this.deps.dataDir, id, img);
       const setupMs = Date.now() - t0;
       this.deps.db.prepare("UPDATE workspace_templates SET state = 'ready', size_bytes = ?, setup_ms = ?, updated_at = ? WHERE id = ?").run(sizeBytes, setupMs, nowIso(), id);
-      await host.removeFiles(id); // the mount point (the image was moved)
+      await workspaces.removeFiles(id); // the mount point (the image was moved)
       this.deps.audit.record({ actor: 'system', action: 'template_build', target: id, outcome: 'ok', details: { environmentId: plan.environmentId, repositoryUrl: plan.repositoryUrl, baseOid: head, sizeBytes, setupMs } });
       progress(`setup: template ${id} ready (${Math.round(sizeBytes / 1048576)} MiB, ${setupMs} ms)`);
       await this.prune(plan);
       return this.get(id);
     } catch (err) {
       // The sandbox, or the egress proxy started for one that did not start.
-      if (step !== 'save') await host.stopSandbox(id, h).catch((e) => this.deps.log.warn({ err: e, template: id }, 'stopping a failed setup sandbox failed'));
-      await host.removeFiles(id).catch((e) => this.deps.log.error({ err: e, template: id }, 'removing a failed template build failed'));
+      if (step !== 'save') await workspaces.stopStartedSandbox(id, h).catch((e) => this.deps.log.warn({ err: e, template: id }, 'stopping a failed setup sandbox failed'));
+      await workspaces.removeFiles(id).catch((e) => this.deps.log.error({ err: e, template: id }, 'removing a failed template build failed'));
       await remove(this.deps.dataDir, id).catch(() => undefined);
       const e = err instanceof ServiceError ? err : new ServiceError('FAILED_PRECONDITION', `building the template failed at its ${step}: ${(err as Error).message}; no template was kept and no workspace was opened`, { templateId: id, step });
       if (!e.details.templateId) Object.assign(e.details, { templateId: id, step });
@@ -404,11 +416,11 @@ export class TemplateService {
    * After a restart: builds that were running are failed, their sandbox (which outlives a runner)
    * stopped and their files removed; copies into workspaces a stop interrupted are removed.
    */
-  async recover(host: { discard(id: string): Promise<void> }): Promise<void> {
+  async recover(workspaces: { discardBuild(id: string): Promise<void> }): Promise<void> {
     await removeCopies(this.deps.dataDir).catch((e) => this.deps.log.warn({ err: e }, 'removing interrupted template copies failed'));
     const ids = this.deps.db.prepare("SELECT id FROM workspace_templates WHERE state = 'building'").pluck().all() as string[];
     for (const id of ids) {
-      await host.discard(id).catch((e) => this.deps.log.error({ err: e, template: id }, 'removing an interrupted template build failed'));
+      await workspaces.discardBuild(id).catch((e) => this.deps.log.error({ err: e, template: id }, 'removing an interrupted template build failed'));
       await remove(this.deps.dataDir, id).catch(() => undefined);
       this.deps.db.prepare("UPDATE workspace_templates SET state = 'failed', failure = ?, updated_at = ? WHERE id = ?").run('interrupted: the service stopped while the template was being built', nowIso(), id);
     }

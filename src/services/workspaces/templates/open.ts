@@ -15,21 +15,26 @@
 import { rm } from 'node:fs/promises';
 import type { ExecRequest, ExecResult, SandboxHandle } from '../../../sandbox/executor.js';
 import { ServiceError } from '../../../core/errors.js';
-import { MAINTENANCE_TIMEOUT_MS, searchIncomplete, type BuildHost, type TemplatePlan, type TemplateRow, type TemplateService } from './builds.js';
+import type { ParsedRepoUrl } from '../../repos/index.js';
+import { MAINTENANCE_TIMEOUT_MS, searchIncomplete, type BuildDeps, type BuildWorkspaceSteps, type TemplatePlan, type TemplateRow, type TemplateService } from './builds.js';
 import type { CopyMethod } from './store.js';
 
-export interface TemplateHost extends BuildHost {
-  templates: TemplateService;
+/** What an open from a template needs of workspaces beyond a build's steps (the workspace service implements them). */
+export interface TemplateWorkspaceSteps extends BuildWorkspaceSteps {
   /** The workspace's image path (disks/<id>.img): where a template is copied to. */
-  imagePath(id: string): string;
-  /** The commit the open's ref names on the repository now (null when it cannot be read without fetching: a short commit id). */
-  remoteOid(id: string, signal: AbortSignal): Promise<string | null>;
+  imageOf(id: string): string;
+  /** The commit a ref names on the repository now (null when it cannot be read without fetching: a short commit id). */
+  remoteOid(id: string, repo: ParsedRepoUrl, ref: string | null, signal: AbortSignal): Promise<string | null>;
   /** Starts the workspace's own sandbox (its profile and entries). */
   startWorkspaceSandbox(id: string): Promise<SandboxHandle>;
-  /** Records the checked-out commit and branch on the workspace row. */
-  noteHead(id: string, head: string | null, branch: string | null): void;
-  /** The open's ref (for a commit-id ref, matched by prefix). */
-  ref: string | null;
+  /** Records the checked-out branch and commit on the workspace row. */
+  noteHead(id: string, branch: string | null, headOid: string | null): void;
+}
+
+/** What openFromTemplate is given: the template service, the workspace service as the steps above, the executor (the maintenance script), the approved repository. */
+export interface TemplateOpenDeps extends BuildDeps {
+  templates: TemplateService;
+  workspaces: TemplateWorkspaceSteps;
 }
 
 export interface TemplateOpen {
@@ -45,10 +50,10 @@ function within(progress: (p: number, t?: number, m?: string) => void, base: num
   return (m) => progress(base + 1 - 1 / (++n + 1), 3, m);
 }
 
-async function runScript(host: TemplateHost, h: SandboxHandle, script: string, say: (m: string) => void, signal: AbortSignal): Promise<{ r: ExecResult; tail: string }> {
+async function runScript(deps: TemplateOpenDeps, h: SandboxHandle, script: string, say: (m: string) => void, signal: AbortSignal): Promise<{ r: ExecResult; tail: string }> {
   const lines: string[] = [];
   let buf = '';
-  const redact = (s: string) => host.templates.redactText(s);
+  const redact = (s: string) => deps.templates.redactText(s);
   const flush = (l: string) => {
     const text = redact(l).slice(0, 500);
     lines.push(text);
@@ -56,7 +61,7 @@ async function runScript(host: TemplateHost, h: SandboxHandle, script: string, s
     say(`maintenance: ${text}`);
   };
   const req: ExecRequest = { command: script, timeoutMs: MAINTENANCE_TIMEOUT_MS, maxOutputBytes: 65_536, killGraceMs: 2000 };
-  const r = await host.exec(h, req, (_s, c) => {
+  const r = await deps.executor.exec(h, req, (_s, c) => {
     buf += c.toString('utf8');
     let i: number;
     while ((i = buf.indexOf('\n')) >= 0) {
@@ -74,35 +79,35 @@ async function runScript(host: TemplateHost, h: SandboxHandle, script: string, s
  * is used. The workspace is a plain open (a fresh filesystem, the clone, its own sandbox, no setup
  * script: the setup needs setup-only values a workspace never gets); the result says why.
  */
-async function openCold(host: TemplateHost, id: string, why: ServiceError, say: (m: string) => void, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<TemplateOpen> {
+async function openCold({ workspaces, repo }: TemplateOpenDeps, plan: TemplatePlan, id: string, why: ServiceError, say: (m: string) => void, progress: (p: number, t?: number, m?: string) => void, signal: AbortSignal): Promise<TemplateOpen> {
   const reason = String(why.details.reason ?? why.message);
   const warning = `no template was kept or used: the search of the setup's result for setup-only values did not complete (${reason}); this workspace was opened without the setup script's result (a plain clone), and the next open builds again. Make the setup leave less behind (or no huge sparse file), or run its steps in the workspace`;
   say(`template not kept: ${reason}; opening without a template`);
-  await host.ensureDisk(id);
-  const starting = host.startWorkspaceSandbox(id);
+  await workspaces.ensureDisk(id);
+  const starting = workspaces.startWorkspaceSandbox(id);
   let cloned: { head: string | null; branch: string | null };
   try {
-    cloned = await host.clone(id, signal);
+    cloned = await workspaces.clone(id, repo, plan.clone, signal);
   } catch (e) {
     await starting.catch(() => undefined); // settled: the caller's clean-up stops it
     throw e;
   }
   progress(1, 3, 'starting the sandbox');
   const sandbox = await starting;
-  host.noteHead(id, cloned.head, cloned.branch);
+  workspaces.noteHead(id, cloned.branch, cloned.head);
   progress(2, 3, 'reading the checkout');
   return { sandbox, result: { templateId: why.details.templateId ?? null, built: false, kept: false, cold: true, baseOid: cloned.head, reason, warning, maintenance: null } };
 }
 
 export async function openFromTemplate(
-  host: TemplateHost,
+  deps: TemplateOpenDeps,
   id: string,
   plan: TemplatePlan,
   progress: (p: number, t?: number, m?: string) => void,
   signal: AbortSignal,
 ): Promise<TemplateOpen> {
-  const tpls = host.templates;
-  const img = host.imagePath(id);
+  const { templates: tpls, workspaces, repo } = deps;
+  const img = workspaces.imageOf(id);
   const sayBuild = within(progress, 0);
   let chosen: TemplateRow | null = null;
   let copy: { method: CopyMethod; ms: number } | undefined;
@@ -117,32 +122,32 @@ export async function openFromTemplate(
     // When the repository moved, the sandbox is stopped and the copy dropped.
     const copying = tpls.startFrom(candidate, img);
     const starting = copying.then(async () => {
-      await host.ensureDisk(id);
-      return host.startWorkspaceSandbox(id);
+      await workspaces.ensureDisk(id);
+      return workspaces.startWorkspaceSandbox(id);
     });
-    const [oid, copied, started] = await Promise.allSettled([host.remoteOid(id, signal), copying, starting]);
-    const ref = host.ref;
+    const [oid, copied, started] = await Promise.allSettled([workspaces.remoteOid(id, repo, plan.clone.ref, signal), copying, starting]);
+    const ref = plan.clone.ref;
     const matches = oid.status === 'fulfilled' && copied.status === 'fulfilled' && (oid.value !== null ? oid.value === candidate.baseOid : ref !== null && SHA_RE.test(ref) && candidate.baseOid?.startsWith(ref) === true);
     if (matches && started.status === 'fulfilled') {
       chosen = candidate;
       copy = (copied as PromiseFulfilledResult<{ method: CopyMethod; ms: number }>).value;
       sandbox = started.value;
     } else {
-      if (started.status === 'fulfilled') await host.stopSandbox(id, started.value);
+      if (started.status === 'fulfilled') await workspaces.stopStartedSandbox(id, started.value);
       if (oid.status === 'rejected') throw oid.reason;
       if (copied.status === 'rejected') throw copied.reason;
       if (started.status === 'rejected' && matches) throw started.reason;
-      await host.detachDisk(id).catch(() => undefined); // unmounted (when it was mounted); then the copy goes
+      await workspaces.detachDisk(id).catch(() => undefined); // unmounted (when it was mounted); then the copy goes
       await rm(img, { force: true });
-      sayBuild(`the repository moved to ${oid.value?.slice(0, 12) ?? host.ref}: a new template is built for it`);
+      sayBuild(`the repository moved to ${oid.value?.slice(0, 12) ?? plan.clone.ref}: a new template is built for it`);
     }
   }
   if (!chosen) {
     try {
-      chosen = await tpls.build(plan, host, sayBuild, signal);
+      chosen = await tpls.build(plan, deps, sayBuild, signal);
     } catch (e) {
       if (!searchIncomplete(e)) throw e;
-      return openCold(host, id, e, sayBuild, progress, signal);
+      return openCold(deps, plan, id, e, sayBuild, progress, signal);
     }
     built = true;
     copy = await tpls.startFrom(chosen, img);
@@ -150,15 +155,15 @@ export async function openFromTemplate(
   tpls.noteUse(chosen.id);
   progress(1, 3, 'starting the sandbox');
   if (!sandbox) {
-    await host.ensureDisk(id);
-    sandbox = await host.startWorkspaceSandbox(id);
+    await workspaces.ensureDisk(id);
+    sandbox = await workspaces.startWorkspaceSandbox(id);
   }
-  host.noteHead(id, chosen.baseOid, chosen.branch);
+  workspaces.noteHead(id, chosen.branch, chosen.baseOid);
   progress(2, 3, built ? 'the setup script ran in the template build; no maintenance script at a first open' : 'running the maintenance script');
   let maintenance: Record<string, unknown> | null = null;
   if (!built && plan.maintenanceScript) {
     const t0 = Date.now();
-    const { r, tail } = await runScript(host, sandbox, plan.maintenanceScript, within(progress, 2), signal);
+    const { r, tail } = await runScript(deps, sandbox, plan.maintenanceScript, within(progress, 2), signal);
     if (r.cancelled) throw new ServiceError('CANCELLED', 'the open was cancelled while the maintenance script ran; the workspace was removed', { templateId: chosen.id, step: 'maintenance script' });
     if (r.timedOut || r.exitCode !== 0) {
       const why = r.timedOut ? `timed out after ${MAINTENANCE_TIMEOUT_MS / 1000} s` : `exited with ${r.exitCode}`;
