@@ -22,7 +22,8 @@ import type { GitHost } from '../fixtures/githost.js';
 
 type R = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-const IDLE_SECONDS = 15;
+/** Long enough that the page, loaded right after a call, still finds the server running under load. */
+const IDLE_SECONDS = 30;
 let host: GitHost;
 let svc: Service;
 let c: Client;
