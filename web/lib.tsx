@@ -186,3 +186,17 @@ export function Copy(p: { text: string; label?: string }) {
     </div>
   );
 }
+
+/** Bytes as KiB, MiB, GiB (binary units); null: not measured. */
+export const size = (n: number | null | undefined): string => {
+  if (n === null || n === undefined) return 'not measured';
+  if (n < 1024) return `${n} B`;
+  const u = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < u.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v.toFixed(v < 10 ? 1 : 0)} ${u[i]}`;
+};

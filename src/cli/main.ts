@@ -28,6 +28,7 @@ import { agentRoutes } from '../dashboard/agents.js';
 import { previewRoutes } from '../dashboard/previews.js';
 import { ownerRoutes } from '../dashboard/owner.js';
 import { instanceRoutes } from '../dashboard/instance.js';
+import { codeServerRoutes } from '../dashboard/code-servers.js';
 import { checkpointRoutes } from '../dashboard/checkpoints.js';
 import { VERSION } from '../core/version.js';
 import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
@@ -281,7 +282,7 @@ async function startServing(s: ServeStart, argv: string[]): Promise<void> {
   await s.enter('listen');
   let server: Awaited<ReturnType<typeof startServer>>;
   try {
-    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, instanceRoutes, checkpointRoutes, previewRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
+    server = await startServer(app, { apiRoutes: [environmentRoutes, approvalRoutes, spendRoutes, modelRoutes, repoCredentialRoutes, skillRoutes, agentRoutes, ownerRoutes, instanceRoutes, codeServerRoutes, checkpointRoutes, previewRoutes], servedSpecPaths: [...SPEND_SERVED_PATHS, ...MODELS_SERVED_PATHS] });
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     if (err.code === 'EADDRINUSE') throw new ConfigError(`invalid setting --port / ATELIER_PORT: port ${config.port} on ${config.host} is already in use`);

@@ -138,7 +138,7 @@ export const codeServers = defineTool({
   tracking,
   workspace: 'optional',
   description:
-    'The workspace\'s language servers: each one\'s state (running, stopped, crashed, disabled, not_installed), pid, open documents, restarts and the reason of its last exit, whether it runs no repository code, and the idle time after which a running one stops.',
+    'The workspace\'s language servers: each one\'s state (running, stopped, crashed, disabled, not_installed), pid, resident memory of a running one (memoryBytes: its processes and their children), open documents, restarts and the reason of its last exit, whether it runs no repository code, and the idle time after which a running one stops.',
   input: {},
   run: (_a, ctx) => ctx.services.codeIntel.status(ctx.workspace, ctx.caller, ctx.signal),
 });

@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
-import { api, Badge, Empty, ErrorBox, Section, usd, usePoll, when } from '../lib';
+import { api, Badge, Empty, ErrorBox, Section, size, usd, usePoll, when } from '../lib';
 import { Shown } from './approvals';
 
 const LAST_VISIT = 'atelier.overview.lastVisit';
@@ -169,18 +169,6 @@ function PasswordLogin(p: { login: any }) {
   );
 }
 
-const size = (n: number | null | undefined): string => {
-  if (n === null || n === undefined) return 'not measured';
-  if (n < 1024) return `${n} B`;
-  const u = ['KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n / 1024;
-  let i = 0;
-  while (v >= 1024 && i < u.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${v.toFixed(v < 10 ? 1 : 0)} ${u[i]}`;
-};
 
 const uptime = (s: number): string => {
   const d = Math.floor(s / 86400);

@@ -1,5 +1,6 @@
 import { Action, api, Badge, Empty, ErrorBox, Section, usePoll, when } from '../lib';
 import { CheckpointsAndForks } from './checkpoints';
+import { LanguageServers } from './code-servers';
 
 export function Workspaces() {
   const { data, error, reload } = usePoll(() => api('GET', '/workspaces?limit=100'), 10_000);
@@ -46,6 +47,7 @@ export function Workspaces() {
         </table>
       </div>
     </Section>
+    <LanguageServers />
     <CheckpointsAndForks />
     </>
   );

@@ -739,6 +739,8 @@ export type CodeServerStatus = {
   pid?: number;
   startedAt?: string;
   openDocuments?: number;
+  /** A running server's resident memory: its process and their descendants (VmRSS from /proc). */
+  memoryBytes?: number;
   restarts: number;
   crashesInWindow: number;
   lastExit?: { at: string; reason: string; expected: boolean };

@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { CursorCodec } from '../../core/cursor.js';
 import { ServiceError } from '../../core/errors.js';
-import type { CodeCustomServer, CodeServerId, CodeSettings, DaemonMethod, ParamsOf, ReplyOf } from '../../sandbox/daemon/protocol.js';
+import type { CodeCustomServer, CodeServerId, CodeServerStatus, CodeSettings, DaemonMethod, ParamsOf, ReplyOf } from '../../sandbox/daemon/protocol.js';
 import type { Executor } from '../../sandbox/executor.js';
 import type { WorkspaceService } from '../workspaces/index.js';
 import { unifiedDiff } from './diff.js';
@@ -171,6 +171,20 @@ export class CodeIntelService {
   async status(ws: string, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
     const r = await this.call('code_servers', ws, 'code.status', {}, caller, signal);
     return { ...r, idleSeconds: this.deps.idleSeconds, callerMayUse: r.servers.filter((s) => caller.mayRunCommands || s.runsNoRepositoryCode).map((s) => s.server) };
+  }
+
+  /**
+   * The operator's view (the dashboard's language servers): the status of a workspace's servers
+   * from its running sandbox only. Nothing starts (no sandbox, no server), the idle lease does not
+   * move, and the answer is bounded by timeoutMs; a workspace without a running sandbox is
+   * `{ sandbox: 'stopped' }`.
+   */
+  async operatorStatus(ws: string, timeoutMs: number): Promise<{ sandbox: 'running'; servers: CodeServerStatus[] } | { sandbox: 'stopped' }> {
+    const h = this.deps.workspaces.liveHandle(ws);
+    if (!h) return { sandbox: 'stopped' };
+    const signal = AbortSignal.timeout(timeoutMs);
+    const r = await this.deps.executor.request(h, 'code.status', { settings: this.settings, restricted: false }, { signal, timeoutMs });
+    return { sandbox: 'running', servers: r.servers };
   }
 
   /**

@@ -269,6 +269,11 @@ export class WorkspaceSandboxes {
     return [...this.handles.values()];
   }
 
+  /** The handle of a workspace's running sandbox, if any: no lease moved, nothing started (the dashboard's status views). */
+  liveHandle(id: string): SandboxHandle | undefined {
+    return this.handles.get(id);
+  }
+
   protected async stopSandbox(id: string): Promise<void> {
     const h = this.handles.get(id) ?? this.storedHandle(id);
     if (h) {

@@ -17,6 +17,7 @@ import type { Confinement } from '../files/index.js';
 import { DaemonError, type CodeServerStatus, type CodeSettings } from '../protocol.js';
 import { prepareClangdDatabase, type ClangdDatabase } from './clangd.js';
 import { LanguageServer, ServerGone, Timeout, fileUri, type OpenDoc } from './client.js';
+import { treeRssBytes } from './memory.js';
 import { Lines } from './positions.js';
 import { allServers, launchOf, serverForPath, setCustomServers, type ServerId, type ServerSpec } from './servers.js';
 
@@ -341,11 +342,13 @@ export class LspManager {
               : crashesInWindow >= LSP_LIMITS.maxCrashes
                 ? 'crashed'
                 : 'stopped';
+      const memoryBytes = s ? treeRssBytes(s.pid) : undefined;
       return {
         server: slot.spec.id,
         title: slot.spec.title,
         state,
         ...(s ? { pid: s.pid, startedAt: new Date(s.startedAt).toISOString(), openDocuments: s.docs.size } : {}),
+        ...(memoryBytes !== undefined ? { memoryBytes } : {}),
         restarts: slot.restarts,
         crashesInWindow,
         ...(slot.lastExit ? { lastExit: slot.lastExit } : {}),
