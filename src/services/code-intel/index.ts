@@ -136,12 +136,12 @@ export class CodeIntelService {
     return { path: args.path, ...(args.line !== undefined ? { line: args.line } : {}), ...(args.column !== undefined ? { column: args.column } : {}), ...(args.symbol !== undefined ? { symbol: args.symbol } : {}) };
   }
 
-  async definition(ws: string, args: CodePosition & { kind?: 'definition' | 'declaration' | 'typeDefinition' | 'implementation' }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async definition(ws: string, args: CodePosition & { kind?: 'definition' | 'declaration' | 'typeDefinition' | 'implementation' }, caller: CodeCaller, signal?: AbortSignal) {
     const r = await this.call('code_definition', ws, 'code.definition', { ...CodeIntelService.position(args), kind: args.kind ?? 'definition' }, caller, signal);
     return { ...r, count: r.locations.length };
   }
 
-  async references(ws: string, args: CodePosition & { includeDeclaration: boolean; maxResults: number; cursor?: string }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async references(ws: string, args: CodePosition & { includeDeclaration: boolean; maxResults: number; cursor?: string }, caller: CodeCaller, signal?: AbortSignal) {
     const key = createHash('sha256').update(JSON.stringify([ws, CodeIntelService.position(args), args.includeDeclaration])).digest().subarray(0, 9).toString('base64url');
     let offset = 0;
     if (args.cursor) {
@@ -154,21 +154,21 @@ export class CodeIntelService {
     return { ...r, count: r.locations.length, offset, nextCursor: next < r.total && r.locations.length > 0 ? this.deps.cursors.encode('code_references', { k: key, o: next }) : null };
   }
 
-  async hover(ws: string, args: CodePosition, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async hover(ws: string, args: CodePosition, caller: CodeCaller, signal?: AbortSignal) {
     return this.call('code_hover', ws, 'code.hover', CodeIntelService.position(args), caller, signal);
   }
 
-  async symbols(ws: string, args: { path?: string; query?: string; server?: CodeServerId; maxResults: number }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async symbols(ws: string, args: { path?: string; query?: string; server?: CodeServerId; maxResults: number }, caller: CodeCaller, signal?: AbortSignal) {
     const r = await this.call('code_symbols', ws, 'code.symbols', { ...args }, caller, signal);
     return { mode: args.path !== undefined ? 'outline' : 'workspace', ...r, count: r.symbols.length };
   }
 
-  async diagnostics(ws: string, args: { path?: string; minSeverity: 'error' | 'warning' | 'information' | 'hint'; waitMs: number; maxResults: number }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async diagnostics(ws: string, args: { path?: string; minSeverity: 'error' | 'warning' | 'information' | 'hint'; waitMs: number; maxResults: number }, caller: CodeCaller, signal?: AbortSignal) {
     const r = await this.call('code_diagnostics', ws, 'code.diagnostics', { ...args }, caller, signal);
     return { scope: args.path !== undefined ? 'file' : 'workspace', ...r, count: r.diagnostics.length };
   }
 
-  async status(ws: string, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async status(ws: string, caller: CodeCaller, signal?: AbortSignal) {
     const r = await this.call('code_servers', ws, 'code.status', {}, caller, signal);
     return { ...r, idleSeconds: this.deps.idleSeconds, callerMayUse: r.servers.filter((s) => caller.mayRunCommands || s.runsNoRepositoryCode).map((s) => s.server) };
   }
@@ -194,7 +194,7 @@ export class CodeIntelService {
    * CONFLICT naming it), then written with one atomic fs.writeBatch (each file compared with its
    * hash again under the daemon's write lock): all files or none.
    */
-  async rename(ws: string, args: CodePosition & { newName: string; apply: boolean; expectedSha256?: Record<string, string> }, caller: CodeCaller, signal?: AbortSignal): Promise<Record<string, unknown>> {
+  async rename(ws: string, args: CodePosition & { newName: string; apply: boolean; expectedSha256?: Record<string, string> }, caller: CodeCaller, signal?: AbortSignal) {
     if (args.expectedSha256 && Object.keys(args.expectedSha256).length > 500) throw new ServiceError('INVALID_ARGUMENT', 'expectedSha256: at most 500 paths (a rename changes at most 500 files)', { field: 'expectedSha256', limit: 500 });
     const r = await this.call('code_rename', ws, 'code.rename', { ...CodeIntelService.position(args), newName: args.newName }, caller, signal);
     const { files, ...resolved } = r;
@@ -225,3 +225,12 @@ export class CodeIntelService {
     return { ...resolved, newName: args.newName, applied: true, files: preview.map((p) => ({ ...p, previousSha256: p.sha256, sha256: after.get(p.path) ?? p.sha256 })), count: preview.length };
   }
 }
+
+/** What the methods above answer, by name (the shapes are the code's own, inferred by the compiler). */
+export type CodeIntelDefinitionResult = Awaited<ReturnType<CodeIntelService['definition']>>;
+export type CodeIntelReferencesResult = Awaited<ReturnType<CodeIntelService['references']>>;
+export type CodeIntelHoverResult = Awaited<ReturnType<CodeIntelService['hover']>>;
+export type CodeIntelSymbolsResult = Awaited<ReturnType<CodeIntelService['symbols']>>;
+export type CodeIntelDiagnosticsResult = Awaited<ReturnType<CodeIntelService['diagnostics']>>;
+export type CodeIntelStatusResult = Awaited<ReturnType<CodeIntelService['status']>>;
+export type CodeIntelRenameResult = Awaited<ReturnType<CodeIntelService['rename']>>;
