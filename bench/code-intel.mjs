@@ -30,7 +30,7 @@ const REPOS = argRepos > 0 ? process.argv[argRepos + 1] : process.env.ATELIER_BE
 if (!SMOKE && !REPOS) throw new Error('bench/code-intel: give the checkouts with ATELIER_BENCH_REPOS=DIR or --repos DIR (or run --smoke)');
 const IDLE_S = count(45, 5);
 const WRITES = count(40, 3);
-const f = (ms) => `${ms.toFixed(1)} ms`;
+const f = (ms) => (Number.isFinite(ms) ? `${ms.toFixed(1)} ms` : 'n/a');
 const verdict = (ok) => (ok ? 'met' : 'NOT met');
 const figures = { node: process.versions.node, cpus: availableParallelism(), loadavg: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' '), projects: {} };
 
@@ -184,7 +184,7 @@ function pr(found, labelled) {
 }
 const pcts = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
-  return { p50: pct(s, 50), p99: pct(s, 99), n: s.length };
+  return { p50: s.length ? pct(s, 50) : NaN, p99: s.length ? pct(s, 99) : NaN, n: s.length };
 };
 /** The sandbox's processes' RSS, MiB (what the workspace holds in memory), from inside, with each process's share (the measuring shell left out). */
 async function workspaceRss(ws) {
@@ -290,7 +290,8 @@ for (const p of projects()) {
     const jsLike = set.lang === 'typescript';
     console.log(`${p.name} ${set.lang}: definition accuracy ${(L.definitionAccuracy * 100).toFixed(1)} % of ${L.positions} labelled positions (goal >= 95 %): ${verdict(L.definitionAccuracy >= 0.95)}${misses.length ? `; first misses: ${misses.slice(0, 5).join(', ')}` : ''}`);
     console.log(`${p.name} ${set.lang}: beside: symbols_search names the one labelled definition for ${(L.symbolsSearchUniqueExact * 100).toFixed(1)} %${L.bare.definitionAccuracy !== undefined ? `; the bare server lands ${(L.bare.definitionAccuracy * 100).toFixed(1)} %` : ''}`);
-    console.log(`${p.name} ${set.lang}: references over ${L.references.length} labelled names: code_references precision ${(L.referencesMacro.code.precision * 100).toFixed(1)} % recall ${(L.referencesMacro.code.recall * 100).toFixed(1)} %; symbols_references precision ${(L.referencesMacro.symbols.precision * 100).toFixed(1)} % recall ${(L.referencesMacro.symbols.recall * 100).toFixed(1)} % (no goal: reported)`);
+    if (L.references.length === 0) console.log(`${p.name} ${set.lang}: references: no labelled names for this language (none reported)`);
+    else console.log(`${p.name} ${set.lang}: references over ${L.references.length} labelled names: code_references precision ${(L.referencesMacro.code.precision * 100).toFixed(1)} % recall ${(L.referencesMacro.code.recall * 100).toFixed(1)} %; symbols_references precision ${(L.referencesMacro.symbols.precision * 100).toFixed(1)} % recall ${(L.referencesMacro.symbols.recall * 100).toFixed(1)} % (no goal: reported)`);
     for (const [k, g50, g99] of [['definition', 30, 150], ['hover', 30, 150]]) {
       const m = L[k];
       const b = L.bare[k];
@@ -346,9 +347,10 @@ for (const p of projects()) {
   console.log(`${p.name}: workspace size (RSS of the sandbox's processes) idle before any server ${idleMb.toFixed(1)} MiB, after the servers' idle stop (${IDLE_S} s, stopped ${stopped}) ${afterMb.toFixed(1)} MiB: ${(afterMb - idleMb).toFixed(1)} MiB (goal within 5 MB: ${verdict(stopped && afterMb - idleMb <= 5)}); processes (MiB) before: ${idle.text}; after: ${after.text}`);
   await tool('workspace_close', { workspaceId: ws });
   if (!p.root) rmSync(root, { recursive: true, force: true });
+  // After every project, so a run that fails later keeps what it measured.
+  if (!SMOKE) writeFileSync(join(ROOT, 'bench/data/code-intel.json'), JSON.stringify({ date: new Date().toISOString(), note: 'one run on a shared 2-core machine during a CI run: load-bound', ...figures }, null, 1) + '\n');
 }
 
-if (!SMOKE) writeFileSync(join(ROOT, 'bench/data/code-intel.json'), JSON.stringify({ date: new Date().toISOString(), note: 'one run on a shared 2-core machine during a CI run: load-bound', ...figures }, null, 1) + '\n');
 await client.close();
 await svc.stop();
 await host.close();
