@@ -48,13 +48,28 @@ const BENCHES: Record<string, RegExp[]> = {
     /API requests per workspace lifecycle: Pod path [1-9][\d.]* .*Sandbox path [1-9][\d.]*; watches open after close: 0/,
     /runner holds per remote workspace \(\d+ held\): -?\d+ KB heap, -?\d+ KB buffers, -?\d+ KB RSS, [\d.]+ handles; exec streams per workspace [\d.]+/,
   ],
+  // Issue #44: the code_* tools on a generated TS + Python project, beside the bare servers and the text tools.
+  'bench/code-intel': [
+    /smoke typescript: definition accuracy 100\.0 % of 3 labelled positions/,
+    /smoke python: definition accuracy 100\.0 % of 2 labelled positions/,
+    /smoke typescript: references over 1 labelled names: code_references precision 100\.0 % recall 100\.0 %; symbols_references precision [\d.]+ % recall [\d.]+ %/,
+    /smoke (typescript|python): warm code_definition through MCP p50 [\d.]+ ms p99 [\d.]+ ms \(n \d+\); bare server p50 [\d.]+ ms .*ratio p50 [\d.]+x/,
+    /smoke python: warm code_hover through MCP p50 [\d.]+ ms .*bare server p50 [\d.]+ ms/,
+    /smoke typescript: code_references p50 [\d.]+ ms/,
+    /smoke (typescript|python): first answer after a cold start \(server start \+ indexing\) [\d.]+ ms; bare server [\d.]+ ms/,
+    /smoke typescript: diagnostics visible through code_diagnostics after a files_write introducing a type error: [\d.]+ ms/,
+    /smoke python: diagnostics visible through code_diagnostics after a files_write introducing a type error: [\d.]+ ms/,
+    /smoke: files_write p50 with a server running [\d.]+ ms vs without [\d.]+ ms: ratio [\d.]+x/,
+    /smoke: memory per server .*typescript [\d.]+ MiB, python [\d.]+ MiB; bare: typescript [\d.]+ MiB, python [\d.]+ MiB/,
+    /smoke: workspace size .* after the servers' idle stop \(\d+ s, stopped true\) [\d.]+ MiB/,
+  ],
   // Run with their own assertions on the figures in test/e2e/bench-smoke-agents.test.ts and
   // test/unit/bench-smoke-knowledge.test.ts.
   'bench/agents': [],
   'bench/knowledge': [],
 };
 /** Helpers of the benchmarks, not benchmarks. */
-const NOT_BENCHES = new Set(['lib', 'relay']);
+const NOT_BENCHES = new Set(['lib', 'relay', 'code-intel-label']);
 
 /** Benchmarks that start more than one service (bench/workspace: its plain-copy baseline runs on a second one; bench/kubernetes: two fixture API servers and a child runner), ms. */
 const LONGER: Record<string, number> = { 'bench/workspace': 400_000, 'bench/kubernetes': 400_000 };
