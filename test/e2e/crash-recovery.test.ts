@@ -143,10 +143,17 @@ function ownedByLiveSandbox(point: string): boolean {
  * (Mounts the restarted runner made itself, a spare sandbox it is starting, are its own: after
  * its stop none may stay, checked at the end of each test.)
  */
-function expectNoOrphanMounts(dataDir: string, atCrash: string[]): void {
-  const now = new Set(runMounts(dataDir));
-  const orphans = atCrash.filter((m) => now.has(m) && !ownedByLiveSandbox(m));
-  expect(orphans, 'mounts the crash left under run/ that no live sandbox owns').toEqual([]);
+async function expectNoOrphanMounts(dataDir: string, atCrash: string[]): Promise<void> {
+  const orphans = () => {
+    const now = new Set(runMounts(dataDir));
+    return atCrash.filter((m) => now.has(m) && !ownedByLiveSandbox(m));
+  };
+  // The language servers' image is mounted at one path while any daemon sandbox starts
+  // (src/sandbox/bwrap/lsp-image.ts): one the restarted runner is starting now holds it again,
+  // briefly. The crash's own mount was swept at start; wait for the restarted runner's to go.
+  const image = (m: string) => /\/run\/lsp-[0-9a-f]{16}$/.test(m);
+  for (const end = Date.now() + 30_000; orphans().some(image) && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
+  expect(orphans(), 'mounts the crash left under run/ that no live sandbox owns').toEqual([]);
 }
 
 /** Stops the service (status 0): its sandboxes stop with it, so no socket filesystem stays under run/. */
@@ -195,11 +202,11 @@ describe('killed at each step of an open, restarted: no mount is left that no li
 
       const second = await start(dataDir);
       try {
-        expectNoOrphanMounts(dataDir, atCrash);
+        await expectNoOrphanMounts(dataDir, atCrash);
         const c2 = await connectV2(second, first.token);
         const ws = await ok(c2, 'workspace_open', { repositoryUrl: repoUrl(), idempotencyKey: `crash-${step}-retry` });
         expect((await ok(c2, 'exec_run', { workspaceId: ws.workspaceId, command: 'cat README.md' })).stdout).toBe('# demo\n');
-        expectNoOrphanMounts(dataDir, atCrash);
+        await expectNoOrphanMounts(dataDir, atCrash);
         await stopLeavingNoMount(second, c2);
       } finally {
         await second.dispose();
@@ -225,7 +232,7 @@ describe('killed at each step of an open, restarted: no mount is left that no li
     const restarted = await start(dataDir);
     let third: Service | undefined;
     try {
-      expectNoOrphanMounts(dataDir, atFirstCrash);
+      await expectNoOrphanMounts(dataDir, atFirstCrash);
       const c2 = await connectV2(restarted, first.token);
       const ws2 = (await ok(c2, 'workspace_open', { repositoryUrl: repoUrl(), idempotencyKey: 'crash-second-open-retry' })).workspaceId as string;
       expect((await ok(c2, 'exec_run', { workspaceId: ws2, command: 'cat README.md' })).stdout).toBe('# demo\n');
@@ -240,11 +247,11 @@ describe('killed at each step of an open, restarted: no mount is left that no li
       relay.pass();
 
       third = await start(dataDir);
-      expectNoOrphanMounts(dataDir, atSecondCrash);
+      await expectNoOrphanMounts(dataDir, atSecondCrash);
       const c3 = await connectV2(third, first.token);
       await ok(c3, 'git_fetch', { workspaceId: ws1 });
       expect((await ok(c3, 'exec_run', { workspaceId: ws1, command: 'cat README.md' })).stdout).toBe('# demo\n');
-      expectNoOrphanMounts(dataDir, atSecondCrash);
+      await expectNoOrphanMounts(dataDir, atSecondCrash);
       await stopLeavingNoMount(third, c3);
     } finally {
       await (third ?? restarted).dispose();
@@ -275,7 +282,7 @@ describe('killed during a package build, restarted: nothing the build mounted st
 
       const second = await start(dataDir);
       try {
-        expectNoOrphanMounts(dataDir, atCrash);
+        await expectNoOrphanMounts(dataDir, atCrash);
         const c2 = await connectV2(second, first.token);
         const again = await ok(c2, 'packages_plan', { ecosystem: 'npm', name: 'crash-demo' });
         if (again.approvalState !== 'approved') await approve(second, again.approvalRequestId);
@@ -284,7 +291,7 @@ describe('killed during a package build, restarted: nothing the build mounted st
         for (let i = 0; i < 60 && state.state !== 'SUCCEEDED' && state.state !== 'FAILED'; i++) state = await ok(c2, 'packages_status', { applyId: applied.applyId, waitMs: 10_000 });
         expect(state.state, JSON.stringify(state)).toBe('SUCCEEDED');
         expect((await ok(c2, 'bash', { target: 'toolbox', command: 'crash-demo' })).stdout).toContain('crash-demo 1.0.0');
-        expectNoOrphanMounts(dataDir, atCrash);
+        await expectNoOrphanMounts(dataDir, atCrash);
         await stopLeavingNoMount(second, c2);
       } finally {
         await second.dispose();

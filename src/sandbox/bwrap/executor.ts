@@ -319,6 +319,8 @@ export class BwrapExecutor implements Executor {
       running: (state) => keeperRuns(state.pid, state.id, () => this.cgroups.existing(state.id) !== undefined),
       onNote: (m) => this.onNote?.(m),
     });
+    // The language servers' image mount a runner killed during a start left (lsp-image.ts).
+    await this.languageServers.sweep();
   }
 
   // ---- internals ----

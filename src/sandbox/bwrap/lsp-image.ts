@@ -19,7 +19,7 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { constants as C, existsSync, readFileSync } from 'node:fs';
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { lstat, mkdir, open, readdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -102,6 +102,8 @@ export interface LanguageServerHold {
 export class LanguageServerMounts {
   private holders = 0;
   private mounting: Promise<string | null> | null = null;
+  /** The unmount of the last hold's mount, under way (a new mount waits for it; a start does not). */
+  private unmounting: Promise<void> = Promise.resolve();
   private unavailable: string | null = null;
 
   constructor(
@@ -137,8 +139,43 @@ export class LanguageServerMounts {
     const was = this.mounting;
     this.mounting = null;
     const root = await was;
-    // A start that began meanwhile mounts again (its own `mounting`); this one's mount goes.
-    if (root !== null && this.mounting === null) await run('umount', ['-l', root]).catch(() => undefined);
+    // A start that began meanwhile mounts again (its own `mounting`, after this unmount); this one's
+    // mount goes, without holding up the start that released it.
+    if (root !== null && this.mounting === null)
+      this.unmounting = run('umount', ['-l', root]).then(
+        () => undefined,
+        () => undefined,
+      );
+  }
+
+  /**
+   * At start, after recovery: an image mount under the run directory that no start holds (one a
+   * runner killed during a start left) is unmounted. Only real directories of root's named
+   * lsp-<key> are looked at; a link is never followed.
+   */
+  async sweep(): Promise<void> {
+    if (this.holders > 0 || this.mounting !== null) return;
+    await this.unmounting;
+    let names: string[];
+    try {
+      names = await readdir(this.runDir);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      if (!/^lsp-[0-9a-f]{16}$/.test(name)) continue;
+      const dir = path.join(this.runDir, name);
+      try {
+        const st = await lstat(dir);
+        if (!st.isDirectory() || st.uid !== 0) continue;
+        if (await isMounted(dir)) {
+          await run('umount', ['-l', dir]);
+          this.onNote?.(`language servers: unmounted the image a stopped runner left at ${dir}`);
+        }
+      } catch {
+        // gone meanwhile, or not ours to touch
+      }
+    }
   }
 
   private async mount(): Promise<string | null> {
@@ -159,7 +196,8 @@ export class LanguageServerMounts {
       }
       const root = path.join(this.runDir, `lsp-${key}`);
       await mkdir(root, { recursive: true, mode: 0o755 });
-      if (await isMounted(root)) await run('umount', ['-l', root]); // left by a runner killed during a start
+      await this.unmounting;
+      if (await isMounted(root)) await run('umount', ['-l', root]).catch(() => undefined); // left by a runner killed during a start
       await run('mount', ['-t', 'squashfs', '-o', 'loop,ro,nosuid,nodev,noatime', img, root]);
       return root;
     } catch (e) {
