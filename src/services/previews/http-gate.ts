@@ -27,7 +27,7 @@ import type { Socket } from 'node:net';
 import { ServiceError, errorEnvelope } from '../../core/errors.js';
 import type { PreviewService, ResolvedLink } from './links.js';
 import type { SandboxHandle } from '../../sandbox/executor.js';
-import { HOP, CLIENT_ONLY, ORIGIN_WIDE, SESSION_COOKIE, carriesAtelierCredential, scrubQuery, cookies, decodeCookie, checkAnswer, statusLine, forwardedNode, addVary, privateCacheControl, confineCookie, PREVIEW_MAX_INFORMATIONAL } from './relay-rules.js';
+import { contained, endWhenRequestEnds, HOP, CLIENT_ONLY, ORIGIN_WIDE, SESSION_COOKIE, carriesAtelierCredential, scrubQuery, cookies, decodeCookie, checkAnswer, statusLine, forwardedNode, addVary, privateCacheControl, confineCookie, PREVIEW_MAX_INFORMATIONAL } from './relay-rules.js';
 export { PREVIEW_MAX_ANSWER_HEADERS, PREVIEW_MAX_INFORMATIONAL, carriesAtelierCredential, checkAnswer, confineCookie } from './relay-rules.js';
 
 export interface PreviewGateDeps {
@@ -107,23 +107,9 @@ function cutShort(answer: IncomingMessage, port: number, end: (err: unknown) => 
   };
 }
 
-/**
- * Runs a callback of a relay socket or request with its failure contained: a throw ends that one
- * request (`fail`), logged, and never reaches the event loop (issue #42 item 1).
- */
-function contained<A extends unknown[]>(fail: (err: unknown) => void, fn: (...args: A) => void): (...args: A) => void {
-  return (...args: A) => {
-    try {
-      fn(...args);
-    } catch (err) {
-      try {
-        fail(err);
-      } catch {
-        // the failure path itself failed: the sockets are destroyed by it or by their owners
-      }
-    }
-  };
-}
+
+/** How long an answer that came before its request ended waits for the rest of the request before its connection closes. */
+const EARLY_ANSWER_LINGER_MS = 10_000;
 
 export class PreviewGate {
   /** Open sockets per preview (relays, and the client connections that used it): closed when it is revoked. */
@@ -412,7 +398,11 @@ export class PreviewGate {
           res.end();
           return void upstream.destroy();
         }
-        answer.pipe(res);
+        // The answer may come before the client has sent all of its body (a server that answers
+        // early): the client's connection is closed only once its request has ended (bounded), so
+        // the close does not reset the connection under an answer the client has not read yet.
+        answer.pipe(res, { end: false });
+        answer.once('end', contained(end, () => endWhenRequestEnds(req, res, EARLY_ANSWER_LINGER_MS)));
       }),
     );
     res.on('error', () => request.destroy());

@@ -199,3 +199,41 @@ export function confineCookie(cookie: string, prefix: string): string | null {
   }
   return [parts[0], `Path=${prefix}${path}`, ...attrs].join('; ');
 }
+
+/**
+ * Runs a callback of a relay socket or request with its failure contained: a throw ends that one
+ * request (`fail`), logged, and never reaches the event loop (issue #42 item 1).
+ */
+export function contained<A extends unknown[]>(fail: (err: unknown) => void, fn: (...args: A) => void): (...args: A) => void {
+  return (...args: A) => {
+    try {
+      fn(...args);
+    } catch (err) {
+      try {
+        fail(err);
+      } catch {
+        // the failure path itself failed: the sockets are destroyed by it or by their owners
+      }
+    }
+  };
+}
+
+/**
+ * Ends `res` (an answer already written whole) once the client's request has ended, or after
+ * `lingerMs`: an answer that came before the request ended (a server that answers early) would
+ * otherwise close the connection while the client still sends, and the reset can reach the
+ * client before it has read the answer.
+ */
+export function endWhenRequestEnds(req: IncomingMessage, res: { end(): unknown }, lingerMs: number): void {
+  if (req.complete || req.destroyed) return void res.end();
+  let finished = false;
+  const finish = (): void => {
+    if (finished) return;
+    finished = true;
+    clearTimeout(timer);
+    res.end();
+  };
+  const timer = setTimeout(finish, lingerMs);
+  req.once('end', finish);
+  req.once('close', finish);
+}
