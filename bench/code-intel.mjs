@@ -3,7 +3,7 @@
 // directly in the same run (spawned from node_modules or /usr/bin with the daemon's own launch,
 // src/sandbox/daemon/lsp/servers.ts launchOf, spoken to with vscode-languageserver-protocol over
 // stdio, on the same files). Per project: definition accuracy on the labelled positions
-// (bench/data/code-intel-<lang>.json, written by bench/code-intel-label.mjs), references precision
+// (bench/data/code-intel-<lang>.json, written by scripts/code-intel-label.mjs), references precision
 // and recall against the labelled reference lines, warm code_definition / code_hover p50 and p99
 // through MCP and their ratio to the bare server, code_references p50, the first answer after a cold
 // start, diagnostics after a files_write introducing a type error, files_write p50 with a server

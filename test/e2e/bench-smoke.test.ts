@@ -69,7 +69,7 @@ const BENCHES: Record<string, RegExp[]> = {
   'bench/knowledge': [],
 };
 /** Helpers of the benchmarks, not benchmarks. */
-const NOT_BENCHES = new Set(['lib', 'relay', 'code-intel-label']);
+const NOT_BENCHES = new Set(['lib', 'relay']);
 
 /** Benchmarks that start more than one service (bench/workspace: its plain-copy baseline runs on a second one; bench/kubernetes: two fixture API servers and a child runner), ms. */
 const LONGER: Record<string, number> = { 'bench/workspace': 400_000, 'bench/kubernetes': 400_000 };

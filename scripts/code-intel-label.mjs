@@ -1,8 +1,8 @@
-// bench/code-intel-label: writes the labelled sets of bench/code-intel (bench/data/code-intel-<lang>.json)
+// scripts/code-intel-label: writes the labelled sets of bench/code-intel (bench/data/code-intel-<lang>.json)
 // from a checkout, with ctags and plain text rules a reader can follow by hand. Not a benchmark
 // (bench/code-intel runs them); run it again only when the bench moves to another commit.
 //
-//   node bench/code-intel-label.mjs <checkout> <lang: typescript|python|c> <repo owner/name>
+//   node scripts/code-intel-label.mjs <checkout> <lang: typescript|python|c> <repo owner/name>
 //
 // A position is a use of a name that ctags finds defined exactly once in the whole checkout (any
 // kind), that is no keyword, global or builtin of the language, at a call `name(` that is not an attribute access (`x.name(`; `self.` and
@@ -20,7 +20,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 const [dir, lang, repo] = process.argv.slice(2);
-if (!dir || !lang || !repo) throw new Error('usage: node bench/code-intel-label.mjs <checkout> <typescript|python|c> <owner/name>');
+if (!dir || !lang || !repo) throw new Error('usage: node scripts/code-intel-label.mjs <checkout> <typescript|python|c> <owner/name>');
 const EXT = { typescript: /\.(ts|tsx|mts|js|mjs)$/, python: /\.py$/, c: /\.(c|h)$/ }[lang];
 const KINDS = { typescript: /^(function|class|interface|typealias|enum|method|constant)$/, python: /^(function|class|member)$/, c: /^(function|typedef|struct|macro)$/ }[lang];
 const commit = execFileSync('git', ['rev-parse', 'HEAD'], { cwd: dir }).toString().trim();
@@ -96,6 +96,6 @@ for (const [name, [def]] of names) {
 const firsts = positions.filter((p, i) => i === 0 || positions[i - 1].symbol !== p.symbol);
 const seconds = positions.filter((p) => !firsts.includes(p));
 const chosen = [...firsts, ...seconds].slice(0, 150).sort((a, b) => a.path.localeCompare(b.path) || a.line - b.line || a.column - b.column);
-const out = { repository: `https://github.com/${repo}`, commit, language: lang, how: 'bench/code-intel-label.mjs (ctags: a name defined exactly once; a call site in code)', positions: chosen, references: references.sort((a, b) => b.textOnlyLines - a.textOnlyLines).slice(0, 8) };
-writeFileSync(new URL(`./data/code-intel-${lang}.json`, import.meta.url), JSON.stringify(out, null, 1) + '\n');
+const out = { repository: `https://github.com/${repo}`, commit, language: lang, how: 'scripts/code-intel-label.mjs (ctags: a name defined exactly once; a call site in code)', positions: chosen, references: references.sort((a, b) => b.textOnlyLines - a.textOnlyLines).slice(0, 8) };
+writeFileSync(new URL(`../bench/data/code-intel-${lang}.json`, import.meta.url), JSON.stringify(out, null, 1) + '\n');
 console.log(`${lang}: ${chosen.length} positions over ${new Set(chosen.map((p) => p.symbol)).size} names (${names.length} unique names), ${out.references.length} reference sets, commit ${commit}`);
