@@ -37,11 +37,17 @@ export const MCP_MAX_BODY_BYTES = 104 * 1024 * 1024;
 /** A call still running after this long gets an SSE stream and a keep-alive comment this often (the SDK's own default). */
 const SSE_KEEP_ALIVE_MS = 15_000;
 
-const INSTRUCTIONS =
+/**
+ * Sent once at initialize: the conventions every tool shares, so no tool's schema repeats them
+ * (issue #45 item 1: the workspaceId, cursor and idempotencyKey sentences were on up to 100 tools).
+ */
+export const INSTRUCTIONS =
   'Atelier gives you isolated coding workspaces on approved HTTPS repositories. Start with workspace_open ' +
-  '(or workspace_list and workspace_set_active), then workspace_context for orientation. Tools that take an ' +
-  'optional workspaceId act on the active workspace when it is omitted. Errors come back with ' +
-  'structuredContent.error = {code, message, retryable, details}; details.field names the argument at fault.';
+  '(or workspace_list and workspace_set_active), then workspace_context for orientation. Conventions of every tool: ' +
+  'an omitted workspaceId means the active workspace; a cursor comes from the previous page (omit it for the first); ' +
+  'an idempotencyKey is any unique string you choose: the same key with the same input replays the first result, with other input it is a CONFLICT; ' +
+  'expectedSha256 / expectedGeneration refuse the change (CONFLICT) when the current value differs. ' +
+  'Errors come back with structuredContent.error = {code, message, retryable, details}; details.field names the argument at fault.';
 
 export interface McpStats {
   calls: Map<string, number>;

@@ -6,14 +6,17 @@ import { z } from 'zod';
 
 const ID_CHARS = 'A-Za-z0-9_-';
 
-/** An identifier: fixed prefix, then min..max characters of A-Z a-z 0-9 _ -. */
-export function idOf(prefix: string, min: number, max: number, what: string): z.ZodString {
+/**
+ * An identifier: fixed prefix, then min..max characters of A-Z a-z 0-9 _ -. Published with its
+ * pattern and no description (the pattern says all of it, and the field's name what it names;
+ * issue #45: the same sentence on every workspaceId cost about 2,000 tokens of the list).
+ */
+export function idOf(prefix: string, min: number, max: number, _what: string): z.ZodString {
   return z
     .string()
     .min(prefix.length + min)
     .max(prefix.length + max)
-    .regex(new RegExp(`^${prefix}[${ID_CHARS}]{${min},${max}}$`))
-    .describe(`${what} identifier: "${prefix}" then ${min}-${max} characters of A-Z a-z 0-9 _ -`);
+    .regex(new RegExp(`^${prefix}[${ID_CHARS}]{${min},${max}}$`));
 }
 
 export const WSID = idOf('ws_', 20, 80, 'Workspace');
@@ -43,26 +46,27 @@ export const PROFILEID = z
   .string()
   .min(1)
   .max(80)
-  .regex(/^[A-Za-z0-9._-]{1,80}$/)
-  .describe('Model profile identifier: 1-80 characters of A-Z a-z 0-9 . _ -');
+  .regex(/^[A-Za-z0-9._-]{1,80}$/);
 
-/** Idempotency key: A-Z a-z 0-9 . _ : - ; length 8-128. */
+/**
+ * Idempotency key: A-Z a-z 0-9 . _ : - ; length 8-128. What it does (and what a cursor is) is said
+ * once, in the server's instructions (src/mcp/http.ts INSTRUCTIONS), not on each of 20 tools.
+ */
 export const IDEM = z
   .string()
   .min(8)
   .max(128)
   .regex(/^[A-Za-z0-9._:-]{8,128}$/)
-  .describe('Idempotency key, 8-128 characters of A-Z a-z 0-9 . _ : -. The same key with the same input replays the first result; with different input it is a CONFLICT.');
+  ;
 
 /** Opaque pagination cursor, at most 256 characters. */
-export const CUR = z.string().min(1).max(256).describe('Opaque cursor from a previous page (at most 256 characters). Omit for the first page.');
+export const CUR = z.string().min(1).max(256);
 
 /** SHA-256 hex digest: exactly 64 hexadecimal characters. */
 export const SHA = z
   .string()
   .length(64)
-  .regex(/^[0-9a-fA-F]{64}$/)
-  .describe('SHA-256 hex digest (exactly 64 hexadecimal characters)');
+  .regex(/^[0-9a-fA-F]{64}$/);
 
 /**
  * Git object id. The spec leaves the pattern open; we accept a full object id only
@@ -74,7 +78,7 @@ export const OID = z
   .min(40)
   .max(64)
   .regex(/^([0-9a-f]{40}|[0-9a-f]{64})$/)
-  .describe('Full git object id: 40 (SHA-1) or 64 (SHA-256) lowercase hexadecimal characters');
+  .describe('Full git object id');
 
 export const MAX_INT = 9007199254740991;
 

@@ -14,25 +14,127 @@ export interface PublishedTool {
   title?: string;
   description: string;
   inputSchema: { type: 'object'; [k: string]: unknown };
-  annotations: { readOnlyHint: boolean; destructiveHint: boolean; idempotentHint: boolean; openWorldHint: boolean };
+  annotations: { readOnlyHint?: boolean; destructiveHint?: boolean; idempotentHint?: boolean; openWorldHint?: boolean };
 }
 
 const has = (badges: Badge[], b: Badge) => badges.includes(b);
 
+/**
+ * The hints of a tool's badges, with only what differs from MCP's defaults (readOnlyHint false,
+ * destructiveHint true, idempotentHint false, openWorldHint true): a client that applies the
+ * defaults reads every badge exactly. destructiveHint means something only for a tool that is not
+ * read-only (the MCP schema's own words), so a read-only tool does not carry it. Decision:
+ * docs/decisions.md "Compact annotations".
+ */
 export function annotationsOf(badges: Badge[]): PublishedTool['annotations'] {
-  return {
-    readOnlyHint: has(badges, 'readOnly'),
-    destructiveHint: has(badges, 'destructive'),
-    idempotentHint: has(badges, 'idempotent'),
-    openWorldHint: has(badges, 'openWorld'),
-  };
+  const out: PublishedTool['annotations'] = {};
+  if (has(badges, 'readOnly')) out.readOnlyHint = true;
+  else if (!has(badges, 'destructive')) out.destructiveHint = false;
+  if (has(badges, 'idempotent')) out.idempotentHint = true;
+  if (!has(badges, 'openWorld')) out.openWorldHint = false;
+  return out;
 }
+
+/** MCP's defaults for absent hints (the schema's ToolAnnotations). */
+export const HINT_DEFAULTS = { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true } as const;
 
 /** The JSON Schema a client sees: draft 2020-12, input side (defaults make fields optional). */
 export function publishedSchema(schema: z.ZodObject): PublishedTool['inputSchema'] {
   const js = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any', target: 'draft-2020-12' }) as PublishedTool['inputSchema'];
   delete js.$schema;
-  return strictFriendly(js) as PublishedTool['inputSchema'];
+  return withoutRestatements(strictFriendly(js)) as PublishedTool['inputSchema'];
+}
+
+/**
+ * Drops what a schema states twice (issue #45 item 1), never a constraint: an integer's bound at
+ * JSON's safe-integer limit (every integer a client can send exactly is inside it), the pattern zod
+ * writes beside a `format` (date, date-time, email, …: the format states the rule), and a string's
+ * minLength / maxLength that its anchored pattern already fixes (`^ws_[A-Za-z0-9_-]{20,80}$` is 23
+ * to 83 characters). Validation is unchanged: the zod schema keeps every check.
+ */
+export function withoutRestatements(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(withoutRestatements);
+  if (!node || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(node as Record<string, unknown>)) out[k] = withoutRestatements(v);
+  if (out.maximum === MAX_SAFE) delete out.maximum;
+  if (out.minimum === -MAX_SAFE) delete out.minimum;
+  // zod writes its own regular expression for a format beside the format itself (a date-time's is
+  // 600 characters); the format names the same rule, and is what clients read.
+  if (typeof out.format === 'string' && FORMATS_WITH_PATTERNS.has(out.format)) delete out.pattern;
+  if (typeof out.pattern === 'string') {
+    const b = patternLength(out.pattern);
+    if (b && out.minLength === b.min) delete out.minLength;
+    if (b && out.maxLength === b.max) delete out.maxLength;
+  }
+  return out;
+}
+
+const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+const FORMATS_WITH_PATTERNS = new Set(['date', 'date-time', 'time', 'duration', 'email', 'uuid', 'ipv4', 'ipv6', 'uri']);
+
+/**
+ * The lengths (in characters) every string matching an anchored pattern has, or null when the
+ * pattern is not one this reads: `^…$` over ASCII literal characters, escapes, classes `[…]` (not negated), groups with
+ * `|`, and the quantifiers `{n}`, `{m,n}`, `?`, `*`, `+` (max Infinity when unbounded).
+ */
+export function patternLength(pattern: string): { min: number; max: number } | null {
+  if (!pattern.startsWith('^') || !pattern.endsWith('$') || pattern.endsWith('\\$')) return null;
+  let i = 1;
+  const end = pattern.length - 1;
+  const seq = (): { min: number; max: number } | null => {
+    const alts: Array<{ min: number; max: number }> = [];
+    let cur = { min: 0, max: 0 };
+    while (i < end && pattern[i] !== ')') {
+      const c = pattern[i]!;
+      if (c === '|') {
+        alts.push(cur);
+        cur = { min: 0, max: 0 };
+        i++;
+        continue;
+      }
+      let atom: { min: number; max: number } | null;
+      if (c === '(') {
+        i++;
+        if (pattern[i] === '?') return null;
+        atom = seq();
+        if (!atom || pattern[i] !== ')') return null;
+        i++;
+      } else if (c === '[') {
+        const close = pattern.indexOf(']', i + 2);
+        if (close < 0 || pattern[i + 1] === '^' || pattern.slice(i, close).includes('\\')) return null;
+        i = close + 1;
+        atom = { min: 1, max: 1 };
+      } else if (c === '\\') {
+        if (!/[.\-\\/^$*+?()[\]{}|]/.test(pattern[i + 1] ?? '')) return null;
+        i += 2;
+        atom = { min: 1, max: 1 };
+      } else if ('.^$*+?{}]'.includes(c)) {
+        // `.` (and below, a negated class) may match a character outside the BMP, which JSON Schema
+        // counts as one and the validator as two: no length is read from those.
+        return null;
+      } else {
+        if (c.charCodeAt(0) > 0x7f) return null;
+        i++;
+        atom = { min: 1, max: 1 };
+      }
+      const q = /^(?:\{(\d+)(?:,(\d*))?\}|[?*+])/.exec(pattern.slice(i, end));
+      let lo = 1;
+      let hi = 1;
+      if (q) {
+        i += q[0].length;
+        if (q[0] === '?') (lo = 0), (hi = 1);
+        else if (q[0] === '*') (lo = 0), (hi = Infinity);
+        else if (q[0] === '+') (lo = 1), (hi = Infinity);
+        else (lo = Number(q[1])), (hi = q[2] === undefined ? lo : q[2] === '' ? Infinity : Number(q[2]));
+      }
+      cur = { min: cur.min + atom.min * lo, max: cur.max + atom.max * hi };
+    }
+    alts.push(cur);
+    return { min: Math.min(...alts.map((a) => a.min)), max: Math.max(...alts.map((a) => a.max)) };
+  };
+  const r = seq();
+  return r && i === end ? r : null;
 }
 
 /**

@@ -5,6 +5,7 @@ import type { Client } from '@modelcontextprotocol/client';
 import { TASK_TOOLS } from '../../src/mcp/tasks.js';
 import { ToolRegistry } from '../../src/mcp/registry.js';
 import { BEYOND_SPEC_TOOLS, CATALOG } from '../../src/tools/index.js';
+import { HINT_DEFAULTS, patternLength } from '../../src/tools/validate.js';
 
 type JsonSchema = {
   type?: string | string[];
@@ -71,12 +72,16 @@ describe('the published catalog', () => {
     }
   });
 
-  it('turns every badge into its hint and every absent badge into an explicit false', () => {
-    const hint: Record<string, string> = { readOnly: 'readOnlyHint', destructive: 'destructiveHint', idempotent: 'idempotentHint', openWorld: 'openWorldHint' };
+  it('turns every badge into its hint, read with MCP\'s defaults for absent hints (destructiveHint only on tools that are not read-only)', () => {
+    const hint: Record<string, keyof typeof HINT_DEFAULTS> = { readOnly: 'readOnlyHint', destructive: 'destructiveHint', idempotent: 'idempotentHint', openWorld: 'openWorldHint' };
     for (const s of spec) {
       const t = tools.find((x) => x.name === s.name)!;
       for (const [badge, key] of Object.entries(hint)) {
-        expect(t.annotations?.[key], `${s.name}.${key}`).toBe(s.badges.includes(badge));
+        if (key === 'destructiveHint' && s.badges.includes('readOnly')) {
+          expect(t.annotations?.[key], `${s.name}.${key}`).toBeUndefined();
+          continue;
+        }
+        expect(t.annotations?.[key] ?? HINT_DEFAULTS[key], `${s.name}.${key}`).toBe(s.badges.includes(badge));
       }
     }
   });
@@ -112,8 +117,11 @@ describe('the published catalog', () => {
         const isStr = p.type === 'string';
         if (e.min !== undefined && isInt && p.minimum !== e.min) problems.push(`${s.name}.${field}: minimum ${p.minimum} != ${e.min}`);
         if (e.max !== undefined && isInt && p.maximum !== e.max) problems.push(`${s.name}.${field}: maximum ${p.maximum} != ${e.max}`);
+        // A string's length bound is its maxLength, or what its anchored pattern fixes (the published
+        // schema drops a maxLength the pattern already states: src/tools/validate.ts withoutRestatements).
+        const byPattern = p.pattern ? patternLength(p.pattern) : null;
         if (e.min !== undefined && isStr && !p.pattern && p.minLength !== e.min) problems.push(`${s.name}.${field}: minLength ${p.minLength} != ${e.min}`);
-        if (e.max !== undefined && isStr && (p.maxLength ?? Infinity) > e.max) problems.push(`${s.name}.${field}: maxLength ${p.maxLength} > ${e.max}`);
+        if (e.max !== undefined && isStr && Math.min(p.maxLength ?? Infinity, byPattern?.max ?? Infinity) > e.max) problems.push(`${s.name}.${field}: maxLength ${p.maxLength} > ${e.max}`);
         if (e.def !== undefined) {
           const want = e.def === 'true' ? true : e.def === 'false' ? false : e.def === '[]' ? [] : e.def === '{}' ? {} : /^\d+$/.test(e.def) ? Number(e.def) : e.def;
           if (e.def.startsWith('[') && e.def !== '[]') {
