@@ -4,7 +4,11 @@
  */
 import { z } from 'zod';
 
-const ID_CHARS = 'A-Za-z0-9_-';
+/**
+ * `\w` is A-Z a-z 0-9 _ exactly in ECMA-262, the dialect of JSON Schema patterns and of the
+ * validator; written so, an identifier's pattern is four tokens shorter on each of ~200 fields.
+ */
+const ID_CHARS = '\\w-';
 
 /**
  * An identifier: fixed prefix, then min..max characters of A-Z a-z 0-9 _ -. Published with its
@@ -46,7 +50,7 @@ export const PROFILEID = z
   .string()
   .min(1)
   .max(80)
-  .regex(/^[A-Za-z0-9._-]{1,80}$/);
+  .regex(/^[\w.-]{1,80}$/);
 
 /**
  * Idempotency key: A-Z a-z 0-9 . _ : - ; length 8-128. What it does (and what a cursor is) is said
@@ -56,7 +60,7 @@ export const IDEM = z
   .string()
   .min(8)
   .max(128)
-  .regex(/^[A-Za-z0-9._:-]{8,128}$/)
+  .regex(/^[\w.:-]{8,128}$/)
   ;
 
 /** Opaque pagination cursor, at most 256 characters. */
@@ -98,7 +102,7 @@ export const PATH = str(1, 1024);
 
 /** Names of 1-80 (or n) characters of A-Za-z0-9._- */
 export function name(min: number, max: number, extra = ''): z.ZodString {
-  const cls = `A-Za-z0-9._${extra}-`;
+  const cls = `\\w.${extra}-`;
   return z
     .string()
     .min(min)

@@ -101,12 +101,19 @@ export function patternLength(pattern: string): { min: number; max: number } | n
         if (!atom || pattern[i] !== ')') return null;
         i++;
       } else if (c === '[') {
-        const close = pattern.indexOf(']', i + 2);
-        if (close < 0 || pattern[i + 1] === '^' || pattern.slice(i, close).includes('\\')) return null;
-        i = close + 1;
+        // A class (not negated) of ASCII characters, ranges and the escapes \w \d \. \- \/ \_.
+        if (pattern[i + 1] === '^') return null;
+        let j = i + 1;
+        while (j < end && pattern[j] !== ']') {
+          if (pattern[j] === '\\' && !/[wd.\-/_]/.test(pattern[j + 1] ?? '')) return null;
+          if (pattern.charCodeAt(j) > 0x7f) return null;
+          j += pattern[j] === '\\' ? 2 : 1;
+        }
+        if (j >= end || j === i + 1) return null;
+        i = j + 1;
         atom = { min: 1, max: 1 };
       } else if (c === '\\') {
-        if (!/[.\-\\/^$*+?()[\]{}|]/.test(pattern[i + 1] ?? '')) return null;
+        if (!/[.\-\\/^$*+?()[\]{}|wd]/.test(pattern[i + 1] ?? '')) return null;
         i += 2;
         atom = { min: 1, max: 1 };
       } else if ('.^$*+?{}]'.includes(c)) {
