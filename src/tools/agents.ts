@@ -35,30 +35,26 @@ export const agentSpawn = defineTool({
   workspace: 'optional',
   idempotency: 'key',
   description:
-    'Start a budgeted coding subagent in its own isolated container on an active model profile (see model_profile_list; a profile saved over MCP stays disabled until the owner activates it on the dashboard). ' +
-    'The agent may call only the proxyOperations tools, expected to lie within the profile\'s maxProxyOperations, and stops at its ttl, token, cost or output budget. Follow it with agent_status, agent_logs and agent_message. ' +
-    'Under a parent, an omitted token or cost budget defaults to the smaller of its default and what the parent has left (the result\'s budgetsDefaulted names each one lowered); an explicit value above what the parent has left is refused. ' +
-    'Fails with UNAVAILABLE when the model gateway is unreachable. The same idempotencyKey with the same input replays the first result.',
+    'Start a budgeted coding subagent in its own container on an active model profile (model_profile_list). ' +
+    'It may call only proxyOperations (tool names, e.g. files_read; within the profile\'s maxProxyOperations) and stops at its ttl, token, cost or output budget. ' +
+    'Under parentAgentId an omitted token or cost budget is capped at what the parent has left (budgetsDefaulted lists them); an explicit larger one is refused. UNAVAILABLE when the model gateway is unreachable.',
   input: {
-    prompt: z.string().min(1).describe('The task for the agent'),
+    prompt: z.string().min(1),
     idempotencyKey: IDEM,
-    profileId: PROFILEID.describe('An active model profile; its current revision and credential stay in force until the agent ends'),
-    parentAgentId: AGENTID.optional().describe('Parent agent: cancelling the parent cascades to this agent'),
-    proxyOperations: z
-      .array(str(1, 64))
-      .max(200)
-      .describe('Tool names the agent may proxy, e.g. files_read, grep_search (at most 200; within the profile\'s maxProxyOperations)'),
-    ttlSeconds: int(30, 86400).default(900).describe('Wall-clock lifetime in seconds (30-86400)'),
-    maxOutputBytes: int(1024, 10485760).default(262144).describe('Cap on the agent\'s output bytes (1024-10485760)'),
+    profileId: PROFILEID,
+    parentAgentId: AGENTID.optional(),
+    proxyOperations: z.array(str(1, 64)).max(200),
+    ttlSeconds: int(30, 86400).default(900),
+    maxOutputBytes: int(1024, 10485760).default(262144),
     // The carved budgets publish the spec's default, but an omitted one reaches the service as
     // undefined: under a parent it defaults to at most what the parent has left (issue #42 item 10).
-    maxInputTokens: carvedBudget(int(1, 2000000), 'maxInputTokens').describe('Input-token budget (1-2000000)'),
-    maxOutputTokens: carvedBudget(int(1, 2000000), 'maxOutputTokens').describe('Output-token budget (1-2000000)'),
-    maxCostMicros: carvedBudget(int(0, 1000000000), 'maxCostMicros').describe('Estimated cost budget in micro-USD (0-1000000000; default 10000000 = 10 USD)'),
+    maxInputTokens: carvedBudget(int(1, 2000000), 'maxInputTokens'),
+    maxOutputTokens: carvedBudget(int(1, 2000000), 'maxOutputTokens'),
+    maxCostMicros: carvedBudget(int(0, 1000000000), 'maxCostMicros'),
     repositoryContext: z
       .enum(['all', 'profile_a', 'profile_b', 'profile_c', 'profile_d', 'none'])
       .optional()
-      .describe('Which client family\'s repository instruction files go with the task; omitted behaves as profile_a; none sends the task alone'),
+      .describe('Client family whose repository instruction files join the prompt; omitted = profile_a'),
   },
   run: async (args, ctx) => {
     const r = await ctx.services.agents.spawn(args, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller });
@@ -75,11 +71,10 @@ export const agentStatus = defineTool({
   tracking: 'coding subagents',
   workspace: 'optional',
   description:
-    'State of one agent: status, budgets used and remaining, and a terminal summary once it ended. ' +
-    'Name it by agentId, or by the idempotencyKey you passed to agent_spawn (useful when the spawn result was lost). Use agent_logs for its output and agent_list to find agents.',
+    'One agent\'s status, budgets used and left, and its summary once ended. Name it by agentId or by its agent_spawn idempotencyKey (if the spawn result was lost).',
   input: {
     agentId: AGENTID.optional(),
-    idempotencyKey: IDEM.optional().describe('The idempotencyKey of the agent_spawn call, to find the agent it started'),
+    idempotencyKey: IDEM.optional(),
   },
   run: (a, ctx) => ctx.services.agents.status(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller }),
 });
@@ -91,16 +86,15 @@ export const agentLogs = defineTool({
   tracking: 'coding subagents',
   workspace: 'optional',
   description:
-    'Read an agent\'s output log a page at a time: pass the returned cursor to continue, and poll it while the agent runs. At most limitBytes per call (1024-262144).',
+    'Read an agent\'s output log, limitBytes a page; poll with the returned cursor while it runs.',
   input: {
     agentId: AGENTID,
     cursor: z
       .string()
       .regex(/^(0|[1-9][0-9]{0,15})$/)
       .max(16)
-      .optional()
-      .describe('Decimal cursor string from a previous page ("0" = start of the log). Omit for the start.'),
-    limitBytes: int(1024, 262144).default(65536).describe('Most bytes to return (1024-262144)'),
+      .optional(),
+    limitBytes: int(1024, 262144).default(65536),
   },
   run: (a, ctx) => ctx.services.agents.logs(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller }),
 });
@@ -113,12 +107,11 @@ export const agentMessage = defineTool({
   workspace: 'optional',
   idempotency: 'key',
   description:
-    'Send a message to a running agent: mode steer redirects it at the next turn boundary (the tool call in flight finishes, the rest of that batch is skipped); mode followUp is queued and delivered when the agent would otherwise end, continuing it within its remaining budgets. A message to an ended or cancelling agent is refused with FAILED_PRECONDITION. ' +
-    'The same idempotencyKey with the same input replays the first result.',
+    'Message a running agent. steer: redirects it at the next turn boundary (after the tool call in flight; the rest of its batch is skipped). followUp: delivered when it would end, continuing it within its budgets. Ended or cancelling agent: FAILED_PRECONDITION.',
   input: {
     agentId: AGENTID,
     idempotencyKey: IDEM,
-    mode: z.enum(['steer', 'followUp']).describe('steer: change course now; followUp: deliver when the current turn ends'),
+    mode: z.enum(['steer', 'followUp']),
     message: z.string().min(1),
   },
   run: (a, ctx) => ctx.services.agents.message(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller }),
@@ -131,10 +124,10 @@ export const agentCancel = defineTool({
   tracking: 'coding subagents',
   workspace: 'optional',
   description:
-    'Cancel an agent and, in cascade, all its child agents. Repeating the call on a cancelled or ended agent changes nothing.',
+    'Cancel an agent and, in cascade, its child agents. On an ended agent it changes nothing.',
   input: {
     agentId: AGENTID,
-    reason: z.string().max(2000).optional().describe('Why the agent is cancelled (kept with the agent, max 2000 characters)'),
+    reason: z.string().max(2000).optional(),
   },
   run: async (args, ctx) => {
     const r = await ctx.services.agents.cancel(args, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller });
@@ -150,17 +143,16 @@ export const agentList = defineTool({
   tracking: 'coding subagents',
   workspace: 'optional',
   description:
-    'List your agents, optionally only the children of parentAgentId or those with one status, a page at a time with cursors. Use agent_status for one agent\'s details.',
+    'List your agents, optionally only parentAgentId\'s direct children or one status.',
   input: {
-    parentAgentId: AGENTID.optional().describe('Only the direct children of this agent'),
-    status: AGENT_STATUS.optional().describe('Only agents in this status'),
+    parentAgentId: AGENTID.optional(),
+    status: AGENT_STATUS.optional(),
     cursor: z
       .string()
       .regex(/^[1-9][0-9]{0,15}$/)
       .max(16)
-      .optional()
-      .describe('Cursor from a previous page: decimal positive integer text. Omit for the first page.'),
-    limit: int(1, 100).default(50).describe('Page size (1-100)'),
+      .optional(),
+    limit: int(1, 100).default(50),
   },
   run: (a, ctx) => ctx.services.agents.list(a, { workspace: ctx.workspace, actor: ctx.actor, principal: ctx.principal, owner: ctx.owner, grant: ctx.caller }),
 });

@@ -12,8 +12,7 @@ const tracking = '#33 checkpoints and forks' as const;
 const LABEL = z
   .string()
   .max(200)
-  .regex(/^[^\u0000-\u001f\u007f]*$/)
-  .describe('A label of your own for the checkpoint, at most 200 characters, no control characters');
+  .regex(/^[^\u0000-\u001f\u007f]*$/);
 
 export const checkpointCreate = defineTool({
   name: 'checkpoint_create',
@@ -23,14 +22,12 @@ export const checkpointCreate = defineTool({
   workspace: 'optional',
   idempotency: 'key',
   description:
-    "Save the workspace's whole state (the checkout with uncommitted and untracked files and the git index, .git, home and tmp) as a checkpoint you own. " +
-    'Commands keep running: the workspace is frozen only for the instant the copy needs (frozenMs in the result). ' +
-    'Put it back with checkpoint_restore, or start a new workspace from it with workspace_fork. Retention 60-2592000 s (default 604800, 7 days); a quota of disk and count per owner (quota in the result). ' +
-    'copyMode says how the copy was made: reflink (copy-on-write) or copy.',
+    "Checkpoint the workspace's whole state: checkout (uncommitted, untracked, index), .git, home, tmp. " +
+    'Commands keep running; frozen for frozenMs only. Use with checkpoint_restore or workspace_fork. Per-owner disk and count quota (quota in the result); copyMode reflink or copy.',
   input: {
     idempotencyKey: IDEM,
     label: LABEL.optional(),
-    retentionSeconds: int(60, 2592000).optional().describe('Seconds to keep the checkpoint (60-2592000; default 604800)'),
+    retentionSeconds: int(60, 2592000).optional().describe('Default 604800 (7 days)'),
   },
   run: (a, ctx) => ctx.services.checkpoints.create(ctx.owner, ctx.workspace, a),
 });
@@ -40,11 +37,11 @@ export const checkpointList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  description: 'List your checkpoints, newest first, up to 100 per page with cursors; workspaceId narrows to one workspace (closed workspaces included). The result carries your quota use.',
+  description: 'Your checkpoints, newest first, and your quota use; workspaceId (closed ones too) narrows.',
   input: {
-    workspaceId: WSID.optional().describe('Only the checkpoints of this workspace'),
+    workspaceId: WSID.optional(),
     cursor: CUR.optional(),
-    limit: int(1, 100).default(50).describe('Checkpoints per page (1-100, default 50)'),
+    limit: int(1, 100).default(50),
   },
   run: (a, ctx) => ctx.services.checkpoints.list(ctx.owner, a),
 });
@@ -57,7 +54,7 @@ export const checkpointRestore = defineTool({
   workspace: 'optional',
   idempotency: 'key',
   description:
-    "Put a checkpoint back into the workspace it was taken of (give that workspaceId, or it is the active one): every process of the workspace is stopped first (shells, sessions and background commands end; processesStopped says whether any ran), then all its files are replaced by the checkpoint's, byte for byte, and its sandbox starts again. Work since the checkpoint is lost: checkpoint first if you may want it.",
+    "Put a checkpoint back into the workspace it was taken of: all its processes stop (shells, sessions, background commands; processesStopped), every file is replaced byte for byte, the sandbox restarts. Work since is lost.",
   input: {
     checkpointId: CKPTID,
     idempotencyKey: IDEM,
@@ -70,7 +67,7 @@ export const checkpointDelete = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
-  description: 'Delete a checkpoint and free its disk (freedBytes). Workspaces forked from it are independent copies and stay.',
+  description: 'Delete a checkpoint, freeing its disk (freedBytes). Workspaces forked from it stay.',
   input: {
     checkpointId: CKPTID,
   },
@@ -84,12 +81,12 @@ export const workspaceFork = defineTool({
   tracking,
   idempotency: 'key',
   description:
-    'Start a new workspace from a checkpoint (checkpointId) or from a live workspace (workspaceId, copied consistently now while its commands run): same repository, branch and files, with its own id, lease, limits and network profile, sharing nothing writable with its source. ' +
-    'Your active workspace does not change. Typical use: fork once per subagent, then agent_spawn with the fork\'s workspaceId; their work comes back with workspace_recover (mode patch or export). copyMode says how the files were copied (reflink = copy-on-write, copy = a full copy).',
+    'New workspace from exactly one of checkpointId or workspaceId (a live one, copied consistently while it runs): same repository, branch, files; nothing writable shared. ' +
+    'The active workspace stays. Typical: a fork per subagent (agent_spawn with its workspaceId), work back via workspace_recover. copyMode reflink or copy.',
   input: {
-    checkpointId: CKPTID.optional().describe('The checkpoint to start from (exactly one of checkpointId and workspaceId)'),
-    workspaceId: WSID.optional().describe('The live workspace to copy now (exactly one of checkpointId and workspaceId)'),
-    networkProfile: z.enum(['network-none', 'dependency-access']).optional().describe("The fork's network profile (default: its source's)"),
+    checkpointId: CKPTID.optional(),
+    workspaceId: WSID.optional(),
+    networkProfile: z.enum(['network-none', 'dependency-access']).optional().describe("Default: the source's"),
     idempotencyKey: IDEM,
   },
   check: (a) => ((a.checkpointId === undefined) === (a.workspaceId === undefined) ? { field: 'checkpointId', message: 'give exactly one of checkpointId and workspaceId' } : undefined),

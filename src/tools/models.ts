@@ -6,71 +6,44 @@ const domain = 'Models and spend tools';
 
 /** Provider values of the model provider registry. */
 export const PROVIDER = z
-  .enum(['provider_a', 'provider_b', 'provider_c', 'provider_d', 'provider_e', 'provider_f', 'custom'])
-  .describe('Model provider from the registry (provider_a..provider_f), or custom: one caller-entered HTTPS upstream URL');
+  .enum(['provider_a', 'provider_b', 'provider_c', 'provider_d', 'provider_e', 'provider_f', 'custom']);
 
 /** The only two wire protocols the gateway speaks. */
-export const API_MODE = z
-  .enum(['chat-completions', 'responses'])
-  .describe('Wire protocol: chat-completions (Chat Completions) or responses (Responses); check model_provider_list for what the provider supports');
+export const API_MODE = z.enum(['chat-completions', 'responses']);
 
-const MICROS_PER_MTOK = 'integer micro-USD per million tokens';
-
-/** Profile prices; null cached prices mean unknown, never free. */
-export const PRICING = z
-  .strictObject({
-    inputMicrosPerMillionTokens: int().describe(`Input price, ${MICROS_PER_MTOK}`),
-    outputMicrosPerMillionTokens: int().describe(`Output price, ${MICROS_PER_MTOK}`),
-    cachedReadMicrosPerMillionTokens: int()
-      .nullable()
-      .optional()
-      .describe(`Cached-read price, ${MICROS_PER_MTOK}; null = unknown (never treated as free)`),
-    cachedWriteMicrosPerMillionTokens: int()
-      .nullable()
-      .optional()
-      .describe(
-        `Cached-write price, ${MICROS_PER_MTOK}; null = unknown (never free): the gateway then charges cache writes at 2x the input price for providers that bill cache writes, else at the input price`,
-      ),
-  })
-  .describe(
-    'Prices in integer micro-USD per million tokens. Prices typed by hand are marked as an override; pin catalog-verified prices with catalogPriceRef instead where possible',
-  );
+/**
+ * Profile prices; null cached prices mean unknown, never free. The shared schemas carry no
+ * descriptions: model_profile_create describes each field once, and model_profile_validate and
+ * model_profile_update point to it (the tool list pays for each sentence once).
+ */
+export const PRICING = z.strictObject({
+  inputMicrosPerMillionTokens: int(),
+  outputMicrosPerMillionTokens: int(),
+  cachedReadMicrosPerMillionTokens: int().nullable().optional(),
+  cachedWriteMicrosPerMillionTokens: int().nullable().optional(),
+});
 
 /** Per-request bounds of a profile. */
-export const LIMITS = z
-  .strictObject({
-    maxInputTokens: int(1, 2000000).describe('Most input tokens one agent run on this profile may use (1-2000000)'),
-    maxOutputTokens: int(1, 2000000).describe('Most output tokens one agent run on this profile may use (1-2000000)'),
-    maxCostMicros: int(0, 1000000000).describe('Most estimated cost in micro-USD one agent run on this profile may spend (0-1000000000)'),
-  })
-  .describe('Token and cost limits of the profile. Raising any of them over MCP needs owner approval');
+export const LIMITS = z.strictObject({
+  maxInputTokens: int(1, 2000000),
+  maxOutputTokens: int(1, 2000000),
+  maxCostMicros: int(0, 1000000000),
+});
 
 /** Pins catalog-verified prices. */
-export const CATALOG_PRICE_REF = z
-  .strictObject({
-    sourceModelId: str(1, 200).describe('pricing.provenance.sourceModelId of a model_catalog_search entry'),
-  })
-  .describe('Pins the catalog-verified prices of a model_catalog_search entry instead of hand-typed override prices');
+export const CATALOG_PRICE_REF = z.strictObject({
+  sourceModelId: str(1, 200),
+});
 
 /** Opt-in probes of a connection check. */
-export const CHECKS = z
-  .strictObject({
-    toolCall: z
-      .boolean()
-      .default(false)
-      .describe('Also probe a tool call (opt-in; spends a few tokens on the provider account)'),
-  })
-  .describe('Optional probes. Authentication, model access and streaming inference are always checked');
+export const CHECKS = z.strictObject({
+  toolCall: z.boolean().default(false),
+});
 
-export const MODEL = str(1, 100).describe('Provider model id, e.g. a model_catalog_search providerModelId (1-100 characters)');
-export const DISPLAY_NAME = str(1, 100).describe('Human-readable profile name (1-100 characters)');
-export const CUSTOM_UPSTREAM_URL = URI.max(1024).describe(
-  'Custom credentials only: the one HTTPS upstream URL (max 1024). Over MCP it must already be used by one of the owner\'s profiles on that credential, else OWNER_APPROVAL_REQUIRED and nothing is sent',
-);
-export const MAX_PROXY_OPERATIONS = z
-  .array(str(1, 64))
-  .max(200)
-  .describe('Tool names an agent on this profile may proxy, e.g. files_read, grep_search (at most 200 names). Widening this list over MCP needs owner approval');
+export const MODEL = str(1, 100);
+export const DISPLAY_NAME = str(1, 100);
+export const CUSTOM_UPSTREAM_URL = URI.max(1024);
+export const MAX_PROXY_OPERATIONS = z.array(str(1, 64)).max(200);
 
 export const modelProviderList = defineTool({
   name: 'model_provider_list',
@@ -78,10 +51,10 @@ export const modelProviderList = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#7 model control plane',
   description:
-    'List the model provider registry (auth header modes, API modes, endpoints, catalog source per provider) and the metadata of your stored provider credentials (id, provider, status, key version, last check). ' +
-    'Use it to find a credentialId before searching the catalog or preparing a profile. Key values are never returned; keys can only be added, rotated or removed by the owner on the dashboard.',
+    'The provider registry (auth modes, API modes, endpoints, catalog source) and your stored credentials\' metadata (credentialId, provider, status, key version, last check). ' +
+    'Key values are never returned; only the owner adds, rotates or removes keys, on the dashboard.',
   input: {
-    provider: PROVIDER.optional().describe('Only this provider (omit for all)'),
+    provider: PROVIDER.optional(),
   },
   run: async (args, ctx) => ctx.services.models.providerList(args.provider),
 });
@@ -92,16 +65,15 @@ export const modelCatalogSearch = defineTool({
   badges: ['readOnly', 'idempotent', 'openWorld'],
   tracking: '#7 model control plane',
   description:
-    'Search a provider\'s model catalog: providerModelId, prices (integer micro-USD per million tokens; null = unknown, never free), availability and capability tags. ' +
-    'Use an entry\'s providerModelId as model and its pricing.provenance.sourceModelId as catalogPriceRef.sourceModelId to pin catalog-verified prices. ' +
-    'availability public_catalog does not prove your key can call the model (pass credentialId for listed_for_credential, then model_connection_verify). A cold or stale cache may be refilled from the provider, so the call can be slow; custom has no catalog.',
+    'Search a provider\'s model catalog (custom has none): providerModelId (use as model), prices (micro-USD per million tokens; null = unknown, never free), availability, capability tags. ' +
+    'catalogPriceRef.sourceModelId = pricing.provenance.sourceModelId pins verified prices. public_catalog does not prove your key can call it: pass credentialId (listed_for_credential), then model_connection_verify. A cold cache refill is slow.',
   input: {
     provider: PROVIDER,
-    credentialId: CREDID.optional().describe('Search with this credential\'s key, so entries show whether they are listed for it'),
-    query: z.string().max(200).optional().describe('Text to match in model ids'),
-    cursor: str(1, 256).optional().describe('Opaque cursor from a previous page (1-256 characters). Omit for the first page.'),
-    limit: int(1, 100).default(25).describe('Page size (1-100)'),
-    capability: z.enum(['tools', 'reasoning', 'vision']).optional().describe('Only models with this capability tag'),
+    credentialId: CREDID.optional(),
+    query: z.string().max(200).optional().describe('Matches model ids'),
+    cursor: str(1, 256).optional(),
+    limit: int(1, 100).default(25),
+    capability: z.enum(['tools', 'reasoning', 'vision']).optional(),
   },
   run: async (args, ctx) => ctx.services.modelCatalog.search(args, ctx.signal, ctx.progress),
 });
@@ -112,16 +84,17 @@ export const modelConnectionVerify = defineTool({
   badges: ['openWorld'],
   tracking: '#7 model control plane',
   description:
-    'Prove one model route works right now: authentication, model access, streaming inference and (opt-in, checks.toolCall) a tool call. ' +
-    'Give either profileId alone (a saved profile) or a draft route: credentialId with model and apiMode (plus customUpstreamUrl for a custom credential); a draft that names a model returns a verificationRef to pass to the next model_profile_create or model_profile_update (it attaches only if that save uses the identical route, shortly after). ' +
-    'Runs from the runner, not through any agent budget, but spends a few provider tokens and is rate limited; models served only on native protocols fail with unsupported_protocol.',
+    'Prove a model route works now: auth, model access, streaming inference, and with checks.toolCall a tool call. ' +
+    'Give profileId alone, or a draft: credentialId, model, apiMode (+ customUpstreamUrl for custom; one unbound over MCP: OWNER_APPROVAL_REQUIRED, nothing sent). ' +
+    'A draft returns a verificationRef; it attaches to your next model_profile_create/update only if that save, shortly after, has the identical route. ' +
+    'Spends a few provider tokens (no agent budget); rate limited. Models served only on native protocols: unsupported_protocol.',
   input: {
-    credentialId: CREDID.optional().describe('Draft route: the stored credential to test (from model_provider_list)'),
+    credentialId: CREDID.optional(),
     model: MODEL.optional(),
     apiMode: API_MODE.optional(),
     customUpstreamUrl: CUSTOM_UPSTREAM_URL.optional(),
     checks: CHECKS.optional(),
-    profileId: PROFILEID.optional().describe('Check this saved profile (give it alone, without draft-route fields)'),
+    profileId: PROFILEID.optional(),
   },
   check: (args) => {
     if (args.profileId !== undefined) {
@@ -143,10 +116,10 @@ export const modelProfileList = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#7 model control plane',
   description:
-    'List your agent model profiles: status (disabled or active), generation (pass it as expectedGeneration to model_profile_update), active revision, pinned prices, limits, last connection check and repricing review. ' +
-    'Use it to pick an active profileId for agent_spawn. Only the owner can activate, disable or delete profiles, on the dashboard.',
+    'Your model profiles: status (disabled/active; agent_spawn needs active), generation (expectedGeneration of model_profile_update), revisions, prices, limits, last check, repricing review. ' +
+    'Only the owner activates, disables or deletes profiles, on the dashboard.',
   input: {
-    profileId: PROFILEID.optional().describe('Only this profile (omit for all)'),
+    profileId: PROFILEID.optional(),
   },
   run: async (args, ctx) => ctx.services.models.list(args.profileId),
 });
@@ -157,23 +130,22 @@ export const modelProfileValidate = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#7 model control plane',
   description:
-    'Dry run of model_profile_create (action create: send the same fields) or model_profile_update (action update: profileId, expectedGeneration and the changed fields). Writes nothing. ' +
-    'Returns the revision a save would write, issues, a pricing review, whether verificationRef would attach, and an escalations list naming changes a save would refuse with OWNER_APPROVAL_REQUIRED ' +
-    '(another credential, raised token or cost limits, lower prices not catalog-verified, override prices carried to another model or credential, a wider maxProxyOperations, an unbound custom URL). Run it before saving.',
+    'Dry run of model_profile_create (action create, its fields) or model_profile_update (action update: profileId, expectedGeneration, changed fields); fields as there. ' +
+    'Returns the revision a save would write, issues, pricingReview, whether verificationRef would attach, and escalations: what the save would refuse with OWNER_APPROVAL_REQUIRED (see model_profile_update).',
   input: {
-    action: z.enum(['create', 'update']).describe('Which save to simulate'),
+    action: z.enum(['create', 'update']),
     profileId: PROFILEID.optional(),
     displayName: DISPLAY_NAME.optional(),
-    credentialId: CREDID.optional().describe('Stored provider credential (from model_provider_list)'),
+    credentialId: CREDID.optional(),
     model: MODEL.optional(),
     apiMode: API_MODE.optional(),
     customUpstreamUrl: CUSTOM_UPSTREAM_URL.optional(),
     pricing: PRICING.optional(),
     limits: LIMITS.optional(),
     maxProxyOperations: MAX_PROXY_OPERATIONS.optional(),
-    verificationRef: VREFID.optional().describe('verificationRef from a draft model_connection_verify'),
+    verificationRef: VREFID.optional(),
     catalogPriceRef: CATALOG_PRICE_REF.optional(),
-    expectedGeneration: INT.optional().describe('action update: the generation from model_profile_list'),
+    expectedGeneration: INT.optional(),
   },
   check: (args) => {
     if (args.action === 'create') {
@@ -198,21 +170,22 @@ export const modelProfileCreate = defineTool({
   tracking: '#7 model control plane',
   idempotency: 'key',
   description:
-    'Save a new agent model profile. It is created disabled: the owner must activate it on the dashboard before agent_spawn can use it (activation approves the revision you wrote). ' +
-    'Only an unbound custom upstream URL is refused (OWNER_APPROVAL_REQUIRED); hand-typed override prices on a new route need owner approval (price_unverified_for_new_route), so prefer catalogPriceRef. ' +
-    'Check first with model_profile_validate. The same idempotencyKey with the same input replays the first result (replayed true) for 24 hours; with different input it is a CONFLICT.',
+    'Save a new model profile, created disabled: agent_spawn can use it once the owner activates it on the dashboard, approving this revision (override prices on a new route too: issue price_unverified_for_new_route). ' +
+    'Refused with OWNER_APPROVAL_REQUIRED only for an unbound customUpstreamUrl. Check first with model_profile_validate.',
   input: {
-    profileId: PROFILEID.describe('New profile id: 1-80 characters of A-Z a-z 0-9 . _ -'),
+    profileId: PROFILEID,
     displayName: DISPLAY_NAME,
-    credentialId: CREDID.describe('Stored provider credential (from model_provider_list); MCP cannot add keys'),
+    credentialId: CREDID,
     model: MODEL,
     apiMode: API_MODE,
-    pricing: PRICING,
-    limits: LIMITS,
-    maxProxyOperations: MAX_PROXY_OPERATIONS,
+    pricing: PRICING.describe(
+      'Micro-USD per million tokens; hand-typed = override. null cached = unknown, never free (a cache write then costs 2x input if the provider bills it, else 1x)',
+    ),
+    limits: LIMITS.describe('Per agent run; maxCostMicros is estimated micro-USD'),
+    maxProxyOperations: MAX_PROXY_OPERATIONS.describe('Tool names its agents may proxy'),
     idempotencyKey: IDEM,
-    customUpstreamUrl: CUSTOM_UPSTREAM_URL.optional(),
-    verificationRef: VREFID.optional().describe('verificationRef from a draft model_connection_verify of this identical route; attaches only to your next save, else the profile shows Not verified'),
+    customUpstreamUrl: CUSTOM_UPSTREAM_URL.optional().describe('Custom credentials only; over MCP, one already used on that credential'),
+    verificationRef: VREFID.optional(),
     catalogPriceRef: CATALOG_PRICE_REF.optional(),
   },
   run: async (args, ctx) => {
@@ -239,22 +212,22 @@ export const modelProfileUpdate = defineTool({
   tracking: '#7 model control plane',
   idempotency: 'key',
   description:
-    'Write a new revision of a profile; omitted fields keep their values and status never changes. Needs expectedGeneration from model_profile_list (a moved generation is a CONFLICT). ' +
-    'Escalations are refused with OWNER_APPROVAL_REQUIRED whatever the status, and nothing changes: another credential, raised token or cost limits, lower prices not catalog-verified, override prices carried to another model or credential, a wider maxProxyOperations, an unbound custom URL; changing model or credential of a provider_f profile must be done on the dashboard. ' +
-    'Check first with model_profile_validate. The same idempotencyKey with the same input replays the first result for 24 hours; different input is a CONFLICT.',
+    'Write a new revision of a profile (fields as in model_profile_create); omitted fields are kept, status never changes. ' +
+    'Refused with OWNER_APPROVAL_REQUIRED, nothing changed, whatever the status: another credential, raised limits, lower prices not catalog-verified, override prices carried to another model or credential, added maxProxyOperations, an unbound customUpstreamUrl, a provider_f profile\'s model or credential (dashboard only). ' +
+    'Check first with model_profile_validate.',
   input: {
     profileId: PROFILEID,
-    expectedGeneration: INT.describe('The profile generation from model_profile_list'),
+    expectedGeneration: INT,
     idempotencyKey: IDEM,
     displayName: DISPLAY_NAME.optional(),
-    credentialId: CREDID.optional().describe('Move to another stored credential (needs owner approval over MCP)'),
+    credentialId: CREDID.optional(),
     model: MODEL.optional(),
     apiMode: API_MODE.optional(),
     customUpstreamUrl: CUSTOM_UPSTREAM_URL.optional(),
     pricing: PRICING.optional(),
     limits: LIMITS.optional(),
     maxProxyOperations: MAX_PROXY_OPERATIONS.optional(),
-    verificationRef: VREFID.optional().describe('verificationRef from a draft model_connection_verify of this identical route; attaches only to your next save'),
+    verificationRef: VREFID.optional(),
     catalogPriceRef: CATALOG_PRICE_REF.optional(),
   },
   run: async (args, ctx) => {
@@ -270,10 +243,9 @@ export const modelSpendSummary = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#8 gateway and spend',
   description:
-    'Estimated model spend for the current UTC day and UTC month: settled, reserved by open agent runs, and unreconciled, with the owner-set spend policies that bound them. ' +
-    'Figures are estimates from pinned profile prices, not provider invoices; spend policies can only be changed by the owner on the dashboard.',
+    'Estimated model spend (from pinned profile prices, not invoices) for the current UTC day and month: settled, reserved by open agent runs, unreconciled, and the owner\'s spend policies bounding them (changed only on the dashboard).',
   input: {
-    period: z.enum(['day', 'month']).optional().describe('Only this window (omit for both)'),
+    period: z.enum(['day', 'month']).optional().describe('Omit for both'),
   },
   run: async (args, ctx) => {
     await ctx.services.gateway.syncUsage().catch(() => undefined);

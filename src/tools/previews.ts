@@ -19,15 +19,13 @@ export const previewOpen = defineTool({
   tracking,
   workspace: 'optional',
   description:
-    'Open a preview link to a port a server inside the workspace listens on (HTTP and WebSocket), e.g. a dev server started with tasks_run on port 5173. ' +
-    'The link is <origin>/p/<previewId>.<signature>/ and reaches exactly that port, through the workspace daemon (the workspace keeps no inbound network). ' +
-    `It opens for the owner only (dashboard session or bearer token) and expires after ttlSeconds (default ${PREVIEW_DEFAULT_TTL_S}, at most ${PREVIEW_MAX_TTL_S}). ` +
-    'public: true asks for a public link, which exists only once the owner consents on the dashboard. Apps are served under the /p/... path: use relative URLs. Revoke with preview_revoke.',
+    'Link <origin>/p/<previewId>.<signature>/ to a port a server in the workspace listens on (HTTP, WebSocket). ' +
+    'Owner only, expiring after ttlSeconds; public: true needs the owner\'s consent on the dashboard. Apps get the /p/... path: use relative URLs. Revoke: preview_revoke.',
   input: {
-    port: int(1, 65535).describe('Port a server inside the workspace listens on (127.0.0.1 or ::1); not 3128 (the egress bridge)'),
-    ttlSeconds: int(60, PREVIEW_MAX_TTL_S).default(PREVIEW_DEFAULT_TTL_S).describe(`Seconds until the link expires (60-${PREVIEW_MAX_TTL_S})`),
-    public: z.boolean().default(false).describe('Ask the owner for a public link (it needs the owner\'s consent on the dashboard)'),
-    label: str(1, 80).optional().describe('A name shown on the dashboard (1-80 characters)'),
+    port: int(1, 65535).describe('Listening on 127.0.0.1 or ::1; not 3128'),
+    ttlSeconds: int(60, PREVIEW_MAX_TTL_S).default(PREVIEW_DEFAULT_TTL_S),
+    public: z.boolean().default(false),
+    label: str(1, 80).optional().describe('Shown on the dashboard'),
     idempotencyKey: IDEM.optional(),
   },
   idempotency: 'key',
@@ -40,12 +38,11 @@ export const previewList = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   description:
-    'List preview links (open ones by default; includeClosed adds revoked and expired) with their port, expiry, access (owner or public) and URL, a page at a time. ' +
-    'Give workspaceId to list one workspace\'s previews only.',
+    'Preview links with port, expiry, access (owner/public), URL; open ones unless includeClosed; workspaceId narrows.',
   input: {
-    workspaceId: WSID.optional().describe('Only this workspace\'s previews'),
-    includeClosed: z.boolean().default(false).describe('Also list revoked and expired previews'),
-    limit: int(1, 100).default(50).describe('Page size (1-100)'),
+    workspaceId: WSID.optional(),
+    includeClosed: z.boolean().default(false),
+    limit: int(1, 100).default(50),
     cursor: CUR.optional(),
   },
   run: (a, ctx) => ctx.services.previews.list(ctx.owner, a) as unknown as Record<string, unknown>,
@@ -56,7 +53,7 @@ export const previewRevoke = defineTool({
   domain,
   badges: ['destructive', 'idempotent'],
   tracking,
-  description: 'Revoke a preview link at once: its owner and public links stop working and its open connections (WebSockets too) are closed. Revoking a revoked preview is a no-op (alreadyRevoked: true).',
+  description: 'Revoke a preview now: its links stop and open connections (WebSockets too) close. Already revoked: alreadyRevoked true.',
   input: {
     previewId: PRVID,
   },
