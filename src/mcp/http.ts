@@ -45,7 +45,7 @@ export const INSTRUCTIONS =
   'Atelier gives you isolated coding workspaces on approved HTTPS repositories. Start with workspace_open ' +
   '(or workspace_list and workspace_set_active), then workspace_context for orientation. Conventions of every tool: ' +
   'an omitted workspaceId means the active workspace; a cursor comes from the previous page (omit it for the first); ' +
-  'an idempotencyKey is any unique string you choose: the same key with the same input replays the first result, with other input it is a CONFLICT; ' +
+  'an idempotencyKey is any unique string you choose: for 24 hours the same key with the same input replays the first result, with other input it is a CONFLICT; ' +
   'expectedSha256 / expectedGeneration refuse the change (CONFLICT) when the current value differs. ' +
   'Errors come back with structuredContent.error = {code, message, retryable, details}; details.field names the argument at fault.';
 
