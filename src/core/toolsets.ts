@@ -57,10 +57,12 @@ export const TOOLSET_ALIASES: Record<string, string> = {
   'language-servers': 'code-intel',
 };
 
-/** Presets: names for common selections. */
+/** Presets: names for common selections (which fits which client's tool cap: docs/clients.md "Tool caps"). */
 export const PRESETS: Record<string, string[]> = {
   all: Object.keys(TOOLSETS),
   code: ['workspace', 'files', 'commands', 'git'],
+  // Fits a client that sends at most 40 tools (Cursor; docs/clients.md "Tool caps"): 29 tools.
+  lean: ['workspace', 'files', 'commands'],
   dev: ['workspace', 'files', 'commands', 'git', 'packages', 'sessions', 'repohost', 'extensions'],
   research: ['workspace', 'files', 'knowledge', 'extensions'],
   delegate: ['workspace', 'agents', 'models'],
