@@ -50,6 +50,15 @@ if [ ! -f test/conformance-next/node_modules/.package-lock.json ] \
   npm ci --prefix test/conformance-next --no-audit --no-fund --loglevel=error
   lock_digest test/conformance-next/package-lock.json > test/conformance-next/node_modules/.atelier-lock.sha256
 fi
+# Third-party MCP clients driven by their own command lines in the tests (test/e2e/clients-*.test.ts):
+# the Gemini CLI, opencode (its platform binary is an npm optional dependency) and mcp-remote. A project
+# of its own, so that their ~300 MB and their dependencies stay out of the root's `npm ci` (docs/clients.md).
+if [ ! -f test/clients/node_modules/.package-lock.json ] \
+   || ! installed_from test/clients/package-lock.json test/clients/node_modules; then
+  echo "setup: installing the third-party MCP clients the tests drive (test/clients)" >&2
+  npm ci --prefix test/clients --no-audit --no-fund --loglevel=error
+  lock_digest test/clients/package-lock.json > test/clients/node_modules/.atelier-lock.sha256
+fi
 
 # Build when dist/ is missing or any source is newer than the last build.
 if [ ! -f dist/.built ] || [ -n "$(find src tsconfig.json package.json -newer dist/.built -print -quit)" ]; then
