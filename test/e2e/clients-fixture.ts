@@ -137,6 +137,8 @@ export interface ModelRequest {
 export interface FakeModel {
   url: string;
   requests: ModelRequest[];
+  /** The arguments of the tool call the fake makes (default none); a test may change them. */
+  callArgs: Record<string, unknown>;
   close(): Promise<void>;
 }
 
@@ -146,9 +148,9 @@ async function readBody(req: IncomingMessage): Promise<Record<string, unknown>> 
   return body ? (JSON.parse(body) as Record<string, unknown>) : {};
 }
 
-async function listen(server: Server, requests: ModelRequest[]): Promise<FakeModel> {
+async function listen(server: Server, requests: ModelRequest[], model: { callArgs: Record<string, unknown> }): Promise<FakeModel> {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return {
+  return Object.assign(model, {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     requests,
     close: () =>
@@ -156,16 +158,17 @@ async function listen(server: Server, requests: ModelRequest[]): Promise<FakeMod
         server.closeAllConnections();
         server.close(() => r());
       }),
-  };
+  });
 }
 
 /**
  * The Gemini API (`models/*:generateContent`, `:streamGenerateContent?alt=sse`, `:countTokens`) as
  * far as a client turn needs it. A request that declares `callTool` and has no function response yet
- * gets a functionCall of it with no arguments; any other request gets the text "done".
+ * gets a functionCall of it (with `callArgs`); any other request gets the text "done".
  */
 export function fakeGeminiApi(callTool: string): Promise<FakeModel> {
   const requests: ModelRequest[] = [];
+  const model = { callArgs: {} as Record<string, unknown> };
   const server = createServer((req, res) => {
     void readBody(req).then((body) => {
       requests.push({ path: req.url ?? '', body });
@@ -175,7 +178,7 @@ export function fakeGeminiApi(callTool: string): Promise<FakeModel> {
       }
       const declared = ((body.tools as Array<{ functionDeclarations?: Array<{ name: string }> }> | undefined) ?? []).flatMap((t) => t.functionDeclarations ?? []).some((d) => d.name === callTool);
       const answered = JSON.stringify(body.contents ?? []).includes('"functionResponse"');
-      const part = declared && !answered ? { functionCall: { name: callTool, args: {} } } : { text: 'done' };
+      const part = declared && !answered ? { functionCall: { name: callTool, args: model.callArgs } } : { text: 'done' };
       const chunk = {
         candidates: [{ content: { role: 'model', parts: [part] }, finishReason: 'STOP', index: 0 }],
         usageMetadata: { promptTokenCount: 1, candidatesTokenCount: 1, totalTokenCount: 2 },
@@ -184,16 +187,17 @@ export function fakeGeminiApi(callTool: string): Promise<FakeModel> {
       else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(chunk));
     });
   });
-  return listen(server, requests);
+  return listen(server, requests, model);
 }
 
 /**
  * OpenAI's chat completions (streamed), as an OpenAI-compatible provider serves them. A request
- * that declares `callTool` and has no tool message yet gets one call of it with `{}`; any other
- * request gets the text "done".
+ * that declares `callTool` and has no tool message yet gets one call of it (with `callArgs`); any
+ * other request gets the text "done".
  */
 export function fakeChatCompletions(callTool: string): Promise<FakeModel> {
   const requests: ModelRequest[] = [];
+  const model = { callArgs: {} as Record<string, unknown> };
   let n = 0;
   const server = createServer((req, res) => {
     void readBody(req).then((body) => {
@@ -204,7 +208,7 @@ export function fakeChatCompletions(callTool: string): Promise<FakeModel> {
       const chunks =
         declared && !answered
           ? [
-              { index: 0, delta: { role: 'assistant', tool_calls: [{ index: 0, id: `call_${n}`, type: 'function', function: { name: callTool, arguments: '{}' } }] }, finish_reason: null },
+              { index: 0, delta: { role: 'assistant', tool_calls: [{ index: 0, id: `call_${n}`, type: 'function', function: { name: callTool, arguments: JSON.stringify(model.callArgs) } }] }, finish_reason: null },
               { index: 0, delta: {}, finish_reason: 'tool_calls' },
             ]
           : [
@@ -216,5 +220,5 @@ export function fakeChatCompletions(callTool: string): Promise<FakeModel> {
       res.end('data: [DONE]\n\n');
     });
   });
-  return listen(server, requests);
+  return listen(server, requests, model);
 }
