@@ -18,6 +18,7 @@ import { REPO_FILES, startGitHost, startWorkspaceService } from './workspace-fix
 import { startFakeProvider, type FakeProvider } from '../fixtures/fake-provider.js';
 import type { GitHost } from '../fixtures/githost.js';
 import { until } from './gateway-harness.js';
+import { listedTools } from './clients-fixture.js';
 
 const PASSWORD = 'correct horse battery staple';
 const PROVIDER_KEY = 'sk-dash-provider-key-' + 'K'.repeat(28);
@@ -331,6 +332,21 @@ describe('dashboard in a real browser', () => {
     expect(setup).toContain(`claude mcp add --transport http atelier ${svc.url}/mcp`);
     expect(setup).toContain('[mcp_servers.atelier]');
     expect(setup).toContain(`url = "${svc.url}/mcp"`);
+    // Which toolsets for which client: every pick that names toolsets fits the cap its row states
+    // (the number a cap starts with; docs/clients.md, "Tool caps").
+    const rows = await page.locator('[data-testid=client-presets] tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent!.trim())));
+    expect(rows.map((r) => r[0])).toEqual(expect.arrayContaining(['Claude Code', 'Codex', 'VS Code (Copilot)', 'Cursor', 'Windsurf', 'Gemini CLI', 'opencode']));
+    let checked = 0;
+    for (const [client, cap, pick] of rows) {
+      const toolsets = /^([a-z,-]+)(?: \(or all\))?$/.exec(pick!)?.[1];
+      const limit = Number(/^\d+/.exec(cap!)?.[0]);
+      if (!toolsets || !limit) continue;
+      const seen = await listedTools(svc, { 'X-MCP-Toolsets': toolsets });
+      expect(seen.length, `${client}: ${toolsets}`).toBeGreaterThan(0);
+      expect(seen.length, `${client}: ${toolsets} under ${cap}`).toBeLessThanOrEqual(limit);
+      checked++;
+    }
+    expect(checked).toBeGreaterThanOrEqual(5);
     // The OAuth section (GET /api/v1/oauth/clients, docs/access.md): no client has connected in this test.
     expect(setup).toContain('Connected OAuth clients');
     expect(setup).toContain('No OAuth client is connected.');

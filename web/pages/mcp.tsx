@@ -1,6 +1,18 @@
 import { useState } from 'preact/hooks';
 import { Action, api, ApiError, Badge, Copy, Empty, ErrorBox, formValues, Section, usePoll, when } from '../lib';
 
+/** Client, its tool cap (a number first when it has one), the X-MCP-Toolsets value that fits (docs/clients.md, "Tool caps"; counts of today's presets). */
+const CLIENT_PRESETS: Array<[string, string, string]> = [
+  ['Claude Code', 'none; defers MCP tools past 10% of the context', 'code (or all)'],
+  ['Codex', '128 per request (OpenAI API), unless the model has tool search', 'code'],
+  ['VS Code (Copilot)', '128 per request, every server and built-in tool together', 'code'],
+  ['Cursor', '40 tools sent to the agent', 'workspace,files,commands'],
+  ['Windsurf', '100 tools in total', 'code'],
+  ['Gemini CLI', '512 (Gemini API); adds 17 of its own', 'code (or all)'],
+  ['opencode', "128 with OpenAI and Copilot models (their API's); adds 13 of its own", 'code'],
+  ['mcp-remote (stdio clients)', 'none of its own: the client behind it decides', "that client's"],
+];
+
 export function McpAccess() {
   const { data, error, reload } = usePoll(async () => {
     const [tokens, setup, oauth] = await Promise.all([
@@ -28,6 +40,32 @@ export function McpAccess() {
         <Copy text={data.setup.claude} />
         <h3>Codex (~/.codex/config.toml)</h3>
         <Copy text={data.setup.codexToml} />
+        <h3>Which tools for which client</h3>
+        <p class="small">
+          Clients cap how many tools reach the model. Narrow a connection with the header <code>X-MCP-Toolsets: code</code> (Claude Code:{' '}
+          <code>--header "X-MCP-Toolsets: code"</code>; Codex: <code>http_headers</code>) or a token made with <code>atelier token create --toolsets code</code>.
+          Caps and sources: docs/clients.md.
+        </p>
+        <table data-testid="client-presets">
+          <thead>
+            <tr>
+              <th>Client</th>
+              <th>Its cap</th>
+              <th>Pick</th>
+            </tr>
+          </thead>
+          <tbody>
+            {CLIENT_PRESETS.map(([client, cap, pick]) => (
+              <tr key={client}>
+                <td>{client}</td>
+                <td class="small">{cap}</td>
+                <td>
+                  <code>{pick}</code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
       </Section>
       <Section title={`Owner tokens (${active.length} active)`}>
         <form
