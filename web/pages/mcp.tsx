@@ -6,7 +6,7 @@ const CLIENT_PRESETS: Array<[string, string, string]> = [
   ['Claude Code', 'none; defers MCP tools past 10% of the context', 'code (or all)'],
   ['Codex', '128 per request (OpenAI API), unless the model has tool search', 'code'],
   ['VS Code (Copilot)', '128 per request, every server and built-in tool together', 'code'],
-  ['Cursor', '40 tools sent to the agent', 'workspace,files,commands'],
+  ['Cursor', '40 tools sent to the agent', 'lean'],
   ['Windsurf', '100 tools in total', 'code'],
   ['Gemini CLI', '512 (Gemini API); adds 17 of its own', 'code (or all)'],
   ['opencode', "128 with OpenAI and Copilot models (their API's); adds 13 of its own", 'code'],
