@@ -257,9 +257,28 @@ export function tooDeep(value: unknown, max = MAX_ARGUMENT_DEPTH): PropertyKey[]
 }
 
 /** Validates and parses arguments against a definition; throws INVALID_ARGUMENT naming the field and the rule. */
+/**
+ * Arguments a client adds to every tool for its own use and passes on to the server, which no tool
+ * of the catalog has: dropped before the strict check when they have the client's type (issue #45
+ * item 4). The Gemini CLI adds `wait_for_previous` (boolean: run the call after the turn's earlier
+ * ones) to each tool's schema and sends it when its model sets it (docs/clients.md, "Gemini CLI").
+ */
+export const CLIENT_ARGUMENTS: Record<string, (v: unknown) => boolean> = {
+  wait_for_previous: (v) => typeof v === 'boolean',
+};
+
+function withoutClientArguments(def: AnyToolDef, args: object): object {
+  const extra = Object.keys(CLIENT_ARGUMENTS).filter((k) => Object.hasOwn(args, k) && !(k in def.input) && CLIENT_ARGUMENTS[k]!((args as Record<string, unknown>)[k]));
+  if (extra.length === 0) return args;
+  const out = { ...(args as Record<string, unknown>) };
+  for (const k of extra) delete out[k];
+  return out;
+}
+
 export function parseArgs(def: AnyToolDef, schema: z.ZodObject, raw: unknown): Record<string, unknown> {
-  const args = raw ?? {};
-  if (typeof args !== 'object' || Array.isArray(args)) throw validationError(def.name, [{ field: '(arguments)', rule: 'must be an object' }]);
+  const given = raw ?? {};
+  if (typeof given !== 'object' || Array.isArray(given)) throw validationError(def.name, [{ field: '(arguments)', rule: 'must be an object' }]);
+  const args = withoutClientArguments(def, given);
   for (const [field, message] of Object.entries(def.retired ?? {})) {
     if (field in (args as object)) throw new ServiceError('INVALID_ARGUMENT', `${def.name}: ${message}`, { field, rule: 'retired' });
   }

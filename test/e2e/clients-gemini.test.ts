@@ -127,11 +127,10 @@ describe('Gemini CLI 0.61.0 against atelier serve', () => {
     expect(out.response).toBe('done');
   }, CLIENT_TEST_MS);
 
-  // Known defect (docs/clients.md, "Gemini CLI"): the CLI adds `wait_for_previous` to every tool's
-  // schema, tells its model to set it on dependent calls, and passes it on to the server; Atelier's
-  // strict argument check refuses it (INVALID_ARGUMENT "is not a field of this tool"). `it.fails`
-  // until Atelier drops that one argument before validating: then this passes and must lose `.fails`.
-  it.fails('a call on which the model set the CLI\'s own wait_for_previous still reaches the tool', async () => {
+  // The CLI adds `wait_for_previous` to every tool's schema, tells its model to set it on dependent
+  // calls, and passes it on to the server; Atelier drops that one argument (boolean) before its
+  // strict check (src/tools/validate.ts CLIENT_ARGUMENTS), so the call reaches the tool.
+  it('a call on which the model set the CLI\'s own wait_for_previous still reaches the tool', async () => {
     const g = geminiHome();
     await addAtelier(g, [`Authorization: Bearer ${svc.token}`]);
     model.callArgs = { wait_for_previous: true };

@@ -55,6 +55,18 @@ describe('validation step (tools/validate.ts)', () => {
       expect((e as ServiceError).details.field).toBe('extra');
     }
   });
+  it('drops a client\'s own argument of the client\'s type (the Gemini CLI\'s wait_for_previous), and nothing else', () => {
+    const schema = inputSchemaOf(withWs);
+    const given = { n: 2, wait_for_previous: true };
+    expect(parseArgs(withWs, schema, given)).toEqual({ n: 2 });
+    expect(given).toEqual({ n: 2, wait_for_previous: true });
+    expect(parseArgs(withWs, schema, { n: 2, wait_for_previous: false })).toEqual({ n: 2 });
+    expect(() => parseArgs(withWs, schema, { n: 2, wait_for_previous: 'yes' })).toThrow(/wait_for_previous is not a field of this tool/);
+    expect(() => parseArgs(withWs, schema, { n: 2, wait_for_previous: true, wait: true })).toThrow(/wait is not a field of this tool/);
+    // A tool with a field of that name gets it validated as its own.
+    const own = defineTool({ ...withWs, name: 'demo_own', input: { wait_for_previous: z.number() } });
+    expect(() => parseArgs(own, inputSchemaOf(own), { wait_for_previous: true })).toThrow(/wait_for_previous must be of type number/);
+  });
   it('a required workspace is required; a definition cannot declare it twice', () => {
     const req = { ...withWs, workspace: 'required' as const };
     expect(() => parseArgs(req, inputSchemaOf(req), { n: 1 })).toThrow(/workspaceId is required/);
