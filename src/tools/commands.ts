@@ -28,16 +28,11 @@ function withBackgroundNote(result: Record<string, unknown>): Record<string, unk
   return result;
 }
 
-const COMMAND = str(1, 32768).describe('Shell command line to run (1-32768 characters)');
-const TIMEOUT_MS = int(100, 300000).default(60000).describe('Time limit in milliseconds (100-300000); the command is killed when it passes');
-const MAX_OUTPUT_BYTES = int(1024, 1048576)
-  .default(262144)
-  .describe('Upper bound on captured stdout plus stderr bytes (1024-1048576); output beyond it is truncated');
-const ASYNC = z
-  .boolean()
-  .default(false)
-  .describe('Return an operationId at once instead of waiting; follow it with operation_status, operation_wait or operation_cancel');
-const WAIT_MS = int(0, 5000).default(100).describe('Milliseconds to wait for new output before returning (0-5000)');
+const COMMAND = str(1, 32768);
+const TIMEOUT_MS = int(100, 300000).default(60000);
+const MAX_OUTPUT_BYTES = int(1024, 1048576).default(262144);
+const ASYNC = z.boolean().default(false);
+const WAIT_MS = int(0, 5000).default(100);
 
 export const execRun = defineTool({
   name: 'exec_run',
@@ -61,17 +56,14 @@ export const execRun = defineTool({
     return withBackgroundNote(withFields({ workspaceId: ws }, r));
   },
   description:
-    'Run one non-interactive shell command in the workspace as the non-root user and return its exit code and bounded output (time limit up to 300000 ms). ' +
-    'Set async for long commands (then poll the returned operation); use tasks_run for runs longer than 5 minutes or with dependencies, and shell_open for interactive programs. ' +
-    'When the command returns, whatever it left running (cmd &, nohup, setsid) is ended and the result says how many (backgroundEnded, backgroundNote): start a dev server or other long-running process with tasks_run, which keeps it running. ' +
-    'privileged runs need an approvalGrantToken from the approval flow; calling without one explains how to obtain it.',
+    'Run a non-interactive shell command (non-root): exitCode, stdout, stderr (middle cut past maxOutputBytes). async: an operationId for operation_wait. Processes left running are ended: servers and runs over 5 min: tasks_run; interactive: shell_open. privileged (not async) needs owner approval: call without approvalGrantToken to request it.',
   input: {
     command: COMMAND,
-    cwd: PATH.default('.').describe('Workspace-relative working directory'),
+    cwd: PATH.default('.'),
     timeoutMs: TIMEOUT_MS,
     maxOutputBytes: MAX_OUTPUT_BYTES,
-    privileged: z.boolean().default(false).describe('Run with elevated privileges; needs approvalGrantToken'),
-    approvalGrantToken: str(1, 128).optional().describe('Grant from the approval flow that authorizes one privileged run'),
+    privileged: z.boolean().default(false),
+    approvalGrantToken: str(1, 128).optional(),
     async: ASYNC,
   },
 });
@@ -92,13 +84,12 @@ export const bash = defineTool({
     return withBackgroundNote(withFields({ target: 'workspace', workspaceId: ws }, r));
   },
   description:
-    'Run a bash command. target workspace (default) behaves like exec_run in the workspace; target toolbox runs in a disposable container with no network, checkout, secrets or workspace, where the owner-bound managed packages are available (exists only when the operator enables packages). ' +
-    'No privileged mode: use exec_run with its approval flow. With async the result is an operation handle for operation_status, operation_wait and operation_cancel.',
+    'Run bash. target workspace: as exec_run, not privileged. toolbox (managed packages enabled): a disposable container with the owner-bound packages; no network, checkout, secrets, cwd, async.',
   input: {
-    workspaceId: WSID.optional().describe('Workspace for target workspace; not used by target toolbox'),
+    workspaceId: WSID.optional(),
     command: COMMAND,
-    target: z.enum(['workspace', 'toolbox']).default('workspace').describe('workspace: run in the workspace; toolbox: run in a disposable, network-less packages container'),
-    cwd: PATH.default('.').describe('Workspace-relative working directory (target workspace only)'),
+    target: z.enum(['workspace', 'toolbox']).default('workspace'),
+    cwd: PATH.default('.'),
     timeoutMs: TIMEOUT_MS,
     maxOutputBytes: MAX_OUTPUT_BYTES,
     async: ASYNC,
@@ -118,10 +109,9 @@ export const shellOpen = defineTool({
   run: (a, ctx) => ctx.services.commands.openTerminal(ctx.workspace, 'shell', a.cwd),
   idempotency: 'key',
   description:
-    'Open an interactive shell in the workspace and return its shellId; drive it with shell_io and end it with shell_close. ' +
-    'Use it for programs that need input or keep state between commands; for one-off commands use exec_run. The same idempotencyKey with the same input replays the first result.',
+    'Open an interactive shell (input, state across commands): shellId for shell_io, shell_close. One-off: exec_run.',
   input: {
-    cwd: PATH.default('.').describe('Workspace-relative starting directory'),
+    cwd: PATH.default('.'),
     idempotencyKey: IDEM,
   },
 });
@@ -134,12 +124,11 @@ export const shellIo = defineTool({
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.terminalIo(ctx.workspace, 'shell', a.shellId, a.input, a.cursor, a.waitMs, ctx.signal),
   description:
-    'Send input to an open shell and/or poll its output: returns the output produced since cursor, waiting up to waitMs (at most 5000) for more, plus the next cursor. ' +
-    'Omit input to only poll; include a trailing newline to submit a line. Input is at most 65536 characters per call.',
+    'Write input (end lines with \\n; omit to poll); returns output after cursor (omitted: oldest kept) within waitMs, and the next cursor.',
   input: {
     shellId: SHID,
-    input: z.string().max(65536).optional().describe('Text to write to the shell stdin (include "\\n" to submit a line)'),
-    cursor: CUR.optional().describe('Cursor from the previous shell_io; output after it is returned. Omit to start from the oldest retained output.'),
+    input: z.string().max(65536).optional(),
+    cursor: CUR.optional(),
     waitMs: WAIT_MS,
   },
 });
@@ -151,7 +140,7 @@ export const shellClose = defineTool({
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.closeTerminal(ctx.workspace, 'shell', a.shellId),
-  description: 'Close an interactive shell and end its processes. Closing an already closed shell succeeds.',
+  description: 'Close a shell and end its processes; closing a closed shell succeeds.',
   input: {
     shellId: SHID,
   },
@@ -163,12 +152,10 @@ export const operationStatus = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
   run: (a, ctx) => ctx.services.commands.operationStatus(a.operationId, a.cursor, { principal: ctx.principal, grant: ctx.caller }),
-  description:
-    'State of an asynchronous operation (from exec_run or bash with async) and its output since cursor; returns at once. ' +
-    'To block until it finishes use operation_wait.',
+  description: 'An async operation\'s state and output after cursor, at once. To block: operation_wait.',
   input: {
     operationId: OPID,
-    cursor: CUR.optional().describe('Cursor from the previous operation_status; output after it is returned'),
+    cursor: CUR.optional(),
   },
 });
 
@@ -178,7 +165,7 @@ export const operationCancel = defineTool({
   badges: ['destructive', 'idempotent'],
   tracking: '#5 commands',
   run: (a, ctx) => ctx.services.commands.operationCancel(a.operationId, { principal: ctx.principal, grant: ctx.caller }),
-  description: 'Cancel a running asynchronous operation and kill its processes; effects already made are not rolled back. Cancelling a finished operation changes nothing.',
+  description: 'Cancel an async operation, killing its processes; effects made stay.',
   input: {
     operationId: OPID,
   },
@@ -190,12 +177,10 @@ export const operationWait = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#5 commands',
   run: (a, ctx) => ctx.services.commands.operationWait(a.operationId, a.timeoutMs, ctx.signal, ctx.progress, { principal: ctx.principal, grant: ctx.caller }),
-  description:
-    'Wait up to timeoutMs (100-300000) for an asynchronous operation to finish and return its state; a timeout is not an error, the operation keeps running. ' +
-    'Use operation_status for an immediate check or to page through output.',
+  description: 'Wait up to timeoutMs for an async operation to end; returns its state. Timeout is no error; it keeps running.',
   input: {
     operationId: OPID,
-    timeoutMs: int(100, 300000).default(60000).describe('Milliseconds to wait at most (100-300000)'),
+    timeoutMs: int(100, 300000).default(60000),
   },
 });
 
@@ -210,10 +195,10 @@ export const sessionsList = defineTool({
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.listSessions(ctx.workspace, a.cursor, a.limit),
-  description: 'List the named coding sessions of a workspace (id, name, state), a page at a time with cursors.',
+  description: 'List the workspace\'s named coding sessions: id, name, state.',
   input: {
     cursor: CUR.optional(),
-    limit: int(1, 500).default(100).describe('Page size (1-500)'),
+    limit: int(1, 500).default(100),
   },
 });
 
@@ -227,11 +212,10 @@ export const sessionsOpen = defineTool({
   run: (a, ctx) => ctx.services.commands.openTerminal(ctx.workspace, 'session', a.cwd, a.name),
   idempotency: 'key',
   description:
-    'Open a named, long-lived coding session (a persistent interactive terminal) in the workspace and return its sessionId; drive it with sessions_io and end it with sessions_close. ' +
-    'Find sessions again by name with sessions_list. The same idempotencyKey with the same input replays the first result.',
+    'Open a named persistent terminal session: sessionId for sessions_io, sessions_close. Find by name: sessions_list.',
   input: {
-    name: name(1, 80).describe('Session name: 1-80 characters of A-Z a-z 0-9 . _ -'),
-    cwd: PATH.default('.').describe('Workspace-relative starting directory'),
+    name: name(1, 80),
+    cwd: PATH.default('.'),
     idempotencyKey: IDEM,
   },
 });
@@ -244,14 +228,12 @@ export const sessionsIo = defineTool({
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.terminalIo(ctx.workspace, 'session', a.sessionId, a.input, a.cursor, a.waitMs, ctx.signal),
-  description:
-    'Send input to a coding session and/or poll its output: returns the output produced since cursor, waiting up to waitMs (at most 5000) for more, plus the next cursor. ' +
-    'Omit input to only poll. Input is at most 65536 characters per call.',
+  description: 'As shell_io, for a session: write input, read output after cursor.',
   input: {
     sessionId: SESSID,
-    input: z.string().max(65536).optional().describe('Text to write to the session stdin (include "\\n" to submit a line)'),
-    cursor: CUR.optional().describe('Cursor from the previous sessions_io; output after it is returned. Omit to start from the oldest retained output.'),
-    waitMs: int(0, 5000).default(100).describe('Milliseconds to wait for new output before returning (0-5000)'),
+    input: z.string().max(65536).optional(),
+    cursor: CUR.optional(),
+    waitMs: int(0, 5000).default(100),
   },
 });
 
@@ -262,7 +244,7 @@ export const sessionsClose = defineTool({
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.closeTerminal(ctx.workspace, 'session', a.sessionId),
-  description: 'Close a coding session and end its processes. Closing an already closed session succeeds.',
+  description: 'Close a session and end its processes; closing a closed session succeeds.',
   input: {
     sessionId: SESSID,
   },
@@ -275,10 +257,10 @@ export const tasksList = defineTool({
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.listTasks(ctx.workspace, a.cursor, a.limit),
-  description: 'List the background tasks of a workspace (id, command, state), a page at a time with cursors. Use tasks_status for one task\'s output.',
+  description: 'The workspace\'s background tasks: id, command, state.',
   input: {
     cursor: CUR.optional(),
-    limit: int(1, 500).default(100).describe('Page size (1-500)'),
+    limit: int(1, 500).default(100),
   },
 });
 
@@ -297,18 +279,13 @@ export const tasksRun = defineTool({
   },
   idempotency: 'key',
   description:
-    'Start a background command in the workspace that may run up to 24 hours (timeoutMs up to 86400000, default 15 minutes), optionally after other tasks (dependsOn); returns a taskId at once. ' +
-    'Follow it with tasks_status, stop it with tasks_cancel, see the order with tasks_graph. For commands under 5 minutes exec_run is simpler. The same idempotencyKey with the same input replays the first result.',
+    'Start a background command (servers, up to 24 h) once all dependsOn tasks succeeded (else dependency_failed); returns taskId at once, for tasks_status.',
   input: {
-    command: str(1, 32768).describe('Shell command line to run (1-32768 characters)'),
-    cwd: PATH.default('.').describe('Workspace-relative working directory'),
+    command: str(1, 32768),
+    cwd: PATH.default('.'),
     idempotencyKey: IDEM,
-    timeoutMs: int(100, 86400000).default(900000).describe('Time limit in milliseconds (100-86400000); the task is killed when it passes'),
-    dependsOn: z
-      .array(TASKID)
-      .max(100)
-      .default([])
-      .describe('Task ids (at most 100) of this workspace that must finish before this task starts'),
+    timeoutMs: int(100, 86400000).default(900000),
+    dependsOn: z.array(TASKID).max(100).default([]),
   },
 });
 
@@ -319,10 +296,10 @@ export const tasksStatus = defineTool({
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.taskStatus(ctx.workspace, a.taskId, a.cursor),
-  description: 'State of one task and its next output chunk after cursor; call again with the returned cursor to page through the output.',
+  description: 'A task\'s state and its next output chunk after cursor.',
   input: {
     taskId: TASKID,
-    cursor: CUR.optional().describe('Cursor from the previous tasks_status; the chunk after it is returned. Omit for the first chunk.'),
+    cursor: CUR.optional(),
   },
 });
 
@@ -333,7 +310,7 @@ export const tasksCancel = defineTool({
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.taskCancel(ctx.workspace, a.taskId),
-  description: "Cancel a task by terminating its process group; effects it already made (files written, packages installed) are not rolled back. Cancelling a finished task changes nothing.",
+  description: 'Cancel a task, killing its process group; effects made stay.',
   input: {
     taskId: TASKID,
   },
@@ -346,7 +323,7 @@ export const tasksGraph = defineTool({
   tracking: '#5 commands',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.commands.graph(ctx.workspace),
-  description: 'The dependency graph of the workspace\'s tasks (tasks and their dependsOn edges), to see what runs after what and what is blocked.',
+  description: 'Tasks and their dependsOn edges: what runs after what, what is blocked.',
   input: {
   },
 });

@@ -14,56 +14,52 @@ export const workspaceOpen = defineTool({
   run: (a, ctx) => ctx.services.workspaces.open(a, ctx.principal, ctx.progress, ctx.signal),
   idempotency: 'key',
   description:
-    'Clone an approved HTTPS repository into a new isolated workspace (non-root, no network by default, time-limited) and make it the active workspace. ' +
-    'Use it once per repository you work on; later tools take the returned workspaceId or use the active one. ' +
-    'Omitting fetchDepth clones a single commit; fetchDepth 0 clones the full history; shallowSince limits history by date. ' +
-    'The result carries hardExpiresAt, a fixed deadline no renewal moves. The same idempotencyKey replays the first result.',
+    'Clone an approved HTTPS repository into a new isolated, time-limited workspace and make it active. fetchDepth omitted: one commit; 0: full history. hardExpiresAt is a deadline no renewal moves.',
   input: {
-    repositoryUrl: URI.describe('HTTPS URL of an operator-approved repository (no credentials in the URL)'),
-    ref: str(1, 255).optional().describe('Branch, tag or commit to check out (default: the remote HEAD)'),
+    repositoryUrl: URI,
+    ref: str(1, 255).optional(),
     idempotencyKey: IDEM,
-    fetchDepth: int(0, 100000).optional().describe('Commits of history to fetch: 0 = full history; omitted = single commit'),
-    shallowSince: ISO_DATE_OR_DATETIME.optional().describe('Fetch history since this ISO date or datetime (alternative to fetchDepth)'),
+    fetchDepth: int(0, 100000).optional(),
+    shallowSince: ISO_DATE_OR_DATETIME.optional(),
     networkProfile: z
       .enum(['network-none', 'dependency-access'])
       .optional()
-      .describe('network-none (default): loopback only. dependency-access: only the configured package registries, through an egress proxy'),
-    networkMode: z.never().optional().describe('Retired: rejected when sent. Use networkProfile.'),
-    environmentId: ENVID.optional().describe('Owner-defined environment whose variables and secrets are injected (needs confirmEnvironmentInjection)'),
-    confirmEnvironmentInjection: TRUE_ONLY.optional().describe('Must be true to inject the environment named by environmentId'),
+      .describe('Omitted: network-none (loopback); dependency-access: package registries only'),
+    networkMode: z.never().optional(),
+    environmentId: ENVID.optional(),
+    confirmEnvironmentInjection: TRUE_ONLY.optional(),
     toolkits: z
       .array(z.string().min(1).max(220).regex(/^((npm|uv):)?[A-Za-z0-9@/._-]{1,214}$/))
       .max(50)
       .default([])
-      .describe('Managed packages the workspace starts with: names of owner-bound packages ("name", or "npm:name" / "uv:name"); empty (the default) = every owner-bound package. Needs managed packages enabled'),
+      .describe('Owner-bound package names; [] = all'),
     skillSets: z
       .array(
         z
           .object({
-            name: z.enum(['built-in', 'owner', 'workspace', 'repository']).describe('A skill source: built-in (shipped with Atelier), owner, workspace (.atelier/skills) or repository (.agents/skills, .claude/skills, .github/skills, skills)'),
-            include: z.array(z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/)).max(200).optional().describe('Only these skills of the set (names)'),
-            exclude: z.array(z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/)).max(200).optional().describe('Skills of the set left out (names)'),
+            name: z.enum(['built-in', 'owner', 'workspace', 'repository']),
+            include: z.array(z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/)).max(200).optional(),
+            exclude: z.array(z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/)).max(200).optional(),
           })
           .strict(),
       )
       .max(4)
       .refine((l) => new Set(l.map((x) => x.name)).size === l.length, { message: 'each skill set at most once' })
       .default([])
-      .describe('Skill sets the workspace starts with (docs/extensions.md); [] = all four sources. Only the listed sets make the roster that skills_list, skills_run and skill_suggest see.'),
+      .describe('[] = all four'),
     skillOverrides: z
       .record(
         z.string().regex(/^[A-Za-z0-9._:-]{1,120}$/),
         z
           .object({
-            disabled: z.literal(true).optional().describe('Leave this skill out of the roster'),
-            source: z.enum(['built-in', 'owner', 'workspace', 'repository']).optional().describe('Take the skill of this name from this source, over the default shadowing order (owner, built-in, workspace, repository)'),
+            disabled: z.literal(true).optional(),
+            source: z.enum(['built-in', 'owner', 'workspace', 'repository']).optional(),
           })
           .strict(),
       )
       .refine((o) => Object.keys(o).length <= 200, { message: 'at most 200 overrides' })
-      .default({})
-      .describe('Per-skill overrides keyed by skill name: {"name": {"disabled": true}} or {"name": {"source": "repository"}}'),
-    allowToolkitWorkspaceChanges: TRUE_ONLY.optional().describe('Only true, with toolkits: workspace-scope package bindings (packages_plan scope workspace) may add to or override the toolkits in this workspace; without it the toolkit set is fixed'),
+      .default({}),
+    allowToolkitWorkspaceChanges: TRUE_ONLY.optional().describe('With toolkits: let workspace-scope bindings change them'),
   },
   retired: { networkMode: 'networkMode is retired and rejected; use networkProfile ("network-none" or "dependency-access")' },
   check: (args) => {
@@ -81,10 +77,10 @@ export const workspaceList = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#3 workspaces',
   run: (a, ctx) => ctx.services.workspaces.list(a.cursor, a.limit),
-  description: 'List your workspaces (id, repository, state, lease expiry, hardExpiresAt), newest first, a page at a time with cursors.',
+  description: 'Your workspaces, newest first: id, repository, state, lease expiry, hardExpiresAt.',
   input: {
     cursor: CUR.optional(),
-    limit: int(1, 500).default(100).describe('Page size (1-500)'),
+    limit: int(1, 500).default(100),
   },
 });
 
@@ -95,7 +91,7 @@ export const workspaceStatus = defineTool({
   tracking: '#3 workspaces',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.workspaces.status(ctx.workspace),
-  description: 'Lifecycle state and metadata of one workspace (the active one when workspaceId is omitted): state, repository, branch, lease expiry, hardExpiresAt, network profile.',
+  description: 'A workspace\'s state, repository, branch, lease expiry, hardExpiresAt and network profile.',
   input: {},
 });
 
@@ -107,7 +103,7 @@ export const workspaceCapabilities = defineTool({
   workspace: 'optional',
   run: async (a, ctx) => ({ ...ctx.services.workspaces.capabilities(ctx.workspace), ...(await ctx.services.repohost.capabilities(ctx.workspace)) }),
   description:
-    'Authorization capabilities of a workspace, including the repohostActions list: the authoritative list of issue and pull-request actions repohost_action may perform on this repository. Mints no tokens.',
+    'Authorizations, incl. repohostActions: the issue and PR actions repohost_action may take here. Mints no tokens.',
   input: {},
 });
 
@@ -119,18 +115,16 @@ export const workspaceContext = defineTool({
   workspace: 'optional',
   run: (a, ctx) => ctx.services.workspaces.context(ctx.workspace, a, ctx.signal),
   description:
-    'Orientation for a coding session: active workspace id, branch, lease time, git identity and a repository overview (languages, test commands, instruction files such as AGENTS.md or CLAUDE.md chosen by clientProfile, skills). ' +
-    'contentMode excerpt includes instruction-file text up to maxBytes; pages with cursor and limit.',
+    'Orientation: id, branch, lease, git identity, languages, test commands, skills, instruction files (AGENTS.md, CLAUDE.md...) for clientProfile; contentMode excerpt adds their text.',
   input: {
-    clientProfile: CLIENT_PROFILE.default('all').describe('Which client family the instruction files are chosen for: profile_a Claude Code, profile_b Codex/AGENTS.md, profile_c GitHub Copilot, profile_d Cursor/Gemini/others (docs/workspace-context.md)'),
+    clientProfile: CLIENT_PROFILE.default('all').describe('a Claude Code, b Codex, c Copilot, d others'),
     include: z
       .array(z.enum(['instructions', 'languages', 'test_commands', 'skills']))
-      .default(['instructions', 'languages', 'test_commands', 'skills'])
-      .describe('Sections to include'),
-    contentMode: z.enum(['none', 'excerpt']).default('none').describe('none: names only; excerpt: include text of instruction files'),
+      .default(['instructions', 'languages', 'test_commands', 'skills']),
+    contentMode: z.enum(['none', 'excerpt']).default('none'),
     cursor: CUR.optional(),
     limit: int(1, 100).default(50),
-    maxBytes: int(4096, 131072).default(32768).describe('Upper bound on the bytes of excerpted content'),
+    maxBytes: int(4096, 131072).default(32768),
   },
 });
 
@@ -140,7 +134,7 @@ export const workspaceSetActive = defineTool({
   badges: ['idempotent'],
   tracking: '#3 workspaces',
   run: (a, ctx) => ctx.services.workspaces.setActive(ctx.principal, a.workspaceId),
-  description: 'Make a workspace the active one: tools called without workspaceId then act on it.',
+  description: 'Make a workspace the active one, for calls that omit workspaceId.',
   input: { workspaceId: WSID },
 });
 
@@ -152,9 +146,9 @@ export const workspaceLeaseRenew = defineTool({
   workspace: 'optional',
   run: (a, ctx) => ctx.services.workspaces.renew(ctx.workspace, a.extensionSeconds),
   description:
-    'Extend the idle lease of a workspace, or reactivate one that expired into the recoverable state. Never passes hardExpiresAt: when capped, the result has leaseCapped true, requestedExpiresAt and a leaseWarnings entry.',
+    'Extend the idle lease (default: the instance\'s) or revive an expired recoverable workspace; capped at hardExpiresAt (leaseCapped).',
   input: {
-    extensionSeconds: int(60, 86400).optional().describe('Seconds to extend the lease by (60-86400; default: the instance idle lease)'),
+    extensionSeconds: int(60, 86400).optional(),
   },
 });
 
@@ -166,10 +160,10 @@ export const workspaceRecover = defineTool({
   workspace: 'optional',
   run: (a, ctx) => ctx.services.workspaces.recover(ctx.workspace, a.mode, a.targetBranch, ctx.principal),
   description:
-    'Work with an expired, recoverable workspace: resume it (mode resume), inspect it (status), get its unpushed work as a patch (patch), or push its unpushed work to targetBranch through the credential broker (export).',
+    'Expired recoverable workspace: resume, status, patch (its unpushed work) or export (push that to targetBranch).',
   input: {
     mode: z.enum(['resume', 'status', 'patch', 'export']).default('resume'),
-    targetBranch: str(1, 255).optional().describe('Branch to push unpushed work to (mode export)'),
+    targetBranch: str(1, 255).optional(),
   },
   check: (a) => (a.mode === 'export' && !a.targetBranch ? { field: 'targetBranch', message: 'required when mode is export' } : undefined),
 });
@@ -181,7 +175,7 @@ export const workspaceClose = defineTool({
   tracking: '#3 workspaces',
   workspace: 'optional',
   run: (a, ctx) => ctx.services.workspaces.close(ctx.workspace),
-  description: 'Stop the workspace executor and permanently delete all of its files, including unpushed commits. Push or export first if you need the work.',
+  description: 'Stop the workspace and delete all its files, unpushed commits included; irreversible. Push first.',
   input: {},
 });
 
@@ -191,11 +185,11 @@ export const secretsList = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking: '#3 workspaces',
   run: (a, ctx) => ctx.services.workspaces.secretsList(a.workspaceId ?? ctx.activeWorkspace(), a),
-  description: 'List global and environment secret names with their descriptions. Values are never revealed; commands reference secrets by name (as environment variables).',
+  description: 'Names and descriptions of global and environment secrets, never values; commands see them as environment variables.',
   input: {
     workspaceId: WSID.optional(),
     environmentId: ENVID.optional(),
-    query: z.string().max(200).optional().describe('Case-insensitive substring of the name or description'),
+    query: z.string().max(200).optional(),
     cursor: CUR.optional(),
     limit: int(1, 500).default(100),
   },
