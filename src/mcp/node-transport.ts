@@ -46,7 +46,8 @@ const SSE_HEADERS = {
 };
 
 type RequestId = string | number;
-type Node = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+/** A request handler; `text` is the body when the direct path read it before handing the request on. */
+type Node = (req: IncomingMessage, res: ServerResponse, text?: string) => Promise<void>;
 
 /** A single-exchange Transport whose answer is written to a node:http response. */
 export class NodeResponseTransport implements Transport {
@@ -234,7 +235,7 @@ export interface DirectPathOptions {
    * capabilities, and a way to ask it something on this request's stream: a 2025-11-25 task's
    * input, delivered through tasks/result).
    */
-  factory: (transport?: NodeResponseTransport, client?: Pick<PlainCallContext, 'clientCapabilities' | 'request'>) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
+  factory: (transport?: NodeResponseTransport, client?: Pick<PlainCallContext, 'clientCapabilities' | 'request' | 'authInfo'>) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
   sdk: Node;
   maxBodyBytes: number;
   keepAliveMs: number;
@@ -388,7 +389,7 @@ export function directPath(opts: DirectPathOptions): Node {
       return;
     }
     const message = text ? servableRequest(text, header(req.headers['mcp-protocol-version'])) : undefined;
-    if (!message) return opts.sdk(replay(req, body), res);
+    if (!message) return opts.sdk(replay(req, body), res, text);
 
     const transport = new NodeResponseTransport(res, message.id, opts.keepAliveMs);
     if (message.method === 'initialize' && opts.sessions) {
@@ -403,7 +404,7 @@ export function directPath(opts: DirectPathOptions): Node {
     };
     const plain = opts.toolCall && message.method === 'tools/call' ? plainToolCall((message as { params?: unknown }).params) : undefined;
     if (plain) return serveToolCall(opts.toolCall!, plain, message.id, transport, res, authInfo, extra);
-    const server = opts.factory(transport, extra);
+    const server = opts.factory(transport, { ...extra, authInfo });
     await server.connect(transport);
     // The client went away before the answer: close the exchange, which aborts the handler's signal.
     res.once('close', () => {
