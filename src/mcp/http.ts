@@ -230,8 +230,9 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
   // everything else goes through the SDK's handler.
   const serve = directPath({
     factory,
+    sdk: node as never,
     // A request the SDK serves runs where a listen stream it opens is filed under its caller.
-    sdk: ((req: IncomingMessage, res: ServerResponse, text?: string) => dynamic.forward(req, text, () => node(req, res))) as never,
+    aroundSdk: (req, text, serve) => dynamic.forward(req, text, serve),
     maxBodyBytes: MCP_MAX_BODY_BYTES,
     keepAliveMs: SSE_KEEP_ALIVE_MS,
     sessions,
