@@ -42,7 +42,8 @@ Usage:
                                           create an owner bearer token for MCP (shown once); --toolsets narrows it
                                           (e.g. code = workspace,files,commands,git; see docs/access.md), --read-only
                                           allows only tools that change nothing; --allow-in-url (with --read-only) lets
-                                          clients that cannot send headers pass it as ?access_token= (conformance suite)
+                                          clients that cannot send headers pass it as ?access_token= (conformance suite);
+                                          --dynamic-toolsets starts its connections with the core tools and toolsets_enable
   atelier token list                      list tokens (never their values)
   atelier token revoke ID                 revoke a token by id
   atelier owner set-password              set the dashboard password (reads it from stdin)
@@ -359,20 +360,22 @@ function announce(app: App, server: Awaited<ReturnType<typeof startServer>>, con
 
 async function token(argv: string[]): Promise<void> {
   const sub = argv[0];
-  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json', '--toolsets', '--read-only', '--allow-in-url']);
+  const { common, rest } = splitCommon(argv.slice(1), ['--name', '--json', '--toolsets', '--read-only', '--allow-in-url', '--dynamic-toolsets']);
   const json = rest['--json'] === true;
   if (sub === 'create') {
     if (rest['--toolsets'] === true) throw new ConfigError(`--toolsets needs a value: a comma-separated list of toolsets or presets (${Object.keys(TOOLSETS).join(', ')}; presets ${Object.keys(PRESETS).join(', ')})`);
     const toolsets = parseToolsets(rest['--toolsets'] as string | undefined, '--toolsets');
     const readOnly = rest['--read-only'] === true;
     const allowInUrl = rest['--allow-in-url'] === true;
+    const dynamicToolsets = rest['--dynamic-toolsets'] === true;
     if (allowInUrl && !readOnly) throw new ConfigError('--allow-in-url needs --read-only: only a read-only token may travel in a URL (?access_token=…)');
     await withApp(common, (app) => {
       const name = typeof rest['--name'] === 'string' ? rest['--name'] : `token ${new Date().toISOString().slice(0, 19)}`;
-      const { token, info } = app.auth.createToken(name, { toolsets, readOnly, allowInUrl });
-      app.audit.record({ actor: 'cli', action: 'token_create', target: info.id, outcome: 'ok', details: { access: describeAccess({ toolsets, readOnly }) } });
+      const { token, info } = app.auth.createToken(name, { toolsets, readOnly, allowInUrl, dynamicToolsets });
+      const described = `${describeAccess({ toolsets, readOnly })}${dynamicToolsets ? ', dynamic toolsets' : ''}`;
+      app.audit.record({ actor: 'cli', action: 'token_create', target: info.id, outcome: 'ok', details: { access: described } });
       if (json) process.stdout.write(JSON.stringify({ ...info, token }) + '\n');
-      else process.stdout.write(`${token}\n(id ${info.id}; ${describeAccess({ toolsets, readOnly })}; shown once: store it now)\n`);
+      else process.stdout.write(`${token}\n(id ${info.id}; ${described}; shown once: store it now)\n`);
     });
   } else if (sub === 'list') {
     await withApp(common, (app) => {
@@ -380,7 +383,7 @@ async function token(argv: string[]): Promise<void> {
       if (json) return void process.stdout.write(JSON.stringify(list) + '\n');
       if (list.length === 0) return void process.stdout.write('no tokens\n');
       for (const t of list)
-        process.stdout.write(`${t.id}  ${t.prefix}…  ${t.revokedAt ? 'revoked ' + t.revokedAt : 'active'}  ${describeAccess(t)}  created ${t.createdAt}  last used ${t.lastUsedAt ?? 'never'}  ${t.name}\n`);
+        process.stdout.write(`${t.id}  ${t.prefix}…  ${t.revokedAt ? 'revoked ' + t.revokedAt : 'active'}  ${describeAccess(t)}${t.dynamicToolsets ? ', dynamic toolsets' : ''}  created ${t.createdAt}  last used ${t.lastUsedAt ?? 'never'}  ${t.name}\n`);
     });
   } else if (sub === 'revoke') {
     const id = rest['#0'];

@@ -34,6 +34,34 @@ export const TOOLSETS: Record<string, string> = {
   previews: 'Preview URLs (beyond the spec)',
   // Beyond the spec (issue #44): docs/code-intelligence.md.
   'code-intel': 'Code intelligence by language servers (beyond the spec)',
+  // Beyond the spec (issue #45 item 2): the dynamic mode's discovery tools; docs/access.md "Dynamic toolsets".
+  discovery: 'Tool discovery (beyond the spec)',
+};
+
+/** The toolset of the discovery tools: always granted (they show only what the caller's access allows). */
+export const DISCOVERY_TOOLSET = 'discovery';
+
+/** What a dynamic-mode session starts with (besides the discovery tools): docs/access.md "Dynamic toolsets". */
+export const CORE_TOOLSETS: readonly string[] = ['workspace', 'files', 'commands', 'git'];
+
+/** One line per toolset: what toolsets_list shows and toolsets_enable's description names. */
+export const TOOLSET_SUMMARIES: Record<string, string> = {
+  workspace: 'open, list, renew and close workspaces; secrets names',
+  files: 'read, write, patch, move files; grep and symbol search',
+  commands: 'run commands, shells, background operations',
+  packages: 'plan, apply and roll back managed packages',
+  sessions: 'interactive sessions and task graphs in a workspace',
+  git: 'status, diff, commit, branches, push, pull, worktrees',
+  repohost: 'pull requests, issues, CI: the repository host\'s API',
+  extensions: 'skills, hooks, memories, deployments',
+  knowledge: 'knowledge notes: create, search, link, graph',
+  artifacts: 'snapshots of files kept beyond a workspace',
+  models: 'model profiles, connection checks, spend',
+  agents: 'spawn and steer coding subagents',
+  checkpoints: 'checkpoints, restores and forks of a workspace',
+  previews: 'preview URLs to a workspace port',
+  'code-intel': 'language-server definitions, references, diagnostics, rename',
+  discovery: 'list and enable toolsets (dynamic mode)',
 };
 
 /** Other names a user would guess for the same toolsets. */
@@ -89,7 +117,7 @@ export function parseToolsets(input: string | string[] | undefined | null, field
   if (names.length > MAX_NAMES) throw new ServiceError('INVALID_ARGUMENT', `${field}: at most ${MAX_NAMES} names`, { field });
   const out = new Set<string>();
   for (const n of names) {
-    if (n.length > 40) throw new ServiceError('INVALID_ARGUMENT', `${field}: name too long`, { field });
+    if (n.length > 40) throw new ServiceError('INVALID_ARGUMENT', `${field}: name too long (at most 40 characters)`, { field, rule: 'at most 40 characters' });
     if (PRESETS[n]) {
       PRESETS[n]!.forEach((t) => out.add(t));
       continue;
@@ -103,8 +131,35 @@ export function parseToolsets(input: string | string[] | undefined | null, field
       );
     out.add(t);
   }
-  if (out.size === Object.keys(TOOLSETS).length) return null;
+  // The discovery toolset is always granted, so naming every other toolset is everything too.
+  if (Object.keys(TOOLSETS).every((t) => t === DISCOVERY_TOOLSET || out.has(t))) return null;
   return [...out].sort();
+}
+
+/** Parses an X-MCP-Dynamic-Toolsets-like boolean header: true/1/yes, false/0/no; absent (or empty) is undefined. */
+export function parseBooleanHeader(v: string | string[] | undefined, field: string): boolean | undefined {
+  if (v === undefined) return undefined;
+  const s = (Array.isArray(v) ? v[0] ?? '' : v).trim().toLowerCase();
+  if (s === '') return undefined;
+  if (s === 'false' || s === '0' || s === 'no') return false;
+  if (s === 'true' || s === '1' || s === 'yes') return true;
+  throw new ServiceError('INVALID_ARGUMENT', `${field}: must be true or false`, { field, rule: 'true or false' });
+}
+
+/**
+ * What a tool handler sees of the dynamic mode of its connection (src/mcp/dynamic-toolsets.ts):
+ * absent outside MCP. `mode` is 'dynamic' (the list follows what is enabled), 'static' (asked for,
+ * but list changes cannot reach this client: it gets the static list; `reason` says why) or 'off'.
+ */
+export interface ToolsetSession {
+  readonly mode: 'dynamic' | 'static' | 'off';
+  readonly reason?: string;
+  /** The toolsets the caller's access allows (the discovery toolset aside), each with the tools of it the caller may call. */
+  available(): Array<{ toolset: string; tools: string[] }>;
+  /** The toolsets enabled beyond the core, sorted. */
+  enabled(): string[];
+  /** Enables toolsets (already checked against the caller's access) and sends the list change; returns the newly enabled ones. */
+  enable(toolsets: string[]): Promise<{ added: string[]; notified: boolean }>;
 }
 
 /** Parses X-MCP-Readonly: true/1/yes or false/0/no (absent: false). */
@@ -135,6 +190,7 @@ export function accessProblem(access: Access, def: ToolFacts): string | null {
     return `${def.name} changes state and this connection is read-only (token, OAuth grant or X-MCP-Readonly); use a token without --read-only`;
   if (access.toolsets !== null) {
     const ts = toolsetOf(def);
+    if (ts === DISCOVERY_TOOLSET) return null;
     if (!ts || !access.toolsets.includes(ts))
       return `${def.name} is in toolset ${ts ?? '(none)'}, which this connection does not include (allowed: ${access.toolsets.join(', ') || 'none'})`;
   }

@@ -8,7 +8,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { App } from '../app.js';
 import { ServiceError } from '../core/errors.js';
 import { safeEqual } from '../core/crypto.js';
-import { accessFromScope, describeAccess, intersect, scopeFromAccess, TOOLSETS, type Access } from '../core/toolsets.js';
+import { accessFromScope, describeAccess, DISCOVERY_TOOLSET, intersect, scopeFromAccess, TOOLSETS, type Access } from '../core/toolsets.js';
 import { cleanClientName, OAUTH_PATHS, type ClientRecord, type OAuthStore, type PendingRequest } from '../services/access/index.js';
 import { parseCookies, SESSION_COOKIE, type ApiRegistrar } from './routes.js';
 
@@ -54,7 +54,7 @@ function send(reply: FastifyReply, status: number, html: string, redirectUri?: s
 /** The asked access as checkboxes: the owner may narrow it (never widen) before approving. */
 function accessChoices(p: PendingRequest): string {
   const a = accessFromScope(p.scope);
-  const sets = a.toolsets === null ? Object.keys(TOOLSETS) : a.toolsets;
+  const sets = (a.toolsets === null ? Object.keys(TOOLSETS) : a.toolsets).filter((t) => t !== DISCOVERY_TOOLSET);
   const boxes = sets.map((t) => `<li><label><input type="checkbox" name="ts_${esc(t)}" value="on" checked> <strong>${esc(t)}</strong>: ${esc(TOOLSETS[t]!)}</label></li>`).join('');
   const ro = a.readOnly
     ? '<p>Read-only: only tools that change nothing (asked by the client).</p><input type="hidden" name="readonly" value="on">'
@@ -65,8 +65,10 @@ function accessChoices(p: PendingRequest): string {
 /** The access the owner approved: the asked access narrowed by the form's choices. */
 export function chosenAccess(p: PendingRequest, body: Record<string, unknown>): Access {
   const asked = accessFromScope(p.scope);
-  const sets = (asked.toolsets ?? Object.keys(TOOLSETS)).filter((t) => body[`ts_${t}`] === 'on');
-  const chosen: Access = { toolsets: sets.length === Object.keys(TOOLSETS).length ? null : sets, readOnly: body.readonly === 'on' };
+  // The discovery toolset is always granted (src/core/toolsets.ts): no box, and not counted.
+  const offered = (asked.toolsets ?? Object.keys(TOOLSETS)).filter((t) => t !== DISCOVERY_TOOLSET);
+  const sets = offered.filter((t) => body[`ts_${t}`] === 'on');
+  const chosen: Access = { toolsets: sets.length === Object.keys(TOOLSETS).length - 1 ? null : sets, readOnly: body.readonly === 'on' };
   return intersect(asked, chosen);
 }
 

@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import { createMcpHandler } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { App } from '../app.js';
-import { errorResult, visibleTools, type ToolRegistry } from './registry.js';
+import { errorResult, type ToolRegistry } from './registry.js';
 import { VERSION } from '../core/version.js';
 import { ServiceError, errorEnvelope } from '../core/errors.js';
-import { FULL_ACCESS, intersect, parseReadonlyHeader, parseToolsets, type Access } from '../core/toolsets.js';
+import { FULL_ACCESS, intersect, parseBooleanHeader, parseReadonlyHeader, parseToolsets, type Access } from '../core/toolsets.js';
 import { issuerOf, resourceMetadataUrl, resourceOf } from './oauth/routes.js';
 import type { OAuthStore } from '../services/access/index.js';
 import { McpLogLevels, mcpLogger, type McpNotifyContext } from './logging.js';
@@ -24,6 +24,7 @@ import { LINKED_TOOLS, registerResourceSurfaces, resourceLinks } from './resourc
 import { declaresUrlElicitation, isModern, McpTasks, registerTaskHandlers, requestCapabilities, TASK_CAPABILITIES, TaskServer, withTaskSupport, type TaskCaller } from './tasks.js';
 import { InputRequired, inputRequiredResult, approvalWaitMs, legacyApprovals, modernApprovals, type InCallApprovals } from './in-call-approvals.js';
 import { ClientRequests, LegacySessions } from './legacy-sessions.js';
+import { DynamicToolsets, type DynamicCaller } from './dynamic-toolsets.js';
 
 /**
  * The largest body /mcp reads, derived from the largest request the tool schemas allow (docs/files.md,
@@ -49,6 +50,11 @@ export const INSTRUCTIONS =
   'expectedSha256 / expectedGeneration refuse the change (CONFLICT) when the current value differs. ' +
   'Errors come back with structuredContent.error = {code, message, retryable, details}; details.field names the argument at fault.';
 
+/** Added to INSTRUCTIONS for a connection that asked for the dynamic mode (src/mcp/dynamic-toolsets.ts). */
+export const DYNAMIC_INSTRUCTIONS =
+  ' Dynamic toolsets: the tool list starts with workspace, files, commands and git; toolsets_enable adds a toolset and the list change follows ' +
+  '(with a session on 2025-11-25; on a subscriptions/listen stream with toolsListChanged on 2026-07-28). A client list changes cannot reach gets the full list instead; toolsets_list says which.';
+
 export interface McpStats {
   calls: Map<string, number>;
 }
@@ -59,13 +65,24 @@ interface CallerExtra {
   logKey: string;
   /** The dashboard's origin for this request (the issuer): approval pages are under it. */
   origin: string;
+  /** Asked for the dynamic mode: X-MCP-Dynamic-Toolsets, else the token's --dynamic-toolsets. */
+  dynamic: boolean;
+  /** The request's Mcp-Session-Id (2025-era), if any. */
+  session?: string;
 }
 
-type Caller = TaskCaller & { origin: string };
+type Caller = TaskCaller & { origin: string } & DynamicCaller;
 
 function callerOf(authInfo: { clientId?: string; extra?: Record<string, unknown> } | undefined): Caller {
   const extra = authInfo?.extra as CallerExtra | undefined;
-  return { principal: authInfo?.clientId ?? 'unknown', access: extra?.access ?? FULL_ACCESS, logKey: extra?.logKey ?? 'unknown', origin: extra?.origin ?? '' };
+  return {
+    principal: authInfo?.clientId ?? 'unknown',
+    access: extra?.access ?? FULL_ACCESS,
+    logKey: extra?.logKey ?? 'unknown',
+    origin: extra?.origin ?? '',
+    dynamic: extra?.dynamic === true,
+    session: extra?.session,
+  };
 }
 
 export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpStats, oauth?: OAuthStore) {
@@ -73,6 +90,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
   // in the background; JavaScript meanwhile and whenever it cannot be had.
   void loadWireNative(join(app.dataDir, 'run'), (why) => app.log.info({ why }, 'large results escaped in JavaScript (the wire-text addon is not available)'));
   const logLevels = new McpLogLevels();
+  // The dynamic mode's state per connection and its list changes (src/mcp/dynamic-toolsets.ts).
+  const dynamic = new DynamicToolsets(registry);
   /**
    * tools/call, from the per-request Server's handler or straight from the direct path (plain calls,
    * src/mcp/node-transport.ts): the registry's pipeline with the caller, progress and log messages.
@@ -89,6 +108,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       approvals?: InCallApprovals;
       output?: (chunk: Buffer) => void;
       status?: (message: string) => void;
+      /** A 2026-07-28 request (the dynamic mode keys and notifies by era). */
+      modern?: boolean;
     },
   ) => {
     const caller = c.caller;
@@ -117,6 +138,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       approvals: c.approvals,
       output: c.output,
       meta: params._meta as Record<string, unknown> | undefined,
+      toolsets: dynamic.session(caller, !!c.modern, c.modern ? undefined : (n) => c.mcp.mcpReq.notify(n as never)),
       progress:
         progressToken === undefined
           ? (_p, _t, message) => logStep(message)
@@ -133,7 +155,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
 
   // Long calls as tasks (src/mcp/tasks.ts): run through callTool, with no notifications (a task has none).
   const silent: McpNotifyContext = { mcpReq: { notify: async () => undefined } };
-  const tasks = new McpTasks(app, registry, (params, c) => callTool(params, { caller: { ...c.caller, origin: '' }, signal: c.signal, mcp: silent, output: c.output, status: c.status, approvals: c.approvals }));
+  const tasks = new McpTasks(app, registry, (params, c) => callTool(params, { caller: { ...c.caller, origin: '', dynamic: false }, signal: c.signal, mcp: silent, output: c.output, status: c.status, approvals: c.approvals }));
 
   // Requests to 2025-era clients in the middle of a call, and the sessions that say which can take them (legacy-sessions.ts).
   const sessions = new LegacySessions();
@@ -141,13 +163,16 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
 
   // `direct`: the direct path's transport, which writes a large result's text from its pieces.
   // `client`: what a 2025-era request's session says of its client (node-transport.ts).
-  const factory = (direct?: NodeResponseTransport, client?: Pick<PlainCallContext, 'clientCapabilities' | 'request'>) => {
+  // `authInfo`: the request's caller, whose dynamic mode decides whether list changes are advertised.
+  const factory = (direct?: NodeResponseTransport, client?: Pick<PlainCallContext, 'clientCapabilities' | 'request' | 'authInfo'>) => {
     const legacyElicits = !!client?.request && declaresUrlElicitation(client.clientCapabilities);
+    const asked = client?.authInfo ? callerOf(client.authInfo).dynamic : false;
     const server = new TaskServer(
       { name: 'atelier', version: VERSION },
       {
-        capabilities: { tools: { listChanged: false }, logging: {}, ...TASK_CAPABILITIES },
-        instructions: INSTRUCTIONS,
+        // listChanged only where it is honoured: a connection that asked for the dynamic mode.
+        capabilities: { tools: { listChanged: asked }, logging: {}, ...TASK_CAPABILITIES },
+        instructions: asked ? INSTRUCTIONS + DYNAMIC_INSTRUCTIONS : INSTRUCTIONS,
       },
     );
     // Stateless HTTP: each request gets a new Server, so the level lives per caller (token or OAuth
@@ -156,7 +181,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       logLevels.set(callerOf(ctx.http?.authInfo).logKey, req.params.level);
       return {};
     });
-    server.setRequestHandler('tools/list', (_req, ctx) => ({ tools: withTaskSupport(visibleTools(registry, callerOf(ctx.http?.authInfo).access)) }));
+    server.setRequestHandler('tools/list', (_req, ctx) => ({ tools: withTaskSupport(dynamic.list(callerOf(ctx.http?.authInfo), isModern(ctx))) }));
     // Resources (workspace files, skill files), prompts (skills) and the skills extension: src/mcp/resources.ts.
     registerResourceSurfaces(server, { app, registry, caller: (ctx) => callerOf(ctx.http?.authInfo) });
     server.setRequestHandler('tools/call', async (req, ctx) => {
@@ -177,7 +202,7 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
       const approvals = isModern(ctx) && declaresUrlElicitation(requestCapabilities(ctx)) ? modernApprovals(app.cursors, caller, params.name, ctx) : undefined;
       try {
         return server.projectCallToolResult(
-          await callTool(params, { caller, signal: ctx.mcpReq.signal, mcp: ctx, deferText: direct ? (text) => direct.deferText(text) : undefined, approvals }),
+          await callTool(params, { caller, signal: ctx.mcpReq.signal, mcp: ctx, deferText: direct ? (text) => direct.deferText(text) : undefined, approvals, modern: isModern(ctx) }),
           undefined,
         );
       } catch (e) {
@@ -189,8 +214,10 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
     return server;
   };
 
-  const handler = createMcpHandler(() => factory(), {
+  const handler = createMcpHandler((c) => factory(undefined, { authInfo: c.authInfo }), {
     legacy: 'stateless',
+    // List changes go to the listen streams of the connection they concern, never to all (dynamic-toolsets.ts).
+    bus: dynamic.bus as never,
     maxRequestBodySize: MCP_MAX_BODY_BYTES, // the SDK's own default is 4 MiB
     onerror: (err) => app.log.debug({ err: err.message }, 'mcp request rejected'),
   });
@@ -204,6 +231,8 @@ export function createMcpEndpoint(app: App, registry: ToolRegistry, stats: McpSt
   const serve = directPath({
     factory,
     sdk: node as never,
+    // A request the SDK serves runs where a listen stream it opens is filed under its caller.
+    aroundSdk: (req, text, serve) => dynamic.forward(req, text, serve),
     maxBodyBytes: MCP_MAX_BODY_BYTES,
     keepAliveMs: SSE_KEEP_ALIVE_MS,
     sessions,
@@ -294,6 +323,7 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
   const issuer = issuerOf(app, req.headers.host);
   let principal: string | null = null;
   let access: Access = FULL_ACCESS;
+  let tokenDynamic = false;
   let why = 'unknown or revoked token';
   if (!header) {
     const inUrl = queryToken(app, req, verify);
@@ -308,6 +338,7 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
     if (bearer) {
       principal = bearer.principal;
       access = bearer.access;
+      tokenDynamic = bearer.access.dynamicToolsets === true;
     } else if (oauth) {
       const v = verify.oauth(m[1]!);
       if (v && v.resource === resourceOf(issuer)) {
@@ -329,19 +360,21 @@ export function authenticate(app: App, oauth: OAuthStore | undefined, req: Incom
     discardThenClose(req);
     return null;
   }
+  let dynamic = tokenDynamic;
   try {
     const conn: Access = {
       toolsets: parseToolsets(req.headers['x-mcp-toolsets'] as string | undefined, 'X-MCP-Toolsets'),
       readOnly: parseReadonlyHeader(req.headers['x-mcp-readonly']),
     };
     access = intersect(access, conn);
+    dynamic = parseBooleanHeader(req.headers['x-mcp-dynamic-toolsets'], 'X-MCP-Dynamic-Toolsets') ?? dynamic;
   } catch (e) {
     const { status, body } = errorEnvelope(e);
     res.writeHead(status, { 'content-type': 'application/json' });
     res.end(JSON.stringify(body));
     return null;
   }
-  const session = req.headers['mcp-session-id'];
-  const extra: CallerExtra = { access, logKey: `${principal}|${typeof session === 'string' ? session.slice(0, 200) : ''}`, origin: issuer };
+  const session = typeof req.headers['mcp-session-id'] === 'string' ? req.headers['mcp-session-id'].slice(0, 200) : undefined;
+  const extra: CallerExtra = { access, logKey: `${principal}|${session ?? ''}`, origin: issuer, dynamic, ...(session ? { session } : {}) };
   return { token: '[redacted]', clientId: principal, scopes: ['owner'], extra };
 }

@@ -234,8 +234,13 @@ export interface DirectPathOptions {
    * capabilities, and a way to ask it something on this request's stream: a 2025-11-25 task's
    * input, delivered through tasks/result).
    */
-  factory: (transport?: NodeResponseTransport, client?: Pick<PlainCallContext, 'clientCapabilities' | 'request'>) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
+  factory: (transport?: NodeResponseTransport, client?: Pick<PlainCallContext, 'clientCapabilities' | 'request' | 'authInfo'>) => { connect(t: Transport): Promise<void>; close(): Promise<void> };
   sdk: Node;
+  /**
+   * Runs the SDK's handler for a request it serves; `text` is the body when this path read it first
+   * (the dynamic mode files a subscriptions/listen stream under its caller: src/mcp/dynamic-toolsets.ts).
+   */
+  aroundSdk?: (req: IncomingMessage, text: string | undefined, serve: () => Promise<void>) => Promise<void>;
   maxBodyBytes: number;
   keepAliveMs: number;
   /** Sessions of the 2025-era clients (legacy-sessions.ts): what each declared in its initialize. */
@@ -355,6 +360,7 @@ export function servableRequest(text: string, protocolVersionHeader: string | un
  * the SDK's handler otherwise.
  */
 export function directPath(opts: DirectPathOptions): Node {
+  const sdk = (req: IncomingMessage, res: ServerResponse, text?: string): Promise<void> => (opts.aroundSdk ? opts.aroundSdk(req, text, () => opts.sdk(req, res)) : opts.sdk(req, res));
   return async (req, res) => {
     if (opts.sessions) {
       const principal = (req as IncomingMessage & { auth?: MessageExtraInfo['authInfo'] }).auth?.clientId ?? '';
@@ -374,10 +380,10 @@ export function directPath(opts: DirectPathOptions): Node {
     }
     const accept = header(req.headers.accept);
     if (req.method !== 'POST' || !isJsonContentType(header(req.headers['content-type']) ?? null) || !accept?.includes('application/json') || !accept.includes('text/event-stream')) {
-      return opts.sdk(req, res);
+      return sdk(req, res);
     }
     // A declared length over the bound: the SDK refuses it without reading anything.
-    if (Number(header(req.headers['content-length'])) > opts.maxBodyBytes) return opts.sdk(req, res);
+    if (Number(header(req.headers['content-length'])) > opts.maxBodyBytes) return sdk(req, res);
     const body = await readBody(req, opts.maxBodyBytes);
     const authInfo = (req as IncomingMessage & { auth?: MessageExtraInfo['authInfo'] }).auth;
     const principal = authInfo?.clientId ?? '';
@@ -388,7 +394,7 @@ export function directPath(opts: DirectPathOptions): Node {
       return;
     }
     const message = text ? servableRequest(text, header(req.headers['mcp-protocol-version'])) : undefined;
-    if (!message) return opts.sdk(replay(req, body), res);
+    if (!message) return sdk(replay(req, body), res, text);
 
     const transport = new NodeResponseTransport(res, message.id, opts.keepAliveMs);
     if (message.method === 'initialize' && opts.sessions) {
@@ -403,7 +409,7 @@ export function directPath(opts: DirectPathOptions): Node {
     };
     const plain = opts.toolCall && message.method === 'tools/call' ? plainToolCall((message as { params?: unknown }).params) : undefined;
     if (plain) return serveToolCall(opts.toolCall!, plain, message.id, transport, res, authInfo, extra);
-    const server = opts.factory(transport, extra);
+    const server = opts.factory(transport, { ...extra, authInfo });
     await server.connect(transport);
     // The client went away before the answer: close the exchange, which aborts the handler's signal.
     res.once('close', () => {

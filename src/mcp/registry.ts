@@ -67,6 +67,8 @@ export interface CallContext {
   output?: (chunk: Buffer) => void;
   /** The request's params._meta: its traceparent/tracestate (SEP-414) parent the call's span (src/telemetry/tracing.ts). */
   meta?: Record<string, unknown>;
+  /** The dynamic mode of the MCP connection (src/mcp/dynamic-toolsets.ts), for the discovery tools. */
+  toolsets?: ToolContext['toolsets'];
 }
 
 /** What the pipeline needs of the application besides the services it hands to handlers. */
@@ -182,6 +184,7 @@ export function handlerContext(host: RegistryHost, cc: CallContext, def: AnyTool
     activeWorkspace: () => host.principals.activeWorkspace(cc.principal) ?? undefined,
     caller: grant,
     output: cc.output,
+    toolsets: cc.toolsets,
   };
 }
 

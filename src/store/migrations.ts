@@ -32,6 +32,7 @@
  *   services/checkpoints (0027) checkpoints
  *   services/previews (0028) previews
  *   services/workspaces/templates (0029) workspace_templates; environments.setup_script/maintenance_script; env_entries.setup_only
+ *   services/access/tokens (0030) api_tokens.dynamic_toolsets
  */
 import { m0007 } from './migrations/0007-approvals.js';
 import { m0009 } from './migrations/0009-spend-overruns.js';
@@ -51,6 +52,7 @@ import { m0027 } from './migrations/0027-checkpoints.js';
 import { m0028 } from './migrations/0028-previews.js';
 import { m0024 } from './migrations/0024-knowledge-fts-recipe.js';
 import { m0029 } from './migrations/0029-templates.js';
+import { m0030 } from './migrations/0030-dynamic-toolsets.js';
 
 export interface Migration {
   version: number;
@@ -371,4 +373,5 @@ export const MIGRATIONS: Migration[] = [
   m0028,
   m0024,
   m0029,
+  m0030,
 ];

@@ -53,6 +53,7 @@ export interface ToolServices {
 
 export type { Actor } from '../services/instance/index.js';
 import type { CallerGrant } from '../core/caller.js';
+import type { ToolsetSession } from '../core/toolsets.js';
 import type { Actor } from '../services/instance/index.js';
 
 /** What a tool handler gets besides its validated arguments. */
@@ -93,4 +94,6 @@ export interface ToolContext {
   caller: CallerGrant;
   /** Where a command's output goes as it comes, when the call keeps a log (a call run as an MCP task); absent otherwise. */
   output?: (chunk: Buffer) => void;
+  /** The dynamic mode of the MCP connection the call came on (src/mcp/dynamic-toolsets.ts); absent outside MCP. */
+  toolsets?: ToolsetSession;
 }

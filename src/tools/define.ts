@@ -26,7 +26,8 @@ export type Tracking =
   | 'coding subagents'
   | '#33 checkpoints and forks'
   | 'preview URLs'
-  | '#44 code intelligence';
+  | '#44 code intelligence'
+  | '#45 tool discovery';
 
 export interface ToolDef<S extends z.ZodRawShape = z.ZodRawShape> {
   /** Exactly the spec's name. */

@@ -19,6 +19,7 @@
  *   Workspace checkpoints and forks (beyond the spec; workspace_fork is the checkpoint service's)
  *                                            tools/checkpoints.ts  services/checkpoints.ts
  *   Previews (beyond the spec)               tools/previews.ts     services/previews/
+ *   Tool discovery (beyond the spec)         tools/discovery.ts    (state: src/mcp/dynamic-toolsets.ts)
  */
 import type { AnyToolDef } from './define.js';
 import { tools as workspace } from './workspaces.js';
@@ -36,6 +37,7 @@ import { tools as agents } from './agents.js';
 import { tools as checkpoints } from './checkpoints.js';
 import { tools as previews } from './previews.js';
 import { tools as codeIntel } from './code-intel.js';
+import { tools as discovery } from './discovery.js';
 
 export const CATALOG: AnyToolDef[] = [
   ...workspace,
@@ -58,6 +60,8 @@ export const CATALOG: AnyToolDef[] = [
   ...previews,
   // Beyond the spec (issue #44): code intelligence by language servers.
   ...codeIntel,
+  // Beyond the spec (issue #45 item 2): the dynamic mode's discovery tools.
+  ...discovery,
 ] as AnyToolDef[];
 
 /** Tools that are not among the spec's 107 (docs/STATUS.md marks their domains "beyond the spec"). */

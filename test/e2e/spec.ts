@@ -6,9 +6,16 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT } from './harness.js';
 import { CATALOG } from '../../src/tools/index.js';
+import { TOOLSETS } from '../../src/core/toolsets.js';
 
-/** The tools an unnarrowed caller lists: the spec's 107 and those beyond it, each in a toolset of its own (docs/STATUS.md). */
-export const ALL_TOOLS = CATALOG.length;
+/** The discovery tools (issue #45 item 2), which only a connection in the dynamic mode is listed (docs/access.md "Dynamic toolsets"). */
+export const DISCOVERY_TOOLS = CATALOG.filter((t) => t.domain === TOOLSETS.discovery).map((t) => t.name);
+
+/**
+ * The tools an unnarrowed caller lists: the spec's 107 and those beyond it, each in a toolset of
+ * its own (docs/STATUS.md), but for the discovery tools of the dynamic mode.
+ */
+export const ALL_TOOLS = CATALOG.length - DISCOVERY_TOOLS.length;
 
 export interface SpecTool {
   name: string;

@@ -26,6 +26,8 @@ export interface TokenInfo {
   toolsets: string[] | null;
   readOnly: boolean;
   allowInUrl: boolean;
+  /** Connections with this token start in the dynamic mode (docs/access.md "Dynamic toolsets"). */
+  dynamicToolsets: boolean;
 }
 
 /** A token's narrowing of MCP access (toolset names already validated by the caller). */
@@ -37,6 +39,8 @@ export interface TokenAccess {
    * cannot send headers (the conformance suite 0.1.13). Only read-only tokens may allow it.
    */
   allowInUrl?: boolean;
+  /** Connections start in the dynamic mode unless they say otherwise (X-MCP-Dynamic-Toolsets: false). */
+  dynamicToolsets?: boolean;
 }
 
 export interface DashboardSession {
@@ -72,20 +76,24 @@ export class AuthService {
     const id = newId('token');
     const createdAt = nowIso();
     this.db
-      .prepare('INSERT INTO api_tokens (id, owner_id, name, token_hash, prefix, created_at, toolsets, read_only, allow_in_url) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
-      .run(id, this.ownerId, trimmed, sha256Hex(token), token.slice(0, 8), createdAt, access.toolsets ? JSON.stringify(access.toolsets) : null, access.readOnly ? 1 : 0, access.allowInUrl ? 1 : 0);
-    return { token, info: { id, name: trimmed, prefix: token.slice(0, 8), createdAt, lastUsedAt: null, revokedAt: null, toolsets: access.toolsets, readOnly: access.readOnly, allowInUrl: !!access.allowInUrl } };
+      .prepare('INSERT INTO api_tokens (id, owner_id, name, token_hash, prefix, created_at, toolsets, read_only, allow_in_url, dynamic_toolsets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)')
+      .run(id, this.ownerId, trimmed, sha256Hex(token), token.slice(0, 8), createdAt, access.toolsets ? JSON.stringify(access.toolsets) : null, access.readOnly ? 1 : 0, access.allowInUrl ? 1 : 0, access.dynamicToolsets ? 1 : 0);
+    return {
+      token,
+      info: { id, name: trimmed, prefix: token.slice(0, 8), createdAt, lastUsedAt: null, revokedAt: null, toolsets: access.toolsets, readOnly: access.readOnly, allowInUrl: !!access.allowInUrl, dynamicToolsets: !!access.dynamicToolsets },
+    };
   }
 
   listTokens(): TokenInfo[] {
     return (
       this.db
-        .prepare('SELECT id, name, prefix, created_at, last_used_at, revoked_at, toolsets, read_only, allow_in_url FROM api_tokens ORDER BY created_at')
+        .prepare('SELECT id, name, prefix, created_at, last_used_at, revoked_at, toolsets, read_only, allow_in_url, dynamic_toolsets FROM api_tokens ORDER BY created_at')
         .all() as Array<Record<string, string | null>>
     ).map((r) => ({
       toolsets: r.toolsets ? (JSON.parse(r.toolsets) as string[]) : null,
       readOnly: Number(r.read_only) === 1,
       allowInUrl: Number(r.allow_in_url) === 1,
+      dynamicToolsets: Number(r.dynamic_toolsets) === 1,
       id: r.id!,
       name: r.name!,
       prefix: r.prefix!,
@@ -121,8 +129,8 @@ export class AuthService {
     if (!token.startsWith(TOKEN_PREFIX) || token.length > 200) return null;
     const hash = sha256Hex(token);
     const row = this.db
-      .prepare('SELECT id, token_hash, toolsets, read_only, allow_in_url FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL')
-      .get(hash) as { id: string; token_hash: string; toolsets: string | null; read_only: number; allow_in_url: number } | undefined;
+      .prepare('SELECT id, token_hash, toolsets, read_only, allow_in_url, dynamic_toolsets FROM api_tokens WHERE token_hash = ? AND revoked_at IS NULL')
+      .get(hash) as { id: string; token_hash: string; toolsets: string | null; read_only: number; allow_in_url: number; dynamic_toolsets: number } | undefined;
     if (!row || !safeEqual(row.token_hash, hash)) return null;
     // last_used_at is informational: write it at most once a minute per token.
     const now = Date.now();
@@ -130,7 +138,10 @@ export class AuthService {
       this.lastTouch.set(row.id, now);
       this.db.prepare('UPDATE api_tokens SET last_used_at = ? WHERE id = ?').run(nowIso(), row.id);
     }
-    return { principal: row.id, access: { toolsets: row.toolsets ? (JSON.parse(row.toolsets) as string[]) : null, readOnly: row.read_only === 1, allowInUrl: row.allow_in_url === 1 } };
+    return {
+      principal: row.id,
+      access: { toolsets: row.toolsets ? (JSON.parse(row.toolsets) as string[]) : null, readOnly: row.read_only === 1, allowInUrl: row.allow_in_url === 1, dynamicToolsets: row.dynamic_toolsets === 1 },
+    };
   }
 
   // ---- Dashboard ----
