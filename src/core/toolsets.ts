@@ -41,8 +41,21 @@ export const TOOLSETS: Record<string, string> = {
 /** The toolset of the discovery tools: always granted (they show only what the caller's access allows). */
 export const DISCOVERY_TOOLSET = 'discovery';
 
-/** What a dynamic-mode session starts with (besides the discovery tools): docs/access.md "Dynamic toolsets". */
+/** The toolsets a dynamic-mode session starts in (besides the discovery tools): docs/access.md "Dynamic toolsets". */
 export const CORE_TOOLSETS: readonly string[] = ['workspace', 'files', 'commands', 'git'];
+
+/**
+ * The tools of the core toolsets a dynamic-mode session starts with: what an agent needs in its
+ * first minutes (open and orient, read and edit, run, commit and push). The core toolsets' other
+ * tools (shells, worktrees, merge and rebase, identity, lease renewal, …) are one toolsets_enable
+ * away like every other toolset's. Issue #45's goal: the starting list at most 6,000 tokens.
+ */
+export const CORE_TOOLS: ReadonlySet<string> = new Set([
+  'workspace_open', 'workspace_list', 'workspace_status', 'workspace_context', 'workspace_set_active', 'workspace_close',
+  'files_list', 'files_read', 'files_write', 'files_write_batch', 'files_apply_patch', 'files_delete', 'files_move', 'grep_search', 'symbols_search',
+  'exec_run', 'bash', 'operation_status', 'operation_wait',
+  'git_status', 'git_diff', 'git_log', 'git_branch', 'git_checkout', 'git_add', 'git_commit', 'git_push', 'git_pull',
+]);
 
 /** One line per toolset: what toolsets_list shows and toolsets_enable's description names. */
 export const TOOLSET_SUMMARIES: Record<string, string> = {

@@ -23,7 +23,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { IncomingMessage } from 'node:http';
-import { CORE_TOOLSETS, DISCOVERY_TOOLSET, toolsetOf, type Access, type ToolsetSession } from '../core/toolsets.js';
+import { CORE_TOOLS, DISCOVERY_TOOLSET, toolsetOf, type Access, type ToolsetSession } from '../core/toolsets.js';
 import { visibleTools, type PublishedTool, type ToolRegistry } from './registry.js';
 
 /** Connections whose enabled toolsets are kept at most. */
@@ -124,7 +124,7 @@ export class DynamicToolsets {
       enable: async (toolsets) => {
         if (mode !== 'dynamic' || !key) return { added: [], notified: false };
         const c = this.touch(key, true)!;
-        const added = toolsets.filter((t) => !c.enabled.has(t) && !CORE_TOOLSETS.includes(t) && t !== DISCOVERY_TOOLSET).sort();
+        const added = toolsets.filter((t) => !c.enabled.has(t) && t !== DISCOVERY_TOOLSET).sort();
         for (const t of added) c.enabled.add(t);
         if (added.length === 0) return { added, notified: false };
         return { added, notified: await this.announce(caller.principal, modern, notify) };
@@ -142,7 +142,7 @@ export class DynamicToolsets {
     const enabled = (key && this.touch(key, false)?.enabled) || new Set<string>();
     return all.filter((t) => {
       const ts = this.toolsetOf(t.name) ?? '';
-      return ts === DISCOVERY_TOOLSET || CORE_TOOLSETS.includes(ts) || enabled.has(ts);
+      return ts === DISCOVERY_TOOLSET || CORE_TOOLS.has(t.name) || enabled.has(ts);
     });
   }
 

@@ -9,7 +9,7 @@
 import { defineTool } from './define.js';
 import { z } from './types.js';
 import { ServiceError } from '../core/errors.js';
-import { CORE_TOOLSETS, DISCOVERY_TOOLSET, TOOLSET_SUMMARIES, parseToolsets, type ToolsetSession } from '../core/toolsets.js';
+import { CORE_TOOLS, CORE_TOOLSETS, DISCOVERY_TOOLSET, TOOLSET_SUMMARIES, parseToolsets, type ToolsetSession } from '../core/toolsets.js';
 
 const domain = 'Tool discovery (beyond the spec)';
 const tracking = '#45 tool discovery' as const;
@@ -28,16 +28,16 @@ export const toolsetsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  description: 'The toolsets your access allows, with a summary, their tools and whether this connection lists them (mode dynamic); mode static says why every tool is listed instead.',
+  description: 'The toolsets your access allows, with a summary, their tools and how many of them this connection lists (mode dynamic); mode static says why every tool is listed instead.',
   input: {},
   run: (_a, ctx) => {
     const s = session(ctx);
     const enabled = new Set(s.enabled());
-    const listed = (t: string): boolean => s.mode !== 'dynamic' || CORE_TOOLSETS.includes(t) || enabled.has(t);
+    const listed = (t: string, tools: string[]): number => (s.mode !== 'dynamic' || enabled.has(t) ? tools.length : tools.filter((n) => CORE_TOOLS.has(n)).length);
     return {
       mode: s.mode,
       ...(s.mode === 'static' ? { reason: s.reason } : s.mode === 'off' ? { reason: OFF } : {}),
-      toolsets: s.available().map(({ toolset, tools }) => ({ name: toolset, summary: TOOLSET_SUMMARIES[toolset] ?? '', listed: listed(toolset), tools })),
+      toolsets: s.available().map(({ toolset, tools }) => ({ name: toolset, summary: TOOLSET_SUMMARIES[toolset] ?? '', listed: listed(toolset, tools) === tools.length, listedTools: listed(toolset, tools), tools })),
     };
   },
 });
@@ -46,13 +46,14 @@ const ENABLE_LIST = Object.keys(TOOLSET_SUMMARIES)
   .filter((t) => !CORE_TOOLSETS.includes(t) && t !== DISCOVERY_TOOLSET)
   .map((t) => `${t} (${TOOLSET_SUMMARIES[t]})`)
   .join('; ');
+const CORE_LIST = CORE_TOOLSETS.join(', ');
 
 export const toolsetsEnable = defineTool({
   name: 'toolsets_enable',
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  description: `Add toolsets to this connection's tool list; the list change follows, then list tools again. Toolsets: ${ENABLE_LIST}.`,
+  description: `Add toolsets to this connection's tool list; the list change follows, then list tools again. Toolsets: ${ENABLE_LIST}; and ${CORE_LIST}, for the rest of their tools (shells, worktrees, merge, rebase, identity, lease renewal…).`,
   input: {
     toolsets: z.array(z.string().min(1).max(40)).min(1).max(20).describe('Toolset, alias or preset names'),
   },
@@ -68,12 +69,12 @@ export const toolsetsEnable = defineTool({
         field: 'toolsets',
         rule: 'toolset not granted',
       });
-    const fresh = wanted.filter((t) => allowed.has(t) && !CORE_TOOLSETS.includes(t));
+    const fresh = wanted.filter((t) => allowed.has(t));
     const { added, notified } = await s.enable(fresh);
     return {
       enabled: s.enabled(),
       added,
-      tools: added.flatMap((t) => allowed.get(t) ?? []),
+      tools: added.flatMap((t) => (allowed.get(t) ?? []).filter((n) => !CORE_TOOLS.has(n))),
       listChanged: notified ? 'sent' : 'unchanged',
     };
   },

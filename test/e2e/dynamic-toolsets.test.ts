@@ -15,7 +15,7 @@ import { encode } from 'gpt-tokenizer/encoding/o200k_base';
 import { call, httpRequest, runCli, startService, type AnyClient, type Service } from './harness.js';
 import { ALL_TOOLS } from './spec.js';
 import { CATALOG } from '../../src/tools/index.js';
-import { CORE_TOOLSETS, TOOLSETS } from '../../src/core/toolsets.js';
+import { CORE_TOOLS as CORE, TOOLSETS } from '../../src/core/toolsets.js';
 
 let svc: Service;
 beforeAll(async () => {
@@ -26,8 +26,7 @@ afterAll(async () => {
 });
 
 const DYNAMIC = { 'X-MCP-Dynamic-Toolsets': 'true' };
-const CORE_DOMAINS = new Set(CORE_TOOLSETS.map((t) => TOOLSETS[t]));
-const CORE_TOOLS = CATALOG.filter((d) => CORE_DOMAINS.has(d.domain)).map((d) => d.name);
+const CORE_TOOLS = CATALOG.filter((d) => CORE.has(d.name)).map((d) => d.name);
 const STARTING = [...CORE_TOOLS, 'toolsets_list', 'toolsets_enable'].sort();
 const inToolset = (ts: string) => CATALOG.filter((d) => d.domain === TOOLSETS[ts]).map((d) => d.name);
 
@@ -105,7 +104,10 @@ describe.each([
       expect(listed.result.mode).toBe('dynamic');
       const sets = listed.result.toolsets as Array<{ name: string; summary: string; listed: boolean; tools: string[] }>;
       expect(sets.find((s) => s.name === 'knowledge')).toMatchObject({ listed: false, tools: inToolset('knowledge') });
-      expect(sets.find((s) => s.name === 'git')?.listed).toBe(true);
+      // A core toolset starts with its core tools listed; the rest of it is one enable away.
+      const git = sets.find((s) => s.name === 'git')!;
+      expect(git).toMatchObject({ listed: false, listedTools: git.tools.filter((t) => CORE.has(t)).length });
+      expect(git.listedTools).toBeGreaterThan(5);
       for (const s of sets) expect(s.summary.length, s.name).toBeGreaterThan(10);
 
       const r = await call(client, 'toolsets_enable', { toolsets: ['knowledge', 'lsp'] });
@@ -119,6 +121,15 @@ describe.each([
       // A newly listed tool is called.
       const k = await call(client, 'knowledge_list', { scope: 'owner' });
       expect(k.ok, JSON.stringify(k)).toBe(true);
+
+      // A core toolset enabled lists the rest of its tools.
+      const gitRest = inToolset('git').filter((t) => !CORE.has(t));
+      expect(gitRest).toContain('worktrees_create');
+      const seen = changes.length;
+      const g = await call(client, 'toolsets_enable', { toolsets: ['git'] });
+      expect(g.ok && g.result).toMatchObject({ added: ['git'], tools: gitRest, listChanged: 'sent' });
+      await until(() => changes.length > seen, 'the second list change');
+      expect(await names(client)).toEqual([...expected, ...gitRest].sort());
 
       // Enabling again changes nothing and sends nothing.
       const again = await call(client, 'toolsets_enable', { toolsets: ['knowledge'] });
