@@ -31,7 +31,7 @@ import { instanceRoutes } from '../dashboard/instance.js';
 import { codeServerRoutes } from '../dashboard/code-servers.js';
 import { checkpointRoutes } from '../dashboard/checkpoints.js';
 import { VERSION } from '../core/version.js';
-import { PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
+import { CORE_TOOLS, DISCOVERY_TOOLSET, PRESETS, TOOLSETS, describeAccess, parseToolsets } from '../core/toolsets.js';
 import { LOGIN_LINK_TTL_MS } from '../services/access/index.js';
 
 const USAGE = `atelier ${VERSION}: a private MCP service for coding
@@ -333,6 +333,24 @@ async function stop(app: App, server: Awaited<ReturnType<typeof startServer>>, s
   process.exit(0);
 }
 
+/**
+ * Under the `claude mcp add` line: which tool list to pick (issue #45 item 3), with today's counts. Claude Code takes the
+ * whole list (it defers MCP tools behind its tool search); clients that cap tools take a preset.
+ */
+function toolListHint(registry: { list: Array<{ name: string }>; get(name: string): { domain: string } | undefined }): string[] {
+  const count = (sets: string[] | null) => registry.list.filter((t) => {
+    const domain = registry.get(t.name)!.domain;
+    return domain !== TOOLSETS[DISCOVERY_TOOLSET] && (sets === null || sets.some((s) => TOOLSETS[s] === domain));
+  }).length;
+  const start = registry.list.filter((t) => CORE_TOOLS.has(t.name) || registry.get(t.name)!.domain === TOOLSETS[DISCOVERY_TOOLSET]).length;
+  return [
+    `    (all ${count(null)} tools; Claude Code defers them behind its tool search. To start with ${start} and add toolsets`,
+    '     on request, add --header "X-MCP-Dynamic-Toolsets: true"; a client that caps tools takes a preset:',
+    `     --header "X-MCP-Toolsets: code" (${count(PRESETS.code!)} tools: VS Code, Codex, Windsurf) or "lean" (${count(PRESETS.lean!)}: Cursor);`,
+    '     docs/clients.md "Tool caps")',
+  ];
+}
+
 function announce(app: App, server: Awaited<ReturnType<typeof startServer>>, config: ReturnType<typeof loadConfig>, unsafe: boolean): void {
   const mcpUrl = `${server.url}/mcp`;
   const out: string[] = ['', `Atelier ${VERSION} is running.`, `  Data directory: ${config.dataDir}`, `  MCP URL:        ${mcpUrl}`];
@@ -344,12 +362,14 @@ function announce(app: App, server: Awaited<ReturnType<typeof startServer>>, con
       '                  (shown once: store it now; more with `atelier token create`)',
       '  Add it to Claude Code:',
       `    claude mcp add --transport http atelier ${mcpUrl} --header "Authorization: Bearer ${token}"`,
+      ...toolListHint(server.registry),
     );
   } else {
     out.push(
       '  Owner token:    tokens exist; create a new one with `atelier token create --name NAME`',
       '  Add it to Claude Code:',
       `    claude mcp add --transport http atelier ${mcpUrl} --header "Authorization: Bearer <token>"`,
+      ...toolListHint(server.registry),
     );
   }
   const link = app.auth.createLoginLink();

@@ -12,6 +12,9 @@ describe('start-up and shutdown', () => {
     try {
       const a = await startService({ dataDir });
       expect(a.stdout()).toContain(`claude mcp add --transport http atelier ${a.mcpUrl} --header "Authorization: Bearer ${a.token}"`);
+      // Which tool list to pick, with the counts of this build (issue #45 item 3).
+      expect(a.stdout()).toContain(`(all ${ALL_TOOLS} tools;`);
+      expect(a.stdout()).toMatch(/X-MCP-Dynamic-Toolsets: true.*\n.*X-MCP-Toolsets: code" \(47 tools.*"lean" \(29: Cursor\)/s);
       expect(await a.stop('SIGTERM')).toBe(0);
       expect(a.stderr()).toContain('"msg":"stopped"');
       const b = await startService({ dataDir });
