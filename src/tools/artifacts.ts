@@ -10,8 +10,7 @@ const LOGICAL_NAME = z
   .string()
   .min(1)
   .max(128)
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/)
-  .describe('Name for the artifact: a letter or digit, then up to 127 more of A-Z a-z 0-9 . _ -');
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/);
 
 export const artifactsSnapshot = defineTool({
   name: 'artifacts_snapshot',
@@ -20,12 +19,11 @@ export const artifactsSnapshot = defineTool({
   tracking,
   workspace: 'optional',
   description:
-    'Preserve one workspace file as an artifact you own, so it survives the workspace being closed or expiring (retention 60-2592000 s, i.e. up to 30 days). ' +
-    'Get it back later with artifacts_read (base64 chunks) or artifacts_restore (into a workspace).',
+    'Keep one workspace file as an artifact you own beyond the workspace (retentionSeconds =2592000); a file over the size cap: FAILED_PRECONDITION.',
   input: {
-    path: PATH.describe('Workspace-relative path of the file to preserve'),
+    path: PATH,
     logicalName: LOGICAL_NAME,
-    retentionSeconds: int(60, 2592000).optional().describe('Seconds to keep the artifact (60-2592000)'),
+    retentionSeconds: int(60, 2592000).optional(),
   },
   run: (a, ctx) => ctx.services.artifacts.snapshot(ctx.owner, ctx.workspace, a, ctx.signal, ctx.progress),
 });
@@ -35,10 +33,11 @@ export const artifactsList = defineTool({
   domain,
   badges: ['readOnly', 'idempotent'],
   tracking,
-  description: 'List your retained artifacts, up to 100 per page with cursors. Works without a workspace; read one with artifacts_read.',
+  description:
+    'List your retained artifacts (no workspace needed).',
   input: {
     cursor: CUR.optional(),
-    limit: int(1, 100).default(50).describe('Page size (1-100)'),
+    limit: int(1, 100).default(50),
   },
   run: (a, ctx) => ctx.services.artifacts.list(ctx.owner, a),
 });
@@ -49,11 +48,11 @@ export const artifactsRead = defineTool({
   badges: ['readOnly', 'idempotent'],
   tracking,
   description:
-    'Read an artifact as a base64 chunk of up to 1048576 bytes from offset, with hash and end-of-file markers to verify the whole content; continue with a larger offset. Use artifacts_restore to put it back into a workspace file instead.',
+    'Read an artifact as a base64 chunk from offset (bytes) with chunkSha256, sha256, eof, nextOffset. Into a workspace: artifacts_restore.',
   input: {
     artifactId: ARTID,
-    offset: INT.default(0).describe('Byte offset to start reading at'),
-    limit: int(1, 1048576).default(65536).describe('Bytes to read (1-1048576)'),
+    offset: INT.default(0),
+    limit: int(1, 1048576).default(65536),
   },
   run: (a, ctx) => ctx.services.artifacts.read(ctx.owner, a),
 });
@@ -65,12 +64,12 @@ export const artifactsRestore = defineTool({
   tracking,
   workspace: 'optional',
   description:
-    'Write an artifact back into a workspace file at path. An existing file is replaced only with overwrite true; expectedSha256 additionally requires the existing file to still have that hash.',
+    'Write an artifact to a workspace file. An existing file is replaced only with overwrite (else CONFLICT); expectedSha256 guards it.',
   input: {
     artifactId: ARTID,
-    path: PATH.describe('Workspace-relative path to write the artifact to'),
-    overwrite: z.boolean().default(false).describe('Replace a file that already exists at path'),
-    expectedSha256: SHA.optional().describe('SHA-256 the existing file at path must have (guards overwrite)'),
+    path: PATH,
+    overwrite: z.boolean().default(false),
+    expectedSha256: SHA.optional(),
   },
   run: (a, ctx) => ctx.services.artifacts.restore(ctx.owner, ctx.workspace, a, ctx.signal, ctx.progress),
 });
@@ -80,10 +79,11 @@ export const artifactsDelete = defineTool({
   domain,
   badges: ['destructive'],
   tracking,
-  description: 'Delete a retained artifact permanently. expectedGeneration (default 1) must match its current generation, so a replaced artifact is not deleted by mistake.',
+  description:
+    'Delete one of your retained artifacts permanently.',
   input: {
     artifactId: ARTID,
-    expectedGeneration: INT.default(1).describe('Current generation of the artifact'),
+    expectedGeneration: INT.default(1),
   },
   run: (a, ctx) => ctx.services.artifacts.delete(ctx.owner, a),
 });

@@ -9,18 +9,16 @@ const KIND = z.enum(['memory', 'journal']);
 /** Arrays of kinds; two kinds exist, so at most two entries. */
 const KINDS = z.array(KIND).min(1).max(2);
 const SCOPE = z.enum(['owner', 'project', 'workspace']);
-const JOURNAL_TYPE = z
-  .enum(['engineering-log', 'decision-record', 'session-reflection'])
-  .describe('Kind of journal entry (for kind journal)');
+const JOURNAL_TYPE = z.enum(['engineering-log', 'decision-record', 'session-reflection']);
 const RELATION = z.enum(['relates-to', 'references', 'supports', 'contradicts', 'supersedes']);
 /** Tag shape is not shown in the spec: we take 1-64 characters, at most 50 tags. */
 const TAG = str(1, 64);
 const TAGS = z.array(TAG).max(50);
-const TITLE = str(1, 120).describe('Title (1-120 characters)');
-const CONTENT = z.string().max(262144).describe('Item text (at most 262144 characters)');
-const OCCURRED_AT = INT.describe('When the journaled event happened (integer timestamp, 0-9007199254740991)');
-const RETENTION = int(60, 31536000).describe('Seconds to keep the item (60-31536000)');
-const TAG_MATCH = z.enum(['all', 'any']).default('all').describe('all: items with every tag; any: items with at least one');
+const TITLE = str(1, 120);
+const CONTENT = z.string().max(262144);
+const OCCURRED_AT = INT.describe('Epoch ms');
+const RETENTION = int(60, 31536000);
+const TAG_MATCH = z.enum(['all', 'any']).default('all');
 
 export const knowledgeCreate = defineTool({
   name: 'knowledge_create',
@@ -30,20 +28,19 @@ export const knowledgeCreate = defineTool({
   workspace: 'optional',
   workspaceLazy: true,
   description:
-    'Create a knowledge item: a memory (a durable fact) or a journal entry (engineering-log, decision-record or session-reflection) in the owner, project or workspace scope, with title, content up to 262144 characters and tags. ' +
-    'Project scope needs projectId. Link items with knowledge_link; for simple named notes tied to a repository use memories_write instead.',
+    'Create a memory (durable fact) or journal item (journalType =engineering-log). Owner and project items are seen from every workspace; project scope needs projectId (an id you choose). Only creates: change with knowledge_update.',
   input: {
     kind: KIND.default('memory'),
     scope: SCOPE.default('workspace'),
-    projectId: PRJID.optional().describe('Project the item belongs to; required when scope is project'),
+    projectId: PRJID.optional(),
     title: TITLE,
     content: CONTENT,
     journalType: JOURNAL_TYPE.optional(),
     occurredAt: OCCURRED_AT.optional(),
-    tags: TAGS.default([]).describe('Tags (at most 50, each 1-64 characters)'),
+    tags: TAGS.default([]),
     retentionSeconds: RETENTION.optional(),
-    expectedGeneration: INT.default(0).describe('Compare-and-swap generation: 0 creates'),
-    idempotencyKey: str(1, 256).optional().describe('Free-form key (1-256 characters) to make a retried create safe'),
+    expectedGeneration: INT.default(0),
+    idempotencyKey: str(1, 256).optional(),
   },
   check: (a) =>
     a.scope === 'project' && !a.projectId ? { field: 'projectId', message: 'required when scope is project' } : undefined,
@@ -58,7 +55,8 @@ export const knowledgeRead = defineTool({
   tracking,
   workspace: 'optional',
   workspaceLazy: true,
-  description: 'Read one knowledge item by id: content, metadata (kind, scope, generation), tags and its links to other items.',
+  description:
+    'Read a knowledge item: content, metadata, tags and links.',
   input: {
     id: KNID,
   },
@@ -73,17 +71,16 @@ export const knowledgeUpdate = defineTool({
   workspace: 'optional',
   workspaceLazy: true,
   description:
-    'Change fields of a knowledge item; omitted fields stay as they are. ' +
-    'expectedGeneration must be the item\'s current generation (from knowledge_read), so you never overwrite a change you have not seen.',
+    'Change fields of a knowledge item; omitted ones stay, tags replace.',
   input: {
     id: KNID,
     title: TITLE.optional(),
     content: CONTENT.optional(),
     journalType: JOURNAL_TYPE.optional(),
     occurredAt: OCCURRED_AT.optional(),
-    tags: TAGS.optional().describe('New tag list (at most 50, each 1-64 characters)'),
+    tags: TAGS.optional(),
     retentionSeconds: RETENTION.optional(),
-    expectedGeneration: INT.describe('Current generation of the item'),
+    expectedGeneration: INT,
   },
   run: (a, ctx) => ctx.services.knowledge.update(ctx.owner, a, ctx.workspaceIfAny),
 });
@@ -95,10 +92,11 @@ export const knowledgeDelete = defineTool({
   tracking,
   workspace: 'optional',
   workspaceLazy: true,
-  description: 'Soft-delete a knowledge item. expectedGeneration must be its current generation (from knowledge_read).',
+  description:
+    'Soft-delete a knowledge item and its links.',
   input: {
     id: KNID,
-    expectedGeneration: INT.describe('Current generation of the item'),
+    expectedGeneration: INT,
   },
   run: (a, ctx) => ctx.services.knowledge.delete(ctx.owner, a, ctx.workspaceIfAny),
 });
@@ -111,15 +109,15 @@ export const knowledgeList = defineTool({
   workspace: 'optional',
   workspaceLazy: true,
   description:
-    'List knowledge items a page at a time (up to 100), filtered by kind, scope, project, journal type and tags. Use knowledge_search to find items by text, ranked by relevance.',
+    'List knowledge items, newest first. Text search: knowledge_search.',
   input: {
     kind: KIND.optional(),
     scope: SCOPE.optional(),
     projectId: PRJID.optional(),
     journalType: JOURNAL_TYPE.optional(),
-    tags: TAGS.optional().describe('Tag filter (at most 50, each 1-64 characters)'),
+    tags: TAGS.optional(),
     tagMatch: TAG_MATCH,
-    limit: int(1, 100).default(50).describe('Page size (1-100)'),
+    limit: int(1, 100).default(50),
     cursor: CUR.optional(),
   },
   run: (a, ctx) => ctx.services.knowledge.list(ctx.owner, ctx.workspaceIfAny, a),
@@ -133,16 +131,16 @@ export const knowledgeSearch = defineTool({
   workspace: 'optional',
   workspaceLazy: true,
   description:
-    'Hybrid lexical and semantic search over knowledge items; each hit carries a relevance score of 0-100. Filter by kinds, scope, project, journal type and tags; up to 50 hits per page.',
+    'Hybrid lexical and semantic search over knowledge items; hits carry a relevance score 0-100.',
   input: {
-    query: str(1, 512).describe('What to look for (1-512 characters)'),
-    kinds: KINDS.optional().describe('Only these kinds (default: both)'),
+    query: str(1, 512),
+    kinds: KINDS.optional(),
     scope: SCOPE.optional(),
     projectId: PRJID.optional(),
     journalType: JOURNAL_TYPE.optional(),
-    tags: TAGS.optional().describe('Tag filter (at most 50, each 1-64 characters)'),
+    tags: TAGS.optional(),
     tagMatch: TAG_MATCH,
-    limit: int(1, 50).default(20).describe('Page size (1-50)'),
+    limit: int(1, 50).default(20),
     cursor: CUR.optional(),
   },
   run: (a, ctx) => ctx.services.knowledge.search(ctx.owner, ctx.workspaceIfAny, a),
@@ -156,12 +154,12 @@ export const knowledgeLink = defineTool({
   workspace: 'optional',
   workspaceLazy: true,
   description:
-    'Link two knowledge items with a relation (relates-to, references, supports, contradicts, supersedes; default relates-to). Remove a link with knowledge_unlink; walk links with knowledge_graph.',
+    'Link two items, source to target; expectedGeneration 0 creates (an existing link: CONFLICT with its linkId).',
   input: {
-    sourceId: KNID.describe('Item the link starts from'),
-    targetId: KNID.describe('Item the link points to'),
+    sourceId: KNID,
+    targetId: KNID,
     relation: RELATION.default('relates-to'),
-    expectedGeneration: INT.default(0).describe('Compare-and-swap generation of the link: 0 creates'),
+    expectedGeneration: INT.default(0),
   },
   run: (a, ctx) => ctx.services.knowledge.linkItems(ctx.owner, a, ctx.workspaceIfAny),
 });
@@ -173,13 +171,14 @@ export const knowledgeUnlink = defineTool({
   tracking,
   workspace: 'optional',
   workspaceLazy: true,
-  description: 'Remove a link between knowledge items, named by linkId or by sourceId and targetId (plus relation to pick one of several links between the same pair).',
+  description:
+    'Remove a link: linkId, or sourceId and targetId (plus relation if several join them, else FAILED_PRECONDITION).',
   input: {
     linkId: KNLID.optional(),
     sourceId: KNID.optional(),
     targetId: KNID.optional(),
     relation: RELATION.optional(),
-    expectedGeneration: INT.optional().describe('Current generation of the link'),
+    expectedGeneration: INT.optional(),
   },
   check: (args) => {
     if (args.linkId === undefined && (args.sourceId === undefined || args.targetId === undefined))
@@ -197,12 +196,12 @@ export const knowledgeGraph = defineTool({
   workspace: 'optional',
   workspaceLazy: true,
   description:
-    'Return knowledge items and the links between them, walking out from rootId when given, up to depth 3 and at most 200 nodes, optionally limited to some kinds or one project.',
+    'Items and their links, walked both ways from rootId (else the latest items) for depth hops, up to maxNodes.',
   input: {
-    rootId: KNID.optional().describe('Item to start from'),
-    depth: int(1, 3).default(1).describe('Link hops to follow (1-3)'),
-    maxNodes: int(1, 200).default(50).describe('Most items to return (1-200)'),
-    kinds: KINDS.optional().describe('Only these kinds (default: both)'),
+    rootId: KNID.optional(),
+    depth: int(1, 3).default(1),
+    maxNodes: int(1, 200).default(50),
+    kinds: KINDS.optional(),
     projectId: PRJID.optional(),
   },
   run: (a, ctx) => ctx.services.knowledge.graph(ctx.owner, ctx.workspaceIfAny, a),

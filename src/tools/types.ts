@@ -81,8 +81,7 @@ export const OID = z
   .string()
   .min(40)
   .max(64)
-  .regex(/^([0-9a-f]{40}|[0-9a-f]{64})$/)
-  .describe('Full git object id');
+  .regex(/^([0-9a-f]{40}|[0-9a-f]{64})$/);
 
 export const MAX_INT = 9007199254740991;
 

@@ -27,13 +27,30 @@ describe('the repohost parameter table', () => {
     }
   });
 
-  it('is what both tool descriptions publish, one line per action', () => {
+  it('is what the tool descriptions publish: each action on a line of its group\'s tool, with exactly its parameters', () => {
+    // A line is "action: params" or, for actions that take the same parameters, "a, b: params";
+    // limit (every read action but ref_get) and idempotencyKey (every write) are said once in the prose.
+    const lineOf = (description: string, a: string) => description.split('\n').slice(1).find((l) => l.slice(0, l.indexOf(': ')).split(', ').includes(a));
+    const connectives = new Set(['exactly', 'at', 'least', 'one', 'of', 'no', 'other', 'parameters']);
     for (const a of ACTION_NAMES) {
-      expect(repohostAction.description).toMatch(new RegExp(`\\n${a}: `));
-      if (ACTIONS[a].group === 'read') expect(repohostRead.description).toMatch(new RegExp(`\\n${a}: `));
-      else expect(repohostRead.description).not.toMatch(new RegExp(`\\n${a}: `));
-      for (const f of ACTIONS[a].required) expect(repohostAction.description.split('\n').find((l) => l.startsWith(`${a}: `))).toContain(`${f}*`);
+      const s = ACTIONS[a];
+      const [own, other] = s.group === 'read' ? [repohostRead, repohostAction] : [repohostAction, repohostRead];
+      const line = lineOf(own.description, a);
+      expect(line, a).toBeDefined();
+      expect(lineOf(other.description, a), a).toBeUndefined();
+      const params = line!.slice(line!.indexOf(': ') + 2);
+      const named = params.split(/[\s;/]+/).filter((w) => w && !connectives.has(w));
+      const all = [...s.required, ...s.optional, ...(s.exactlyOne ?? []).flat(), ...(s.atLeastOne ?? []).flat()].filter((f) => f !== 'limit' && f !== 'idempotencyKey');
+      expect(named.map((w) => w.replace(/\*$/, '')).sort(), a).toEqual([...all].sort());
+      for (const f of s.required) expect(named, `${a}.${f}`).toContain(`${f}*`);
+      for (const g of s.exactlyOne ?? []) expect(params, a).toContain(`exactly one of ${g.join('/')}`);
+      for (const g of s.atLeastOne ?? []) expect(params, a).toContain(`at least one of ${g.join('/')}`);
+      // What the prose says of limit and idempotencyKey holds.
+      expect(s.optional.includes('limit'), a).toBe(s.group === 'read' && a !== 'ref_get');
+      expect(s.optional.includes('idempotencyKey'), a).toBe(s.group === 'write');
     }
+    expect(repohostRead.description).toContain('All but ref_get take limit (=30)');
+    expect(repohostAction.description).toContain('Writes take idempotencyKey');
   });
 
   it('is what docs/repohost.md publishes: a table per action with every parameter and its rule', () => {
