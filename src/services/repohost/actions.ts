@@ -185,13 +185,6 @@ export function describeParams(spec: ActionSpec): string {
   return parts.length ? parts.join('; ') : 'no parameters';
 }
 
-/** One compact line per action, for the tool descriptions (* = required). */
-export function actionLines(group?: 'read'): string {
-  return ACTION_NAMES.filter((a) => !group || ACTIONS[a].group === group)
-    .map((a) => `${a}: ${describeParams(ACTIONS[a]).replace(/(; |, )?idempotencyKey$/, '') || 'no parameters'}`)
-    .join('\n');
-}
-
 /** Which actions a set of granted permissions allows. */
 export function allowedActions(granted: Needs, only?: 'read'): ActionName[] {
   const rank = (l: Level | undefined) => (l === 'write' ? 2 : l === 'read' ? 1 : 0);
