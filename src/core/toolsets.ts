@@ -175,13 +175,9 @@ export interface ToolsetSession {
   enable(toolsets: string[]): Promise<{ added: string[]; notified: boolean }>;
 }
 
-/** Parses X-MCP-Readonly: true/1/yes or false/0/no (absent: false). */
+/** Parses X-MCP-Readonly: true/1/yes or false/0/no (absent or empty: false). */
 export function parseReadonlyHeader(v: string | string[] | undefined): boolean {
-  if (v === undefined) return false;
-  const s = (Array.isArray(v) ? v[0] ?? '' : v).trim().toLowerCase();
-  if (s === '' || s === 'false' || s === '0' || s === 'no') return false;
-  if (s === 'true' || s === '1' || s === 'yes') return true;
-  throw new ServiceError('INVALID_ARGUMENT', 'X-MCP-Readonly: must be true or false', { field: 'X-MCP-Readonly' });
+  return parseBooleanHeader(v, 'X-MCP-Readonly') ?? false;
 }
 
 /** Narrowing only: the intersection of two grants (null = everything). */

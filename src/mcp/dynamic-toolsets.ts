@@ -1,7 +1,8 @@
 /**
  * The dynamic mode (issue #45 item 2; docs/access.md "Dynamic toolsets"): a connection that asks
  * for it (X-MCP-Dynamic-Toolsets: true, or a token made with --dynamic-toolsets) is listed the core
- * toolsets (workspace, files, commands, git) and the discovery tools; toolsets_enable adds a
+ * tools (CORE_TOOLS: the first-minutes tools of workspace, files, commands and git) and the
+ * discovery tools; toolsets_enable adds a
  * toolset to that connection's list and sends notifications/tools/list_changed. The list never
  * shows more than the caller's access, and what is not listed stays callable within that access
  * (the mode saves context; access is the token's: docs/decisions.md).

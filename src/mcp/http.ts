@@ -52,7 +52,7 @@ export const INSTRUCTIONS =
 
 /** Added to INSTRUCTIONS for a connection that asked for the dynamic mode (src/mcp/dynamic-toolsets.ts). */
 export const DYNAMIC_INSTRUCTIONS =
-  ' Dynamic toolsets: the tool list starts with workspace, files, commands and git; toolsets_enable adds a toolset and the list change follows ' +
+  ' Dynamic toolsets: the tool list starts with the core tools of workspace, files, commands and git; toolsets_enable adds a toolset (or the rest of a core one) and the list change follows ' +
   '(with a session on 2025-11-25; on a subscriptions/listen stream with toolsListChanged on 2026-07-28). A client list changes cannot reach gets the full list instead; toolsets_list says which.';
 
 export interface McpStats {

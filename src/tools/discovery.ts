@@ -33,11 +33,14 @@ export const toolsetsList = defineTool({
   run: (_a, ctx) => {
     const s = session(ctx);
     const enabled = new Set(s.enabled());
-    const listed = (t: string, tools: string[]): number => (s.mode !== 'dynamic' || enabled.has(t) ? tools.length : tools.filter((n) => CORE_TOOLS.has(n)).length);
+    const listedOf = (t: string, tools: string[]): number => (s.mode !== 'dynamic' || enabled.has(t) ? tools.length : tools.filter((n) => CORE_TOOLS.has(n)).length);
     return {
       mode: s.mode,
       ...(s.mode === 'static' ? { reason: s.reason } : s.mode === 'off' ? { reason: OFF } : {}),
-      toolsets: s.available().map(({ toolset, tools }) => ({ name: toolset, summary: TOOLSET_SUMMARIES[toolset] ?? '', listed: listed(toolset, tools) === tools.length, listedTools: listed(toolset, tools), tools })),
+      toolsets: s.available().map(({ toolset, tools }) => {
+        const listedTools = listedOf(toolset, tools);
+        return { name: toolset, summary: TOOLSET_SUMMARIES[toolset] ?? '', listed: listedTools === tools.length, listedTools, tools };
+      }),
     };
   },
 });
