@@ -3,7 +3,8 @@
  * service, with the operator's settings (codeIntelIdleSeconds 2, codeIntelDisabledServers python):
  * a server stops after the idle time and starts again on the next call; a disabled server, one
  * not installed and one that crashed too often each answer why they are not there, never an empty
- * success.
+ * success. The servers run under a host process of the daemon (src/sandbox/daemon/lsp/host.ts)
+ * that ends with the last of them, and whose death from inside counts as its servers' crash.
  */
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -49,6 +50,16 @@ async function until(probe: () => Promise<R>, done: (r: R) => boolean, ms: numbe
     r = await probe();
   }
   return r;
+}
+
+/** The pids of the language-server hosts in the sandbox. */
+async function hosts(): Promise<string[]> {
+  const r = await ok('exec_run', { workspaceId: ws, command: 'pgrep -f "[d]aemon/lsp/host.js" || true' });
+  return String(r.stdout).trim().split(/\s+/).filter(Boolean);
+}
+
+async function server(id: string): Promise<R> {
+  return (await ok('code_servers', { workspaceId: ws })).servers.find((s: R) => s.server === id);
 }
 
 async function ts(): Promise<R> {
@@ -109,6 +120,26 @@ describe('language server life', { timeout: 240_000 }, () => {
     }
   });
 
+  it('the host process ends with the last server (idle), and code_servers still tells each server\'s history without starting one', async () => {
+    await ok('code_hover', { workspaceId: ws, path: 'a.ts', symbol: 'answer' });
+    expect((await hosts()).length).toBe(1);
+    const before = await ts();
+    const idle = await until(() => ok('code_servers', { workspaceId: ws }), (r) => !r.servers.some((s: R) => s.state === 'running' || s.state === 'starting'), 60_000);
+    expect(idle.servers.some((s: R) => s.state === 'running')).toBe(false);
+    // The host sees its last server go and the daemon ends it (bounded wait: its own timers decide).
+    const gone = await until(async () => ({ pids: await hosts() }), (r) => r.pids.length === 0, 30_000);
+    expect(gone.pids).toEqual([]);
+    // Answered by the daemon from the history the host left: no host starts for it.
+    const st = await ts();
+    expect(st).toMatchObject({ state: 'stopped', restarts: before.restarts, lastExit: { expected: true, reason: 'stopped after 2 s idle' } });
+    expect(st.pid).toBeUndefined();
+    expect(await hosts()).toEqual([]);
+    // The next call starts a host and the server again, counted as a restart.
+    expect((await ok('code_hover', { workspaceId: ws, path: 'a.ts', symbol: 'answer' })).contents).toContain('const answer: 42');
+    expect(await ts()).toMatchObject({ state: 'running', restarts: before.restarts + 1 });
+    expect((await hosts()).length).toBe(1);
+  });
+
   it('a server that crashed three times is not started again, and says how it ended', async () => {
     for (let crash = 1; crash <= 3; crash++) {
       await ok('code_hover', { workspaceId: ws, path: 'a.ts', symbol: 'answer' });
@@ -122,5 +153,25 @@ describe('language server life', { timeout: 240_000 }, () => {
     expect(refused).toMatchObject({ code: 'FAILED_PRECONDITION', details: { server: 'typescript', reason: 'crashed', crashes: 3, lastExit: { expected: false, reason: expect.stringContaining('SIGKILL') } } });
     expect(refused.message).toMatch(/crashed 3 times.*symbols_search/);
     expect(await ts()).toMatchObject({ state: 'crashed', crashesInWindow: 3 });
+  });
+
+  it('a host killed from inside: its servers count as crashed with the reason, and the next call starts a new host', async () => {
+    expect((await ok('code_hover', { workspaceId: ws, path: 'm.mts', symbol: 'viaOperator' })).server).toBe('custom:ts-alt');
+    const before = await server('custom:ts-alt');
+    expect(before.state).toBe('running');
+    const [pid] = await hosts();
+    expect(pid).toBeDefined();
+    await ok('exec_run', { workspaceId: ws, command: `kill -9 ${pid}` });
+    const st = await until(() => server('custom:ts-alt'), (r) => r.state !== 'running' && r.crashesInWindow === before.crashesInWindow + 1, 30_000);
+    expect(st).toMatchObject({ crashesInWindow: before.crashesInWindow + 1, lastExit: { expected: false, reason: expect.stringContaining('language-server host killed by SIGKILL') } });
+    // Its servers do not outlive it (they watch their parent and their stdin).
+    const left = await until(() => ok('exec_run', { workspaceId: ws, command: 'pgrep -fa "[t]ypescript-language-server|[t]sserver" || true' }), (r) => String(r.stdout).trim() === '', 30_000);
+    expect(String(left.stdout).trim()).toBe('');
+    const again = await ok('code_hover', { workspaceId: ws, path: 'm.mts', symbol: 'viaOperator' });
+    expect(again.contents).toContain('const viaOperator: "custom"');
+    const [pid2] = await hosts();
+    expect(pid2).toBeDefined();
+    expect(pid2).not.toBe(pid);
+    expect(await server('custom:ts-alt')).toMatchObject({ state: 'running', restarts: before.restarts + 1 });
   });
 });

@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import { startEgressBridge } from './bridge.js';
 import { envMethods, readEnvFile } from './env.js';
 import { Confinement } from './files/index.js';
-import { codeMethods } from './lsp/methods.js';
+import { codeHost } from './lsp/remote.js';
 import { execMethods } from './exec.js';
 import { ptyMethods } from './pty.js';
 import { analyseRepository, type OverviewOptions } from './overview/index.js';
@@ -40,7 +40,8 @@ async function main(): Promise<void> {
   const baseEnv = values['env-file'] ? readEnvFile(values['env-file']) : {};
 
   process.umask(0o077);
-  const code = codeMethods(new Confinement(values.workspace!), { nodePath: process.execPath, home: baseEnv.HOME || homedir() });
+  // code.* run in a child process of the daemon with the servers under it (lsp/host.ts), ended once none runs.
+  const code = codeHost(new Confinement(values.workspace!), { nodePath: process.execPath, home: baseEnv.HOME || homedir() });
   const methods: Handlers<ServedMethod> = {
     ping: (): PingResult => ({ pid: process.pid, uid: process.getuid?.() ?? -1, version: DAEMON_VERSION }),
     ...execMethods({ workspaceRoot: values.workspace, baseEnv, execStarter: values['exec-starter'] }),

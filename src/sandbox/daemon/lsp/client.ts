@@ -30,6 +30,10 @@ export function loadLsp(): Promise<Lsp> {
   return loaded;
 }
 
+/** The niceness servers run at, through coreutils' nice from the sandbox's /usr. */
+export const SERVER_NICE = 10;
+const NICE = '/usr/bin/nice';
+
 /** Bytes of a server's stderr kept (the tail), for the reason of a crash. */
 const STDERR_TAIL = 4096;
 /** How long initialize may take. */
@@ -92,8 +96,10 @@ export class LanguageServer {
   static async start(id: ServerId, launch: Launch, rootPath: string): Promise<LanguageServer> {
     const lsp = await loadLsp();
     // The daemon runs shielded from the OOM killer; a server must not be (the workspace's memory
-    // limit should end the server, not the daemon): the wrapper resets it before exec.
-    const child = spawn('/bin/sh', ['-c', 'echo 0 >/proc/self/oom_score_adj 2>/dev/null; exec "$@"', 'lsp', launch.command, ...launch.args], {
+    // limit should end the server, not the daemon): the wrapper resets it before exec. A server's
+    // analysis runs at nice 10: the re-checks a change sets off (tsserver's geterr over every open
+    // document) yield the CPU to the workspace's own commands and to the service's answers.
+    const child = spawn('/bin/sh', ['-c', `echo 0 >/proc/self/oom_score_adj 2>/dev/null; if [ -x ${NICE} ]; then exec ${NICE} -n ${SERVER_NICE} "$@"; fi; exec "$@"`, 'lsp', launch.command, ...launch.args], {
       cwd: rootPath,
       env: launch.env,
       stdio: ['pipe', 'pipe', 'pipe'],

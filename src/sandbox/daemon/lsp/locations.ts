@@ -18,6 +18,36 @@ import { modulesDir } from './servers.js';
 /** External files read for a line's text at most this large. */
 const EXTERNAL_TEXT_BYTES = 8 * 1024 * 1024;
 
+/**
+ * External files' lines across calls (a definition in TypeScript's lib.dom.d.ts, 2 MB, would be read
+ * and split on every call otherwise), by path, checked against the file's size and mtime; at most
+ * EXTERNAL_CACHE_FILES files and EXTERNAL_CACHE_CHARS characters, the least recently used dropped.
+ */
+const EXTERNAL_CACHE_FILES = 16;
+const EXTERNAL_CACHE_CHARS = 32 * 1024 * 1024;
+const externalCache = new Map<string, { stamp: string; lines: Lines }>();
+
+function cachedExternal(abs: string, stamp: string, read: () => Lines | undefined): Lines | undefined {
+  const hit = externalCache.get(abs);
+  if (hit && hit.stamp === stamp) {
+    externalCache.delete(abs);
+    externalCache.set(abs, hit);
+    return hit.lines;
+  }
+  const lines = read();
+  externalCache.delete(abs);
+  if (!lines) return undefined;
+  externalCache.set(abs, { stamp, lines });
+  let chars = 0;
+  for (const v of externalCache.values()) chars += v.lines.text.length;
+  for (const [k, v] of externalCache) {
+    if (externalCache.size <= EXTERNAL_CACHE_FILES && chars <= EXTERNAL_CACHE_CHARS) break;
+    externalCache.delete(k);
+    chars -= v.lines.text.length;
+  }
+  return lines;
+}
+
 export class LocationShaper {
   private readonly cache = new Map<string, Lines | undefined>();
   private readonly mods = modulesDir();
@@ -76,7 +106,7 @@ export class LocationShaper {
       try {
         const st = fstatSync(fd);
         if (st.isFile() && st.size <= EXTERNAL_TEXT_BYTES) {
-          lines = new Lines(readWhole(fd, st.size).toString('utf8'));
+          lines = cachedExternal(abs, `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`, () => new Lines(readWhole(fd, st.size).toString('utf8')));
         }
       } finally {
         closeSync(fd);

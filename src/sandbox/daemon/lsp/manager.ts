@@ -27,8 +27,14 @@ export const LSP_LIMITS = {
   crashWindowMs: 10 * 60_000,
   /** Default idle time before a server is stopped (the runner sends the operator's setting with each call). */
   defaultIdleMs: 10 * 60_000,
-  /** Documents kept open per server (the least recently used is closed beyond it). */
-  maxOpenDocs: 200,
+  /**
+   * Documents kept open per server between calls (the least recently used are closed after a call
+   * beyond it; a call itself may open more, e.g. a workspace's diagnostics). Bounded, because a
+   * server re-analyses every open document after each change it sees (tsserver's geterr over all
+   * of them, pyright's open-files diagnostics, a clangd AST each): with hundreds open, every write
+   * costs a server seconds of CPU; too few, and a document closed and opened again is re-checked.
+   */
+  maxOpenDocs: 64,
   /** A file larger than this is not given to a server. */
   maxFileBytes: 2 * 1024 * 1024,
   /** One request to a server. */
@@ -38,6 +44,27 @@ export const LSP_LIMITS = {
 export type Unavailable = 'not_installed' | 'disabled' | 'crashed' | 'no_server' | 'failed_to_start';
 
 export type ServerStatus = CodeServerStatus;
+
+/** What a server's slot remembers across host processes (host.ts): its crashes, restarts and last exit. */
+export interface SlotHistory {
+  crashes: number[];
+  restarts: number;
+  lastExit?: { at: string; reason: string; expected: boolean };
+  everStarted: boolean;
+  requests: number;
+  clangdDb?: ClangdDatabase;
+}
+
+/** Every slot's history, and the servers running now. */
+export interface ManagerHistory {
+  slots: Partial<Record<ServerId, SlotHistory>>;
+  running: ServerId[];
+}
+
+/** How long changes made through Atelier's file methods are gathered before they are sent (a burst of writes is told once). */
+export const CHANGE_GATHER_MS = 50;
+/** The longest a gathered change waits (writes that never pause are still told). */
+export const CHANGE_GATHER_MAX_MS = 250;
 
 interface Slot {
   spec: ServerSpec;
@@ -110,6 +137,14 @@ export class LspManager {
   private readonly slots = new Map<ServerId, Slot>();
   private idleMs: number = LSP_LIMITS.defaultIdleMs;
   private disabled = new Set<string>();
+  /** Told when a server stops or ends (host.ts ends its process once none runs). */
+  onQuiet: (() => void) | undefined;
+  /** Changes of Atelier's file methods not yet sent, since `gatheredSince`. */
+  private gathered = new Set<string>();
+  private gatheredSince = 0;
+  private gatherTimer: NodeJS.Timeout | undefined;
+  /** History adopted for servers that have no slot yet (adopt). */
+  private readonly past = new Map<ServerId, SlotHistory>();
 
   constructor(
     readonly c: Confinement,
@@ -131,7 +166,8 @@ export class LspManager {
     if (!slot) {
       const spec = allServers().find((s) => s.id === id);
       if (!spec) throw new DaemonError('INVALID_ARGUMENT', `server: ${id} is not a server here`, { field: 'server' });
-      slot = { spec, crashes: [], restarts: 0, busy: 0, requests: 0, everStarted: false };
+      slot = { spec, crashes: [], restarts: 0, busy: 0, requests: 0, everStarted: false, ...this.past.get(id) };
+      this.past.delete(id);
       this.slots.set(id, slot);
     }
     return slot;
@@ -152,6 +188,8 @@ export class LspManager {
     slot.busy++;
     slot.requests++;
     if (slot.idle) clearTimeout(slot.idle);
+    // A change still being gathered is sent before the answer (so the answer sees it).
+    this.flushChanges();
     try {
       for (let attempt = 0; ; attempt++) {
         const server = await this.running(slot, field);
@@ -167,6 +205,7 @@ export class LspManager {
       }
     } finally {
       slot.busy--;
+      if (slot.busy === 0 && slot.server && !slot.server.exited) this.trim(slot.server);
       this.armIdle(slot);
     }
   }
@@ -179,7 +218,7 @@ export class LspManager {
       if (!s || slot.busy > 0) return;
       slot.lastExit = { at: new Date().toISOString(), reason: `stopped after ${Math.round(this.idleMs / 1000)} s idle`, expected: true };
       slot.server = undefined;
-      void s.stop();
+      void s.stop().finally(() => this.onQuiet?.());
     }, this.idleMs);
     slot.idle.unref();
   }
@@ -216,6 +255,7 @@ export class LspManager {
           if (slot.server === server) slot.server = undefined;
           if (!expected) slot.crashes.push(Date.now());
           if (!expected || !slot.lastExit || slot.lastExit.at < new Date(server.startedAt).toISOString()) slot.lastExit = { at: new Date().toISOString(), reason, expected };
+          setImmediate(() => this.onQuiet?.());
         });
         return server;
       },
@@ -224,6 +264,7 @@ export class LspManager {
         slot.crashes.push(Date.now());
         const reason = err instanceof Error ? err.message : String(err);
         slot.lastExit = { at: new Date().toISOString(), reason: `failed to start: ${reason}`, expected: false };
+        setImmediate(() => this.onQuiet?.());
         throw unavailable(spec, 'failed_to_start', `${spec.title} failed to start: ${reason}`, { field, ...this.details(slot) });
       },
     );
@@ -248,7 +289,6 @@ export class LspManager {
       doc = { uri, rel: f.rel, languageId, version: 1, text: f.text, stamp: f.stamp, sentAt: now, lastUsed: now };
       server.docs.set(uri, doc);
       server.notify('textDocument/didOpen', { textDocument: { uri, languageId, version: 1, text: f.text } });
-      this.trim(server);
     }
     return { doc, lines: new Lines(doc.text) };
   }
@@ -295,23 +335,86 @@ export class LspManager {
     if (events.length > 0 && !only) server.notify('workspace/didChangeWatchedFiles', { changes: events });
   }
 
-  /** Atelier's own file methods changed these (real, root-relative) paths: tell every running server, after the write's reply. */
+  /**
+   * Atelier's own file methods changed these (real, root-relative) paths: every running server is
+   * told, after the write's reply. Changes are gathered for CHANGE_GATHER_MS after the last one (at
+   * most CHANGE_GATHER_MAX_MS), so a burst of writes reaches a server as one notification instead of
+   * one re-analysis per write; a code.* call sends what is gathered before it asks.
+   */
   changed(rels: string[]): void {
-    const list = rels.slice(0, 2000);
-    setImmediate(() => {
-      for (const slot of this.slots.values()) {
-        const server = slot.server;
-        if (!server || server.exited) continue;
-        try {
-          const set = new Set(list);
-          this.resync(server, set);
-          const changes = list.map((rel) => ({ uri: this.uriOf(rel), type: stampOf(this.c, rel) === undefined ? 3 : server.docs.has(this.uriOf(rel)) ? 2 : 1 }));
-          server.notify('workspace/didChangeWatchedFiles', { changes });
-        } catch {
-          // a server's trouble is never a write's
-        }
+    if (this.runningIds().length === 0) return;
+    const now = Date.now();
+    if (this.gathered.size === 0) this.gatheredSince = now;
+    for (const rel of rels.slice(0, 2000)) if (this.gathered.size < 2000) this.gathered.add(rel);
+    if (this.gatherTimer) clearTimeout(this.gatherTimer);
+    const wait = Math.max(0, Math.min(CHANGE_GATHER_MS, this.gatheredSince + CHANGE_GATHER_MAX_MS - now));
+    this.gatherTimer = setTimeout(() => this.flushChanges(), wait);
+    this.gatherTimer.unref();
+  }
+
+  /** Sends the gathered changes: open documents re-read, and workspace/didChangeWatchedFiles to every running server. */
+  flushChanges(): void {
+    if (this.gatherTimer) clearTimeout(this.gatherTimer);
+    this.gatherTimer = undefined;
+    if (this.gathered.size === 0) return;
+    const list = [...this.gathered];
+    this.gathered = new Set();
+    for (const slot of this.slots.values()) {
+      const server = slot.server;
+      if (!server || server.exited) continue;
+      try {
+        const set = new Set(list);
+        this.resync(server, set);
+        const changes = list.map((rel) => ({ uri: this.uriOf(rel), type: stampOf(this.c, rel) === undefined ? 3 : server.docs.has(this.uriOf(rel)) ? 2 : 1 }));
+        server.notify('workspace/didChangeWatchedFiles', { changes });
+      } catch {
+        // a server's trouble is never a write's
       }
-    });
+    }
+  }
+
+  /** Every slot's history (host.ts hands it to the daemon, which gives it to the next host). */
+  history(): ManagerHistory {
+    const slots: ManagerHistory['slots'] = {};
+    for (const [id, s] of this.slots) {
+      if (!s.everStarted && s.crashes.length === 0 && s.requests === 0) continue;
+      slots[id] = { crashes: [...s.crashes], restarts: s.restarts, ...(s.lastExit ? { lastExit: { ...s.lastExit } } : {}), everStarted: s.everStarted, requests: s.requests, ...(s.clangdDb ? { clangdDb: { ...s.clangdDb } } : {}) };
+    }
+    for (const [id, p] of this.past) if (!slots[id]) slots[id] = p;
+    return { slots, running: this.runningIds() };
+  }
+
+  /**
+   * Takes up the history an earlier host left (its servers' crashes, restarts, last exits). Servers
+   * it had running when it ended unasked (`lostReason`) count as crashed, with that reason.
+   */
+  adopt(h: ManagerHistory, lostReason?: string): void {
+    const now = Date.now();
+    for (const [id, past] of Object.entries(h.slots ?? {}) as Array<[ServerId, SlotHistory]>) {
+      if (!past || typeof past !== 'object') continue;
+      const taken: SlotHistory = {
+        crashes: Array.isArray(past.crashes) ? past.crashes.filter((t) => typeof t === 'number').slice(-LSP_LIMITS.maxCrashes * 4) : [],
+        restarts: typeof past.restarts === 'number' ? past.restarts : 0,
+        everStarted: past.everStarted === true,
+        requests: typeof past.requests === 'number' ? past.requests : 0,
+        ...(past.lastExit ? { lastExit: past.lastExit } : {}),
+        ...(past.clangdDb ? { clangdDb: past.clangdDb } : {}),
+      };
+      if (lostReason && Array.isArray(h.running) && h.running.includes(id)) {
+        taken.crashes.push(now);
+        taken.lastExit = { at: new Date(now).toISOString(), reason: lostReason, expected: false };
+      }
+      // An operator's server is known only once a call's settings name it: its slot takes this up when made.
+      const slot = this.slots.get(id);
+      if (slot) Object.assign(slot, taken);
+      else this.past.set(id, taken);
+    }
+  }
+
+  /** Whether nothing runs, starts or is being answered (host.ts may end). */
+  quiet(): boolean {
+    for (const s of this.slots.values()) if (s.busy > 0 || s.starting || (s.server && !s.server.exited)) return false;
+    return true;
   }
 
   /** How often a server was started again (after a crash or an idle stop). */
@@ -366,6 +469,7 @@ export class LspManager {
       [...this.slots.values()].map(async (slot) => {
         const s = slot.server;
         slot.server = undefined;
+        if (this.gatherTimer) clearTimeout(this.gatherTimer);
         if (slot.idle) clearTimeout(slot.idle);
         if (s) await s.stop(500);
       }),
