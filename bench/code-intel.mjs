@@ -16,6 +16,9 @@
 //     BENCH_CODE_INTEL_PROJECTS=ky,click to measure only those (the figures file then holds only them).
 //   node bench/code-intel.mjs --smoke   a generated TS + Python project, a handful of positions,
 //     every measurement path once (the suite: test/e2e/bench-smoke.test.ts).
+//   --labels-only (with either): only the labelled sets against the bare servers, no service: each
+//     set's definition accuracy with every miss, and each reference name's precision and recall with
+//     the lines found and not labelled or labelled and not found (checks scripts/code-intel-label.mjs).
 // Full runs write their figures to bench/data/code-intel.json.
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -158,6 +161,57 @@ function treeRssKb(pid) {
   return kb;
 }
 
+/** Whether a definition answer lands on the label: expected.line, or any of expected.lines (every line of an overload set, in expected.path) when the set gives them. */
+const hit = (locs, e) => locs.some((l) => l.path === e.path && (e.lines ?? [e.line]).includes(l.line));
+const lineKey = (l) => `${l.path}:${l.line}`;
+function pr(found, labelled) {
+  const F = new Set(found.map(lineKey));
+  const L = new Set(labelled.map(lineKey));
+  const both = [...F].filter((k) => L.has(k)).length;
+  return { precision: F.size ? both / F.size : 0, recall: L.size ? both / L.size : 0, found: F.size, labelled: L.size };
+}
+
+// --labels-only: the labelled sets against the bare servers alone (no service, no workspace), every
+// miss printed: what checks the labeller's rules in a minute or two (scripts/code-intel-label.mjs).
+// Figures go to stdout only.
+if (process.argv.includes('--labels-only')) {
+  for (const p of projects()) {
+    const root = p.root ?? mkdtempSync(join(tmpdir(), 'atelier-bench-ci-'));
+    if (!p.root) for (const [k, v] of Object.entries(p.files)) { execFileSync('mkdir', ['-p', join(root, k, '..')]); writeFileSync(join(root, k), v); }
+    for (const set of p.sets) {
+      const bare = await bareServer(SERVER[set.lang], root);
+      if (bare.missing) { console.log(`${p.name} ${set.lang}: bare ${SERVER[set.lang]} missing: ${bare.missing}`); continue; }
+      let ok = 0;
+      const misses = [];
+      for (const q of set.positions) {
+        const got = await bare.definition(q);
+        if (hit(got, q.expected)) ok++;
+        else misses.push(`  miss ${q.path}:${q.line}:${q.column} ${q.symbol} labelled ${q.expected.path}:${q.expected.line}${q.expected.lines ? ` (or ${q.expected.lines.join(',')})` : ''} -> ${got.map(lineKey).join(' ') || 'nothing'}`);
+      }
+      console.log(`${p.name} ${set.lang}: bare ${SERVER[set.lang]} definition accuracy ${(100 * ok / Math.max(1, set.positions.length)).toFixed(1)} % of ${set.positions.length} positions over ${new Set(set.positions.map((q) => q.symbol)).size} names (goal >= 95 %: ${verdict(ok / set.positions.length >= 0.95)}), ${misses.length} misses`);
+      for (const m of misses) console.log(m);
+      const rs = [];
+      for (const r of set.references) {
+        const found = await bare.references(r);
+        const x = pr(found, r.lines);
+        rs.push(x);
+        const F = new Set(found.map(lineKey));
+        const L = new Set(r.lines.map(lineKey));
+        const missed = [...L].filter((k) => !F.has(k));
+        const extra = [...F].filter((k) => !L.has(k));
+        console.log(`  references ${r.symbol} (${r.path}:${r.line}): precision ${(100 * x.precision).toFixed(1)} % recall ${(100 * x.recall).toFixed(1)} % (${x.found} found, ${x.labelled} labelled)${missed.length ? `; not found: ${missed.join(' ')}` : ''}${extra.length ? `; not labelled: ${extra.join(' ')}` : ''}`);
+      }
+      const avg = (k) => rs.reduce((a, x) => a + x[k], 0) / Math.max(1, rs.length);
+      console.log(`${p.name} ${set.lang}: bare ${SERVER[set.lang]} references over ${rs.length} labelled names: precision ${(100 * avg('precision')).toFixed(1)} % recall ${(100 * avg('recall')).toFixed(1)} %`);
+      await bare.close();
+    }
+    if (!p.root) rmSync(root, { recursive: true, force: true });
+  }
+  // close() kills a server still there after 1 s: let that run before leaving.
+  await new Promise((r) => setTimeout(r, 1500));
+  process.exit(0);
+}
+
 const { startGitHost } = await loadGitHost();
 const host = await startGitHost();
 const svc = await startAtelierForGitHost(host, { sandboxMemoryMb: 2048, sandboxPidsMax: 1024, sandboxDiskMb: 2048, knowledgeEmbeddings: 'off', codeIntelIdleSeconds: IDLE_S });
@@ -173,15 +227,7 @@ const time = async (fn) => {
   const r = await fn();
   return { ms: performance.now() - t, r };
 };
-const hit = (locs, e) => locs.some((l) => l.path === e.path && l.line === e.line);
 const mcpLocs = (r) => (r.locations ?? []).filter((l) => l.path).map((l) => ({ path: l.path, line: l.range.start.line }));
-const lineKey = (l) => `${l.path}:${l.line}`;
-function pr(found, labelled) {
-  const F = new Set(found.map(lineKey));
-  const L = new Set(labelled.map(lineKey));
-  const both = [...F].filter((k) => L.has(k)).length;
-  return { precision: F.size ? both / F.size : 0, recall: L.size ? both / L.size : 0, found: F.size, labelled: L.size };
-}
 const pcts = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   return { p50: s.length ? pct(s, 50) : NaN, p99: s.length ? pct(s, 99) : NaN, n: s.length };

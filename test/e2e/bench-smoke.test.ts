@@ -82,9 +82,9 @@ const NOT_BENCHES = new Set(['lib', 'relay']);
 /** Benchmarks that start more than one service (bench/workspace: its plain-copy baseline runs on a second one; bench/kubernetes: two fixture API servers and a child runner), ms. */
 const LONGER: Record<string, number> = { 'bench/workspace': 400_000, 'bench/kubernetes': 400_000 };
 
-function runBench(name: string): Promise<{ code: number; out: string }> {
+function runBench(name: string, extra: string[] = []): Promise<{ code: number; out: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [join(ROOT, `${name}.mjs`), '--smoke'], { cwd: ROOT, timeout: LONGER[name] ?? 170_000, maxBuffer: 8 << 20 }, (err, stdout, stderr) => {
+    execFile(process.execPath, [join(ROOT, `${name}.mjs`), '--smoke', ...extra], { cwd: ROOT, timeout: LONGER[name] ?? 170_000, maxBuffer: 8 << 20 }, (err, stdout, stderr) => {
       const code = err ? ((err as { code?: number }).code ?? 1) : 0;
       resolve({ code: typeof code === 'number' ? code : 1, out: stdout + stderr });
     });
@@ -99,6 +99,14 @@ describe('benchmarks in smoke mode', () => {
       .filter((n) => !NOT_BENCHES.has(n))
       .map((n) => `bench/${n}`);
     expect(scripts.sort()).toEqual(Object.keys(BENCHES).sort());
+  });
+
+  // bench/code-intel's check of the labelled sets against the bare servers alone (no service).
+  it('bench/code-intel --labels-only prints accuracy and references per set', { timeout: 100_000 }, async () => {
+    const { code, out } = await runBench('bench/code-intel', ['--labels-only']);
+    expect(code, out).toBe(0);
+    expect(out).toMatch(/smoke typescript: bare typescript definition accuracy 100\.0 % of 3 positions over 2 names \(goal >= 95 %: met\), 0 misses/);
+    expect(out).toMatch(/smoke python: bare python references over 1 labelled names: precision 100\.0 % recall 100\.0 %/);
   });
 
   for (const [name, lines] of Object.entries(BENCHES).filter(([, l]) => l.length > 0)) {
