@@ -375,7 +375,7 @@ export class LspManager {
 
   /** Every slot's history (host.ts hands it to the daemon, which gives it to the next host). */
   history(): ManagerHistory {
-    const slots: ManagerHistory['slots'] = {};
+    const slots: ManagerHistory['slots'] = Object.create(null) as ManagerHistory['slots'];
     for (const [id, s] of this.slots) {
       if (!s.everStarted && s.crashes.length === 0 && s.requests === 0) continue;
       slots[id] = { crashes: [...s.crashes], restarts: s.restarts, ...(s.lastExit ? { lastExit: { ...s.lastExit } } : {}), everStarted: s.everStarted, requests: s.requests, ...(s.clangdDb ? { clangdDb: { ...s.clangdDb } } : {}) };
@@ -392,6 +392,8 @@ export class LspManager {
     const now = Date.now();
     for (const [id, past] of Object.entries(h.slots ?? {}) as Array<[ServerId, SlotHistory]>) {
       if (!past || typeof past !== 'object') continue;
+      // A built-in server, or an operator's one (named by the settings later).
+      if (!allServers().some((x) => x.id === id) && !/^custom:[A-Za-z0-9][\w.-]{0,63}$/.test(id)) continue;
       const taken: SlotHistory = {
         crashes: Array.isArray(past.crashes) ? past.crashes.filter((t) => typeof t === 'number').slice(-LSP_LIMITS.maxCrashes * 4) : [],
         restarts: typeof past.restarts === 'number' ? past.restarts : 0,
