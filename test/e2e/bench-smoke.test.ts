@@ -59,7 +59,7 @@ const BENCHES: Record<string, RegExp[]> = {
     /smoke (typescript|python): first answer after a cold start \(server start \+ indexing\) [\d.]+ ms; bare server [\d.]+ ms/,
     /smoke typescript: diagnostics visible through code_diagnostics after a files_write introducing a type error: [\d.]+ ms/,
     /smoke python: diagnostics visible through code_diagnostics after a files_write introducing a type error: [\d.]+ ms/,
-    /smoke: files_write p50 with a server running [\d.]+ ms vs without [\d.]+ ms: ratio [\d.]+x/,
+    /smoke: files_write p50 with a server running [\d.]+ ms vs without [\d.]+ ms \(its twin workspace, \d+ writes each, in turn\): ratio [\d.]+x/,
     /smoke: memory per server .*typescript [\d.]+ MiB, python [\d.]+ MiB; bare: typescript [\d.]+ MiB, python [\d.]+ MiB/,
     /smoke: workspace size .* after the servers' idle stop \(\d+ s, stopped true\) [\d.]+ MiB/,
   ],
