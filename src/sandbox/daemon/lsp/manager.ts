@@ -35,6 +35,13 @@ export const LSP_LIMITS = {
    * costs a server seconds of CPU; too few, and a document closed and opened again is re-checked.
    */
   maxOpenDocs: 64,
+  /**
+   * The same for typescript-language-server: its documents are closed after every call. It re-checks
+   * every open document (tsserver's geterr) whenever tsserver updates its project, and tsserver
+   * watches the checkout itself, so each write in the workspace would cost seconds of CPU per open
+   * document; a document opened again is answered from tsserver's project at once.
+   */
+  typescriptOpenDocs: 0,
   /** A file larger than this is not given to a server. */
   maxFileBytes: 2 * 1024 * 1024,
   /** One request to a server. */
@@ -308,9 +315,10 @@ export class LspManager {
   }
 
   private trim(server: LanguageServer): void {
-    if (server.docs.size <= LSP_LIMITS.maxOpenDocs) return;
+    const keep = server.id === 'typescript' ? LSP_LIMITS.typescriptOpenDocs : LSP_LIMITS.maxOpenDocs;
+    if (server.docs.size <= keep) return;
     const byAge = [...server.docs.values()].sort((a, b) => a.lastUsed - b.lastUsed);
-    for (const d of byAge.slice(0, server.docs.size - LSP_LIMITS.maxOpenDocs)) this.close(server, d);
+    for (const d of byAge.slice(0, server.docs.size - keep)) this.close(server, d);
   }
 
   /** Re-reads every open document whose file changed on disk (a command's change); closes those that are gone. */
