@@ -332,7 +332,19 @@ describe(`MCP conformance suite ${VERSION}`, () => {
     const callback = new URL(String(post.headers.location));
     expect(`${callback.origin}${callback.pathname}`).toBe(`http://127.0.0.1:${port}/callback`);
     // The browser follows the redirect to the suite's callback server; the suite then redeems the code.
-    const cb = await httpRequest(callback.origin, 'GET', callback.pathname + callback.search);
+    // The suite prints the URL before its callback server listens (the fresh-clone run once met
+    // ECONNREFUSED there): the browser's request is retried on a refused connection, bounded.
+    const cb = await (async () => {
+      const end = Date.now() + 30_000;
+      for (;;) {
+        try {
+          return await httpRequest(callback.origin, 'GET', callback.pathname + callback.search);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== 'ECONNREFUSED' || Date.now() > end) throw err;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+    })();
     expect(cb.status).toBe(200);
     const r = await run.done;
     const results = readResults(out, 'authorization-server');

@@ -17,6 +17,9 @@
 import { connect, type Socket } from 'node:net';
 import { DaemonError, encodeMessage, type RequestId } from './protocol.js';
 
+/** How long a relay's side may take to hand its last bytes over after the other side closed. */
+const RELAY_LINGER_MS = 10_000;
+
 export interface RelayParams {
   port: number;
 }
@@ -87,9 +90,19 @@ export async function serveRelay(client: Socket, id: RequestId, params: unknown,
     client.destroy();
     upstream.destroy();
   };
-  for (const s of [client, upstream]) {
+  // One side closed cleanly: the other is ended (the pipe did) and destroyed only once it has
+  // written what it holds. A destroy at once cut the last bytes of an answer still queued toward a
+  // slow reader (the fresh-clone run lost 832 bytes of 64 MiB that way).
+  const finish = (other: Socket): void => {
+    if (other.destroyed) return;
+    other.end();
+    if (other.writableFinished) return void other.destroy();
+    other.once('finish', () => other.destroy());
+    setTimeout(() => other.destroy(), RELAY_LINGER_MS).unref();
+  };
+  for (const [s, other] of [[client, upstream], [upstream, client]] as const) {
     s.on('error', teardown);
-    s.on('close', teardown);
+    s.on('close', (hadError: boolean) => (hadError ? teardown() : finish(other)));
   }
   // Half-closes pass through (an HTTP client may end its side and still read the answer).
   client.pipe(upstream);
