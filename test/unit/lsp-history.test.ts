@@ -62,10 +62,15 @@ describe('LspManager history', () => {
     expect(Object.keys(m.history().slots)).toEqual(['typescript']);
   });
 
-  it('is quiet with nothing running, and gathers no changes while no server runs', () => {
+  it('is quiet with nothing running, and not while a call is being answered', async () => {
     const m = manager();
     expect(m.quiet()).toBe(true);
-    m.changed(['a.ts']);
-    expect(() => m.flushChanges()).not.toThrow();
+    // A call on a server the history marks crashed out is refused; while it is under way the manager is not quiet.
+    m.adopt({ slots: { python: { crashes: [Date.now(), Date.now(), Date.now()], restarts: 0, everStarted: true, requests: 0 } }, running: [] });
+    const p = m.with('python', async () => 'unreached');
+    const during = m.quiet();
+    await expect(p).rejects.toMatchObject({ details: { reason: 'crashed' } });
+    expect(during).toBe(false);
+    expect(m.quiet()).toBe(true);
   });
 });

@@ -34,6 +34,16 @@ export function loadLsp(): Promise<Lsp> {
 export const SERVER_NICE = 10;
 const NICE = '/usr/bin/nice';
 
+/**
+ * The command line that runs `argv` unshielded from the OOM killer (the daemon is shielded; what it
+ * starts must not be: the workspace's memory limit ends it, never the daemon), at `nice` when given:
+ * a shell wrapper that resets oom_score_adj and execs it.
+ */
+export function unshielded(name: string, argv: string[], nice?: number): [string, string[]] {
+  const run = nice === undefined ? 'exec "$@"' : `if [ -x ${NICE} ]; then exec ${NICE} -n ${nice} "$@"; fi; exec "$@"`;
+  return ['/bin/sh', ['-c', `echo 0 >/proc/self/oom_score_adj 2>/dev/null; ${run}`, name, ...argv]];
+}
+
 /** Bytes of a server's stderr kept (the tail), for the reason of a crash. */
 const STDERR_TAIL = 4096;
 /** How long initialize may take. */
@@ -95,11 +105,10 @@ export class LanguageServer {
 
   static async start(id: ServerId, launch: Launch, rootPath: string): Promise<LanguageServer> {
     const lsp = await loadLsp();
-    // The daemon runs shielded from the OOM killer; a server must not be (the workspace's memory
-    // limit should end the server, not the daemon): the wrapper resets it before exec. A server's
-    // analysis runs at nice 10: the re-checks a change sets off (tsserver's geterr over every open
-    // document) yield the CPU to the workspace's own commands and to the service's answers.
-    const child = spawn('/bin/sh', ['-c', `echo 0 >/proc/self/oom_score_adj 2>/dev/null; if [ -x ${NICE} ]; then exec ${NICE} -n ${SERVER_NICE} "$@"; fi; exec "$@"`, 'lsp', launch.command, ...launch.args], {
+    // Unshielded from the OOM killer, and at nice 10: the re-checks a change sets off (tsserver's
+    // geterr over every open document) yield the CPU to the workspace's commands and the service.
+    const [sh, argv] = unshielded('lsp', [launch.command, ...launch.args], SERVER_NICE);
+    const child = spawn(sh, argv, {
       cwd: rootPath,
       env: launch.env,
       stdio: ['pipe', 'pipe', 'pipe'],

@@ -18,7 +18,7 @@ import { Confinement } from '../files/index.js';
 import { DaemonError } from '../protocol.js';
 import type { CallContext } from '../server.js';
 import type { ManagerHistory } from './manager.js';
-import { CodeMethods, type CodeMethod } from './methods.js';
+import { codeMethods, type CodeMethod } from './methods.js';
 
 /** daemon → host */
 export type HostRequest =
@@ -30,7 +30,6 @@ export type HostRequest =
 
 /** host → daemon */
 export type HostReply =
-  | { t: 'ready' }
   | { t: 'result'; id: number; result: unknown; history: ManagerHistory }
   | { t: 'error'; id: number; error: { code: string; message: string; details?: Record<string, unknown> }; history: ManagerHistory }
   | { t: 'quiet'; history: ManagerHistory };
@@ -41,7 +40,7 @@ function main(): void {
     process.stderr.write('atelier lsp host: started without --workspace, --home or an IPC channel\n');
     process.exit(2);
   }
-  const code = new CodeMethods(new Confinement(values.workspace), { nodePath: process.execPath, home: values.home });
+  const { code, methods: handlers } = codeMethods(new Confinement(values.workspace), { nodePath: process.execPath, home: values.home });
   const inflight = new Map<number, AbortController>();
   const send = (m: HostReply): void => {
     try {
@@ -54,15 +53,6 @@ function main(): void {
     if (inflight.size === 0 && code.manager.quiet()) send({ t: 'quiet', history: code.manager.history() });
   };
   code.manager.onQuiet = quiet;
-  const handlers: Record<CodeMethod, (params: unknown, ctx: CallContext) => unknown> = {
-    'code.status': (params) => code.status(params),
-    'code.definition': (params, ctx) => code.definition(params, ctx),
-    'code.references': (params, ctx) => code.references(params, ctx),
-    'code.hover': (params, ctx) => code.hover(params, ctx),
-    'code.symbols': (params, ctx) => code.symbols(params, ctx),
-    'code.diagnostics': (params, ctx) => code.diagnostics(params, ctx),
-    'code.rename': (params, ctx) => code.rename(params, ctx),
-  };
   const call = async (m: Extract<HostRequest, { t: 'call' }>): Promise<void> => {
     const ac = new AbortController();
     inflight.set(m.id, ac);
@@ -96,7 +86,6 @@ function main(): void {
   });
   // The daemon ended (or closed the channel): stop the servers and go.
   process.on('disconnect', () => void code.manager.stopAll().finally(() => process.exit(0)));
-  send({ t: 'ready' });
 }
 
 try {

@@ -365,15 +365,16 @@ export class LspManager {
     if (this.gatherTimer) clearTimeout(this.gatherTimer);
     this.gatherTimer = undefined;
     if (this.gathered.size === 0) return;
-    const list = [...this.gathered];
+    const set = this.gathered;
     this.gathered = new Set();
+    // Whether each path is there now, read once for every server.
+    const files = [...set].map((rel) => ({ rel, uri: this.uriOf(rel), gone: stampOf(this.c, rel) === undefined }));
     for (const slot of this.slots.values()) {
       const server = slot.server;
       if (!server || server.exited) continue;
       try {
-        const set = new Set(list);
         this.resync(server, set);
-        const changes = list.map((rel) => ({ uri: this.uriOf(rel), type: stampOf(this.c, rel) === undefined ? 3 : server.docs.has(this.uriOf(rel)) ? 2 : 1 }));
+        const changes = files.map((f) => ({ uri: f.uri, type: f.gone ? 3 : server.docs.has(f.uri) ? 2 : 1 }));
         server.notify('workspace/didChangeWatchedFiles', { changes });
       } catch {
         // a server's trouble is never a write's
@@ -475,11 +476,11 @@ export class LspManager {
 
   /** Stops every server (the daemon is going away, or a test). */
   async stopAll(): Promise<void> {
+    if (this.gatherTimer) clearTimeout(this.gatherTimer);
     await Promise.all(
       [...this.slots.values()].map(async (slot) => {
         const s = slot.server;
         slot.server = undefined;
-        if (this.gatherTimer) clearTimeout(this.gatherTimer);
         if (slot.idle) clearTimeout(slot.idle);
         if (s) await s.stop(500);
       }),

@@ -476,6 +476,17 @@ function cmp(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
+/** Every code.* method (the daemon's side, remote.ts, forwards each of them to the host). */
+export const CODE_METHODS = Object.keys({
+  'code.status': 0,
+  'code.definition': 0,
+  'code.references': 0,
+  'code.hover': 0,
+  'code.symbols': 0,
+  'code.diagnostics': 0,
+  'code.rename': 0,
+} satisfies Record<CodeMethod, 0>) as CodeMethod[];
+
 export function codeMethods(c: Confinement, opts: { nodePath: string; home: string }): { methods: Handlers<CodeMethod>; notify: (rels: string[]) => void; code: CodeMethods } {
   const code = new CodeMethods(c, opts);
   const methods: Handlers<CodeMethod> = {

@@ -17,9 +17,10 @@ import { fileURLToPath } from 'node:url';
 import type { Confinement } from '../files/index.js';
 import { DaemonError, type DaemonErrorCode } from '../protocol.js';
 import type { CallContext, Handlers } from '../server.js';
+import { unshielded } from './client.js';
 import type { HostReply, HostRequest } from './host.js';
 import type { ManagerHistory } from './manager.js';
-import { CodeMethods, type CodeMethod } from './methods.js';
+import { CODE_METHODS, CodeMethods, type CodeMethod } from './methods.js';
 
 const HOST_JS = fileURLToPath(new URL('./host.js', import.meta.url));
 /** The host's own heap (the servers are processes of their own). */
@@ -46,8 +47,6 @@ export class CodeHostLink {
   private history: ManagerHistory = { slots: {}, running: [] };
   /** Answers code.status while no host runs (its manager never starts a server). */
   private readonly shadow: CodeMethods;
-  /** Hosts started, for tests and the status page. */
-  started = 0;
 
   constructor(
     private readonly c: Confinement,
@@ -56,21 +55,15 @@ export class CodeHostLink {
     this.shadow = new CodeMethods(c, opts);
   }
 
-  /** The host's pid while one runs. */
-  get pid(): number | undefined {
-    return this.host?.child.pid;
-  }
-
   private spawnHost(): Host {
-    // Not shielded from the OOM killer as the daemon is (the wrapper resets it before exec): the
-    // workspace's memory limit ends the host and its servers, never the daemon.
-    const child = spawn('/bin/sh', ['-c', 'echo 0 >/proc/self/oom_score_adj 2>/dev/null; exec "$@"', 'lsp-host', this.opts.nodePath, ...HOST_NODE_FLAGS, HOST_JS, '--workspace', this.c.root, '--home', this.opts.home], {
+    // Unshielded from the OOM killer: the workspace's memory limit ends the host and its servers, never the daemon.
+    const [sh, argv] = unshielded('lsp-host', [this.opts.nodePath, ...HOST_NODE_FLAGS, HOST_JS, '--workspace', this.c.root, '--home', this.opts.home]);
+    const child = spawn(sh, argv, {
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
       serialization: 'json',
       env: { PATH: '/usr/bin:/bin', HOME: this.opts.home, LANG: 'C.UTF-8' },
     });
     const host: Host = { child, pending: new Map(), stderr: '', ending: false };
-    this.started++;
     child.stderr?.setEncoding('utf8');
     child.stderr?.on('data', (d: string) => {
       host.stderr = (host.stderr + d).slice(-STDERR_TAIL);
@@ -122,25 +115,24 @@ export class CodeHostLink {
     host.pending.clear();
   }
 
-  /** Sends one code.* call to the host (started if none runs). */
+  /** code.status from the history the hosts left (no host runs, or it ended under the call). */
+  private statusFromHistory(params: unknown): unknown {
+    this.shadow.manager.adopt(this.history);
+    return this.shadow.status(params);
+  }
+
+  /** Sends one code.* call to the host (started if none runs); a status read never starts one nor fails for one that ended. */
   call(method: CodeMethod, params: unknown, ctx: CallContext): Promise<unknown> {
-    if (method === 'code.status' && !this.host) {
-      this.shadow.manager.adopt(this.history);
-      return Promise.resolve(this.shadow.status(params));
-    }
-    ctx.signal.throwIfAborted();
-    if (method === 'code.status') {
-      // A status read never fails for a host that ended under it: the history answers.
-      return this.send(method, params, ctx).catch((err: unknown) => {
-        if (!(err instanceof DaemonError) || err.details.reason !== 'host_ended') throw err;
-        this.shadow.manager.adopt(this.history);
-        return this.shadow.status(params);
-      });
-    }
-    return this.send(method, params, ctx);
+    if (method !== 'code.status') return this.send(method, params, ctx);
+    if (!this.host) return Promise.resolve(this.statusFromHistory(params));
+    return this.send(method, params, ctx).catch((err: unknown) => {
+      if (!(err instanceof DaemonError) || err.details.reason !== 'host_ended') throw err;
+      return this.statusFromHistory(params);
+    });
   }
 
   private send(method: CodeMethod, params: unknown, ctx: CallContext): Promise<unknown> {
+    ctx.signal.throwIfAborted();
     const host = (this.host ??= this.spawnHost());
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
@@ -167,17 +159,8 @@ export class CodeHostLink {
 }
 
 /** The code.* methods of the daemon, answered through the host process. */
-export function codeHost(c: Confinement, opts: { nodePath: string; home: string }): { methods: Handlers<CodeMethod>; notify: (rels: string[]) => void; link: CodeHostLink } {
+export function codeHost(c: Confinement, opts: { nodePath: string; home: string }): { methods: Handlers<CodeMethod>; notify: (rels: string[]) => void } {
   const link = new CodeHostLink(c, opts);
-  const via = (m: CodeMethod) => (params: unknown, ctx: CallContext) => link.call(m, params, ctx) as never;
-  const methods: Handlers<CodeMethod> = {
-    'code.status': via('code.status'),
-    'code.definition': via('code.definition'),
-    'code.references': via('code.references'),
-    'code.hover': via('code.hover'),
-    'code.symbols': via('code.symbols'),
-    'code.diagnostics': via('code.diagnostics'),
-    'code.rename': via('code.rename'),
-  };
-  return { methods, notify: (rels) => link.changed(rels), link };
+  const methods = Object.fromEntries(CODE_METHODS.map((m) => [m, (params: unknown, ctx: CallContext) => link.call(m, params, ctx)])) as unknown as Handlers<CodeMethod>;
+  return { methods, notify: (rels) => link.changed(rels) };
 }
