@@ -149,6 +149,12 @@ describe('positions', { timeout: 240_000 }, () => {
     expect(out.locations[0]).toMatchObject({ path: null, outsideWorkspace: true, external: { root: 'sandbox', path: 'extmod.py' } });
     noHostPath([d, h, out]);
     expect(JSON.stringify(out)).not.toContain('/tmp/outside');
+    // pyright's and tsserver's documents are closed after every call (both follow the checkout
+    // themselves and re-check every open document after each change: docs/code-intelligence.md).
+    await ok('code_hover', { workspaceId: ws, path: 'src/main.ts', line: 1, column: 1 });
+    const st = (await ok('code_servers', { workspaceId: ws })).servers as R[];
+    expect(st.find((s) => s.server === 'python')).toMatchObject({ state: 'running', openDocuments: 0 });
+    expect(st.find((s) => s.server === 'typescript')).toMatchObject({ state: 'running', openDocuments: 0 });
   });
 
   it.runIf(CLANGD)('C: clangd answers from a compile_commands.json whose plugin flags were dropped; the plugin never loads', async () => {
@@ -160,6 +166,7 @@ describe('positions', { timeout: 240_000 }, () => {
     expect(diag.complete).toBe(true);
     const st = await ok('code_servers', { workspaceId: ws });
     expect(st.servers.find((s: R) => s.server === 'clangd')).toMatchObject({ state: 'running', compileDatabase: { source: 'compile_commands.json', entries: 1, removedFlags: 5 } });
+    expect(st.servers.find((s: R) => s.server === 'clangd').openDocuments).toBeGreaterThan(0); // clangd's stay open (a closed one is parsed again)
     expect((await sh('ls /workspace/CLANG_PLUGIN_RAN 2>&1 || true')).trim()).toMatch(/No such file/);
   });
 
