@@ -178,7 +178,14 @@ export class LanguageServer {
     child.on('exit', (code, signal) => this.ended(signal ? `killed by ${signal}` : `exited with status ${code}`));
     conn.onError(() => undefined);
     // The process's exit (with its signal or status) usually follows at once: wait for it a moment.
-    conn.onClose(() => setTimeout(() => this.ended('its connection closed'), 1000).unref());
+    // A server whose connection closed and that did not end is of no use: it is killed.
+    conn.onClose(() =>
+      setTimeout(() => {
+        if (this.exitReason !== undefined) return;
+        this.ended('its connection closed');
+        this.kill();
+      }, 1000).unref(),
+    );
     conn.onNotification(lsp.PublishDiagnosticsNotification.type, (p: PublishDiagnosticsParams) => {
       this.diagnostics.set(p.uri, { items: Array.isArray(p.diagnostics) ? p.diagnostics.slice(0, 2000) : [], at: Date.now(), version: p.version });
       for (const w of [...this.waiters]) w();
@@ -220,6 +227,8 @@ export class LanguageServer {
       // A write to a server that just died (EPIPE, a closed connection) comes before its exit event.
       if (!(err instanceof Timeout) && !signal?.aborted) await this.exitWithin(2000);
       if (this.exitReason) throw new ServerGone(this.exitReason);
+      // Its connection closed under the request (the server's stdout ended) and its exit is slow to come.
+      if (err instanceof this.lsp.ConnectionError) throw new ServerGone(`its connection closed (${err.message})`);
       throw err;
     } finally {
       signal?.removeEventListener('abort', onAbort);
@@ -239,9 +248,18 @@ export class LanguageServer {
     });
   }
 
+  /**
+   * Sends a notification; never throws. vscode-jsonrpc throws at once ("Connection is closed.") on
+   * a connection whose server just died and whose exit is not seen yet: the request that follows
+   * (or the exit) tells the caller, as ServerGone.
+   */
   notify(method: string, params: unknown): void {
     if (this.exitReason) return;
-    this.conn.sendNotification(method, params).catch(() => undefined);
+    try {
+      this.conn.sendNotification(method, params).catch(() => undefined);
+    } catch {
+      // closed or disposed: the server is ending
+    }
   }
 
   /** Resolves at the next published diagnostics (or the server's end), or after ms. */
