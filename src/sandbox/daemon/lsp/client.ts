@@ -178,14 +178,7 @@ export class LanguageServer {
     child.on('exit', (code, signal) => this.ended(signal ? `killed by ${signal}` : `exited with status ${code}`));
     conn.onError(() => undefined);
     // The process's exit (with its signal or status) usually follows at once: wait for it a moment.
-    // A server whose connection closed and that did not end is of no use: it is killed.
-    conn.onClose(() =>
-      setTimeout(() => {
-        if (this.exitReason !== undefined) return;
-        this.ended('its connection closed');
-        this.kill();
-      }, 1000).unref(),
-    );
+    conn.onClose(() => setTimeout(() => this.lost('its connection closed'), 1000).unref());
     conn.onNotification(lsp.PublishDiagnosticsNotification.type, (p: PublishDiagnosticsParams) => {
       this.diagnostics.set(p.uri, { items: Array.isArray(p.diagnostics) ? p.diagnostics.slice(0, 2000) : [], at: Date.now(), version: p.version });
       for (const w of [...this.waiters]) w();
@@ -198,6 +191,13 @@ export class LanguageServer {
     conn.onRequest(lsp.WorkspaceFoldersRequest.type, () => [{ uri: fileUri(rootPath), name: 'workspace' }]);
     conn.onRequest(lsp.ApplyWorkspaceEditRequest.type, () => ({ applied: false, failureReason: 'the daemon applies no edit a server asks for' }));
     conn.onRequest(lsp.ShowMessageRequest.type, () => null);
+  }
+
+  /** A server whose connection closed and that has not ended is of no use: it ends now, killed. */
+  private lost(reason: string): void {
+    if (this.exitReason !== undefined) return;
+    this.ended(reason);
+    this.kill();
   }
 
   private ended(reason: string): void {
@@ -226,9 +226,9 @@ export class LanguageServer {
       cts.cancel();
       // A write to a server that just died (EPIPE, a closed connection) comes before its exit event.
       if (!(err instanceof Timeout) && !signal?.aborted) await this.exitWithin(2000);
-      if (this.exitReason) throw new ServerGone(this.exitReason);
       // Its connection closed under the request (the server's stdout ended) and its exit is slow to come.
-      if (err instanceof this.lsp.ConnectionError) throw new ServerGone(`its connection closed (${err.message})`);
+      if (err instanceof this.lsp.ConnectionError) this.lost(`its connection closed (${err.message})`);
+      if (this.exitReason) throw new ServerGone(this.exitReason);
       throw err;
     } finally {
       signal?.removeEventListener('abort', onAbort);

@@ -35,17 +35,6 @@ export const LSP_LIMITS = {
    * costs a server seconds of CPU; too few, and a document closed and opened again is re-checked.
    */
   maxOpenDocs: 64,
-  /**
-   * The servers whose documents are closed after every call, as their projects follow the disk
-   * without them: typescript-language-server (tsserver watches the checkout itself and re-checks
-   * every open document, tsserver's geterr, whenever it updates its project) and pyright (with no
-   * watched-file registration offered it watches the checkout too, re-checks every open document
-   * after each change and analyses open documents in the background). With documents left open,
-   * each write in the workspace cost CPU per open document (files_write 1.27x a twin workspace's
-   * with tsserver, 1.07x with pyright); a document opened again is answered from the server's
-   * project at once.
-   */
-  closedAfterCall: ['typescript', 'python'] as readonly string[],
   /** A file larger than this is not given to a server. */
   maxFileBytes: 2 * 1024 * 1024,
   /** One request to a server. */
@@ -216,7 +205,7 @@ export class LspManager {
       }
     } finally {
       slot.busy--;
-      if (slot.busy === 0 && slot.server && !slot.server.exited) this.trim(slot.server);
+      if (slot.busy === 0 && slot.server && !slot.server.exited) this.trim(slot.server, slot.spec.docsClosedAfterCall ? 0 : LSP_LIMITS.maxOpenDocs);
       this.armIdle(slot);
     }
   }
@@ -318,8 +307,8 @@ export class LspManager {
     server.notify('textDocument/didClose', { textDocument: { uri: doc.uri } });
   }
 
-  private trim(server: LanguageServer): void {
-    const keep = LSP_LIMITS.closedAfterCall.includes(server.id) ? 0 : LSP_LIMITS.maxOpenDocs;
+  /** Closes the least recently used documents beyond `keep`. */
+  private trim(server: LanguageServer, keep: number): void {
     if (server.docs.size <= keep) return;
     const byAge = [...server.docs.values()].sort((a, b) => a.lastUsed - b.lastUsed);
     for (const d of byAge.slice(0, server.docs.size - keep)) this.close(server, d);
