@@ -169,7 +169,8 @@ describe('idle expiry, resume and restart', () => {
     // A background process started by a tool made for that (an async operation keeps its leftovers).
     const op = await ok('exec_run', { workspaceId: id, command: 'echo kept > kept.txt; sleep 600 > /dev/null 2>&1 &', async: true });
     await ok('operation_wait', { operationId: op.operationId, timeoutMs: 10_000 });
-    expect((await sh(id, 'pgrep -x sleep >/dev/null && echo sleeping')).stdout).toBe('sleeping\n');
+    // The operation's shell forks the child before it ends; its execve of sleep may come a moment later.
+    expect((await sh(id, 'for i in $(seq 200); do pgrep -x sleep >/dev/null && echo sleeping && exit 0; sleep 0.05; done')).stdout).toBe('sleeping\n');
     expect(await waitFor(async () => (await ok('workspace_status', { workspaceId: id })).state === 'expired_recoverable', 30_000)).toBe(true);
     const refused = await call(c, 'exec_run', { workspaceId: id, command: 'true' });
     expect(!refused.ok && refused.error.code).toBe('FAILED_PRECONDITION');

@@ -120,7 +120,8 @@ describe('a foreground command takes its leftovers with it', () => {
     const op = await ok('exec_run', { workspaceId: ws, command: 'setsid sleep 600 >/dev/null 2>&1 & echo bg', async: true });
     const done = await ok('operation_wait', { operationId: op.operationId, timeoutMs: 30_000 });
     expect(done).toMatchObject({ state: 'succeeded', exitCode: 0 });
-    expect((await sh('pgrep -c -x sleep || true')).stdout.trim()).toBe('1');
+    // setsid execs sleep a moment after the operation's shell has forked it and ended.
+    expect((await sh('for i in $(seq 200); do [ "$(pgrep -c -x sleep)" = 1 ] && break; sleep 0.05; done; pgrep -c -x sleep || true')).stdout.trim()).toBe('1');
     await sh('pkill -x sleep || true');
   }, 60_000);
 });
