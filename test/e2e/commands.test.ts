@@ -412,8 +412,8 @@ describe('privileged commands: what the owner sees and what the run can reach', 
           `if [ -e ${svc.dataDir} ]; then echo datadir-seen; else echo datadir-hidden; fi`,
           `if (exec 3<>/dev/tcp/1.1.1.1/53) 2>/dev/null; then echo internet-reached; else echo internet-refused; fi`,
           // Positive control: the same probe reaches a listener on the sandbox's own loopback.
-          `node -e "require('net').createServer((s) => s.end()).listen(${port + 1 > 65535 ? port - 1 : port + 1}, '127.0.0.1')" & sleep 1`,
-          `if (exec 3<>/dev/tcp/127.0.0.1/${port + 1 > 65535 ? port - 1 : port + 1}) 2>/dev/null; then echo inner-reached; else echo inner-refused; fi; kill %1`,
+          // (node takes a moment to listen on a loaded machine: the probe is tried for up to 20 s)
+          `node -e "require('net').createServer((s) => s.end()).listen(${port + 1 > 65535 ? port - 1 : port + 1}, '127.0.0.1')" & inner=inner-refused; for i in $(seq 200); do if (exec 3<>/dev/tcp/127.0.0.1/${port + 1 > 65535 ? port - 1 : port + 1}) 2>/dev/null; then inner=inner-reached; break; fi; sleep 0.1; done; echo $inner; kill %1`,
           'id -u',
         ].join('; '),
       );
@@ -421,7 +421,7 @@ describe('privileged commands: what the owner sees and what the run can reach', 
       expect(connections).toBe(0);
       // The same probe from the test process does reach the listener: the check can fail.
       await new Promise<void>((r, j) => connect(port, '127.0.0.1', () => r()).on('error', j));
-      for (let i = 0; i < 20 && connections === 0; i++) await new Promise((r) => setTimeout(r, 50));
+      for (let i = 0; i < 200 && connections === 0; i++) await new Promise((r) => setTimeout(r, 50));
       expect(connections).toBe(1);
     } finally {
       server.close();

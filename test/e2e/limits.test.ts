@@ -326,7 +326,7 @@ describe('clients that hold connections', () => {
     expect((await owner.listTools()).tools.length).toBe(ALL_TOOLS);
     await owner.close();
     // Idle strangers are gone after the idle bound.
-    await new Promise((r) => setTimeout(r, 2500));
+    for (let i = 0; i < 200 && !closed.every(Boolean); i++) await new Promise((r) => setTimeout(r, 50));
     expect(closed.every(Boolean)).toBe(true);
     for (const s of sockets) s.destroy();
   });

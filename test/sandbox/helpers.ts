@@ -72,6 +72,16 @@ export async function until<T>(fn: () => T | undefined | Promise<T | undefined>,
   }
 }
 
+/** Whether `pid` has ended within `ms` (polled: a killed process takes a moment to die, longer on a loaded machine). */
+export async function endsWithin(pid: number, ms = 10_000): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (isAlive(pid)) {
+    if (Date.now() > end) return false;
+    await sleep(20);
+  }
+  return true;
+}
+
 /** The real kubectl against a kubeconfig (its HOME beside it, so no user cache is read), to completion. */
 export function kubectl(kubeconfig: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
